@@ -1,0 +1,104 @@
+#!/usr/bin/env python3
+"""Airlock benchmarks. Prints a table on stderr and JSON on stdout (or --json FILE).
+
+  bench/run.py [--build DIR] [--image-dir DIR] [--rounds N] [--json FILE]
+
+session_ready: wall time of `airlock exec -- true` (boot, handshake, run, teardown) against the
+same kernel and initrd booted by qemu-system-x86_64 directly to the same point (handshake and
+`true`), alternated in one run so drift hits both alike.
+exec_rtt: round trip of `true` in a running session.
+stream: guest->host throughput through the agent against raw `dd` into a second
+virtio-serial port of the same guest.
+"""
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import time
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--build", default=os.path.join(ROOT, "build"))
+    ap.add_argument("--image-dir", default=None)
+    ap.add_argument("--image", default="tiny")
+    ap.add_argument("--rounds", type=int, default=5)
+    ap.add_argument("--rtt-count", type=int, default=100)
+    ap.add_argument("--stream-mib", type=int, default=256)
+    ap.add_argument("--json", default=None)
+    a = ap.parse_args()
+    image_dir = a.image_dir or os.path.join(a.build, "images")
+    env = dict(os.environ, AIRLOCK_IMAGE_DIR=image_dir)
+    airlock = os.path.join(a.build, "orchestrator", "airlock")
+    bench = os.path.join(a.build, "bench", "airlock-bench")
+    with open(os.path.join(image_dir, a.image, "manifest.json")) as f:
+        m = json.load(f)
+    d = os.path.join(image_dir, a.image)
+    direct_cmd = [bench, "direct", "/usr/bin/qemu-system-x86_64", os.path.join(d, m["kernel"]),
+                  os.path.join(d, m["initrd"]), m.get("cmdline", ""),
+                  str(m.get("memory_mib", 256))]
+
+    subprocess.run([airlock, "-q", "exec", "--", "true"], env=env, check=True)  # warm caches
+    airlock_s, direct_s = [], []
+    for _ in range(a.rounds):
+        t = time.monotonic()
+        subprocess.run([airlock, "-q", "exec", "--", "true"], env=env, check=True)
+        airlock_s.append(time.monotonic() - t)
+        out = subprocess.run(direct_cmd, check=True, stdout=subprocess.PIPE).stdout
+        direct_s.append(json.loads(out)["total_s"])
+
+    out = subprocess.run([bench, "session", a.image, str(a.rtt_count), str(a.stream_mib)],
+                         env=env, check=True, stdout=subprocess.PIPE).stdout
+    sess = json.loads(out)
+
+    ready_a, ready_d = statistics.median(airlock_s), statistics.median(direct_s)
+    result = {
+        "machine": {"cpus": os.cpu_count(), "kvm": sess["kvm"]},
+        "image": a.image,
+        "session_ready": {
+            "airlock_s_median": round(ready_a, 3),
+            "direct_qemu_s_median": round(ready_d, 3),
+            "ratio": round(ready_a / ready_d, 3),
+            "goal_ratio_max": 1.15,
+            "airlock_s": [round(x, 3) for x in airlock_s],
+            "direct_qemu_s": [round(x, 3) for x in direct_s],
+        },
+        "exec_rtt": {
+            "median_ms": sess["rtt_ms_median"],
+            "p90_ms": sess["rtt_ms_p90"],
+            "min_ms": sess["rtt_ms_min"],
+            "count": sess["rtt_count"],
+            "goal_ms_max": 20,
+        },
+        "stream": {
+            "agent_mb_s": sess["stream_mb_s"],
+            "raw_port_mb_s": sess["raw_mb_s"],
+            "ratio": round(sess["stream_mb_s"] / sess["raw_mb_s"], 3),
+            "mib_per_run": sess["stream_mib"],
+            "goal_ratio_min": 0.70,
+        },
+    }
+    text = json.dumps(result, indent=2)
+    if a.json:
+        with open(a.json, "w") as f:
+            f.write(text + "\n")
+    print(text)
+    sr, rt, st = result["session_ready"], result["exec_rtt"], result["stream"]
+    rows = [
+        ("session ready (airlock exec -- true)", "%.2f s" % sr["airlock_s_median"],
+         "%.2f s direct QEMU" % sr["direct_qemu_s_median"], "%.2fx (goal <= 1.15x)" % sr["ratio"]),
+        ("exec round trip of true", "%.2f ms median" % rt["median_ms"],
+         "p90 %.2f ms" % rt["p90_ms"], "goal < 20 ms"),
+        ("guest->host stream", "%.0f MB/s" % st["agent_mb_s"],
+         "%.0f MB/s raw port" % st["raw_port_mb_s"], "%.0f%% (goal >= 70%%)" % (100 * st["ratio"])),
+    ]
+    for r in rows:
+        print("%-40s %-18s %-22s %s" % r, file=sys.stderr)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,224 @@
+/* airlock-agent: the static guest agent. Serves Airlock frames on one channel (virtio-serial
+ * port, stdio or a unix socket), runs processes, moves files. Single-threaded poll loop. */
+#ifndef AIRLOCK_AGENT_H
+#define AIRLOCK_AGENT_H
+
+#include "airlock-proto.h"
+
+#include <errno.h>
+#include <limits.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <sys/types.h>
+#include <unistd.h>
+
+/* Concurrent requests (execs and file transfers): each holds up to 4 fds and a cgroup. */
+#define AGENT_REQ_MAX 64
+/* Stop reading pipes and host frames while this much output waits for the channel: keeps the
+ * queue bounded when the host reads slowly, large enough for several 32 KiB port writes. */
+#define AGENT_OUTQ_HIGH (256 * 1024)
+/* Queue capacity: the high-water mark, one full DATA frame read while just below it, and room
+ * for the small control frames (EXIT, ERROR...) produced while above it. */
+#define AGENT_OUTQ_CAP (AGENT_OUTQ_HIGH + AL_FRAME_HEADER_SIZE + 1 + AL_DATA_CHUNK_MAX + 64 * 1024)
+/* Per-exec cap on processes, so a fork bomb exhausts its cgroup and not the guest. */
+#define AGENT_PIDS_MAX 1024
+/* After the main process exits and its group is killed, wait this long for the pipes to reach
+ * EOF before closing them: a process that escaped the group must not hold the request open. */
+#define AGENT_DRAIN_GRACE_MS 250
+/* Wait for the virtio port to appear (module probe, host handshake): TCG boots are slow. */
+#define AGENT_PORT_WAIT_MS 30000
+/* Re-check for a host on the virtio port this often, in case SIGIO is missed. */
+#define AGENT_HOST_POLL_MS 10
+/* Pipe buffer for stdout/stderr: fewer wake-ups per MB streamed than the 64 KiB default. */
+#define AGENT_PIPE_SIZE (256 * 1024)
+/* How long SHUTDOWN waits for its OK to leave before powering off. */
+#define AGENT_SHUTDOWN_FLUSH_MS 1000
+
+#define CGROUP_ROOT "/sys/fs/cgroup"
+#define CGROUP_BASE CGROUP_ROOT "/airlock"
+
+/* Cleanup helpers, in the style of systemd/bubblewrap. */
+static inline void closep(int *fd)
+{
+    if (*fd >= 0) {
+        int saved = errno;
+        close(*fd);
+        errno = saved;
+    }
+}
+static inline void freep(void *p)
+{
+    free(*(void **)p);
+}
+#define _cleanup_close_ __attribute__((cleanup(closep)))
+#define _cleanup_free_ __attribute__((cleanup(freep)))
+static inline int steal_fd(int *fd)
+{
+    int r = *fd;
+    *fd = -1;
+    return r;
+}
+
+enum channel_kind {
+    CHANNEL_VIRTIO, /* /dev/vportNpM: always open; host presence comes and goes */
+    CHANNEL_STDIO,  /* fd 0 / fd 1: EOF ends the agent */
+    CHANNEL_UNIX,   /* listening socket, one connection at a time */
+};
+
+struct channel {
+    enum channel_kind kind;
+    int in_fd;     /* frames from the host; -1 while no host */
+    int out_fd;    /* frames to the host */
+    int listen_fd; /* CHANNEL_UNIX only */
+    int port_fd;   /* CHANNEL_VIRTIO only: the port, open even while no host */
+};
+
+enum req_kind {
+    REQ_EXEC,
+    REQ_PUT,
+    REQ_GET,
+};
+
+/* One guest->host stream of a request: stdout, stderr or a file being read. */
+struct ostream {
+    int fd;          /* pipe or file; -1 once EOF was queued */
+    uint8_t stream;  /* enum al_stream */
+    uint64_t credit; /* bytes the host still accepts */
+    uint64_t sent;   /* bytes queued so far */
+    uint64_t limit;  /* stop sending after this many (output cap, file size); 0: none */
+    bool capped;     /* limit reached: further bytes are read and dropped */
+};
+
+/* Host->guest bytes waiting to be written to a child's stdin. */
+struct ibuf {
+    uint8_t *p;
+    size_t head, len, cap;
+};
+
+struct req {
+    bool used;
+    uint32_t id;
+    enum req_kind kind;
+    struct ostream out[2]; /* exec: stdout, stderr; get: out[0] is the file */
+    int in_fd;             /* exec: stdin pipe; put: temporary file; -1 when closed */
+    bool want_stdin;       /* exec: the host sends stdin */
+    bool in_eof;           /* host sent EOF on the input stream */
+    uint64_t in_unacked;   /* input bytes received but not yet credited back */
+    struct ibuf inq;       /* exec stdin not yet accepted by the pipe */
+    /* exec */
+    pid_t pid;            /* main process; also the process group id */
+    bool reaped;          /* main process waited for */
+    int status;           /* its wait status */
+    uint64_t start_us;    /* monotonic, before fork */
+    uint64_t end_us;      /* monotonic, at reap */
+    uint64_t deadline_us; /* timeout; 0: none */
+    uint64_t grace_us;    /* pipes are force-closed after this; 0: not armed */
+    uint32_t exit_flags;  /* enum al_exit_flags */
+    char cgroup[48];      /* cgroup directory name under CGROUP_BASE; "" when none */
+    /* put */
+    int dir_fd;    /* parent directory of the target */
+    uint64_t size; /* declared size */
+    uint64_t got;  /* bytes written so far */
+    uint32_t mode;
+    char tmp[40];            /* temporary file name in dir_fd */
+    char name[NAME_MAX + 1]; /* target file name in dir_fd */
+};
+
+struct agent {
+    struct channel ch;
+    bool connected;  /* a host is on the channel */
+    bool hello;      /* a HELLO was accepted on this connection */
+    bool resyncing;  /* garbage seen: stay quiet about more of it until a good frame */
+    uint32_t window; /* the host's receive window per stream */
+    size_t skip;     /* bytes of a rejected frame still to discard */
+    bool pid1;
+    bool cgroup;       /* cgroup2 usable for requests */
+    bool can_shutdown; /* SHUTDOWN powers the machine off */
+    bool stop;         /* leave the loop (stdio EOF, SIGTERM) */
+    bool reap;         /* SIGCHLD seen, or zombies left over from the last batch */
+    int sig_fd;        /* signalfd: SIGCHLD, SIGIO, SIGTERM, SIGINT */
+    int root_fd;       /* --root, O_PATH */
+    int cg_base_fd;    /* CGROUP_BASE, O_PATH, when cgroup */
+    int null_fd;       /* /dev/null, stdin of execs without AL_EXEC_STDIN */
+    uint64_t counter;  /* makes cgroup and temporary names unique */
+    struct al_decoder dec;
+    size_t oq_head, oq_tail, oq_wrap; /* unsent output, see outq_reserve */
+    struct {
+        char name[48];
+        uint64_t since_us;
+    } dead[2 * AGENT_REQ_MAX]; /* cgroups of finished requests, to be removed */
+    size_t ndead;
+    bool cg_due;           /* try removing them at the end of this iteration */
+    uint64_t dead_next_us; /* else retry then */
+    char spare[48];        /* an empty cgroup ready for the next exec */
+    int spare_fd;          /* O_PATH on it; -1 when none */
+    struct req reqs[AGENT_REQ_MAX];
+    uint8_t inbuf[AL_FRAME_HEADER_SIZE + AL_FRAME_PAYLOAD_MAX];
+    uint8_t outq[AGENT_OUTQ_CAP];
+};
+
+/* util (loop.c) */
+uint64_t now_us(void);
+void agent_log(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+const char *printable(struct al_str s, char *buf, size_t cap);
+uint16_t errno_class(int err);
+/* Writes a short string to a file (procfs, cgroupfs); 0 or -errno. */
+int write_file(int dir, const char *path, const char *s);
+
+/* channel.c */
+int channel_open_virtio(struct channel *ch, const char *name);
+int channel_open_stdio(struct channel *ch);
+int channel_open_unix(struct channel *ch, const char *path);
+/* Checks for (and takes) a host: 1 connected, 0 not yet, <0 error. */
+int channel_accept(struct channel *ch);
+/* Forgets the current host; the channel waits for the next one. */
+void channel_drop(struct channel *ch);
+
+/* loop.c: output queue and the loop */
+size_t outq_len(const struct agent *a);
+uint8_t *outq_reserve(struct agent *a, size_t n);
+void outq_commit(struct agent *a, size_t n);
+void agent_send(struct agent *a, const struct al_msg *m);
+void agent_send_error(struct agent *a, uint32_t id, uint16_t klass, int err, const char *fmt, ...)
+    __attribute__((format(printf, 5, 6)));
+void agent_send_credit(struct agent *a, uint32_t id, uint8_t stream, uint32_t bytes);
+struct req *req_find(struct agent *a, uint32_t id);
+struct req *req_new(struct agent *a, uint32_t id, enum req_kind kind);
+/* Closes everything the request holds and frees its slot. */
+void req_free(struct agent *a, struct req *r);
+int ostream_pump(struct agent *a, struct req *r, struct ostream *o);
+/* Queues the stream's EOF and closes its fd. */
+void ostream_close(struct agent *a, struct req *r, struct ostream *o);
+int agent_run(struct agent *a);
+
+/* exec.c */
+void exec_start(struct agent *a, const struct al_msg *m);
+void exec_stdin(struct agent *a, struct req *r, const struct al_msg *m);
+void exec_flush_stdin(struct agent *a, struct req *r);
+void exec_signal(struct agent *a, const struct al_msg *m);
+/* Reaps exited children; true when more may be waiting. */
+bool exec_reap(struct agent *a);
+void exec_tick(struct agent *a, struct req *r, uint64_t now);
+void exec_kill(struct agent *a, struct req *r);
+/* Queues a finished request's cgroup for removal; clears name. */
+void cgroup_remove(struct agent *a, char *name);
+void cgroup_setup(struct agent *a);
+/* Removes finished requests' cgroups and readies a spare one: run after output is flushed,
+ * off the latency path. */
+void cgroup_housekeeping(struct agent *a, uint64_t now);
+int exec_langs(struct al_str *out, size_t max);
+
+/* files.c */
+int files_open_root(struct agent *a, const char *root);
+void file_put_start(struct agent *a, const struct al_msg *m);
+void file_put_data(struct agent *a, struct req *r, const struct al_msg *m);
+void file_get_start(struct agent *a, const struct al_msg *m);
+void file_get_tick(struct agent *a, struct req *r);
+
+/* init.c */
+void init_pid1(void);
+void init_common(bool pid1);
+void init_power_off(bool reboot_instead);
+
+#endif

@@ -1,0 +1,126 @@
+/* airlock-agent: arguments, process setup, then the loop. */
+#include "agent.h"
+
+#include <getopt.h>
+#include <signal.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/signalfd.h>
+
+#define DEFAULT_PORT "org.airlock.agent.0"
+
+/* Large (two frame buffers): static rather than on the stack. */
+static struct agent agent;
+
+static void usage(FILE *f)
+{
+    fprintf(f,
+            "usage: airlock-agent [--port NAME | --stdio | --unix PATH] [--root DIR]\n"
+            "                     [--allow-shutdown] [--version] [--help]\n"
+            "Serves Airlock frames: on the virtio-serial port NAME (default %s),\n"
+            "on stdin/stdout, or on a unix socket. File paths resolve beneath DIR (/).\n"
+            "--allow-shutdown lets SHUTDOWN power off the machine outside --port mode.\n",
+            DEFAULT_PORT);
+}
+
+static int setup_signals(struct agent *a)
+{
+    sigset_t set;
+    sigemptyset(&set);
+    sigaddset(&set, SIGCHLD);
+    sigaddset(&set, SIGIO);
+    sigaddset(&set, SIGTERM);
+    sigaddset(&set, SIGINT);
+    /* Blocked and read from a signalfd: no handlers, no EINTR races in the loop. */
+    if (sigprocmask(SIG_BLOCK, &set, NULL) < 0)
+        return -errno;
+    a->sig_fd = signalfd(-1, &set, SFD_NONBLOCK | SFD_CLOEXEC);
+    return a->sig_fd < 0 ? -errno : 0;
+}
+
+int main(int argc, char **argv)
+{
+    static const struct option opts[] = {
+        {"port", required_argument, NULL, 'p'},     {"stdio", no_argument, NULL, 's'},
+        {"unix", required_argument, NULL, 'u'},     {"root", required_argument, NULL, 'r'},
+        {"allow-shutdown", no_argument, NULL, 'S'}, {"version", no_argument, NULL, 'V'},
+        {"help", no_argument, NULL, 'h'},           {NULL, 0, NULL, 0},
+    };
+    struct agent *a = &agent;
+    enum channel_kind kind = CHANNEL_VIRTIO;
+    const char *port = DEFAULT_PORT, *path = NULL, *root = "/";
+    bool allow_shutdown = false;
+    int c, err;
+
+    a->pid1 = getpid() == 1;
+    /* As PID 1 the kernel hands us stray command-line words: never refuse to start on them. */
+    opterr = !a->pid1;
+    while ((c = getopt_long(argc, argv, "", opts, NULL)) != -1) {
+        switch (c) {
+        case 'p':
+            kind = CHANNEL_VIRTIO;
+            port = optarg;
+            break;
+        case 's':
+            kind = CHANNEL_STDIO;
+            break;
+        case 'u':
+            kind = CHANNEL_UNIX;
+            path = optarg;
+            break;
+        case 'r':
+            root = optarg;
+            break;
+        case 'S':
+            allow_shutdown = true;
+            break;
+        case 'V':
+            printf("airlock-agent %s\n", AIRLOCK_VERSION);
+            return 0;
+        case 'h':
+            usage(stdout);
+            return 0;
+        default:
+            if (!a->pid1) {
+                usage(stderr);
+                return 2;
+            }
+        }
+    }
+    if (optind < argc && !a->pid1) {
+        usage(stderr);
+        return 2;
+    }
+
+    if (a->pid1)
+        init_pid1();
+    init_common(a->pid1);
+    a->root_fd = a->cg_base_fd = a->null_fd = a->sig_fd = a->spare_fd = -1;
+    /* Powering off a machine from a test harness on the host would be a nasty surprise:
+     * outside a VM's port it takes --allow-shutdown. */
+    a->can_shutdown = a->pid1 || (geteuid() == 0 && (kind == CHANNEL_VIRTIO || allow_shutdown));
+
+    const char *what = root;
+    if ((err = files_open_root(a, root)) == 0 && (what = "signals", err = setup_signals(a)) == 0) {
+        cgroup_setup(a);
+        what = kind == CHANNEL_UNIX ? path : kind == CHANNEL_STDIO ? "stdio" : port;
+        err = kind == CHANNEL_UNIX    ? channel_open_unix(&a->ch, path)
+              : kind == CHANNEL_STDIO ? channel_open_stdio(&a->ch)
+                                      : channel_open_virtio(&a->ch, port);
+    }
+    if (err == 0) {
+        agent_log("version %s ready%s%s", AIRLOCK_VERSION, a->pid1 ? " as init" : "",
+                  a->cgroup ? ", cgroups" : "");
+        what = "loop";
+        err = agent_run(a);
+    }
+    if (err)
+        agent_log("cannot set up %s: %s", what, strerror(-err));
+    if (a->pid1) {
+        /* init must not exit (the kernel would panic): a guest without an agent is useless,
+         * so power off and let the host see it go. */
+        agent_log("powering off");
+        init_power_off(false);
+    }
+    return err ? 1 : 0;
+}

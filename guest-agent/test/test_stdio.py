@@ -1,0 +1,291 @@
+#!/usr/bin/env python3
+"""Drives `airlock-agent --stdio` on this machine: exec, stdin, timeouts, signals, errors,
+flow control, file transfer beneath --root. Usage: test_stdio.py AGENT [LOGFILE]"""
+import os
+import signal as sig
+import subprocess
+import sys
+import tempfile
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from alframes import *  # noqa: E402,F403
+
+agent = sys.argv[1]
+log = open(sys.argv[2] if len(sys.argv) > 2 else os.devnull, 'w')
+root = tempfile.mkdtemp(prefix='airlock-root-')
+p = subprocess.Popen([agent, '--stdio', '--root', root], stdin=subprocess.PIPE,
+                     stdout=subprocess.PIPE, stderr=log)
+c = Conn(p.stdout.fileno(), p.stdin.fileno())
+failed = 0
+
+
+def check(name, cond, detail=''):
+    global failed
+    print('%s %s %s' % ('ok  ' if cond else 'FAIL', name, detail if not cond else ''))
+    failed += not cond
+
+
+# Before HELLO
+c.send(exec_(1, ['true']))
+t, _, i, d = c.expect(ERROR)
+check('frame before hello', i == 1 and d['klass'] == ERR['PROTOCOL'], d)
+
+c.send(hello(version=7))
+t, _, i, d = c.expect(ERROR)
+check('bad version', i == 0 and 'version 7 not supported' in d['message'], d)
+
+c.send(hello(nonce=0x1234))
+t, _, i, d = c.expect(HELLO_ACK)
+check('hello-ack', d['nonce'] == 0x1234 and d['version'] == 1 and 'sh' in d['langs'], d)
+print('   ', d)
+
+d, out, err, fr = c.run(2, ['echo', 'hi'])
+check('echo hi', d.get('how') == 0 and d['value'] == 0 and out == b'hi\n', (d, out))
+types = [NAMES[f[0]] for f in fr]
+check('frame order', types[0] == 'STARTED' and types[-1] == 'EXIT', types)
+
+d, out, err, _ = c.run(3, ['echo $0 $1 >&2; pwd; echo $FOO; exit 3', 'x'], lang='sh',
+                       cwd='/tmp', env=['FOO=bar'])
+check('sh lang, cwd, env, exit 3', d.get('value') == 3 and out == b'/tmp\nbar\n'
+      and err == b'sh x\n', (d, out, err))
+
+d, out, err, fr = c.run(4, ['cat'], stdin=b'hello stdin')
+credits = [f[3]['bytes'] for f in fr if f[0] == CREDIT]
+check('stdin', out == b'hello stdin' and d.get('value') == 0 and sum(credits) == 11,
+      (d, out, credits))
+
+# Big stdin: the host must wait for CREDIT once a window is out.
+body = os.urandom(3 << 20)
+c.send(exec_(30, ['cat'], flags=EXEC_STDIN))
+c.expect(STARTED)
+sent, window, out, credited = 0, 1 << 20, bytearray(), 0
+while True:
+    while sent < len(body) and window > 0:
+        n = min(65536, window, len(body) - sent)
+        c.send(data(30, 0, body[sent:sent + n], eof=sent + n == len(body)))
+        sent += n
+        window -= n
+    t, fl, i, d = c.recv()
+    if t == CREDIT and d['stream'] == 0:
+        window += d['bytes']
+        credited += d['bytes']
+    elif t == DATA:
+        out += d['data']
+        if d['data']:
+            c.send(credit(30, d['stream'], len(d['data'])))
+    elif t == EXIT:
+        break
+check('3 MiB stdin with credit', bytes(out) == body and credited == len(body), (len(out), credited))
+c.send(exec_(31, ['cat'], flags=EXEC_STDIN))
+c.expect(STARTED)
+c.send(*[data(31, 0, b'x' * 65536) for _ in range(17)])
+t, _, i, d = c.until(ERROR)
+check('stdin beyond the window', i == 31 and d['klass'] == ERR['PROTOCOL'], d)
+c.send(signal(31, 9))
+c.until(EXIT)
+
+# A PATH given in the request's environment is the one searched.
+os.mkdir(os.path.join(root, 'bin'))
+with open(os.path.join(root, 'bin', 'hello-airlock'), 'w') as f:
+    f.write('#!/bin/sh\necho from path\n')
+os.chmod(os.path.join(root, 'bin', 'hello-airlock'), 0o755)
+d, out, err, _ = c.run(32, ['hello-airlock'], env=['PATH=%s/bin:/bin:/usr/bin' % root])
+check('PATH from env', out == b'from path\n', (d, out))
+os.unlink(os.path.join(root, 'bin', 'hello-airlock'))
+os.rmdir(os.path.join(root, 'bin'))
+
+t0 = time.time()
+d, out, err, _ = c.run(5, ['sleep', '1000'], timeout_ms=300)
+check('timeout', d.get('how') == 1 and d['value'] == 9 and d['flags'] & TIMED_OUT
+      and time.time() - t0 < 2, d)
+
+c.send(exec_(6, ['while :; do :; done'], lang='sh'))
+c.expect(STARTED)
+time.sleep(0.2)
+c.send(signal(6, 2))
+t, _, i, d = c.until(EXIT)
+check('SIGINT busy loop', d['how'] == 1 and d['value'] == 2, d)
+
+c.send(signal(99, 2))
+t, _, i, d = c.expect(ERROR)
+check('signal unknown id', i == 99 and d['klass'] == ERR['NOT_FOUND'], d)
+
+d, *_ = c.run(7, ['no-such-command-xyz'])
+check('unknown command', d.get('klass') == ERR['NOT_FOUND'] and 'command not found' in
+      d['message'], d)
+d, *_ = c.run(8, ['true'], cwd='/nonexistent')
+check('bad cwd', d.get('klass') == ERR['NOT_FOUND'], d)
+d, *_ = c.run(9, ['x'], lang='cobol')
+check('unknown language', d.get('klass') == ERR['UNSUPPORTED'], d)
+
+# Output cap: bytes past the cap are drained, the flag says so.
+d, out, err, _ = c.run(10, ['head -c 1000000 /dev/zero; echo err >&2'], lang='sh', cap=1000)
+check('output cap', len(out) == 1000 and err == b'err\n' and d['flags'] == TRUNC_OUT, (d, len(out)))
+
+# Background process holding the pipe: the exec still ends.
+t0 = time.time()
+d, out, err, _ = c.run(11, ['sleep 100 & echo started'], lang='sh')
+check('background leftover', d.get('value') == 0 and out == b'started\n'
+      and time.time() - t0 < 2, (d, time.time() - t0))
+
+# Flow control: without credit at most one window arrives.
+c.send(exec_(12, ['head -c 3000000 /dev/zero'], lang='sh'))
+got = 0
+while True:
+    f = c.recv(1.0)
+    if f is None:
+        break
+    if f[0] == DATA:
+        got += len(f[3]['data'])
+check('window respected', got == 1 << 20, got)
+c.send(credit(12, 1, got))
+while True:
+    t, fl, i, d = c.recv()
+    if t == DATA:
+        got += len(d['data'])
+        if d['data']:
+            c.send(credit(12, d['stream'], len(d['data'])))
+    if t == EXIT:
+        break
+check('resumed on credit', got == 3000000 and d['value'] == 0, (got, d))
+
+# Errors that keep the agent alive.
+c.send(exec_(13, ['sleep', '5']))
+c.expect(STARTED)
+c.send(exec_(13, ['true']))
+t, _, i, d = c.expect(ERROR)
+check('id in use', i == 13 and d['klass'] == ERR['INVALID'], d)
+c.send(signal(13, 9))
+t, _, i, d = c.until(EXIT)
+check('SIGKILL', d['how'] == 1 and d['value'] == 9, d)
+c.send(exec_(0, ['true']))
+t, _, i, d = c.expect(ERROR)
+check('id 0', d['klass'] == ERR['INVALID'], d)
+c.send(frame(STARTED, 14, b'\0\0\0\0'))
+t, _, i, d = c.expect(ERROR)
+check('wrong direction', i == 14 and d['klass'] == ERR['PROTOCOL'], d)
+c.send(frame(EXEC, 15, b'\1\2\3'))
+t, _, i, d = c.expect(ERROR)
+check('malformed exec', i == 15 and d['klass'] == ERR['PROTOCOL'], d)
+c.send(frame(40, 16, b'xyz'))
+t, _, i, d = c.expect(ERROR)
+check('unknown type', i == 16 and d['klass'] == ERR['PROTOCOL'], d)
+c.send(b'garbage!' * 10)
+t, _, i, d = c.expect(ERROR)
+check('garbage', i == 0 and d['klass'] == ERR['PROTOCOL'], d)
+c.send(ping(42, 17))
+t, _, i, d = c.expect(PONG)
+check('alive after garbage', i == 17 and d['value'] == 42, d)
+c.send(shutdown())
+t, _, i, d = c.expect(ERROR)
+check('shutdown refused in stdio mode', d['klass'] == ERR['UNSUPPORTED'], d)
+
+# Files beneath --root.
+os.mkdir(os.path.join(root, 'sub'))
+os.symlink('/etc', os.path.join(root, 'etc-link'))
+body = os.urandom(300000)
+c.send(put(20, '/sub/f.bin', len(body), 0o640))
+for off in range(0, len(body), 65536):
+    c.send(data(20, 3, body[off:off + 65536], eof=off + 65536 >= len(body)))
+while True:
+    t, _, i, d = c.recv()
+    if t != CREDIT:
+        break
+check('put', t == OK and d['value'] == len(body), (NAMES[t], d))
+path = os.path.join(root, 'sub/f.bin')
+check('put content', open(path, 'rb').read() == body and os.stat(path).st_mode & 0o777 == 0o640)
+check('no temp left', os.listdir(os.path.join(root, 'sub')) == ['f.bin'], os.listdir(root + '/sub'))
+
+c.send(get(21, 'sub/f.bin'))
+t, _, i, d = c.expect(FILE_INFO)
+check('file-info', d['size'] == len(body) and d['mode'] == 0o640, d)
+got = b''
+while True:
+    t, fl, i, d = c.expect(DATA)
+    got += d['data']
+    if d['data']:
+        c.send(credit(21, 3, len(d['data'])))
+    if fl & EOF_FLAG:
+        break
+t, _, i, d = c.expect(OK)
+check('get', got == body and d['value'] == len(body))
+
+for fid, pth, klass in ((22, '../etc/passwd', 'INVALID'), (23, 'etc-link/passwd', 'INVALID'),
+                        (24, 'sub/../../x', 'INVALID'), (25, 'nodir/x', 'NOT_FOUND'),
+                        (26, 'sub', 'INVALID')):
+    c.send(put(fid, pth, 1))
+    t, _, i, d = c.expect(ERROR)
+    check('put %s' % pth, i == fid and d['klass'] == ERR[klass], d)
+c.send(get(27, 'etc-link/passwd'))
+t, _, i, d = c.expect(ERROR)
+check('get escape', 'escapes' in d['message'], d)
+c.send(get(28, 'etc-link'))
+t, _, i, d = c.expect(ERROR)
+check('get symlink', 'not a regular file' in d['message'], d)
+c.send(put(29, 'short', 10), data(29, 3, b'abc', eof=True))
+t, _, i, d = c.expect(ERROR)
+check('size mismatch', 'size mismatch' in d['message']
+      and sorted(os.listdir(root)) == ['etc-link', 'sub'], (d, os.listdir(root)))
+
+# Latency of `true`.
+t0 = time.time()
+for k in range(50):
+    c.run(100 + k, ['true'])
+check('latency', True)
+print('    exec true round trip: %.2f ms' % ((time.time() - t0) / 50 * 1000))
+
+# Throughput: stdout of a big producer, credited as it arrives.
+n = 200 << 20
+t0 = time.time()
+d, out, err, fr = c.run(200, ['head -c %d /dev/zero' % n], lang='sh', timeout=60)
+dt = time.time() - t0
+check('throughput', len(out) == n, len(out))
+print('    stdout throughput: %.0f MB/s' % (n / dt / 1e6))
+
+# 64 concurrent requests, the 65th refused.
+for k in range(64):
+    c.send(exec_(300 + k, ['sleep', '10']))
+for k in range(64):
+    c.expect(STARTED)
+c.send(exec_(400, ['true']))
+t, _, i, d = c.expect(ERROR)
+check('request limit', i == 400 and d['klass'] == ERR['LIMIT'], d)
+c.send(hello(nonce=9))     # a new HELLO kills everything
+t, _, i, d = c.expect(HELLO_ACK)
+check('hello resets', d['nonce'] == 9)
+time.sleep(0.3)
+kids = subprocess.run(['pgrep', '-P', str(p.pid)], capture_output=True, text=True).stdout.split()
+check('children killed on reset', not kids, kids)
+
+# EOF on stdin ends the agent.
+c.send(exec_(500, ['sleep', '100']))
+c.expect(STARTED)
+p.stdin.close()
+rc = p.wait(5)
+check('exit on EOF', rc == 0, rc)
+# --unix: one connection at a time; a dropped connection kills its requests.
+sock = os.path.join(root, 'agent.sock')
+u = subprocess.Popen([agent, '--unix', sock, '--root', root], stderr=log)
+c = Conn.unix(sock)
+c.send(hello(nonce=5))
+c.expect(HELLO_ACK)
+c.send(exec_(1, ['sleep', '100']))
+t, _, _, d = c.expect(STARTED)
+c.sock.close()
+time.sleep(0.5)
+check('unix: request killed on disconnect', not os.path.exists('/proc/%d' % d['pid'])
+      or open('/proc/%d/stat' % d['pid']).read().split()[2] == 'Z')
+c = Conn.unix(sock)
+c.send(exec_(2, ['true']))
+t, _, i, d = c.expect(ERROR)
+check('unix: new connection needs hello', d['klass'] == ERR['PROTOCOL'], d)
+c.send(hello(nonce=6))
+c.expect(HELLO_ACK)
+d, out, err, _ = c.run(3, ['echo', 'again'])
+check('unix: second connection', out == b'again\n', (d, out))
+u.send_signal(sig.SIGTERM)
+check('unix: exit on SIGTERM', u.wait(5) == 0)
+
+print('%d failed' % failed)
+sys.exit(1 if failed else 0)

@@ -1,0 +1,20 @@
+#!/bin/bash
+# Installs Airlock on Debian 12: packages, build, the tiny image, the libvirt daemons; then
+# runs a command in a disposable VM to show it works. Run as root.
+set -euo pipefail
+cd "$(dirname "$0")"
+packaging/debian-deps.sh
+meson setup build --buildtype=release --prefix=/usr/local >/dev/null 2>&1 ||
+  meson setup build --reconfigure --buildtype=release --prefix=/usr/local >/dev/null
+ninja -C build >/dev/null
+ninja -C build install >/dev/null
+ldconfig
+store=/var/lib/airlock/images
+mkdir -p "$store"
+rm -rf "$store/tiny.new"
+cp -r build/images/tiny "$store/tiny.new"
+rm -rf "$store/tiny"
+mv "$store/tiny.new" "$store/tiny"
+chmod -R a+rX /var/lib/airlock
+echo "airlock: installed; running 'uname -a' in a disposable VM:" >&2
+airlock exec -- uname -a

@@ -1,0 +1,150 @@
+/* The host end of the agent channel: whole frames in and out of a socket, with every byte
+ * from the guest decoded under the protocol's bounds. */
+#include "internal.h"
+
+#include <errno.h>
+#include <poll.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/socket.h>
+
+#define CHANNEL_BUF (AL_FRAME_HEADER_SIZE + AL_FRAME_PAYLOAD_MAX)
+
+int al_channel_init(struct al_channel *ch, int fd, unsigned stall_ms, al_error *err)
+{
+    memset(ch, 0, sizeof(*ch));
+    ch->fd = -1;
+    ch->rbuf = malloc(CHANNEL_BUF);
+    ch->wbuf = malloc(CHANNEL_BUF);
+    if (!ch->rbuf || !ch->wbuf) {
+        free(ch->rbuf);
+        free(ch->wbuf);
+        return al_err(err, -ENOMEM, "out of memory");
+    }
+    al_decoder_init(&ch->dec, ch->rbuf, CHANNEL_BUF);
+    ch->fd = fd;
+    ch->stall_ms = stall_ms ? stall_ms : 10000;
+    return 0;
+}
+
+void al_channel_destroy(struct al_channel *ch)
+{
+    al_closep(&ch->fd);
+    ch->fd = -1;
+    free(ch->rbuf);
+    free(ch->wbuf);
+    ch->rbuf = ch->wbuf = NULL;
+}
+
+static int write_all(struct al_channel *ch, const void *buf, size_t len, al_error *err)
+{
+    const uint8_t *p = buf;
+    while (len) {
+        ssize_t n = send(ch->fd, p, len, MSG_NOSIGNAL);
+        if (n < 0 && errno == EINTR)
+            continue;
+        if (n < 0 && errno == EAGAIN) {
+            /* The agent always drains its channel, so waiting is bounded by its reading;
+             * still, a guest that stops reading must not hang us forever. */
+            struct pollfd pfd = {ch->fd, POLLOUT, 0};
+            int r = poll(&pfd, 1, (int)ch->stall_ms);
+            if (r == 0)
+                return al_err(err, -ETIMEDOUT, "guest stopped reading its channel");
+            continue;
+        }
+        if (n < 0)
+            return al_err(err, -errno, "cannot write to the guest channel: %s", strerror(errno));
+        p += n;
+        len -= (size_t)n;
+    }
+    return 0;
+}
+
+int al_channel_send(struct al_channel *ch, const struct al_msg *m, al_error *err)
+{
+    int n = al_msg_encode(m, ch->wbuf, CHANNEL_BUF);
+    if (n < 0)
+        return al_err(err, n, "cannot encode %s frame: %s", al_type_name(m->type), strerror(-n));
+    return write_all(ch, ch->wbuf, (size_t)n, err);
+}
+
+int al_channel_send_data(struct al_channel *ch, uint32_t id, uint8_t stream, uint8_t flags,
+                         const void *data, size_t len, al_error *err)
+{
+    if (len > AL_DATA_CHUNK_MAX)
+        return al_err(err, -EMSGSIZE, "data chunk too large");
+    al_data_header(ch->wbuf, id, stream, flags, (uint32_t)len);
+    if (len)
+        memcpy(ch->wbuf + AL_FRAME_HEADER_SIZE + 1, data, len);
+    return write_all(ch, ch->wbuf, AL_FRAME_HEADER_SIZE + 1 + len, err);
+}
+
+int al_channel_recv(struct al_channel *ch, struct al_msg *m, uint64_t deadline_ms, int wake_fd,
+                    int extra_fd, al_error *err)
+{
+    uint64_t partial_since = 0;
+    for (;;) {
+        const char *why = NULL;
+        int r = al_decoder_next(&ch->dec, m, &why);
+        if (r < 0)
+            return al_err(err, -EPROTO, "guest sent a malformed frame: %s", why);
+        if (r == 1)
+            return 1;
+
+        uint64_t now = al_now_ms();
+        if (al_decoder_partial(&ch->dec)) {
+            if (!partial_since)
+                partial_since = now;
+            else if (now - partial_since >= ch->stall_ms)
+                return al_err(err, -ETIMEDOUT, "guest stalled in the middle of a frame");
+        } else {
+            partial_since = 0;
+        }
+        int timeout = -1;
+        if (deadline_ms) {
+            if (now >= deadline_ms)
+                return -ETIMEDOUT;
+            timeout = (int)(deadline_ms - now);
+        }
+        if (partial_since) {
+            int left = (int)(partial_since + ch->stall_ms - now);
+            if (timeout < 0 || left < timeout)
+                timeout = left;
+        }
+        struct pollfd pfd[3] = {{ch->fd, POLLIN, 0}, {wake_fd, POLLIN, 0}, {extra_fd, POLLIN, 0}};
+        int pr = poll(pfd, 3, timeout);
+        if (pr < 0 && errno == EINTR)
+            continue;
+        if (pr < 0)
+            return al_err(err, -errno, "poll failed: %s", strerror(errno));
+        if (pfd[1].revents || pfd[2].revents)
+            return 0;
+        if (!pfd[0].revents)
+            continue;
+        size_t avail;
+        uint8_t *space = al_decoder_space(&ch->dec, &avail);
+        ssize_t n = recv(ch->fd, space, avail, MSG_DONTWAIT);
+        if (n < 0 && (errno == EINTR || errno == EAGAIN))
+            continue;
+        if (n < 0)
+            return al_err(err, -errno, "cannot read the guest channel: %s", strerror(errno));
+        if (n == 0)
+            return al_err(err, -ECONNRESET, al_decoder_partial(&ch->dec)
+                                                ? "guest channel closed in the middle of a frame"
+                                                : "guest channel closed (agent or VM gone)");
+        al_decoder_commit(&ch->dec, (size_t)n);
+    }
+}
+
+int al_channel_guest_error(const struct al_msg *m, const char *what, al_error *err)
+{
+    static const int codes[] = {
+        [AL_ERR_PROTOCOL] = EPROTO,  [AL_ERR_NOT_FOUND] = ENOENT, [AL_ERR_PERMISSION] = EACCES,
+        [AL_ERR_INVALID] = EINVAL,   [AL_ERR_LIMIT] = ENOSPC,     [AL_ERR_IO] = EIO,
+        [AL_ERR_INTERNAL] = EFAULT,  [AL_ERR_UNSUPPORTED] = ENOTSUP,
+    };
+    /* klass was range-checked by the decoder */
+    int code = codes[m->u.error.klass];
+    return al_err(err, -code, "%s: %.*s", what, (int)m->u.error.message.len,
+                  m->u.error.message.p);
+}

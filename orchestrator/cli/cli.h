@@ -1,0 +1,30 @@
+/* The airlock command line: one file per subcommand, all thin callers of libairlock. */
+#ifndef AIRLOCK_CLI_H
+#define AIRLOCK_CLI_H
+
+#include "airlock.h"
+
+/* Exit statuses of airlock itself, chosen not to collide with a command's own (as timeout(1)
+ * and container runtimes do): the command's status passes through otherwise. */
+#define EXIT_AIRLOCK_FAILED 125 /* airlock could not run the command */
+#define EXIT_CANNOT_EXEC 126    /* found but not executable */
+#define EXIT_NOT_FOUND 127      /* command not found in the guest */
+#define EXIT_TIMED_OUT 124      /* --timeout expired */
+
+struct cli_globals {
+    const char *connect_uri;
+    bool debug;
+    bool quiet;
+};
+
+int cmd_exec(struct cli_globals *g, int argc, char **argv);
+int cmd_image(struct cli_globals *g, int argc, char **argv);
+int cmd_doctor(struct cli_globals *g, int argc, char **argv);
+int cmd_gc(struct cli_globals *g, int argc, char **argv);
+
+/* Prints "airlock: MESSAGE" once, for the outermost caller. */
+void cli_error(const al_error *err);
+/* Parses a non-negative integer option; exits with a usage error when it is not one. */
+unsigned long cli_number(const char *opt, const char *value, unsigned long max);
+
+#endif

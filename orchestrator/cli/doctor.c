@@ -1,0 +1,70 @@
+/* airlock doctor: check what a session needs, and say how to fix what is missing. */
+#include "cli.h"
+
+#include <stdio.h>
+#include <string.h>
+
+struct doctor {
+    int errors;
+    int images;
+    bool tiny;
+};
+
+static void check_image(void *ctx, const al_image *img, const char *name, const char *why)
+{
+    struct doctor *d = ctx;
+    if (!img) {
+        printf("FAIL  image %s: %s\n      fix: rebuild it (./install.sh rebuilds tiny)\n", name,
+               why);
+        d->errors++;
+        return;
+    }
+    d->images++;
+    d->tiny |= !strcmp(img->name, "tiny");
+    printf("ok    image %s (protocol %u; %s)\n", img->name, img->agent_protocol, img->languages);
+}
+
+int cmd_doctor(struct cli_globals *g, int argc, char **argv)
+{
+    if (argc > 1 && (!strcmp(argv[1], "--help") || !strcmp(argv[1], "-h"))) {
+        puts("Usage: airlock doctor\n\nCheck libvirt, KVM and the image store; for each "
+             "problem say how to fix it.\nExits non-zero when a session could not start.");
+        return 0;
+    }
+    struct doctor d = {0};
+    al_error err = {0};
+    char uri[1024];
+    if (al_libvirt_uri(g->connect_uri, uri, sizeof(uri), &err) == 0) {
+        al_error e2 = {0};
+        if (al_gc(uri, &e2) >= 0) {
+            printf("ok    libvirt reachable at %s\n", uri);
+        } else {
+            printf("FAIL  %s\n      fix: start the daemons (virtlogd -d; libvirtd -d) or\n"
+                   "           'systemctl start libvirtd'; or pass --connect URI\n",
+                   e2.msg);
+            d.errors++;
+        }
+    }
+    if (al_kvm_usable())
+        printf("ok    /dev/kvm usable: guests run with hardware virtualization\n");
+    else
+        printf("warn  /dev/kvm not usable: guests run in software emulation (much slower)\n"
+               "      fix: enable virtualization in the firmware, 'modprobe kvm_intel' or\n"
+               "           'modprobe kvm_amd', and be in the 'kvm' group\n");
+    char store[4096];
+    if (al_image_store_dir(store, sizeof(store), &err) < 0) {
+        printf("FAIL  %s\n", err.msg);
+        d.errors++;
+    } else {
+        printf("ok    image store %s\n", store);
+        al_image_list(check_image, &d, &err);
+        if (!d.tiny) {
+            printf("FAIL  image tiny missing\n      fix: ./install.sh (or images/build-tiny.sh "
+                   "AGENT %s/tiny)\n",
+                   store);
+            d.errors++;
+        }
+    }
+    printf(d.errors ? "%d problem(s) found\n" : "all checks passed\n", d.errors);
+    return d.errors ? 1 : 0;
+}

@@ -1,0 +1,118 @@
+/* airlock: run code in a disposable VM. Dispatches to the subcommands. */
+#include "airlock-proto.h"
+#include "cli.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <getopt.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+static const char usage[] =
+    "Usage: airlock [--connect URI] [--debug] [-q] COMMAND [ARGS...]\n"
+    "\n"
+    "Run code in a disposable virtual machine.\n"
+    "\n"
+    "Commands:\n"
+    "  exec [OPTIONS] -- CMD [ARGS...]  run a command in a fresh VM, then destroy it\n"
+    "  image ls                         list the images in the store\n"
+    "  doctor                           check libvirt, KVM and images; say how to fix\n"
+    "  gc                               reap VMs and files left by crashed runs\n"
+    "\n"
+    "Options:\n"
+    "  -c, --connect URI   libvirt URI (default: $LIBVIRT_DEFAULT_URI, else qemu:///system\n"
+    "                      when reachable, else qemu:///session)\n"
+    "  -d, --debug         show the session's name and the guest console\n"
+    "  -q, --quiet         no notices\n"
+    "  -h, --help          this help; 'airlock COMMAND --help' for a command's\n"
+    "  -V, --version       print the version\n";
+
+void cli_error(const al_error *err)
+{
+    fprintf(stderr, "airlock: %s\n", err->msg[0] ? err->msg : strerror(-err->code));
+}
+
+unsigned long cli_number(const char *opt, const char *value, unsigned long max)
+{
+    char *end;
+    errno = 0;
+    unsigned long v = strtoul(value, &end, 10);
+    if (errno || end == value || *end || value[0] == '-' || v > max) {
+        fprintf(stderr, "airlock: %s wants a number from 0 to %lu, not '%s'\n", opt, max, value);
+        exit(2);
+    }
+    return v;
+}
+
+/* A closed stdin/stdout/stderr would let a socket take fd 0, 1 or 2 and be mistaken for
+ * them; park /dev/null there instead. */
+static void ensure_std_fds(void)
+{
+    for (int fd = 0; fd < 3; fd++)
+        if (fcntl(fd, F_GETFD) < 0 && errno == EBADF) {
+            int n = open("/dev/null", fd == 0 ? O_RDONLY : O_WRONLY);
+            if (n >= 0 && n != fd) {
+                dup2(n, fd);
+                close(n);
+            }
+        }
+}
+
+int main(int argc, char **argv)
+{
+    ensure_std_fds();
+    static const struct option opts[] = {
+        {"connect", required_argument, NULL, 'c'}, {"debug", no_argument, NULL, 'd'},
+        {"quiet", no_argument, NULL, 'q'},         {"help", no_argument, NULL, 'h'},
+        {"version", no_argument, NULL, 'V'},       {NULL, 0, NULL, 0},
+    };
+    struct cli_globals g = {0};
+    int c;
+    /* '+': stop at the subcommand; its options are its own. */
+    while ((c = getopt_long(argc, argv, "+c:dqhV", opts, NULL)) != -1) {
+        switch (c) {
+        case 'c':
+            g.connect_uri = optarg;
+            break;
+        case 'd':
+            g.debug = true;
+            break;
+        case 'q':
+            g.quiet = true;
+            break;
+        case 'h':
+            fputs(usage, stdout);
+            return 0;
+        case 'V':
+            printf("airlock %s (protocol %d)\n", AIRLOCK_VERSION, AL_PROTO_VERSION);
+            return 0;
+        default:
+            fputs(usage, stderr);
+            return 2;
+        }
+    }
+    if (optind >= argc) {
+        fputs(usage, stderr);
+        return 2;
+    }
+    const char *cmd = argv[optind];
+    int sub_argc = argc - optind;
+    char **sub_argv = argv + optind;
+    optind = 0; /* reset getopt for the subcommand */
+    if (!strcmp(cmd, "exec"))
+        return cmd_exec(&g, sub_argc, sub_argv);
+    if (!strcmp(cmd, "image"))
+        return cmd_image(&g, sub_argc, sub_argv);
+    if (!strcmp(cmd, "doctor"))
+        return cmd_doctor(&g, sub_argc, sub_argv);
+    if (!strcmp(cmd, "gc"))
+        return cmd_gc(&g, sub_argc, sub_argv);
+    if (!strcmp(cmd, "help")) {
+        fputs(usage, stdout);
+        return 0;
+    }
+    fprintf(stderr, "airlock: unknown command '%s' (see 'airlock --help')\n", cmd);
+    return 2;
+}

@@ -1,0 +1,42 @@
+/* The one error convention: the first failure fills al_error, callers pass it up unchanged. */
+#include "internal.h"
+
+#include <stdio.h>
+#include <string.h>
+#include <libvirt/virterror.h>
+
+__attribute__((format(printf, 4, 0))) static int verr(al_error *err, int code,
+                                                      const char *suffix, const char *fmt,
+                                                      va_list ap)
+{
+    if (err && err->code == 0) {
+        err->code = code;
+        int n = vsnprintf(err->msg, sizeof(err->msg), fmt, ap);
+        if (suffix && n >= 0 && (size_t)n < sizeof(err->msg))
+            snprintf(err->msg + n, sizeof(err->msg) - (size_t)n, ": %s", suffix);
+        /* One line, whatever libvirt or the guest put in the message. */
+        for (char *p = err->msg; *p; p++)
+            if (*p == '\n' || *p == '\r')
+                *p = ' ';
+    }
+    return code;
+}
+
+int al_err(al_error *err, int code, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    verr(err, code, NULL, fmt, ap);
+    va_end(ap);
+    return code;
+}
+
+int al_err_virt(al_error *err, int code, const char *fmt, ...)
+{
+    virErrorPtr e = virGetLastError();
+    va_list ap;
+    va_start(ap, fmt);
+    verr(err, code, e && e->message ? e->message : "unknown libvirt error", fmt, ap);
+    va_end(ap);
+    return code;
+}

@@ -1,0 +1,194 @@
+/* Running one command in the guest: send EXEC, stream stdin in and stdout/stderr out, collect
+ * the exit. */
+#include "session.h"
+
+#include <errno.h>
+#include <poll.h>
+#include <signal.h>
+#include <stdio.h>
+#include <string.h>
+
+static int write_out(int fd, const uint8_t *p, size_t len)
+{
+    while (len) {
+        ssize_t n = write(fd, p, len);
+        if (n < 0 && errno == EINTR)
+            continue;
+        if (n < 0)
+            return -errno;
+        p += n;
+        len -= (size_t)n;
+    }
+    return 0;
+}
+
+static size_t count(const char *const *v)
+{
+    size_t n = 0;
+    while (v && v[n])
+        n++;
+    return n;
+}
+
+struct exec_state {
+    al_session *s;
+    uint32_t id;
+    int stdin_fd;          /* -1 once EOF was sent */
+    uint64_t stdin_credit; /* bytes the agent still accepts on stdin */
+    bool out_broken[3];    /* host stdout/stderr went away: discard */
+    bool started;
+};
+
+static int pump_stdin(struct exec_state *st, al_error *err)
+{
+    uint8_t buf[AL_DATA_CHUNK_MAX];
+    size_t want = st->stdin_credit < sizeof(buf) ? (size_t)st->stdin_credit : sizeof(buf);
+    ssize_t n;
+    do
+        n = read(st->stdin_fd, buf, want);
+    while (n < 0 && errno == EINTR);
+    if (n < 0 && errno == EAGAIN)
+        return 0;
+    if (n <= 0) { /* EOF, or an unreadable stdin, ends the guest's stdin */
+        st->stdin_fd = -1;
+        return al_channel_send_data(&st->s->ch, st->id, AL_STREAM_STDIN, AL_FLAG_EOF, NULL, 0,
+                                    err);
+    }
+    st->stdin_credit -= (uint64_t)n;
+    return al_channel_send_data(&st->s->ch, st->id, AL_STREAM_STDIN, 0, buf, (size_t)n, err);
+}
+
+static int on_data(struct exec_state *st, const al_exec_opts *o, const struct al_msg *m,
+                   al_error *err)
+{
+    uint8_t stream = m->u.data.stream;
+    if (stream != AL_STREAM_STDOUT && stream != AL_STREAM_STDERR)
+        return al_err(err, -EPROTO, "guest sent data on stream %u of an exec", stream);
+    int fd = stream == AL_STREAM_STDOUT ? o->stdout_fd : o->stderr_fd;
+    if (m->u.data.len && !st->out_broken[stream]) {
+        int r = write_out(fd, m->u.data.data, m->u.data.len);
+        if (r == -EPIPE) {
+            /* Like a local pipeline: the writer learns its reader is gone. */
+            st->out_broken[stream] = true;
+            struct al_msg sig = {.type = AL_SIGNAL, .id = st->id};
+            sig.u.signal.signo = SIGPIPE;
+            r = al_channel_send(&st->s->ch, &sig, err);
+            if (r < 0)
+                return r;
+        } else if (r < 0) {
+            return al_err(err, r, "cannot write command output: %s", strerror(-r));
+        }
+    }
+    if (m->u.data.len == 0)
+        return 0;
+    struct al_msg c = {.type = AL_CREDIT, .id = st->id};
+    c.u.credit.stream = stream;
+    c.u.credit.bytes = m->u.data.len;
+    return al_channel_send(&st->s->ch, &c, err);
+}
+
+static int on_cancel(struct exec_state *st, al_error *err)
+{
+    uint8_t sig = 0;
+    ssize_t n = read(st->s->cancel_fd, &sig, 1);
+    if (n != 1)
+        return 0;
+    if (sig == SIGINT || sig == SIGQUIT) {
+        struct al_msg m = {.type = AL_SIGNAL, .id = st->id};
+        m.u.signal.signo = sig;
+        return al_channel_send(&st->s->ch, &m, err);
+    }
+    return al_err(err, -ECANCELED, "cancelled by signal %u", sig);
+}
+
+int al_exec(al_session *s, const al_exec_opts *o, al_exec_result *out, al_error *err)
+{
+    size_t argc = count(o->argv), envc = count(o->env);
+    if (argc == 0 || argc > AL_ARGV_MAX)
+        return al_err(err, -EINVAL, "a command needs 1 to %d arguments", AL_ARGV_MAX);
+    if (envc > AL_ENV_MAX)
+        return al_err(err, -EINVAL, "at most %d environment entries", AL_ENV_MAX);
+
+    struct exec_state st = {.s = s, .id = (uint32_t)al_session_next_id(s), .stdin_fd = -1};
+    struct al_msg m = {.type = AL_EXEC, .id = st.id};
+    m.u.exec.flags = o->stdin_fd >= 0 ? AL_EXEC_STDIN : 0;
+    m.u.exec.timeout_ms = o->timeout_ms;
+    m.u.exec.output_cap = o->output_cap;
+    m.u.exec.lang = al_str_cstr(o->lang ? o->lang : "");
+    m.u.exec.cwd = al_str_cstr(o->cwd ? o->cwd : "");
+    m.u.exec.argc = (uint32_t)argc;
+    for (size_t i = 0; i < argc; i++)
+        m.u.exec.argv[i] = al_str_cstr(o->argv[i]);
+    m.u.exec.envc = (uint32_t)envc;
+    for (size_t i = 0; i < envc; i++)
+        m.u.exec.env[i] = al_str_cstr(o->env[i]);
+    int r = al_channel_send(&s->ch, &m, err);
+    if (r == -EMSGSIZE)
+        return al_err(err, -E2BIG, "command and arguments exceed %d bytes",
+                      AL_FRAME_PAYLOAD_MAX);
+    if (r < 0)
+        return r;
+    if (o->stdin_fd >= 0) {
+        st.stdin_fd = o->stdin_fd;
+        st.stdin_credit = s->agent_window;
+    }
+
+    for (;;) {
+        int extra = st.started && st.stdin_fd >= 0 && st.stdin_credit > 0 ? st.stdin_fd : -1;
+        r = al_session_recv(s, st.id, &m, extra, err);
+        if (r < 0)
+            return r;
+        if (r == 0) {
+            /* Woken by the cancel pipe or stdin: find out which without blocking. */
+            struct pollfd pfd[2] = {{s->cancel_fd, POLLIN, 0}, {extra, POLLIN, 0}};
+            if (poll(pfd, 2, 0) < 0 && errno != EINTR)
+                return al_err(err, -errno, "poll failed: %s", strerror(errno));
+            if (pfd[0].revents) {
+                r = on_cancel(&st, err);
+                if (r < 0)
+                    return r;
+            }
+            if (pfd[1].revents) {
+                r = pump_stdin(&st, err);
+                if (r < 0)
+                    return r;
+            }
+            continue;
+        }
+        switch (m.type) {
+        case AL_STARTED:
+            st.started = true;
+            break;
+        case AL_DATA:
+            r = on_data(&st, o, &m, err);
+            if (r < 0)
+                return r;
+            break;
+        case AL_CREDIT:
+            if (m.u.credit.stream != AL_STREAM_STDIN ||
+                st.stdin_credit + m.u.credit.bytes > s->agent_window)
+                return al_err(err, -EPROTO, "guest sent a credit it does not owe");
+            st.stdin_credit += m.u.credit.bytes;
+            break;
+        case AL_ERROR: {
+            const char *what = o->lang ? "cannot run code" : o->argv[0];
+            return al_channel_guest_error(&m, what, err);
+        }
+        case AL_EXIT: {
+            al_exec_result res = {
+                .how = m.u.exit.how == AL_EXIT_SIGNAL ? AL_EXEC_SIGNALED : AL_EXEC_EXITED,
+                .value = m.u.exit.value,
+                .duration_us = m.u.exit.duration_us,
+                .timed_out = m.u.exit.flags & AL_EXIT_TIMED_OUT,
+                .truncated_stdout = m.u.exit.flags & AL_EXIT_TRUNC_STDOUT,
+                .truncated_stderr = m.u.exit.flags & AL_EXIT_TRUNC_STDERR,
+            };
+            *out = res;
+            return 0;
+        }
+        default:
+            return al_err(err, -EPROTO, "guest sent an unexpected %s frame during an exec",
+                          al_type_name(m.type));
+        }
+    }
+}

@@ -1,0 +1,203 @@
+/* The image store: one directory per image, each with a manifest.json naming its parts. */
+#include "internal.h"
+
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/stat.h>
+
+/* A manifest is a few hundred bytes; anything far bigger is not one. */
+#define MANIFEST_MAX (64 * 1024)
+
+int al_image_store_dir(char *buf, size_t len, al_error *err)
+{
+    const char *over = getenv("AIRLOCK_IMAGE_DIR");
+    const char *xdg = getenv("XDG_DATA_HOME");
+    const char *home = getenv("HOME");
+    int n;
+    if (over && *over)
+        n = snprintf(buf, len, "%s", over);
+    else if (geteuid() == 0)
+        n = snprintf(buf, len, "/var/lib/airlock/images");
+    else if (xdg && *xdg == '/')
+        n = snprintf(buf, len, "%s/airlock/images", xdg);
+    else if (home && *home == '/')
+        n = snprintf(buf, len, "%s/.local/share/airlock/images", home);
+    else
+        return al_err(err, -ENOENT, "cannot find the image store: set AIRLOCK_IMAGE_DIR or HOME");
+    if (n < 0 || (size_t)n >= len)
+        return al_err(err, -ENAMETOOLONG, "image store path too long");
+    return 0;
+}
+
+static bool name_ok(const char *s)
+{
+    size_t n = strlen(s);
+    if (n == 0 || n >= 64 || s[0] == '.')
+        return false;
+    for (const char *p = s; *p; p++)
+        if (!((*p >= 'a' && *p <= 'z') || (*p >= 'A' && *p <= 'Z') || (*p >= '0' && *p <= '9') ||
+              *p == '-' || *p == '_' || *p == '.'))
+            return false;
+    return true;
+}
+
+static char *read_small_file(const char *path, int *errp)
+{
+    _cleanup_close_ int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0) {
+        *errp = -errno;
+        return NULL;
+    }
+    _cleanup_free_ char *buf = malloc(MANIFEST_MAX + 1);
+    if (!buf) {
+        *errp = -ENOMEM;
+        return NULL;
+    }
+    size_t len = 0;
+    for (;;) {
+        ssize_t n = read(fd, buf + len, MANIFEST_MAX + 1 - len);
+        if (n < 0 && errno == EINTR)
+            continue;
+        if (n < 0) {
+            *errp = -errno;
+            return NULL;
+        }
+        if (n == 0)
+            break;
+        len += (size_t)n;
+        if (len > MANIFEST_MAX) {
+            *errp = -EFBIG;
+            return NULL;
+        }
+    }
+    buf[len] = '\0';
+    return TAKE_PTR(buf);
+}
+
+/* A part of an image is a plain file name inside its directory. */
+static int image_part(const cJSON *j, const char *key, const char *dir, char *out, size_t len,
+                      const char *name, al_error *err)
+{
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(j, key);
+    if (!cJSON_IsString(v) || !name_ok(v->valuestring))
+        return al_err(err, -EINVAL, "image '%s': manifest field '%s' is not a file name", name,
+                      key);
+    int n = snprintf(out, len, "%s/%s", dir, v->valuestring);
+    if (n < 0 || (size_t)n >= len)
+        return al_err(err, -ENAMETOOLONG, "image '%s': path too long", name);
+    struct stat st;
+    if (stat(out, &st) < 0 || !S_ISREG(st.st_mode))
+        return al_err(err, -ENOENT, "image '%s': %s '%s' is missing", name, key, v->valuestring);
+    return 0;
+}
+
+int al_image_load(const char *name, al_image *out, al_error *err)
+{
+    char store[4096];
+    int r = al_image_store_dir(store, sizeof(store), err);
+    if (r < 0)
+        return r;
+    if (!name_ok(name))
+        return al_err(err, -EINVAL, "bad image name '%s'", name);
+
+    al_image img;
+    memset(&img, 0, sizeof(img));
+    snprintf(img.name, sizeof(img.name), "%s", name);
+    if (snprintf(img.dir, sizeof(img.dir), "%s/%s", store, name) >= (int)sizeof(img.dir))
+        return al_err(err, -ENAMETOOLONG, "image path too long");
+
+    char path[4200];
+    snprintf(path, sizeof(path), "%s/manifest.json", img.dir);
+    int ferr = 0;
+    _cleanup_free_ char *text = read_small_file(path, &ferr);
+    if (!text) {
+        if (ferr == -ENOENT)
+            return al_err(err, -ENOENT,
+                          "unknown image '%s' (no %s; see 'airlock image ls', or build it)", name,
+                          path);
+        return al_err(err, ferr, "cannot read image '%s' manifest: %s", name, strerror(-ferr));
+    }
+    _cleanup_cjson_ cJSON *j = cJSON_Parse(text);
+    if (!cJSON_IsObject(j))
+        return al_err(err, -EINVAL, "image '%s': manifest is not a JSON object", name);
+
+    const cJSON *proto = cJSON_GetObjectItemCaseSensitive(j, "agent_protocol");
+    if (!cJSON_IsNumber(proto) || proto->valuedouble < 0 || proto->valuedouble > 1e6)
+        return al_err(err, -EINVAL, "image '%s': manifest has no agent_protocol", name);
+    img.agent_protocol = (unsigned)proto->valuedouble;
+    if (img.agent_protocol != AL_PROTO_VERSION)
+        return al_err(err, -EPROTONOSUPPORT,
+                      "image '%s' has an agent speaking protocol %u, this airlock speaks %u; "
+                      "rebuild the image",
+                      name, img.agent_protocol, AL_PROTO_VERSION);
+
+    r = image_part(j, "kernel", img.dir, img.kernel, sizeof(img.kernel), name, err);
+    if (r < 0)
+        return r;
+    r = image_part(j, "initrd", img.dir, img.initrd, sizeof(img.initrd), name, err);
+    if (r < 0)
+        return r;
+
+    const cJSON *cmd = cJSON_GetObjectItemCaseSensitive(j, "cmdline");
+    if (cJSON_IsString(cmd)) {
+        if (strlen(cmd->valuestring) >= sizeof(img.cmdline) || strpbrk(cmd->valuestring, "'<>&\""))
+            return al_err(err, -EINVAL, "image '%s': bad kernel command line", name);
+        snprintf(img.cmdline, sizeof(img.cmdline), "%s", cmd->valuestring);
+    }
+    const cJSON *mem = cJSON_GetObjectItemCaseSensitive(j, "memory_mib");
+    if (cJSON_IsNumber(mem) && mem->valuedouble >= 64 && mem->valuedouble <= 1048576)
+        img.memory_mib = (unsigned)mem->valuedouble;
+    const cJSON *langs = cJSON_GetObjectItemCaseSensitive(j, "languages");
+    const cJSON *l;
+    cJSON_ArrayForEach(l, langs)
+    {
+        if (!cJSON_IsString(l) || !name_ok(l->valuestring))
+            continue;
+        size_t have = strlen(img.languages);
+        snprintf(img.languages + have, sizeof(img.languages) - have, "%s%s", have ? " " : "",
+                 l->valuestring);
+    }
+    *out = img;
+    return 0;
+}
+
+static int cmp_names(const void *a, const void *b)
+{
+    return strcmp(*(char *const *)a, *(char *const *)b);
+}
+
+int al_image_list(void (*fn)(void *ctx, const al_image *img, const char *name, const char *why),
+                  void *ctx, al_error *err)
+{
+    char store[4096];
+    int r = al_image_store_dir(store, sizeof(store), err);
+    if (r < 0)
+        return r;
+    DIR *d = opendir(store);
+    if (!d) {
+        if (errno == ENOENT)
+            return 0;
+        return al_err(err, -errno, "cannot read image store '%s': %s", store, strerror(errno));
+    }
+    char *names[256];
+    size_t n = 0;
+    struct dirent *e;
+    while ((e = readdir(d)) && n < sizeof(names) / sizeof(names[0]))
+        if (e->d_name[0] != '.' && (names[n] = strdup(e->d_name)))
+            n++;
+    closedir(d);
+    qsort(names, n, sizeof(names[0]), cmp_names);
+    for (size_t i = 0; i < n; i++) {
+        al_image img;
+        al_error e2 = {0};
+        if (al_image_load(names[i], &img, &e2) < 0)
+            fn(ctx, NULL, names[i], e2.msg);
+        else
+            fn(ctx, &img, names[i], NULL);
+        free(names[i]);
+    }
+    return (int)n;
+}

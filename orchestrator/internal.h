@@ -1,0 +1,127 @@
+/* Private helpers shared by the library's files. */
+#ifndef AIRLOCK_INTERNAL_H
+#define AIRLOCK_INTERNAL_H
+
+#include "airlock-proto.h"
+#include "airlock.h"
+
+#include <cjson/cJSON.h>
+#include <errno.h>
+#include <libvirt/libvirt.h>
+#include <stdarg.h>
+#include <stdlib.h>
+#include <unistd.h>
+
+
+/* ---- cleanup attributes ---- */
+static inline void al_freep(void *p)
+{
+    free(*(void **)p);
+}
+static inline void al_closep(int *fd)
+{
+    if (*fd >= 0) {
+        int saved = errno;
+        close(*fd);
+        errno = saved;
+    }
+}
+static inline void al_cjsonp(cJSON **j)
+{
+    cJSON_Delete(*j);
+}
+static inline void al_virconnp(virConnectPtr *c)
+{
+    if (*c)
+        virConnectClose(*c);
+}
+static inline void al_virdomp(virDomainPtr *d)
+{
+    if (*d)
+        virDomainFree(*d);
+}
+#define _cleanup_free_ __attribute__((cleanup(al_freep)))
+#define _cleanup_close_ __attribute__((cleanup(al_closep)))
+#define _cleanup_cjson_ __attribute__((cleanup(al_cjsonp)))
+#define _cleanup_virconn_ __attribute__((cleanup(al_virconnp)))
+#define _cleanup_virdom_ __attribute__((cleanup(al_virdomp)))
+
+static inline void *al_steal(void *pp)
+{
+    void **p = pp;
+    void *v = *p;
+    *p = NULL;
+    return v;
+}
+#define TAKE_PTR(p) ((__typeof__(p))al_steal(&(p)))
+static inline int al_take_fd(int *fd)
+{
+    int v = *fd;
+    *fd = -1;
+    return v;
+}
+
+/* ---- errors ---- */
+/* Sets err (first failure wins) and returns code, which must be negative. */
+int al_err(al_error *err, int code, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+/* The same, with the libvirt's last error message appended. */
+int al_err_virt(al_error *err, int code, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+
+/* ---- time ---- */
+uint64_t al_now_ms(void);
+uint64_t al_now_us(void);
+
+/* ---- channel: frames over a connected socket to the agent ---- */
+struct al_channel {
+    int fd;
+    unsigned stall_ms;     /* a frame half-received longer than this fails */
+    struct al_decoder dec;
+    uint8_t *rbuf;         /* AL_FRAME_HEADER_SIZE + AL_FRAME_PAYLOAD_MAX */
+    uint8_t *wbuf;         /* the same size, for encoding */
+};
+
+int al_channel_init(struct al_channel *ch, int fd, unsigned stall_ms, al_error *err);
+void al_channel_destroy(struct al_channel *ch);
+int al_channel_send(struct al_channel *ch, const struct al_msg *m, al_error *err);
+int al_channel_send_data(struct al_channel *ch, uint32_t id, uint8_t stream, uint8_t flags,
+                         const void *data, size_t len, al_error *err);
+/* Waits for one frame until deadline_ms (monotonic; 0: forever). Also wakes when wake_fd
+ * (if >= 0) is readable. Returns 1 with *m set, 0 when woken by wake_fd or extra_fd,
+ * -ETIMEDOUT at the deadline, other negatives on failure. extra_fd (if >= 0) is polled
+ * for POLLIN too. */
+int al_channel_recv(struct al_channel *ch, struct al_msg *m, uint64_t deadline_ms, int wake_fd,
+                    int extra_fd, al_error *err);
+/* Describes an AL_ERROR frame from the guest into err and returns a matching negative errno. */
+int al_channel_guest_error(const struct al_msg *m, const char *what, al_error *err);
+
+/* ---- libvirt domain ---- */
+struct al_vm_config {
+    const char *name;
+    const char *session_dir;
+    const al_image *image;
+    unsigned memory_mib;
+    unsigned vcpus;
+    bool kvm;
+    const char *agent_sock;
+    const char *console_path;
+    const char *raw_sock; /* NULL: none */
+    const char *raw_port_name;
+};
+int al_vm_connect(const char *uri, virConnectPtr *out, al_error *err);
+int al_vm_start(virConnectPtr conn, const struct al_vm_config *cfg, virDomainPtr *out,
+                al_error *err);
+char *al_vm_xml(const struct al_vm_config *cfg);
+bool al_kvm_present(void);
+bool al_kvm_marked_broken(void);
+void al_kvm_mark_broken(void);
+#define AL_METADATA_NS "https://airlock.invalid/xmlns/session/1"
+#define AL_METADATA_PREFIX "airlock"
+#define AL_DOMAIN_PREFIX "airlock-"
+
+/* ---- session dirs ---- */
+int al_runtime_dir(char *buf, size_t len, al_error *err);
+int al_rmtree(const char *path);
+/* snprintf for paths: -ENAMETOOLONG instead of a silently cut path. */
+int al_pathf(char *buf, size_t len, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+
+#endif

@@ -1,0 +1,308 @@
+/* A session: one disposable VM, its runtime directory and the agent channel into it. */
+#include "session.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <signal.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/file.h>
+#include <sys/random.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/un.h>
+
+#define BOOT_TIMEOUT_MS_DEFAULT 60000
+#define MEMORY_MIB_DEFAULT 256
+
+static int session_dir_create(al_session *s, al_error *err)
+{
+    char run[4096];
+    int r = al_runtime_dir(run, sizeof(run), err);
+    if (r < 0)
+        return r;
+    char sessions[4200];
+    snprintf(sessions, sizeof(sessions), "%s/sessions", run);
+    if (mkdir(sessions, 0755) < 0 && errno != EEXIST)
+        return al_err(err, -errno, "cannot create '%s': %s", sessions, strerror(errno));
+    if (snprintf(s->dir, sizeof(s->dir), "%s/%s", sessions, s->name) >= (int)sizeof(s->dir))
+        return al_err(err, -ENAMETOOLONG, "session path too long");
+    /* Made under a name gc ignores and renamed once locked, so gc never sees it unlocked. */
+    char tmp[4200];
+    if (al_pathf(tmp, sizeof(tmp), "%s/.%s", sessions, s->name) < 0)
+        return al_err(err, -ENAMETOOLONG, "session path too long");
+    if (mkdir(tmp, 0755) < 0)
+        return al_err(err, -errno, "cannot create session dir '%s': %s", tmp, strerror(errno));
+    /* QEMU runs as another user under qemu:///system and must traverse the directory. */
+    chmod(tmp, 0755);
+    char lock[4300];
+    snprintf(lock, sizeof(lock), "%s/lock", tmp);
+    s->lock_fd = open(lock, O_RDWR | O_CREAT | O_CLOEXEC, 0600);
+    if (s->lock_fd < 0 || flock(s->lock_fd, LOCK_EX | LOCK_NB) < 0 || rename(tmp, s->dir) < 0) {
+        int e = errno;
+        al_rmtree(tmp);
+        return al_err(err, -e, "cannot set up session dir: %s", strerror(e));
+    }
+    s->dir_created = true;
+    snprintf(s->sock, sizeof(s->sock), "%s/agent.sock", s->dir);
+    snprintf(s->console, sizeof(s->console), "%s/console.log", s->dir);
+    if (s->raw_port[0])
+        snprintf(s->raw_sock, sizeof(s->raw_sock), "%s/raw.sock", s->dir);
+    return 0;
+}
+
+static int connect_agent(al_session *s, uint64_t deadline, al_error *err)
+{
+    struct sockaddr_un sa = {.sun_family = AF_UNIX};
+    if (strlen(s->sock) >= sizeof(sa.sun_path))
+        return al_err(err, -ENAMETOOLONG, "socket path too long: %s", s->sock);
+    strcpy(sa.sun_path, s->sock);
+    for (;;) {
+        _cleanup_close_ int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+        if (fd < 0)
+            return al_err(err, -errno, "socket: %s", strerror(errno));
+        if (connect(fd, (struct sockaddr *)&sa, sizeof(sa)) == 0) {
+            int r = al_channel_init(&s->ch, fd, s->stall_ms, err);
+            if (r < 0)
+                return r;
+            fd = -1; /* the channel owns it now */
+            s->have_ch = true;
+            return 0;
+        }
+        if ((errno != ENOENT && errno != ECONNREFUSED) || al_now_ms() >= deadline)
+            return al_err(err, -errno, "cannot connect to the agent socket: %s",
+                          strerror(errno));
+        usleep(5000);
+    }
+}
+
+static int handshake(al_session *s, uint64_t deadline, al_error *err)
+{
+    uint64_t nonce = 0;
+    if (getrandom(&nonce, sizeof(nonce), 0) != sizeof(nonce))
+        nonce = al_now_us();
+    struct al_msg m = {.type = AL_HELLO};
+    m.u.hello.version = AL_PROTO_VERSION;
+    m.u.hello.nonce = nonce;
+    m.u.hello.window = AL_WINDOW_DEFAULT;
+    int r = al_channel_send(&s->ch, &m, err);
+    if (r < 0)
+        return r;
+    for (;;) {
+        r = al_channel_recv(&s->ch, &m, deadline, s->cancel_fd, -1, err);
+        if (r == -ETIMEDOUT && err->code == 0)
+            return al_err(err, -ETIMEDOUT,
+                          "the guest agent did not answer within %u s (see console: %s)",
+                          s->boot_timeout_ms / 1000, s->console);
+        if (r < 0)
+            return r;
+        if (r == 0)
+            return al_err(err, -ECANCELED, "cancelled while the VM was booting");
+        if (m.type == AL_ERROR && m.id == 0)
+            return al_channel_guest_error(&m, "the guest agent refused the handshake", err);
+        if (m.type != AL_HELLO_ACK)
+            return al_err(err, -EPROTO, "guest sent a %s frame before its handshake",
+                          al_type_name(m.type));
+        break;
+    }
+    const typeof(m.u.hello_ack) *a = &m.u.hello_ack;
+    if (a->version != AL_PROTO_VERSION)
+        return al_err(err, -EPROTONOSUPPORT,
+                      "the guest agent speaks protocol %u, this airlock speaks %u; rebuild the "
+                      "image",
+                      a->version, AL_PROTO_VERSION);
+    if (a->nonce != nonce)
+        return al_err(err, -EPROTO, "guest answered the handshake with a wrong nonce");
+    if (a->window < AL_WINDOW_MIN || a->window > AL_WINDOW_MAX)
+        return al_err(err, -EPROTO, "guest announced a window of %u bytes, out of range",
+                      a->window);
+    s->agent_window = a->window;
+    s->caps = a->caps;
+    snprintf(s->agent_version, sizeof(s->agent_version), "%.*s", (int)a->agent_version.len,
+             a->agent_version.p);
+    s->langs[0] = '\0';
+    for (uint32_t i = 0; i < a->nlangs; i++) {
+        size_t have = strlen(s->langs);
+        snprintf(s->langs + have, sizeof(s->langs) - have, "%s%.*s", have ? " " : "",
+                 (int)a->langs[i].len, a->langs[i].p);
+    }
+    /* Printable only: these strings end up on the user's terminal. */
+    for (char *p = s->agent_version; *p; p++)
+        if (*p < 0x20 || *p > 0x7e)
+            *p = '?';
+    for (char *p = s->langs; *p; p++)
+        if (*p < 0x20 || *p > 0x7e)
+            *p = '?';
+    return 0;
+}
+
+int al_session_open(const al_session_opts *opts, al_session **out, al_error *err)
+{
+    al_session *s = calloc(1, sizeof(*s));
+    if (!s)
+        return al_err(err, -ENOMEM, "out of memory");
+    s->lock_fd = -1;
+    s->ch.fd = -1;
+    s->cancel_fd = opts->cancel_fd > 0 ? opts->cancel_fd : -1;
+    s->console_to = opts->console_to;
+    s->stall_ms = opts->stall_timeout_ms;
+    s->boot_timeout_ms = opts->boot_timeout_ms ? opts->boot_timeout_ms : BOOT_TIMEOUT_MS_DEFAULT;
+    s->next_id = 1;
+    if (opts->raw_port)
+        snprintf(s->raw_port, sizeof(s->raw_port), "%s", opts->raw_port);
+
+    int r = al_image_load(opts->image ? opts->image : "tiny", &s->img, err);
+    if (r < 0)
+        goto fail;
+    r = al_vm_connect(opts->connect_uri, &s->conn, err);
+    if (r < 0)
+        goto fail;
+    /* Every start reaps what crashed runs left behind; a failure here is not ours to report. */
+    al_error gc_err = {0};
+    al_gc_conn(s->conn, &gc_err);
+
+    uint8_t rnd[6];
+    if (getrandom(rnd, sizeof(rnd), 0) != sizeof(rnd)) {
+        r = al_err(err, -errno, "getrandom: %s", strerror(errno));
+        goto fail;
+    }
+    snprintf(s->name, sizeof(s->name), AL_DOMAIN_PREFIX "%02x%02x%02x%02x%02x%02x", rnd[0],
+             rnd[1], rnd[2], rnd[3], rnd[4], rnd[5]);
+    r = session_dir_create(s, err);
+    if (r < 0)
+        goto fail;
+
+    FILE *notice = opts->quiet ? NULL : opts->notice ? opts->notice : stderr;
+    s->kvm = al_kvm_usable();
+    if (!s->kvm && notice)
+        fprintf(notice, "airlock: notice: %s; running the VM in software emulation (slower)\n",
+                al_kvm_present() ? "KVM failed on this host earlier" : "/dev/kvm is not usable");
+    struct al_vm_config cfg = {
+        .name = s->name,
+        .session_dir = s->dir,
+        .image = &s->img,
+        .memory_mib = opts->memory_mib   ? opts->memory_mib
+                      : s->img.memory_mib ? s->img.memory_mib
+                                          : MEMORY_MIB_DEFAULT,
+        .vcpus = opts->vcpus ? opts->vcpus : 1,
+        .kvm = s->kvm,
+        .agent_sock = s->sock,
+        .console_path = s->console,
+        .raw_sock = s->raw_port[0] ? s->raw_sock : NULL,
+        .raw_port_name = s->raw_port,
+    };
+    uint64_t start = al_now_ms();
+    if (opts->lifetime_s)
+        s->expires_ms = start + (uint64_t)opts->lifetime_s * 1000u;
+    r = al_vm_start(s->conn, &cfg, &s->dom, err);
+    if (r < 0 && s->kvm && !getenv("AIRLOCK_ACCEL")) {
+        /* /dev/kvm opened but QEMU could not use it: try emulation before giving up. */
+        al_error kvm_err = *err;
+        *err = (al_error){0};
+        cfg.kvm = s->kvm = false;
+        r = al_vm_start(s->conn, &cfg, &s->dom, err);
+        if (r == 0) {
+            al_kvm_mark_broken();
+            if (notice)
+                fprintf(notice,
+                        "airlock: notice: KVM failed (%.160s); running the VM in software "
+                        "emulation (slower)\n",
+                        kvm_err.msg);
+        }
+    }
+    if (r < 0)
+        goto fail;
+    uint64_t deadline = start + s->boot_timeout_ms;
+    r = connect_agent(s, deadline, err);
+    if (r < 0)
+        goto fail;
+    r = handshake(s, deadline, err);
+    if (r < 0)
+        goto fail;
+    *out = s;
+    return 0;
+fail:
+    al_session_close(s);
+    return r;
+}
+
+void al_session_close(al_session *s)
+{
+    if (!s)
+        return;
+    if (s->have_ch)
+        al_channel_destroy(&s->ch);
+    if (s->dom) {
+        virDomainDestroy(s->dom);
+        virDomainFree(s->dom);
+    }
+    if (s->conn)
+        virConnectClose(s->conn);
+    if (s->console_to && s->dir_created) {
+        FILE *f = fopen(s->console, "r");
+        char line[1024];
+        while (f && fgets(line, sizeof(line), f))
+            fprintf(s->console_to, "console| %s%s", line, strchr(line, '\n') ? "" : "\n");
+        if (f)
+            fclose(f);
+    }
+    if (s->dir_created)
+        al_rmtree(s->dir);
+    al_closep(&s->lock_fd);
+    free(s);
+}
+
+const char *al_session_name(const al_session *s)
+{
+    return s->name;
+}
+
+const char *al_session_console_path(const al_session *s)
+{
+    return s->console;
+}
+
+const char *al_session_raw_port_path(const al_session *s)
+{
+    return s->raw_sock[0] ? s->raw_sock : NULL;
+}
+
+const char *al_session_agent_version(const al_session *s)
+{
+    return s->agent_version;
+}
+
+const char *al_session_languages(const al_session *s)
+{
+    return s->langs;
+}
+
+bool al_session_kvm(const al_session *s)
+{
+    return s->kvm;
+}
+
+int al_session_next_id(al_session *s)
+{
+    return (int)(s->next_id++ & 0x7fffffff);
+}
+
+int al_session_recv(al_session *s, uint32_t id, struct al_msg *m, int extra_fd, al_error *err)
+{
+    for (;;) {
+        int r = al_channel_recv(&s->ch, m, s->expires_ms, s->cancel_fd, extra_fd, err);
+        if (r == -ETIMEDOUT && err->code == 0)
+            return al_err(err, -ETIME, "session lifetime exceeded");
+        if (r <= 0)
+            return r;
+        if (m->type == AL_ERROR && m->id == 0)
+            return al_channel_guest_error(m, "guest agent reported a protocol error", err);
+        if (m->id == id)
+            return 1;
+        /* Late frames of a request that already ended (the agent answering stray data) are
+         * dropped; anything else is a guest speaking out of turn. */
+        if (m->id == 0 || m->id >= s->next_id)
+            return al_err(err, -EPROTO, "guest sent a %s frame for unknown request %u",
+                          al_type_name(m->type), m->id);
+    }
+}

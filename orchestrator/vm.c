@@ -1,0 +1,226 @@
+/* The VM: choosing the libvirt connection, describing the domain, starting it. */
+#include "internal.h"
+
+#include <libvirt/virterror.h>
+
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <string.h>
+
+static void silent_virt_error(void *ctx, virErrorPtr e)
+{
+    (void)ctx;
+    (void)e; /* errors are reported once, by the caller, through al_error */
+}
+
+static virConnectPtr try_open(const char *uri)
+{
+    virSetErrorFunc(NULL, silent_virt_error);
+    return virConnectOpen(uri);
+}
+
+/* --connect, else LIBVIRT_DEFAULT_URI, else qemu:///system when reachable, else session. */
+int al_libvirt_uri(const char *requested, char *buf, size_t len, al_error *err)
+{
+    const char *env = getenv("LIBVIRT_DEFAULT_URI");
+    const char *uri = requested && *requested ? requested : env && *env ? env : NULL;
+    if (!uri) {
+        virConnectPtr c = try_open("qemu:///system");
+        uri = c ? "qemu:///system" : "qemu:///session";
+        if (c)
+            virConnectClose(c);
+    }
+    if (snprintf(buf, len, "%s", uri) >= (int)len)
+        return al_err(err, -ENAMETOOLONG, "libvirt URI too long");
+    return 0;
+}
+
+int al_vm_connect(const char *requested, virConnectPtr *out, al_error *err)
+{
+    char uri[1024];
+    int r = al_libvirt_uri(requested, uri, sizeof(uri), err);
+    if (r < 0)
+        return r;
+    virConnectPtr c = try_open(uri);
+    if (!c)
+        return al_err_virt(err, -ECONNREFUSED,
+                           "cannot reach libvirt at '%s' (is libvirtd running? try 'airlock "
+                           "doctor')",
+                           uri);
+    *out = c;
+    return 0;
+}
+
+/* /dev/kvm can exist and open yet fail once QEMU sets up a vCPU (seen on nested hosts: "failed
+ * to set MSR"). When a KVM start fails and emulation then works, the session records it here,
+ * keyed by boot id, so later sessions on this boot go straight to emulation. */
+static int kvm_marker_path(char *buf, size_t len)
+{
+    char run[4096];
+    al_error ignored = {0};
+    if (al_runtime_dir(run, sizeof(run), &ignored) < 0)
+        return -1;
+    return al_pathf(buf, len, "%s/kvm-broken", run);
+}
+
+static void boot_id(char *buf, size_t len)
+{
+    buf[0] = '\0';
+    FILE *f = fopen("/proc/sys/kernel/random/boot_id", "r");
+    if (f) {
+        if (!fgets(buf, (int)len, f))
+            buf[0] = '\0';
+        fclose(f);
+    }
+}
+
+bool al_kvm_marked_broken(void)
+{
+    char path[4200], want[64], have[64] = "";
+    if (kvm_marker_path(path, sizeof(path)) < 0)
+        return false;
+    FILE *f = fopen(path, "r");
+    if (!f)
+        return false;
+    if (!fgets(have, sizeof(have), f))
+        have[0] = '\0';
+    fclose(f);
+    boot_id(want, sizeof(want));
+    return want[0] && !strcmp(want, have);
+}
+
+void al_kvm_mark_broken(void)
+{
+    char path[4200], id[64];
+    if (kvm_marker_path(path, sizeof(path)) < 0)
+        return;
+    boot_id(id, sizeof(id));
+    FILE *f = fopen(path, "w");
+    if (f) {
+        fputs(id, f);
+        fclose(f);
+    }
+}
+
+bool al_kvm_present(void)
+{
+    int fd = open("/dev/kvm", O_RDWR | O_CLOEXEC);
+    if (fd < 0)
+        return false;
+    close(fd);
+    return true;
+}
+
+/* AIRLOCK_ACCEL=tcg forces emulation (=kvm forces KVM); otherwise KVM when /dev/kvm opens and
+ * has not failed on this boot. */
+bool al_kvm_usable(void)
+{
+    const char *accel = getenv("AIRLOCK_ACCEL");
+    if (accel && !strcmp(accel, "tcg"))
+        return false;
+    if (accel && !strcmp(accel, "kvm"))
+        return true;
+    return al_kvm_present() && !al_kvm_marked_broken();
+}
+
+/* Paths come from the image store and the runtime dir, both ours, but they still must not
+ * break the XML. */
+static void xml_text(FILE *f, const char *s)
+{
+    for (; *s; s++) {
+        switch (*s) {
+        case '&':
+            fputs("&amp;", f);
+            break;
+        case '<':
+            fputs("&lt;", f);
+            break;
+        case '>':
+            fputs("&gt;", f);
+            break;
+        case '\'':
+            fputs("&apos;", f);
+            break;
+        case '"':
+            fputs("&quot;", f);
+            break;
+        default:
+            fputc(*s, f);
+        }
+    }
+}
+
+static void xml_elem(FILE *f, const char *indent, const char *tag, const char *text)
+{
+    fprintf(f, "%s<%s>", indent, tag);
+    xml_text(f, text);
+    fprintf(f, "</%s>\n", tag);
+}
+
+static void xml_unix_channel(FILE *f, const char *path, const char *name)
+{
+    fputs("    <channel type='unix'><source mode='bind' path='", f);
+    xml_text(f, path);
+    fputs("'/><target type='virtio' name='", f);
+    xml_text(f, name);
+    fputs("'/></channel>\n", f);
+}
+
+char *al_vm_xml(const struct al_vm_config *cfg)
+{
+    char *buf = NULL;
+    size_t len = 0;
+    FILE *f = open_memstream(&buf, &len);
+    if (!f)
+        return NULL;
+    fprintf(f, "<domain type='%s'>\n", cfg->kvm ? "kvm" : "qemu");
+    xml_elem(f, "  ", "name", cfg->name);
+    fprintf(f, "  <memory unit='MiB'>%u</memory>\n  <vcpu>%u</vcpu>\n", cfg->memory_mib,
+            cfg->vcpus);
+    fprintf(f,
+            "  <metadata><%s:session xmlns:%s='%s' pid='%ld'/></metadata>\n"
+            "  <os>\n    <type arch='x86_64' machine='q35'>hvm</type>\n",
+            AL_METADATA_PREFIX, AL_METADATA_PREFIX, AL_METADATA_NS, (long)getpid());
+    xml_elem(f, "    ", "kernel", cfg->image->kernel);
+    xml_elem(f, "    ", "initrd", cfg->image->initrd);
+    xml_elem(f, "    ", "cmdline", cfg->image->cmdline);
+    fputs("  </os>\n  <features><acpi/></features>\n", f);
+    if (cfg->kvm)
+        fputs("  <cpu mode='host-passthrough'/>\n", f);
+    /* A guest that powers off, reboots or crashes is over: the session sees the channel close. */
+    fputs("  <clock offset='utc'/>\n"
+          "  <on_poweroff>destroy</on_poweroff>\n  <on_reboot>destroy</on_reboot>\n"
+          "  <on_crash>destroy</on_crash>\n"
+          "  <devices>\n"
+          "    <controller type='usb' model='none'/>\n"
+          "    <memballoon model='none'/>\n"
+          "    <serial type='file'><source path='",
+          f);
+    xml_text(f, cfg->console_path);
+    fputs("'/></serial>\n", f);
+    xml_unix_channel(f, cfg->agent_sock, "org.airlock.agent.0");
+    if (cfg->raw_sock)
+        xml_unix_channel(f, cfg->raw_sock, cfg->raw_port_name);
+    fputs("  </devices>\n</domain>\n", f);
+    if (fclose(f) != 0) {
+        free(buf);
+        return NULL;
+    }
+    return buf;
+}
+
+int al_vm_start(virConnectPtr conn, const struct al_vm_config *cfg, virDomainPtr *out,
+                al_error *err)
+{
+    _cleanup_free_ char *xml = al_vm_xml(cfg);
+    if (!xml)
+        return al_err(err, -ENOMEM, "cannot build the domain description");
+    /* AUTODESTROY: if this process dies, even by SIGKILL, libvirtd destroys the domain when
+     * our connection drops. */
+    virDomainPtr d = virDomainCreateXML(conn, xml, VIR_DOMAIN_START_AUTODESTROY);
+    if (!d)
+        return al_err_virt(err, -EIO, "cannot start VM for image '%s'", cfg->image->name);
+    *out = d;
+    return 0;
+}

@@ -1,0 +1,44 @@
+#!/bin/bash
+# Installs what Airlock needs on Debian 12 (only what is missing) and starts virtlogd and
+# libvirtd when they are not running (they may have no systemd to start them).
+set -euo pipefail
+
+PACKAGES=(
+  # build
+  gcc meson ninja-build pkg-config
+  # host libraries
+  libvirt-dev libcurl4-openssl-dev libcjson-dev libssh2-1-dev
+  # hypervisor
+  libvirt-daemon-system libvirt-daemon-driver-qemu libvirt-clients qemu-system-x86 qemu-utils
+  # the tiny image
+  busybox-static linux-image-cloud-amd64 cpio
+  # tests: sanitizers and libFuzzer runtimes, python for the integration tests
+  clang libclang-rt-14-dev python3
+)
+
+missing=()
+for p in "${PACKAGES[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if ((${#missing[@]})); then
+  echo "airlock: installing ${missing[*]}" >&2
+  export DEBIAN_FRONTEND=noninteractive
+  apt-get update -qq
+  apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+fi
+
+# Daemons: systemd starts them where it runs; otherwise start them by hand.
+mkdir -p /var/log/libvirt /var/run/libvirt
+if ! virsh -c qemu:///system version >/dev/null 2>&1; then
+  if [ -d /run/systemd/system ]; then
+    systemctl start virtlogd libvirtd
+  else
+    pgrep -x virtlogd >/dev/null || virtlogd -d
+    pgrep -x libvirtd >/dev/null || libvirtd -d
+  fi
+  for _ in $(seq 50); do
+    virsh -c qemu:///system version >/dev/null 2>&1 && break
+    sleep 0.2
+  done
+  virsh -c qemu:///system version >/dev/null
+fi

@@ -1,0 +1,80 @@
+"""Shared helpers for the integration tests: they run the real airlock binary, which boots
+real guests through the real libvirtd and QEMU.
+
+Environment (set by tests/meson.build): AIRLOCK_BIN, AIRLOCK_IMAGE_DIR, AIRLOCK_SOURCE_ROOT,
+AIRLOCK_AGENT_BIN.
+"""
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+import unittest
+
+AIRLOCK = os.environ.get("AIRLOCK_BIN", "airlock")
+IMAGE_DIR = os.environ.get("AIRLOCK_IMAGE_DIR", "")
+SOURCE_ROOT = os.environ.get("AIRLOCK_SOURCE_ROOT", ".")
+AGENT = os.environ.get("AIRLOCK_AGENT_BIN", "")
+# Every call gets a hang guard: a test that hangs is a failed test, not a stuck suite.
+HANG_GUARD_S = 240
+NOTICE = re.compile(rb"^airlock: notice: .*\n", re.M)
+
+
+def strip_notices(b):
+    return NOTICE.sub(b"", b)
+
+
+def run(args, input=None, env=None, timeout=HANG_GUARD_S, image_dir=None):
+    e = dict(os.environ)
+    e["AIRLOCK_IMAGE_DIR"] = image_dir or IMAGE_DIR
+    if env:
+        e.update(env)
+    return subprocess.run([AIRLOCK] + args, input=input, stdout=subprocess.PIPE,
+                          stderr=subprocess.PIPE, env=e, timeout=timeout)
+
+
+def popen(args, image_dir=None, **kw):
+    e = dict(os.environ)
+    e["AIRLOCK_IMAGE_DIR"] = image_dir or IMAGE_DIR
+    return subprocess.Popen([AIRLOCK] + args, env=e, **kw)
+
+
+def virsh_names():
+    out = subprocess.run(["virsh", "-c", "qemu:///system", "list", "--all", "--name"],
+                         stdout=subprocess.PIPE, check=True).stdout.decode()
+    return {l.strip() for l in out.splitlines() if l.strip()}
+
+
+def session_names(stderr):
+    return re.findall(rb"airlock: session (airlock-[0-9a-f]+)", stderr)
+
+
+def runtime_sessions_dir():
+    return os.environ.get("AIRLOCK_RUNTIME_DIR", "/run/airlock") + "/sessions"
+
+
+def build_image(agent_path, outdir):
+    """Builds a tiny image with the given program as /init (a hostile stand-in for the agent)."""
+    subprocess.run(["bash", os.path.join(SOURCE_ROOT, "images", "build-tiny.sh"), agent_path,
+                    outdir], check=True, stdout=subprocess.DEVNULL)
+
+
+class Store:
+    """A throwaway image store holding copies of the built images plus test-made ones."""
+
+    def __init__(self):
+        self.dir = tempfile.mkdtemp(prefix="airlock-store-")
+        os.chmod(self.dir, 0o755)
+
+    def copy_image(self, name, new_name):
+        dst = os.path.join(self.dir, new_name)
+        shutil.copytree(os.path.join(IMAGE_DIR, name), dst)
+        return dst
+
+    def close(self):
+        shutil.rmtree(self.dir, ignore_errors=True)
+
+
+def main():
+    unittest.main(verbosity=2)

@@ -1,0 +1,108 @@
+#!/usr/bin/env python3
+"""Bad input and hostile guests: each gets a one-line error and a non-zero exit, never a hang,
+a crash or a leaked VM. The hostile guests are tiny images whose /init is a shell script in
+place of the agent."""
+import json
+import os
+import tempfile
+import unittest
+
+import altest
+
+# Loads the virtio modules and finds the agent port the way the agent does, then misbehaves.
+HOSTILE_INIT = r"""#!/bin/sh
+[ "$1" = --version ] && { echo hostile-agent 0; exit 0; }
+mount -t proc proc /proc; mount -t sysfs sys /sys; mount -t devtmpfs dev /dev
+while read m; do insmod "$m"; done < /etc/airlock/modules
+for p in /sys/class/virtio-ports/*; do
+  [ "$(cat $p/name)" = org.airlock.agent.0 ] && port=/dev/${p##*/}
+done
+exec 3<>"$port"
+%s
+sleep 100000
+"""
+
+GARBAGE = "while :; do echo 'this is not a frame' >&3; sleep 1; done"
+# A frame header that promises 100 payload bytes, and then only 10 of them.
+STALL = r"printf 'AL\002\000\000\000\000\000\144\000\000\0000123456789' >&3"
+SILENT = ":"
+# A handshake answer from an agent that speaks protocol 9.
+OLD_AGENT = (r"dd bs=28 count=1 <&3 >/dev/null 2>&1; "
+             r"printf 'AL\002\000\000\000\000\000\034\000\000\000"
+             r"\011\000\000\000\000\000\000\000\000\000\000\000\000\000\020\000"
+             r"\000\000\000\000\000\000\000\000\000\000\000\000' >&3")
+
+
+class BadInputTest(unittest.TestCase):
+    @classmethod
+    def setUpClass(cls):
+        cls.store = altest.Store()
+        for name, body in (("garbage", GARBAGE), ("stall", STALL), ("silent", SILENT),
+                           ("oldagent", OLD_AGENT)):
+            init = os.path.join(cls.store.dir, name + ".init")
+            with open(init, "w") as f:
+                f.write(HOSTILE_INIT % body)
+            os.chmod(init, 0o755)
+            altest.build_image(init, os.path.join(cls.store.dir, name))
+        cls.store.copy_image("tiny", "tiny")
+        d = cls.store.copy_image("tiny", "future")
+        with open(os.path.join(d, "manifest.json")) as f:
+            m = json.load(f)
+        m["agent_protocol"] = 99
+        with open(os.path.join(d, "manifest.json"), "w") as f:
+            json.dump(m, f)
+
+    @classmethod
+    def tearDownClass(cls):
+        cls.store.close()
+
+    def fails_cleanly(self, args, expect, **kw):
+        before = altest.virsh_names()
+        r = altest.run(["-q"] + args, image_dir=self.store.dir, **kw)
+        self.assertEqual(r.returncode, 125, r.stderr)
+        lines = r.stderr.strip().splitlines()
+        self.assertEqual(len(lines), 1, r.stderr)
+        self.assertTrue(lines[0].startswith(b"airlock: "), lines[0])
+        self.assertIn(expect, lines[0])
+        leaked = {n for n in altest.virsh_names() - before if n.startswith("airlock-")}
+        self.assertEqual(leaked, set())
+        return lines[0]
+
+    def test_unknown_image(self):
+        self.fails_cleanly(["exec", "--image", "nope", "--", "true"], b"unknown image 'nope'")
+
+    def test_libvirt_unreachable(self):
+        self.fails_cleanly(["--connect", "qemu+unix:///system?socket=/nonexistent", "exec",
+                            "--image", "garbage", "--", "true"], b"cannot reach libvirt")
+
+    def test_image_with_other_protocol_version(self):
+        self.fails_cleanly(["exec", "--image", "future", "--", "true"], b"protocol 99")
+
+    def test_agent_with_other_protocol_version(self):
+        self.fails_cleanly(["exec", "--image", "oldagent", "--", "true"], b"protocol 9")
+
+    def test_guest_sends_garbage(self):
+        self.fails_cleanly(["exec", "--image", "garbage", "--", "true"], b"malformed frame")
+
+    def test_guest_stalls_mid_frame(self):
+        self.fails_cleanly(["exec", "--image", "stall", "--", "true"], b"stalled")
+
+    def test_guest_never_answers(self):
+        self.fails_cleanly(["exec", "--boot-timeout", "20", "--image", "silent", "--", "true"],
+                           b"did not answer")
+
+    def test_path_escaping_its_target(self):
+        with tempfile.NamedTemporaryFile() as f:
+            self.fails_cleanly(["exec", "--image", "tiny", "--put",
+                                f.name + ":../../../etc/escape", "--", "true"], b"escape")
+
+    def test_usage_errors(self):
+        r = altest.run(["exec"])
+        self.assertEqual(r.returncode, 2)
+        r = altest.run(["exec", "--timeout", "soon", "--", "true"])
+        self.assertEqual(r.returncode, 2)
+        self.assertIn(b"--timeout", r.stderr)
+
+
+if __name__ == "__main__":
+    altest.main()
