@@ -1,6 +1,6 @@
 /* Measurements behind bench/run.py. Prints one JSON object per run.
  *
- *   airlock-bench direct QEMU_BINARY KERNEL INITRD CMDLINE MEMORY_MIB
+ *   airlock-bench direct QEMU_BINARY KERNEL INITRD CMDLINE MEMORY_MIB kvm|tcg
  *       boots the image with QEMU directly (no libvirt), handshakes with the agent, runs
  *       `true`, kills QEMU: the baseline for airlock's session-ready time.
  *   airlock-bench session [IMAGE] [RTT_COUNT] [STREAM_MIB]
@@ -91,7 +91,7 @@ static int cmd_direct(char **argv)
     char sock[200], chardev[300], mem[32];
     snprintf(sock, sizeof(sock), "%s/agent.sock", dir);
     snprintf(chardev, sizeof(chardev), "socket,id=agent,path=%s,server=on,wait=off", sock);
-    snprintf(mem, sizeof(mem), "%sM", argv[5]);
+    snprintf(mem, sizeof(mem), "%sM", argv[4]);
     double t0 = now_s();
     pid_t pid = fork();
     if (pid == 0) {
@@ -99,7 +99,7 @@ static int cmd_direct(char **argv)
         dup2(null, 0);
         dup2(null, 1);
         execl(argv[0], argv[0], "-nodefaults", "-no-user-config", "-nographic", "-M", "q35",
-              "-accel", access("/dev/kvm", R_OK | W_OK) == 0 ? "kvm" : "tcg", "-m", mem,
+              "-accel", argv[5], "-m", mem,
               "-kernel", argv[1], "-initrd", argv[2], "-append", argv[3], "-serial",
               "file:/dev/null", "-device", "virtio-serial-pci", "-chardev", chardev, "-device",
               "virtserialport,chardev=agent,name=org.airlock.agent.0", (char *)NULL);
@@ -262,11 +262,11 @@ static int cmd_session(int argc, char **argv)
 int main(int argc, char **argv)
 {
     signal(SIGPIPE, SIG_IGN);
-    if (argc == 8 - 1 && !strcmp(argv[1], "direct"))
+    if (argc == 8 && !strcmp(argv[1], "direct"))
         return cmd_direct(argv + 2);
     if (argc >= 2 && !strcmp(argv[1], "session"))
         return cmd_session(argc - 2, argv + 2);
-    fprintf(stderr, "usage: airlock-bench direct QEMU KERNEL INITRD CMDLINE MEMORY_MIB\n"
+    fprintf(stderr, "usage: airlock-bench direct QEMU KERNEL INITRD CMDLINE MEMORY_MIB kvm|tcg\n"
                     "       airlock-bench session [IMAGE] [RTT_COUNT] [STREAM_MIB]\n");
     return 2;
 }

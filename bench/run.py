@@ -42,7 +42,10 @@ def main():
                   os.path.join(d, m["initrd"]), m.get("cmdline", ""),
                   str(m.get("memory_mib", 256))]
 
-    subprocess.run([airlock, "-q", "exec", "--", "true"], env=env, check=True)  # warm caches
+    # Warm caches, and learn whether sessions get KVM here so QEMU direct uses the same.
+    warm = subprocess.run([airlock, "--debug", "-q", "exec", "--", "true"], env=env, check=True,
+                          stderr=subprocess.PIPE).stderr.decode()
+    direct_cmd.append("kvm" if ", kvm)" in warm else "tcg")
     airlock_s, direct_s = [], []
     for _ in range(a.rounds):
         t = time.monotonic()

@@ -38,7 +38,7 @@
 #define CGROUP_ROOT "/sys/fs/cgroup"
 #define CGROUP_BASE CGROUP_ROOT "/airlock"
 
-/* Cleanup helpers, in the style of systemd/bubblewrap. */
+/* Cleanup helper, in the style of systemd/bubblewrap. */
 static inline void closep(int *fd)
 {
     if (*fd >= 0) {
@@ -47,12 +47,7 @@ static inline void closep(int *fd)
         errno = saved;
     }
 }
-static inline void freep(void *p)
-{
-    free(*(void **)p);
-}
 #define _cleanup_close_ __attribute__((cleanup(closep)))
-#define _cleanup_free_ __attribute__((cleanup(freep)))
 static inline int steal_fd(int *fd)
 {
     int r = *fd;
@@ -127,12 +122,11 @@ struct req {
 
 struct agent {
     struct channel ch;
-    bool connected;  /* a host is on the channel */
-    bool hello;      /* a HELLO was accepted on this connection */
-    bool resyncing;  /* garbage seen: stay quiet about more of it until a good frame */
-    uint32_t window; /* the host's receive window per stream */
-    size_t skip;     /* bytes of a rejected frame still to discard */
-    bool pid1;
+    bool connected;    /* a host is on the channel */
+    bool hello;        /* a HELLO was accepted on this connection */
+    bool resyncing;    /* garbage seen: stay quiet about more of it until a good frame */
+    uint32_t window;   /* the host's receive window per stream */
+    size_t skip;       /* bytes of a rejected frame still to discard */
     bool cgroup;       /* cgroup2 usable for requests */
     bool can_shutdown; /* SHUTDOWN powers the machine off */
     bool stop;         /* leave the loop (stdio EOF, SIGTERM) */
@@ -175,10 +169,7 @@ int channel_accept(struct channel *ch);
 /* Forgets the current host; the channel waits for the next one. */
 void channel_drop(struct channel *ch);
 
-/* loop.c: output queue and the loop */
-size_t outq_len(const struct agent *a);
-uint8_t *outq_reserve(struct agent *a, size_t n);
-void outq_commit(struct agent *a, size_t n);
+/* loop.c: sending, requests, the loop */
 void agent_send(struct agent *a, const struct al_msg *m);
 void agent_send_error(struct agent *a, uint32_t id, uint16_t klass, int err, const char *fmt, ...)
     __attribute__((format(printf, 5, 6)));
@@ -218,7 +209,8 @@ void file_get_tick(struct agent *a, struct req *r);
 
 /* init.c */
 void init_pid1(void);
-void init_common(bool pid1);
+void init_supervise(void);
+void init_common(void);
 void init_power_off(bool reboot_instead);
 
 #endif

@@ -47,7 +47,7 @@ static int walk_beneath(int root_fd, char *dir)
  * -EXDEV: the path escapes the root; -EINVAL: no usable final name. */
 static int resolve(struct agent *a, struct al_str path, char name[NAME_MAX + 1])
 {
-    char buf[AL_PATH_MAX + 1];
+    char buf[AL_PATH_MAX + 1], here[] = ".";
     if (path.len && memchr(path.p, 0, path.len))
         return -EINVAL;
     memcpy(buf, path.p, path.len);
@@ -56,7 +56,7 @@ static int resolve(struct agent *a, struct al_str path, char name[NAME_MAX + 1])
     char *rel = buf + strspn(buf, "/");
     char *slash = strrchr(rel, '/');
     char *base = slash ? slash + 1 : rel;
-    char *dir = slash ? rel : ".";
+    char *dir = slash ? rel : here; /* writable: walk_beneath tokenizes it */
     if (slash)
         *slash = '\0';
     if (!*base || !strcmp(base, ".") || !strcmp(base, ".."))

@@ -11,6 +11,7 @@
 #include <sys/reboot.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
+#include <sys/wait.h>
 
 /* Kernel modules to load at boot, one .ko path per line, in dependency order. */
 #define MODULES_LIST "/etc/airlock/modules"
@@ -42,9 +43,9 @@ static void load_modules(void)
 
 void init_pid1(void)
 {
-    const unsigned long nodev = MS_NOSUID | MS_NODEV | MS_NOEXEC;
-    mount_fs("proc", "/proc", nodev, NULL);
-    mount_fs("sysfs", "/sys", nodev, NULL);
+    const unsigned long plain = MS_NOSUID | MS_NODEV | MS_NOEXEC; /* pseudo filesystems */
+    mount_fs("proc", "/proc", plain, NULL);
+    mount_fs("sysfs", "/sys", plain, NULL);
     mount_fs("devtmpfs", "/dev", MS_NOSUID, "mode=0755");
     /* Without /dev/console in the initramfs the kernel starts init with fds 0-2 closed. */
     int fd = open("/dev/console", O_RDWR | O_NOCTTY);
@@ -57,7 +58,7 @@ void init_pid1(void)
     mount_fs("tmpfs", "/dev/shm", MS_NOSUID | MS_NODEV, "mode=1777");
     mount_fs("tmpfs", "/tmp", MS_NOSUID | MS_NODEV, "mode=1777");
     mount_fs("tmpfs", "/run", MS_NOSUID | MS_NODEV, "mode=0755");
-    mount_fs("cgroup2", CGROUP_ROOT, nodev, NULL);
+    mount_fs("cgroup2", CGROUP_ROOT, plain, NULL);
     /* What udev would have made and shells expect (process substitution, /dev/stdin). */
     symlink("/proc/self/fd", "/dev/fd");
     symlink("/proc/self/fd/0", "/dev/stdin");
@@ -71,7 +72,35 @@ void init_pid1(void)
         agent_log("cannot chdir to /: %s", strerror(errno));
 }
 
-void init_common(bool pid1)
+/* PID 1 stays a minimal supervisor and the agent runs as its child: root code in the guest can
+ * then kill the agent (init is immune to SIGKILL), and a dead agent powers the machine off at
+ * once, so the host sees its session end instead of a silent channel. Returns in the child. */
+void init_supervise(void)
+{
+    pid_t agent = fork();
+    if (agent == 0)
+        return;
+    if (agent > 0) {
+        FILE *f = fopen("/run/airlock-agent.pid", "we");
+        if (!f || fprintf(f, "%d\n", (int)agent) < 0 || fclose(f) != 0)
+            agent_log("cannot write /run/airlock-agent.pid: %s", strerror(errno));
+        int st;
+        pid_t p;
+        /* Orphans outside the agent's subtree land here: reap them all. */
+        while ((p = waitpid(-1, &st, 0)) != agent)
+            if (p < 0 && errno != EINTR)
+                break;
+        agent_log("agent exited (%s %d): powering off", WIFSIGNALED(st) ? "signal" : "status",
+                  WIFSIGNALED(st) ? WTERMSIG(st) : WEXITSTATUS(st));
+    } else {
+        agent_log("cannot start the agent: %s", strerror(errno));
+    }
+    init_power_off(false);
+    for (;;)
+        pause(); /* init must never exit: the kernel would panic */
+}
+
+void init_common(void)
 {
     /* Keep fds 0-2 taken, so no pipe or socket of ours lands there and gets clobbered. */
     for (int i = 0; i < 3; i++)
@@ -86,8 +115,7 @@ void init_common(bool pid1)
         sigaction(s, &dfl, NULL);
     signal(SIGPIPE, SIG_IGN);
     /* Orphans of our requests come back to us, so their cgroups empty and can be removed. */
-    if (!pid1)
-        prctl(PR_SET_CHILD_SUBREAPER, 1);
+    prctl(PR_SET_CHILD_SUBREAPER, 1);
 }
 
 void init_power_off(bool reboot_instead)

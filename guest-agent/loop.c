@@ -94,14 +94,14 @@ int write_file(int dir, const char *path, const char *s)
 
 /* The output queue is a bip buffer: data is [head, tail), or [head, wrap) then [0, tail) once
  * writing wrapped to the start. Frames are built in place, so pipe reads land in the queue. */
-size_t outq_len(const struct agent *a)
+static size_t outq_len(const struct agent *a)
 {
     if (a->oq_wrap)
         return a->oq_wrap - a->oq_head + a->oq_tail;
     return a->oq_tail - a->oq_head;
 }
 
-uint8_t *outq_reserve(struct agent *a, size_t n)
+static uint8_t *outq_reserve(struct agent *a, size_t n)
 {
     if (!a->oq_wrap) {
         if (a->oq_head == a->oq_tail)
@@ -118,7 +118,7 @@ uint8_t *outq_reserve(struct agent *a, size_t n)
     return a->oq_head - a->oq_tail > n ? a->outq + a->oq_tail : NULL;
 }
 
-void outq_commit(struct agent *a, size_t n)
+static void outq_commit(struct agent *a, size_t n)
 {
     a->oq_tail += n;
 }

@@ -50,11 +50,11 @@ int main(int argc, char **argv)
     enum channel_kind kind = CHANNEL_VIRTIO;
     const char *port = DEFAULT_PORT, *path = NULL, *root = "/";
     bool allow_shutdown = false;
+    bool init = getpid() == 1;
     int c, err;
 
-    a->pid1 = getpid() == 1;
     /* As PID 1 the kernel hands us stray command-line words: never refuse to start on them. */
-    opterr = !a->pid1;
+    opterr = !init;
     while ((c = getopt_long(argc, argv, "", opts, NULL)) != -1) {
         switch (c) {
         case 'p':
@@ -81,24 +81,26 @@ int main(int argc, char **argv)
             usage(stdout);
             return 0;
         default:
-            if (!a->pid1) {
+            if (!init) {
                 usage(stderr);
                 return 2;
             }
         }
     }
-    if (optind < argc && !a->pid1) {
+    if (optind < argc && !init) {
         usage(stderr);
         return 2;
     }
 
-    if (a->pid1)
+    if (init) {
         init_pid1();
-    init_common(a->pid1);
+        init_supervise();
+    }
+    init_common();
     a->root_fd = a->cg_base_fd = a->null_fd = a->sig_fd = a->spare_fd = -1;
     /* Powering off a machine from a test harness on the host would be a nasty surprise:
      * outside a VM's port it takes --allow-shutdown. */
-    a->can_shutdown = a->pid1 || (geteuid() == 0 && (kind == CHANNEL_VIRTIO || allow_shutdown));
+    a->can_shutdown = geteuid() == 0 && (kind == CHANNEL_VIRTIO || allow_shutdown);
 
     const char *what = root;
     if ((err = files_open_root(a, root)) == 0 && (what = "signals", err = setup_signals(a)) == 0) {
@@ -109,18 +111,12 @@ int main(int argc, char **argv)
                                       : channel_open_virtio(&a->ch, port);
     }
     if (err == 0) {
-        agent_log("version %s ready%s%s", AIRLOCK_VERSION, a->pid1 ? " as init" : "",
+        agent_log("version %s ready%s%s", AIRLOCK_VERSION, init ? " under init" : "",
                   a->cgroup ? ", cgroups" : "");
         what = "loop";
         err = agent_run(a);
     }
     if (err)
         agent_log("cannot set up %s: %s", what, strerror(-err));
-    if (a->pid1) {
-        /* init must not exit (the kernel would panic): a guest without an agent is useless,
-         * so power off and let the host see it go. */
-        agent_log("powering off");
-        init_power_off(false);
-    }
     return err ? 1 : 0;
 }

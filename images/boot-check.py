@@ -7,6 +7,7 @@ virtio-serial port: HELLO, `echo hi`, a few timings, SHUTDOWN.
 import argparse
 import json
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -36,12 +37,14 @@ qemu = ['qemu-system-x86_64', '-nodefaults', '-M', 'q35', '-accel', args.accel,
         '-chardev', 'socket,id=c0,path=%s,server=on,wait=off' % sock,
         '-device', 'virtserialport,chardev=c0,name=org.airlock.agent.0',
         '-serial', 'file:' + console]
-failed = 0
+failed = count = 0
 
 
 def check(name, cond, detail=''):
-    global failed
-    print('%s %s %s' % ('ok  ' if cond else 'FAIL', name, '' if cond else detail))
+    """One TAP line; the plan comes at the end."""
+    global failed, count
+    count += 1
+    print('%s %d - %s%s' % ('ok' if cond else 'not ok', count, name, '' if cond else ' # %r' % (detail,)))
     failed += not cond
 
 
@@ -53,17 +56,17 @@ try:
     t, _, _, d = c.expect(HELLO_ACK, timeout=60)
     boot = time.time() - t0
     check('hello-ack', d['nonce'] == 77, d)
-    print('    boot to HELLO_ACK: %.2f s  %s' % (boot, d))
+    print('#    boot to HELLO_ACK: %.2f s  %s' % (boot, d))
 
     d, out, err, fr = c.run(1, ['echo', 'hi'])
     check('echo hi', out == b'hi\n' and d.get('value') == 0, (d, out, err))
-    print('    frames:', [(NAMES[f[0]], f[3]) for f in fr])
+    print('#    frames:', [(NAMES[f[0]], f[3]) for f in fr])
 
     if not args.quick:
         t1 = time.time()
         for k in range(20):
             c.run(100 + k, ['true'])
-        print('    exec `true` round trip: %.1f ms' % ((time.time() - t1) / 20 * 1000))
+        print('#    exec `true` round trip: %.1f ms' % ((time.time() - t1) / 20 * 1000))
 
         n = 64 << 20
         t1 = time.time()
@@ -71,7 +74,7 @@ try:
                                lang='sh', timeout=120)
         dt = time.time() - t1
         check('stream 64 MiB', len(out) == n, (d, len(out)))
-        print('    guest->host stdout: %.0f MB/s' % (n / dt / 1e6))
+        print('#    guest->host stdout: %.0f MB/s' % (n / dt / 1e6))
 
         body = os.urandom(4 << 20)
         t1 = time.time()
@@ -81,12 +84,12 @@ try:
         f = c.until(OK, timeout=60)
         dt = time.time() - t1
         check('put 4 MiB', f[3]['value'] == len(body), f)
-        print('    host->guest file put: %.0f MB/s' % (len(body) / dt / 1e6))
+        print('#    host->guest file put: %.0f MB/s' % (len(body) / dt / 1e6))
         d, out, err, _ = c.run(4, ['md5sum /workspace/blob; id; hostname; cat /proc/self/cgroup'],
                                lang='sh')
         import hashlib
         check('put content', out.split()[0].decode() == hashlib.md5(body).hexdigest(), out)
-        print('   ', out.decode().replace('\n', ' | '))
+        print('#   ', out.decode().replace('\n', ' | '))
 
         # A fork bomb stays inside its cgroup's pids.max; the agent keeps answering meanwhile.
         t1 = time.time()
@@ -96,10 +99,10 @@ try:
         t2 = time.time()
         c.send(ping(5, 6))
         c.until(PONG, timeout=30)
-        print('    ping during fork bomb: %.0f ms' % ((time.time() - t2) * 1000))
+        print('#    ping during fork bomb: %.0f ms' % ((time.time() - t2) * 1000))
         f = c.until(EXIT, timeout=60)
         check('fork bomb contained', f[3]['flags'] & TIMED_OUT, f)
-        print('    fork bomb killed after %.1f s' % (time.time() - t1))
+        print('#    fork bomb killed after %.1f s' % (time.time() - t1))
         d, out, err, _ = c.run(7, ['ls /sys/fs/cgroup/airlock/ | grep req- | grep -v req-7-'],
                                lang='sh')
         check('cgroups cleaned', out == b'', out)
@@ -123,7 +126,9 @@ try:
 finally:
     if vm.poll() is None:
         vm.kill()
-    print('--- console ---')
-    print(open(console, errors='replace').read()[-3000:])
-print('%d failed' % failed)
+    print('# --- console ---')
+    for line in open(console, errors='replace').read()[-3000:].splitlines():
+        print('#', line)
+    shutil.rmtree(tmp)
+print('1..%d' % count)
 sys.exit(1 if failed else 0)

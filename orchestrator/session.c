@@ -138,6 +138,7 @@ static int handshake(al_session *s, uint64_t deadline, al_error *err)
 
 int al_session_open(const al_session_opts *opts, al_session **out, al_error *err)
 {
+    uint64_t t_open = al_now_ms();
     al_session *s = calloc(1, sizeof(*s));
     if (!s)
         return al_err(err, -ENOMEM, "out of memory");
@@ -191,6 +192,7 @@ int al_session_open(const al_session_opts *opts, al_session **out, al_error *err
         .raw_sock = s->raw_port[0] ? s->raw_sock : NULL,
         .raw_port_name = s->raw_port,
     };
+    s->timing.prepare_ms = al_now_ms() - t_open;
     uint64_t start = al_now_ms();
     if (opts->lifetime_s)
         s->expires_ms = start + (uint64_t)opts->lifetime_s * 1000u;
@@ -216,9 +218,12 @@ int al_session_open(const al_session_opts *opts, al_session **out, al_error *err
     r = connect_agent(s, deadline, err);
     if (r < 0)
         goto fail;
+    uint64_t started = al_now_ms();
     r = handshake(s, deadline, err);
     if (r < 0)
         goto fail;
+    s->timing.start_ms = started - start;
+    s->timing.handshake_ms = al_now_ms() - started;
     *out = s;
     return 0;
 fail:
@@ -250,6 +255,11 @@ void al_session_close(al_session *s)
         al_rmtree(s->dir);
     al_closep(&s->lock_fd);
     free(s);
+}
+
+void al_session_timing(const al_session *s, al_session_timing_t *out)
+{
+    *out = s->timing;
 }
 
 const char *al_session_name(const al_session *s)

@@ -110,6 +110,7 @@ class Conn:
 
     def __init__(self, rfd, wfd):
         self.rfd, self.wfd, self.buf, self.pos = rfd, wfd, bytearray(), 0
+        os.set_blocking(wfd, False)  # a blocking write of a big frame would stop our reads
 
     @classmethod
     def unix(cls, path, timeout=30):
@@ -139,8 +140,10 @@ class Conn:
                     raise EOFError
                 self.buf += got
             if w:
-                n = os.write(self.wfd, b)
-                b = b[n:]
+                try:
+                    b = b[os.write(self.wfd, b):]
+                except BlockingIOError:
+                    pass
 
     def recv(self, timeout=10):
         """Next frame as (type, flags, id, dict); None on timeout; raises EOFError on EOF."""

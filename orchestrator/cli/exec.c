@@ -248,10 +248,17 @@ int cmd_exec(struct cli_globals *g, int argc, char **argv)
     int status = EXIT_AIRLOCK_FAILED;
     if (al_session_open(&so, &s, &err) < 0)
         goto out;
-    if (debug)
-        fprintf(stderr, "airlock: session %s (agent %s, languages: %s, %s)\n",
+    if (debug) {
+        al_session_timing_t t;
+        al_session_timing(s, &t);
+        fprintf(stderr,
+                "airlock: session %s (agent %s, languages: %s, %s); ready in %u ms: prepare "
+                "%u, start %u, boot to handshake %u\n",
                 al_session_name(s), al_session_agent_version(s), al_session_languages(s),
-                al_session_kvm(s) ? "kvm" : "emulation");
+                al_session_kvm(s) ? "kvm" : "emulation",
+                t.prepare_ms + t.start_ms + t.handshake_ms, t.prepare_ms, t.start_ms,
+                t.handshake_ms);
+    }
     for (size_t i = 0; i < nput; i++)
         if (al_file_put(s, puts_[i][0], puts_[i][1], &err) < 0)
             goto out;

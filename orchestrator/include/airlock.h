@@ -77,6 +77,14 @@ const char *al_session_agent_version(const al_session *s);
 const char *al_session_languages(const al_session *s);
 bool al_session_kvm(const al_session *s);
 
+/* Where the time to a ready session went. */
+typedef struct al_session_timing {
+    unsigned prepare_ms;   /* image, libvirt connection, gc, runtime dir */
+    unsigned start_ms;     /* libvirt creating and starting the domain, socket connect */
+    unsigned handshake_ms; /* guest boot until the agent answered */
+} al_session_timing_t;
+void al_session_timing(const al_session *s, al_session_timing_t *out);
+
 
 /* ---- exec ---- */
 
