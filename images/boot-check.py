@@ -37,15 +37,8 @@ qemu = ['qemu-system-x86_64', '-nodefaults', '-M', 'q35', '-accel', args.accel,
         '-chardev', 'socket,id=c0,path=%s,server=on,wait=off' % sock,
         '-device', 'virtserialport,chardev=c0,name=org.airlock.agent.0',
         '-serial', 'file:' + console]
-failed = count = 0
-
-
-def check(name, cond, detail=''):
-    """One TAP line; the plan comes at the end."""
-    global failed, count
-    count += 1
-    print('%s %d - %s%s' % ('ok' if cond else 'not ok', count, name, '' if cond else ' # %r' % (detail,)))
-    failed += not cond
+tap = Tap()
+check = tap.check
 
 
 t0 = time.time()
@@ -130,5 +123,4 @@ finally:
     for line in open(console, errors='replace').read()[-3000:].splitlines():
         print('#', line)
     shutil.rmtree(tmp)
-print('1..%d' % count)
-sys.exit(1 if failed else 0)
+tap.finish()

@@ -1,4 +1,5 @@
 """Hand-built Airlock frames (see proto/airlock-proto.h) for poking the agent from Python."""
+import sys
 import os
 import select
 import socket
@@ -212,3 +213,20 @@ class Conn:
             elif t in (EXIT, ERROR):
                 return d, bytes(out), bytes(err), frames
         raise TimeoutError([(NAMES[f[0]], f[2]) for f in frames[-5:]])
+
+
+class Tap:
+    """TAP lines with the plan at the end; finish() exits non-zero on any failure."""
+
+    def __init__(self):
+        self.failed = self.count = 0
+
+    def check(self, name, cond, detail=''):
+        self.count += 1
+        print('%s %d - %s%s' % ('ok' if cond else 'not ok', self.count, name,
+                                '' if cond else ' # %r' % (detail,)))
+        self.failed += not cond
+
+    def finish(self):
+        print('1..%d' % self.count)
+        sys.exit(1 if self.failed else 0)

@@ -18,15 +18,8 @@ root = tempfile.mkdtemp(prefix='airlock-root-')
 p = subprocess.Popen([agent, '--stdio', '--root', root], stdin=subprocess.PIPE,
                      stdout=subprocess.PIPE, stderr=log)
 c = Conn(p.stdout.fileno(), p.stdin.fileno())
-failed = count = 0
-
-
-def check(name, cond, detail=''):
-    """One TAP line; the plan comes at the end."""
-    global failed, count
-    count += 1
-    print('%s %d - %s%s' % ('ok' if cond else 'not ok', count, name, '' if cond else ' # %r' % (detail,)))
-    failed += not cond
+tap = Tap()
+check = tap.check
 
 
 # Before HELLO
@@ -292,5 +285,4 @@ u.send_signal(sig.SIGTERM)
 check('unix: exit on SIGTERM', u.wait(5) == 0)
 
 shutil.rmtree(root)
-print('1..%d' % count)
-sys.exit(1 if failed else 0)
+tap.finish()
