@@ -1,9 +1,9 @@
 /* Measurements behind bench/run.py. Prints one JSON object per run.
  *
- *   airlock-bench direct QEMU_BINARY KERNEL INITRD CMDLINE MEMORY_MIB kvm|tcg
+ *   airlock-bench direct QEMU_BINARY KERNEL INITRD CMDLINE MEMORY_MIB kvm|tcg VCPUS
  *       boots the image with QEMU directly (no libvirt), handshakes with the agent, runs
  *       `true`, kills QEMU: the baseline for airlock's session-ready time.
- *   airlock-bench session [IMAGE] [RTT_COUNT] [STREAM_MIB]
+ *   airlock-bench session [IMAGE] [RTT_COUNT] [STREAM_MIB] [VCPUS]
  *       in one airlock session: exec round trips of `true`, guest->host stream throughput
  *       through the agent, and raw `dd` throughput into a second virtio-serial port of the
  *       same guest. */
@@ -92,6 +92,7 @@ static int cmd_direct(char **argv)
     snprintf(sock, sizeof(sock), "%s/agent.sock", dir);
     snprintf(chardev, sizeof(chardev), "socket,id=agent,path=%s,server=on,wait=off", sock);
     snprintf(mem, sizeof(mem), "%sM", argv[4]);
+    const char *smp = argv[6];
     double t0 = now_s();
     pid_t pid = fork();
     if (pid == 0) {
@@ -99,7 +100,7 @@ static int cmd_direct(char **argv)
         dup2(null, 0);
         dup2(null, 1);
         execl(argv[0], argv[0], "-nodefaults", "-no-user-config", "-nographic", "-M", "q35",
-              "-accel", argv[5], "-m", mem,
+              "-accel", argv[5], "-smp", smp, "-m", mem,
               "-kernel", argv[1], "-initrd", argv[2], "-append", argv[3], "-serial",
               "file:/dev/null", "-device", "virtio-serial-pci", "-chardev", chardev, "-device",
               "virtserialport,chardev=agent,name=org.airlock.agent.0", (char *)NULL);
@@ -218,9 +219,10 @@ static int cmd_session(int argc, char **argv)
     const char *image = argc > 0 ? argv[0] : "tiny";
     int rtt_n = argc > 1 ? atoi(argv[1]) : 50;
     unsigned mib = argc > 2 ? (unsigned)atoi(argv[2]) : 256;
+    unsigned vcpus = argc > 3 ? (unsigned)atoi(argv[3]) : 0; /* 0: airlock's default */
     if (rtt_n < 1 || rtt_n > 10000 || mib < 1 || mib > 4096)
         die("bad arguments");
-    al_session_opts so = {.image = image, .quiet = true, .raw_port = RAW_PORT};
+    al_session_opts so = {.image = image, .quiet = true, .raw_port = RAW_PORT, .vcpus = vcpus};
     al_session *s;
     al_error err = {0};
     if (al_session_open(&so, &s, &err) < 0)
@@ -262,11 +264,11 @@ static int cmd_session(int argc, char **argv)
 int main(int argc, char **argv)
 {
     signal(SIGPIPE, SIG_IGN);
-    if (argc == 8 && !strcmp(argv[1], "direct"))
+    if (argc == 9 && !strcmp(argv[1], "direct"))
         return cmd_direct(argv + 2);
     if (argc >= 2 && !strcmp(argv[1], "session"))
         return cmd_session(argc - 2, argv + 2);
-    fprintf(stderr, "usage: airlock-bench direct QEMU KERNEL INITRD CMDLINE MEMORY_MIB kvm|tcg\n"
-                    "       airlock-bench session [IMAGE] [RTT_COUNT] [STREAM_MIB]\n");
+    fprintf(stderr, "usage: airlock-bench direct QEMU KERNEL INITRD CMDLINE MEMORY_MIB kvm|tcg VCPUS\n"
+                    "       airlock-bench session [IMAGE] [RTT_COUNT] [STREAM_MIB] [VCPUS]\n");
     return 2;
 }

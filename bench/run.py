@@ -12,6 +12,7 @@ virtio-serial port of the same guest.
 """
 import argparse
 import json
+import re
 import os
 import statistics
 import subprocess
@@ -45,7 +46,8 @@ def main():
     # Warm caches, and learn whether sessions get KVM here so QEMU direct uses the same.
     warm = subprocess.run([airlock, "--debug", "-q", "exec", "--", "true"], env=env, check=True,
                           stderr=subprocess.PIPE).stderr.decode()
-    direct_cmd.append("kvm" if ", kvm)" in warm else "tcg")
+    direct_cmd.append("kvm" if ", kvm," in warm else "tcg")
+    direct_cmd.append(re.search(r"(\d+) vCPU", warm).group(1))
     airlock_s, direct_s = [], []
     for _ in range(a.rounds):
         t = time.monotonic()

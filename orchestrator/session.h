@@ -27,6 +27,7 @@ struct al_session {
     uint32_t agent_window;  /* bytes the agent accepts un-credited per stream */
     uint32_t caps;
     bool kvm;
+    unsigned vcpus;
     al_session_timing_t timing;
     char agent_version[AL_SHORT_STR_MAX + 1];
     char langs[AL_LANGS_MAX * (AL_SHORT_STR_MAX + 1) + 1];
