@@ -114,6 +114,16 @@ bool al_kvm_present(void)
 
 /* AIRLOCK_ACCEL=tcg forces emulation (=kvm forces KVM); otherwise KVM when /dev/kvm opens and
  * has not failed on this boot. */
+enum al_kvm_state al_kvm_state(void)
+{
+    const char *accel = getenv("AIRLOCK_ACCEL");
+    if (accel && !strcmp(accel, "tcg"))
+        return AL_KVM_OFF;
+    if (!al_kvm_present())
+        return AL_KVM_ABSENT;
+    return al_kvm_marked_broken() ? AL_KVM_FAILED : AL_KVM_OK;
+}
+
 bool al_kvm_usable(void)
 {
     const char *accel = getenv("AIRLOCK_ACCEL");

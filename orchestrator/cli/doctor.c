@@ -45,12 +45,24 @@ int cmd_doctor(struct cli_globals *g, int argc, char **argv)
             d.errors++;
         }
     }
-    if (al_kvm_usable())
+    switch (al_kvm_state()) {
+    case AL_KVM_OK:
         printf("ok    /dev/kvm usable: guests run with hardware virtualization\n");
-    else
+        break;
+    case AL_KVM_ABSENT:
         printf("warn  /dev/kvm not usable: guests run in software emulation (much slower)\n"
                "      fix: enable virtualization in the firmware, 'modprobe kvm_intel' or\n"
                "           'modprobe kvm_amd', and be in the 'kvm' group\n");
+        break;
+    case AL_KVM_FAILED:
+        printf("warn  /dev/kvm opens but QEMU failed to use it on this boot (a nested host?);\n"
+               "      guests run in software emulation (much slower)\n"
+               "      fix: enable nested virtualization on the outer host, then reboot\n");
+        break;
+    case AL_KVM_OFF:
+        printf("warn  AIRLOCK_ACCEL=tcg: guests run in software emulation\n");
+        break;
+    }
     char store[4096];
     if (al_image_store_dir(store, sizeof(store), &err) < 0) {
         printf("FAIL  %s\n", err.msg);

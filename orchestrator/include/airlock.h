@@ -133,6 +133,13 @@ int al_gc(const char *connect_uri, al_error *err);
 /* Doctor-style probes. */
 int al_libvirt_uri(const char *requested, char *buf, size_t len, al_error *err);
 bool al_kvm_usable(void);
+enum al_kvm_state {
+    AL_KVM_OK = 0,     /* /dev/kvm opens and has not failed on this boot */
+    AL_KVM_ABSENT = 1, /* /dev/kvm missing or not openable */
+    AL_KVM_FAILED = 2, /* /dev/kvm opens but QEMU failed with it on this boot */
+    AL_KVM_OFF = 3,    /* AIRLOCK_ACCEL=tcg */
+};
+enum al_kvm_state al_kvm_state(void);
 
 #pragma GCC visibility pop
 

@@ -1,0 +1,66 @@
+#!/usr/bin/env python3
+"""The CLI around exec: help, version, image ls, doctor, gc — against the real libvirtd."""
+import tempfile
+import unittest
+
+import altest
+
+
+class CliTest(unittest.TestCase):
+    def test_help_for_every_subcommand(self):
+        for args in (["--help"], ["exec", "--help"], ["image", "--help"], ["doctor", "--help"],
+                     ["gc", "--help"]):
+            r = altest.run(args)
+            self.assertEqual(r.returncode, 0, args)
+            self.assertIn(b"Usage: airlock", r.stdout, args)
+
+    def test_version(self):
+        r = altest.run(["--version"])
+        self.assertEqual(r.returncode, 0)
+        self.assertRegex(r.stdout, rb"^airlock \d+\.\d+\.\d+ \(protocol 1\)\n$")
+
+    def test_unknown_command(self):
+        r = altest.run(["frobnicate"])
+        self.assertEqual(r.returncode, 2)
+        self.assertIn(b"unknown command 'frobnicate'", r.stderr)
+
+    def test_image_ls(self):
+        r = altest.run(["image", "ls"])
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertRegex(r.stdout, rb"\ntiny +1 +sh ")
+
+    def test_image_ls_reports_a_broken_image(self):
+        store = altest.Store()
+        try:
+            d = store.copy_image("tiny", "broken")
+            with open(d + "/manifest.json", "w") as f:
+                f.write("{not json")
+            r = altest.run(["image", "ls"], image_dir=store.dir)
+            self.assertEqual(r.returncode, 1)
+            self.assertIn(b"broken", r.stdout)
+        finally:
+            store.close()
+
+    def test_doctor(self):
+        r = altest.run(["doctor"])
+        self.assertEqual(r.returncode, 0, r.stdout)
+        self.assertIn(b"libvirt reachable", r.stdout)
+        self.assertIn(b"image tiny", r.stdout)
+        with tempfile.TemporaryDirectory() as empty:
+            r = altest.run(["doctor"], image_dir=empty)
+            self.assertEqual(r.returncode, 1)
+            self.assertIn(b"image tiny missing", r.stdout)
+            self.assertIn(b"fix:", r.stdout)
+        r = altest.run(["--connect", "qemu+unix:///system?socket=/nonexistent", "doctor"])
+        self.assertEqual(r.returncode, 1)
+        self.assertIn(b"cannot reach libvirt", r.stdout)
+
+    def test_gc_with_nothing_to_reap_touches_nothing(self):
+        before = altest.virsh_names()
+        r = altest.run(["gc"])
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertEqual(altest.virsh_names(), before)
+
+
+if __name__ == "__main__":
+    altest.main()
