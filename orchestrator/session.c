@@ -186,7 +186,9 @@ int al_session_open(const al_session_opts *opts, al_session **out, al_error *err
     s->kvm = al_kvm_usable();
     if (!s->kvm && notice)
         fprintf(notice, "airlock: notice: %s; running the VM in software emulation (slower)\n",
-                al_kvm_present() ? "KVM failed on this host earlier" : "/dev/kvm is not usable");
+                al_kvm_state() == AL_KVM_FAILED ? "KVM failed on this host earlier"
+                : al_kvm_state() == AL_KVM_OFF  ? "AIRLOCK_ACCEL=tcg"
+                                                : "/dev/kvm is not usable");
     struct al_vm_config cfg = {
         .name = s->name,
         .session_dir = s->dir,

@@ -127,11 +127,7 @@ enum al_kvm_state al_kvm_state(void)
 bool al_kvm_usable(void)
 {
     const char *accel = getenv("AIRLOCK_ACCEL");
-    if (accel && !strcmp(accel, "tcg"))
-        return false;
-    if (accel && !strcmp(accel, "kvm"))
-        return true;
-    return al_kvm_present() && !al_kvm_marked_broken();
+    return (accel && !strcmp(accel, "kvm")) || al_kvm_state() == AL_KVM_OK;
 }
 
 /* Paths come from the image store and the runtime dir, both ours, but they still must not
