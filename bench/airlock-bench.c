@@ -268,7 +268,8 @@ int main(int argc, char **argv)
         return cmd_direct(argv + 2);
     if (argc >= 2 && !strcmp(argv[1], "session"))
         return cmd_session(argc - 2, argv + 2);
-    fprintf(stderr, "usage: airlock-bench direct QEMU KERNEL INITRD CMDLINE MEMORY_MIB kvm|tcg VCPUS\n"
-                    "       airlock-bench session [IMAGE] [RTT_COUNT] [STREAM_MIB] [VCPUS]\n");
+    fprintf(stderr,
+            "usage: airlock-bench direct QEMU KERNEL INITRD CMDLINE MEMORY_MIB kvm|tcg VCPUS\n"
+            "       airlock-bench session [IMAGE] [RTT_COUNT] [STREAM_MIB] [VCPUS]\n");
     return 2;
 }

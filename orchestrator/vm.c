@@ -194,11 +194,11 @@ char *al_vm_xml(const struct al_vm_config *cfg)
     fputs("  </os>\n  <features><acpi/></features>\n", f);
     if (cfg->kvm)
         fputs("  <cpu mode='host-passthrough'/>\n", f);
-    /* A guest that powers off, reboots or crashes is over: the session sees the channel close. */
     /* No relabeling: image files are world-readable already, and concurrent sessions sharing
      * one kernel file made libvirt refuse ("already in use"). QEMU still runs as the
      * unprivileged user libvirt is configured with. */
     fputs("  <seclabel type='none' model='dac'/>\n", f);
+    /* A guest that powers off, reboots or crashes is over: the session sees the channel close. */
     fputs("  <clock offset='utc'/>\n"
           "  <on_poweroff>destroy</on_poweroff>\n  <on_reboot>destroy</on_reboot>\n"
           "  <on_crash>destroy</on_crash>\n"

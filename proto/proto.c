@@ -426,7 +426,8 @@ int al_msg_encode(const struct al_msg *m, uint8_t *out, size_t cap)
     struct al_header h = {m->type, m->type == AL_DATA ? m->flags : 0, m->id, (uint32_t)plen};
     struct al_msg check;
     const char *why;
-    if ((m->flags & ~AL_FLAGS_KNOWN) || al_msg_decode(&h, out + AL_FRAME_HEADER_SIZE, &check, &why) < 0)
+    if ((m->flags & ~AL_FLAGS_KNOWN) ||
+        al_msg_decode(&h, out + AL_FRAME_HEADER_SIZE, &check, &why) < 0)
         return -EINVAL;
     return (int)w.len;
 }

@@ -33,7 +33,7 @@ static const char usage[] =
     "      --put HOST:GUEST      copy a host file into the guest before running\n"
     "      --get GUEST:HOST      copy a guest file out after running (HOST may be a dir)\n"
     "  -m, --memory MIB          guest memory (default: the image's, else 256)\n"
-    "      --cpus N              virtual CPUs (default 2, or 1 on a one-core host)\n"
+    "      --cpus N              virtual CPUs (default 1)\n"
     "      --lifetime SECONDS    hard limit on the whole session\n"
     "      --boot-timeout SECONDS  limit on booting to the agent (default 60)\n"
     "      --connect URI, --debug, -q  as for airlock itself\n"
@@ -252,8 +252,8 @@ int cmd_exec(struct cli_globals *g, int argc, char **argv)
         al_session_timing_t t;
         al_session_timing(s, &t);
         fprintf(stderr,
-                "airlock: session %s (agent %s, languages: %s, %s, %u vCPU); ready in %u ms: prepare "
-                "%u, start %u, boot to handshake %u\n",
+                "airlock: session %s (agent %s, languages: %s, %s, %u vCPU); ready in %u ms: "
+                "prepare %u, start %u, boot to handshake %u\n",
                 al_session_name(s), al_session_agent_version(s), al_session_languages(s),
                 al_session_kvm(s) ? "kvm" : "emulation", al_session_vcpus(s),
                 t.prepare_ms + t.start_ms + t.handshake_ms, t.prepare_ms, t.start_ms,

@@ -7,7 +7,8 @@
 static const char usage[] = "Usage: airlock image ls\n"
                            "\n"
                            "List the images in the store ($AIRLOCK_IMAGE_DIR, else\n"
-                           "/var/lib/airlock/images for root, else ~/.local/share/airlock/images).\n";
+                           "/var/lib/airlock/images for root, else\n"
+                           "~/.local/share/airlock/images).\n";
 
 static void print_image(void *ctx, const al_image *img, const char *name, const char *why)
 {
