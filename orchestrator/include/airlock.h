@@ -53,7 +53,7 @@ typedef struct al_session_opts {
     const char *image;        /* name in the store; default "tiny" */
     const char *connect_uri;  /* NULL: --connect / LIBVIRT_DEFAULT_URI / system / session */
     unsigned memory_mib;      /* 0: the image's, else 256 */
-    unsigned vcpus;           /* 0: 2 where the host has 2 cores or more, else 1 */
+    unsigned vcpus;           /* 0: 1 */
     unsigned lifetime_s;      /* 0: unlimited; the session fails once it is older */
     unsigned boot_timeout_ms; /* 0: 60 s; from domain start to the agent's handshake */
     unsigned stall_timeout_ms;/* 0: 10 s; a frame half-received for this long fails */
