@@ -6,11 +6,15 @@
  *   airlock-bench session [IMAGE] [RTT_COUNT] [STREAM_MIB] [VCPUS]
  *       in one airlock session: exec round trips of `true`, guest->host stream throughput
  *       through the agent, and raw `dd` throughput into a second virtio-serial port of the
- *       same guest. */
+ *       same guest.
+ *   airlock-bench checkpoint [IMAGE] [MEMORY_MIB] [ROUNDS]
+ *       checkpoint and rollback times against libvirt's internal snapshots of the same guest,
+ *       and disk per checkpoint against the MiB changed before it. */
 #include "airlock-proto.h"
 #include "airlock.h"
 
 #include <errno.h>
+#include <libvirt/libvirt.h>
 #include <fcntl.h>
 #include <pthread.h>
 #include <stdbool.h>
@@ -261,6 +265,177 @@ static int cmd_session(int argc, char **argv)
     return 0;
 }
 
+/* One exec of sh code whose output is discarded; its duration in ms. */
+static double timed_sh(al_session *s, const char *code)
+{
+    int null = open("/dev/null", O_WRONLY);
+    const char *argv[] = {code, NULL};
+    double t0 = now_s();
+    exec_or_die(s, argv, "sh", null);
+    close(null);
+    return (now_s() - t0) * 1e3;
+}
+
+static double median(double *v, int n)
+{
+    qsort(v, (size_t)n, sizeof(double), cmp_double);
+    return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
+}
+
+static void print_series(const char *name, double *v, int n, bool last)
+{
+    printf("\"%s\": [", name);
+    for (int i = 0; i < n; i++)
+        printf("%s%.1f", i ? ", " : "", v[i]);
+    printf("]%s", last ? "" : ", ");
+}
+
+/* Checkpoint cost and rollback time (orchestrator/checkpoint.c) against libvirt's internal
+ * snapshot create and revert of the same guest, rounds interleaved so drift hits both alike;
+ * then the disk each checkpoint takes against the MiB the guest changed before it. */
+static int cmd_checkpoint(int argc, char **argv)
+{
+    const char *image = argc > 0 ? argv[0] : "tiny";
+    unsigned memory = argc > 1 ? (unsigned)atoi(argv[1]) : 512;
+    int rounds = argc > 2 ? atoi(argv[2]) : 5;
+    if (rounds < 1 || rounds > 100)
+        die("bad arguments");
+    al_session_opts so = {.image = image, .quiet = true, .memory_mib = memory,
+                          .checkpoints = true};
+    al_session *s;
+    al_error err = {0};
+    if (al_session_open(&so, &s, &err) < 0)
+        die(err.msg);
+    char uri[1024];
+    if (al_libvirt_uri(NULL, uri, sizeof(uri), &err) < 0)
+        die(err.msg);
+    virConnectPtr conn = virConnectOpen(uri);
+    virDomainPtr dom = conn ? virDomainLookupByName(conn, al_session_name(s)) : NULL;
+    if (!dom)
+        die("cannot find the session's domain in libvirt");
+    /* Where changed blocks go: the scratch disk of an image without one, else a file. */
+    bool scratch = !strcmp(image, "tiny");
+    const char *target = scratch ? "/dev/vda" : "/var/tmp/airlock-bench-blob";
+    timed_sh(s, "mkdir -p /root; echo base > /root/state");
+    if (al_checkpoint_create(s, "bench-base", NULL, &err) < 0)
+        die(err.msg);
+
+    double *ck = calloc((size_t)rounds, sizeof(double)), *rb = calloc((size_t)rounds, sizeof(double));
+    double *first = calloc((size_t)rounds, sizeof(double));
+    double *lv_create = calloc((size_t)rounds, sizeof(double));
+    double *lv_revert = calloc((size_t)rounds, sizeof(double));
+    double *lv_first = calloc((size_t)rounds, sizeof(double));
+    double *save = calloc((size_t)rounds, sizeof(double));
+    int lv_restarts = 0;
+    uint64_t state_bytes = 0;
+    for (int i = 0; i < rounds; i++) {
+        /* airlock: checkpoint, change, roll back, and the first exec after */
+        al_checkpoint_info info;
+        double t0 = now_s();
+        int id = al_checkpoint_create(s, NULL, &info, &err);
+        if (id < 0)
+            die(err.msg);
+        ck[i] = (now_s() - t0) * 1e3;
+        save[i] = info.save_ms;
+        state_bytes = info.state_bytes;
+        timed_sh(s, "echo changed > /root/state");
+        t0 = now_s();
+        if (al_checkpoint_rollback(s, (uint32_t)id, &err) < 0)
+            die(err.msg);
+        rb[i] = (now_s() - t0) * 1e3;
+        first[i] = timed_sh(s, "grep -qx base /root/state");
+        if (al_checkpoint_delete(s, (uint32_t)id, &err) < 0)
+            die(err.msg);
+
+        /* libvirt: internal snapshot of the same running guest, change, revert */
+        char xml[128];
+        snprintf(xml, sizeof(xml), "<domainsnapshot><name>bench-%d</name></domainsnapshot>", i);
+        unsigned domid = virDomainGetID(dom);
+        t0 = now_s();
+        virDomainSnapshotPtr snap = virDomainSnapshotCreateXML(dom, xml, 0);
+        if (!snap)
+            die("libvirt cannot take an internal snapshot");
+        lv_create[i] = (now_s() - t0) * 1e3;
+        timed_sh(s, "echo changed > /root/state");
+        t0 = now_s();
+        if (virDomainRevertToSnapshot(snap, 0) < 0)
+            die("libvirt cannot revert to its snapshot");
+        lv_revert[i] = (now_s() - t0) * 1e3;
+        lv_restarts += virDomainGetID(dom) != domid;
+        /* The agent is back in the past here too: the same re-handshake (and, when libvirt
+         * started a new QEMU, a new connection), then the first exec. */
+        t0 = now_s();
+        uint32_t restored = 0;
+        if (al_checkpoint_recover(s, &restored, &err) < 0)
+            die(err.msg);
+        if (restored)
+            die("the agent did not come back after libvirt's revert");
+        timed_sh(s, "grep -qx base /root/state");
+        lv_first[i] = (now_s() - t0) * 1e3;
+        virDomainSnapshotDelete(snap, 0);
+        virDomainSnapshotFree(snap);
+    }
+
+    /* Disk per checkpoint against blocks changed since the one before. */
+    static const unsigned change_mib[] = {0, 1, 8, 32};
+    const size_t nchange = sizeof(change_mib) / sizeof(change_mib[0]);
+    uint64_t disk[4], state[4];
+    double kept_ms[4]; /* these are kept, so each takes new space rather than reusing freed */
+    if (al_checkpoint_create(s, NULL, NULL, &err) < 0) /* the one before the first */
+        die(err.msg);
+    for (size_t i = 0; i < nchange; i++) {
+        char code[256];
+        snprintf(code, sizeof(code),
+                 /* Dropping the page cache keeps the written data out of the memory state,
+                  * so the disk growth shows the blocks alone. */
+                 "[ %u -eq 0 ] || dd if=/dev/urandom of=%s bs=1M count=%u conv=fsync%s "
+                 "2>/dev/null; sync; echo 3 > /proc/sys/vm/drop_caches",
+                 change_mib[i], target, change_mib[i], scratch ? ",notrunc" : "");
+        timed_sh(s, code);
+        al_checkpoint_info info;
+        double t0 = now_s();
+        if (al_checkpoint_create(s, NULL, &info, &err) < 0)
+            die(err.msg);
+        kept_ms[i] = (now_s() - t0) * 1e3;
+        disk[i] = info.disk_bytes;
+        state[i] = info.state_bytes;
+    }
+
+    printf("{\"image\": \"%s\", \"memory_mib\": %u, \"kvm\": %s, \"rounds\": %d, ", image,
+           memory, al_session_kvm(s) ? "true" : "false", rounds);
+    printf("\"state_bytes\": %llu, ", (unsigned long long)state_bytes);
+    print_series("checkpoint_ms", ck, rounds, false);
+    print_series("savevm_ms", save, rounds, false);
+    print_series("rollback_ms", rb, rounds, false);
+    print_series("first_exec_after_rollback_ms", first, rounds, false);
+    print_series("libvirt_create_ms", lv_create, rounds, false);
+    print_series("libvirt_revert_ms", lv_revert, rounds, false);
+    print_series("libvirt_resync_and_first_exec_ms", lv_first, rounds, false);
+    printf("\"libvirt_revert_restarted_qemu\": %d, ", lv_restarts);
+    printf("\"checkpoint_ms_median\": %.1f, \"rollback_ms_median\": %.1f, "
+           "\"libvirt_create_ms_median\": %.1f, \"libvirt_revert_ms_median\": %.1f, ",
+           median(ck, rounds), median(rb, rounds), median(lv_create, rounds),
+           median(lv_revert, rounds));
+    printf("\"disk_per_checkpoint\": [");
+    for (size_t i = 0; i < nchange; i++)
+        printf("%s{\"changed_mib\": %u, \"disk_bytes\": %llu, \"state_bytes\": %llu, "
+               "\"checkpoint_ms\": %.1f}",
+               i ? ", " : "", change_mib[i], (unsigned long long)disk[i],
+               (unsigned long long)state[i], kept_ms[i]);
+    printf("]}\n");
+    free(ck);
+    free(rb);
+    free(first);
+    free(lv_create);
+    free(lv_revert);
+    free(lv_first);
+    free(save);
+    virDomainFree(dom);
+    virConnectClose(conn);
+    al_session_close(s);
+    return 0;
+}
+
 int main(int argc, char **argv)
 {
     signal(SIGPIPE, SIG_IGN);
@@ -268,8 +443,11 @@ int main(int argc, char **argv)
         return cmd_direct(argv + 2);
     if (argc >= 2 && !strcmp(argv[1], "session"))
         return cmd_session(argc - 2, argv + 2);
+    if (argc >= 2 && !strcmp(argv[1], "checkpoint"))
+        return cmd_checkpoint(argc - 2, argv + 2);
     fprintf(stderr,
             "usage: airlock-bench direct QEMU KERNEL INITRD CMDLINE MEMORY_MIB kvm|tcg VCPUS\n"
-            "       airlock-bench session [IMAGE] [RTT_COUNT] [STREAM_MIB] [VCPUS]\n");
+            "       airlock-bench session [IMAGE] [RTT_COUNT] [STREAM_MIB] [VCPUS]\n"
+            "       airlock-bench checkpoint [IMAGE] [MEMORY_MIB] [ROUNDS]\n");
     return 2;
 }

@@ -9,6 +9,11 @@ same kernel and initrd booted by qemu-system-x86_64 directly to the same point (
 exec_rtt: round trip of `true` in a running session.
 stream: guest->host throughput through the agent against raw `dd` into a second
 virtio-serial port of the same guest.
+
+With --checkpoint, instead: checkpoint cost and rollback time (QEMU's savevm/loadvm inside the
+running process, plus the agent's re-handshake) against libvirt's internal snapshot create and
+revert of the same guest in the same run, and disk per checkpoint against the MiB the guest
+changed since the one before (--memory MiB guest, 512 by default).
 """
 import argparse
 import json
@@ -31,7 +36,11 @@ def main():
     ap.add_argument("--rtt-count", type=int, default=100)
     ap.add_argument("--stream-mib", type=int, default=256)
     ap.add_argument("--json", default=None)
+    ap.add_argument("--checkpoint", action="store_true")
+    ap.add_argument("--memory", type=int, default=512)
     a = ap.parse_args()
+    if a.checkpoint:
+        return checkpoint_bench(a)
     image_dir = a.image_dir or os.path.join(a.build, "images")
     env = dict(os.environ, AIRLOCK_IMAGE_DIR=image_dir)
     airlock = os.path.join(a.build, "orchestrator", "airlock")
@@ -103,6 +112,67 @@ def main():
     ]
     for r in rows:
         print("%-40s %-18s %-22s %s" % r, file=sys.stderr)
+
+
+def checkpoint_bench(a):
+    a.build = os.path.abspath(a.build)  # libvirt opens the image files from another cwd
+    image_dir = a.image_dir or os.path.join(a.build, "images")
+    env = dict(os.environ, AIRLOCK_IMAGE_DIR=image_dir)
+    bench = os.path.join(a.build, "bench", "airlock-bench")
+    load = os.getloadavg()[0]
+    out = subprocess.run([bench, "checkpoint", a.image, str(a.memory), str(a.rounds)], env=env,
+                         check=True, stdout=subprocess.PIPE).stdout
+    r = json.loads(out)
+    changes = [dict(c, changed_bytes_on_disk=c["disk_bytes"] - c["state_bytes"])
+               for c in r["disk_per_checkpoint"]]
+    result = {
+        "machine": {"cpus": os.cpu_count(), "kvm": r["kvm"], "load_average_1m": round(load, 2)},
+        "image": r["image"],
+        "memory_mib": r["memory_mib"],
+        "checkpoint": {
+            "airlock_ms_median": r["checkpoint_ms_median"],
+            "libvirt_snapshot_create_ms_median": r["libvirt_create_ms_median"],
+            "goal_ms_max": 300,
+            "airlock_ms": r["checkpoint_ms"],
+            "savevm_ms": r["savevm_ms"],
+            "libvirt_snapshot_create_ms": r["libvirt_create_ms"],
+            "state_bytes": r["state_bytes"],
+            "note": "each round's checkpoint is deleted after its rollback, so the next one "
+                    "reuses the freed space; checkpoints that are kept take new space and cost "
+                    "more: see disk_per_checkpoint[].checkpoint_ms",
+        },
+        "rollback": {
+            "airlock_ms_median": r["rollback_ms_median"],
+            "libvirt_snapshot_revert_ms_median": r["libvirt_revert_ms_median"],
+            "goal_ms_max": 1000,
+            "airlock_ms": r["rollback_ms"],
+            "first_exec_after_ms": r["first_exec_after_rollback_ms"],
+            "libvirt_snapshot_revert_ms": r["libvirt_revert_ms"],
+            "libvirt_resync_and_first_exec_ms": r["libvirt_resync_and_first_exec_ms"],
+            "libvirt_revert_restarted_qemu": r["libvirt_revert_restarted_qemu"],
+        },
+        "disk_per_checkpoint": changes,
+    }
+    text = json.dumps(result, indent=2)
+    if a.json:
+        with open(a.json, "w") as f:
+            f.write(text + "\n")
+    print(text)
+    ck, rb = result["checkpoint"], result["rollback"]
+    rows = [
+        ("checkpoint (memory + disk)", "%.0f ms median" % ck["airlock_ms_median"],
+         "%.0f ms libvirt create" % ck["libvirt_snapshot_create_ms_median"], "goal <= 300 ms"),
+        ("rollback, agent answering again", "%.0f ms median" % rb["airlock_ms_median"],
+         "%.0f ms libvirt revert" % rb["libvirt_snapshot_revert_ms_median"], "goal <= 1000 ms"),
+    ]
+    for c in changes:
+        rows.append(("disk for a checkpoint after %d MiB changed" % c["changed_mib"],
+                     "%.1f MiB" % (c["disk_bytes"] / 2**20),
+                     "%.1f MiB of it state" % (c["state_bytes"] / 2**20),
+                     "%.1f MiB blocks, %.0f ms" % (c["changed_bytes_on_disk"] / 2**20,
+                                                   c["checkpoint_ms"])))
+    for row in rows:
+        print("%-44s %-16s %-24s %s" % row, file=sys.stderr)
 
 
 if __name__ == "__main__":

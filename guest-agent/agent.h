@@ -34,6 +34,18 @@
 #define AGENT_PIPE_SIZE (256 * 1024)
 /* How long SHUTDOWN waits for its OK to leave before powering off. */
 #define AGENT_SHUTDOWN_FLUSH_MS 1000
+/* A quiet run with an input wait is checked for a blocked stdin read this often: a few /proc
+ * reads per task, cheap even under emulation, and fine enough for waits of a second or more. */
+#define AGENT_WAIT_POLL_MS 200
+/* Tasks looked at per check: bounds the cost of a run with many processes or threads. */
+#define AGENT_WAIT_SCAN_MAX 64
+/* Where the language kernels' driver scripts are (--kernels overrides it). */
+#define KERNELS_DIR "/usr/lib/airlock/kernels"
+/* A kernel run that timed out was sent SIGINT; if the block has not ended this much later, the
+ * kernel is killed: long enough for a traceback, short enough to keep timeouts meaningful. */
+#define KERNEL_KILL_GRACE_MS 2000
+/* Languages with a kernel (python, shell, javascript). */
+#define KERNEL_LANGS 3
 
 #define CGROUP_ROOT "/sys/fs/cgroup"
 #define CGROUP_BASE CGROUP_ROOT "/airlock"
@@ -83,6 +95,10 @@ struct ostream {
     uint64_t sent;   /* bytes queued so far */
     uint64_t limit;  /* stop sending after this many (output cap, file size); 0: none */
     bool capped;     /* limit reached: further bytes are read and dropped */
+    bool borrowed;   /* fd belongs to a kernel: the stream ends without closing it */
+    bool paused;     /* not read yet: the kernel is still starting (its noise is not output) */
+    uint64_t nread;  /* bytes read from fd, sent or dropped */
+    uint64_t stop_at; /* end the stream once nread reaches this; 0: at EOF only */
 };
 
 /* Host->guest bytes waiting to be written to a child's stdin. */
@@ -111,6 +127,17 @@ struct req {
     uint64_t grace_us;    /* pipes are force-closed after this; 0: not armed */
     uint32_t exit_flags;  /* enum al_exit_flags */
     char cgroup[48];      /* cgroup directory name under CGROUP_BASE; "" when none */
+    struct kernel *kernel; /* the kernel running this code block; NULL for a process */
+    uint64_t kill_us;      /* kernel run interrupted at its timeout: kill the kernel then */
+    int stdin_hold[2];     /* pipe ends kept so the run's stdin stays open: [0] for a kernel to
+                              open, [1] so that a read without host stdin waits; -1: none */
+    uint64_t stdin_ino;    /* the run's stdin pipe (inode, device), for the input-wait check */
+    uint64_t stdin_dev;
+    uint32_t input_wait_ms;    /* send WAITING after this long blocked on stdin; 0: never */
+    uint64_t wait_next_us;     /* next input-wait check */
+    uint64_t blocked_since_us; /* first check that saw a blocked stdin read; 0: none */
+    bool active;               /* output or stdin moved since the last check */
+    bool waiting_sent;         /* WAITING sent for the current wait */
     /* put */
     int dir_fd;    /* parent directory of the target */
     uint64_t size; /* declared size */
@@ -118,6 +145,37 @@ struct req {
     uint32_t mode;
     char tmp[40];            /* temporary file name in dir_fd */
     char name[NAME_MAX + 1]; /* target file name in dir_fd */
+};
+
+enum kernel_dialect {
+    KERNEL_DRIVER, /* a driver script reads framed runs on fd 3, answers "done ID STATUS" */
+    KERNEL_BASH,   /* an interactive bash reads command lines on fd 0, answers on fd 3 */
+};
+
+struct kernel_lang {
+    const char *name;       /* as EXEC.lang, announced as "kernel:NAME" */
+    const char *aliases[3]; /* other EXEC.lang names for it */
+    enum kernel_dialect dialect;
+    const char *script;     /* driver, in the kernels directory */
+    const char *interp[2];  /* interpreter names searched in a few bin directories */
+    const char *argv[7];    /* "$interp" and "$script" stand for the two paths */
+    const char *env[3];     /* added to the kernel's environment */
+};
+
+/* A long-lived interpreter: one per language per connection, started by its first run. */
+struct kernel {
+    const struct kernel_lang *lang;
+    pid_t pid;         /* 0 while not running; also its process group */
+    int ctl_fd;        /* control socket: runs out, "done" lines in */
+    int out_fd[2];     /* read ends of the kernel's stdout and stderr, for its whole life */
+    char cgroup[48];   /* under CGROUP_BASE; "" when none */
+    struct req *run;   /* the run in progress; NULL when idle */
+    bool ready;        /* said "ready": output from now on is the runs' */
+    bool lost;         /* an earlier kernel of this language died: the next run is told */
+    char *wbuf;        /* the current run's request, being written to ctl_fd */
+    size_t wlen, woff;
+    char line[64];     /* a partial line read from ctl_fd */
+    size_t linelen;
 };
 
 struct agent {
@@ -147,6 +205,8 @@ struct agent {
     uint64_t dead_next_us; /* else retry then */
     char spare[48];        /* an empty cgroup ready for the next exec */
     int spare_fd;          /* O_PATH on it; -1 when none */
+    const char *kernels_dir;            /* driver scripts of the language kernels */
+    struct kernel kernels[KERNEL_LANGS];
     struct req reqs[AGENT_REQ_MAX];
     uint8_t inbuf[AL_FRAME_HEADER_SIZE + AL_FRAME_PAYLOAD_MAX];
     uint8_t outq[AGENT_OUTQ_CAP];
@@ -179,6 +239,8 @@ struct req *req_new(struct agent *a, uint32_t id, enum req_kind kind);
 /* Closes everything the request holds and frees its slot. */
 void req_free(struct agent *a, struct req *r);
 int ostream_pump(struct agent *a, struct req *r, struct ostream *o);
+/* Queues bytes of the agent's own on a stream (a notice at the start of a run): within credit. */
+void ostream_inject(struct agent *a, struct req *r, struct ostream *o, const char *s);
 /* Queues the stream's EOF and closes its fd. */
 void ostream_close(struct agent *a, struct req *r, struct ostream *o);
 int agent_run(struct agent *a);
@@ -198,7 +260,46 @@ void cgroup_setup(struct agent *a);
 /* Removes finished requests' cgroups and readies a spare one: run after output is flushed,
  * off the latency path. */
 void cgroup_housekeeping(struct agent *a, uint64_t now);
-int exec_langs(struct al_str *out, size_t max);
+int exec_langs(struct agent *a, struct al_str *out, size_t max);
+/* The child side of a spawn: argv, environment, working directory. */
+struct spawn {
+    char **argv;
+    char **envp;
+    const char *cwd;
+};
+/* Starts sp in its own session (in cg_fd's cgroup when >= 0) with fds[i] as its fd i. Returns
+ * the pid once execve succeeded; else -1 with the failing stage and errno in e. */
+pid_t spawn_process(const struct spawn *sp, const int *fds, int nfds, int cg_fd, int e[2]);
+/* Sends the ERROR for a failed spawn_process. */
+void spawn_error(struct agent *a, uint32_t id, const int e[2], const struct spawn *sp);
+/* The agent's environment plus extra KEY=VALUE entries (which win), in a static array valid
+ * until the next call. */
+char **spawn_env(char *const *extra, size_t n);
+/* Creates a fresh cgroup named PREFIX-N; returns an O_PATH fd on it, name set; or -errno. */
+int cgroup_new(struct agent *a, char *name, size_t cap, const char *prefix);
+int pipe_pair(int *rd, int *wr, int nonblock_end);
+/* Input wait: the run's stdin pipe identity, and the periodic check. */
+void exec_stdin_identity(struct req *r, int fd);
+
+/* inputwait.c: is a task of the run blocked reading the run's stdin pipe? */
+bool stdin_blocked(struct agent *a, const struct req *r);
+
+/* kernel.c */
+void kernel_init(struct agent *a);
+int kernel_langs(struct agent *a, struct al_str *out, size_t max);
+/* Starts the code block of a kernel EXEC; sends STARTED or ERROR itself. */
+void kernel_exec(struct agent *a, struct req *r, const struct al_msg *m);
+/* The kernel of pid died: true when pid was a kernel's. */
+bool kernel_reaped(struct agent *a, pid_t pid, int status);
+/* Control-socket traffic: the request going out, "done" lines coming in. */
+void kernel_ctl_io(struct agent *a, struct kernel *k, short revents);
+/* Reads and drops output the kernel writes while no run takes it. */
+void kernel_drain(struct kernel *k, int i);
+void kernel_kill(struct agent *a, struct kernel *k);
+/* Delivers a host SIGNAL to the kernel's process group (SIGKILL kills the kernel). */
+void kernel_signal(struct agent *a, struct req *r, int signo);
+/* Stops every kernel (HELLO, disconnect, exit). */
+void kernel_reset_all(struct agent *a);
 
 /* files.c */
 int files_open_root(struct agent *a, const char *root);

@@ -40,13 +40,13 @@ static const struct lang langs[] = {
     {"python", {"/usr/bin/python3", "-c", NULL}, 3},
 };
 
-int exec_langs(struct al_str *out, size_t max)
+int exec_langs(struct agent *a, struct al_str *out, size_t max)
 {
     size_t n = 0;
     for (size_t i = 0; i < sizeof(langs) / sizeof(langs[0]) && n < max; i++)
         if (access(langs[i].argv[0], X_OK) == 0)
             out[n++] = al_str_cstr(langs[i].name);
-    return (int)n;
+    return (int)n + kernel_langs(a, out + n, max - n);
 }
 
 /* The exec being started, NUL-terminated copies out of the frame; one exec is built at a time
@@ -54,12 +54,6 @@ int exec_langs(struct al_str *out, size_t max)
 static char arena[AL_FRAME_PAYLOAD_MAX + AL_ARGV_MAX + AL_ENV_MAX + 64];
 static char *argv_v[AL_ARGV_MAX + 4];
 static char *env_v[ENV_INHERIT_MAX + AL_ENV_MAX + 1];
-
-struct spawn {
-    char **argv;
-    char **envp;
-    const char *cwd;
-};
 
 struct arena_pos {
     char *p;
@@ -131,15 +125,22 @@ static uint16_t spawn_build(const struct al_msg *m, struct spawn *sp, char *why,
             return AL_ERR_INVALID;
         }
     }
-    size_t n = 0;
-    for (char **e = environ; e && *e && n < ENV_INHERIT_MAX; e++)
-        if (!env_overridden(*e, extra, m->u.exec.envc))
-            env_v[n++] = *e;
-    memmove(env_v + n, extra, m->u.exec.envc * sizeof(char *));
-    env_v[n + m->u.exec.envc] = NULL;
     sp->argv = argv_v;
-    sp->envp = env_v;
+    sp->envp = spawn_env(extra, m->u.exec.envc);
     return 0;
+}
+
+char **spawn_env(char *const *extra, size_t n)
+{
+    size_t k = 0;
+    if (n > AL_ENV_MAX)
+        n = AL_ENV_MAX;
+    for (char **e = environ; e && *e && k < ENV_INHERIT_MAX; e++)
+        if (!env_overridden(*e, extra, n))
+            env_v[k++] = *e;
+    memmove(env_v + k, extra, n * sizeof(char *));
+    env_v[k + n] = NULL;
+    return env_v;
 }
 
 void cgroup_setup(struct agent *a)
@@ -194,6 +195,15 @@ static int cgroup_create(struct agent *a, struct req *r)
     return fd;
 }
 
+int cgroup_new(struct agent *a, char *name, size_t cap, const char *prefix)
+{
+    snprintf(name, cap, "%s-%llu", prefix, (unsigned long long)++a->counter);
+    int fd = cgroup_make(a, name);
+    if (fd < 0)
+        name[0] = '\0';
+    return fd;
+}
+
 void cgroup_remove(struct agent *a, char *name)
 {
     if (!name[0])
@@ -242,6 +252,10 @@ void cgroup_housekeeping(struct agent *a, uint64_t now)
 void exec_kill(struct agent *a, struct req *r)
 {
     char path[sizeof(r->cgroup) + 16];
+    if (r->kernel) {
+        kernel_kill(a, r->kernel);
+        return;
+    }
     if (r->cgroup[0]) {
         snprintf(path, sizeof(path), "%s/cgroup.kill", r->cgroup);
         if (write_file(a->cg_base_fd, path, "1") == 0)
@@ -256,14 +270,18 @@ enum spawn_stage {
     STAGE_EXEC,
 };
 
+/* Most fds a child is given: stdin, stdout, stderr and a kernel's control socket. */
+#define CHILD_FDS_MAX 4
+
 /* The child between fork and execve. Only async-signal-safe calls: after a raw clone3 the
  * child's libc thread state is the parent's. */
-static __attribute__((noreturn)) void child_run(const struct spawn *sp, const int fds[3], int ep,
-                                                int join_cg_fd)
+static __attribute__((noreturn)) void child_run(const struct spawn *sp, const int *fds_in,
+                                                int nfds, int ep, int join_cg_fd)
 {
     struct sigaction dfl = {.sa_handler = SIG_DFL};
     sigset_t none;
     int e[2] = {STAGE_SETUP, 0};
+    int fds[CHILD_FDS_MAX];
 
     /* The only disposition the agent changes (init_common reset the rest); SIG_IGN would
      * survive execve. */
@@ -272,8 +290,14 @@ static __attribute__((noreturn)) void child_run(const struct spawn *sp, const in
     sigprocmask(SIG_SETMASK, &none, NULL);
     if (setsid() < 0 || (join_cg_fd >= 0 && write_file(join_cg_fd, "cgroup.procs", "0") < 0))
         goto fail;
-    for (int i = 0; i < 3; i++)
-        if (dup2(fds[i], i) < 0)
+    /* A source below nfds would be overwritten by an earlier dup2: move it out of the way. */
+    for (int i = 0; i < nfds; i++) {
+        fds[i] = fds_in[i];
+        if (fds[i] < nfds && fds[i] != i && (fds[i] = fcntl(fds[i], F_DUPFD, nfds)) < 0)
+            goto fail;
+    }
+    for (int i = 0; i < nfds; i++)
+        if (fds[i] == i ? fcntl(i, F_SETFD, 0) < 0 : dup2(fds[i], i) < 0)
             goto fail;
     e[0] = STAGE_CWD;
     if (chdir(sp->cwd) < 0)
@@ -307,7 +331,7 @@ static pid_t spawn_fork(int cg_fd, int *join)
     return fork();
 }
 
-static void spawn_error(struct agent *a, uint32_t id, const int e[2], const struct spawn *sp)
+void spawn_error(struct agent *a, uint32_t id, const int e[2], const struct spawn *sp)
 {
     char name[80], cwd[80];
     printable(al_str_cstr(sp->argv[0]), name, sizeof(name));
@@ -326,7 +350,7 @@ static void spawn_error(struct agent *a, uint32_t id, const int e[2], const stru
                          strerror(e[1]));
 }
 
-static int pipe_pair(int *rd, int *wr, int nonblock_end)
+int pipe_pair(int *rd, int *wr, int nonblock_end)
 {
     int p[2];
     if (pipe2(p, O_CLOEXEC) < 0)
@@ -337,13 +361,52 @@ static int pipe_pair(int *rd, int *wr, int nonblock_end)
     return fcntl(p[nonblock_end], F_SETFL, O_NONBLOCK) < 0 ? -errno : 0;
 }
 
+pid_t spawn_process(const struct spawn *sp, const int *fds, int nfds, int cg_fd, int e[2])
+{
+    _cleanup_close_ int ep_r = -1, ep_w = -1;
+    int join, err;
+
+    e[0] = STAGE_SETUP;
+    if (nfds > CHILD_FDS_MAX || (err = pipe_pair(&ep_r, &ep_w, 1)) < 0) {
+        e[1] = nfds > CHILD_FDS_MAX ? EINVAL : -err;
+        return -1;
+    }
+    pid_t pid = spawn_fork(cg_fd, &join);
+    if (pid == 0)
+        child_run(sp, fds, nfds, ep_w, join);
+    e[1] = errno;
+    close(steal_fd(&ep_w));
+    if (pid < 0)
+        return -1;
+    ssize_t n;
+    do
+        n = read(ep_r, e, 2 * sizeof(int));
+    while (n < 0 && errno == EINTR);
+    if (n != 2 * sizeof(int))
+        return pid; /* execve closed the pipe: the process runs */
+    waitpid(pid, NULL, 0);
+    return -1;
+}
+
+void exec_stdin_identity(struct req *r, int fd)
+{
+    struct stat st;
+    if (fstat(fd, &st) == 0) {
+        r->stdin_ino = st.st_ino;
+        r->stdin_dev = st.st_dev;
+    }
+}
+
 /* Starts the process of r; returns 0, or sends the error itself and returns -1. */
 static int spawn(struct agent *a, struct req *r, const struct al_msg *m, const struct spawn *sp)
 {
     _cleanup_close_ int out_r = -1, out_w = -1, err_r = -1, err_w = -1, in_r = -1, in_w = -1;
-    _cleanup_close_ int ep_r = -1, ep_w = -1, cg_fd = -1;
+    _cleanup_close_ int cg_fd = -1;
     bool want_stdin = m->u.exec.flags & AL_EXEC_STDIN;
-    int err = 0, join;
+    /* A read must be able to wait to be reported: without host stdin the run gets a pipe that
+     * nobody writes instead of /dev/null. */
+    bool held_stdin = !want_stdin && m->u.exec.input_wait_ms;
+    int err = 0;
 
     if (!want_stdin && a->null_fd < 0 && (a->null_fd = open("/dev/null", O_RDWR | O_CLOEXEC)) < 0) {
         agent_send_error(a, r->id, AL_ERR_INTERNAL, errno, "cannot open /dev/null: %s",
@@ -351,8 +414,7 @@ static int spawn(struct agent *a, struct req *r, const struct al_msg *m, const s
         return -1;
     }
     if ((err = pipe_pair(&out_r, &out_w, 0)) < 0 || (err = pipe_pair(&err_r, &err_w, 0)) < 0 ||
-        (want_stdin && (err = pipe_pair(&in_r, &in_w, 1)) < 0) ||
-        (err = pipe_pair(&ep_r, &ep_w, 1)) < 0) {
+        ((want_stdin || held_stdin) && (err = pipe_pair(&in_r, &in_w, 1)) < 0)) {
         agent_send_error(a, r->id, errno_class(-err), -err, "cannot create pipes: %s",
                          strerror(-err));
         return -1;
@@ -366,35 +428,25 @@ static int spawn(struct agent *a, struct req *r, const struct al_msg *m, const s
     }
 
     r->start_us = now_us();
-    pid_t pid = spawn_fork(cg_fd, &join);
-    if (pid == 0) {
-        int fds[3] = {want_stdin ? in_r : a->null_fd, out_w, err_w};
-        child_run(sp, fds, ep_w, join);
+    int fds[3] = {in_r >= 0 ? in_r : a->null_fd, out_w, err_w}, e[2];
+    pid_t pid = spawn_process(sp, fds, 3, cg_fd, e);
+    if (pid < 0) {
+        spawn_error(a, r->id, e, sp);
+        return -1;
     }
-    int e[2] = {STAGE_SETUP, errno};
-    close(steal_fd(&ep_w));
-    if (pid > 0) {
-        ssize_t n;
-        do
-            n = read(ep_r, e, sizeof(e));
-        while (n < 0 && errno == EINTR);
-        if (n != sizeof(e)) {
-            /* execve closed the pipe: the process runs. */
-            r->pid = pid;
-            r->out[0] = (struct ostream){
-                steal_fd(&out_r), AL_STREAM_STDOUT, a->window, 0, m->u.exec.output_cap, false};
-            r->out[1] = (struct ostream){
-                steal_fd(&err_r), AL_STREAM_STDERR, a->window, 0, m->u.exec.output_cap, false};
-            r->in_fd = want_stdin ? steal_fd(&in_w) : -1;
-            r->want_stdin = want_stdin;
-            if (m->u.exec.timeout_ms)
-                r->deadline_us = r->start_us + (uint64_t)m->u.exec.timeout_ms * 1000;
-            return 0;
-        }
-        waitpid(pid, NULL, 0);
-    }
-    spawn_error(a, r->id, e, sp);
-    return -1;
+    r->pid = pid;
+    r->out[0] = (struct ostream){.fd = steal_fd(&out_r), .stream = AL_STREAM_STDOUT,
+                                 .credit = a->window, .limit = m->u.exec.output_cap};
+    r->out[1] = (struct ostream){.fd = steal_fd(&err_r), .stream = AL_STREAM_STDERR,
+                                 .credit = a->window, .limit = m->u.exec.output_cap};
+    if (in_w >= 0)
+        exec_stdin_identity(r, in_w);
+    r->in_fd = want_stdin ? steal_fd(&in_w) : -1;
+    r->stdin_hold[1] = held_stdin ? steal_fd(&in_w) : -1;
+    r->want_stdin = want_stdin;
+    if (m->u.exec.timeout_ms)
+        r->deadline_us = r->start_us + (uint64_t)m->u.exec.timeout_ms * 1000;
+    return 0;
 }
 
 void exec_start(struct agent *a, const struct al_msg *m)
@@ -405,6 +457,12 @@ void exec_start(struct agent *a, const struct al_msg *m)
     struct req *r = req_new(a, m->id, REQ_EXEC);
     if (!r)
         return;
+    r->input_wait_ms = m->u.exec.input_wait_ms;
+    if (m->u.exec.flags & AL_EXEC_KERNEL) {
+        agent_log("exec id=%u kernel=%s", r->id, printable(m->u.exec.lang, name, sizeof(name)));
+        kernel_exec(a, r, m);
+        return;
+    }
     uint16_t klass = spawn_build(m, &sp, why, sizeof(why));
     if (klass) {
         agent_send_error(a, m->id, klass, 0, "%s", why);
@@ -452,6 +510,7 @@ void exec_flush_stdin(struct agent *a, struct req *r)
         }
     }
     if (done) {
+        r->active = true;
         r->in_unacked -= done;
         agent_send_credit(a, r->id, AL_STREAM_STDIN, (uint32_t)done);
     }
@@ -517,7 +576,9 @@ void exec_signal(struct agent *a, const struct al_msg *m)
     agent_log("signal id=%u signo=%d", r->id, signo);
     if (r->reaped)
         return; /* nothing left to signal: the group was killed when the process ended */
-    if (signo == SIGKILL)
+    if (r->kernel)
+        kernel_signal(a, r, signo);
+    else if (signo == SIGKILL)
         exec_kill(a, r);
     else if (kill(-r->pid, signo) < 0 && errno != ESRCH)
         agent_send_error(a, m->id, errno_class(errno), errno, "cannot send signal %d: %s", signo,
@@ -532,9 +593,13 @@ bool exec_reap(struct agent *a)
     /* Bounded: under a fork bomb, orphans reparented to us die as fast as we reap them, and an
      * unbounded loop would starve everything else, the timeout that ends the bomb included. */
     while (n++ < REAP_BATCH && (pid = waitpid(-1, &st, WNOHANG)) > 0) {
+        if (kernel_reaped(a, pid, st)) {
+            a->cg_due = true;
+            continue;
+        }
         for (size_t i = 0; i < AGENT_REQ_MAX; i++) {
             struct req *r = &a->reqs[i];
-            if (!r->used || r->kind != REQ_EXEC || r->reaped || r->pid != pid)
+            if (!r->used || r->kind != REQ_EXEC || r->reaped || r->kernel || r->pid != pid)
                 continue;
             r->reaped = true;
             a->cg_due = true;
@@ -570,14 +635,50 @@ static void exec_finish(struct agent *a, struct req *r)
     req_free(a, r);
 }
 
+/* Sends WAITING once the run has been blocked reading its stdin for input_wait_ms. */
+static void exec_wait_check(struct agent *a, struct req *r, uint64_t now)
+{
+    r->wait_next_us = now + AGENT_WAIT_POLL_MS * 1000;
+    bool blocked = !r->active && stdin_blocked(a, r);
+    r->active = false;
+    if (!blocked) {
+        r->blocked_since_us = 0;
+        r->waiting_sent = false;
+        return;
+    }
+    if (!r->blocked_since_us)
+        r->blocked_since_us = now;
+    uint64_t waited = (now - r->blocked_since_us) / 1000;
+    if (r->waiting_sent || waited < r->input_wait_ms)
+        return;
+    r->waiting_sent = true;
+    struct al_msg m = {.type = AL_WAITING, .id = r->id};
+    m.u.waiting.waited_ms = waited > UINT32_MAX ? UINT32_MAX : (uint32_t)waited;
+    agent_log("waiting id=%u for input, %llu ms", r->id, (unsigned long long)waited);
+    agent_send(a, &m);
+}
+
 void exec_tick(struct agent *a, struct req *r, uint64_t now)
 {
     if (!r->reaped && r->deadline_us && now >= r->deadline_us) {
         r->deadline_us = 0;
         r->exit_flags |= AL_EXIT_TIMED_OUT;
         agent_log("timeout id=%u", r->id);
+        if (r->kernel) {
+            /* Interrupt the block, not the kernel: its state survives a timeout if it can. */
+            kernel_signal(a, r, SIGINT);
+            r->kill_us = now + KERNEL_KILL_GRACE_MS * 1000;
+        } else {
+            exec_kill(a, r);
+        }
+    }
+    if (!r->reaped && r->kill_us && now >= r->kill_us) {
+        r->kill_us = 0;
+        agent_log("kernel of id=%u ignored the interrupt: killing it", r->id);
         exec_kill(a, r);
     }
+    if (!r->reaped && r->input_wait_ms && r->stdin_ino && now >= r->wait_next_us)
+        exec_wait_check(a, r, now);
     if (r->grace_us && now >= r->grace_us) {
         r->grace_us = 0;
         for (int i = 0; i < 2; i++) {

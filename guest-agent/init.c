@@ -1,20 +1,36 @@
-/* Process-level setup: PID-1 duties in the tiny image (mounts, modules, hostname), the
- * protections every agent takes, and powering off. */
+/* Process-level setup: PID-1 duties (mounts, modules, hostname; in images with a root disk,
+ * switching to it), the protections every agent takes, and powering off. */
 #include "agent.h"
 
 #include <fcntl.h>
+#include <net/if.h>
 #include <signal.h>
 #include <stdio.h>
 #include <string.h>
+#include <sys/ioctl.h>
 #include <sys/mount.h>
 #include <sys/prctl.h>
 #include <sys/reboot.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
 
 /* Kernel modules to load at boot, one .ko path per line, in dependency order. */
 #define MODULES_LIST "/etc/airlock/modules"
+/* Kernel command-line word naming the root disk (airlock.root=/dev/vda). Without it the
+ * initramfs is the root (tiny); with it the initramfs only carries what reaches the disk. */
+#define ROOT_PARAM "airlock.root="
+/* The disk's node appears once virtio_blk has probed it, normally before finit_module returns;
+ * a disk still missing after this long is not coming. */
+#define ROOT_WAIT_MS 5000
+/* Where the new root is mounted before the switch. */
+#define NEW_ROOT "/newroot"
+/* The agent and the language kernels, in the initramfs; bound at the same path into the new
+ * root so that they come with each airlock build, not with the (cached) disk. */
+#define AIRLOCK_LIB "/usr/lib/airlock"
+/* /proc/cmdline is at most a page or two (COMMAND_LINE_SIZE is 2048 on x86). */
+#define CMDLINE_MAX 4096
 
 static void mount_fs(const char *type, const char *dir, unsigned long flags, const char *data)
 {
@@ -41,6 +57,79 @@ static void load_modules(void)
     fclose(f);
 }
 
+/* Writes the device named by airlock.root= into dev; false when there is none (or it is not a
+ * plain /dev path). */
+static bool cmdline_root(char *dev, size_t len)
+{
+    char line[CMDLINE_MAX];
+    _cleanup_close_ int fd = open("/proc/cmdline", O_RDONLY | O_CLOEXEC);
+    ssize_t n = fd < 0 ? -1 : read(fd, line, sizeof(line) - 1);
+    if (n <= 0)
+        return false;
+    line[n] = '\0';
+    for (char *w = strtok(line, " \t\n"); w; w = strtok(NULL, " \t\n")) {
+        if (strncmp(w, ROOT_PARAM, strlen(ROOT_PARAM)) != 0)
+            continue;
+        const char *v = w + strlen(ROOT_PARAM);
+        if (strncmp(v, "/dev/", 5) != 0 || strstr(v, "..") || strlen(v) >= len) {
+            agent_log("ignoring %s%s: not a device under /dev", ROOT_PARAM, v);
+            return false;
+        }
+        snprintf(dev, len, "%s", v);
+        return true;
+    }
+    return false;
+}
+
+/* Mounts dev on NEW_ROOT, brings /usr/lib/airlock and the pseudo filesystems along and makes
+ * it the root, as switch_root(8) does; the initramfs stays underneath (it holds only the few
+ * MiB bound in). Any failure is fatal to the boot: an agent without its image is no use. */
+static int root_switch(const char *dev)
+{
+    struct stat st;
+    for (int waited = 0; stat(dev, &st) < 0 && waited < ROOT_WAIT_MS; waited += 10)
+        usleep(10 * 1000);
+    mkdir(NEW_ROOT, 0755);
+    /* Sessions write to their own overlay of the disk, so it is mounted read-write. */
+    if (mount(dev, NEW_ROOT, "ext4", MS_NOATIME, NULL) < 0) {
+        int e = errno;
+        agent_log("cannot mount the root disk %s: %s", dev, strerror(e));
+        return -e;
+    }
+    static const char *const carried[] = {AIRLOCK_LIB, "/dev", "/proc", "/sys"};
+    for (size_t i = 0; i < sizeof(carried) / sizeof(carried[0]); i++) {
+        char to[PATH_MAX];
+        snprintf(to, sizeof(to), NEW_ROOT "%s", carried[i]);
+        mkdir(to, 0755);
+        /* The airlock dir is bound (it stays in the initramfs), the mounts are moved. */
+        unsigned long how = i == 0 ? MS_BIND | MS_REC : MS_MOVE;
+        if (mount(carried[i], to, NULL, how, NULL) < 0) {
+            int e = errno;
+            agent_log("cannot bring %s into the root disk: %s", carried[i], strerror(e));
+            return -e;
+        }
+    }
+    if (chdir(NEW_ROOT) < 0 || mount(".", "/", NULL, MS_MOVE, NULL) < 0 || chroot(".") < 0 ||
+        chdir("/") < 0) {
+        int e = errno;
+        agent_log("cannot switch to the root disk: %s", strerror(e));
+        return -e;
+    }
+    return 0;
+}
+
+/* Code that serves on localhost (a test web server, a notebook) expects lo to be up. */
+static void loopback_up(void)
+{
+    _cleanup_close_ int s = socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+    struct ifreq ifr = {.ifr_name = "lo"};
+    if (s < 0 || ioctl(s, SIOCGIFFLAGS, &ifr) < 0)
+        return;
+    ifr.ifr_flags |= IFF_UP;
+    if (ioctl(s, SIOCSIFFLAGS, &ifr) < 0)
+        agent_log("cannot bring up lo: %s", strerror(errno));
+}
+
 void init_pid1(void)
 {
     const unsigned long plain = MS_NOSUID | MS_NODEV | MS_NOEXEC; /* pseudo filesystems */
@@ -54,6 +143,14 @@ void init_pid1(void)
             dup2(fd, i);
     if (fd > 2)
         close(fd);
+    load_modules();
+    char dev[64];
+    if (cmdline_root(dev, sizeof(dev)) && root_switch(dev) < 0) {
+        init_power_off(false); /* the host sees the channel close, the console says why */
+        for (;;)
+            pause();
+    }
+    /* The rest is mounted in the final root. */
     mount_fs("devpts", "/dev/pts", MS_NOSUID | MS_NOEXEC, "mode=0620,ptmxmode=0666");
     mount_fs("tmpfs", "/dev/shm", MS_NOSUID | MS_NODEV, "mode=1777");
     mount_fs("tmpfs", "/tmp", MS_NOSUID | MS_NODEV, "mode=1777");
@@ -64,10 +161,14 @@ void init_pid1(void)
     symlink("/proc/self/fd/0", "/dev/stdin");
     symlink("/proc/self/fd/1", "/dev/stdout");
     symlink("/proc/self/fd/2", "/dev/stderr");
-    load_modules();
     sethostname("airlock", strlen("airlock"));
+    loopback_up();
+    /* Every process the agent starts inherits these (guest-agent/exec.c). */
     setenv("PATH", "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin", 1);
     setenv("HOME", "/root", 1);
+    setenv("LANG", "C.UTF-8", 1);
+    /* No display: matplotlib renders to files (plt.show() does not try a window). */
+    setenv("MPLBACKEND", "Agg", 1);
     if (chdir("/") < 0)
         agent_log("cannot chdir to /: %s", strerror(errno));
 }

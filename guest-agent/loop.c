@@ -211,6 +211,7 @@ struct req *req_new(struct agent *a, uint32_t id, enum req_kind kind)
         r->id = id;
         r->kind = kind;
         r->in_fd = r->dir_fd = r->out[0].fd = r->out[1].fd = -1;
+        r->stdin_hold[0] = r->stdin_hold[1] = -1;
         return r;
     }
     agent_send_error(a, id, AL_ERR_LIMIT, 0, "too many requests (at most %d)", AGENT_REQ_MAX);
@@ -219,8 +220,13 @@ struct req *req_new(struct agent *a, uint32_t id, enum req_kind kind)
 
 void req_free(struct agent *a, struct req *r)
 {
-    closep(&r->out[0].fd);
-    closep(&r->out[1].fd);
+    for (int i = 0; i < 2; i++)
+        if (!r->out[i].borrowed)
+            closep(&r->out[i].fd);
+    if (r->kernel)
+        r->kernel->run = NULL;
+    closep(&r->stdin_hold[0]);
+    closep(&r->stdin_hold[1]);
     closep(&r->in_fd);
     if (r->tmp[0])
         unlinkat(r->dir_fd, r->tmp, 0); /* a FILE_PUT that did not finish */
@@ -240,7 +246,7 @@ static void req_abort(struct agent *a, struct req *r)
 
 static bool ostream_ready(struct agent *a, struct ostream *o)
 {
-    if (o->fd < 0)
+    if (o->fd < 0 || o->paused)
         return false;
     if (o->capped)
         return true;
@@ -256,8 +262,22 @@ void ostream_close(struct agent *a, struct req *r, struct ostream *o)
     } else {
         agent_log("cannot queue EOF of request %u", r->id);
     }
-    close(o->fd);
+    if (!o->borrowed)
+        close(o->fd);
     o->fd = -1;
+}
+
+void ostream_inject(struct agent *a, struct req *r, struct ostream *o, const char *s)
+{
+    size_t len = strlen(s);
+    uint8_t *p = outq_reserve(a, AL_FRAME_HEADER_SIZE + 1 + len);
+    if (!p || len > o->credit)
+        return; /* a notice is not worth breaking flow control for */
+    al_data_header(p, r->id, o->stream, 0, (uint32_t)len);
+    memcpy(p + AL_FRAME_HEADER_SIZE + 1, s, len);
+    outq_commit(a, AL_FRAME_HEADER_SIZE + 1 + len);
+    o->sent += len;
+    o->credit -= len;
 }
 
 int ostream_pump(struct agent *a, struct req *r, struct ostream *o)
@@ -266,12 +286,19 @@ int ostream_pump(struct agent *a, struct req *r, struct ostream *o)
     static uint8_t sink[AL_DATA_CHUNK_MAX];
     bool file = r->kind == REQ_GET;
 
-    while (o->fd >= 0) {
+    while (o->fd >= 0 && !o->paused) {
         ssize_t n;
-        if (o->capped) {
-            n = read(o->fd, sink, sizeof(sink));
-            if (n > 0)
+        /* A kernel's pipe stays open: the run's share of it ends at stop_at, not at EOF. */
+        uint64_t left = o->stop_at ? o->stop_at - o->nread : UINT64_MAX;
+        if (!left) {
+            n = 0;
+        } else if (o->capped) {
+            n = read(o->fd, sink, left < sizeof(sink) ? (size_t)left : sizeof(sink));
+            if (n > 0) {
+                o->nread += (uint64_t)n;
+                r->active = true;
                 continue;
+            }
         } else {
             if (!ostream_ready(a, o))
                 return 0;
@@ -279,9 +306,13 @@ int ostream_pump(struct agent *a, struct req *r, struct ostream *o)
             size_t want = o->credit < AL_DATA_CHUNK_MAX ? (size_t)o->credit : AL_DATA_CHUNK_MAX;
             if (file && o->limit - o->sent < want)
                 want = (size_t)(o->limit - o->sent);
+            if (left < want)
+                want = (size_t)left;
             n = want ? read(o->fd, p + AL_FRAME_HEADER_SIZE + 1, want) : 0;
             if (n > 0) {
                 size_t keep = (size_t)n;
+                o->nread += (uint64_t)n;
+                r->active = true;
                 if (!file && o->limit && o->sent + keep > o->limit) {
                     keep = (size_t)(o->limit - o->sent);
                     o->capped = true;
@@ -310,12 +341,22 @@ int ostream_pump(struct agent *a, struct req *r, struct ostream *o)
     return 1;
 }
 
-/* Drops every request; used on HELLO, on disconnect and on the way out. */
-static void session_reset(struct agent *a)
+/* Drops every request (a kernel in the middle of a run goes with it); used on HELLO. Idle
+ * kernels stay: a HELLO on a live connection is the host handshaking again, as after it
+ * restored a checkpoint (orchestrator/checkpoint.c), and the kernels are state it restored. */
+static void requests_reset(struct agent *a)
 {
     for (size_t i = 0; i < AGENT_REQ_MAX; i++)
         if (a->reqs[i].used)
             req_abort(a, &a->reqs[i]);
+}
+
+/* Requests and kernels: on disconnect and on the way out. A new connection is a new session:
+ * no state carries over. */
+static void session_reset(struct agent *a)
+{
+    requests_reset(a);
+    kernel_reset_all(a);
 }
 
 static void on_connect(struct agent *a)
@@ -344,7 +385,7 @@ static void on_disconnect(struct agent *a, int err)
 
 static void on_hello(struct agent *a, const struct al_msg *m)
 {
-    session_reset(a);
+    requests_reset(a);
     a->hello = false;
     if (m->u.hello.version != AL_PROTO_VERSION) {
         agent_send_error(a, 0, AL_ERR_PROTOCOL, 0,
@@ -366,7 +407,7 @@ static void on_hello(struct agent *a, const struct al_msg *m)
                            (a->can_shutdown ? AL_CAP_SHUTDOWN : 0) |
                            (a->cgroup ? AL_CAP_CGROUP : 0);
     ack.u.hello_ack.agent_version = al_str_cstr(AIRLOCK_VERSION);
-    ack.u.hello_ack.nlangs = (uint32_t)exec_langs(ack.u.hello_ack.langs, AL_LANGS_MAX);
+    ack.u.hello_ack.nlangs = (uint32_t)exec_langs(a, ack.u.hello_ack.langs, AL_LANGS_MAX);
     agent_send(a, &ack);
     agent_log("hello window=%u nonce=%llx", a->window, (unsigned long long)m->u.hello.nonce);
 }
@@ -595,17 +636,26 @@ enum poll_role {
     ROLE_OUT0,
     ROLE_OUT1,
     ROLE_STDIN,
+    ROLE_KERNEL_CTL,
+    ROLE_KERNEL_OUT0,
+    ROLE_KERNEL_OUT1,
 };
+
+/* Slots in the poll set: signals, the channel (two), per request two outputs and stdin, per
+ * kernel its control socket and two outputs. */
+#define POLL_MAX (3 + 3 * AGENT_REQ_MAX + 3 * KERNEL_LANGS)
 
 int agent_run(struct agent *a)
 {
-    struct pollfd pfd[3 + 3 * AGENT_REQ_MAX];
+    struct pollfd pfd[POLL_MAX];
     struct {
         struct req *r;
+        struct kernel *k;
         enum poll_role role;
-    } tag[3 + 3 * AGENT_REQ_MAX];
+    } tag[POLL_MAX];
 
     al_decoder_init(&a->dec, a->inbuf, sizeof(a->inbuf));
+    kernel_init(a);
     while (!a->stop) {
         if (!a->connected) {
             int c = channel_accept(&a->ch);
@@ -619,13 +669,15 @@ int agent_run(struct agent *a)
 
         size_t n = 0;
         uint64_t now = now_us(), next = UINT64_MAX;
-#define ADD(fd_, ev_, r_, role_)                                                                   \
+#define ADDK(fd_, ev_, r_, k_, role_)                                                              \
     do {                                                                                           \
         pfd[n] = (struct pollfd){(fd_), (short)(ev_), 0};                                          \
         tag[n].r = (r_);                                                                           \
+        tag[n].k = (k_);                                                                           \
         tag[n].role = (role_);                                                                     \
         n++;                                                                                       \
     } while (0)
+#define ADD(fd_, ev_, r_, role_) ADDK(fd_, ev_, r_, NULL, role_)
         ADD(a->sig_fd, POLLIN, NULL, ROLE_SIGNAL);
         if (a->connected) {
             size_t avail;
@@ -667,8 +719,23 @@ int agent_run(struct agent *a)
                 next = r->deadline_us;
             if (r->grace_us && r->grace_us < next)
                 next = r->grace_us;
+            if (r->kill_us && !r->reaped && r->kill_us < next)
+                next = r->kill_us;
+            if (r->input_wait_ms && r->stdin_ino && !r->reaped && r->wait_next_us < next)
+                next = r->wait_next_us;
+        }
+        for (size_t i = 0; i < KERNEL_LANGS; i++) {
+            struct kernel *k = &a->kernels[i];
+            if (k->ctl_fd >= 0)
+                ADDK(k->ctl_fd, POLLIN | (k->wbuf && k->ready ? POLLOUT : 0), NULL, k,
+                     ROLE_KERNEL_CTL);
+            /* Output no run is reading (between runs, or past a run's share) is dropped. */
+            for (int j = 0; j < 2; j++)
+                if (k->out_fd[j] >= 0 && !(k->run && k->run->out[j].fd == k->out_fd[j]))
+                    ADDK(k->out_fd[j], POLLIN, NULL, k, ROLE_KERNEL_OUT0 + j);
         }
 #undef ADD
+#undef ADDK
         if (a->reap)
             next = now;
         if (a->ndead && a->dead_next_us < next)
@@ -710,6 +777,16 @@ int agent_run(struct agent *a)
             case ROLE_STDIN:
                 if (r->used)
                     exec_flush_stdin(a, r);
+                break;
+            case ROLE_KERNEL_CTL:
+                kernel_ctl_io(a, tag[i].k, re);
+                break;
+            case ROLE_KERNEL_OUT0:
+            case ROLE_KERNEL_OUT1:
+                /* The fd may have been handed to a run by the control line just handled. */
+                if (!tag[i].k->run || tag[i].k->run->out[tag[i].role - ROLE_KERNEL_OUT0].fd !=
+                                          pfd[i].fd)
+                    kernel_drain(tag[i].k, tag[i].role - ROLE_KERNEL_OUT0);
                 break;
             }
         }

@@ -16,11 +16,12 @@ static void usage(FILE *f)
 {
     fprintf(f,
             "usage: airlock-agent [--port NAME | --stdio | --unix PATH] [--root DIR]\n"
-            "                     [--allow-shutdown] [--version] [--help]\n"
+            "                     [--allow-shutdown] [--kernels DIR] [--version] [--help]\n"
             "Serves Airlock frames: on the virtio-serial port NAME (default %s),\n"
             "on stdin/stdout, or on a unix socket. File paths resolve beneath DIR (/).\n"
-            "--allow-shutdown lets SHUTDOWN power off the machine outside --port mode.\n",
-            DEFAULT_PORT);
+            "--allow-shutdown lets SHUTDOWN power off the machine outside --port mode.\n"
+            "--kernels DIR: the language kernels' driver scripts (default %s).\n",
+            DEFAULT_PORT, KERNELS_DIR);
 }
 
 static int setup_signals(struct agent *a)
@@ -44,6 +45,7 @@ int main(int argc, char **argv)
         {"port", required_argument, NULL, 'p'},     {"stdio", no_argument, NULL, 's'},
         {"unix", required_argument, NULL, 'u'},     {"root", required_argument, NULL, 'r'},
         {"allow-shutdown", no_argument, NULL, 'S'}, {"version", no_argument, NULL, 'V'},
+        {"kernels", required_argument, NULL, 'k'},
         {"help", no_argument, NULL, 'h'},           {NULL, 0, NULL, 0},
     };
     struct agent *a = &agent;
@@ -73,6 +75,9 @@ int main(int argc, char **argv)
             break;
         case 'S':
             allow_shutdown = true;
+            break;
+        case 'k':
+            a->kernels_dir = optarg;
             break;
         case 'V':
             printf("airlock-agent %s\n", AIRLOCK_VERSION);

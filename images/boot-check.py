@@ -37,6 +37,12 @@ qemu = ['qemu-system-x86_64', '-nodefaults', '-M', 'q35', '-accel', args.accel,
         '-chardev', 'socket,id=c0,path=%s,server=on,wait=off' % sock,
         '-device', 'virtserialport,chardev=c0,name=org.airlock.agent.0',
         '-serial', 'file:' + console]
+if man.get('disk'):
+    # As a session does: a throwaway overlay on the read-only base.
+    overlay = os.path.join(tmp, 'disk.qcow2')
+    subprocess.run(['qemu-img', 'create', '-q', '-f', 'qcow2', '-F', 'qcow2', '-b',
+                    os.path.abspath(os.path.join(args.image, man['disk'])), overlay], check=True)
+    qemu += ['-drive', 'file=%s,format=qcow2,if=virtio,cache=unsafe' % overlay]
 tap = Tap()
 check = tap.check
 

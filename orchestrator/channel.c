@@ -148,3 +148,11 @@ int al_channel_guest_error(const struct al_msg *m, const char *what, al_error *e
     return al_err(err, -code, "%s: %.*s", what, (int)m->u.error.message.len,
                   m->u.error.message.p);
 }
+
+void al_channel_discard(struct al_channel *ch)
+{
+    uint8_t sink[4096];
+    while (recv(ch->fd, sink, sizeof(sink), MSG_DONTWAIT) > 0)
+        ;
+    al_decoder_init(&ch->dec, ch->rbuf, CHANNEL_BUF);
+}

@@ -37,6 +37,7 @@ struct exec_state {
     uint64_t stdin_credit; /* bytes the agent still accepts on stdin */
     bool out_broken[3];    /* host stdout/stderr went away: discard */
     bool started;
+    bool waited_input;     /* the guest reported the program waiting for input */
 };
 
 static int pump_stdin(struct exec_state *st, al_error *err)
@@ -66,7 +67,8 @@ static int on_data(struct exec_state *st, const al_exec_opts *o, const struct al
         return al_err(err, -EPROTO, "guest sent data on stream %u of an exec", stream);
     int fd = stream == AL_STREAM_STDOUT ? o->stdout_fd : o->stderr_fd;
     if (m->u.data.len && !st->out_broken[stream]) {
-        int r = write_out(fd, m->u.data.data, m->u.data.len);
+        int r = o->output ? o->output(o->output_ctx, stream, m->u.data.data, m->u.data.len)
+                          : write_out(fd, m->u.data.data, m->u.data.len);
         if (r == -EPIPE) {
             /* Like a local pipeline: the writer learns its reader is gone. */
             st->out_broken[stream] = true;
@@ -103,16 +105,22 @@ static int on_cancel(struct exec_state *st, al_error *err)
 
 int al_exec(al_session *s, const al_exec_opts *o, al_exec_result *out, al_error *err)
 {
+    AL_SESSION_LOCKED(s);
     size_t argc = count(o->argv), envc = count(o->env);
     if (argc == 0 || argc > AL_ARGV_MAX)
         return al_err(err, -EINVAL, "a command needs 1 to %d arguments", AL_ARGV_MAX);
     if (envc > AL_ENV_MAX)
         return al_err(err, -EINVAL, "at most %d environment entries", AL_ENV_MAX);
+    if (o->kernel && !o->lang)
+        return al_err(err, -EINVAL, "a kernel run needs a language");
+    if (o->input_wait_ms > AL_INPUT_WAIT_MAX_MS)
+        return al_err(err, -EINVAL, "the input wait is at most %d s", AL_INPUT_WAIT_MAX_MS / 1000);
 
     struct exec_state st = {.s = s, .id = (uint32_t)al_session_next_id(s), .stdin_fd = -1};
     struct al_msg m = {.type = AL_EXEC, .id = st.id};
-    m.u.exec.flags = o->stdin_fd >= 0 ? AL_EXEC_STDIN : 0;
+    m.u.exec.flags = (o->stdin_fd >= 0 ? AL_EXEC_STDIN : 0) | (o->kernel ? AL_EXEC_KERNEL : 0);
     m.u.exec.timeout_ms = o->timeout_ms;
+    m.u.exec.input_wait_ms = o->input_wait_ms;
     m.u.exec.output_cap = o->output_cap;
     m.u.exec.lang = al_str_cstr(o->lang ? o->lang : "");
     m.u.exec.cwd = al_str_cstr(o->cwd ? o->cwd : "");
@@ -174,6 +182,19 @@ int al_exec(al_session *s, const al_exec_opts *o, al_exec_result *out, al_error 
             const char *what = o->lang ? "cannot run code" : o->argv[0];
             return al_channel_guest_error(&m, what, err);
         }
+        case AL_WAITING:
+            /* The guest never reports a wait that was not asked for. */
+            if (!o->input_wait_ms)
+                return al_err(err, -EPROTO, "guest sent an unexpected waiting frame");
+            if (!st.waited_input && o->interrupt_on_wait) {
+                struct al_msg sig = {.type = AL_SIGNAL, .id = st.id};
+                sig.u.signal.signo = SIGINT;
+                r = al_channel_send(&s->ch, &sig, err);
+                if (r < 0)
+                    return r;
+            }
+            st.waited_input = true;
+            break;
         case AL_EXIT: {
             al_exec_result res = {
                 .how = m.u.exit.how == AL_EXIT_SIGNAL ? AL_EXEC_SIGNALED : AL_EXEC_EXITED,
@@ -182,6 +203,7 @@ int al_exec(al_session *s, const al_exec_opts *o, al_exec_result *out, al_error 
                 .timed_out = m.u.exit.flags & AL_EXIT_TIMED_OUT,
                 .truncated_stdout = m.u.exit.flags & AL_EXIT_TRUNC_STDOUT,
                 .truncated_stderr = m.u.exit.flags & AL_EXIT_TRUNC_STDERR,
+                .waited_input = st.waited_input,
             };
             *out = res;
             return 0;

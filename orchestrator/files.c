@@ -19,6 +19,7 @@ static int guest_path_ok(const char *p, al_error *err)
 int al_file_put(al_session *s, const char *host_path, const char *guest_path,
                           al_error *err)
 {
+    AL_SESSION_LOCKED(s);
     int r = guest_path_ok(guest_path, err);
     if (r < 0)
         return r;
@@ -161,6 +162,7 @@ static int receive_file(al_session *s, uint32_t id, int fd, const char *guest_pa
 int al_file_get(al_session *s, const char *guest_path, const char *host_path,
                           al_error *err)
 {
+    AL_SESSION_LOCKED(s);
     int r = guest_path_ok(guest_path, err);
     if (r < 0)
         return r;

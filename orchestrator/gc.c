@@ -9,11 +9,11 @@
 #include <string.h>
 #include <sys/file.h>
 
-/* True when no live process holds the session's lock (or its dir is gone). */
-static bool session_dead(const char *sessions, const char *name)
+/* True when no live process holds the lock in a session dir (or the dir is gone). */
+static bool dir_dead(const char *dir)
 {
     char lock[4400];
-    if (al_pathf(lock, sizeof(lock), "%s/%s/lock", sessions, name) < 0)
+    if (al_pathf(lock, sizeof(lock), "%s/lock", dir) < 0)
         return false;
     _cleanup_close_ int fd = open(lock, O_RDWR | O_CLOEXEC | O_NOFOLLOW);
     if (fd < 0)
@@ -21,16 +21,34 @@ static bool session_dead(const char *sessions, const char *name)
     return flock(fd, LOCK_EX | LOCK_NB) == 0;
 }
 
-static bool is_airlock_domain(virDomainPtr d)
+static bool session_dead(const char *sessions, const char *name)
+{
+    char dir[4400];
+    return al_pathf(dir, sizeof(dir), "%s/%s", sessions, name) == 0 && dir_dead(dir);
+}
+
+/* A domain of ours is dead when the lock in the session dir its metadata names is free; a
+ * domain from before that element existed is judged by gc's own runtime dir. */
+static bool domain_dead(virDomainPtr d, const char *sessions)
 {
     const char *name = virDomainGetName(d);
     if (!name || strncmp(name, AL_DOMAIN_PREFIX, strlen(AL_DOMAIN_PREFIX)) != 0)
         return false;
-    char *md = virDomainGetMetadata(d, VIR_DOMAIN_METADATA_ELEMENT, AL_METADATA_NS,
-                                    VIR_DOMAIN_AFFECT_LIVE);
-    bool ours = md != NULL;
-    free(md);
-    return ours;
+    _cleanup_free_ char *md = virDomainGetMetadata(d, VIR_DOMAIN_METADATA_ELEMENT,
+                                                   AL_METADATA_NS, VIR_DOMAIN_AFFECT_LIVE);
+    if (!md)
+        return false; /* not ours */
+    /* libvirt hands the element back without our prefix. */
+    const char *open_tag = strstr(md, "<dir>");
+    const char *start = open_tag ? open_tag + strlen("<dir>") : NULL;
+    const char *end = start ? strchr(start, '<') : NULL;
+    if (!end || end == start || *start != '/' || memchr(start, '&', (size_t)(end - start)) ||
+        (size_t)(end - start) >= 4096)
+        return session_dead(sessions, name);
+    char dir[4096];
+    memcpy(dir, start, (size_t)(end - start));
+    dir[end - start] = '\0';
+    return dir_dead(dir);
 }
 
 int al_gc_conn(virConnectPtr conn, al_error *err)
@@ -47,7 +65,7 @@ int al_gc_conn(virConnectPtr conn, al_error *err)
         virDomainPtr *doms = NULL;
         int n = virConnectListAllDomains(conn, &doms, VIR_CONNECT_LIST_DOMAINS_ACTIVE);
         for (int i = 0; i < n; i++) {
-            if (is_airlock_domain(doms[i]) && session_dead(sessions, virDomainGetName(doms[i])) &&
+            if (domain_dead(doms[i], sessions) &&
                 virDomainDestroy(doms[i]) == 0)
                 reaped++;
             virDomainFree(doms[i]);

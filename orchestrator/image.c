@@ -32,7 +32,7 @@ int al_image_store_dir(char *buf, size_t len, al_error *err)
     return 0;
 }
 
-static bool name_ok(const char *s)
+bool al_image_name_ok(const char *s)
 {
     size_t n = strlen(s);
     if (n == 0 || n >= 64 || s[0] == '.')
@@ -82,7 +82,7 @@ static int image_part(const cJSON *j, const char *key, const char *dir, char *ou
                       const char *name, al_error *err)
 {
     const cJSON *v = cJSON_GetObjectItemCaseSensitive(j, key);
-    if (!cJSON_IsString(v) || !name_ok(v->valuestring))
+    if (!cJSON_IsString(v) || !al_image_name_ok(v->valuestring))
         return al_err(err, -EINVAL, "image '%s': manifest field '%s' is not a file name", name,
                       key);
     int n = snprintf(out, len, "%s/%s", dir, v->valuestring);
@@ -100,7 +100,7 @@ int al_image_load(const char *name, al_image *out, al_error *err)
     int r = al_image_store_dir(store, sizeof(store), err);
     if (r < 0)
         return r;
-    if (!name_ok(name))
+    if (!al_image_name_ok(name))
         return al_err(err, -EINVAL, "bad image name '%s'", name);
 
     al_image img;
@@ -140,6 +140,13 @@ int al_image_load(const char *name, al_image *out, al_error *err)
     r = image_part(j, "initrd", img.dir, img.initrd, sizeof(img.initrd), name, err);
     if (r < 0)
         return r;
+    /* A root disk is optional (tiny has none); when named it obeys the same rules. */
+    const cJSON *disk = cJSON_GetObjectItemCaseSensitive(j, "disk");
+    if (disk && !cJSON_IsNull(disk)) {
+        r = image_part(j, "disk", img.dir, img.disk, sizeof(img.disk), name, err);
+        if (r < 0)
+            return r;
+    }
 
     const cJSON *cmd = cJSON_GetObjectItemCaseSensitive(j, "cmdline");
     if (cJSON_IsString(cmd)) {
@@ -154,7 +161,7 @@ int al_image_load(const char *name, al_image *out, al_error *err)
     const cJSON *l;
     cJSON_ArrayForEach(l, langs)
     {
-        if (!cJSON_IsString(l) || !name_ok(l->valuestring))
+        if (!cJSON_IsString(l) || !al_image_name_ok(l->valuestring))
             continue;
         size_t have = strlen(img.languages);
         snprintf(img.languages + have, sizeof(img.languages) - have, "%s%s", have ? " " : "",
@@ -200,4 +207,45 @@ int al_image_list(void (*fn)(void *ctx, const al_image *img, const char *name, c
         free(names[i]);
     }
     return (int)n;
+}
+
+const char *al_image_default(void)
+{
+    const char *env = getenv("AIRLOCK_IMAGE");
+    if (env && *env)
+        return env;
+    char store[4096], path[4200];
+    al_error ignored = {0};
+    struct stat st;
+    if (al_image_store_dir(store, sizeof(store), &ignored) == 0 &&
+        al_pathf(path, sizeof(path), "%s/debian/manifest.json", store) == 0 && stat(path, &st) == 0)
+        return "debian";
+    return "tiny";
+}
+
+int al_image_remove(const char *name, al_error *err)
+{
+    char store[4096], dir[4200], manifest[4300];
+    int r = al_image_store_dir(store, sizeof(store), err);
+    if (r < 0)
+        return r;
+    if (!al_image_name_ok(name))
+        return al_err(err, -EINVAL, "bad image name '%s'", name);
+    if (al_pathf(dir, sizeof(dir), "%s/%s", store, name) < 0 ||
+        al_pathf(manifest, sizeof(manifest), "%s/manifest.json", dir) < 0)
+        return al_err(err, -ENAMETOOLONG, "image path too long");
+    /* Only what looks like an image: never a stray directory someone pointed the store at. */
+    struct stat st;
+    if (lstat(dir, &st) < 0 || !S_ISDIR(st.st_mode) || lstat(manifest, &st) < 0)
+        return al_err(err, -ENOENT, "no image '%s' in %s", name, store);
+    /* Renamed away first, so a session starting meanwhile sees no half-removed image. */
+    char gone[4300];
+    if (al_pathf(gone, sizeof(gone), "%s/.%s.removed-%ld", store, name, (long)getpid()) < 0)
+        return al_err(err, -ENAMETOOLONG, "image path too long");
+    if (rename(dir, gone) < 0)
+        return al_err(err, -errno, "cannot remove image '%s': %s", name, strerror(errno));
+    r = al_rmtree(gone);
+    if (r < 0)
+        return al_err(err, r, "cannot remove '%s': %s", gone, strerror(-r));
+    return 0;
 }

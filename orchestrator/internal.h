@@ -93,6 +93,9 @@ int al_channel_recv(struct al_channel *ch, struct al_msg *m, uint64_t deadline_m
                     int extra_fd, al_error *err);
 /* Describes an AL_ERROR frame from the guest into err and returns a matching negative errno. */
 int al_channel_guest_error(const struct al_msg *m, const char *what, al_error *err);
+/* Forgets every byte received and not yet decoded, and whatever the socket holds right now:
+ * after a snapshot restore these come from the guest's abandoned future. */
+void al_channel_discard(struct al_channel *ch);
 
 /* ---- libvirt domain ---- */
 struct al_vm_config {
@@ -104,6 +107,8 @@ struct al_vm_config {
     bool kvm;
     const char *agent_sock;
     const char *console_path;
+    const char *disk;     /* the session's root disk overlay (qcow2), or NULL */
+    const char *scratch;  /* a qcow2 the guest never mounts, holding checkpoints, or NULL */
     const char *raw_sock; /* NULL: none */
     const char *raw_port_name;
 };
@@ -117,6 +122,22 @@ void al_kvm_mark_broken(void);
 #define AL_METADATA_NS "https://airlock.invalid/xmlns/session/1"
 #define AL_METADATA_PREFIX "airlock"
 #define AL_DOMAIN_PREFIX "airlock-"
+
+/* ---- images ---- */
+/* Image and image part names: letters, digits, - _ . and no leading dot, under 64 bytes. */
+bool al_image_name_ok(const char *s);
+
+/* ---- host helpers (spawn.c, disk.c) ---- */
+/* Runs argv[0] (searched in PATH) with stdin from /dev/null, stdout on out_fd and stderr on
+ * err_fd, and waits; *status is the wait status. Negative errno when it could not start. */
+int al_spawn_wait(const char *const *argv, int out_fd, int err_fd, int *status);
+/* Creates overlay, a qcow2 whose backing file is base (qcow2, never written), and hands it to
+ * the user QEMU runs as (libvirt's DAC base label for the domain type). */
+int al_disk_overlay(virConnectPtr conn, bool kvm, const char *base, const char *overlay,
+                    al_error *err);
+/* Creates path, an empty qcow2 of size bytes, owned the same way. */
+int al_disk_scratch(virConnectPtr conn, bool kvm, const char *path, uint64_t size,
+                    al_error *err);
 
 /* ---- session dirs ---- */
 int al_runtime_dir(char *buf, size_t len, al_error *err);

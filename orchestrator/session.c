@@ -56,7 +56,7 @@ static int session_dir_create(al_session *s, al_error *err)
     return 0;
 }
 
-static int connect_agent(al_session *s, uint64_t deadline, al_error *err)
+int al_session_connect_agent(al_session *s, uint64_t deadline, al_error *err)
 {
     struct sockaddr_un sa = {.sun_family = AF_UNIX};
     if (strlen(s->sock) >= sizeof(sa.sun_path))
@@ -103,16 +103,27 @@ static void console_last_line(const al_session *s, char *out, size_t len)
         fclose(f);
 }
 
+int al_session_send_hello(al_session *s, uint64_t *nonce, al_error *err)
+{
+    uint64_t n = 0;
+    if (getrandom(&n, sizeof(n), 0) != sizeof(n))
+        n = al_now_us();
+    struct al_msg m = {.type = AL_HELLO};
+    m.u.hello.version = AL_PROTO_VERSION;
+    m.u.hello.nonce = n;
+    m.u.hello.window = AL_WINDOW_DEFAULT;
+    int r = al_channel_send(&s->ch, &m, err);
+    if (r < 0)
+        return r;
+    *nonce = n;
+    return 0;
+}
+
 static int handshake(al_session *s, uint64_t deadline, al_error *err)
 {
     uint64_t nonce = 0;
-    if (getrandom(&nonce, sizeof(nonce), 0) != sizeof(nonce))
-        nonce = al_now_us();
-    struct al_msg m = {.type = AL_HELLO};
-    m.u.hello.version = AL_PROTO_VERSION;
-    m.u.hello.nonce = nonce;
-    m.u.hello.window = AL_WINDOW_DEFAULT;
-    int r = al_channel_send(&s->ch, &m, err);
+    struct al_msg m;
+    int r = al_session_send_hello(s, &nonce, err);
     if (r < 0)
         return r;
     for (;;) {
@@ -135,7 +146,14 @@ static int handshake(al_session *s, uint64_t deadline, al_error *err)
                           al_type_name(m.type));
         break;
     }
-    const typeof(m.u.hello_ack) *a = &m.u.hello_ack;
+    return al_session_hello_ack(s, &m, nonce, err);
+}
+
+/* Checks the agent's HELLO_ACK against the HELLO that carried nonce and takes in what it
+ * announces; also after a checkpoint restore (checkpoint.c). */
+int al_session_hello_ack(al_session *s, const struct al_msg *m, uint64_t nonce, al_error *err)
+{
+    const typeof(m->u.hello_ack) *a = &m->u.hello_ack;
     if (a->version != AL_PROTO_VERSION)
         return al_err(err, -EPROTONOSUPPORT,
                       "the guest agent speaks protocol %u, this airlock speaks %u; rebuild the "
@@ -174,6 +192,12 @@ int al_session_open(const al_session_opts *opts, al_session **out, al_error *err
         return al_err(err, -ENOMEM, "out of memory");
     s->lock_fd = -1;
     s->ch.fd = -1;
+    /* Recursive: a request made of several (a workdir copy) may hold it around its parts. */
+    pthread_mutexattr_t ma;
+    pthread_mutexattr_init(&ma);
+    pthread_mutexattr_settype(&ma, PTHREAD_MUTEX_RECURSIVE);
+    pthread_mutex_init(&s->lock, &ma);
+    pthread_mutexattr_destroy(&ma);
     s->cancel_fd = opts->cancel_fd > 0 ? opts->cancel_fd : -1;
     s->console_to = opts->console_to;
     s->stall_ms = opts->stall_timeout_ms;
@@ -182,7 +206,7 @@ int al_session_open(const al_session_opts *opts, al_session **out, al_error *err
     if (opts->raw_port)
         snprintf(s->raw_port, sizeof(s->raw_port), "%s", opts->raw_port);
 
-    int r = al_image_load(opts->image ? opts->image : "tiny", &s->img, err);
+    int r = al_image_load(opts->image ? opts->image : al_image_default(), &s->img, err);
     if (r < 0)
         goto fail;
     r = al_vm_connect(opts->connect_uri, &s->conn, err);
@@ -212,6 +236,17 @@ int al_session_open(const al_session_opts *opts, al_session **out, al_error *err
                 : ks == AL_KVM_OFF  ? "AIRLOCK_ACCEL=tcg"
                                     : "/dev/kvm is not usable");
     }
+    char disk[4300];
+    if (s->img.disk[0]) {
+        /* In the session dir: removed with it, by close or by gc after a crash. */
+        if (al_pathf(disk, sizeof(disk), "%s/disk.qcow2", s->dir) < 0) {
+            r = al_err(err, -ENAMETOOLONG, "session path too long");
+            goto fail;
+        }
+        r = al_disk_overlay(s->conn, s->kvm, s->img.disk, disk, err);
+        if (r < 0)
+            goto fail;
+    }
     struct al_vm_config cfg = {
         .name = s->name,
         .session_dir = s->dir,
@@ -223,9 +258,15 @@ int al_session_open(const al_session_opts *opts, al_session **out, al_error *err
         .kvm = s->kvm,
         .agent_sock = s->sock,
         .console_path = s->console,
+        .disk = s->img.disk[0] ? disk : NULL,
         .raw_sock = s->raw_port[0] ? s->raw_sock : NULL,
         .raw_port_name = s->raw_port,
     };
+    if (opts->checkpoints) {
+        r = al_checkpoints_prepare(s, &cfg, err);
+        if (r < 0)
+            goto fail;
+    }
     s->timing.prepare_ms = al_now_ms() - t_open;
     uint64_t start = al_now_ms();
     if (opts->lifetime_s)
@@ -249,7 +290,7 @@ int al_session_open(const al_session_opts *opts, al_session **out, al_error *err
     if (r < 0)
         goto fail;
     uint64_t deadline = start + s->boot_timeout_ms;
-    r = connect_agent(s, deadline, err);
+    r = al_session_connect_agent(s, deadline, err);
     if (r < 0)
         goto fail;
     uint64_t started = al_now_ms();
@@ -270,6 +311,7 @@ void al_session_close(al_session *s)
 {
     if (!s)
         return;
+    al_control_stop(s);
     if (s->have_ch)
         al_channel_destroy(&s->ch);
     if (s->dom) {
@@ -286,9 +328,11 @@ void al_session_close(al_session *s)
         if (f)
             fclose(f);
     }
+    al_checkpoints_free(s); /* the snapshots themselves live in the session dir */
     if (s->dir_created)
         al_rmtree(s->dir);
     al_closep(&s->lock_fd);
+    pthread_mutex_destroy(&s->lock);
     free(s);
 }
 

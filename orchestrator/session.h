@@ -4,6 +4,8 @@
 
 #include "internal.h"
 
+#include <pthread.h>
+
 struct al_session {
     virConnectPtr conn;
     virDomainPtr dom;
@@ -18,6 +20,10 @@ struct al_session {
     int lock_fd;            /* flock held while the session lives; gc skips locked dirs */
     FILE *console_to;       /* copy the console here at close, or NULL */
     int cancel_fd;          /* -1 or the caller's signal pipe */
+    pthread_mutex_t lock;   /* recursive; one request at a time on the channel, whether the
+                               owner's or a control-socket client's (control.c) */
+    struct al_control *control; /* the control socket's server thread, or NULL */
+    struct al_checkpoints *ckpt; /* checkpoint.c's state; NULL without opts.checkpoints */
     struct al_channel ch;
     bool have_ch;
     unsigned stall_ms;
@@ -38,5 +44,26 @@ int al_session_next_id(al_session *s);
  * or extra_fd became readable. */
 int al_session_recv(al_session *s, uint32_t id, struct al_msg *m, int extra_fd, al_error *err);
 int al_gc_conn(virConnectPtr conn, al_error *err);
+/* Connects s->ch to the agent's socket, retrying until deadline while QEMU creates it. */
+int al_session_connect_agent(al_session *s, uint64_t deadline, al_error *err);
+/* Sends a HELLO with a fresh random nonce, written to *nonce. */
+int al_session_send_hello(al_session *s, uint64_t *nonce, al_error *err);
+/* Checks a HELLO_ACK against the HELLO sent with nonce and records what the agent announced. */
+int al_session_hello_ack(al_session *s, const struct al_msg *m, uint64_t nonce, al_error *err);
+/* checkpoint.c: sets up checkpoints for a session being opened (a scratch disk for images
+ * without one, in cfg), and frees that state at close. */
+int al_checkpoints_prepare(al_session *s, struct al_vm_config *cfg, al_error *err);
+void al_checkpoints_free(al_session *s);
+
+/* Holds the session's channel until the end of the enclosing block. */
+static inline void al_session_unlockp(al_session **s)
+{
+    pthread_mutex_unlock(&(*s)->lock);
+}
+#define AL_SESSION_LOCKED(s)                                                                    \
+    __attribute__((cleanup(al_session_unlockp))) al_session *al_locked_session_ =              \
+        (pthread_mutex_lock(&(s)->lock), (s))
+/* Ends the control socket's server, if any (control.c); before the session goes away. */
+void al_control_stop(al_session *s);
 
 #endif

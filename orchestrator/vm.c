@@ -173,6 +173,24 @@ static void xml_unix_channel(FILE *f, const char *path, const char *name)
     fputs("'/></channel>\n", f);
 }
 
+/* A virtio qcow2 disk, with its backing file (qcow2, opened read-only) when backing is set.
+ * cache unsafe: a session's disks are thrown away with it, so flushes buy nothing. */
+static void xml_qcow2_disk(FILE *f, const char *path, const char *backing, const char *dev)
+{
+    fputs("    <disk type='file' device='disk'>\n"
+          "      <driver name='qemu' type='qcow2' cache='unsafe'/>\n"
+          "      <source file='",
+          f);
+    xml_text(f, path);
+    fputs("'/>\n", f);
+    if (backing) {
+        fputs("      <backingStore type='file'><format type='qcow2'/><source file='", f);
+        xml_text(f, backing);
+        fputs("'/><backingStore/></backingStore>\n", f);
+    }
+    fprintf(f, "      <target dev='%s' bus='virtio'/>\n    </disk>\n", dev);
+}
+
 char *al_vm_xml(const struct al_vm_config *cfg)
 {
     char *buf = NULL;
@@ -184,10 +202,14 @@ char *al_vm_xml(const struct al_vm_config *cfg)
     xml_elem(f, "  ", "name", cfg->name);
     fprintf(f, "  <memory unit='MiB'>%u</memory>\n  <vcpu>%u</vcpu>\n", cfg->memory_mib,
             cfg->vcpus);
-    fprintf(f,
-            "  <metadata><%s:session xmlns:%s='%s' pid='%ld'/></metadata>\n"
-            "  <os>\n    <type arch='x86_64' machine='q35'>hvm</type>\n",
-            AL_METADATA_PREFIX, AL_METADATA_PREFIX, AL_METADATA_NS, (long)getpid());
+    /* The session dir lets gc find the owner's lock even when the owner used another runtime
+     * dir than gc's own (AIRLOCK_RUNTIME_DIR, another user's XDG dir). */
+    fprintf(f, "  <metadata><%s:session xmlns:%s='%s' pid='%ld'>\n", AL_METADATA_PREFIX,
+            AL_METADATA_PREFIX, AL_METADATA_NS, (long)getpid());
+    xml_elem(f, "    ", AL_METADATA_PREFIX ":dir", cfg->session_dir);
+    fprintf(f, "  </%s:session></metadata>\n"
+               "  <os>\n    <type arch='x86_64' machine='q35'>hvm</type>\n",
+            AL_METADATA_PREFIX);
     xml_elem(f, "    ", "kernel", cfg->image->kernel);
     xml_elem(f, "    ", "initrd", cfg->image->initrd);
     xml_elem(f, "    ", "cmdline", cfg->image->cmdline);
@@ -209,6 +231,13 @@ char *al_vm_xml(const struct al_vm_config *cfg)
           f);
     xml_text(f, cfg->console_path);
     fputs("'/></serial>\n", f);
+    /* The session's overlay on the image's base, which QEMU opens read-only. */
+    if (cfg->disk)
+        xml_qcow2_disk(f, cfg->disk, cfg->image->disk, "vda");
+    /* Holds checkpoints (QEMU's savevm needs a writable qcow2) for images without a disk;
+     * the guest sees an empty disk and never mounts it. */
+    if (cfg->scratch)
+        xml_qcow2_disk(f, cfg->scratch, NULL, "vdb");
     xml_unix_channel(f, cfg->agent_sock, "org.airlock.agent.0");
     if (cfg->raw_sock)
         xml_unix_channel(f, cfg->raw_sock, cfg->raw_port_name);

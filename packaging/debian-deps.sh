@@ -7,15 +7,20 @@ PACKAGES=(
   # build
   gcc meson ninja-build pkg-config
   # host libraries
-  libvirt-dev libcurl4-openssl-dev libcjson-dev libssh2-1-dev
+  libvirt-dev libcurl4-openssl-dev libcjson-dev libssh2-1-dev libarchive-dev libedit-dev libyaml-dev
   # hypervisor
   libvirt-daemon-system libvirt-daemon-driver-qemu libvirt-clients qemu-system-x86 qemu-utils
   # the tiny image
   busybox-static linux-image-cloud-amd64 cpio
+  # the debian image (root disk from the archive, ext4 without loop mounts, qcow2) and the
+  # libvirt capabilities parser (the user QEMU runs as owns each session's disk overlay)
+  mmdebstrap e2fsprogs libxml2-dev
   # a prompt zombie reaper for libvirtd where PID 1 is not an init (containers, sandboxes)
   tini
   # tests: sanitizers and libFuzzer runtimes, python for the integration tests
   clang libclang-rt-14-dev python3
+  # tests of the agent's language kernels on this machine (python with matplotlib, bash, node)
+  python3-matplotlib bash nodejs
 )
 
 missing=()

@@ -10,7 +10,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#define AL_PROTO_VERSION 1
+#define AL_PROTO_VERSION 2
 
 /* 'A' 'L' type flags id:u32 len:u32, little-endian. */
 #define AL_FRAME_HEADER_SIZE 12
@@ -33,6 +33,9 @@
 #define AL_WINDOW_DEFAULT (1024 * 1024)
 #define AL_WINDOW_MIN AL_DATA_CHUNK_MAX
 #define AL_WINDOW_MAX (16 * 1024 * 1024)
+/* Longest EXEC.input_wait_ms: a program quiet on its stdin for longer than an hour is hung, which
+ * is timeout_ms's business; a bound also keeps the field a duration rather than a sentinel. */
+#define AL_INPUT_WAIT_MAX_MS (3600 * 1000)
 
 enum al_type {
     AL_HELLO = 1,     /* host -> guest: version, nonce, window */
@@ -51,7 +54,8 @@ enum al_type {
     AL_PING = 14,     /* host -> guest: cookie */
     AL_PONG = 15,     /* guest -> host: same cookie */
     AL_SHUTDOWN = 16, /* host -> guest: power off (or reboot) */
-    AL_TYPE_MAX_ = 16,
+    AL_WAITING = 17,  /* guest -> host: the run has been blocked reading its stdin a while */
+    AL_TYPE_MAX_ = 17,
 };
 
 enum al_flag {
@@ -76,9 +80,10 @@ enum al_caps {
 };
 
 enum al_exec_flags {
-    AL_EXEC_STDIN = 1 << 0, /* host will send stdin; otherwise the process gets /dev/null */
+    AL_EXEC_STDIN = 1 << 0,  /* host will send stdin; otherwise the process gets /dev/null */
+    AL_EXEC_KERNEL = 1 << 1, /* argv[0] is a code block for lang's long-lived kernel */
 };
-#define AL_EXEC_FLAGS_KNOWN AL_EXEC_STDIN
+#define AL_EXEC_FLAGS_KNOWN (AL_EXEC_STDIN | AL_EXEC_KERNEL)
 
 enum al_exit_how {
     AL_EXIT_CODE = 0,   /* value is the exit status 0..255 */
@@ -143,6 +148,7 @@ struct al_msg {
         struct {
             uint32_t flags;      /* enum al_exec_flags */
             uint32_t timeout_ms; /* 0: none */
+            uint32_t input_wait_ms; /* send WAITING after this long blocked on stdin; 0: never */
             uint64_t output_cap; /* per stream; 0: none */
             struct al_str lang;  /* empty: argv[0] is a program; else argv[0] is code */
             struct al_str cwd;   /* empty: / */
@@ -198,6 +204,9 @@ struct al_msg {
         struct {
             uint32_t how;
         } shutdown;
+        struct {
+            uint32_t waited_ms; /* how long the run has been blocked on its stdin */
+        } waiting;
     } u;
 };
 

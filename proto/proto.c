@@ -216,6 +216,7 @@ int al_msg_decode(const struct al_header *h, const uint8_t *payload, struct al_m
     case AL_EXEC:
         m.u.exec.flags = get_u32(&r, "truncated exec");
         m.u.exec.timeout_ms = get_u32(&r, "truncated exec");
+        m.u.exec.input_wait_ms = get_u32(&r, "truncated exec");
         m.u.exec.output_cap = get_u64(&r, "truncated exec");
         m.u.exec.lang = get_str(&r, AL_SHORT_STR_MAX, "bad exec language");
         m.u.exec.cwd = get_str(&r, AL_PATH_MAX, "bad exec cwd");
@@ -227,6 +228,10 @@ int al_msg_decode(const struct al_header *h, const uint8_t *payload, struct al_m
             r.why = "exec without argv";
         if (!r.why && (m.u.exec.flags & ~AL_EXEC_FLAGS_KNOWN))
             r.why = "unknown exec flags";
+        if (!r.why && (m.u.exec.flags & AL_EXEC_KERNEL) && m.u.exec.lang.len == 0)
+            r.why = "kernel exec without a language";
+        if (!r.why && m.u.exec.input_wait_ms > AL_INPUT_WAIT_MAX_MS)
+            r.why = "input wait too long";
         break;
     case AL_STARTED:
         m.u.started.pid = get_u32(&r, "truncated started");
@@ -305,6 +310,9 @@ int al_msg_decode(const struct al_header *h, const uint8_t *payload, struct al_m
         if (!r.why && m.u.shutdown.how > AL_SHUTDOWN_REBOOT)
             r.why = "bad shutdown kind";
         break;
+    case AL_WAITING:
+        m.u.waiting.waited_ms = get_u32(&r, "truncated waiting");
+        break;
     default:
         *why = "unknown frame type";
         return -EPROTONOSUPPORT;
@@ -347,6 +355,7 @@ int al_msg_encode(const struct al_msg *m, uint8_t *out, size_t cap)
             return -EINVAL;
         put_u32(&w, m->u.exec.flags);
         put_u32(&w, m->u.exec.timeout_ms);
+        put_u32(&w, m->u.exec.input_wait_ms);
         put_u64(&w, m->u.exec.output_cap);
         put_str(&w, m->u.exec.lang);
         put_str(&w, m->u.exec.cwd);
@@ -405,6 +414,9 @@ int al_msg_encode(const struct al_msg *m, uint8_t *out, size_t cap)
         break;
     case AL_SHUTDOWN:
         put_u32(&w, m->u.shutdown.how);
+        break;
+    case AL_WAITING:
+        put_u32(&w, m->u.waiting.waited_ms);
         break;
     default:
         return -EINVAL;
@@ -516,7 +528,7 @@ const char *al_type_name(uint8_t type)
         [AL_SIGNAL] = "signal",     [AL_EXIT] = "exit",           [AL_ERROR] = "error",
         [AL_FILE_PUT] = "file-put", [AL_FILE_GET] = "file-get",   [AL_FILE_INFO] = "file-info",
         [AL_OK] = "ok",             [AL_PING] = "ping",           [AL_PONG] = "pong",
-        [AL_SHUTDOWN] = "shutdown",
+        [AL_SHUTDOWN] = "shutdown", [AL_WAITING] = "waiting",
     };
     if (type == 0 || type > AL_TYPE_MAX_)
         return "unknown";

@@ -8,12 +8,14 @@ import time
 
 HDR = struct.Struct('<2sBBII')
 HELLO, HELLO_ACK, EXEC, STARTED, DATA, CREDIT, SIGNAL, EXIT, ERROR = range(1, 10)
-FILE_PUT, FILE_GET, FILE_INFO, OK, PING, PONG, SHUTDOWN = range(10, 17)
+FILE_PUT, FILE_GET, FILE_INFO, OK, PING, PONG, SHUTDOWN, WAITING = range(10, 18)
 NAMES = {v: k for k, v in dict(HELLO=1, HELLO_ACK=2, EXEC=3, STARTED=4, DATA=5, CREDIT=6,
                                   SIGNAL=7, EXIT=8, ERROR=9, FILE_PUT=10, FILE_GET=11,
-                                  FILE_INFO=12, OK=13, PING=14, PONG=15, SHUTDOWN=16).items()}
+                                  FILE_INFO=12, OK=13, PING=14, PONG=15, SHUTDOWN=16,
+                                  WAITING=17).items()}
 EOF_FLAG = 1
-EXEC_STDIN = 1
+EXEC_STDIN, EXEC_KERNEL = 1, 2
+PROTO_VERSION = 2
 TRUNC_OUT, TRUNC_ERR, TIMED_OUT = 1, 2, 4
 ERR = dict(PROTOCOL=1, NOT_FOUND=2, PERMISSION=3, INVALID=4, LIMIT=5, IO=6, INTERNAL=7,
            UNSUPPORTED=8)
@@ -32,13 +34,13 @@ def slist(v):
     return struct.pack('<I', len(v)) + b''.join(s(x) for x in v)
 
 
-def hello(nonce=1, window=1 << 20, version=1):
+def hello(nonce=1, window=1 << 20, version=PROTO_VERSION):
     return frame(HELLO, 0, struct.pack('<IQI', version, nonce, window))
 
 
-def exec_(fid, argv, lang='', cwd='', env=(), flags=0, timeout_ms=0, cap=0):
-    return frame(EXEC, fid, struct.pack('<IIQ', flags, timeout_ms, cap) + s(lang) + s(cwd) +
-                 slist(argv) + slist(env))
+def exec_(fid, argv, lang='', cwd='', env=(), flags=0, timeout_ms=0, cap=0, input_wait_ms=0):
+    return frame(EXEC, fid, struct.pack('<IIIQ', flags, timeout_ms, input_wait_ms, cap) + s(lang) +
+                 s(cwd) + slist(argv) + slist(env))
 
 
 def data(fid, stream, b, eof=False):
@@ -103,6 +105,8 @@ def decode(t, p):
         return dict(mode=mode, size=size)
     if t in (OK, PONG):
         return dict(value=struct.unpack('<Q', p)[0])
+    if t == WAITING:
+        return dict(waited_ms=struct.unpack('<I', p)[0])
     return dict(raw=p)
 
 
@@ -184,9 +188,9 @@ class Conn:
             if f[0] == t:
                 return f
 
-    def run(self, fid, argv, stdin=None, timeout=30, credit_back=True, **kw):
+    def run(self, fid, argv, stdin=None, timeout=30, credit_back=True, flags=0, **kw):
         """EXEC and collect: returns (exit or error dict, stdout, stderr, frames)."""
-        flags = EXEC_STDIN if stdin is not None else 0
+        flags |= EXEC_STDIN if stdin is not None else 0
         self.send(exec_(fid, argv, flags=flags, **kw))
         if stdin is not None:
             self.send(data(fid, 0, stdin, eof=True))

@@ -2,6 +2,7 @@
 """Drives `airlock-agent --stdio` on this machine: exec, stdin, timeouts, signals, errors,
 flow control, file transfer beneath --root. Usage: test_stdio.py AGENT [LOGFILE]"""
 import os
+import re
 import shutil
 import signal as sig
 import subprocess
@@ -33,7 +34,7 @@ check('bad version', i == 0 and 'version 7 not supported' in d['message'], d)
 
 c.send(hello(nonce=0x1234))
 t, _, i, d = c.expect(HELLO_ACK)
-check('hello-ack', d['nonce'] == 0x1234 and d['version'] == 1 and 'sh' in d['langs'], d)
+check('hello-ack', d['nonce'] == 0x1234 and d['version'] == PROTO_VERSION and 'sh' in d['langs'], d)
 print('#   ', d)
 
 d, out, err, fr = c.run(2, ['echo', 'hi'])
@@ -283,6 +284,262 @@ d, out, err, _ = c.run(3, ['echo', 'again'])
 check('unix: second connection', out == b'again\n', (d, out))
 u.send_signal(sig.SIGTERM)
 check('unix: exit on SIGTERM', u.wait(5) == 0)
+
+
+# ---- Language kernels (python, shell, javascript) and input waits, on this machine's
+# interpreters, the drivers taken from the source tree. ----
+kernels = os.path.join(os.path.dirname(os.path.abspath(__file__)), '..', 'kernels')
+k = subprocess.Popen([agent, '--stdio', '--root', root, '--kernels', kernels],
+                     stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=log)
+c = Conn(k.stdout.fileno(), k.stdin.fileno())
+c.send(hello(nonce=77))
+t, _, i, d = c.expect(HELLO_ACK)
+have = {'python': shutil.which('python3', path='/usr/bin:/bin:/usr/local/bin'),
+        'shell': shutil.which('bash', path='/usr/bin:/bin:/usr/local/bin'),
+        'javascript': shutil.which('node', path='/usr/bin:/bin:/usr/local/bin')}
+check('hello-ack announces the kernels found here',
+      all(('kernel:' + n in d['langs']) == bool(x) for n, x in have.items()), (d['langs'], have))
+fid = [1000]
+
+
+def krun(lang, code, **kw):
+    """One code block in a kernel: (exit or error dict, stdout, stderr, frames)."""
+    fid[0] += 1
+    kw['flags'] = kw.get('flags', 0) | EXEC_KERNEL
+    return c.run(fid[0], [code], lang=lang, **kw)
+
+
+def kstart(lang, code, **kw):
+    fid[0] += 1
+    c.send(exec_(fid[0], [code], lang=lang, flags=kw.pop('flags', 0) | EXEC_KERNEL, **kw))
+    c.expect(STARTED)
+    return fid[0]
+
+
+def kfinish(rid, sig=None, wait_for=None, timeout=10):
+    """Optionally waits for a frame type, sends a signal, and collects up to EXIT: (exit,
+    stdout, stderr, types seen)."""
+    out, err, seen = b'', b'', []
+    if wait_for:
+        f = c.recv(timeout)
+        while f and f[0] != wait_for and f[0] not in (EXIT, ERROR):
+            seen.append(f[0])
+            if f[0] == DATA:
+                out, err = (out + f[3]['data'], err) if f[3]['stream'] == 1 else (out, err + f[3]['data'])
+            f = c.recv(timeout)
+        seen.append(f[0] if f else None)
+        if not f or f[0] in (EXIT, ERROR):
+            return (f[3] if f else None), out, err, seen
+    if sig:
+        c.send(signal(rid, sig))
+    while True:
+        f = c.recv(timeout)
+        if f is None:
+            return None, out, err, seen
+        t, fl, i, d = f
+        seen.append(t)
+        if t == DATA:
+            out, err = (out + d['data'], err) if d['stream'] == 1 else (out, err + d['data'])
+        if t in (EXIT, ERROR) and i == rid:
+            return d, out, err, seen
+
+
+def ok_exit(d, value=0):
+    return d is not None and d.get('how') == 0 and d.get('value') == value
+
+
+if have['python']:
+    d, out, err, _ = krun('python', 'x = 41\nimport os\ndef twice(v):\n    return 2 * v\n')
+    d, out, err, _ = krun('python', 'x + 1')
+    check('python: state across runs, the last value printed', ok_exit(d) and out == b'42\n',
+          (d, out, err))
+    d, out, err, _ = krun('python', 'print(twice(x))\n1/0')
+    check('python: a traceback without the driver, status 1', ok_exit(d, 1) and out == b'82\n'
+          and b'ZeroDivisionError' in err and b'<cell' in err and b'python.py' not in err,
+          (d, out, err))
+    d, out, err, _ = krun('python', 'x')
+    check('python: alive after the exception', ok_exit(d) and out == b'41\n', (d, out, err))
+    d, out, err, _ = krun('python', 'if x:\n  y = (')
+    check('python: a syntax error is the block\'s failure', ok_exit(d, 1) and
+          b'SyntaxError' in err and b'python.py' not in err, (d, err))
+    rid = kstart('python', 'x = 5\nwhile True: pass')
+    time.sleep(0.5)
+    d, out, err, _ = kfinish(rid, sig=2)
+    check('python: SIGINT raises KeyboardInterrupt, status 130', ok_exit(d, 130) and
+          b'KeyboardInterrupt' in err and b'python.py' not in err, (d, err))
+    d, out, err, _ = krun('python', 'x')
+    check('python: variables survive the interrupt', ok_exit(d) and out == b'5\n', (d, out, err))
+    d, out, err, _ = krun('python', 'name = input("who? ")\nprint("hi", name)', stdin=b'bob\n')
+    check('python: input() reads the run\'s stdin', ok_exit(d) and out == b'who? hi bob\n',
+          (d, out, err))
+    d, out, err, _ = krun('python', 'import sys\nsys.stdin.read()')
+    check('python: without stdin, stdin is at EOF', ok_exit(d) and out == b"\'\'\n", (d, out, err))
+    t0 = time.time()
+    rid = kstart('python', 'input()', input_wait_ms=400)
+    d, out, err, seen = kfinish(rid, sig=2, wait_for=WAITING)
+    check('python: input() without stdin is reported waiting, then interrupted',
+          WAITING in seen and ok_exit(d, 130) and b'KeyboardInterrupt' in err, (d, seen, err))
+    check('python: the wait is reported after about input_wait_ms', 0.35 < time.time() - t0 < 3,
+          time.time() - t0)
+    rid = kstart('python', 'import time\ntime.sleep(1)', input_wait_ms=300)
+    d, out, err, seen = kfinish(rid)
+    check('python: a quiet sleep is not a wait for input', ok_exit(d) and WAITING not in seen,
+          (d, seen))
+    rid = kstart('python', 'import time\ntime.sleep(5)')
+    fid[0] += 1
+    c.send(exec_(fid[0], ['1'], lang='python', flags=EXEC_KERNEL))
+    t, _, i, d = c.expect(ERROR)
+    check('python: a busy kernel refuses a second run', i == fid[0] and d['klass'] == ERR['LIMIT'],
+          d)
+    d, *_ = kfinish(rid, sig=2)
+    d, out, err, _ = krun('python', 'print("y" * 100000)\nprint("z")', cap=1000)
+    check('python: output cap', ok_exit(d) and out == b'y' * 1000 and d['flags'] == TRUNC_OUT,
+          (d, len(out)))
+    d, out, err, _ = krun('python', 'import threading, time\n'
+                          'threading.Thread(target=lambda: (time.sleep(0.3), print("late"))).start()')
+    time.sleep(0.6)
+    d, out, err, _ = krun('python', 'print("next")')
+    check('python: output between runs goes to no run', ok_exit(d) and out == b'next\n',
+          (d, out))
+    t0 = time.time()
+    d, out, err, _ = krun('python', 'while True: pass', timeout_ms=300)
+    check('python: a timeout interrupts the block', ok_exit(d, 130) and d['flags'] & TIMED_OUT
+          and b'KeyboardInterrupt' in err and time.time() - t0 < 3, (d, err))
+    d, out, err, _ = krun('python', 'x')
+    check('python: the kernel survives its timeout', ok_exit(d) and out == b'5\n', (d, out))
+    d, out, err, _ = krun('python', 'import os\nos._exit(3)')
+    check('python: a kernel that dies ends the run with its status', ok_exit(d, 3), d)
+    d, out, err, _ = krun('python', 'x')
+    check('python: the next run restarts it and says so', ok_exit(d, 1) and
+          b'kernel restarted; state lost' in err and b'NameError' in err, (d, err))
+    if subprocess.call([have['python'], '-c', 'import matplotlib'], stderr=subprocess.DEVNULL) == 0:
+        d, out, err, _ = krun('python', 'import matplotlib.pyplot as plt\n'
+                              'plt.plot([1, 3, 2])\nplt.show()', timeout=120)
+        m = re.search(rb'\[airlock\] figure saved: (\S+)', out)
+        png = m and open(m.group(1), 'rb').read(8)
+        check('python: plt.show() saves the figure as a PNG and says where',
+              ok_exit(d) and png == b'\x89PNG\r\n\x1a\n', (d, out, err[-300:]))
+        if m:
+            os.unlink(m.group(1))
+    else:
+        print('# matplotlib is not importable by %s: plot test skipped' % have['python'])
+
+if have['shell']:
+    d, out, err, _ = krun('shell', 'cd /tmp && v=5 && greet() { echo "hi $1"; }; false')
+    check('shell: the block\'s status', ok_exit(d, 1), (d, err))
+    d, out, err, _ = krun('shell', 'echo $v; pwd; greet you')
+    check('shell: cwd, variables and functions persist', ok_exit(d) and
+          out == b'5\n/tmp\nhi you\n', (d, out, err))
+    d, out, err, _ = krun('shell', 'exit_code() { return 7; }; exit_code')
+    check('shell: status 7', ok_exit(d, 7), d)
+    rid = kstart('shell', 'v=6; while :; do :; done')
+    time.sleep(0.5)
+    d, out, err, _ = kfinish(rid, sig=2)
+    check('shell: SIGINT stops a builtin loop, status 130', ok_exit(d, 130), d)
+    rid = kstart('shell', 'sleep 100; echo not reached')
+    time.sleep(0.3)
+    d, out, err, _ = kfinish(rid, sig=2)
+    check('shell: SIGINT stops a foreground command and the rest of the block',
+          ok_exit(d, 130) and b'not reached' not in out, (d, out))
+    d, out, err, _ = krun('shell', 'echo $v; pwd')
+    check('shell: bash survives the interrupts with its state', ok_exit(d) and
+          out == b'6\n/tmp\n', (d, out, err))
+    d, out, err, _ = krun('shell', 'read a b; echo "[$b] [$a]"', stdin=b'one two\n')
+    check('shell: read gets the run\'s stdin', ok_exit(d) and out == b'[two] [one]\n', (d, out))
+    rid = kstart('shell', 'read line', input_wait_ms=300)
+    d, out, err, seen = kfinish(rid, sig=2, wait_for=WAITING)
+    check('shell: read without stdin is reported waiting', WAITING in seen and ok_exit(d, 130),
+          (d, seen))
+    rid = kstart('shell', 'sleep 1', input_wait_ms=300)
+    d, out, err, seen = kfinish(rid)
+    check('shell: a quiet sleep is not a wait for input', ok_exit(d) and WAITING not in seen,
+          (d, seen))
+    d, out, err, _ = krun('shell', 'echo "$FOO"; pwd', env=['FOO=bar baz'], cwd='/')
+    check('shell: env of the run; a running kernel keeps its cwd', ok_exit(d) and
+          out == b'bar baz\n/tmp\n', (d, out))
+    d, out, err, _ = krun('shell', "echo 'it'\\''s' \"!x\"; echo $((6 * 7))")
+    check('shell: quotes and ! pass through untouched', ok_exit(d) and
+          out == b"it's !x\n42\n", (d, out, err))
+
+if have['javascript']:
+    d, out, err, _ = krun('javascript', 'var a = 3; let b = 4; function f() { return a * b; }',
+                          cwd='/tmp')
+    d, out, err, _ = krun('javascript', 'process.cwd()')
+    check('javascript: a new kernel starts in the run\'s cwd', ok_exit(d) and out == b"'/tmp'\n",
+          (d, out, err))
+    d, out, err, _ = krun('javascript', 'f() + b')
+    check('javascript: var, let and functions persist; the value is printed', ok_exit(d) and
+          out == b'16\n', (d, out, err))
+    d, out, err, _ = krun('javascript', 'null.x')
+    check('javascript: an error prints its stack, status 1', ok_exit(d, 1) and
+          b'TypeError' in err and b'node.js' not in err, (d, err))
+    rid = kstart('javascript', 'a = 9; while (true) {}')
+    time.sleep(0.5)
+    d, out, err, _ = kfinish(rid, sig=2)
+    check('javascript: SIGINT interrupts a busy loop, status 130', ok_exit(d, 130), (d, err))
+    d, out, err, _ = krun('javascript', 'a')
+    check('javascript: globals survive the interrupt', ok_exit(d) and out == b'9\n', (d, out, err))
+    d, out, err, _ = krun('javascript', 'new Promise(r => setTimeout(() => r(a + 1), 100))')
+    check('javascript: a promise\'s value is awaited', ok_exit(d) and out == b'10\n', (d, out))
+    d, out, err, _ = krun('javascript', 'require("fs").readFileSync(0, "utf8").trim()',
+                          stdin=b'from stdin\n')
+    check('javascript: the run\'s stdin', ok_exit(d) and out == b"'from stdin'\n", (d, out, err))
+    rid = kstart('javascript', 'new Promise(r => process.stdin.once("data", r))', input_wait_ms=300)
+    d, out, err, seen = kfinish(rid, sig=2, wait_for=WAITING)
+    check('javascript: a read of process.stdin is reported waiting', WAITING in seen and
+          ok_exit(d, 130), (d, seen, err))
+
+# Plain execs get the same input-wait check.
+rid = 3000
+c.send(exec_(rid, ['read x'], lang='sh', input_wait_ms=300))
+c.expect(STARTED)
+d, out, err, seen = kfinish(rid, sig=9, wait_for=WAITING)
+check('exec: read without stdin is reported waiting', WAITING in seen and d.get('how') == 1, (d, seen))
+c.send(exec_(rid + 1, ['sleep 1'], lang='sh', input_wait_ms=300))
+c.expect(STARTED)
+d, out, err, seen = kfinish(rid + 1)
+check('exec: a quiet sleep is not a wait', ok_exit(d) and WAITING not in seen, (d, seen))
+# Waiting in select, poll or epoll with stdin among the fds counts too; for a timer it does not.
+waits = (('select', 'select.select([0], [], [])'),
+         ('poll', 'p = select.poll(); p.register(0, select.POLLIN); p.poll()'),
+         ('epoll', 'e = select.epoll(); e.register(0, select.EPOLLIN); e.poll()'))
+for n, (name, code) in enumerate(waits):
+    c.send(exec_(rid + 10 + n, ['/usr/bin/python3', '-c', 'import select\n' + code],
+                 input_wait_ms=300))
+    c.expect(STARTED)
+    d, out, err, seen = kfinish(rid + 10 + n, sig=9, wait_for=WAITING)
+    check('exec: %s on stdin is reported waiting' % name, WAITING in seen, (d, seen, err))
+c.send(exec_(rid + 20, ['/usr/bin/python3', '-c', 'import select\nselect.select([], [], [], 1)'],
+             input_wait_ms=300))
+c.expect(STARTED)
+d, out, err, seen = kfinish(rid + 20)
+check('exec: select on nothing but a timer is not a wait', ok_exit(d) and WAITING not in seen,
+      (d, seen))
+c.send(exec_(rid + 2, ['cat'], flags=EXEC_STDIN, input_wait_ms=300))
+c.expect(STARTED)
+c.send(data(rid + 2, 0, b'partial'))
+d, out, err, seen = kfinish(rid + 2, wait_for=WAITING)
+check('exec: cat waiting for more stdin is reported', WAITING in seen, seen)
+c.send(data(rid + 2, 0, b'', eof=True))
+d, out, err, seen = kfinish(rid + 2)
+check('exec: and ends at EOF', ok_exit(d), (d, out))
+
+for bad_lang, argv, klass in (('cobol', ['1'], 'UNSUPPORTED'), ('python', ['1', '2'], 'INVALID'),
+                              ('python', ['a\0b'], 'INVALID')):
+    fid[0] += 1
+    c.send(exec_(fid[0], argv, lang=bad_lang, flags=EXEC_KERNEL))
+    t, _, i, d = c.expect(ERROR)
+    check('kernel %s %r refused' % (bad_lang, argv), i == fid[0] and d['klass'] == ERR[klass], d)
+
+if have['python']:
+    krun('python', 'kept = 7')
+    c.send(hello(nonce=78))
+    c.expect(HELLO_ACK)
+    d, out, err, _ = krun('python', 'kept')
+    check('a new hello keeps idle kernels (the re-handshake after a checkpoint restore)',
+          ok_exit(d) and out == b'7\n', (d, out, err))
+k.stdin.close()
+check('kernels: agent exits on EOF', k.wait(5) == 0)
 
 shutil.rmtree(root)
 tap.finish()

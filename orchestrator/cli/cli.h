@@ -21,6 +21,19 @@ int cmd_exec(struct cli_globals *g, int argc, char **argv);
 int cmd_image(struct cli_globals *g, int argc, char **argv);
 int cmd_doctor(struct cli_globals *g, int argc, char **argv);
 int cmd_gc(struct cli_globals *g, int argc, char **argv);
+int cmd_cp(struct cli_globals *g, int argc, char **argv);
+int cmd_ps(struct cli_globals *g, int argc, char **argv);
+int cmd_chat(struct cli_globals *g, int argc, char **argv);
+int cmd_run(struct cli_globals *g, int argc, char **argv);
+int cmd_conversations(struct cli_globals *g, int argc, char **argv);
+
+/* The workdir (cli/workdir.c): copy in with warnings, print the change list, ask and apply. */
+enum cli_sync { CLI_SYNC_ASK, CLI_SYNC_YES, CLI_SYNC_NO };
+int cli_workdir_push(al_session *s, const char *dir, const al_workdir_opts *o, bool quiet,
+                     al_error *err);
+void cli_changes_print(const al_workdir_diff *d, const char *title);
+/* Applies per mode (ask: on a terminal only); -EIO when some change failed (printed). */
+int cli_workdir_sync(al_workdir_diff *d, const char *dir, enum cli_sync mode, al_error *err);
 
 /* Prints "airlock: MESSAGE" once, for the outermost caller. */
 void cli_error(const al_error *err);

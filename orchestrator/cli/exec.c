@@ -1,4 +1,5 @@
 /* airlock exec: boot a fresh VM, run one command, stream its output, destroy the VM. */
+#include "airlock-proto.h"
 #include "cli.h"
 
 #include <errno.h>
@@ -8,6 +9,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <poll.h>
+#include <time.h>
 #include <unistd.h>
 
 /* Code read from stdin must fit in one exec frame with room for the rest of it. */
@@ -23,15 +26,25 @@ static const char usage[] =
     "Exits with the command's status, 128+N when signal N ended it, 124 on --timeout,\n"
     "126 when it cannot be executed, 127 when it is not found, 125 when airlock failed.\n"
     "\n"
-    "  -i, --image NAME          image to boot (default: tiny)\n"
+    "  -i, --image NAME          image to boot (default: $AIRLOCK_IMAGE, else debian\n"
+    "                            when built, else tiny)\n"
     "  -l, --lang LANG           run code in LANG (sh, ...) instead of a program\n"
     "  -c, --code CODE           the code to run (default with --lang: read stdin)\n"
+    "  -k, --kernel              run the code in LANG's stateful kernel (python, shell,\n"
+    "                            javascript): a REPL-like run, the last value printed\n"
+    "      --input-wait SECONDS  interrupt a program that waits this long for input\n"
     "  -e, --env KEY=VALUE       set a variable in the guest (repeatable)\n"
     "  -w, --cwd DIR             working directory in the guest (default /)\n"
     "  -t, --timeout SECONDS     kill the command after this long (default: none)\n"
     "      --output-limit BYTES  keep at most this much of stdout and of stderr each\n"
     "      --put HOST:GUEST      copy a host file into the guest before running\n"
     "      --get GUEST:HOST      copy a guest file out after running (HOST may be a dir)\n"
+    "      --workdir DIR         copy DIR into /workspace (the default cwd) before running;\n"
+    "                            afterwards show what changed there\n"
+    "      --sync-back ask|yes|no  apply those changes to DIR (default ask: on a terminal)\n"
+    "      --workdir-limit BYTES   most file data copied either way (default 1 GiB)\n"
+    "      --linger SECONDS      keep the session this long after the command, for\n"
+    "                            'airlock cp' (a signal ends it sooner)\n"
     "  -m, --memory MIB          guest memory (default: the image's, else 256)\n"
     "      --cpus N              virtual CPUs (default 1)\n"
     "      --lifetime SECONDS    hard limit on the whole session\n"
@@ -40,6 +53,13 @@ static const char usage[] =
     "  -h, --help                this help\n";
 
 static int cancel_pipe[2] = {-1, -1};
+
+static uint64_t al_now_ms_cli(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000u + (uint64_t)ts.tv_nsec / 1000000u;
+}
 static volatile sig_atomic_t last_signal;
 
 static void on_signal(int sig)
@@ -87,6 +107,20 @@ static char *read_code(void)
     return buf;
 }
 
+/* Keeps the session up for airlock cp until the time is up or a signal comes. */
+static void linger(unsigned seconds)
+{
+    uint64_t end = al_now_ms_cli() + (uint64_t)seconds * 1000u;
+    for (uint64_t now; (now = al_now_ms_cli()) < end;) {
+        struct pollfd p = {cancel_pipe[0], POLLIN, 0};
+        int n = poll(&p, 1, (int)(end - now));
+        uint8_t sig;
+        /* Taken, so that what follows (the workdir's changes) still runs. */
+        if (n > 0 && read(cancel_pipe[0], &sig, 1) == 1)
+            return;
+    }
+}
+
 /* Splits "A:B" at the first colon into two non-empty halves. */
 static bool split_pair(char *arg, char **a, char **b)
 {
@@ -102,11 +136,14 @@ static bool split_pair(char *arg, char **a, char **b)
 int cmd_exec(struct cli_globals *g, int argc, char **argv)
 {
     enum { OPT_OUTPUT_LIMIT = 256, OPT_PUT, OPT_GET, OPT_CPUS, OPT_LIFETIME, OPT_BOOT, OPT_CONNECT,
-           OPT_DEBUG };
+           OPT_DEBUG, OPT_WORKDIR, OPT_SYNC, OPT_WORKDIR_LIMIT,
+           OPT_LINGER, OPT_INPUT_WAIT };
     static const struct option opts[] = {
         {"image", required_argument, NULL, 'i'},
         {"lang", required_argument, NULL, 'l'},
         {"code", required_argument, NULL, 'c'},
+        {"kernel", no_argument, NULL, 'k'},
+        {"input-wait", required_argument, NULL, OPT_INPUT_WAIT},
         {"env", required_argument, NULL, 'e'},
         {"cwd", required_argument, NULL, 'w'},
         {"timeout", required_argument, NULL, 't'},
@@ -119,11 +156,15 @@ int cmd_exec(struct cli_globals *g, int argc, char **argv)
         {"boot-timeout", required_argument, NULL, OPT_BOOT},
         {"connect", required_argument, NULL, OPT_CONNECT},
         {"debug", no_argument, NULL, OPT_DEBUG},
+        {"workdir", required_argument, NULL, OPT_WORKDIR},
+        {"sync-back", required_argument, NULL, OPT_SYNC},
+        {"workdir-limit", required_argument, NULL, OPT_WORKDIR_LIMIT},
+        {"linger", required_argument, NULL, OPT_LINGER},
         {"quiet", no_argument, NULL, 'q'},
         {"help", no_argument, NULL, 'h'},
         {NULL, 0, NULL, 0},
     };
-    al_session_opts so = {.image = "tiny", .connect_uri = g->connect_uri, .quiet = g->quiet};
+    al_session_opts so = {.image = NULL, .connect_uri = g->connect_uri, .quiet = g->quiet};
     al_exec_opts eo = {.stdin_fd = 0, .stdout_fd = 1, .stderr_fd = 2};
     const char *code = NULL;
     const char *env[129];
@@ -131,8 +172,12 @@ int cmd_exec(struct cli_globals *g, int argc, char **argv)
     char *puts_[COPIES_MAX][2], *gets_[COPIES_MAX][2];
     size_t nput = 0, nget = 0;
     bool debug = g->debug;
+    const char *workdir = NULL;
+    enum cli_sync sync = CLI_SYNC_ASK;
+    al_workdir_opts wo = {0};
+    unsigned linger_s = 0;
     int c;
-    while ((c = getopt_long(argc, argv, "+i:l:c:e:w:t:m:qh", opts, NULL)) != -1) {
+    while ((c = getopt_long(argc, argv, "+i:l:c:e:w:t:m:kqh", opts, NULL)) != -1) {
         switch (c) {
         case 'i':
             so.image = optarg;
@@ -142,6 +187,14 @@ int cmd_exec(struct cli_globals *g, int argc, char **argv)
             break;
         case 'c':
             code = optarg;
+            break;
+        case 'k':
+            eo.kernel = true;
+            break;
+        case OPT_INPUT_WAIT:
+            eo.input_wait_ms =
+                (unsigned)cli_number("--input-wait", optarg, AL_INPUT_WAIT_MAX_MS / 1000) * 1000u;
+            eo.interrupt_on_wait = true;
             break;
         case 'e':
             if (!strchr(optarg, '=') || nenv >= 128) {
@@ -191,6 +244,23 @@ int cmd_exec(struct cli_globals *g, int argc, char **argv)
         case OPT_DEBUG:
             debug = true;
             break;
+        case OPT_WORKDIR:
+            workdir = optarg;
+            break;
+        case OPT_SYNC:
+            if (!strcmp(optarg, "ask") || !strcmp(optarg, "yes") || !strcmp(optarg, "no")) {
+                sync = optarg[0] == 'a' ? CLI_SYNC_ASK : optarg[0] == 'y' ? CLI_SYNC_YES
+                                                                          : CLI_SYNC_NO;
+                break;
+            }
+            fprintf(stderr, "airlock: --sync-back wants ask, yes or no\n");
+            return 2;
+        case OPT_WORKDIR_LIMIT:
+            wo.bytes_max = cli_number("--workdir-limit", optarg, ~0ul >> 1);
+            break;
+        case OPT_LINGER:
+            linger_s = (unsigned)cli_number("--linger", optarg, 4000000);
+            break;
         case 'q':
             so.quiet = true;
             break;
@@ -224,8 +294,8 @@ int cmd_exec(struct cli_globals *g, int argc, char **argv)
         code_argv[0] = code;
         eo.argv = code_argv;
     } else {
-        if (code) {
-            fprintf(stderr, "airlock: -c needs --lang\n");
+        if (code || eo.kernel) {
+            fprintf(stderr, "airlock: %s needs --lang\n", code ? "-c" : "--kernel");
             return 2;
         }
         if (ncmd == 0) {
@@ -245,8 +315,9 @@ int cmd_exec(struct cli_globals *g, int argc, char **argv)
 
     al_error err = {0};
     al_session *s = NULL;
+    al_workdir_diff *diff = NULL;
     int status = EXIT_AIRLOCK_FAILED;
-    if (al_session_open(&so, &s, &err) < 0)
+    if (al_session_open(&so, &s, &err) < 0 || al_session_serve_control(s, &err) < 0)
         goto out;
     if (debug) {
         al_session_timing_t t;
@@ -262,6 +333,10 @@ int cmd_exec(struct cli_globals *g, int argc, char **argv)
     for (size_t i = 0; i < nput; i++)
         if (al_file_put(s, puts_[i][0], puts_[i][1], &err) < 0)
             goto out;
+    if (workdir && cli_workdir_push(s, workdir, &wo, so.quiet, &err) < 0)
+        goto out;
+    if (workdir && !eo.cwd)
+        eo.cwd = AL_WORKDIR_GUEST_DIR;
 
     al_exec_result res;
     int r = al_exec(s, &eo, &res, &err);
@@ -279,14 +354,32 @@ int cmd_exec(struct cli_globals *g, int argc, char **argv)
     } else {
         status = res.how == AL_EXEC_SIGNALED ? 128 + res.value : res.value;
     }
+    if (res.waited_input)
+        fprintf(stderr, "airlock: the program waited for input for %u s and was interrupted\n",
+                eo.input_wait_ms / 1000);
     if (!so.quiet && (res.truncated_stdout || res.truncated_stderr))
         fprintf(stderr, "airlock: notice: output truncated at %llu bytes per stream\n",
                 (unsigned long long)eo.output_cap);
+    if (linger_s)
+        linger(linger_s);
     for (size_t i = 0; i < nget; i++)
         if (al_file_get(s, gets_[i][0], gets_[i][1], &err) < 0) {
             status = EXIT_AIRLOCK_FAILED;
             goto out;
         }
+    /* What the run left in /workspace: the changes to DIR, or (not with -q) just a listing,
+     * which an image without /workspace or tar simply does not get. */
+    if (workdir && al_workdir_diff_new(s, workdir, &wo, &diff, &err) < 0) {
+        status = EXIT_AIRLOCK_FAILED;
+        goto out;
+    }
+    al_error list_err = {0};
+    if (!workdir && !so.quiet && al_workdir_diff_new(s, NULL, &wo, &diff, &list_err) < 0)
+        diff = NULL;
+    if (diff && (workdir || al_workdir_diff_count(diff)))
+        cli_changes_print(diff, workdir ? "changes in " AL_WORKDIR_GUEST_DIR
+                                        : "files in " AL_WORKDIR_GUEST_DIR
+                                          " (not copied out: --workdir or --get do)");
 out:
     if (err.code) {
         cli_error(&err);
@@ -296,6 +389,15 @@ out:
             status = 128 + last_signal;
     }
     al_session_close(s);
+    /* The VM is gone before the question: nothing waits on the user's answer. */
+    if (diff && workdir) {
+        al_error serr = {0};
+        if (cli_workdir_sync(diff, workdir, sync, &serr) < 0 && serr.code) {
+            cli_error(&serr);
+            status = EXIT_AIRLOCK_FAILED;
+        }
+    }
+    al_workdir_diff_free(diff);
     free(stdin_code);
     return status;
 }

@@ -11,15 +11,22 @@
 #include <unistd.h>
 
 static const char usage[] =
-    "Usage: airlock [--connect URI] [--debug] [-q] COMMAND [ARGS...]\n"
+    "Usage: airlock [--connect URI] [--debug] [-q] [COMMAND] [ARGS...]\n"
     "\n"
-    "Run code in a disposable virtual machine.\n"
+    "Let a language model run code in a disposable virtual machine.\n"
     "\n"
     "Commands:\n"
+    "  chat [OPTIONS]                   chat with a model that runs code in a fresh VM (the\n"
+    "                                   default when no command is given)\n"
+    "  run [OPTIONS] TASK               one task, no questions asked but the y/n for code\n"
+    "  conversations                    list saved conversations (continue: --resume ID)\n"
     "  exec [OPTIONS] -- CMD [ARGS...]  run a command in a fresh VM, then destroy it\n"
-    "  image ls                         list the images in the store\n"
+    "  image ls|build NAME|rm NAME      list, build or remove images in the store\n"
     "  doctor                           check libvirt, KVM and images; say how to fix\n"
     "  gc                               reap VMs and files left by crashed runs\n"
+    "  ps                               list the running sessions\n"
+    "  cp SRC DST                       copy into or out of a running session\n"
+    "                                   (one side SESSION:/path, or :/path)\n"
     "\n"
     "Options:\n"
     "  -c, --connect URI   libvirt URI (default: $LIBVIRT_DEFAULT_URI, else qemu:///system\n"
@@ -60,9 +67,28 @@ static void ensure_std_fds(void)
         }
 }
 
+static bool is_global_opt(const char *a, bool *takes_value)
+{
+    *takes_value = !strcmp(a, "-c") || !strcmp(a, "--connect");
+    return *takes_value || !strncmp(a, "--connect=", 10) || !strcmp(a, "-d") ||
+           !strcmp(a, "--debug") || !strcmp(a, "-q") || !strcmp(a, "--quiet") ||
+           !strcmp(a, "-h") || !strcmp(a, "--help") || !strcmp(a, "-V") ||
+           !strcmp(a, "--version");
+}
+
 int main(int argc, char **argv)
 {
     ensure_std_fds();
+    /* 'airlock' alone, or 'airlock --model X ...', is the chat: find where the global options
+     * end, and if no command follows, hand the rest to it. */
+    int end = 1;
+    bool takes;
+    while (end < argc && is_global_opt(argv[end], &takes))
+        end += takes ? 2 : 1;
+    bool to_chat = end >= argc || (argv[end][0] == '-' && strcmp(argv[end], "--"));
+    if (to_chat && end > argc)
+        to_chat = false; /* -c without its value: let getopt say so */
+    int global_argc = to_chat ? (end < argc ? end : argc) : argc;
     static const struct option opts[] = {
         {"connect", required_argument, NULL, 'c'}, {"debug", no_argument, NULL, 'd'},
         {"quiet", no_argument, NULL, 'q'},         {"help", no_argument, NULL, 'h'},
@@ -71,7 +97,7 @@ int main(int argc, char **argv)
     struct cli_globals g = {0};
     int c;
     /* '+': stop at the subcommand; its options are its own. */
-    while ((c = getopt_long(argc, argv, "+c:dqhV", opts, NULL)) != -1) {
+    while ((c = getopt_long(global_argc, argv, "+c:dqhV", opts, NULL)) != -1) {
         switch (c) {
         case 'c':
             g.connect_uri = optarg;
@@ -93,9 +119,16 @@ int main(int argc, char **argv)
             return 2;
         }
     }
-    if (optind >= argc) {
-        fputs(usage, stderr);
-        return 2;
+    if (to_chat) {
+        /* The chat parses from its own argv[0]: keep the program name in front. */
+        int sub_argc = argc - global_argc + 1;
+        char **sub_argv = argv + global_argc - 1;
+        char *saved = sub_argv[0];
+        sub_argv[0] = (char *)"chat";
+        optind = 0;
+        int r = cmd_chat(&g, sub_argc, sub_argv);
+        sub_argv[0] = saved;
+        return r;
     }
     const char *cmd = argv[optind];
     int sub_argc = argc - optind;
@@ -109,6 +142,16 @@ int main(int argc, char **argv)
         return cmd_doctor(&g, sub_argc, sub_argv);
     if (!strcmp(cmd, "gc"))
         return cmd_gc(&g, sub_argc, sub_argv);
+    if (!strcmp(cmd, "cp"))
+        return cmd_cp(&g, sub_argc, sub_argv);
+    if (!strcmp(cmd, "ps"))
+        return cmd_ps(&g, sub_argc, sub_argv);
+    if (!strcmp(cmd, "chat"))
+        return cmd_chat(&g, sub_argc, sub_argv);
+    if (!strcmp(cmd, "run"))
+        return cmd_run(&g, sub_argc, sub_argv);
+    if (!strcmp(cmd, "conversations"))
+        return cmd_conversations(&g, sub_argc, sub_argv);
     if (!strcmp(cmd, "help")) {
         fputs(usage, stdout);
         return 0;

@@ -30,6 +30,8 @@ typedef struct al_image {
     char dir[4096];       /* the image's directory in the store */
     char kernel[4096];    /* absolute paths, checked to be inside dir */
     char initrd[4096];
+    char disk[4096];      /* root disk base image (qcow2), inside dir; empty when none. Never
+                             written: each session boots on an overlay of its own */
     char cmdline[1024];
     unsigned agent_protocol;
     unsigned memory_mib;  /* suggested memory; 0 when the manifest names none */
@@ -44,13 +46,29 @@ int al_image_load(const char *name, al_image *out, al_error *err);
  * fn with img == NULL and why set. */
 int al_image_list(void (*fn)(void *ctx, const al_image *img, const char *name, const char *why),
                   void *ctx, al_error *err);
+/* The image a session boots when none is named: $AIRLOCK_IMAGE, else "debian" when the store
+ * has it, else "tiny". */
+const char *al_image_default(void);
+
+typedef struct al_image_build_opts {
+    const char *name; /* runs the recipe images/build-NAME.sh */
+    bool toolchain;   /* pass --toolchain (recipes that have one) */
+    int log_fd;       /* the recipe's stdout and stderr go here */
+} al_image_build_opts;
+/* Builds an image into the store (replacing one of the same name once the build succeeded).
+ * Recipes and the agent come from the source and build tree for an uninstalled airlock, else
+ * from PREFIX/share/airlock/images and PREFIX/libexec/airlock; $AIRLOCK_RECIPE_DIR and
+ * $AIRLOCK_AGENT_BIN override. */
+int al_image_build(const al_image_build_opts *opts, al_error *err);
+/* Removes an image from the store; sessions already running on it are not affected. */
+int al_image_remove(const char *name, al_error *err);
 
 /* ---- sessions ---- */
 
 typedef struct al_session al_session;
 
 typedef struct al_session_opts {
-    const char *image;        /* name in the store; default "tiny" */
+    const char *image;        /* name in the store; NULL: al_image_default() */
     const char *connect_uri;  /* NULL: --connect / LIBVIRT_DEFAULT_URI / system / session */
     unsigned memory_mib;      /* 0: the image's, else 256 */
     unsigned vcpus;           /* 0: 1 */
@@ -65,6 +83,8 @@ typedef struct al_session_opts {
     int cancel_fd;            /* 0 or -1: none; or a pipe: each byte read is a signal number. While
                                  booting any byte cancels; during an exec SIGINT/SIGQUIT are
                                  forwarded to the guest process group, others kill it. */
+    bool checkpoints;         /* allow al_checkpoint_*: images without a disk get a small scratch
+                                 qcow2 to hold the snapshots (the guest never mounts it) */
 } al_session_opts;
 
 int al_session_open(const al_session_opts *opts, al_session **out, al_error *err);
@@ -97,6 +117,13 @@ enum al_exec_how {
 typedef struct al_exec_opts {
     const char *const *argv; /* NULL-terminated; argv[0] is a program, unless lang is set */
     const char *lang;        /* run code (argv[0]) in this language, e.g. "sh" */
+    bool kernel;             /* run the code in lang's long-lived kernel of this session
+                                ("python", "shell", "javascript"): state persists between
+                                runs; the session lists them as "kernel:NAME" languages */
+    unsigned input_wait_ms;  /* > 0: the guest reports a program blocked this long reading its
+                                stdin (waited_input); without stdin_fd it then gets an empty
+                                pipe that stays open instead of /dev/null. At most 3600000 */
+    bool interrupt_on_wait;  /* on that report, send the program SIGINT (a kernel survives) */
     const char *const *env;  /* NULL-terminated KEY=VALUE list added in the guest, or NULL */
     const char *cwd;         /* NULL: / */
     unsigned timeout_ms;     /* 0: none */
@@ -104,6 +131,10 @@ typedef struct al_exec_opts {
     int stdin_fd;            /* -1: the process gets /dev/null */
     int stdout_fd;           /* where stream bytes are written */
     int stderr_fd;
+    /* When set, stream bytes go here instead of stdout_fd/stderr_fd (stream is 1 or 2). A
+     * negative return fails the exec, except -EPIPE, which sends the guest SIGPIPE. */
+    int (*output)(void *ctx, int stream, const uint8_t *data, size_t len);
+    void *output_ctx;
 } al_exec_opts;
 
 typedef struct al_exec_result {
@@ -113,6 +144,7 @@ typedef struct al_exec_result {
     bool timed_out;
     bool truncated_stdout;
     bool truncated_stderr;
+    bool waited_input;       /* the program waited for input longer than input_wait_ms */
 } al_exec_result;
 
 /* Runs one command and streams its output. A command that cannot be started fails with
@@ -123,6 +155,164 @@ int al_exec(al_session *s, const al_exec_opts *opts, al_exec_result *out, al_err
 
 int al_file_put(al_session *s, const char *host_path, const char *guest_path, al_error *err);
 int al_file_get(al_session *s, const char *guest_path, const char *host_path, al_error *err);
+
+/* ---- the user's directory in and out of /workspace ---- */
+
+/* Bound on the file data of a workdir either way, unless the caller sets another: checked before
+ * anything is sent, and on what the guest sends back. A workdir is a project folder. */
+#define AL_WORKDIR_BYTES_MAX_DEFAULT (1ull << 30)
+#define AL_WORKDIR_GUEST_DIR "/workspace"
+
+typedef struct al_workdir_opts {
+    uint64_t bytes_max;    /* 0: AL_WORKDIR_BYTES_MAX_DEFAULT */
+    const char *guest_dir; /* NULL: /workspace */
+} al_workdir_opts;
+
+enum al_entry_type { AL_ENTRY_FILE = 0, AL_ENTRY_DIR = 1, AL_ENTRY_SYMLINK = 2, AL_ENTRY_OTHER = 3 };
+enum al_change_kind { AL_CHANGE_ADDED = 0, AL_CHANGE_MODIFIED = 1, AL_CHANGE_DELETED = 2 };
+
+typedef struct al_change {
+    int kind;            /* enum al_change_kind */
+    int type;            /* enum al_entry_type: the guest's, the host's for a deletion */
+    const char *path;    /* relative to the directory, bytes the guest chose: print it through
+                            al_path_escape */
+    uint64_t old_size;   /* on the host, 0 when added */
+    uint64_t new_size;   /* in the guest, 0 when deleted */
+    const char *refused; /* why this change is never applied (a symlink the guest made...) */
+    int result;          /* after al_workdir_apply: 0 applied or refused, else a negative errno */
+} al_change;
+
+typedef struct al_workdir_push_result {
+    size_t files, dirs, symlinks;
+    uint64_t bytes;
+    char **skipped; /* "PATH: why" for each entry left out (outward symlinks, special files) */
+    size_t nskipped;
+} al_workdir_push_result;
+
+/* Copies the host directory dir into the guest's directory (regular files, directories, and
+ * symlinks that stay inside dir; nothing is followed). Fails before sending anything when dir
+ * holds more than the limit. */
+int al_workdir_push(al_session *s, const char *dir, const al_workdir_opts *o,
+                    al_workdir_push_result *out, al_error *err);
+void al_workdir_push_result_free(al_workdir_push_result *r);
+
+/* What changed in the guest's directory compared with dir (NULL: with nothing, listing what is
+ * there). The guest's tree is read as hostile: bounded, relative paths only. */
+typedef struct al_workdir_diff al_workdir_diff;
+int al_workdir_diff_new(al_session *s, const char *dir, const al_workdir_opts *o,
+                        al_workdir_diff **out, al_error *err);
+size_t al_workdir_diff_count(const al_workdir_diff *d);
+const al_change *al_workdir_diff_at(const al_workdir_diff *d, size_t i);
+/* Writes the changes into dir, never outside it nor through a symlink, each file replaced
+ * atomically; refused changes are left alone. Works after the session is closed. Returns how
+ * many changes were applied; each change's result says how it went. */
+int al_workdir_apply(al_workdir_diff *d, al_error *err);
+void al_workdir_diff_free(al_workdir_diff *d);
+
+/* ---- sessions other airlock processes hold (airlock cp, airlock ps) ---- */
+
+/* Serves this session to other processes of the same user over a unix socket (mode 0600) in
+ * the session's runtime dir, from a thread, until the session closes. Their requests and this
+ * process's own calls take turns on the channel. */
+int al_session_serve_control(al_session *s, al_error *err);
+
+typedef struct al_session_info {
+    char name[64];
+    char image[64];
+    int64_t started;  /* unix time */
+    long pid;         /* of the process holding it */
+} al_session_info;
+/* Calls fn for every live session of this user that serves control requests. Returns how
+ * many. */
+int al_session_list(void (*fn)(void *ctx, const al_session_info *info), void *ctx,
+                    al_error *err);
+
+/* A session another process holds, by name (NULL: the only one running). */
+typedef struct al_remote al_remote;
+int al_remote_open(const char *name, al_remote **out, al_error *err);
+void al_remote_close(al_remote *r);
+const char *al_remote_name(const al_remote *r);
+/* Like al_exec; the fds are passed to the serving process. */
+int al_remote_exec(al_remote *r, const al_exec_opts *o, al_exec_result *out, al_error *err);
+/* Copies a host file or directory to guest_path (into it when it is a directory). */
+int al_remote_put(al_remote *r, const char *host_path, const char *guest_path, al_error *err);
+/* Copies a guest file or directory to host_path (into it when it is a directory; a directory
+ * is never merged into an existing one). Returns how many entries were left out (symlinks,
+ * special files). */
+int al_remote_get(al_remote *r, const char *guest_path, const char *host_path, al_error *err);
+
+/* Escapes a name for a terminal: printable ASCII and UTF-8 as is, the rest as \xNN. */
+const char *al_path_escape(const char *path, char *buf, size_t len);
+
+/* ---- checkpoints: undo what runs did to the VM (checkpoint.c, policy.c) ---- */
+
+/* A checkpoint is the whole VM (memory, devices, disk) saved inside the running QEMU as an
+ * internal qcow2 snapshot of the session's disk (QEMU's savevm/loadvm). Needs a session opened
+ * with opts.checkpoints. Checkpoints live in the session's runtime dir and go with the session.
+ * Take them between runs only: the library runs one request at a time, so any call made while
+ * no al_exec/al_file_* call is in progress qualifies. */
+
+/* Checkpoints kept at once; creating one more deletes the oldest unnamed one. Each holds the
+ * guest's used memory (tens to hundreds of MiB) on the host's disk. */
+#define AL_CHECKPOINTS_MAX 32
+/* Checkpoint names: printable, no spaces, not all digits (so "3" always means id 3). */
+#define AL_CHECKPOINT_NAME_MAX 63
+
+typedef struct al_checkpoint_info {
+    uint32_t id;          /* 1, 2, ... in creation order, never reused in a session */
+    char name[AL_CHECKPOINT_NAME_MAX + 1]; /* "" when unnamed */
+    int64_t created;      /* unix time */
+    uint64_t state_bytes; /* the memory and device state it holds (QEMU's vm-state-size) */
+    uint64_t disk_bytes;  /* growth of the session disk file since the checkpoint before: the
+                             blocks the guest changed in between plus this one's state, less
+                             space that deleted checkpoints freed and this one reused */
+    unsigned save_ms;     /* how long the guest was paused to take it */
+    bool current;         /* the VM's state descends from it: the last one taken or restored */
+} al_checkpoint_info;
+
+/* Takes a checkpoint; name may be NULL. Returns its id (> 0) and fills *out when out is set.
+ * -EEXIST for a name in use, -EINVAL for a bad name, -ENOTSUP without opts.checkpoints. */
+int al_checkpoint_create(al_session *s, const char *name, al_checkpoint_info *out,
+                         al_error *err);
+/* Calls fn for each checkpoint, oldest first. Returns how many. */
+int al_checkpoint_list(al_session *s, void (*fn)(void *ctx, const al_checkpoint_info *c),
+                       void *ctx, al_error *err);
+/* Finds a checkpoint by id ("3") or name. -ENOENT when there is none. */
+int al_checkpoint_find(al_session *s, const char *id_or_name, al_checkpoint_info *out,
+                       al_error *err);
+/* Puts memory, devices and disk back as they were at checkpoint id, processes and language
+ * kernels included, then handshakes with the (restored) agent again. Works whether the VM is
+ * running, hung or gone (QEMU exited after a guest power-off or panic: it is started again from
+ * the same description and the checkpoint loaded into it). Later checkpoints are kept, so one
+ * can roll forward again; delete them if they are not wanted. Requests that were open are
+ * void. */
+int al_checkpoint_rollback(al_session *s, uint32_t id, al_error *err);
+int al_checkpoint_delete(al_session *s, uint32_t id, al_error *err);
+/* After a run failed because the agent stopped answering (the channel closed, stalled or
+ * carried garbage): when the VM is gone, or its agent does not answer a fresh handshake
+ * within a few seconds, rolls back to the current checkpoint and returns 1 with *restored_id
+ * set; when the agent answers, only resynchronizes the channel and returns 0 (nothing undone).
+ * -ENOENT when a rollback is needed but there is no checkpoint. */
+int al_checkpoint_recover(al_session *s, uint32_t *restored_id, al_error *err);
+
+enum al_checkpoint_policy {
+    AL_CHECKPOINT_AUTO = 0,   /* before every run except those proven read-only */
+    AL_CHECKPOINT_ALWAYS = 1, /* before every run */
+    AL_CHECKPOINT_NEVER = 2,
+};
+/* "auto", "always", "never". */
+int al_checkpoint_policy_parse(const char *s, enum al_checkpoint_policy *out, al_error *err);
+const char *al_checkpoint_policy_name(enum al_checkpoint_policy p);
+/* Whether to take a checkpoint before running code in lang ("sh", "shell", "bash", "python",
+ * "javascript", "node"; NULL or "" for a command line) under policy. */
+bool al_checkpoint_policy_wants(const char *lang, const char *code,
+                                enum al_checkpoint_policy policy);
+/* True only when a conservative reading shows the code changes nothing in the guest: no file,
+ * process or variable. Anything it is not sure about is not read-only. */
+bool al_code_read_only(const char *lang, const char *code);
+/* A short phrase when the code looks destructive ("recursive rm", "package manager"), else
+ * NULL. A heuristic for telling the user; the policy never relies on it alone. */
+const char *al_code_destructive(const char *lang, const char *code);
 
 /* ---- housekeeping ---- */
 

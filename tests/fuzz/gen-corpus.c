@@ -114,9 +114,17 @@ static void type_0(struct al_msg *m)
 {
     m->type = 0;
 }
-static void type_17(struct al_msg *m)
+static void type_over(struct al_msg *m)
 {
     m->type = AL_TYPE_MAX_ + 1;
+}
+static void kernel_no_lang(struct al_msg *m)
+{
+    m->u.exec.lang.len = 0;
+}
+static void input_wait_over(struct al_msg *m)
+{
+    m->u.exec.input_wait_ms = AL_INPUT_WAIT_MAX_MS + 1;
 }
 
 int main(int argc, char **argv)
@@ -149,6 +157,10 @@ int main(int argc, char **argv)
                 (const char *const[]){"file-put", "data-file", "data-file-eof", "ok", NULL});
     emit_stream("stream-file-get",
                 (const char *const[]){"file-get", "file-info", "data-file-empty-eof", NULL});
+    emit_stream("stream-kernel", (const char *const[]){"exec-kernel", "started", "waiting",
+                                                       "signal-9", "data-stdout-eof",
+                                                       "data-stderr-empty-eof", "exit-code-1",
+                                                       NULL});
     emit_stream("stream-ping-shutdown",
                 (const char *const[]){"ping", "pong", "shutdown-poweroff", NULL});
 
@@ -166,7 +178,9 @@ int main(int argc, char **argv)
     emit_raw("bad-data-unknown-flag", "data-stdout", flag_unknown);
     emit_raw("bad-ping-eof-flag", "ping", flag_eof);
     emit_raw("bad-type-0", "ping", type_0);
-    emit_raw("bad-type-17", "ping", type_17);
+    emit_raw("bad-type-18", "ping", type_over);
+    emit_raw("bad-exec-kernel-no-lang", "exec-kernel", kernel_no_lang);
+    emit_raw("bad-exec-input-wait-over", "exec-kernel", input_wait_over);
 
     /* Byte-level damage to a good frame. */
     int n = al_msg_encode(sample("exec-python"), buf, sizeof(buf));

@@ -4,6 +4,7 @@ real guests through the real libvirtd and QEMU.
 Environment (set by tests/meson.build): AIRLOCK_BIN, AIRLOCK_IMAGE_DIR, AIRLOCK_SOURCE_ROOT,
 AIRLOCK_AGENT_BIN.
 """
+import json
 import os
 import re
 import shutil
@@ -34,8 +35,8 @@ def run(args, input=None, env=None, timeout=HANG_GUARD_S, image_dir=None):
                           stderr=subprocess.PIPE, env=e, timeout=timeout)
 
 
-def popen(args, image_dir=None, **kw):
-    e = dict(os.environ)
+def popen(args, image_dir=None, env=None, **kw):
+    e = dict(env or os.environ)
     e["AIRLOCK_IMAGE_DIR"] = image_dir or IMAGE_DIR
     return subprocess.Popen([AIRLOCK] + args, env=e, **kw)
 
@@ -74,6 +75,36 @@ class Store:
 
     def close(self):
         shutil.rmtree(self.dir, ignore_errors=True)
+
+
+class JsonDriver:
+    """A driver of the library (tests/integration/*-driver.c) holding one session: a JSON
+    greeting line, then one JSON request per line in, one JSON answer per line out."""
+
+    def __init__(self, argv, what):
+        e = dict(os.environ)
+        e["AIRLOCK_IMAGE_DIR"] = IMAGE_DIR
+        self.what = what
+        self.p = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, env=e,
+                                  text=True)
+        first = self.p.stdout.readline()
+        if not first:
+            raise RuntimeError("%s could not open a session" % what)
+        self.hello = json.loads(first)
+
+    def call(self, op, **kw):
+        kw["op"] = op
+        self.p.stdin.write(json.dumps(kw) + "\n")
+        self.p.stdin.flush()
+        line = self.p.stdout.readline()
+        if not line:
+            raise RuntimeError("%s died" % self.what)
+        return json.loads(line)
+
+    def close(self, timeout=120):
+        self.p.stdin.close()
+        self.p.wait(timeout=timeout)
+        self.p.stdout.close()
 
 
 def main():

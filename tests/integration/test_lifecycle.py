@@ -3,6 +3,7 @@
 dying in the guest reported as an error."""
 import hashlib
 import os
+import shutil
 import signal
 import subprocess
 import tempfile
@@ -75,6 +76,27 @@ class LifecycleTest(unittest.TestCase):
         r = altest.run(["gc"])
         self.assertEqual(r.returncode, 0, r.stderr)
         self.assertFalse(os.path.exists(os.path.join(sessions, name)))
+
+    def test_gc_spares_a_live_session_in_another_runtime_dir(self):
+        # gc finds the owner's lock through the domain's metadata, not by looking in its own
+        # runtime dir, so two runtime dirs on one libvirt do not reap each other.
+        other = tempfile.mkdtemp(prefix="airlock-rt-")
+        os.chmod(other, 0o755)  # QEMU runs as its own user and must reach the sockets
+        self.addCleanup(shutil.rmtree, other, True)
+        env = dict(os.environ, AIRLOCK_RUNTIME_DIR=other)
+        p = altest.popen(["--debug", "-q", "exec", "--lang", "sh", "-c",
+                          "echo up; read x; echo alive"], env=env,
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, stdin=subprocess.PIPE)
+        self.assertEqual(p.stdout.readline(), b"up\n")
+        r = altest.run(["gc"])
+        self.assertEqual(r.returncode, 0, r.stderr)
+        p.stdin.write(b"go\n")
+        p.stdin.close()
+        out = p.stdout.read()
+        self.assertEqual(out, b"alive\n", p.stderr.read())
+        self.assertEqual(p.wait(timeout=60), 0, p.stderr.read())
+        p.stdout.close()
+        p.stderr.close()
 
     def test_sigterm_tears_down(self):
         p = altest.popen(["--debug", "-q", "exec", "--lang", "sh", "-c",

@@ -129,6 +129,7 @@ size_t raw_msg(struct raw *r, const struct al_msg *m)
     case AL_EXEC:
         raw_u32(r, m->u.exec.flags);
         raw_u32(r, m->u.exec.timeout_ms);
+        raw_u32(r, m->u.exec.input_wait_ms);
         raw_u64(r, m->u.exec.output_cap);
         raw_str(r, m->u.exec.lang);
         raw_str(r, m->u.exec.cwd);
@@ -181,6 +182,9 @@ size_t raw_msg(struct raw *r, const struct al_msg *m)
         break;
     case AL_SHUTDOWN:
         raw_u32(r, m->u.shutdown.how);
+        break;
+    case AL_WAITING:
+        raw_u32(r, m->u.waiting.waited_ms);
         break;
     default: /* unknown types go out with an empty payload */
         break;
@@ -238,6 +242,7 @@ bool fix_msg_same(const struct al_msg *a, const struct al_msg *b, const char **f
     case AL_EXEC:
         SAME_FIELD(exec.flags);
         SAME_FIELD(exec.timeout_ms);
+        SAME_FIELD(exec.input_wait_ms);
         SAME_FIELD(exec.output_cap);
         SAME_STR(exec.lang);
         SAME_STR(exec.cwd);
@@ -294,6 +299,9 @@ bool fix_msg_same(const struct al_msg *a, const struct al_msg *b, const char **f
         break;
     case AL_SHUTDOWN:
         SAME_FIELD(shutdown.how);
+        break;
+    case AL_WAITING:
+        SAME_FIELD(waiting.waited_ms);
         break;
     default:
         break;
@@ -429,10 +437,24 @@ static void build_exec(void)
     for (int i = 0; i < AL_ENV_MAX; i++)
         m->u.exec.env[i] = fix_str((uint32_t)i * 3);
 
-    /* flags, timeout, cap: 16; lang, cwd, argc, argv[0] length, envc: 4 each */
+    /* flags, timeout, input wait, cap: 20; lang, cwd, argc, argv[0] length, envc: 4 each */
     m = add(AL_EXEC, 4, "exec-payload-max");
     m->u.exec.argc = 1;
-    m->u.exec.argv[0] = fix_str(AL_FRAME_PAYLOAD_MAX - 36);
+    m->u.exec.argv[0] = fix_str(AL_FRAME_PAYLOAD_MAX - FIX_EXEC_OVERHEAD);
+
+    m = add(AL_EXEC, 5, "exec-kernel");
+    m->u.exec.flags = AL_EXEC_KERNEL;
+    m->u.exec.input_wait_ms = 5000;
+    m->u.exec.lang = S("python");
+    m->u.exec.argc = 1;
+    m->u.exec.argv[0] = S("x = 1\nx + 1\n");
+
+    m = add(AL_EXEC, 6, "exec-kernel-stdin-wait-max");
+    m->u.exec.flags = AL_EXEC_KERNEL | AL_EXEC_STDIN;
+    m->u.exec.input_wait_ms = AL_INPUT_WAIT_MAX_MS;
+    m->u.exec.lang = S("shell");
+    m->u.exec.argc = 1;
+    m->u.exec.argv[0] = S("read line; echo \"$line\"");
 }
 
 static void build_data(void)
@@ -565,6 +587,11 @@ static void build_small(void)
     m->u.shutdown.how = AL_SHUTDOWN_POWEROFF;
     m = add(AL_SHUTDOWN, 0, "shutdown-reboot");
     m->u.shutdown.how = AL_SHUTDOWN_REBOOT;
+
+    m = add(AL_WAITING, 2, "waiting");
+    m->u.waiting.waited_ms = 2000;
+    m = add(AL_WAITING, UINT32_MAX, "waiting-max");
+    m->u.waiting.waited_ms = UINT32_MAX;
 }
 
 size_t fix_samples(const struct sample **out)

@@ -355,12 +355,12 @@ static void test_golden(void)
 {
     static const uint8_t hello[] = {
         'A',  'L',  0x01, 0x00, 0x00, 0x00, 0x00, 0x00, 0x10, 0x00, 0x00, 0x00, /* header */
-        0x01, 0x00, 0x00, 0x00,                                                 /* version 1 */
+        0x02, 0x00, 0x00, 0x00,                                                 /* version 2 */
         0xef, 0xcd, 0xab, 0x89, 0x67, 0x45, 0x23, 0x01,                         /* nonce */
         0x00, 0x00, 0x10, 0x00,                                                 /* 1 MiB */
     };
     struct al_msg m = {.type = AL_HELLO};
-    m.u.hello.version = 1;
+    m.u.hello.version = 2;
     m.u.hello.nonce = 0x0123456789abcdefULL;
     m.u.hello.window = 1024 * 1024;
     int n = al_msg_encode(&m, frame, sizeof(frame));
@@ -513,12 +513,12 @@ static void test_length(void)
     /* The encoder: a payload of exactly the maximum is sample exec-payload-max; one more byte. */
     struct al_msg big = {.type = AL_EXEC, .id = 1};
     big.u.exec.argc = 1;
-    big.u.exec.argv[0] = fix_str(AL_FRAME_PAYLOAD_MAX - 36 + 1);
+    big.u.exec.argv[0] = fix_str(AL_FRAME_PAYLOAD_MAX - FIX_EXEC_OVERHEAD + 1);
     OK(al_msg_encode(&big, frame, sizeof(frame)) == -EMSGSIZE,
        "encode of a payload of AL_FRAME_PAYLOAD_MAX + 1 is -EMSGSIZE");
     size_t n = raw_frame(frame, &big);
     expect_reject(frame, HDR, -EMSGSIZE, NULL, "that frame's header");
-    big.u.exec.argv[0] = fix_str(AL_FRAME_PAYLOAD_MAX - 36 - 1);
+    big.u.exec.argv[0] = fix_str(AL_FRAME_PAYLOAD_MAX - FIX_EXEC_OVERHEAD - 1);
     n = raw_frame(frame, &big);
     OK(decode_one(frame, n, &m, &why) == 1 && al_msg_encode(&big, other, sizeof(other)) == (int)n,
        "a payload of AL_FRAME_PAYLOAD_MAX - 1 encodes and decodes");
@@ -545,7 +545,7 @@ static void test_type_and_flags(void)
     struct al_msg m;
     const char *why = NULL;
     OK(al_msg_decode(&h, b, &m, &why) == -EPROTONOSUPPORT && why,
-       "al_msg_decode of type 17 is -EPROTONOSUPPORT");
+       "al_msg_decode of type %d is -EPROTONOSUPPORT", AL_TYPE_MAX_ + 1);
 
     static const uint8_t bad_flags[] = {1u << 1, 1u << 7, 0xff};
     for (size_t i = 0; i < ARRAY_SIZE(bad_flags); i++) {
@@ -636,6 +636,14 @@ static void set_exec_flags(struct al_msg *m, int64_t v)
 {
     set_argc(m, 1);
     m->u.exec.flags = (uint32_t)v;
+    if (v & AL_EXEC_KERNEL)
+        m->u.exec.lang = al_str_cstr("python"); /* a kernel needs a language */
+}
+
+static void set_exec_input_wait(struct al_msg *m, int64_t v)
+{
+    set_argc(m, 1);
+    m->u.exec.input_wait_ms = (uint32_t)v;
 }
 
 static void set_data_len(struct al_msg *m, int64_t v)
@@ -755,6 +763,7 @@ static const struct bound bounds[] = {
     {"exec language length", 0, AL_SHORT_STR_MAX, false, set_exec_lang_len, NULL},
     {"exec cwd length", 0, AL_PATH_MAX, false, set_exec_cwd_len, NULL},
     {"exec flags", 0, AL_EXEC_FLAGS_KNOWN, false, set_exec_flags, NULL},
+    {"exec input wait", 0, AL_INPUT_WAIT_MAX_MS, false, set_exec_input_wait, NULL},
     {"data chunk length", 0, AL_DATA_CHUNK_MAX, false, set_data_len},
     {"data stream", 0, AL_STREAM_COUNT - 1, false, set_data_stream},
     {"credit stream", 0, AL_STREAM_COUNT - 1, false, set_credit_stream, NULL},
@@ -867,6 +876,19 @@ static void test_bounds(void)
     set_argc(&bound_msg, 0);
     OK(al_msg_encode(&bound_msg, frame, sizeof(frame)) == -EINVAL,
        "encode of exec argc 0 is -EINVAL");
+
+    /* A kernel run names its kernel: the flag without a language is refused both ways. */
+    memset(&bound_msg, 0, sizeof(bound_msg));
+    set_exec_flags(&bound_msg, AL_EXEC_KERNEL);
+    bound_msg.u.exec.lang = fix_str(0);
+    expect_reject(frame, raw_frame(frame, &bound_msg), -EPROTO, NULL,
+                  "exec with the kernel flag and no language");
+    OK(al_msg_encode(&bound_msg, other, sizeof(other)) == -EINVAL,
+       "encode of an exec with the kernel flag and no language is -EINVAL");
+    bound_msg.u.exec.lang = fix_str(1);
+    OK(decode_one(frame, raw_frame(frame, &bound_msg), &m, &why) == 1 &&
+           m.u.exec.flags == AL_EXEC_KERNEL && m.u.exec.lang.len == 1,
+       "exec with the kernel flag and a one-byte language decodes");
 }
 
 /* ---- outputs untouched on failure, reasons given ---- */
@@ -955,7 +977,7 @@ static void test_partial(void)
 static const uint8_t fixed_len[AL_TYPE_MAX_ + 1] = {
     [AL_HELLO] = 16, [AL_STARTED] = 4, [AL_DATA] = 9,       [AL_CREDIT] = 5,
     [AL_SIGNAL] = 4, [AL_EXIT] = 17,   [AL_FILE_INFO] = 12, [AL_OK] = 8,
-    [AL_PING] = 8,   [AL_PONG] = 8,    [AL_SHUTDOWN] = 4,
+    [AL_PING] = 8,   [AL_PONG] = 8,    [AL_SHUTDOWN] = 4,  [AL_WAITING] = 4,
 };
 
 /* A third pure noise; a third a made-up header over small field values; a third a sample frame
@@ -1038,8 +1060,10 @@ static void test_names(void)
     }
     for (uint16_t k = 1; k <= AL_ERR_CLASS_MAX_; k++)
         classes = classes && strcmp(al_error_class_name(k), "unknown") != 0;
-    OK(types && !strcmp(al_type_name(0), "unknown") && !strcmp(al_type_name(17), "unknown"),
-       "al_type_name: distinct names for 1..16, unknown for 0 and 17");
+    OK(types && !strcmp(al_type_name(0), "unknown") &&
+           !strcmp(al_type_name(AL_TYPE_MAX_ + 1), "unknown"),
+       "al_type_name: distinct names for 1..%d, unknown for 0 and %d", AL_TYPE_MAX_,
+       AL_TYPE_MAX_ + 1);
     OK(classes && !strcmp(al_error_class_name(0), "unknown") &&
            !strcmp(al_error_class_name(9), "unknown"),
        "al_error_class_name: names for 1..8, unknown for 0 and 9");

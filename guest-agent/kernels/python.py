@@ -1,0 +1,219 @@
+"""Airlock's python kernel: runs the agent's code blocks one after another in one namespace.
+
+Started by the agent (guest-agent/kernel.c) with fd 3 a socket to it. This says "ready" once,
+then reads requests "run ID COUNT LEN..." followed by COUNT fields (the code, the path of the
+run's stdin, KEY=VALUE entries) and answers
+"done ID STATUS" once the block is over and its output flushed. stdout and stderr are the
+agent's pipes for the kernel's whole life. Status: 0, 1 for an exception, 130 for an
+interrupt (SIGINT raises KeyboardInterrupt in the block), SystemExit's code.
+"""
+import ast
+import builtins
+import importlib.machinery
+import linecache
+import os
+import signal
+import sys
+import traceback
+import types
+
+CTL = 3
+# plt.show() saves each open figure here as figure-N.png and prints the path.
+OUTPUTS = '/tmp/airlock-outputs'
+FIGURE_NOTE = '[airlock] figure saved: %s'
+
+
+class Control:
+    """The agent's socket: lines and counted fields in, short lines out."""
+
+    def __init__(self, fd):
+        self.fd, self.buf = fd, bytearray()
+
+    def _fill(self):
+        chunk = os.read(self.fd, 1 << 16)
+        if not chunk:
+            raise EOFError
+        self.buf += chunk
+
+    def line(self):
+        while b'\n' not in self.buf:
+            self._fill()
+        i = self.buf.index(b'\n')
+        line = bytes(self.buf[:i])
+        del self.buf[:i + 1]
+        return line
+
+    def exact(self, n):
+        while len(self.buf) < n:
+            self._fill()
+        data = bytes(self.buf[:n])
+        del self.buf[:n]
+        return data
+
+    def send(self, text):
+        os.write(self.fd, text.encode())
+
+
+def figure_path():
+    os.makedirs(OUTPUTS, exist_ok=True)
+    n = 1
+    while os.path.exists(os.path.join(OUTPUTS, 'figure-%d.png' % n)):
+        n += 1
+    return os.path.join(OUTPUTS, 'figure-%d.png' % n)
+
+
+def patch_pyplot(plt):
+    """No display here: show() becomes "save every open figure, say where, close it"."""
+
+    def show(*args, **kwargs):
+        for num in plt.get_fignums():
+            path = figure_path()
+            plt.figure(num).savefig(path)
+            print(FIGURE_NOTE % path, flush=True)
+        plt.close('all')
+
+    plt.show = show
+
+
+class PyplotHook:
+    """Patches matplotlib.pyplot as it is imported, so that not even a `from matplotlib.pyplot
+    import show` sees the original; importing matplotlib eagerly would cost every kernel."""
+
+    def find_spec(self, name, path, target=None):
+        if name != 'matplotlib.pyplot':
+            return None
+        spec = importlib.machinery.PathFinder.find_spec(name, path)
+        if spec is None or spec.loader is None:
+            return spec
+        run_module = spec.loader.exec_module
+
+        def exec_module(module):
+            run_module(module)
+            patch_pyplot(module)
+
+        spec.loader.exec_module = exec_module
+        return spec
+
+
+def without_driver(te, seen):
+    """Drops this driver's frames (the exec call, the SIGINT handler) from te and the
+    exceptions chained to it."""
+    if te is None or id(te) in seen:
+        return
+    seen.add(id(te))
+    te.stack = traceback.StackSummary.from_list(
+        [f for f in te.stack if f.filename != __file__])
+    without_driver(te.__cause__, seen)
+    without_driver(te.__context__, seen)
+
+
+def show_exception(e, tb):
+    """A traceback as python prints one, without this driver's frames."""
+    sys.last_type, sys.last_value, sys.last_traceback = type(e), e, tb
+    try:
+        te = traceback.TracebackException(type(e), e, tb)
+        without_driver(te, set())
+        sys.stderr.write(''.join(te.format()))
+    except BaseException:  # a broken __str__ or a second interrupt: still say something
+        print(type(e).__name__, file=sys.stderr)
+
+
+def exit_status(e):
+    if e.code is None:
+        return 0
+    if isinstance(e.code, int):
+        return e.code & 0xff
+    print(e.code, file=sys.stderr)
+    return 1
+
+
+class Kernel:
+    def __init__(self):
+        self.cell = 0
+        self.running = False
+        main = types.ModuleType('__main__')
+        main.__builtins__ = builtins
+        sys.modules['__main__'] = main  # pickle, `if __name__ == '__main__'`, doctest
+        self.ns = main.__dict__
+        self.devnull = os.open(os.devnull, os.O_RDONLY)
+        signal.signal(signal.SIGINT, self.on_sigint)
+        sys.meta_path.insert(0, PyplotHook())
+
+    def on_sigint(self, signo, frame):
+        # Between blocks an interrupt has nothing to stop.
+        if self.running:
+            raise KeyboardInterrupt
+
+    def compile(self, code, name):
+        """The block as module code, plus its last expression alone so that its value is
+        printed as at the interactive prompt."""
+        tree = ast.parse(code, name, 'exec')
+        last = None
+        if tree.body and isinstance(tree.body[-1], ast.Expr):
+            last = compile(ast.Interactive([tree.body.pop()]), name, 'single')
+        return compile(tree, name, 'exec'), last
+
+    def execute(self, code, name):
+        try:
+            body, last = self.compile(code, name)
+        except (SyntaxError, ValueError) as e:
+            show_exception(e, None)  # as python reports a script that does not parse
+            return 1
+        try:
+            self.running = True
+            try:
+                exec(body, self.ns)
+                if last is not None:
+                    exec(last, self.ns)
+            finally:
+                self.running = False
+        except SystemExit as e:
+            return exit_status(e)
+        except BaseException as e:
+            show_exception(e, e.__traceback__)
+            return 130 if isinstance(e, KeyboardInterrupt) else 1
+        return 0
+
+    def run(self, code, stdin_path, env):
+        self.cell += 1
+        name = '<cell %d>' % self.cell
+        linecache.cache[name] = (len(code), None, code.splitlines(True), name)
+        for entry in env:
+            key, _, value = entry.partition('=')
+            os.environ[key] = value
+        try:
+            fd = os.open(stdin_path, os.O_RDONLY)
+            os.dup2(fd, 0)
+            os.close(fd)
+        except OSError as e:
+            print('airlock: %s' % e, file=sys.stderr)
+            return 1
+        # A fresh reader: nothing buffered from an earlier run's stdin.
+        sys.stdin = open(0, 'r', encoding='utf-8', errors='surrogateescape', closefd=False)
+        try:
+            return self.execute(code, name)
+        finally:
+            for f in (sys.stdout, sys.stderr):
+                try:
+                    f.flush()
+                except BaseException:
+                    pass
+            os.dup2(self.devnull, 0)
+
+    def serve(self, ctl):
+        ctl.send('ready\n')
+        while True:
+            try:
+                head = ctl.line().split()
+                rid, count = int(head[1]), int(head[2])
+                fields = [ctl.exact(int(n)) for n in head[3:3 + count]]
+            except EOFError:
+                return
+            text = [f.decode('utf-8', 'surrogateescape') for f in fields]
+            status = self.run(text[0], text[1], text[2:])
+            ctl.send('done %d %d\n' % (rid, status))
+
+
+if __name__ == '__main__':
+    os.set_inheritable(CTL, False)  # not the business of the processes a block starts
+    Kernel().serve(Control(CTL))

@@ -1,0 +1,158 @@
+#!/usr/bin/env bash
+# Builds the `debian` guest image: Debian 12 with Python (numpy, pandas, matplotlib, requests),
+# bash, coreutils, git, sqlite3, curl and Node on a qcow2 root disk, booted directly with the
+# cloud kernel and a small initramfs whose /init is the airlock agent.
+#
+#   images/build-debian.sh AGENT_BINARY OUTDIR [--toolchain]
+#
+# --toolchain adds build-essential (and python3-dev).
+#
+# Two parts with different lives:
+# - the root disk (debian/rootfs.sh: mmdebstrap, mke2fs -d, qemu-img), a few minutes, depends
+#   only on the recipe, the package list and the options. It is cached under a hash of those,
+#   as CACHE/debian-HASH.qcow2 (CACHE: $AIRLOCK_CACHE_DIR, else /var/cache/airlock for root,
+#   else ~/.cache/airlock), and reused by every later build: a test and an ASan build share it.
+# - the initramfs (about a second): the agent, the virtio modules and the language kernels
+#   (guest-agent/kernels/*, installed at /usr/lib/airlock/kernels). The agent's init mounts the
+#   disk named by airlock.root= on the command line, binds /usr/lib/airlock into it and
+#   switches root to it.
+#
+# Writes OUTDIR/vmlinux (or vmlinuz), initrd.img, rootfs.qcow2 (a hard link to the cached disk
+# where possible, read-only: sessions run on their own overlays) and manifest.json, last.
+set -euo pipefail
+
+here=$(cd "$(dirname "$0")" && pwd)
+die() {
+    echo "build-debian: $*" >&2
+    exit 1
+}
+usage() {
+    echo "usage: $0 AGENT_BINARY OUTDIR [--toolchain]" >&2
+    exit 2
+}
+toolchain=false
+args=()
+for a in "$@"; do
+    case $a in
+    --toolchain) toolchain=true ;;
+    -*) usage ;;
+    *) args+=("$a") ;;
+    esac
+done
+[ ${#args[@]} -eq 2 ] || usage
+agent=${args[0]}
+outdir=${args[1]}
+export SOURCE_DATE_EPOCH=${SOURCE_DATE_EPOCH:-1700000000}
+# shellcheck source-path=SCRIPTDIR source=lib/boot.sh
+. "$here/lib/boot.sh"
+
+[ -x "$agent" ] || die "agent '$agent' is not an executable"
+agent_version=$("$agent" --version | awk '{print $2}')
+[ -n "$agent_version" ] || die "'$agent --version' printed no version"
+boot_find_kernel
+kernels=${AIRLOCK_KERNELS_DIR:-$here/../guest-agent/kernels}
+# The Debian archive as this machine's apt knows it (only Debian's own sources: others may be
+# unreachable from where images are built).
+sources=${AIRLOCK_DEBIAN_SOURCES:-}
+if [ -z "$sources" ]; then
+    for f in /etc/apt/sources.list.d/debian.sources /etc/apt/sources.list; do
+        [ -s "$f" ] && sources=$f && break
+    done
+fi
+if [ -z "$sources" ] || [ ! -r "$sources" ]; then
+    die "no apt sources for Debian (set AIRLOCK_DEBIAN_SOURCES)"
+fi
+
+lists=("$here/debian/packages")
+$toolchain && lists+=("$here/debian/packages-toolchain")
+mapfile -t packages < <(sed -e 's/#.*//' -e 's/[[:space:]]//g' "${lists[@]}" | grep . | LC_ALL=C sort -u)
+
+# The disk's cache key: everything that goes into it. The archive's content is not part of it
+# (a cached disk keeps the package versions it was built with; rebuild with a new
+# SOURCE_DATE_EPOCH or remove the cache file to refresh).
+inputs=$({
+    echo "recipe 1"
+    cat "$here/debian/rootfs.sh"
+    printf '%s\n' "${packages[@]}"
+    echo "epoch $SOURCE_DATE_EPOCH size ${AIRLOCK_DEBIAN_FS_SIZE:-4G}"
+    cat "$sources"
+} | sha256sum | cut -c1-16)
+
+if [ -n "${AIRLOCK_CACHE_DIR:-}" ]; then
+    cache=$AIRLOCK_CACHE_DIR
+elif [ "$(id -u)" = 0 ]; then
+    cache=/var/cache/airlock
+else
+    cache=${XDG_CACHE_HOME:-$HOME/.cache}/airlock
+fi
+mkdir -p "$cache"
+base=$cache/debian-$inputs.qcow2
+# Cached disks kept; older ones are removed (images already built keep theirs: hard links).
+keep=3
+
+# One builder at a time per disk (the test and ASan builds may ask together); builds of other
+# disks (--toolchain) do not wait.
+exec 9>"$cache/.debian-$inputs.lock"
+flock 9
+if [ ! -s "$base" ]; then
+    echo "build-debian: building the root disk (mmdebstrap; a few minutes), cache $base" >&2
+    tmp=$cache/.debian-$inputs.$$.qcow2
+    trap 'rm -f "$tmp"' EXIT
+    bash "$here/debian/rootfs.sh" "$tmp" "$sources" "${packages[@]}"
+    chmod 0444 "$tmp"
+    mv "$tmp" "$base"
+    trap - EXIT
+    # shellcheck disable=SC2012 # names are ours: debian-HEX.qcow2
+    for old in $(ls -t "$cache"/debian-*.qcow2 | tail -n +$((keep + 1))); do
+        old=${old##*/debian-}
+        rm -f "$cache/debian-$old" "$cache/.debian-${old%.qcow2}.lock"
+    done
+fi
+flock -u 9
+
+stage=$(mktemp -d)
+trap 'rm -rf "$stage"' EXIT
+mkdir -p "$outdir"
+chmod 0755 "$outdir"
+# Sessions never write the base: each gets a qcow2 overlay of its own. QEMU (another user under
+# qemu:///system) only reads it.
+if ! [ "$base" -ef "$outdir/rootfs.qcow2" ]; then
+    ln -f "$base" "$outdir/rootfs.qcow2" 2>/dev/null ||
+        cp --reflink=auto "$base" "$outdir/rootfs.qcow2"
+    chmod 0444 "$outdir/rootfs.qcow2"
+fi
+
+# The initramfs: only what is needed to reach the disk, plus what changes with each airlock
+# build (agent, kernels), so the disk stays cacheable.
+root=$stage/root
+mkdir -p "$root"/{dev,proc,sys,newroot,usr/lib/airlock}
+install -m 0755 "$agent" "$root/usr/lib/airlock/airlock-agent"
+if readelf -h "$agent" >/dev/null 2>&1; then
+    strip --strip-all "$root/usr/lib/airlock/airlock-agent"
+fi
+ln -s usr/lib/airlock/airlock-agent "$root/init"
+mkdir -p "$root/usr/lib/airlock/kernels"
+if [ -d "$kernels" ]; then
+    cp -R "$kernels/." "$root/usr/lib/airlock/kernels/"
+fi
+boot_install_modules "$root"
+boot_write_cpio "$root" "$stage/initrd.img" "${AIRLOCK_INITRD_COMPRESS:-none}"
+install -m 0644 "$stage/initrd.img" "$outdir/initrd.img"
+boot_install_kernel "$stage" "$outdir" "${AIRLOCK_KERNEL_FORMAT:-pvh}"
+
+cat >"$stage/manifest.json" <<EOF
+{
+  "name": "debian",
+  "kernel": "$boot_kernel_file",
+  "initrd": "initrd.img",
+  "disk": "rootfs.qcow2",
+  "cmdline": "$boot_cmdline airlock.root=/dev/vda",
+  "languages": ["python", "shell", "javascript"],
+  "agent_protocol": 2,
+  "agent_version": "$agent_version",
+  "memory_mib": 512,
+  "toolchain": $toolchain,
+  "inputs": "$inputs"
+}
+EOF
+install -m 0644 "$stage/manifest.json" "$outdir/manifest.json"

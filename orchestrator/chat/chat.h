@@ -1,0 +1,156 @@
+/* The agent loop: a user message goes to the model, code the model proposes runs in the
+ * session's VM, its output goes back, until the model answers without code. Also the pieces
+ * around it: the system prompt, output truncation, the fenced-code convention for models without
+ * tools, saved conversations and YAML profiles.
+ *
+ * The loop knows nothing about terminals: the front (chat REPL, one-shot run) passes callbacks. */
+#ifndef AL_CHAT_H
+#define AL_CHAT_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include <cjson/cJSON.h>
+
+#include "airlock.h"
+#include "model.h"
+
+/* Defaults, each a judgement call documented in the README. */
+#define AL_CHAT_MAX_TURNS_DEFAULT 20      /* model replies per user message */
+#define AL_CHAT_MAX_OUTPUT_DEFAULT 4000   /* bytes of one run's output shown to the model */
+#define AL_CHAT_MAX_OUTPUT_MIN 200        /* below this head + tail say nothing useful */
+#define AL_CHAT_INPUT_WAIT_MS 3000        /* a run blocked on stdin this long is reported */
+
+typedef struct al_chat_cfg {
+    al_model_cfg model;
+    bool tools;               /* false: the fenced-code convention */
+    bool auto_run;            /* run without asking */
+    unsigned max_turns;       /* 0: AL_CHAT_MAX_TURNS_DEFAULT */
+    size_t max_output;        /* 0: AL_CHAT_MAX_OUTPUT_DEFAULT */
+    unsigned context_window;  /* tokens; 0: no trimming */
+    uint64_t token_budget;    /* tokens per session, input + output; 0: none */
+    unsigned run_timeout_s;   /* per run; 0: none */
+    const char *system_message; /* replaces the built-in prompt */
+    const char *instructions;   /* appended to it */
+    const char *image;          /* for the prompt and the saved conversation */
+} al_chat_cfg;
+
+enum al_chat_outcome {
+    AL_CHAT_DONE = 0,      /* the model answered without code */
+    AL_CHAT_MAX_TURNS,     /* --max-turns reached */
+    AL_CHAT_REPEATED,      /* the model repeated the same code with the same result */
+    AL_CHAT_BUDGET,        /* the session's token budget is spent */
+    AL_CHAT_DECLINED,      /* the user declined to run the code */
+    AL_CHAT_CANCELLED,     /* Ctrl-C */
+};
+const char *al_chat_outcome_str(enum al_chat_outcome o);
+
+/* What the front shows. Every callback is optional. */
+typedef struct al_chat_ui {
+    void *ctx;
+    void (*thinking)(void *ctx, bool on);                 /* waiting for the model */
+    void (*text)(void *ctx, const char *s, size_t n);     /* model text, streamed */
+    void (*text_end)(void *ctx);                          /* end of one model reply's text */
+    void (*code)(void *ctx, const char *lang, const char *code); /* code about to be offered */
+    /* Asks to run; 1 run, 0 decline. May replace *code (a malloc'd string) after editing. */
+    int (*confirm)(void *ctx, const char *lang, char **code);
+    int (*output)(void *ctx, int stream, const uint8_t *data, size_t n); /* live run output */
+    void (*run_end)(void *ctx, const al_exec_result *r, const char *summary);
+    void (*notice)(void *ctx, const char *msg);           /* one line for the user */
+    /* The front hands the JSON of each message as it is added (for --json output). */
+    void (*message)(void *ctx, const cJSON *msg);
+} al_chat_ui;
+
+typedef struct al_chat {
+    al_chat_cfg cfg;
+    al_chat_ui ui;
+    al_session *session;      /* not owned */
+    cJSON *messages;          /* the neutral conversation, without the system prompt */
+    char *system;             /* the system prompt in use */
+    char langs[256];          /* space-separated languages the model may use */
+    bool kernels;             /* they run in the session's long-lived kernels */
+    bool stamped;             /* the guest's "files written since" stamp exists */
+    unsigned outputs;         /* figures copied out so far */
+    uint64_t input_tokens;    /* spent this session */
+    uint64_t output_tokens;
+    char id[64];              /* conversation id, "" until saved once */
+    char *save_path;          /* NULL: not saved */
+    int64_t created;          /* unix seconds */
+    int cancel_fd;            /* the front's Ctrl-C pipe (read end), or -1 */
+} al_chat;
+
+/* langs: the session's languages (al_session_languages), or a list for tests. */
+int al_chat_init(al_chat *c, const al_chat_cfg *cfg, const al_chat_ui *ui, al_session *s,
+                 const char *langs, al_error *err);
+void al_chat_free(al_chat *c);
+/* One user message and everything that follows from it. A model or network failure is
+ * returned as an error with the conversation intact (the user message stays). */
+int al_chat_turn(al_chat *c, const char *user_text, enum al_chat_outcome *outcome,
+                 al_error *err);
+/* Drops the last exchange: the last user message and everything after it. 0, or -ENOENT. */
+int al_chat_undo(al_chat *c);
+/* Empties the history. */
+void al_chat_reset(al_chat *c);
+
+/* ---- system prompt ---- */
+char *al_chat_system_prompt(const al_chat_cfg *cfg, const char *langs, bool tools);
+
+/* ---- run output shown to the model: head and tail kept, the middle dropped ---- */
+typedef struct al_capture {
+    size_t limit;   /* bytes kept: limit/2 head, the rest tail */
+    char *head;
+    size_t head_len;
+    char *tail;     /* ring of tail_cap bytes */
+    size_t tail_cap;
+    size_t tail_pos; /* next write position in the ring */
+    uint64_t total;  /* bytes seen */
+} al_capture;
+int al_capture_init(al_capture *cap, size_t limit);
+void al_capture_add(al_capture *cap, const void *data, size_t n);
+/* The kept text, with "[... N bytes omitted ...]" where the middle was dropped; malloc'd. */
+char *al_capture_text(const al_capture *cap);
+void al_capture_free(al_capture *cap);
+
+/* ---- the fenced-code convention ---- */
+/* Finds the first fenced block (``` or ~~~) in text: its info string's first word and the code.
+ * Returns 1 found (both malloc'd), 0 none. An unterminated block at the end counts. */
+int al_fence_first(const char *text, char **lang, char **code);
+
+/* ---- context window ---- */
+/* Rough token estimate of a neutral message (bytes / 4). */
+unsigned al_chat_estimate(const cJSON *msg);
+/* The messages to send: the newest ones that fit in window tokens besides the system prompt,
+ * keeping the latest user message and all after it, never splitting a tool call from its
+ * results. Returns a new array (references copied), or NULL with err set when even the
+ * system prompt and the latest turn do not fit. window 0: everything. */
+cJSON *al_chat_fit(const cJSON *messages, const char *system, unsigned window, al_error *err);
+
+/* ---- conversations (saved as JSON under $XDG_DATA_HOME/airlock/conversations) ---- */
+int al_conv_dir(char *buf, size_t len, al_error *err);
+/* Writes the conversation atomically; gives it an id on first save. */
+int al_conv_save(al_chat *c, al_error *err);
+/* Loads a saved conversation (id, or NULL for the newest) into c's history. */
+int al_conv_load(al_chat *c, const char *id, al_error *err);
+/* Loads from an explicit file path (%load FILE), or saves to one (%save FILE). */
+int al_conv_load_file(al_chat *c, const char *path, al_error *err);
+int al_conv_save_file(const al_chat *c, const char *path, al_error *err);
+typedef struct al_conv_info {
+    char id[64];
+    int64_t updated;
+    char model[128];
+    unsigned messages;
+    char title[96]; /* the first user message, one line */
+} al_conv_info;
+int al_conv_list(void (*fn)(void *ctx, const al_conv_info *ci), void *ctx, al_error *err);
+/* The conversation as Markdown (%markdown). */
+int al_conv_markdown(const al_chat *c, FILE *out, al_error *err);
+
+/* ---- profiles ($XDG_CONFIG_HOME/airlock/profiles/NAME.yaml) ---- */
+/* Calls fn for each top-level "key: scalar" pair of the profile, in order. */
+int al_profile_load(const char *name_or_path,
+                    int (*fn)(void *ctx, const char *key, const char *value, al_error *err),
+                    void *ctx, al_error *err);
+int al_profile_dir(char *buf, size_t len, al_error *err);
+
+#endif

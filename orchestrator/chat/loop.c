@@ -1,0 +1,666 @@
+/* The loop: user message -> model -> code -> VM -> output -> model, until the model answers
+ * without code, the user declines or interrupts, or a limit stops it. */
+#include "chat.h"
+
+#include <errno.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "internal.h"
+
+const char *al_chat_outcome_str(enum al_chat_outcome o)
+{
+    switch (o) {
+    case AL_CHAT_DONE:
+        return "done";
+    case AL_CHAT_MAX_TURNS:
+        return "max-turns";
+    case AL_CHAT_REPEATED:
+        return "repeated";
+    case AL_CHAT_BUDGET:
+        return "token-budget";
+    case AL_CHAT_DECLINED:
+        return "declined";
+    case AL_CHAT_CANCELLED:
+        return "cancelled";
+    }
+    return "?";
+}
+
+static void notice(al_chat *c, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void notice(al_chat *c, const char *fmt, ...)
+{
+    if (!c->ui.notice)
+        return;
+    char buf[1024];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(buf, sizeof(buf), fmt, ap);
+    va_end(ap);
+    c->ui.notice(c->ui.ctx, buf);
+}
+
+int al_chat_init(al_chat *c, const al_chat_cfg *cfg, const al_chat_ui *ui, al_session *s,
+                 const char *langs, al_error *err)
+{
+    memset(c, 0, sizeof(*c));
+    c->cfg = *cfg;
+    if (ui)
+        c->ui = *ui;
+    if (!c->cfg.max_turns)
+        c->cfg.max_turns = AL_CHAT_MAX_TURNS_DEFAULT;
+    if (!c->cfg.max_output)
+        c->cfg.max_output = AL_CHAT_MAX_OUTPUT_DEFAULT;
+    if (c->cfg.max_output < AL_CHAT_MAX_OUTPUT_MIN)
+        c->cfg.max_output = AL_CHAT_MAX_OUTPUT_MIN;
+    c->session = s;
+    c->cancel_fd = cfg->model.cancel_fd;
+    /* The session says "kernel:python" for languages with a long-lived interpreter; where there
+     * are such, only they are offered, so the model does not pick between sh and shell. */
+    char buf[256];
+    snprintf(buf, sizeof(buf), "%s", langs && *langs ? langs : "sh");
+    bool any_kernel = strstr(buf, "kernel:") != NULL;
+    for (char *save = NULL, *w = strtok_r(buf, " ", &save); w; w = strtok_r(NULL, " ", &save)) {
+        bool k = !strncmp(w, "kernel:", 7);
+        if (k != any_kernel)
+            continue;
+        const char *name = k ? w + 7 : w;
+        size_t used = strlen(c->langs);
+        snprintf(c->langs + used, sizeof(c->langs) - used, "%s%s", used ? " " : "", name);
+    }
+    c->kernels = any_kernel;
+    c->messages = cJSON_CreateArray();
+    c->system = al_chat_system_prompt(&c->cfg, c->langs, c->cfg.tools);
+    c->created = (int64_t)time(NULL);
+    if (!c->messages || !c->system) {
+        al_chat_free(c);
+        return al_err(err, -ENOMEM, "out of memory");
+    }
+    return 0;
+}
+
+void al_chat_free(al_chat *c)
+{
+    cJSON_Delete(c->messages);
+    free(c->system);
+    free(c->save_path);
+    c->messages = NULL;
+    c->system = NULL;
+    c->save_path = NULL;
+}
+
+void al_chat_reset(al_chat *c)
+{
+    cJSON_Delete(c->messages);
+    c->messages = cJSON_CreateArray();
+}
+
+static const char *role_of(const cJSON *m)
+{
+    const char *r = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(m, "role"));
+    return r ? r : "";
+}
+
+/* A message the user typed, as opposed to run output sent in the user role (text mode). */
+static bool is_user_turn(const cJSON *m)
+{
+    return !strcmp(role_of(m), "user") && !cJSON_GetObjectItemCaseSensitive(m, "kind");
+}
+
+int al_chat_undo(al_chat *c)
+{
+    int n = cJSON_GetArraySize(c->messages);
+    int last_user = -1;
+    for (int i = 0; i < n; i++)
+        if (is_user_turn(cJSON_GetArrayItem(c->messages, i)))
+            last_user = i;
+    if (last_user < 0)
+        return -ENOENT;
+    while (cJSON_GetArraySize(c->messages) > last_user)
+        cJSON_DeleteItemFromArray(c->messages, last_user);
+    return 0;
+}
+
+/* ---- context window ---- */
+
+unsigned al_chat_estimate(const cJSON *msg)
+{
+    char *s = cJSON_PrintUnformatted(msg);
+    size_t n = s ? strlen(s) : 0;
+    free(s);
+    return (unsigned)(n / 4 + 4); /* ~4 bytes a token in English and code, plus framing */
+}
+
+cJSON *al_chat_fit(const cJSON *messages, const char *system, unsigned window, al_error *err)
+{
+    int n = cJSON_GetArraySize(messages);
+    int keep_from = 0;
+    if (window) {
+        unsigned used = (unsigned)(strlen(system) / 4 + 4);
+        int last_user = n;
+        for (int i = 0; i < n; i++)
+            if (is_user_turn(cJSON_GetArrayItem(messages, i)))
+                last_user = i;
+        for (int i = last_user; i < n; i++)
+            used += al_chat_estimate(cJSON_GetArrayItem(messages, i));
+        if (used > window)
+            return al_err(err, -E2BIG,
+                          "the context window (%u tokens) is too small for the system prompt "
+                          "and the latest message (about %u tokens)",
+                          window, used),
+                   NULL;
+        /* Older messages join newest first while they fit. A tool result never stays
+         * without the assistant message that asked for it. */
+        keep_from = last_user;
+        for (int i = last_user - 1; i >= 0; i--) {
+            unsigned e = al_chat_estimate(cJSON_GetArrayItem(messages, i));
+            if (used + e > window)
+                break;
+            used += e;
+            keep_from = i;
+        }
+        while (keep_from < last_user && !is_user_turn(cJSON_GetArrayItem(messages, keep_from)))
+            keep_from++;
+    }
+    cJSON *out = cJSON_CreateArray();
+    if (!out)
+        return al_err(err, -ENOMEM, "out of memory"), NULL;
+    for (int i = keep_from; i < n; i++)
+        cJSON_AddItemReferenceToArray(out, cJSON_GetArrayItem(messages, i));
+    return out;
+}
+
+/* ---- running code ---- */
+
+static const char *canonical_lang(const char *langs, const char *want)
+{
+    static const char *const alias[][2] = {
+        {"python3", "python"}, {"py", "python"},    {"bash", "shell"}, {"sh", "shell"},
+        {"zsh", "shell"},      {"shell", "sh"},     {"bash", "sh"},    {"js", "javascript"},
+        {"node", "javascript"}, {"nodejs", "javascript"}, {"python", "python3"},
+    };
+    char buf[256];
+    snprintf(buf, sizeof(buf), " %s ", langs);
+    char w[80];
+    snprintf(w, sizeof(w), " %s ", want);
+    if (strstr(buf, w))
+        return want;
+    for (size_t i = 0; i < sizeof(alias) / sizeof(alias[0]); i++) {
+        if (strcmp(alias[i][0], want))
+            continue;
+        snprintf(w, sizeof(w), " %s ", alias[i][1]);
+        if (strstr(buf, w))
+            return alias[i][1];
+    }
+    return NULL;
+}
+
+struct run_ctx {
+    al_chat *c;
+    al_capture cap;
+};
+
+static int on_output(void *ctx, int stream, const uint8_t *data, size_t n)
+{
+    struct run_ctx *rc = ctx;
+    al_capture_add(&rc->cap, data, n);
+    if (rc->c->ui.output)
+        return rc->c->ui.output(rc->c->ui.ctx, stream, data, n);
+    return 0;
+}
+
+/* Runs code and returns the text the model gets; *cancelled when Ctrl-C stopped it. */
+static char *run_code(al_chat *c, const char *lang, const char *code, bool *cancelled,
+                      al_error *err)
+{
+    struct run_ctx rc = {.c = c};
+    if (al_capture_init(&rc.cap, c->cfg.max_output) < 0)
+        return al_err(err, -ENOMEM, "out of memory"), NULL;
+    const char *argv[] = {code, NULL};
+    al_exec_opts o = {
+        .argv = argv,
+        .lang = lang,
+        .timeout_ms = c->cfg.run_timeout_s * 1000u,
+        .stdin_fd = -1,
+        .stdout_fd = -1,
+        .stderr_fd = -1,
+        .output = on_output,
+        .output_ctx = &rc,
+        .kernel = c->kernels,
+        /* A program waiting for input would hang the loop: nobody types into it. */
+        .input_wait_ms = AL_CHAT_INPUT_WAIT_MS,
+        .interrupt_on_wait = true,
+    };
+    al_exec_result r = {0};
+    al_error e = {0};
+    int ret = al_exec(c->session, &o, &r, &e);
+    char status[700];
+    if (ret < 0) {
+        /* A failure to run is the model's business too: say why instead of ending the chat. */
+        snprintf(status, sizeof(status), "[could not run: %s]", e.msg);
+    } else if (r.waited_input) {
+        snprintf(status, sizeof(status),
+                 "[stopped: the program waited for input, which nobody can type here; pass data "
+                 "as arguments or files instead]");
+    } else if (r.timed_out) {
+        snprintf(status, sizeof(status), "[stopped: the run exceeded %u s]", c->cfg.run_timeout_s);
+    } else if (r.how == AL_EXEC_SIGNALED && r.value == SIGINT) {
+        snprintf(status, sizeof(status), "[interrupted by the user]");
+    } else if (r.how == AL_EXEC_SIGNALED) {
+        snprintf(status, sizeof(status), "[killed by signal %d (%s)]", r.value, strsignal(r.value));
+    } else {
+        snprintf(status, sizeof(status), "[exit status %d]", r.value);
+    }
+    /* The cancel pipe forwarded a SIGINT to the guest if the user pressed Ctrl-C. */
+    *cancelled = ret == 0 && !r.waited_input && ((r.how == AL_EXEC_SIGNALED && r.value == SIGINT) ||
+                              (r.how == AL_EXEC_EXITED && r.value == 130));
+    char *out = al_capture_text(&rc.cap);
+    al_capture_free(&rc.cap);
+    if (!out)
+        return al_err(err, -ENOMEM, "out of memory"), NULL;
+    if (c->ui.run_end)
+        c->ui.run_end(c->ui.ctx, ret == 0 ? &r : NULL, status);
+    char *text = NULL;
+    size_t ol = strlen(out);
+    if (asprintf(&text, "%s%s%s", out, ol && out[ol - 1] != '\n' ? "\n" : "", status) < 0)
+        text = NULL;
+    free(out);
+    if (!text)
+        return al_err(err, -ENOMEM, "out of memory"), NULL;
+    return text;
+}
+
+/* ---- what a run left behind ---- */
+
+#define OUTPUTS_GUEST_DIR "/tmp/airlock-outputs" /* where the python kernel saves figures */
+#define FILES_LISTED_MAX 20  /* a run that writes thousands of files gets a count, not a list */
+#define LISTING_BYTES_MAX 16384
+
+struct listing {
+    char buf[LISTING_BYTES_MAX];
+    size_t len;
+};
+
+static int on_listing(void *ctx, int stream, const uint8_t *data, size_t n)
+{
+    struct listing *l = ctx;
+    if (stream != 1)
+        return 0;
+    size_t room = sizeof(l->buf) - 1 - l->len;
+    if (n > room)
+        n = room; /* the guest may say more; we read no further than the bound */
+    memcpy(l->buf + l->len, data, n);
+    l->len += n;
+    return 0;
+}
+
+/* Files the run wrote in /workspace or as figures, found with a stamp file touched after each
+ * listing (GNU find compares nanoseconds; busybox's whole seconds, so there the stamp is dated a
+ * second back, at the price of sometimes listing a file twice). The listing comes from the guest: only plain paths under the two directories are
+ * taken, and the copies of figures are named here, never by the guest. */
+static void report_files(al_chat *c, char **text)
+{
+    static const char script[] =
+        "s=/tmp/.airlock-stamp; if [ -e $s ]; then find /workspace " OUTPUTS_GUEST_DIR
+        " -xdev -type f -newer $s 2>/dev/null | head -n 21; fi; if find --version >/dev/null 2>&1; "
+        "then touch $s; else touch -d @$(($(date +%s) - 1)) $s; fi";
+    const char *argv[] = {"/bin/sh", "-c", script, NULL};
+    struct listing *l = calloc(1, sizeof(*l));
+    if (!l)
+        return;
+    al_exec_opts o = {.argv = argv, .stdin_fd = -1, .stdout_fd = -1, .stderr_fd = -1,
+                      .output = on_listing, .output_ctx = l, .timeout_ms = 10000};
+    al_exec_result r;
+    al_error e = {0};
+    if (al_exec(c->session, &o, &r, &e) < 0 || !l->len) {
+        free(l);
+        return;
+    }
+    l->buf[l->len] = '\0';
+    char *list = NULL;
+    size_t list_len = 0;
+    FILE *f = open_memstream(&list, &list_len);
+    unsigned n = 0;
+    for (char *save = NULL, *line = strtok_r(l->buf, "\n", &save); f && line;
+         line = strtok_r(NULL, "\n", &save)) {
+        bool ok_path = !strncmp(line, "/workspace/", 11) ||
+                       !strncmp(line, OUTPUTS_GUEST_DIR "/", sizeof(OUTPUTS_GUEST_DIR));
+        for (const char *p = line; ok_path && *p; p++)
+            ok_path = (unsigned char)*p >= 0x20 && *p != 0x7f;
+        if (!ok_path || strstr(line, "/../"))
+            continue;
+        if (++n > FILES_LISTED_MAX) {
+            fputs("(and more)\n", f);
+            break;
+        }
+        fprintf(f, "%s\n", line);
+        const char *ext = strrchr(line, '.');
+        if (strncmp(line, OUTPUTS_GUEST_DIR "/", sizeof(OUTPUTS_GUEST_DIR)) || !ext ||
+            (strcmp(ext, ".png") && strcmp(ext, ".svg") && strcmp(ext, ".pdf") &&
+             strcmp(ext, ".jpg")))
+            continue;
+        char dir[4096], host[4300];
+        al_error fe = {0};
+        if (al_conv_dir(dir, sizeof(dir), &fe) < 0)
+            continue;
+        char *slash = strrchr(dir, '/'); /* .../airlock/conversations -> .../airlock/outputs */
+        if (!slash)
+            continue;
+        snprintf(slash, sizeof(dir) - (size_t)(slash - dir), "/outputs");
+        mkdir(dir, 0700);
+        snprintf(host, sizeof(host), "%s/%s-%u%s", dir, al_session_name(c->session),
+                 ++c->outputs, ext);
+        if (al_file_get(c->session, line, host, &fe) == 0)
+            notice(c, "figure copied to %s", host);
+    }
+    if (f)
+        fclose(f);
+    free(l);
+    if (n && list) {
+        notice(c, "files written by the run:\n%s", list);
+        char *t = NULL;
+        if (*text && asprintf(&t, "%s\n[files written by this run:\n%s]", *text, list) >= 0) {
+            free(*text);
+            *text = t;
+        }
+    }
+    free(list);
+}
+
+/* ---- the model ---- */
+
+static cJSON *tools_schema(const al_chat *c)
+{
+    cJSON *tools = cJSON_CreateArray();
+    cJSON *t = cJSON_CreateObject();
+    cJSON_AddItemToArray(tools, t);
+    cJSON_AddStringToObject(t, "name", "execute");
+    cJSON_AddStringToObject(t, "description",
+                            "Run code in the sandbox VM. Returns its output (stdout and stderr "
+                            "as they interleaved, long output shortened in the middle) and its "
+                            "exit status.");
+    cJSON *p = cJSON_AddObjectToObject(t, "parameters");
+    cJSON_AddStringToObject(p, "type", "object");
+    cJSON *props = cJSON_AddObjectToObject(p, "properties");
+    cJSON *l = cJSON_AddObjectToObject(props, "language");
+    cJSON_AddStringToObject(l, "type", "string");
+    cJSON *en = cJSON_AddArrayToObject(l, "enum");
+    char buf[256];
+    snprintf(buf, sizeof(buf), "%s", c->langs);
+    for (char *save = NULL, *w = strtok_r(buf, " ", &save); w; w = strtok_r(NULL, " ", &save))
+        cJSON_AddItemToArray(en, cJSON_CreateString(w));
+    cJSON_AddStringToObject(l, "description", "the language of the code");
+    cJSON *code = cJSON_AddObjectToObject(props, "code");
+    cJSON_AddStringToObject(code, "type", "string");
+    cJSON_AddStringToObject(code, "description", "the code to run");
+    cJSON *req = cJSON_AddArrayToObject(p, "required");
+    cJSON_AddItemToArray(req, cJSON_CreateString("language"));
+    cJSON_AddItemToArray(req, cJSON_CreateString("code"));
+    return tools;
+}
+
+static void ui_text(void *ctx, const char *s, size_t n)
+{
+    al_chat *c = ctx;
+    if (c->ui.thinking) {
+        c->ui.thinking(c->ui.ctx, false);
+    }
+    if (c->ui.text)
+        c->ui.text(c->ui.ctx, s, n);
+}
+
+static void add_message(al_chat *c, cJSON *m)
+{
+    cJSON_AddItemToArray(c->messages, m);
+    if (c->ui.message)
+        c->ui.message(c->ui.ctx, m);
+}
+
+static int ask_model(al_chat *c, al_model_reply *reply, al_error *err)
+{
+    _cleanup_cjson_ cJSON *send = al_chat_fit(c->messages, c->system, c->cfg.context_window, err);
+    if (!send)
+        return err->code;
+    cJSON *sys = cJSON_CreateObject();
+    cJSON_AddStringToObject(sys, "role", "system");
+    cJSON_AddStringToObject(sys, "content", c->system);
+    cJSON_InsertItemInArray(send, 0, sys);
+    _cleanup_cjson_ cJSON *tools = c->cfg.tools ? tools_schema(c) : NULL;
+    al_model_stream_cb cb = {.text = ui_text, .ctx = c};
+    if (c->ui.thinking)
+        c->ui.thinking(c->ui.ctx, true);
+    al_error e = {0};
+    int r = al_model_chat(&c->cfg.model, send, tools, &cb, reply, &e);
+    if (r == -ENOTSUP && c->cfg.tools) {
+        /* The endpoint does not do tool calls: switch this session to fenced blocks. */
+        notice(c, "the model endpoint rejected tool calls; switching to code blocks in text");
+        c->cfg.tools = false;
+        free(c->system);
+        c->system = al_chat_system_prompt(&c->cfg, c->langs, false);
+        if (!c->system)
+            return al_err(err, -ENOMEM, "out of memory");
+        cJSON_ReplaceItemInObject(sys, "content", cJSON_CreateString(c->system));
+        memset(&e, 0, sizeof(e));
+        r = al_model_chat(&c->cfg.model, send, NULL, &cb, reply, &e);
+    }
+    if (c->ui.thinking)
+        c->ui.thinking(c->ui.ctx, false);
+    if (r < 0) {
+        *err = e;
+        return r;
+    }
+    c->input_tokens += reply->input_tokens;
+    c->output_tokens += reply->output_tokens;
+    if (c->ui.text_end)
+        c->ui.text_end(c->ui.ctx);
+    return 0;
+}
+
+/* What the model asked for in one tool call: language and code, or why it cannot run. */
+static int parse_call(al_chat *c, const al_tool_call *call, char **lang, char **code,
+                      char **why)
+{
+    *lang = *code = *why = NULL;
+    if (!call->name || strcmp(call->name, "execute"))
+        return asprintf(why, "error: unknown tool '%s'; the only tool is 'execute'",
+                        call->name ? call->name : ""), -1;
+    _cleanup_cjson_ cJSON *args = cJSON_Parse(call->arguments ? call->arguments : "");
+    if (!cJSON_IsObject(args))
+        return asprintf(why, "error: the arguments are not a JSON object: %.200s",
+                        call->arguments ? call->arguments : ""), -1;
+    const char *l = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(args, "language"));
+    const char *k = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(args, "code"));
+    if (!k || !*k)
+        return asprintf(why, "error: no code given; pass the code in \"code\""), -1;
+    const char *cl = l ? canonical_lang(c->langs, l) : NULL;
+    if (!cl)
+        return asprintf(why, "error: unknown language '%.64s'; available: %s", l ? l : "",
+                        c->langs), -1;
+    *lang = strdup(cl);
+    *code = strdup(k);
+    return 0;
+}
+
+static cJSON *tool_result(const al_tool_call *call, const char *text)
+{
+    cJSON *m = cJSON_CreateObject();
+    cJSON_AddStringToObject(m, "role", "tool");
+    cJSON_AddStringToObject(m, "tool_call_id", call->id ? call->id : "");
+    cJSON_AddStringToObject(m, "name", call->name ? call->name : "");
+    cJSON_AddStringToObject(m, "content", text);
+    return m;
+}
+
+static cJSON *user_msg(const char *text)
+{
+    cJSON *m = cJSON_CreateObject();
+    cJSON_AddStringToObject(m, "role", "user");
+    cJSON_AddStringToObject(m, "content", text);
+    return m;
+}
+
+/* FNV-1a: enough to notice the model running the same code to the same result. */
+static uint64_t hash2(const char *a, const char *b)
+{
+    uint64_t h = 1469598103934665603ull;
+    for (const char *s = a; *s; s++)
+        h = (h ^ (unsigned char)*s) * 1099511628211ull;
+    h = (h ^ 0xff) * 1099511628211ull;
+    for (const char *s = b; *s; s++)
+        h = (h ^ (unsigned char)*s) * 1099511628211ull;
+    return h;
+}
+
+enum step { STEP_RAN, STEP_DECLINED, STEP_CANCELLED, STEP_REPEATED };
+
+/* Offers one block of code, runs it, and returns the text for the model. */
+static int one_run(al_chat *c, const char *lang, char **code, uint64_t *seen, size_t *nseen,
+                   size_t seen_cap, char **result, enum step *step, al_error *err)
+{
+    if (c->ui.code)
+        c->ui.code(c->ui.ctx, lang, *code);
+    if (!c->cfg.auto_run && c->ui.confirm && c->ui.confirm(c->ui.ctx, lang, code) != 1) {
+        *result = strdup("The user declined to run this code.");
+        *step = STEP_DECLINED;
+        return *result ? 0 : al_err(err, -ENOMEM, "out of memory");
+    }
+    bool cancelled = false;
+    if (!c->stamped) {
+        /* The first listing needs a stamp older than the run. */
+        char *none = NULL;
+        report_files(c, &none);
+        c->stamped = true;
+    }
+    *result = run_code(c, lang, *code, &cancelled, err);
+    if (!*result)
+        return err->code;
+    report_files(c, result);
+    uint64_t h = hash2(*code, *result);
+    *step = cancelled ? STEP_CANCELLED : STEP_RAN;
+    for (size_t i = 0; i < *nseen; i++)
+        if (seen[i] == h && !cancelled)
+            *step = STEP_REPEATED;
+    if (*nseen < seen_cap)
+        seen[(*nseen)++] = h;
+    return 0;
+}
+
+int al_chat_turn(al_chat *c, const char *user_text, enum al_chat_outcome *outcome,
+                 al_error *err)
+{
+    add_message(c, user_msg(user_text));
+    uint64_t seen[64];
+    size_t nseen = 0;
+    for (unsigned turn = 0;; turn++) {
+        if (turn >= c->cfg.max_turns) {
+            notice(c, "stopped after %u model replies (--max-turns)", c->cfg.max_turns);
+            *outcome = AL_CHAT_MAX_TURNS;
+            return 0;
+        }
+        if (c->cfg.token_budget && c->input_tokens + c->output_tokens >= c->cfg.token_budget) {
+            notice(c, "the session's token budget (%llu) is spent",
+                   (unsigned long long)c->cfg.token_budget);
+            *outcome = AL_CHAT_BUDGET;
+            return 0;
+        }
+        al_model_reply reply = {0};
+        int r = ask_model(c, &reply, err);
+        if (r == -ECANCELED) {
+            *outcome = AL_CHAT_CANCELLED;
+            memset(err, 0, sizeof(*err));
+            return 0;
+        }
+        if (r < 0)
+            return r;
+        cJSON *am = al_model_reply_message(&reply);
+        if (!am) {
+            al_model_reply_free(&reply);
+            return al_err(err, -ENOMEM, "out of memory");
+        }
+        add_message(c, am);
+
+        enum step step = STEP_RAN;
+        bool ran = false;
+        if (c->cfg.tools) {
+            /* Every call gets a result, even those not run, or the API rejects the history. */
+            for (size_t i = 0; i < reply.ncalls; i++) {
+                const al_tool_call *call = &reply.calls[i];
+                char *result = NULL;
+                if (step != STEP_RAN) {
+                    result = strdup("Not run: an earlier call in this reply was stopped.");
+                } else {
+                    char *lang, *code, *why;
+                    if (parse_call(c, call, &lang, &code, &why) < 0) {
+                        notice(c, "the model's tool call was not usable: %s", why ? why : "?");
+                        result = why;
+                    } else {
+                        r = one_run(c, lang, &code, seen, &nseen, 64, &result, &step, err);
+                        free(lang);
+                        free(code);
+                        if (r < 0) {
+                            al_model_reply_free(&reply);
+                            return r;
+                        }
+                    }
+                    ran = true;
+                }
+                add_message(c, tool_result(call, result ? result : ""));
+                free(result);
+            }
+        } else {
+            char *lang = NULL, *code = NULL;
+            if (al_fence_first(reply.text, &lang, &code) == 1) {
+                const char *cl = canonical_lang(c->langs, *lang ? lang : "sh");
+                char *result = NULL;
+                if (!cl) {
+                    if (asprintf(&result, "error: unknown language '%.64s'; available: %s",
+                                 lang, c->langs) < 0)
+                        result = NULL;
+                } else {
+                    r = one_run(c, cl, &code, seen, &nseen, 64, &result, &step, err);
+                    if (r < 0) {
+                        free(lang);
+                        free(code);
+                        al_model_reply_free(&reply);
+                        return r;
+                    }
+                }
+                char *msg = NULL;
+                if (asprintf(&msg, "Output of the code:\n```\n%s\n```", result ? result : "") < 0)
+                    msg = NULL;
+                cJSON *om = user_msg(msg ? msg : "");
+                cJSON_AddStringToObject(om, "kind", "run-output");
+                add_message(c, om);
+                free(msg);
+                free(result);
+                ran = true;
+            }
+            free(lang);
+            free(code);
+        }
+        al_model_reply_free(&reply);
+        if (!ran) {
+            *outcome = AL_CHAT_DONE;
+            return 0;
+        }
+        switch (step) {
+        case STEP_RAN:
+            continue;
+        case STEP_DECLINED:
+            *outcome = AL_CHAT_DECLINED;
+            return 0;
+        case STEP_CANCELLED:
+            *outcome = AL_CHAT_CANCELLED;
+            return 0;
+        case STEP_REPEATED:
+            notice(c, "stopped: the model ran the same code again with the same result");
+            *outcome = AL_CHAT_REPEATED;
+            return 0;
+        }
+    }
+}

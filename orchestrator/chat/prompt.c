@@ -1,0 +1,47 @@
+/* The system prompt: where the model is, what it may run, how to work. */
+#include "chat.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+char *al_chat_system_prompt(const al_chat_cfg *cfg, const char *langs, bool tools)
+{
+    char *base = NULL;
+    size_t len = 0;
+    FILE *f = open_memstream(&base, &len);
+    if (!f)
+        return NULL;
+    if (cfg->system_message) {
+        fputs(cfg->system_message, f);
+    } else {
+        fprintf(f,
+                "You are Airlock, an assistant that completes tasks by writing and running code.\n"
+                "Your code runs inside a disposable Linux virtual machine (image '%s'), never "
+                "on the user's own computer: nothing you do there can harm the user's machine, "
+                "and the VM is destroyed when the session ends.\n"
+                "Languages you can run: %s.\n"
+                "The user's files, if they shared any, are in /workspace; work there.\n"
+                "The VM has no network access.\n"
+                "State persists between runs within the session (files; variables in the "
+                "languages that keep a running interpreter).\n"
+                "Programs cannot read interactive input: pass data as arguments or files.\n"
+                "Work in small steps: run a little code, look at the output, then continue. "
+                "When the task is done, answer with a short summary and no code.\n",
+                cfg->image && *cfg->image ? cfg->image : "default", langs && *langs ? langs : "sh");
+        if (tools)
+            fputs("To run code, call the `execute` tool with a language and the code.\n", f);
+        else
+            fputs("To run code, put it in one fenced code block whose info string names the "
+                  "language, e.g.\n```python\nprint(1 + 1)\n```\nOnly the first block of a "
+                  "reply runs; you will get its output in the next message.\n",
+                  f);
+    }
+    if (cfg->instructions && *cfg->instructions)
+        fprintf(f, "\n%s\n", cfg->instructions);
+    if (fclose(f) != 0) {
+        free(base);
+        return NULL;
+    }
+    return base;
+}

@@ -1,0 +1,512 @@
+/* Checkpoints: the whole VM (memory, devices, disk) saved and restored inside the running QEMU.
+ *
+ * Mechanism, measured on this kind of host (TCG, 512 MiB guest; docs/PERFORMANCE.md): QEMU's
+ * own `savevm`/`loadvm` take about 0.3 s each inside the running process, where libvirt's
+ * snapshot API takes longer to create and several times longer to revert, and libvirt 9.0
+ * cannot revert external snapshots at all. So the library sends the HMP commands through
+ * virDomainQemuMonitorCommand; libvirt then marks the domain "tainted" (custom monitor
+ * commands), which only adds a line to its log. The snapshots are internal snapshots of the
+ * session's qcow2 (the image's overlay, or a small scratch disk added for images without one),
+ * so they go away with the session dir, and the disk grows by the clusters the guest changes
+ * plus each checkpoint's memory state.
+ *
+ * After a restore the guest, agent included, is back in the past while the host's socket is
+ * not: the host drops what it holds, sends a HELLO with a fresh nonce and ignores everything
+ * until the HELLO_ACK that echoes it (docs/PROTOCOL.md). A checkpoint is only taken after a
+ * PING/PONG round trip with no request open, so the restored agent has no request, no partial
+ * input and no queued output.
+ *
+ * When the guest powers off (the agent died and init powered off) or panics (panic=-1 reboots,
+ * on_reboot=destroy ends QEMU), QEMU exits; libvirt 9.0 refuses on_poweroff/on_reboot
+ * 'preserve', and a preserved crashed guest would leave the channel silent instead of closed.
+ * The snapshots survive in the qcow2, so a rollback then starts QEMU again, paused, from the
+ * same domain description and loads the checkpoint into it (about 1.5 s). */
+#include "session.h"
+
+#include <libvirt/libvirt-qemu.h>
+
+#include <ctype.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+
+/* The scratch disk's virtual size: it only bounds what the guest can write to it; snapshots
+ * are stored past its end and do not count. */
+#define SCRATCH_BYTES (64ull << 20)
+/* One HELLO's wait for its answer after a restore; then another HELLO with a fresh nonce, in
+ * case the first reached an agent whose input was mid-frame. The restored guest runs its first
+ * instructions slowly under emulation (its translated code is gone): about 0.3 s. */
+#define RESYNC_ATTEMPT_MS 3000
+/* The whole re-handshake after a restore. */
+#define RESYNC_MS 15000
+/* recover: how long a live agent has to answer a fresh handshake before the VM is rolled back. */
+#define PROBE_MS 3000
+/* The PING before a savevm: the agent answers at once unless something is wrong. */
+#define BARRIER_MS 10000
+/* A guest that powered off or panicked: QEMU is exiting; wait this long for it to be gone
+ * before starting a new one. */
+#define EXIT_WAIT_MS 10000
+/* Connecting to the agent socket of a QEMU started again. */
+#define RESTART_CONNECT_MS 30000
+/* QEMU's snapshot tag: ours, never the user's name, so no quoting in HMP is ever needed. */
+#define TAG_FMT "airlock-ck%u"
+/* HMP's answer quoted in an error: one line is enough. */
+#define HMP_REPLY_MAX 200
+
+struct ckpt {
+    al_checkpoint_info info;
+    uint64_t file_bytes; /* the disk's allocation right after it was taken */
+};
+
+struct al_checkpoints {
+    char disk[4300];  /* the qcow2 holding the snapshots */
+    char *xml;        /* the running domain's description, to start QEMU again after it exited */
+    struct ckpt list[AL_CHECKPOINTS_MAX]; /* oldest first */
+    size_t n;
+    uint32_t next_id;
+    uint32_t current; /* the checkpoint the VM's state descends from; 0: none */
+};
+
+int al_checkpoints_prepare(al_session *s, struct al_vm_config *cfg, al_error *err)
+{
+    struct al_checkpoints *c = calloc(1, sizeof(*c));
+    if (!c)
+        return al_err(err, -ENOMEM, "out of memory");
+    c->next_id = 1;
+    s->ckpt = c;
+    if (cfg->disk) {
+        if (al_pathf(c->disk, sizeof(c->disk), "%s", cfg->disk) < 0)
+            return al_err(err, -ENAMETOOLONG, "session path too long");
+        return 0;
+    }
+    if (al_pathf(c->disk, sizeof(c->disk), "%s/scratch.qcow2", s->dir) < 0)
+        return al_err(err, -ENAMETOOLONG, "session path too long");
+    int r = al_disk_scratch(s->conn, cfg->kvm, c->disk, SCRATCH_BYTES, err);
+    if (r < 0)
+        return r;
+    cfg->scratch = c->disk;
+    return 0;
+}
+
+void al_checkpoints_free(al_session *s)
+{
+    if (!s->ckpt)
+        return;
+    free(s->ckpt->xml);
+    free(s->ckpt);
+    s->ckpt = NULL;
+}
+
+static int need_checkpoints(al_session *s, al_error *err)
+{
+    if (!s->ckpt)
+        return al_err(err, -ENOTSUP, "checkpoints are not enabled for this session");
+    return 0;
+}
+
+static struct ckpt *find_id(struct al_checkpoints *c, uint32_t id)
+{
+    for (size_t i = 0; i < c->n; i++)
+        if (c->list[i].info.id == id)
+            return &c->list[i];
+    return NULL;
+}
+
+static uint64_t file_bytes(const char *path)
+{
+    struct stat st;
+    return stat(path, &st) == 0 ? (uint64_t)st.st_blocks * 512u : 0;
+}
+
+/* Sends one HMP command; QEMU answers nothing on success and an error message otherwise. */
+static int hmp(al_session *s, const char *what, const char *cmd, al_error *err)
+{
+    char *reply = NULL;
+    if (virDomainQemuMonitorCommand(s->dom, cmd, &reply, VIR_DOMAIN_QEMU_MONITOR_COMMAND_HMP) <
+        0)
+        return al_err_virt(err, -EIO, "cannot %s", what);
+    _cleanup_free_ char *owned = reply;
+    char line[HMP_REPLY_MAX];
+    size_t n = 0;
+    for (const char *p = reply ? reply : ""; *p && *p != '\n' && n < sizeof(line) - 1; p++)
+        line[n++] = isprint((unsigned char)*p) ? *p : '?';
+    while (n && isspace((unsigned char)line[n - 1]))
+        n--;
+    line[n] = '\0';
+    if (n)
+        return al_err(err, -EIO, "cannot %s: QEMU says: %s", what, line);
+    return 0;
+}
+
+/* The saved memory and device state of snapshot tag, as QEMU's snapshot table has it; 0 when
+ * it cannot tell. The reply comes from QEMU, which the guest cannot write to. */
+static uint64_t state_size(al_session *s, const char *tag)
+{
+    char *reply = NULL;
+    if (virDomainQemuMonitorCommand(s->dom, "{\"execute\": \"query-block\"}", &reply, 0) < 0)
+        return 0;
+    _cleanup_free_ char *owned = reply;
+    _cleanup_cjson_ cJSON *j = cJSON_Parse(reply);
+    const cJSON *dev;
+    cJSON_ArrayForEach(dev, cJSON_GetObjectItemCaseSensitive(j, "return"))
+    {
+        const cJSON *inserted = cJSON_GetObjectItemCaseSensitive(dev, "inserted");
+        const cJSON *image = cJSON_GetObjectItemCaseSensitive(inserted, "image");
+        const cJSON *snap;
+        cJSON_ArrayForEach(snap, cJSON_GetObjectItemCaseSensitive(image, "snapshots"))
+        {
+            const cJSON *name = cJSON_GetObjectItemCaseSensitive(snap, "name");
+            const cJSON *size = cJSON_GetObjectItemCaseSensitive(snap, "vm-state-size");
+            if (cJSON_IsString(name) && !strcmp(name->valuestring, tag) && cJSON_IsNumber(size) &&
+                size->valuedouble > 0)
+                return (uint64_t)size->valuedouble;
+        }
+    }
+    return 0;
+}
+
+static bool domain_running(al_session *s)
+{
+    int state = 0, reason = 0;
+    if (!s->dom || virDomainGetState(s->dom, &state, &reason, 0) < 0)
+        return false;
+    return state != VIR_DOMAIN_SHUTOFF && state != VIR_DOMAIN_SHUTDOWN &&
+           state != VIR_DOMAIN_CRASHED;
+}
+
+/* Waits for the agent's PONG: every frame it sent before is then in, and it holds no partial
+ * input, so a snapshot taken now restores an agent idle at a frame boundary. */
+static int barrier(al_session *s, al_error *err)
+{
+    uint64_t cookie = al_now_us();
+    struct al_msg m = {.type = AL_PING};
+    m.u.ping.cookie = cookie;
+    int r = al_channel_send(&s->ch, &m, err);
+    if (r < 0)
+        return r;
+    uint64_t deadline = al_now_ms() + BARRIER_MS;
+    for (;;) {
+        r = al_channel_recv(&s->ch, &m, deadline, -1, -1, err);
+        if (r == -ETIMEDOUT && err->code == 0)
+            return al_err(err, -ETIMEDOUT, "the guest agent did not answer a ping");
+        if (r < 0)
+            return r;
+        if (m.type == AL_PONG && m.u.ping.cookie == cookie)
+            return 0;
+        if (m.type == AL_ERROR && m.id == 0)
+            return al_channel_guest_error(&m, "guest agent reported a protocol error", err);
+        /* Late frames of requests that ended (or were abandoned) are dropped. */
+        if (m.id == 0 || m.id >= s->next_id)
+            return al_err(err, -EPROTO, "guest sent a %s frame while idle",
+                          al_type_name(m.type));
+    }
+}
+
+/* Runs the handshake again with whatever agent the VM now holds: drops stale bytes, sends
+ * HELLOs with fresh nonces and ignores everything but the HELLO_ACK echoing the last one. */
+static int resync(al_session *s, unsigned total_ms, al_error *err)
+{
+    uint64_t end = al_now_ms() + total_ms;
+    al_channel_discard(&s->ch);
+    while (al_now_ms() < end) {
+        uint64_t nonce = 0;
+        struct al_msg m;
+        int r = al_session_send_hello(s, &nonce, err);
+        if (r < 0)
+            return r;
+        uint64_t attempt_end = al_now_ms() + RESYNC_ATTEMPT_MS;
+        if (attempt_end > end)
+            attempt_end = end;
+        for (;;) {
+            al_error ignored = {0};
+            r = al_channel_recv(&s->ch, &m, attempt_end, -1, -1, &ignored);
+            if (r == 1 && m.type == AL_HELLO_ACK && m.u.hello_ack.nonce == nonce)
+                return al_session_hello_ack(s, &m, nonce, err);
+            if (r == 1)
+                continue; /* the past's frames, or the agent's complaint about them */
+            if (r == -ETIMEDOUT && ignored.code == 0)
+                break;
+            if (r == -ECONNRESET)
+                return al_err(err, r, "the guest channel closed after the restore");
+            /* Garbage or a stalled half frame: drop it and ask again. */
+            al_channel_discard(&s->ch);
+            break;
+        }
+    }
+    return al_err(err, -ETIMEDOUT, "the guest agent did not answer after the restore");
+}
+
+/* resync, connecting to the agent socket again first when our end of it is gone while QEMU
+ * runs (someone else, libvirt's own snapshot revert for one, started a new QEMU). */
+static int resync_or_reconnect(al_session *s, unsigned total_ms, al_error *err)
+{
+    al_error first = {0};
+    int r = s->have_ch ? resync(s, total_ms, &first) : -ENOTCONN;
+    if (r != -ECONNRESET && r != -EPIPE && r != -ENOTCONN) {
+        if (r < 0)
+            return al_err(err, r, "%s", first.msg);
+        return r;
+    }
+    if (s->have_ch) {
+        al_channel_destroy(&s->ch);
+        s->have_ch = false;
+    }
+    r = al_session_connect_agent(s, al_now_ms() + total_ms, err);
+    return r < 0 ? r : resync(s, total_ms, err);
+}
+
+/* Waits until QEMU has exited after a guest power-off or panic (destroying it if it hangs on),
+ * then starts it again, paused, from the same description, and connects to the agent socket. */
+static int restart(al_session *s, al_error *err)
+{
+    struct al_checkpoints *c = s->ckpt;
+    if (!c->xml)
+        return al_err(err, -ENOENT, "no description of the VM to start it again");
+    uint64_t end = al_now_ms() + EXIT_WAIT_MS;
+    int state = 0, reason = 0;
+    while (s->dom && virDomainGetState(s->dom, &state, &reason, 0) == 0 &&
+           state != VIR_DOMAIN_SHUTOFF) {
+        if (al_now_ms() >= end) {
+            virDomainDestroy(s->dom);
+            break;
+        }
+        usleep(20 * 1000);
+    }
+    if (s->have_ch) {
+        al_channel_destroy(&s->ch);
+        s->have_ch = false;
+    }
+    if (s->dom) {
+        virDomainFree(s->dom);
+        s->dom = NULL;
+    }
+    /* AUTODESTROY as at first start: the new QEMU goes too if this process dies. */
+    s->dom = virDomainCreateXML(s->conn, c->xml,
+                                VIR_DOMAIN_START_AUTODESTROY | VIR_DOMAIN_START_PAUSED);
+    if (!s->dom)
+        return al_err_virt(err, -EIO, "cannot start the VM again");
+    /* Connected before the guest runs, so the restored port never sees its host leave. */
+    return al_session_connect_agent(s, al_now_ms() + RESTART_CONNECT_MS, err);
+}
+
+/* Loads checkpoint id into the running QEMU, or into a new one when QEMU is gone, resumes the
+ * guest and handshakes with the restored agent. */
+static int restore(al_session *s, uint32_t id, al_error *err)
+{
+    char cmd[64];
+    snprintf(cmd, sizeof(cmd), "loadvm " TAG_FMT, id);
+    int r = -ESRCH;
+    if (domain_running(s)) {
+        al_error first = {0};
+        r = hmp(s, "restore the checkpoint", cmd, &first);
+        if (r < 0 && domain_running(s))
+            return al_err(err, r, "%s", first.msg);
+        /* else QEMU exited under us (the guest was powering off): start it again below. */
+    }
+    if (r < 0) {
+        r = restart(s, err);
+        if (r < 0)
+            return r;
+        r = hmp(s, "restore the checkpoint", cmd, err);
+        if (r < 0)
+            return r;
+    }
+    int state = 0, reason = 0;
+    if (virDomainGetState(s->dom, &state, &reason, 0) == 0 && state == VIR_DOMAIN_PAUSED &&
+        virDomainResume(s->dom) < 0)
+        return al_err_virt(err, -EIO, "cannot resume the VM after the restore");
+    return resync_or_reconnect(s, RESYNC_MS, err);
+}
+
+static bool name_ok(const char *name)
+{
+    size_t n = strlen(name);
+    bool digits = true;
+    if (n == 0 || n > AL_CHECKPOINT_NAME_MAX)
+        return false;
+    for (const char *p = name; *p; p++) {
+        if (*p <= 0x20 || *p >= 0x7f)
+            return false;
+        digits = digits && isdigit((unsigned char)*p);
+    }
+    return !digits;
+}
+
+static int drop(al_session *s, struct ckpt *k, al_error *err)
+{
+    struct al_checkpoints *c = s->ckpt;
+    char cmd[64];
+    snprintf(cmd, sizeof(cmd), "delvm " TAG_FMT, k->info.id);
+    int r = hmp(s, "delete the checkpoint", cmd, err);
+    if (r < 0)
+        return r;
+    uint32_t id = k->info.id;
+    size_t i = (size_t)(k - c->list);
+    memmove(&c->list[i], &c->list[i + 1], (c->n - i - 1) * sizeof(c->list[0]));
+    c->n--;
+    if (c->current == id) {
+        /* The newest older one is still an ancestor of the VM's state. */
+        c->current = 0;
+        for (size_t j = 0; j < c->n; j++)
+            if (c->list[j].info.id < id)
+                c->current = c->list[j].info.id;
+    }
+    return 0;
+}
+
+int al_checkpoint_create(al_session *s, const char *name, al_checkpoint_info *out,
+                         al_error *err)
+{
+    AL_SESSION_LOCKED(s);
+    int r = need_checkpoints(s, err);
+    if (r < 0)
+        return r;
+    struct al_checkpoints *c = s->ckpt;
+    if (name && !name_ok(name))
+        return al_err(err, -EINVAL,
+                      "a checkpoint name is 1 to %d printable characters without spaces, not "
+                      "all digits",
+                      AL_CHECKPOINT_NAME_MAX);
+    for (size_t i = 0; name && i < c->n; i++)
+        if (!strcmp(c->list[i].info.name, name))
+            return al_err(err, -EEXIST, "a checkpoint named '%s' exists already", name);
+    if (c->n == AL_CHECKPOINTS_MAX) {
+        struct ckpt *oldest = NULL;
+        for (size_t i = 0; i < c->n && !oldest; i++)
+            if (!c->list[i].info.name[0])
+                oldest = &c->list[i];
+        if (!oldest)
+            return al_err(err, -ENOSPC, "%d named checkpoints exist: delete one first",
+                          AL_CHECKPOINTS_MAX);
+        r = drop(s, oldest, err);
+        if (r < 0)
+            return r;
+    }
+    if (!c->xml) {
+        /* The live description, with the device addresses QEMU used: a restarted QEMU must
+         * have the same devices in the same places to take the saved state. */
+        c->xml = virDomainGetXMLDesc(s->dom, 0);
+        if (!c->xml)
+            return al_err_virt(err, -EIO, "cannot read the VM's description");
+    }
+    r = barrier(s, err);
+    if (r < 0)
+        return r;
+    uint32_t id = c->next_id;
+    char tag[32], cmd[64];
+    snprintf(tag, sizeof(tag), TAG_FMT, id);
+    snprintf(cmd, sizeof(cmd), "savevm %s", tag);
+    uint64_t t0 = al_now_ms();
+    r = hmp(s, "take a checkpoint", cmd, err);
+    if (r < 0)
+        return r;
+    struct ckpt *k = &c->list[c->n];
+    memset(k, 0, sizeof(*k));
+    k->info.id = id;
+    if (name)
+        snprintf(k->info.name, sizeof(k->info.name), "%s", name);
+    k->info.created = (int64_t)time(NULL);
+    k->info.save_ms = (unsigned)(al_now_ms() - t0);
+    k->file_bytes = file_bytes(c->disk);
+    k->info.state_bytes = state_size(s, tag);
+    uint64_t prev = c->n ? c->list[c->n - 1].file_bytes : 0;
+    k->info.disk_bytes = k->file_bytes > prev ? k->file_bytes - prev : 0;
+    c->n++;
+    c->next_id++;
+    c->current = id;
+    if (out) {
+        *out = k->info;
+        out->current = true;
+    }
+    return (int)id;
+}
+
+int al_checkpoint_list(al_session *s, void (*fn)(void *ctx, const al_checkpoint_info *c),
+                       void *ctx, al_error *err)
+{
+    AL_SESSION_LOCKED(s);
+    int r = need_checkpoints(s, err);
+    if (r < 0)
+        return r;
+    struct al_checkpoints *c = s->ckpt;
+    for (size_t i = 0; i < c->n; i++) {
+        al_checkpoint_info info = c->list[i].info;
+        info.current = info.id == c->current;
+        fn(ctx, &info);
+    }
+    return (int)c->n;
+}
+
+int al_checkpoint_find(al_session *s, const char *id_or_name, al_checkpoint_info *out,
+                       al_error *err)
+{
+    AL_SESSION_LOCKED(s);
+    int r = need_checkpoints(s, err);
+    if (r < 0)
+        return r;
+    struct al_checkpoints *c = s->ckpt;
+    char *end = NULL;
+    unsigned long id = strtoul(id_or_name, &end, 10);
+    bool numeric = *id_or_name && !*end && isdigit((unsigned char)*id_or_name);
+    for (size_t i = 0; i < c->n; i++) {
+        const al_checkpoint_info *info = &c->list[i].info;
+        if (numeric ? info->id == id : !strcmp(info->name, id_or_name)) {
+            *out = *info;
+            out->current = info->id == c->current;
+            return 0;
+        }
+    }
+    return al_err(err, -ENOENT, "no checkpoint '%.64s'", id_or_name);
+}
+
+int al_checkpoint_rollback(al_session *s, uint32_t id, al_error *err)
+{
+    AL_SESSION_LOCKED(s);
+    int r = need_checkpoints(s, err);
+    if (r < 0)
+        return r;
+    if (!find_id(s->ckpt, id))
+        return al_err(err, -ENOENT, "no checkpoint %u", id);
+    r = restore(s, id, err);
+    if (r < 0)
+        return r;
+    s->ckpt->current = id;
+    return 0;
+}
+
+int al_checkpoint_delete(al_session *s, uint32_t id, al_error *err)
+{
+    AL_SESSION_LOCKED(s);
+    int r = need_checkpoints(s, err);
+    if (r < 0)
+        return r;
+    struct ckpt *k = find_id(s->ckpt, id);
+    if (!k)
+        return al_err(err, -ENOENT, "no checkpoint %u", id);
+    if (!domain_running(s))
+        return al_err(err, -ESRCH, "the VM is not running: recover it first");
+    return drop(s, k, err);
+}
+
+int al_checkpoint_recover(al_session *s, uint32_t *restored_id, al_error *err)
+{
+    AL_SESSION_LOCKED(s);
+    int r = need_checkpoints(s, err);
+    if (r < 0)
+        return r;
+    struct al_checkpoints *c = s->ckpt;
+    if (domain_running(s)) {
+        al_error probe = {0};
+        if (resync_or_reconnect(s, PROBE_MS, &probe) == 0)
+            return 0; /* the agent answers: nothing to undo */
+    }
+    if (!c->current)
+        return al_err(err, -ENOENT, "the VM stopped answering and there is no checkpoint to "
+                                    "go back to");
+    r = restore(s, c->current, err);
+    if (r < 0)
+        return r;
+    *restored_id = c->current;
+    return 1;
+}

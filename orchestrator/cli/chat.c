@@ -1,0 +1,391 @@
+/* airlock chat (and airlock with no command): the interactive loop. Line editing and history
+ * through libedit; Ctrl-C interrupts what is running and returns here; twice within a second, or
+ * Ctrl-D, leaves; the VM is destroyed on every way out. */
+#include "loopui.h"
+
+#include <errno.h>
+#include <histedit.h>
+#include <locale.h>
+#include <poll.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+#include <wchar.h>
+
+#define HISTORY_SIZE 1000
+#define MESSAGE_MAX (256 * 1024) /* one typed message; more belongs in a file in /workspace */
+
+static const char usage[] =
+    "Usage: airlock [chat] [OPTIONS]\n"
+    "       airlock --resume [ID] [OPTIONS]\n"
+    "\n"
+    "Chat with a model that runs code in a disposable VM. Type %help in the chat for its\n"
+    "commands; \"\"\" on a line of its own starts and ends a multi-line message.\n"
+    "\n"
+    "      --resume [ID]         continue a saved conversation (default: the newest) in a\n"
+    "                            fresh VM\n";
+
+static const char magic_help[] =
+    "  %help              this list\n"
+    "  %reset             a fresh VM and an empty conversation\n"
+    "  %undo              drop the last exchange from the conversation\n"
+    "  %save [FILE]       save the conversation (default: its file in the data dir)\n"
+    "  %load FILE         load a conversation saved with %save\n"
+    "  %tokens            tokens used this session\n"
+    "  %verbose           toggle request and run details\n"
+    "  %auto-run on|off   run code without asking\n"
+    "  %markdown [FILE]   export the conversation as Markdown (default: stdout)\n"
+    "  %% CMD             run a shell command in the VM directly\n"
+    "  Ctrl-C interrupts; twice within a second, or Ctrl-D, exits.\n";
+
+struct repl {
+    struct loopui u;
+    struct cli_globals *g;
+    EditLine *el;
+    History *hist;
+    char hist_path[4200];
+    bool tty;
+};
+
+static int chat_getc(EditLine *el, wchar_t *wc)
+{
+    (void)el;
+    mbstate_t st;
+    memset(&st, 0, sizeof(st));
+    for (;;) {
+        struct pollfd p[2] = {{.fd = 0, .events = POLLIN},
+                              {.fd = loopui_cancel_fd(), .events = POLLIN}};
+        if (poll(p, 2, -1) < 0) {
+            if (errno == EINTR)
+                continue;
+            return -1;
+        }
+        if (p[1].revents & POLLIN) {
+            errno = EINTR;
+            return -1; /* el_gets returns NULL; the caller sees the interrupt flag */
+        }
+        char ch;
+        ssize_t n = read(0, &ch, 1);
+        if (n < 0 && errno == EINTR)
+            continue;
+        if (n <= 0)
+            return 0;
+        size_t r = mbrtowc(wc, &ch, 1, &st);
+        if (r == (size_t)-2)
+            continue; /* more bytes of this character follow */
+        if (r == (size_t)-1) {
+            memset(&st, 0, sizeof(st));
+            *wc = (wchar_t)(unsigned char)ch;
+        }
+        return 1;
+    }
+}
+
+static const char *prompt_fn(EditLine *el)
+{
+    (void)el;
+    return "> ";
+}
+
+/* One line of input. Returns malloc'd text, NULL on EOF; *intr when Ctrl-C ended it. */
+static char *read_input(struct repl *rp, const char *prompt, bool *intr)
+{
+    *intr = false;
+    if (!rp->el) {
+        if (rp->tty || isatty(1))
+            fputs(prompt, stdout), fflush(stdout);
+        char buf[8192];
+        int n = loopui_read_line(0, buf, sizeof(buf));
+        if (n == -2) {
+            *intr = true;
+            return NULL;
+        }
+        return n < 0 ? NULL : strdup(buf);
+    }
+    el_set(rp->el, EL_PROMPT, prompt_fn);
+    int count = 0;
+    const char *line = el_gets(rp->el, &count);
+    if (!line) {
+        if (loopui_interrupted() || count < 0) {
+            *intr = loopui_interrupted();
+            if (*intr)
+                return NULL;
+        }
+        return NULL;
+    }
+    char *s = strdup(line);
+    size_t l = s ? strlen(s) : 0;
+    if (l && s[l - 1] == '\n')
+        s[l - 1] = '\0';
+    return s;
+}
+
+static void history_add(struct repl *rp, const char *text)
+{
+    if (!rp->hist || !*text)
+        return;
+    HistEvent ev;
+    history(rp->hist, &ev, H_ENTER, text);
+    if (rp->hist_path[0])
+        history(rp->hist, &ev, H_SAVE, rp->hist_path);
+}
+
+static void setup_editline(struct repl *rp, const char *argv0)
+{
+    if (!rp->tty)
+        return;
+    rp->el = el_init(argv0, stdin, stdout, stderr);
+    rp->hist = history_init();
+    if (!rp->el || !rp->hist)
+        return;
+    HistEvent ev;
+    history(rp->hist, &ev, H_SETSIZE, HISTORY_SIZE);
+    history(rp->hist, &ev, H_SETUNIQUE, 1);
+    el_set(rp->el, EL_HIST, history, rp->hist);
+    el_set(rp->el, EL_EDITOR, "emacs");
+    el_set(rp->el, EL_GETCFN, chat_getc);
+    el_source(rp->el, NULL); /* the user's ~/.editrc */
+    char dir[4096];
+    al_error e = {0};
+    if (al_conv_dir(dir, sizeof(dir), &e) == 0) {
+        char *slash = strrchr(dir, '/'); /* .../airlock/conversations -> .../airlock/history */
+        if (slash) {
+            *slash = '\0';
+            snprintf(rp->hist_path, sizeof(rp->hist_path), "%s/history", dir);
+            history(rp->hist, &ev, H_LOAD, rp->hist_path);
+        }
+    }
+}
+
+static void save_conversation(struct repl *rp)
+{
+    al_error e = {0};
+    if (al_conv_save(&rp->u.chat, &e) < 0)
+        cli_error(&e);
+}
+
+static void direct_shell(struct repl *rp, const char *cmd)
+{
+    const char *argv[] = {"/bin/sh", "-c", cmd, NULL};
+    al_exec_opts o = {.argv = argv, .stdin_fd = -1, .stdout_fd = 1, .stderr_fd = 2};
+    al_exec_result r = {0};
+    al_error e = {0};
+    loopui_drain();
+    if (al_exec(rp->u.session, &o, &r, &e) < 0)
+        cli_error(&e);
+    else if (r.how != AL_EXEC_EXITED || r.value)
+        fprintf(stderr, "[%s %d]\n", r.how == AL_EXEC_EXITED ? "exit status" : "signal", r.value);
+}
+
+/* Returns true when the line was a magic command (handled). */
+static bool magic(struct repl *rp, const char *line, bool *quit)
+{
+    al_chat *c = &rp->u.chat;
+    if (line[0] != '%')
+        return false;
+    const char *arg = line + strcspn(line, " \t");
+    arg += strspn(arg, " \t");
+    size_t cl = strcspn(line, " \t");
+    char cmd[32];
+    snprintf(cmd, sizeof(cmd), "%.*s", (int)(cl < 31 ? cl : 31), line);
+    al_error e = {0};
+    if (!strcmp(cmd, "%%")) {
+        if (*arg)
+            direct_shell(rp, arg);
+        else
+            fputs("usage: %% CMD\n", stderr);
+    } else if (!strcmp(cmd, "%help")) {
+        fputs(magic_help, stdout);
+    } else if (!strcmp(cmd, "%reset")) {
+        struct chat_opts *o = rp->u.opts;
+        loopui_close(&rp->u);
+        if (loopui_open(&rp->u, o, rp->g) != 0)
+            *quit = true;
+        else
+            puts("A fresh VM and an empty conversation.");
+    } else if (!strcmp(cmd, "%undo")) {
+        if (al_chat_undo(c) < 0) {
+            puts("Nothing to undo.");
+        } else {
+            save_conversation(rp);
+            puts("Dropped the last exchange from the conversation.");
+        }
+    } else if (!strcmp(cmd, "%save")) {
+        int r = *arg ? al_conv_save_file(c, arg, &e) : al_conv_save(c, &e);
+        if (r < 0)
+            cli_error(&e);
+        else
+            printf("Saved to %s\n", *arg ? arg : c->save_path);
+    } else if (!strcmp(cmd, "%load")) {
+        if (!*arg)
+            fputs("usage: %load FILE\n", stderr);
+        else if (al_conv_load_file(c, arg, &e) < 0)
+            cli_error(&e);
+        else
+            printf("Loaded %d messages.\n", cJSON_GetArraySize(c->messages));
+    } else if (!strcmp(cmd, "%tokens")) {
+        printf("Tokens this session: %llu in, %llu out, %llu in all",
+               (unsigned long long)c->input_tokens, (unsigned long long)c->output_tokens,
+               (unsigned long long)(c->input_tokens + c->output_tokens));
+        if (c->cfg.token_budget)
+            printf(" of a budget of %llu", (unsigned long long)c->cfg.token_budget);
+        unsigned est = 0;
+        cJSON *m;
+        cJSON_ArrayForEach(m, c->messages) est += al_chat_estimate(m);
+        printf(".\nThe conversation is about %u tokens long.\n", est);
+    } else if (!strcmp(cmd, "%verbose")) {
+        rp->u.opts->verbose = !rp->u.opts->verbose;
+        c->cfg.model.verbose = rp->u.opts->verbose;
+        printf("Verbose %s.\n", rp->u.opts->verbose ? "on" : "off");
+    } else if (!strcmp(cmd, "%auto-run")) {
+        if (!strcmp(arg, "on"))
+            c->cfg.auto_run = true;
+        else if (!strcmp(arg, "off"))
+            c->cfg.auto_run = false;
+        else if (*arg)
+            fputs("usage: %auto-run on|off\n", stderr);
+        printf("Auto-run is %s.\n", c->cfg.auto_run ? "on" : "off");
+    } else if (!strcmp(cmd, "%markdown")) {
+        FILE *f = *arg ? fopen(arg, "we") : stdout;
+        if (!f) {
+            fprintf(stderr, "airlock: cannot write %s: %s\n", arg, strerror(errno));
+        } else {
+            if (al_conv_markdown(c, f, &e) < 0)
+                cli_error(&e);
+            if (f != stdout) {
+                fclose(f);
+                printf("Exported to %s\n", arg);
+            }
+        }
+    } else {
+        fprintf(stderr, "Unknown command %s; %%help lists them.\n", cmd);
+    }
+    return true;
+}
+
+/* Reads a message: one line, or the lines between two """ lines. */
+static char *read_message(struct repl *rp, bool *intr)
+{
+    char *line = read_input(rp, "> ", intr);
+    if (!line || strcmp(line, "\"\"\""))
+        return line;
+    free(line);
+    char *buf = NULL;
+    size_t len = 0;
+    FILE *m = open_memstream(&buf, &len);
+    if (!m)
+        return NULL;
+    for (;;) {
+        char *l = read_input(rp, "… ", intr);
+        if (!l) {
+            fclose(m);
+            free(buf);
+            return NULL;
+        }
+        if (!strcmp(l, "\"\"\"")) {
+            free(l);
+            break;
+        }
+        fprintf(m, "%s%s", len ? "\n" : "", l);
+        fflush(m);
+        free(l);
+        if (len > MESSAGE_MAX) {
+            fclose(m);
+            free(buf);
+            fprintf(stderr, "airlock: a message is limited to %d bytes\n", MESSAGE_MAX);
+            return strdup("");
+        }
+    }
+    fclose(m);
+    return buf;
+}
+
+int cmd_chat(struct cli_globals *g, int argc, char **argv)
+{
+    struct chat_opts o;
+    int r = chat_opts_parse(&o, g, argc, argv, usage, false);
+    if (r)
+        return r == 1 ? 0 : r;
+    if (o.resume && !o.resume_id && o.nrest == 1) { /* --resume ID, not only --resume=ID */
+        o.resume_id = o.rest[0];
+        o.nrest = 0;
+    }
+    if (o.nrest) {
+        fprintf(stderr, "airlock: chat takes no arguments; for a one-shot task use 'airlock run'\n");
+        chat_opts_free(&o);
+        return 2;
+    }
+    setlocale(LC_CTYPE, "");
+    if (loopui_signals() < 0) {
+        perror("airlock: pipe");
+        return EXIT_AIRLOCK_FAILED;
+    }
+    struct repl rp = {.g = g, .tty = isatty(0)};
+    rp.u.confirm_fd = 0;
+    r = loopui_open(&rp.u, &o, g);
+    if (r) {
+        chat_opts_free(&o);
+        return r;
+    }
+    if (o.resume) {
+        al_error e = {0};
+        if (al_conv_load(&rp.u.chat, o.resume_id, &e) < 0) {
+            cli_error(&e);
+            loopui_close(&rp.u);
+            chat_opts_free(&o);
+            return 1;
+        }
+        printf("Resumed conversation %s (%d messages) in a fresh VM.\n", rp.u.chat.id,
+               cJSON_GetArraySize(rp.u.chat.messages));
+    }
+    setup_editline(&rp, argv[0]);
+    if (rp.tty)
+        printf("Airlock %s: code runs in a disposable VM (%s%s). %%help for commands, Ctrl-D "
+               "to leave.\n",
+               AIRLOCK_VERSION, al_session_kvm(rp.u.session) ? "KVM" : "emulated",
+               "");
+    bool quit = false;
+    int status = 0;
+    while (!quit && !loopui_quit()) {
+        loopui_drain();
+        bool intr = false;
+        char *text = read_message(&rp, &intr);
+        if (!text) {
+            if (intr && !loopui_quit()) {
+                fputs("^C (press Ctrl-C again within a second, or Ctrl-D, to leave)\n", stdout);
+                continue;
+            }
+            if (!intr)
+                putchar('\n');
+            break;
+        }
+        if (!*text) {
+            free(text);
+            continue;
+        }
+        history_add(&rp, text);
+        if (magic(&rp, text, &quit)) {
+            free(text);
+            continue;
+        }
+        loopui_drain();
+        enum al_chat_outcome out = AL_CHAT_DONE;
+        al_error e = {0};
+        r = al_chat_turn(&rp.u.chat, text, &out, &e);
+        free(text);
+        if (r < 0)
+            cli_error(&e);
+        else if (out == AL_CHAT_CANCELLED)
+            fputs("Interrupted.\n", stdout);
+        save_conversation(&rp);
+    }
+    if (rp.el)
+        el_end(rp.el);
+    if (rp.hist)
+        history_end(rp.hist);
+    if (loopui_close(&rp.u))
+        status = 1;
+    chat_opts_free(&o);
+    return status;
+}

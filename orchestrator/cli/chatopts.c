@@ -1,0 +1,435 @@
+/* Settings for the model loop: a profile (YAML) sets defaults, flags override it. Both go
+ * through one function, so a profile key is exactly a long flag name. */
+#include "chatopts.h"
+
+#include <errno.h>
+#include <getopt.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+const char chat_opts_help[] =
+    "Model:\n"
+    "      --model NAME          model name (default: gpt-4o-mini, or claude-sonnet-4-5 when\n"
+    "                            only ANTHROPIC_API_KEY is set)\n"
+    "      --api openai|anthropic  wire format (default: anthropic for claude-* models)\n"
+    "      --api-base URL        endpoint (default: the API's hosted one)\n"
+    "      --api-key KEY         key (default: $OPENAI_API_KEY / $ANTHROPIC_API_KEY)\n"
+    "      --local [SERVER]      a local server: ollama (localhost:11434, default),\n"
+    "                            llamacpp (localhost:8080) or lmstudio (localhost:1234)\n"
+    "      --temperature T       sampling temperature\n"
+    "      --max-tokens N        longest reply\n"
+    "      --context-window N    trim older turns to fit N tokens\n"
+    "      --no-tools            code in fenced blocks instead of tool calls\n"
+    "      --retries N           retries on 429/5xx/dropped connections (default 3)\n"
+    "      --request-timeout S   limit on one model request (default 600)\n"
+    "Loop:\n"
+    "  -y, --auto-run            run code without asking\n"
+    "      --max-turns N         model replies per message (default 20)\n"
+    "      --max-output BYTES    output the model sees per run, head and tail (default 4000)\n"
+    "      --token-budget N      stop when the session has used N tokens\n"
+    "      --run-timeout S       limit on each run (default: none)\n"
+    "      --system-message TEXT replace the system prompt\n"
+    "      --instructions TEXT   add to the system prompt\n"
+    "      --profile NAME        load $XDG_CONFIG_HOME/airlock/profiles/NAME.yaml first\n"
+    "                            (default.yaml when present); its keys are these flags' names\n"
+    "Files:\n"
+    "      --workdir DIR         copy DIR into /workspace; at the end show what changed there\n"
+    "      --sync-back ask|yes|no  apply those changes back to DIR (default ask; never outside\n"
+    "                            DIR, never through a symlink the guest made)\n"
+    "      --workdir-limit BYTES most file data copied either way (default 1 GiB)\n"
+    "Sandbox:\n"
+    "  -i, --image NAME          image (default: debian when built, else tiny)\n"
+    "  -m, --memory MIB          guest memory\n"
+    "      --cpus N              virtual CPUs\n"
+    "Output:\n"
+    "      --plain               no colours, no spinner\n"
+    "      --verbose             show requests (never the key) and run details\n";
+
+enum {
+    O_MODEL = 256, O_API, O_API_BASE, O_API_KEY, O_LOCAL, O_TEMPERATURE, O_MAX_TOKENS,
+    O_CONTEXT, O_NO_TOOLS, O_RETRIES, O_REQ_TIMEOUT, O_MAX_TURNS, O_MAX_OUTPUT, O_BUDGET,
+    O_RUN_TIMEOUT, O_SYSTEM, O_INSTRUCTIONS, O_PROFILE, O_CPUS, O_PLAIN, O_VERBOSE, O_JSON,
+    O_RESUME, O_CONNECT, O_DEBUG, O_WORKDIR, O_SYNC, O_WORKDIR_LIMIT,
+};
+
+static const struct option long_opts[] = {
+    {"model", required_argument, NULL, O_MODEL},
+    {"api", required_argument, NULL, O_API},
+    {"api-base", required_argument, NULL, O_API_BASE},
+    {"api-key", required_argument, NULL, O_API_KEY},
+    {"local", optional_argument, NULL, O_LOCAL},
+    {"temperature", required_argument, NULL, O_TEMPERATURE},
+    {"max-tokens", required_argument, NULL, O_MAX_TOKENS},
+    {"context-window", required_argument, NULL, O_CONTEXT},
+    {"no-tools", no_argument, NULL, O_NO_TOOLS},
+    {"retries", required_argument, NULL, O_RETRIES},
+    {"request-timeout", required_argument, NULL, O_REQ_TIMEOUT},
+    {"auto-run", no_argument, NULL, 'y'},
+    {"max-turns", required_argument, NULL, O_MAX_TURNS},
+    {"max-output", required_argument, NULL, O_MAX_OUTPUT},
+    {"token-budget", required_argument, NULL, O_BUDGET},
+    {"run-timeout", required_argument, NULL, O_RUN_TIMEOUT},
+    {"system-message", required_argument, NULL, O_SYSTEM},
+    {"instructions", required_argument, NULL, O_INSTRUCTIONS},
+    {"profile", required_argument, NULL, O_PROFILE},
+    {"image", required_argument, NULL, 'i'},
+    {"memory", required_argument, NULL, 'm'},
+    {"cpus", required_argument, NULL, O_CPUS},
+    {"plain", no_argument, NULL, O_PLAIN},
+    {"verbose", no_argument, NULL, O_VERBOSE},
+    {"json", no_argument, NULL, O_JSON},
+    {"resume", optional_argument, NULL, O_RESUME},
+    {"workdir", required_argument, NULL, O_WORKDIR},
+    {"sync-back", required_argument, NULL, O_SYNC},
+    {"workdir-limit", required_argument, NULL, O_WORKDIR_LIMIT},
+    {"connect", required_argument, NULL, O_CONNECT},
+    {"debug", no_argument, NULL, O_DEBUG},
+    {"help", no_argument, NULL, 'h'},
+    {NULL, 0, NULL, 0},
+};
+
+static int opt_by_name(const char *key)
+{
+    char k[64];
+    size_t i = 0;
+    for (; key[i] && i + 1 < sizeof(k); i++)
+        k[i] = key[i] == '_' ? '-' : key[i]; /* max_turns and max-turns both read naturally */
+    k[i] = '\0';
+    for (const struct option *o = long_opts; o->name; o++)
+        if (!strcmp(o->name, k))
+            return o->val;
+    return -1;
+}
+
+static bool parse_uint(const char *v, unsigned long max, unsigned long *out)
+{
+    char *end;
+    errno = 0;
+    unsigned long n = strtoul(v, &end, 10);
+    if (errno || end == v || *end || *v == '-' || n > max)
+        return false;
+    *out = n;
+    return true;
+}
+
+static bool parse_bool(const char *v, bool *out)
+{
+    static const char *const yes[] = {"true", "yes", "on", "1"}, *const no[] = {"false", "no", "off", "0"};
+    for (int i = 0; i < 4; i++) {
+        if (!strcasecmp(v, yes[i]))
+            return *out = true, true;
+        if (!strcasecmp(v, no[i]))
+            return *out = false, true;
+    }
+    return false;
+}
+
+/* One setting, from a flag (from_profile false) or a profile line. v may be NULL for flags
+ * that take no value. Returns 0 or -EINVAL with the reason printed. */
+static int apply(struct chat_opts *o, struct cli_globals *g, int opt, const char *name,
+                 const char *v, bool from_profile)
+{
+    unsigned long n;
+    bool b = true;
+    char *s = NULL;
+    if (from_profile && v) {
+        s = strdup(v);
+        if (!s || o->nowned >= (int)(sizeof(o->owned) / sizeof(o->owned[0]))) {
+            free(s);
+            fprintf(stderr, "airlock: profile too large\n");
+            return -EINVAL;
+        }
+        o->owned[o->nowned++] = s;
+    } else {
+        s = (char *)v;
+    }
+    /* Switches: a flag means on; a profile says true or false. */
+    bool is_switch = opt == 'y' || opt == O_NO_TOOLS || opt == O_PLAIN || opt == O_VERBOSE ||
+                     opt == O_JSON || opt == O_DEBUG;
+    if (is_switch && from_profile && !parse_bool(s, &b))
+        goto bad;
+    switch (opt) {
+    case O_MODEL:
+        o->model = s;
+        break;
+    case O_API:
+        if (strcmp(s, "openai") && strcmp(s, "anthropic"))
+            goto bad;
+        o->api_name = s;
+        break;
+    case O_API_BASE:
+        o->api_base = s;
+        break;
+    case O_API_KEY:
+        o->api_key = s;
+        o->api_key_set = true;
+        break;
+    case O_LOCAL:
+        o->local = s && *s ? s : (char *)"ollama";
+        if (strcmp(o->local, "ollama") && strcmp(o->local, "llamacpp") &&
+            strcmp(o->local, "lmstudio"))
+            goto bad;
+        break;
+    case O_TEMPERATURE: {
+        char *end;
+        double t = strtod(s, &end);
+        if (end == s || *end || t < 0 || t > 2)
+            goto bad;
+        o->cfg.model.temperature = t;
+        o->cfg.model.has_temperature = true;
+        break;
+    }
+    case O_MAX_TOKENS:
+        if (!parse_uint(s, 1u << 20, &n))
+            goto bad;
+        o->cfg.model.max_tokens = (unsigned)n;
+        break;
+    case O_CONTEXT:
+        if (!parse_uint(s, 100000000, &n))
+            goto bad;
+        o->cfg.context_window = (unsigned)n;
+        break;
+    case O_NO_TOOLS:
+        o->cfg.tools = !b;
+        break;
+    case O_RETRIES:
+        if (!parse_uint(s, 20, &n))
+            goto bad;
+        o->cfg.model.retries = (unsigned)n;
+        break;
+    case O_REQ_TIMEOUT:
+        if (!parse_uint(s, 86400, &n) || !n)
+            goto bad;
+        o->cfg.model.timeout_s = (unsigned)n;
+        break;
+    case 'y':
+        o->cfg.auto_run = b;
+        break;
+    case O_MAX_TURNS:
+        if (!parse_uint(s, 10000, &n) || !n)
+            goto bad;
+        o->cfg.max_turns = (unsigned)n;
+        break;
+    case O_MAX_OUTPUT:
+        if (!parse_uint(s, 1u << 24, &n) || n < AL_CHAT_MAX_OUTPUT_MIN)
+            goto bad;
+        o->cfg.max_output = n;
+        break;
+    case O_BUDGET:
+        if (!parse_uint(s, ~0ul, &n))
+            goto bad;
+        o->cfg.token_budget = n;
+        break;
+    case O_RUN_TIMEOUT:
+        if (!parse_uint(s, 86400 * 7, &n))
+            goto bad;
+        o->cfg.run_timeout_s = (unsigned)n;
+        break;
+    case O_SYSTEM:
+        o->system_message = s;
+        break;
+    case O_INSTRUCTIONS:
+        o->instructions = s;
+        break;
+    case 'i':
+        o->image = s;
+        break;
+    case 'm':
+        if (!parse_uint(s, 1u << 20, &n) || n < 64)
+            goto bad;
+        o->sess.memory_mib = (unsigned)n;
+        break;
+    case O_CPUS:
+        if (!parse_uint(s, 64, &n) || !n)
+            goto bad;
+        o->sess.vcpus = (unsigned)n;
+        break;
+    case O_PLAIN:
+        o->plain = b;
+        break;
+    case O_VERBOSE:
+        o->verbose = b;
+        break;
+    case O_JSON:
+        o->json = b;
+        break;
+    case O_RESUME:
+        if (from_profile)
+            goto bad;
+        o->resume = true;
+        o->resume_id = s;
+        break;
+    case O_CONNECT:
+        g->connect_uri = s;
+        break;
+    case O_WORKDIR:
+        o->workdir = s;
+        break;
+    case O_SYNC:
+        if (!strcmp(s, "ask"))
+            o->sync = CLI_SYNC_ASK;
+        else if (!strcmp(s, "yes"))
+            o->sync = CLI_SYNC_YES;
+        else if (!strcmp(s, "no"))
+            o->sync = CLI_SYNC_NO;
+        else
+            goto bad;
+        break;
+    case O_WORKDIR_LIMIT:
+        if (!parse_uint(s, ~0ul >> 1, &n) || !n)
+            goto bad;
+        o->wo.bytes_max = n;
+        break;
+    case O_DEBUG:
+        g->debug = b;
+        break;
+    default:
+        goto bad;
+    }
+    return 0;
+bad:
+    fprintf(stderr, "airlock: %s%s: invalid value '%s'\n", from_profile ? "profile setting " : "--",
+            name, v ? v : "");
+    return -EINVAL;
+}
+
+struct profile_ctx {
+    struct chat_opts *o;
+    struct cli_globals *g;
+};
+
+static int profile_setting(void *ctx, const char *key, const char *value, al_error *err)
+{
+    struct profile_ctx *pc = ctx;
+    int opt = opt_by_name(key);
+    err->code = -EINVAL;
+    if (opt < 0 || opt == 'h' || opt == O_PROFILE || opt == O_RESUME || opt == O_API_KEY) {
+        /* A key in a file people share and commit is a leak waiting to happen. */
+        snprintf(err->msg, sizeof(err->msg), "profile: unknown setting '%.64s'%s", key,
+                 opt == O_API_KEY ? " (keys belong in the environment, not in profiles)" : "");
+        return err->code;
+    }
+    if (apply(pc->o, pc->g, opt, key, value, true) < 0) {
+        snprintf(err->msg, sizeof(err->msg), "profile: bad value for '%.64s'", key);
+        return err->code;
+    }
+    err->code = 0;
+    return 0;
+}
+
+static const char short_opts[] = "yi:m:h";
+
+int chat_opts_parse(struct chat_opts *o, struct cli_globals *g, int argc, char **argv,
+                    const char *usage, bool is_run)
+{
+    memset(o, 0, sizeof(*o));
+    o->cfg.tools = true;
+    o->cfg.model.retries = 3;
+    o->cfg.model.cancel_fd = -1;
+    /* First pass: only --profile, so the flags can override what it sets. */
+    opterr = 0;
+    int c;
+    while ((c = getopt_long(argc, argv, short_opts, long_opts, NULL)) != -1)
+        if (c == O_PROFILE)
+            o->profile = optarg;
+    optind = 0;
+    opterr = 1;
+    const char *profile = o->profile;
+    char dflt[4200];
+    if (!profile) {
+        al_error e = {0};
+        char dir[4096];
+        if (al_profile_dir(dir, sizeof(dir), &e) == 0) {
+            snprintf(dflt, sizeof(dflt), "%s/default.yaml", dir);
+            if (access(dflt, F_OK) == 0)
+                profile = dflt;
+        }
+    }
+    if (profile) {
+        al_error e = {0};
+        struct profile_ctx pc = {o, g};
+        if (al_profile_load(profile, profile_setting, &pc, &e) < 0) {
+            cli_error(&e);
+            return 2;
+        }
+    }
+    while ((c = getopt_long(argc, argv, short_opts, long_opts, NULL)) != -1) {
+        if (c == 'h') {
+            fputs(usage, stdout);
+            fputs(chat_opts_help, stdout);
+            return 1;
+        }
+        if (c == '?' || c == ':') {
+            fputs(usage, stderr);
+            return 2;
+        }
+        if (c == O_PROFILE)
+            continue;
+        if ((c == O_JSON && !is_run) || (c == O_RESUME && is_run)) {
+            fprintf(stderr, "airlock: that option is not for this command\n");
+            return 2;
+        }
+        const char *name = "?";
+        for (const struct option *lo = long_opts; lo->name; lo++)
+            if (lo->val == c)
+                name = lo->name;
+        if (apply(o, g, c, name, optarg, false) < 0)
+            return 2;
+    }
+    o->rest = argv + optind;
+    o->nrest = argc - optind;
+    return 0;
+}
+
+void chat_opts_free(struct chat_opts *o)
+{
+    for (int i = 0; i < o->nowned; i++)
+        free(o->owned[i]);
+    o->nowned = 0;
+}
+
+static bool is_set(const char *s)
+{
+    return s && *s;
+}
+
+int chat_opts_finish(struct chat_opts *o)
+{
+    al_model_cfg *m = &o->cfg.model;
+    const char *okey = getenv("OPENAI_API_KEY"), *akey = getenv("ANTHROPIC_API_KEY");
+    const char *model = o->model;
+    enum al_api api = AL_API_OPENAI;
+    if (o->api_name)
+        api = strcmp(o->api_name, "anthropic") ? AL_API_OPENAI : AL_API_ANTHROPIC;
+    else if (model && !strncmp(model, "claude", 6))
+        api = AL_API_ANTHROPIC;
+    else if (!model && !o->local && !is_set(o->api_base) && !is_set(okey) && is_set(akey))
+        api = AL_API_ANTHROPIC;
+    const char *base = o->api_base;
+    if (o->local) {
+        if (!strcmp(o->local, "ollama"))
+            base = base ? base : "http://localhost:11434/v1", model = model ? model : "llama3.1";
+        else if (!strcmp(o->local, "llamacpp"))
+            base = base ? base : "http://localhost:8080/v1", model = model ? model : "local";
+        else
+            base = base ? base : "http://localhost:1234/v1", model = model ? model : "local";
+        api = AL_API_OPENAI;
+    }
+    if (!base)
+        base = api == AL_API_ANTHROPIC ? "https://api.anthropic.com" : "https://api.openai.com/v1";
+    if (!model)
+        model = api == AL_API_ANTHROPIC ? "claude-sonnet-4-5" : "gpt-4o-mini";
+    m->api = api;
+    m->api_base = base;
+    m->model = model;
+    m->verbose = o->verbose;
+    if (o->api_key_set)
+        m->api_key = o->api_key;
+    else if (!o->local)
+        m->api_key = api == AL_API_ANTHROPIC ? akey : okey;
+    o->cfg.system_message = o->system_message;
+    o->cfg.instructions = o->instructions;
+    return 0;
+}

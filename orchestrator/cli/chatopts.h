@@ -1,0 +1,40 @@
+/* Settings shared by 'airlock chat' and 'airlock run': from a profile first, then the flags. */
+#ifndef AIRLOCK_CLI_CHATOPTS_H
+#define AIRLOCK_CLI_CHATOPTS_H
+
+#include "chat.h"
+#include "cli.h"
+
+struct chat_opts {
+    al_chat_cfg cfg;
+    al_session_opts sess;
+    const char *profile;
+    char *model, *api_base, *api_key, *system_message, *instructions, *image, *local;
+    const char *api_name;  /* "openai" | "anthropic" | NULL: from the model's name */
+    bool api_key_set;
+    bool plain;
+    bool verbose;
+    bool json;             /* run: JSON lines */
+    const char *workdir;   /* --workdir: copied into /workspace, changes offered back at the end */
+    enum cli_sync sync;    /* --sync-back */
+    al_workdir_opts wo;
+    bool resume;           /* chat: --resume given */
+    char *resume_id;       /* NULL: the newest */
+    char **rest;           /* non-option arguments (run: the task) */
+    int nrest;
+    char *owned[32];       /* strings from the profile, freed at the end */
+    int nowned;
+};
+
+/* Parses profile + flags; prints the reason and returns 2 on a usage error, 0 on success, 1
+ * when --help was printed. */
+int chat_opts_parse(struct chat_opts *o, struct cli_globals *g, int argc, char **argv,
+                    const char *usage, bool is_run);
+void chat_opts_free(struct chat_opts *o);
+/* Fills o->cfg.model from the settings and the environment; a missing key for a hosted
+ * endpoint is left for the client to report when the model is first called. */
+int chat_opts_finish(struct chat_opts *o);
+
+extern const char chat_opts_help[];
+
+#endif

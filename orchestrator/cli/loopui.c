@@ -1,0 +1,387 @@
+/* The model loop's terminal side: signals, rendering callbacks, the confirmation prompt. */
+#include "loopui.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <poll.h>
+#include <signal.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+static int cancel_pipe[2] = {-1, -1};
+static volatile sig_atomic_t quit_flag;
+static volatile sig_atomic_t interrupted;
+static volatile sig_atomic_t last_int_sec; /* CLOCK_MONOTONIC seconds * 10 of the last Ctrl-C */
+
+static void on_signal(int sig)
+{
+    int saved = errno;
+    if (sig == SIGINT) {
+        struct timespec ts;
+        clock_gettime(CLOCK_MONOTONIC, &ts);
+        long now = (long)ts.tv_sec * 10 + ts.tv_nsec / 100000000;
+        if (last_int_sec && now - last_int_sec <= 10)
+            quit_flag = 1; /* twice within a second */
+        last_int_sec = (sig_atomic_t)now;
+        interrupted = 1;
+    } else {
+        quit_flag = 1;
+    }
+    uint8_t b = (uint8_t)sig;
+    (void)!write(cancel_pipe[1], &b, 1);
+    errno = saved;
+}
+
+int loopui_signals(void)
+{
+    if (pipe2(cancel_pipe, O_CLOEXEC | O_NONBLOCK) < 0)
+        return -errno;
+    struct sigaction sa = {.sa_handler = on_signal}; /* no SA_RESTART: reads see EINTR */
+    sigemptyset(&sa.sa_mask);
+    sigaction(SIGINT, &sa, NULL);
+    sigaction(SIGTERM, &sa, NULL);
+    sigaction(SIGHUP, &sa, NULL);
+    signal(SIGPIPE, SIG_IGN);
+    return 0;
+}
+
+int loopui_cancel_fd(void)
+{
+    return cancel_pipe[0];
+}
+
+void loopui_drain(void)
+{
+    uint8_t buf[64];
+    while (read(cancel_pipe[0], buf, sizeof(buf)) > 0)
+        ;
+    interrupted = 0;
+}
+
+bool loopui_quit(void)
+{
+    return quit_flag;
+}
+
+bool loopui_interrupted(void)
+{
+    return interrupted;
+}
+
+int loopui_read_line(int fd, char *buf, size_t len)
+{
+    size_t n = 0;
+    for (;;) {
+        struct pollfd p[2] = {{.fd = fd, .events = POLLIN}, {.fd = cancel_pipe[0], .events = POLLIN}};
+        if (poll(p, 2, -1) < 0) {
+            if (errno == EINTR)
+                continue;
+            return -1;
+        }
+        if (p[1].revents & POLLIN) {
+            loopui_drain();
+            return -2;
+        }
+        char ch;
+        ssize_t r = read(fd, &ch, 1);
+        if (r < 0 && errno == EINTR)
+            continue;
+        if (r <= 0)
+            return n ? (int)n : -1;
+        if (ch == '\n')
+            break;
+        if (n + 1 < len)
+            buf[n++] = ch;
+    }
+    buf[n] = '\0';
+    return (int)n;
+}
+
+/* Prints one JSON line and frees j. */
+static void json_line(cJSON *j)
+{
+    char *s = cJSON_PrintUnformatted(j);
+    if (s)
+        printf("%s\n", s);
+    fflush(stdout);
+    free(s);
+    cJSON_Delete(j);
+}
+
+static cJSON *json_event(const char *role, const char *type, const char *content)
+{
+    cJSON *j = cJSON_CreateObject();
+    cJSON_AddStringToObject(j, "role", role);
+    cJSON_AddStringToObject(j, "type", type);
+    cJSON_AddStringToObject(j, "content", content ? content : "");
+    return j;
+}
+
+void loopui_json_event(const char *role, const char *type, const char *content)
+{
+    json_line(json_event(role, type, content));
+}
+
+/* ---- the loop's callbacks ---- */
+
+static void ui_thinking(void *ctx, bool on)
+{
+    struct loopui *u = ctx;
+    if (!u->json)
+        render_spinner(&u->render, on ? "Thinking…" : NULL);
+}
+
+static void ui_text(void *ctx, const char *s, size_t n)
+{
+    struct loopui *u = ctx;
+    if (!u->json)
+        render_text(&u->render, s, n);
+}
+
+static void ui_text_end(void *ctx)
+{
+    struct loopui *u = ctx;
+    if (!u->json)
+        render_text_end(&u->render);
+}
+
+static void ui_code(void *ctx, const char *lang, const char *code)
+{
+    struct loopui *u = ctx;
+    if (!u->json)
+        render_code(&u->render, lang, code);
+}
+
+/* Writes code to a temp file, opens $EDITOR on it, reads it back. */
+static int edit_code(char **code)
+{
+    char path[] = "/tmp/airlock-edit-XXXXXX";
+    int fd = mkstemp(path);
+    if (fd < 0)
+        return -errno;
+    size_t len = strlen(*code);
+    bool ok = write(fd, *code, len) == (ssize_t)len;
+    close(fd);
+    const char *editor = getenv("VISUAL");
+    if (!editor || !*editor)
+        editor = getenv("EDITOR");
+    if (!editor || !*editor)
+        editor = "vi";
+    pid_t pid = ok ? fork() : -1;
+    if (pid == 0) {
+        signal(SIGINT, SIG_DFL);
+        execl("/bin/sh", "sh", "-c", "exec $0 \"$1\"", editor, path, (char *)NULL);
+        _exit(127);
+    }
+    int st = 0;
+    if (pid > 0)
+        while (waitpid(pid, &st, 0) < 0 && errno == EINTR)
+            ;
+    char *text = NULL;
+    if (pid > 0 && WIFEXITED(st) && WEXITSTATUS(st) == 0) {
+        FILE *f = fopen(path, "re");
+        size_t cap = 0;
+        if (f) {
+            ssize_t n = getdelim(&text, &cap, '\0', f);
+            if (n < 0) {
+                free(text);
+                text = strdup("");
+            }
+            fclose(f);
+        }
+    }
+    unlink(path);
+    if (!text)
+        return -ECANCELED;
+    free(*code);
+    *code = text;
+    return 0;
+}
+
+static int ui_confirm(void *ctx, const char *lang, char **code)
+{
+    struct loopui *u = ctx;
+    if (u->confirm_fd < 0) {
+        fprintf(stderr, "airlock: no terminal to confirm on; not running (use -y to run "
+                        "without asking)\n");
+        return 0;
+    }
+    for (;;) {
+        fprintf(stderr, "Run this in the sandbox? [y/n/e] ");
+        fflush(stderr);
+        char line[64];
+        int n = loopui_read_line(u->confirm_fd, line, sizeof(line));
+        if (n == -2) {
+            fputc('\n', stderr);
+            return 0;
+        }
+        if (n < 0)
+            return 0;
+        if (!strcasecmp(line, "y") || !strcasecmp(line, "yes"))
+            return 1;
+        if (!strcasecmp(line, "n") || !strcasecmp(line, "no") || !line[0])
+            return 0;
+        if (!strcasecmp(line, "e")) {
+            if (edit_code(code) < 0)
+                fprintf(stderr, "airlock: the editor failed; the code is unchanged\n");
+            render_code(&u->render, lang, *code);
+        }
+    }
+}
+
+static int ui_output(void *ctx, int stream, const uint8_t *data, size_t n)
+{
+    struct loopui *u = ctx;
+    if (u->json)
+        return 0;
+    int fd = stream == 2 ? 2 : 1;
+    while (n) {
+        ssize_t w = write(fd, data, n);
+        if (w < 0 && errno == EINTR)
+            continue;
+        if (w < 0)
+            return errno == EPIPE ? -EPIPE : 0; /* the screen going away must not end the run */
+        data += w;
+        n -= (size_t)w;
+    }
+    return 0;
+}
+
+static void ui_run_end(void *ctx, const al_exec_result *r, const char *summary)
+{
+    struct loopui *u = ctx;
+    (void)r;
+    if (!u->json && (u->opts->verbose || !r || r->how != AL_EXEC_EXITED || r->value != 0))
+        fprintf(stderr, "%s%s%s\n", u->render.color ? "\033[2m" : "", summary,
+                u->render.color ? "\033[0m" : "");
+}
+
+static void ui_notice(void *ctx, const char *msg)
+{
+    struct loopui *u = ctx;
+    if (u->json)
+        loopui_json_event("airlock", "notice", msg);
+    else
+        fprintf(stderr, "airlock: %s\n", msg);
+}
+
+static void ui_message(void *ctx, const cJSON *m)
+{
+    struct loopui *u = ctx;
+    if (!u->json)
+        return;
+    const char *role = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(m, "role"));
+    const char *content = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(m, "content"));
+    if (!role)
+        return;
+    if (!strcmp(role, "tool") || cJSON_GetObjectItemCaseSensitive(m, "kind")) {
+        loopui_json_event("computer", "output", content);
+        return;
+    }
+    if (content && *content)
+        loopui_json_event(role, "message", content);
+    cJSON *call;
+    cJSON_ArrayForEach(call, cJSON_GetObjectItemCaseSensitive(m, "tool_calls"))
+    {
+        cJSON *args = cJSON_GetObjectItemCaseSensitive(call, "arguments");
+        const char *lang = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(args, "language"));
+        const char *code = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(args, "code"));
+        cJSON *j = json_event("assistant", "code", code);
+        cJSON_AddStringToObject(j, "language", lang ? lang : "");
+        json_line(j);
+    }
+}
+
+int loopui_open(struct loopui *u, struct chat_opts *o, struct cli_globals *g)
+{
+    u->opts = o;
+    render_init(&u->render, stdout, o->plain || u->json);
+    chat_opts_finish(o);
+    o->cfg.model.cancel_fd = loopui_cancel_fd();
+    al_session_opts so = o->sess;
+    so.image = o->image;
+    so.connect_uri = g->connect_uri;
+    so.quiet = g->quiet;
+    so.cancel_fd = loopui_cancel_fd();
+    if (g->debug)
+        so.console_to = stderr;
+    if (!u->json)
+        render_spinner(&u->render, "Starting the sandbox VM…");
+    al_error err = {0};
+    int r = al_session_open(&so, &u->session, &err);
+    if (!u->json)
+        render_spinner(&u->render, NULL);
+    if (r < 0) {
+        if (u->json)
+            loopui_json_event("airlock", "error", err.msg);
+        cli_error(&err);
+        return EXIT_AIRLOCK_FAILED;
+    }
+    if (g->debug)
+        fprintf(stderr, "airlock: session %s\n", al_session_name(u->session));
+    /* 'airlock ps' and 'airlock cp' reach the chat's VM through this. */
+    if (al_session_serve_control(u->session, &err) < 0 ||
+        (o->workdir && cli_workdir_push(u->session, o->workdir, &o->wo, g->quiet, &err) < 0)) {
+        if (u->json)
+            loopui_json_event("airlock", "error", err.msg);
+        cli_error(&err);
+        al_session_close(u->session);
+        u->session = NULL;
+        return EXIT_AIRLOCK_FAILED;
+    }
+    o->cfg.image = o->image ? o->image : al_image_default();
+    al_chat_ui ui = {
+        .ctx = u,
+        .thinking = ui_thinking,
+        .text = ui_text,
+        .text_end = ui_text_end,
+        .code = ui_code,
+        .confirm = ui_confirm,
+        .output = ui_output,
+        .run_end = ui_run_end,
+        .notice = ui_notice,
+        .message = ui_message,
+    };
+    r = al_chat_init(&u->chat, &o->cfg, &ui, u->session, al_session_languages(u->session), &err);
+    if (r < 0) {
+        cli_error(&err);
+        al_session_close(u->session);
+        u->session = NULL;
+        return EXIT_AIRLOCK_FAILED;
+    }
+    u->chat_ready = true;
+    return 0;
+}
+
+int loopui_close(struct loopui *u)
+{
+    al_workdir_diff *diff = NULL;
+    al_error err = {0};
+    int status = 0;
+    if (u->session && u->opts->workdir &&
+        al_workdir_diff_new(u->session, u->opts->workdir, &u->opts->wo, &diff, &err) < 0) {
+        cli_error(&err);
+        status = 1;
+    }
+    if (u->chat_ready)
+        al_chat_free(&u->chat);
+    u->chat_ready = false;
+    al_session_close(u->session);
+    u->session = NULL;
+    render_fini(&u->render);
+    /* The VM is gone before the question: nothing waits on the user's answer. */
+    if (diff) {
+        cli_changes_print(diff, "changes in " AL_WORKDIR_GUEST_DIR);
+        al_error serr = {0};
+        if (cli_workdir_sync(diff, u->opts->workdir, u->opts->sync, &serr) < 0) {
+            if (serr.code)
+                cli_error(&serr);
+            status = 1;
+        }
+        al_workdir_diff_free(diff);
+    }
+    return status;
+}

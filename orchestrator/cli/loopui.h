@@ -1,0 +1,39 @@
+/* What 'airlock chat' and 'airlock run' share: Ctrl-C handling, the session, the loop's
+ * callbacks for a terminal or for JSON lines. */
+#ifndef AIRLOCK_CLI_LOOPUI_H
+#define AIRLOCK_CLI_LOOPUI_H
+
+#include "chatopts.h"
+#include "render.h"
+
+struct loopui {
+    struct chat_opts *opts;
+    struct render render;
+    al_session *session;
+    al_chat chat;
+    int confirm_fd;      /* where y/n/e answers are read, -1: cannot ask */
+    bool json;           /* JSON lines on stdout instead of the terminal view */
+    bool chat_ready;
+};
+
+/* Ctrl-C: each press writes SIGINT to the cancel pipe, which the session (forwarding it to the
+ * guest) and the model client (abandoning the request) watch. */
+int loopui_signals(void);
+int loopui_cancel_fd(void);
+void loopui_drain(void);
+/* True when Ctrl-C was pressed twice within a second, or SIGTERM/SIGHUP arrived. */
+bool loopui_quit(void);
+/* Seconds-based stamp of the last Ctrl-C, 0 if none since the last drain. */
+bool loopui_interrupted(void);
+
+/* Opens the session and the chat; prints the reason and returns 125 (EXIT_AIRLOCK_FAILED). */
+int loopui_open(struct loopui *u, struct chat_opts *o, struct cli_globals *g);
+/* Destroys the VM; with --workdir, first takes what changed in /workspace and, once the VM is
+ * gone, shows it and applies it per --sync-back. Returns 0, or 1 when the sync failed. */
+int loopui_close(struct loopui *u);
+/* A JSON line {"role":..,"type":..,"content":..} on stdout (run --json). */
+void loopui_json_event(const char *role, const char *type, const char *content);
+/* Reads one line from fd into buf (no newline). Returns length, -1 on EOF, -2 on Ctrl-C. */
+int loopui_read_line(int fd, char *buf, size_t len);
+
+#endif

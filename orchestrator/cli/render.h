@@ -1,0 +1,35 @@
+/* Terminal output for the model loop: streamed Markdown-ish text, highlighted code, a spinner.
+ * With plain set (or not a TTY) everything is written as is. */
+#ifndef AIRLOCK_CLI_RENDER_H
+#define AIRLOCK_CLI_RENDER_H
+
+#include <pthread.h>
+#include <stdbool.h>
+#include <stdio.h>
+
+struct render {
+    FILE *out;
+    bool color;
+    /* streaming Markdown state */
+    bool line_start;
+    bool in_fence;
+    bool bold, code, heading;
+    char pending[8]; /* a line's first characters, held until we know if they open a fence */
+    int npending;
+    char star;       /* a '*' or '`' held to see if it pairs */
+    /* spinner */
+    pthread_t spin_thread;
+    pthread_mutex_t spin_lock;
+    pthread_cond_t spin_cond;
+    bool spinning;
+    const char *spin_label;
+};
+
+void render_init(struct render *r, FILE *out, bool plain);
+void render_text(struct render *r, const char *s, size_t n);
+void render_text_end(struct render *r);
+void render_code(struct render *r, const char *lang, const char *code);
+void render_spinner(struct render *r, const char *label); /* NULL stops it */
+void render_fini(struct render *r);
+
+#endif

@@ -1,0 +1,122 @@
+/* A session's root disk: a copy-on-write qcow2 overlay, in the session's runtime dir, on the
+ * image's base. The base is shared by every session and never written; the overlay takes the
+ * session's writes and goes away with the session dir. */
+#include "internal.h"
+
+#include <fcntl.h>
+#include <libxml/parser.h>
+#include <libxml/xpath.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+
+/* qemu-img's complaint, quoted in the error: one line is enough. */
+#define HELPER_ERR_MAX 300
+
+static void xml_docp(xmlDocPtr *d)
+{
+    if (*d)
+        xmlFreeDoc(*d);
+}
+static void xml_ctxp(xmlXPathContextPtr *c)
+{
+    if (*c)
+        xmlXPathFreeContext(*c);
+}
+static void xml_objp(xmlXPathObjectPtr *o)
+{
+    if (*o)
+        xmlXPathFreeObject(*o);
+}
+
+/* The uid:gid QEMU runs as: libvirt's DAC base label for this domain type, from the host
+ * capabilities ("+64055:+64055" for libvirt-qemu under qemu:///system, the caller's own ids
+ * under qemu:///session). */
+static int qemu_owner(virConnectPtr conn, bool kvm, uid_t *uid, gid_t *gid, al_error *err)
+{
+    _cleanup_free_ char *caps = virConnectGetCapabilities(conn);
+    if (!caps)
+        return al_err_virt(err, -EIO, "cannot read libvirt's capabilities");
+    __attribute__((cleanup(xml_docp))) xmlDocPtr doc =
+        xmlReadMemory(caps, (int)strlen(caps), "capabilities.xml", NULL, XML_PARSE_NONET);
+    __attribute__((cleanup(xml_ctxp))) xmlXPathContextPtr ctx =
+        doc ? xmlXPathNewContext(doc) : NULL;
+    __attribute__((cleanup(xml_objp))) xmlXPathObjectPtr label =
+        ctx ? xmlXPathEvalExpression(
+                  (const xmlChar *)(kvm ? "string(/capabilities/host/secmodel[model='dac']"
+                                          "/baselabel[@type='kvm'])"
+                                        : "string(/capabilities/host/secmodel[model='dac']"
+                                          "/baselabel[@type='qemu'])"),
+                  ctx)
+            : NULL;
+    unsigned long u, g;
+    char end;
+    if (!label || label->type != XPATH_STRING || !label->stringval ||
+        sscanf((const char *)label->stringval, "+%lu:+%lu%c", &u, &g, &end) != 2) {
+        /* No DAC driver (or no label): QEMU runs as whoever runs libvirt, as we do. */
+        *uid = geteuid();
+        *gid = getegid();
+        return 0;
+    }
+    *uid = (uid_t)u;
+    *gid = (gid_t)g;
+    return 0;
+}
+
+/* Runs qemu-img with argv, which creates path, and hands path to QEMU's user. */
+static int qemu_img_create(virConnectPtr conn, bool kvm, const char *const *argv,
+                           const char *overlay, al_error *err)
+{
+    uid_t uid = geteuid();
+    gid_t gid = getegid();
+    int r = qemu_owner(conn, kvm, &uid, &gid, err);
+    if (r < 0)
+        return r;
+    /* qemu-img's stderr, kept for the error message. */
+    _cleanup_close_ int nullfd = open("/dev/null", O_WRONLY | O_CLOEXEC);
+    FILE *errf = tmpfile();
+    if (nullfd < 0 || !errf) {
+        if (errf)
+            fclose(errf);
+        return al_err(err, -errno, "cannot create the session disk: %s", strerror(errno));
+    }
+    int st = 0;
+    r = al_spawn_wait(argv, nullfd, fileno(errf), &st);
+    if (r < 0 || !WIFEXITED(st) || WEXITSTATUS(st) != 0) {
+        char why[HELPER_ERR_MAX] = "";
+        rewind(errf);
+        if (!fgets(why, sizeof(why), errf))
+            snprintf(why, sizeof(why), "%s", r < 0 ? strerror(-r) : "failed");
+        why[strcspn(why, "\n")] = '\0';
+        fclose(errf);
+        return al_err(err, r < 0 ? r : -EIO, "cannot create the session disk with qemu-img: %s",
+                      why);
+    }
+    fclose(errf);
+    /* Readable and writable by QEMU only; the runtime dir is ours, so we can still remove it. */
+    if ((uid != geteuid() || gid != getegid()) && chown(overlay, uid, gid) < 0)
+        return al_err(err, -errno, "cannot give the session disk to QEMU's user %lu: %s",
+                      (unsigned long)uid, strerror(errno));
+    if (chmod(overlay, 0600) < 0)
+        return al_err(err, -errno, "cannot chmod the session disk: %s", strerror(errno));
+    return 0;
+}
+
+int al_disk_overlay(virConnectPtr conn, bool kvm, const char *base, const char *overlay,
+                    al_error *err)
+{
+    /* -F: the base's format is recorded in the overlay, so neither QEMU nor libvirt has to
+     * guess it from the file's content. */
+    const char *argv[] = {"qemu-img", "create", "-q", "-f",    "qcow2", "-F",
+                          "qcow2",    "-b",     base, overlay, NULL};
+    return qemu_img_create(conn, kvm, argv, overlay, err);
+}
+
+int al_disk_scratch(virConnectPtr conn, bool kvm, const char *path, uint64_t size, al_error *err)
+{
+    char bytes[32];
+    snprintf(bytes, sizeof(bytes), "%llu", (unsigned long long)size);
+    const char *argv[] = {"qemu-img", "create", "-q", "-f", "qcow2", path, bytes, NULL};
+    return qemu_img_create(conn, kvm, argv, path, err);
+}

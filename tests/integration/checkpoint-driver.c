@@ -1,0 +1,168 @@
+/* Drives one checkpoint-enabled session for tests/integration/test_checkpoint.py: one JSON
+ * request per line on stdin, one JSON answer per line on stdout.
+ *
+ *   checkpoint-driver IMAGE [MEMORY_MIB]
+ *
+ * The first line out is {"session": NAME}. Requests: {"op": "exec", "code", "lang", "timeout",
+ * "kernel"},
+ * {"op": "create", "name"}, {"op": "list"}, {"op": "find", "key"}, {"op": "rollback", "id"},
+ * {"op": "delete", "id"}, {"op": "recover"}, {"op": "wants", "lang", "code", "policy"}. Each
+ * answer has "r" (the call's return) and, on failure, "error". */
+#include "airlock.h"
+#include "capture.h"
+
+#include <cjson/cJSON.h>
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* One request line. */
+#define LINE_MAX_BYTES (1u << 20)
+
+static cJSON *info_json(const al_checkpoint_info *c)
+{
+    cJSON *o = cJSON_CreateObject();
+    cJSON_AddNumberToObject(o, "id", c->id);
+    cJSON_AddStringToObject(o, "name", c->name);
+    cJSON_AddNumberToObject(o, "created", (double)c->created);
+    cJSON_AddNumberToObject(o, "state_bytes", (double)c->state_bytes);
+    cJSON_AddNumberToObject(o, "disk_bytes", (double)c->disk_bytes);
+    cJSON_AddNumberToObject(o, "save_ms", c->save_ms);
+    cJSON_AddBoolToObject(o, "current", c->current);
+    return o;
+}
+
+static void add_info(void *ctx, const al_checkpoint_info *c)
+{
+    cJSON_AddItemToArray(ctx, info_json(c));
+}
+
+static const char *str(const cJSON *req, const char *key)
+{
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(req, key);
+    return cJSON_IsString(v) ? v->valuestring : NULL;
+}
+
+static double num(const cJSON *req, const char *key)
+{
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(req, key);
+    return cJSON_IsNumber(v) ? v->valuedouble : 0;
+}
+
+static void op_exec(al_session *s, const cJSON *req, cJSON *out, al_error *err)
+{
+    struct capture c = {0};
+    const char *argv[] = {str(req, "code") ? str(req, "code") : "", NULL};
+    al_exec_opts o = {
+        .argv = argv,
+        .lang = str(req, "lang") ? str(req, "lang") : "sh",
+        .timeout_ms = (unsigned)num(req, "timeout"),
+        .kernel = cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(req, "kernel")),
+        .stdin_fd = -1,
+        .stdout_fd = -1,
+        .stderr_fd = -1,
+        .output = capture_output,
+        .output_ctx = &c,
+    };
+    al_exec_result res = {0};
+    int r = al_exec(s, &o, &res, err);
+    cJSON_AddNumberToObject(out, "r", r);
+    if (r == 0) {
+        cJSON_AddNumberToObject(out, "how", res.how);
+        cJSON_AddNumberToObject(out, "value", res.value);
+        cJSON_AddBoolToObject(out, "timed_out", res.timed_out);
+    }
+    cJSON_AddStringToObject(out, "stdout", c.buf[1] ? c.buf[1] : "");
+    cJSON_AddStringToObject(out, "stderr", c.buf[2] ? c.buf[2] : "");
+    capture_free(&c);
+}
+
+static void handle(al_session *s, const cJSON *req, cJSON *out)
+{
+    al_error err = {0};
+    const char *op = str(req, "op");
+    int r = -EINVAL;
+    double t0 = capture_now_ms();
+    if (!op) {
+        r = -EINVAL;
+        snprintf(err.msg, sizeof(err.msg), "no op");
+    } else if (!strcmp(op, "exec")) {
+        op_exec(s, req, out, &err);
+        r = (int)num(out, "r");
+    } else if (!strcmp(op, "create")) {
+        al_checkpoint_info info;
+        r = al_checkpoint_create(s, str(req, "name"), &info, &err);
+        if (r > 0)
+            cJSON_AddItemToObject(out, "info", info_json(&info));
+    } else if (!strcmp(op, "list")) {
+        cJSON *list = cJSON_AddArrayToObject(out, "list");
+        r = al_checkpoint_list(s, add_info, list, &err);
+    } else if (!strcmp(op, "find")) {
+        al_checkpoint_info info;
+        r = al_checkpoint_find(s, str(req, "key") ? str(req, "key") : "", &info, &err);
+        if (r == 0)
+            cJSON_AddItemToObject(out, "info", info_json(&info));
+    } else if (!strcmp(op, "rollback")) {
+        r = al_checkpoint_rollback(s, (uint32_t)num(req, "id"), &err);
+    } else if (!strcmp(op, "delete")) {
+        r = al_checkpoint_delete(s, (uint32_t)num(req, "id"), &err);
+    } else if (!strcmp(op, "recover")) {
+        uint32_t id = 0;
+        r = al_checkpoint_recover(s, &id, &err);
+        cJSON_AddNumberToObject(out, "restored", id);
+    } else if (!strcmp(op, "wants")) {
+        enum al_checkpoint_policy p = AL_CHECKPOINT_AUTO;
+        r = al_checkpoint_policy_parse(str(req, "policy"), &p, &err);
+        if (r == 0)
+            r = al_checkpoint_policy_wants(str(req, "lang"), str(req, "code"), p);
+    } else {
+        snprintf(err.msg, sizeof(err.msg), "unknown op '%.64s'", op);
+    }
+    cJSON_DeleteItemFromObject(out, "r");
+    cJSON_AddNumberToObject(out, "r", r);
+    cJSON_AddNumberToObject(out, "ms", capture_now_ms() - t0);
+    if (r < 0)
+        cJSON_AddStringToObject(out, "error", err.msg);
+}
+
+int main(int argc, char **argv)
+{
+    if (argc < 2) {
+        fprintf(stderr, "usage: checkpoint-driver IMAGE [MEMORY_MIB]\n");
+        return 2;
+    }
+    al_session_opts opts = {
+        .image = argv[1],
+        .memory_mib = argc > 2 ? (unsigned)atoi(argv[2]) : 0,
+        .quiet = true,
+        .checkpoints = true,
+        .console_to = getenv("CHECKPOINT_DRIVER_CONSOLE") ? stderr : NULL,
+    };
+    al_session *s = NULL;
+    al_error err = {0};
+    if (al_session_open(&opts, &s, &err) < 0) {
+        fprintf(stderr, "checkpoint-driver: %s\n", err.msg);
+        return 1;
+    }
+    printf("{\"session\": \"%s\"}\n", al_session_name(s));
+    fflush(stdout);
+    char *line = malloc(LINE_MAX_BYTES);
+    while (line && fgets(line, LINE_MAX_BYTES, stdin)) {
+        cJSON *req = cJSON_Parse(line);
+        cJSON *out = cJSON_CreateObject();
+        if (req)
+            handle(s, req, out);
+        else
+            cJSON_AddStringToObject(out, "error", "bad JSON");
+        char *text = cJSON_PrintUnformatted(out);
+        printf("%s\n", text ? text : "{}");
+        fflush(stdout);
+        free(text);
+        cJSON_Delete(out);
+        cJSON_Delete(req);
+    }
+    free(line);
+    al_session_close(s);
+    return 0;
+}

@@ -1,0 +1,491 @@
+#!/usr/bin/env python3
+"""The model loop end to end: the real airlock binary, real VMs (the tiny image) through libvirt,
+and a fake model server (tests/fakemodel) that speaks the OpenAI and Anthropic wire formats,
+replays a script and records every request it gets."""
+import json
+import os
+import pty
+import select
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+import unittest
+
+import altest
+
+FAKEMODEL = os.path.join(altest.SOURCE_ROOT, "tests", "fakemodel", "fakemodel.py")
+KEY = "sk-test-DO-NOT-LEAK-7f3a"
+
+
+class FakeModel:
+    def __init__(self, replies):
+        self.dir = tempfile.mkdtemp(prefix="airlock-chat-test-")
+        self.script = os.path.join(self.dir, "script.json")
+        self.log = os.path.join(self.dir, "requests.jsonl")
+        with open(self.script, "w") as f:
+            json.dump(replies, f)
+        portfile = os.path.join(self.dir, "port")
+        self.proc = subprocess.Popen([sys.executable, FAKEMODEL, "--script", self.script,
+                                      "--log", self.log, "--port-file", portfile],
+                                     stdout=subprocess.DEVNULL)
+        for _ in range(100):
+            if os.path.exists(portfile):
+                break
+            time.sleep(0.05)
+        with open(portfile) as f:
+            self.port = int(f.read())
+        self.base = "http://127.0.0.1:%d/v1" % self.port
+        # Each test gets its own data and config dirs: conversations, history, profiles.
+        self.env = {"XDG_DATA_HOME": os.path.join(self.dir, "data"),
+                    "XDG_CONFIG_HOME": os.path.join(self.dir, "config"),
+                    "OPENAI_API_KEY": KEY, "ANTHROPIC_API_KEY": KEY}
+
+    def requests(self):
+        if not os.path.exists(self.log):
+            return []
+        with open(self.log) as f:
+            return [json.loads(l) for l in f if l.strip()]
+
+    def args(self, *extra, api="openai"):
+        base = self.base if api == "openai" else "http://127.0.0.1:%d" % self.port
+        return ["--image", "tiny", "--api", api, "--api-base", base, "--model", "fake-model",
+                "--retries", "1"] + list(extra)
+
+    def conversations(self):
+        d = os.path.join(self.env["XDG_DATA_HOME"], "airlock", "conversations")
+        out = []
+        for n in sorted(os.listdir(d)) if os.path.isdir(d) else []:
+            with open(os.path.join(d, n)) as f:
+                out.append(json.load(f))
+        return out
+
+    def close(self):
+        self.proc.kill()
+        self.proc.wait()
+        shutil.rmtree(self.dir, ignore_errors=True)
+
+
+def execute(code, lang="sh", id=None):
+    c = {"name": "execute", "arguments": {"language": lang, "code": code}}
+    if id:
+        c["id"] = id
+    return c
+
+
+def tool_results(req):
+    """The tool results in an OpenAI request body, in order."""
+    return [m for m in req["body"]["messages"] if m.get("role") == "tool"]
+
+
+class ChatTest(unittest.TestCase):
+    def fake(self, replies):
+        fm = FakeModel(replies)
+        self.addCleanup(fm.close)
+        return fm
+
+    def run_airlock(self, fm, args, input=None, timeout=240):
+        return altest.run(args, input=input, env=fm.env, timeout=timeout)
+
+    def test_tool_call_runs_in_the_guest_and_output_goes_back(self):
+        fm = self.fake([
+            {"text": "Let me compute.", "chunk_size": 3,
+             "tool_calls": [execute("echo $((6 * 7)); uname -s; echo oops >&2; exit 3",
+                                    id="call_A")]},
+            {"text": "The answer is 42."},
+        ])
+        r = self.run_airlock(fm, ["run", "-y"] + fm.args() + ["what is 6*7?"])
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertIn(b"The answer is 42.", r.stdout)
+        reqs = fm.requests()
+        self.assertEqual(len(reqs), 2)
+        first = reqs[0]["body"]
+        self.assertTrue(first["stream"])
+        self.assertEqual(reqs[0]["auth"], "Bearer " + KEY)
+        tool = first["tools"][0]["function"]
+        self.assertEqual(tool["name"], "execute")
+        # The language enum is what the session's image offers.
+        self.assertIn("sh", tool["parameters"]["properties"]["language"]["enum"])
+        self.assertEqual(first["messages"][0]["role"], "system")
+        self.assertIn("virtual machine", first["messages"][0]["content"])
+        results = tool_results(reqs[1])
+        self.assertEqual(len(results), 1)
+        self.assertEqual(results[0]["tool_call_id"], "call_A")
+        # uname in the guest: the code ran in the VM, and both streams came back.
+        self.assertIn("42\nLinux\n", results[0]["content"])
+        self.assertIn("oops", results[0]["content"])
+        self.assertIn("[exit status 3]", results[0]["content"])
+
+    def test_stream_edge_cases_end_to_end(self):
+        """429 then success, events split across reads, CRLF, keep-alive comments, UTF-8 cut
+        mid-character, a tool call whose arguments arrive a byte at a time."""
+        text = "Résultat: ✓ — ünïcödé 🙂"
+        fm = self.fake([
+            {"status": 429, "headers": {"Retry-After": "0"},
+             "body": {"error": {"message": "slow down"}}},
+            {"tool_calls": [execute("printf 'caf\\303\\251\\n'", id="c1")], "chunk_size": 1,
+             "keepalive": True, "line_ending": "\r\n", "write_size": 3},
+            {"text": text, "chunk_size": 1, "keepalive": True, "write_size": 5},
+        ])
+        r = self.run_airlock(fm, ["run", "-y", "--plain"] + fm.args() + ["t"])
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertIn(text.encode(), r.stdout)
+        reqs = fm.requests()
+        self.assertEqual(len(reqs), 3)
+        self.assertIn("café", tool_results(reqs[2])[0]["content"])
+
+    def test_anthropic_wire_format(self):
+        fm = self.fake([
+            {"tool_calls": [execute("echo from-anthropic", id="toolu_1")], "chunk_size": 5},
+            {"text": "Done."},
+        ])
+        r = self.run_airlock(fm, ["run", "-y"] + fm.args(api="anthropic") + ["go"])
+        self.assertEqual(r.returncode, 0, r.stderr)
+        reqs = fm.requests()
+        self.assertEqual(reqs[0]["path"], "/v1/messages")
+        self.assertEqual(reqs[0]["auth"], KEY)
+        body = reqs[1]["body"]
+        self.assertIn("virtual machine", body["system"] if isinstance(body["system"], str)
+                      else json.dumps(body["system"]))
+        blocks = [b for m in body["messages"] if isinstance(m["content"], list)
+                  for b in m["content"]]
+        res = [b for b in blocks if b.get("type") == "tool_result"]
+        self.assertEqual(res[0]["tool_use_id"], "toolu_1")
+        text = res[0]["content"] if isinstance(res[0]["content"], str) else json.dumps(res[0]["content"])
+        self.assertIn("from-anthropic", text)
+
+    def test_text_mode_fallback(self):
+        fm = self.fake([
+            {"text": "Here:\n```sh\necho fenced-$((40 + 2))\n```\nthat is all", "chunk_size": 7},
+            {"text": "It printed fenced-42."},
+        ])
+        r = self.run_airlock(fm, ["run", "-y", "--no-tools"] + fm.args() + ["task"])
+        self.assertEqual(r.returncode, 0, r.stderr)
+        reqs = fm.requests()
+        self.assertNotIn("tools", reqs[0]["body"])
+        self.assertIn("fenced code block", reqs[0]["body"]["messages"][0]["content"])
+        last = reqs[1]["body"]["messages"][-1]
+        self.assertEqual(last["role"], "user")
+        self.assertIn("fenced-42", last["content"])
+
+    def test_endpoint_rejecting_tools_switches_to_text_mode(self):
+        fm = self.fake([
+            {"status": 400, "body": {"error": {"message": "this model does not support tools"}}},
+            {"text": "```sh\necho switched\n```"},
+            {"text": "ok"},
+        ])
+        r = self.run_airlock(fm, ["run", "-y"] + fm.args() + ["task"])
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertIn(b"switching to code blocks", r.stderr)
+        reqs = fm.requests()
+        self.assertIn("tools", reqs[0]["body"])
+        self.assertNotIn("tools", reqs[1]["body"])
+        self.assertIn("switched", reqs[2]["body"]["messages"][-1]["content"])
+
+    def test_declined_confirmation_runs_nothing(self):
+        fm = self.fake([
+            {"tool_calls": [execute("echo should-not-run")]},
+            {"text": "never asked"},
+        ])
+        r = self.run_airlock(fm, ["run"] + fm.args() + ["task"], input=b"n\n")
+        self.assertEqual(r.returncode, 4, r.stderr)
+        self.assertIn(b"Run this in the sandbox?", r.stderr)
+        self.assertNotIn(b"should-not-run\n", r.stdout.replace(b"echo should-not-run", b""))
+        self.assertEqual(len(fm.requests()), 1)  # the loop stopped; the model was not asked
+        conv = fm.conversations()[0]
+        self.assertIn("declined", conv["messages"][-1]["content"])
+
+    def test_max_turns(self):
+        fm = self.fake([{"tool_calls": [execute("echo turn %d" % i)]} for i in range(5)])
+        r = self.run_airlock(fm, ["run", "-y", "--max-turns", "2"] + fm.args() + ["loop"])
+        self.assertEqual(r.returncode, 3, r.stderr)
+        self.assertIn(b"max-turns", r.stderr)
+        self.assertEqual(len(fm.requests()), 2)
+
+    def test_repeated_code_with_same_result_stops(self):
+        fm = self.fake([{"tool_calls": [execute("echo same")]} for _ in range(6)])
+        r = self.run_airlock(fm, ["run", "-y"] + fm.args() + ["loop"])
+        self.assertEqual(r.returncode, 3, r.stderr)
+        self.assertIn(b"same code again with the same result", r.stderr)
+        self.assertEqual(len(fm.requests()), 2)
+
+    def test_truncation_below_at_and_above_the_limit(self):
+        limit = 1000
+        sizes = [limit - 1, limit, limit + 1, 5 * limit]
+        # Each run prints exactly n bytes: a known pattern whose head and tail we can predict.
+        calls = [execute("i=0; while [ $i -lt %d ]; do printf '%%09d\\n' $i; i=$((i+1)); done"
+                         " | head -c %d" % (n, n), id="c%d" % n) for n in sizes]
+        fm = self.fake([{"tool_calls": calls}, {"text": "done"}])
+        r = self.run_airlock(fm, ["run", "-y", "--max-output", str(limit)] + fm.args() + ["t"])
+        self.assertEqual(r.returncode, 0, r.stderr)
+        results = tool_results(fm.requests()[1])
+        self.assertEqual(len(results), 4)
+        for n, res in zip(sizes, results):
+            full = "".join("%09d\n" % i for i in range(n))[:n]
+            body = res["content"].rsplit("[exit status", 1)[0]
+            if n <= limit:
+                self.assertEqual(body.rstrip("\n"), full.rstrip("\n"), n)
+                self.assertNotIn("omitted", res["content"])
+            else:
+                self.assertTrue(body.startswith(full[:limit // 2]), n)
+                self.assertIn("[... %d bytes omitted ...]" % (n - limit), body)
+                self.assertTrue(body.rstrip("\n").endswith(full[-(limit // 2):].rstrip("\n")), n)
+
+    def test_unknown_language_and_bad_arguments_go_back_to_the_model(self):
+        fm = self.fake([
+            {"tool_calls": [{"name": "execute", "arguments": {"language": "cobol", "code": "x"}},
+                            {"name": "execute", "arguments": "{not json"},
+                            {"name": "execute", "arguments": {"language": "sh"}}]},
+            {"text": "sorry"},
+        ])
+        r = self.run_airlock(fm, ["run", "-y"] + fm.args() + ["t"])
+        self.assertEqual(r.returncode, 0, r.stderr)
+        res = [m["content"] for m in tool_results(fm.requests()[1])]
+        self.assertIn("unknown language 'cobol'", res[0])
+        self.assertIn("not a JSON object", res[1])
+        self.assertIn("no code given", res[2])
+
+    def test_a_program_waiting_for_input_is_stopped_and_the_model_told(self):
+        fm = self.fake([{"tool_calls": [execute("echo asking; read answer; echo got $answer")]},
+                        {"text": "I see, no input."}])
+        r = self.run_airlock(fm, ["run", "-y"] + fm.args() + ["t"])
+        self.assertEqual(r.returncode, 0, r.stderr)
+        res = tool_results(fm.requests()[1])[0]["content"]
+        self.assertIn("asking", res)
+        self.assertIn("waited for input", res)
+        self.assertNotIn("got", res)
+
+    def test_key_never_reaches_the_vm_or_the_saved_conversation(self):
+        fm = self.fake([{"tool_calls": [execute("env; cat /proc/cmdline")]}, {"text": "ok"}])
+        r = self.run_airlock(fm, ["run", "-y", "--json"] + fm.args() + ["show env"])
+        self.assertEqual(r.returncode, 0, r.stderr)
+        out = tool_results(fm.requests()[1])[0]["content"]
+        self.assertIn("PATH=", out)  # env did run
+        self.assertNotIn(KEY, out)
+        self.assertNotIn(KEY.encode(), r.stdout + r.stderr)
+        d = os.path.join(fm.env["XDG_DATA_HOME"], "airlock")
+        for root, _, files in os.walk(d):
+            for f in files:
+                with open(os.path.join(root, f), "rb") as fh:
+                    self.assertNotIn(KEY.encode(), fh.read(), f)
+
+    def test_workdir_in_and_changes_synced_back(self):
+        fm = self.fake([{"tool_calls": [execute("cd /workspace && cat in.txt && "
+                                                "tr a-z A-Z < in.txt > out.txt && rm in.txt")]},
+                        {"text": "converted"}])
+        wd = os.path.join(fm.dir, "work")
+        os.mkdir(wd)
+        with open(os.path.join(wd, "in.txt"), "w") as f:
+            f.write("hello workdir\n")
+        r = self.run_airlock(fm, ["run", "-y", "--workdir", wd, "--sync-back", "yes"] +
+                             fm.args() + ["convert"])
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertIn("hello workdir", tool_results(fm.requests()[1])[0]["content"])
+        self.assertIn(b"added", r.stderr)
+        # The run's new file is listed for the user and the model.
+        self.assertIn("files written by this run:\n/workspace/out.txt\n]",
+                      tool_results(fm.requests()[1])[0]["content"])
+        self.assertEqual(sorted(os.listdir(wd)), ["out.txt"])
+        with open(os.path.join(wd, "out.txt")) as f:
+            self.assertEqual(f.read(), "HELLO WORKDIR\n")
+
+    def test_json_lines(self):
+        fm = self.fake([{"text": "Running.", "tool_calls": [execute("echo hi")]},
+                        {"text": "Said hi."}])
+        r = self.run_airlock(fm, ["run", "-y", "--json"] + fm.args() + ["say hi"])
+        self.assertEqual(r.returncode, 0, r.stderr)
+        lines = [json.loads(l) for l in r.stdout.splitlines()]
+        kinds = [(l["role"], l["type"]) for l in lines]
+        self.assertEqual(kinds, [("user", "message"), ("assistant", "message"),
+                                 ("assistant", "code"), ("computer", "output"),
+                                 ("assistant", "message"), ("airlock", "end")])
+        self.assertEqual(lines[2]["language"], "sh")
+        self.assertIn("hi\n", lines[3]["content"])
+        self.assertEqual(lines[-1]["content"], "done")
+
+    def test_no_key_for_a_hosted_model(self):
+        fm = self.fake([])
+        env = dict(fm.env)
+        env["OPENAI_API_KEY"] = ""
+        r = altest.run(["run", "-y", "--image", "tiny", "--model", "gpt-4o", "task"], env=env)
+        self.assertEqual(r.returncode, 1)
+        self.assertIn(b"OPENAI_API_KEY", r.stderr)
+
+    def test_unreachable_endpoint(self):
+        fm = self.fake([])
+        r = self.run_airlock(fm, ["run", "-y", "--image", "tiny", "--api-base",
+                                  "http://127.0.0.1:9/v1", "--retries", "0", "task"])
+        self.assertEqual(r.returncode, 1)
+        self.assertEqual(len(r.stderr.strip().splitlines()[-1:]), 1)
+        self.assertIn(b"127.0.0.1:9", r.stderr)
+
+    def test_context_window_too_small(self):
+        fm = self.fake([{"text": "unreachable"}])
+        r = self.run_airlock(fm, ["run", "-y", "--context-window", "20"] + fm.args() + ["t"])
+        self.assertEqual(r.returncode, 1)
+        self.assertIn(b"context window (20 tokens) is too small", r.stderr)
+        self.assertEqual(fm.requests(), [])
+
+    def test_chat_errors_keep_the_session_and_conversation(self):
+        """In a chat, a malformed model reply is one message; the next message works in the
+        same VM (the file written before is still there) and the saved history kept both."""
+        fm = self.fake([
+            {"tool_calls": [execute("echo kept > /tmp/state")]},
+            {"text": "wrote it"},
+            {"raw": "data: {not json\n\n"},
+            {"tool_calls": [execute("cat /tmp/state")]},
+            {"text": "read it"},
+        ])
+        r = self.run_airlock(fm, ["chat", "-y", "--plain"] + fm.args("--retries", "0"),
+                             input=b"write\nbroken\nread\n")
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertIn(b"airlock: ", r.stderr)
+        reqs = fm.requests()
+        self.assertEqual(len(reqs), 5)
+        self.assertIn("kept", tool_results(reqs[4])[-1]["content"])
+        conv = fm.conversations()
+        self.assertEqual(len(conv), 1)
+        users = [m["content"] for m in conv[0]["messages"] if m["role"] == "user"]
+        self.assertEqual(users, ["write", "broken", "read"])
+
+    def test_magic_commands_and_resume(self):
+        fm = self.fake([{"text": "first answer"}, {"text": "second answer"},
+                        {"text": "resumed answer"}])
+        r = self.run_airlock(fm, ["chat", "--plain"] + fm.args(),
+                             input=b"one\ntwo\n%undo\n%tokens\n%% echo direct-$((1+1))\n"
+                                   b"%markdown\n%help\n")
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertIn(b"Dropped the last exchange", r.stdout)
+        self.assertIn(b"Tokens this session: 20 in, 10 out", r.stdout)
+        self.assertIn(b"direct-2", r.stdout)
+        self.assertIn(b"## User\n\none", r.stdout)
+        self.assertNotIn(b"## User\n\ntwo", r.stdout)
+        convs = fm.conversations()
+        self.assertEqual(len(convs), 1)
+        cid = convs[0]["id"]
+        ls = self.run_airlock(fm, ["conversations"])
+        self.assertIn(cid.encode(), ls.stdout)
+        r = self.run_airlock(fm, ["--resume", cid, "--plain"] + fm.args(), input=b"three\n")
+        self.assertEqual(r.returncode, 0, r.stderr)
+        msgs = fm.requests()[2]["body"]["messages"]
+        self.assertEqual([m["content"] for m in msgs if m["role"] == "user"], ["one", "three"])
+        self.assertEqual(len(fm.conversations()), 1)  # continued in the same file
+
+    def test_profile_and_flags_override_it(self):
+        fm = self.fake([{"text": "a"}, {"text": "b"}])
+        pdir = os.path.join(fm.env["XDG_CONFIG_HOME"], "airlock", "profiles")
+        os.makedirs(pdir)
+        with open(os.path.join(pdir, "work.yaml"), "w") as f:
+            f.write("# hand-written\nmodel: profile-model\napi_base: %s\ntemperature: 0.25\n"
+                    "instructions: |\n  Always answer in French.\n" % fm.base)
+        r = self.run_airlock(fm, ["run", "--image", "tiny", "--profile", "work", "q"])
+        self.assertEqual(r.returncode, 0, r.stderr)
+        r = self.run_airlock(fm, ["run", "--image", "tiny", "--profile", "work", "--model",
+                                  "flag-model", "q"])
+        self.assertEqual(r.returncode, 0, r.stderr)
+        b0, b1 = (q["body"] for q in fm.requests())
+        self.assertEqual(b0["model"], "profile-model")
+        self.assertEqual(b0["temperature"], 0.25)
+        self.assertIn("Always answer in French.", b0["messages"][0]["content"])
+        self.assertEqual(b1["model"], "flag-model")
+
+    def test_debian_kernels_keep_state_and_figures_come_back(self):
+        fig = ("import matplotlib\nmatplotlib.use('Agg')\nimport matplotlib.pyplot as plt\n"
+               "plt.plot([1, 2, 3], [x, x + 1, x + 2])\nplt.show()")
+        fm = self.fake([
+            {"tool_calls": [execute("x = 41", lang="python")]},
+            {"tool_calls": [execute("print(x + 1)", lang="python")]},
+            {"tool_calls": [execute(fig, lang="python")]},
+            {"tool_calls": [execute("cd /tmp && export V=7", lang="shell")]},
+            {"tool_calls": [execute("echo $PWD $V", lang="shell")]},
+            {"text": "done"},
+        ])
+        args = [a if a != "tiny" else "debian" for a in fm.args()]
+        r = self.run_airlock(fm, ["run", "-y"] + args + ["t"], timeout=600)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        reqs = fm.requests()
+        enum = reqs[0]["body"]["tools"][0]["function"]["parameters"]["properties"]["language"]["enum"]
+        self.assertEqual(sorted(enum), ["javascript", "python", "shell"])
+        self.assertIn("42", tool_results(reqs[2])[-1]["content"])
+        self.assertIn("/tmp/airlock-outputs/figure-1.png", tool_results(reqs[3])[-1]["content"])
+        self.assertIn("/tmp 7", tool_results(reqs[5])[-1]["content"])
+        outs = os.path.join(fm.env["XDG_DATA_HOME"], "airlock", "outputs")
+        pngs = os.listdir(outs)
+        self.assertEqual(len(pngs), 1)
+        with open(os.path.join(outs, pngs[0]), "rb") as f:
+            self.assertEqual(f.read(8), b"\x89PNG\r\n\x1a\n")
+
+    def test_ctrl_c_interrupts_the_guest_and_returns_to_the_prompt(self):
+        fm = self.fake([
+            {"tool_calls": [execute("echo started; sleep 100; echo not-reached")]},
+            {"tool_calls": [execute("echo second-run-ok")]},
+            {"text": "all good"},
+        ])
+        env = dict(os.environ)
+        env.update(fm.env)
+        env["AIRLOCK_IMAGE_DIR"] = altest.IMAGE_DIR
+        env["TERM"] = "xterm"
+        pid, fd = pty.fork()
+        if pid == 0:
+            os.execve(altest.AIRLOCK, [altest.AIRLOCK, "chat", "-y"] + fm.args(), env)
+        out = b""
+
+        def expect(needle, timeout=120, since=0):
+            nonlocal out
+            end = time.time() + timeout
+            while needle not in out[since:]:
+                left = end - time.time()
+                if left <= 0:
+                    self.fail("timed out waiting for %r; got %r" % (needle, out[-2000:]))
+                if select.select([fd], [], [], left)[0]:
+                    try:
+                        out += os.read(fd, 4096)
+                    except OSError:
+                        self.fail("chat ended early; got %r" % out[-2000:])
+        try:
+            expect(b"> ")
+            os.write(fd, b"start a long job\r")
+            expect(b"started")
+            time.sleep(1)
+            t0 = time.time()
+            os.write(fd, b"\x03")
+            expect(b"Interrupted.")
+            self.assertLess(time.time() - t0, 30)
+            mark = out.index(b"Interrupted.")
+            expect(b"> ", since=mark)
+            os.write(fd, b"next\r")
+            expect(b"second-run-ok")
+            expect(b"all good")
+            expect(b"> ", since=out.index(b"all good"))
+            self.assertNotIn(b"\nnot-reached", out)  # the code shows it; the output must not
+            os.write(fd, b"\x04")  # Ctrl-D leaves
+            deadline = time.time() + 60
+            while True:
+                wpid, status = os.waitpid(pid, os.WNOHANG)
+                if wpid:
+                    break
+                if time.time() > deadline:
+                    self.fail("chat did not exit on Ctrl-D")
+                try:
+                    if select.select([fd], [], [], 0.2)[0]:
+                        out += os.read(fd, 4096)
+                except OSError:
+                    pass
+            self.assertEqual(os.waitstatus_to_exitcode(status), 0, out[mark:])
+        finally:
+            try:
+                os.kill(pid, 9)
+                os.waitpid(pid, 0)
+            except (ProcessLookupError, ChildProcessError):
+                pass
+            os.close(fd)
+        reqs = fm.requests()
+        self.assertEqual(len(reqs), 3)
+        interrupted = tool_results(reqs[1])[0]["content"]
+        self.assertIn("started", interrupted)
+        self.assertIn("interrupted", interrupted)
+
+
+if __name__ == "__main__":
+    altest.main()

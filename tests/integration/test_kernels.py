@@ -1,0 +1,151 @@
+#!/usr/bin/env python3
+"""The language kernels (guest-agent/kernel.c) in a real debian guest, through
+tests/integration/kernel-driver (one session, JSON lines, so that runs share the kernels):
+python state across runs, a traceback then recovery, an interrupt that keeps the variables, a
+program waiting for input detected and interrupted, a plot file that comes back; shell cwd and
+status; node state. Plus the CLI's --kernel and --input-wait. One boot for the driver, one for
+the CLI. Usage: test_kernels.py DRIVER [unittest args].
+"""
+import os
+import subprocess
+import sys
+import tempfile
+import unittest
+
+import altest
+
+DRIVER = sys.argv.pop(1) if len(sys.argv) > 1 and not sys.argv[1].startswith("-") else ""
+IMAGE = "debian"
+HAVE_IMAGE = os.path.exists(os.path.join(altest.IMAGE_DIR, IMAGE, "manifest.json"))
+
+
+class Driver(altest.JsonDriver):
+    def __init__(self, image):
+        super().__init__([DRIVER, image], "kernel-driver")
+
+    def run(self, lang, code, **kw):
+        r = self.call("exec", lang=lang, code=code, kernel=True, timeout_ms=120000, **kw)
+        if r["r"] != 0:
+            raise AssertionError("run failed: %r: %s" % (code, r.get("error")))
+        return r
+
+
+@unittest.skipUnless(HAVE_IMAGE and DRIVER, "the debian image is not built")
+class KernelTest(unittest.TestCase):
+    @classmethod
+    def setUpClass(cls):
+        cls.d = Driver(IMAGE)
+
+    @classmethod
+    def tearDownClass(cls):
+        cls.d.close()
+
+    def ok(self, r, value=0):
+        self.assertEqual((r["how"], r["value"]), (0, value), r)
+
+    def test_announced(self):
+        for k in ("kernel:python", "kernel:shell", "kernel:javascript"):
+            self.assertIn(k, self.d.hello["languages"].split())
+
+    def test_python(self):
+        d = self.d
+        self.ok(d.run("python", "import math\nx = 41\ndef twice(v):\n    return 2 * v\n"))
+        r = d.run("python", "x + 1")
+        self.ok(r)
+        self.assertEqual(r["stdout"], "42\n")
+        # A traceback, then the kernel lives on.
+        r = d.run("python", "print(twice(x))\n1 / 0")
+        self.ok(r, 1)
+        self.assertEqual(r["stdout"], "82\n")
+        self.assertIn("ZeroDivisionError", r["stderr"])
+        self.assertNotIn("python.py", r["stderr"])
+        # An interrupt during a busy loop keeps the kernel and its variables.
+        r = d.run("python", "x = 5\nwhile True: pass", sigint_after_ms=1500)
+        self.ok(r, 130)
+        self.assertIn("KeyboardInterrupt", r["stderr"])
+        r = d.run("python", "print(x, math.pi > 3)")
+        self.ok(r)
+        self.assertEqual(r["stdout"], "5 True\n")
+        # input() gets the run's stdin.
+        r = d.run("python", "print(input().upper())", stdin="hello\n")
+        self.ok(r)
+        self.assertEqual(r["stdout"], "HELLO\n")
+
+    def test_python_waiting_for_input(self):
+        r = self.d.run("python", "name = input('name? ')\nprint(name)", input_wait_ms=1500,
+                       interrupt_on_wait=True)
+        self.assertTrue(r["waited_input"], r)
+        self.ok(r, 130)
+        self.assertIn("name? ", r["stdout"])
+        # A quiet sleep is no wait for input.
+        r = self.d.run("python", "import time\ntime.sleep(3)", input_wait_ms=1000,
+                       interrupt_on_wait=True)
+        self.ok(r)
+        self.assertFalse(r["waited_input"], r)
+
+    def test_python_plot(self):
+        r = self.d.run("python", "import matplotlib.pyplot as plt\n"
+                       "plt.plot([1, 3, 2])\nplt.title('airlock')\nplt.show()")
+        self.ok(r)
+        paths = [l.split(": ", 1)[1] for l in r["stdout"].splitlines()
+                 if l.startswith("[airlock] figure saved: ")]
+        self.assertEqual(len(paths), 1, r)
+        with tempfile.TemporaryDirectory() as tmp:
+            host = os.path.join(tmp, "figure.png")
+            g = self.d.call("get", guest=paths[0], host=host)
+            self.assertEqual(g["r"], 0, g)
+            with open(host, "rb") as f:
+                self.assertEqual(f.read(8), b"\x89PNG\r\n\x1a\n")
+
+    def test_shell(self):
+        d = self.d
+        r = d.run("shell", "cd /tmp && v=7 && greet() { echo \"hi $1\"; }; false")
+        self.ok(r, 1)
+        r = d.run("shell", "pwd; echo $v; greet there")
+        self.ok(r)
+        self.assertEqual(r["stdout"], "/tmp\n7\nhi there\n")
+        r = d.run("shell", "while :; do :; done", sigint_after_ms=1500)
+        self.ok(r, 130)
+        r = d.run("shell", "read line", input_wait_ms=1500, interrupt_on_wait=True)
+        self.assertTrue(r["waited_input"], r)
+        r = d.run("shell", "echo $v; exit 3")
+        self.ok(r, 3)
+        r = d.run("shell", "echo ${v:-gone}")
+        self.ok(r)
+        self.assertEqual(r["stdout"], "gone\n")
+        self.assertIn("kernel restarted; state lost", r["stderr"])
+
+    def test_javascript(self):
+        d = self.d
+        self.ok(d.run("javascript", "var a = 3; let b = 4; function f() { return a * b; }"))
+        r = d.run("javascript", "f() + b")
+        self.ok(r)
+        self.assertEqual(r["stdout"], "16\n")
+        r = d.run("javascript", "null.x")
+        self.ok(r, 1)
+        self.assertIn("TypeError", r["stderr"])
+        r = d.run("javascript", "a = 9; while (true) {}", sigint_after_ms=2000)
+        self.ok(r, 130)
+        r = d.run("javascript", "a")
+        self.ok(r)
+        self.assertEqual(r["stdout"], "9\n")
+
+
+@unittest.skipUnless(HAVE_IMAGE, "the debian image is not built")
+class CliTest(unittest.TestCase):
+    def test_kernel_and_input_wait(self):
+        # stdin stays open and empty: the program waits, is reported and interrupted.
+        with altest.popen(["-q", "exec", "--image", IMAGE, "--lang", "python", "--kernel",
+                           "--input-wait", "2", "-c", "print(6 * 7)\ninput()"],
+                          stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                          stderr=subprocess.PIPE) as p:
+            # Not communicate(): that would close stdin, and input() would see EOF.
+            out, err = p.stdout.read(), p.stderr.read()
+            p.stdin.close()
+            self.assertEqual(p.wait(timeout=altest.HANG_GUARD_S), 130, err)
+        self.assertEqual(out, b"42\n")
+        self.assertIn(b"waited for input", err)
+
+
+if __name__ == "__main__":
+    altest.main()

@@ -1,0 +1,313 @@
+/* Tests of the loop's pure parts (orchestrator/chat/): output truncation at, below and above its
+ * limit, the fenced-code convention, context-window trimming, the system prompt, profiles and
+ * saved conversations. TAP output. */
+#include "chat.h"
+
+#include <errno.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+static unsigned count, failed;
+
+static bool ok(bool pass, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static bool ok(bool pass, const char *fmt, ...)
+{
+    va_list ap;
+    printf("%sok %u - ", pass ? "" : "not ", ++count);
+    va_start(ap, fmt);
+    vprintf(fmt, ap);
+    va_end(ap);
+    putchar('\n');
+    failed += !pass;
+    return pass;
+}
+
+static char *captured(size_t limit, const char *text, size_t piece)
+{
+    al_capture c;
+    if (al_capture_init(&c, limit) < 0)
+        return NULL;
+    size_t n = strlen(text);
+    for (size_t i = 0; i < n; i += piece)
+        al_capture_add(&c, text + i, n - i < piece ? n - i : piece);
+    char *out = al_capture_text(&c);
+    al_capture_free(&c);
+    return out;
+}
+
+static void test_capture(void)
+{
+    char big[10001];
+    for (int i = 0; i < 10000; i++)
+        big[i] = (char)('a' + i % 26);
+    big[10000] = '\0';
+    size_t pieces[] = {1, 7, 100, 10000};
+    for (size_t p = 0; p < 4; p++) {
+        char below[1000];
+        memcpy(below, big, 999);
+        below[999] = '\0';
+        char *o = captured(1000, below, pieces[p]);
+        ok(o && !strcmp(o, below), "capture below the limit keeps everything (pieces of %zu)",
+           pieces[p]);
+        free(o);
+        char at[1001];
+        memcpy(at, big, 1000);
+        at[1000] = '\0';
+        o = captured(1000, at, pieces[p]);
+        ok(o && !strcmp(o, at), "capture at the limit keeps everything (pieces of %zu)",
+           pieces[p]);
+        free(o);
+        char above[1002];
+        memcpy(above, big, 1001);
+        above[1001] = '\0';
+        o = captured(1000, above, pieces[p]);
+        ok(o && !strncmp(o, big, 500) && strstr(o, "[... 1 bytes omitted ...]") &&
+               !strcmp(o + strlen(o) - 500, above + 501),
+           "capture one byte above the limit drops one byte from the middle (pieces of %zu)",
+           pieces[p]);
+        free(o);
+        o = captured(1000, big, pieces[p]);
+        ok(o && !strncmp(o, big, 500) && strstr(o, "[... 9000 bytes omitted ...]") &&
+               !strcmp(o + strlen(o) - 500, big + 9500),
+           "capture far above keeps head and tail and counts the rest (pieces of %zu)",
+           pieces[p]);
+        free(o);
+    }
+    /* "é" is two bytes; put one across each cut point. */
+    char utf[2001];
+    memset(utf, 'x', 2000);
+    utf[2000] = '\0';
+    memcpy(utf + 499, "\xc3\xa9", 2);  /* straddles the head's end */
+    memcpy(utf + 1500, "\xc3\xa9", 2); /* straddles the tail's start (2000 - 500 = 1500..) */
+    memcpy(utf + 1499, "\xc3\xa9", 2);
+    char *o = captured(1000, utf, 3);
+    bool valid = o != NULL;
+    for (const unsigned char *p = (const unsigned char *)o; valid && *p; p++) {
+        if (*p == 0xc3)
+            valid = p[1] == 0xa9, p++;
+        else if (*p == 0xa9)
+            valid = false;
+    }
+    ok(valid, "capture never splits a UTF-8 character at the cuts");
+    free(o);
+}
+
+static void test_fence(void)
+{
+    struct {
+        const char *text, *lang, *code;
+    } cases[] = {
+        {"Let me check.\n```python\nprint(1)\n```\nDone.", "python", "print(1)\n"},
+        {"```sh\nls\n```\n```python\nx\n```", "sh", "ls\n"},
+        {"~~~bash\necho hi\n~~~\n", "bash", "echo hi\n"},
+        {"````python\ns = '''\n```\n'''\n````\n", "python", "s = '''\n```\n'''\n"},
+        {"```\nuname -a\n```", "", "uname -a\n"},
+        {"```python {.line-numbers}\nx = 1\n```", "python", "x = 1\n"},
+        {"text\n```python\nunterminated = True\n", "python", "unterminated = True\n"},
+        {"  ```js\nconsole.log(1)\n  ```\n", "js", "console.log(1)\n"},
+    };
+    for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+        char *lang = NULL, *code = NULL;
+        int r = al_fence_first(cases[i].text, &lang, &code);
+        ok(r == 1 && !strcmp(lang, cases[i].lang) && !strcmp(code, cases[i].code),
+           "fence case %zu: lang '%s' code found", i, cases[i].lang);
+        free(lang);
+        free(code);
+    }
+    const char *none[] = {"no code here", "inline `code` only", "``python\nx\n``", ""};
+    for (size_t i = 0; i < 4; i++) {
+        char *lang = NULL, *code = NULL;
+        ok(al_fence_first(none[i], &lang, &code) == 0, "no fence in case %zu", i);
+    }
+}
+
+static cJSON *msg(const char *role, const char *content)
+{
+    cJSON *m = cJSON_CreateObject();
+    cJSON_AddStringToObject(m, "role", role);
+    cJSON_AddStringToObject(m, "content", content);
+    return m;
+}
+
+static void test_fit(void)
+{
+    char filler[401];
+    memset(filler, 'w', 400); /* ~100 tokens */
+    filler[400] = '\0';
+    cJSON *ms = cJSON_CreateArray();
+    cJSON_AddItemToArray(ms, msg("user", filler));
+    cJSON_AddItemToArray(ms, msg("assistant", filler));
+    cJSON_AddItemToArray(ms, msg("tool", filler));
+    cJSON_AddItemToArray(ms, msg("user", filler));
+    cJSON_AddItemToArray(ms, msg("assistant", filler));
+    cJSON_AddItemToArray(ms, msg("user", "latest"));
+    al_error e = {0};
+    cJSON *all = al_chat_fit(ms, "system", 0, &e);
+    ok(all && cJSON_GetArraySize(all) == 6, "window 0 sends everything");
+    cJSON_Delete(all);
+    all = al_chat_fit(ms, "system", 100000, &e);
+    ok(all && cJSON_GetArraySize(all) == 6, "a large window sends everything");
+    cJSON_Delete(all);
+    /* Room for the latest turn plus about two older messages: the oldest exchange goes, and
+     * the trimmed history starts at a user message, never at an orphaned tool result. */
+    cJSON *some = al_chat_fit(ms, "system", 300, &e);
+    const char *first = some ? cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(
+                                   cJSON_GetArrayItem(some, 0), "role"))
+                             : NULL;
+    ok(some && cJSON_GetArraySize(some) == 3 && first && !strcmp(first, "user"),
+       "a small window keeps the newest exchange and starts at a user message (%d kept)",
+       some ? cJSON_GetArraySize(some) : -1);
+    cJSON_Delete(some);
+    memset(&e, 0, sizeof(e));
+    cJSON *none = al_chat_fit(ms, filler, 50, &e);
+    ok(!none && e.code == -E2BIG && strstr(e.msg, "too small"),
+       "a window smaller than the system prompt is a clear error: %s", e.msg);
+    cJSON_Delete(ms);
+}
+
+static void test_prompt(void)
+{
+    al_chat_cfg cfg = {.image = "debian"};
+    char *p = al_chat_system_prompt(&cfg, "python shell", true);
+    ok(p && strstr(p, "python shell") && strstr(p, "debian") && strstr(p, "/workspace") &&
+           strstr(p, "execute"),
+       "the prompt names the image, languages, /workspace and the tool");
+    free(p);
+    p = al_chat_system_prompt(&cfg, "python", false);
+    ok(p && strstr(p, "fenced code block") && !strstr(p, "`execute`"),
+       "the text-mode prompt explains fenced blocks instead");
+    free(p);
+    cfg.system_message = "You are X.";
+    cfg.instructions = "Be brief.";
+    p = al_chat_system_prompt(&cfg, "python", true);
+    ok(p && !strncmp(p, "You are X.", 10) && strstr(p, "Be brief.") && !strstr(p, "Airlock"),
+       "--system-message replaces the prompt and --instructions is appended");
+    free(p);
+}
+
+struct kv {
+    char keys[16][32];
+    char vals[16][256];
+    int n;
+};
+
+static int collect(void *ctx, const char *k, const char *v, al_error *err)
+{
+    (void)err;
+    struct kv *kv = ctx;
+    if (kv->n < 16) {
+        snprintf(kv->keys[kv->n], 32, "%s", k);
+        snprintf(kv->vals[kv->n], 256, "%s", v);
+        kv->n++;
+    }
+    return 0;
+}
+
+static void write_file(const char *path, const char *text)
+{
+    FILE *f = fopen(path, "w");
+    if (f) {
+        fputs(text, f);
+        fclose(f);
+    }
+}
+
+static void test_profile(const char *tmp)
+{
+    char path[512];
+    snprintf(path, sizeof(path), "%s/p.yaml", tmp);
+    write_file(path, "# my local setup\nmodel: llama3.1   # the default\napi_base: "
+                     "http://127.0.0.1:11434/v1\nauto-run: true\ninstructions: |\n  Use pandas.\n"
+                     "  Be brief.\n");
+    struct kv kv = {0};
+    al_error e = {0};
+    int r = al_profile_load(path, collect, &kv, &e);
+    ok(r == 0 && kv.n == 4 && !strcmp(kv.keys[0], "model") && !strcmp(kv.vals[0], "llama3.1") &&
+           !strcmp(kv.vals[2], "true") && !strcmp(kv.vals[3], "Use pandas.\nBe brief.\n"),
+       "a profile with comments and a block scalar reads as key/value pairs");
+    write_file(path, "model: [a, b]\n");
+    memset(&e, 0, sizeof(e));
+    kv.n = 0;
+    ok(al_profile_load(path, collect, &kv, &e) < 0 && strstr(e.msg, "single value"),
+       "a list value is refused: %s", e.msg);
+    write_file(path, "model: a\n  bad: indent\n");
+    memset(&e, 0, sizeof(e));
+    ok(al_profile_load(path, collect, &kv, &e) < 0 && strstr(e.msg, "line"),
+       "a syntax error names the line: %s", e.msg);
+    write_file(path, "base: &b x\nother: *b\n");
+    memset(&e, 0, sizeof(e));
+    ok(al_profile_load(path, collect, &kv, &e) < 0, "aliases are refused");
+    memset(&e, 0, sizeof(e));
+    ok(al_profile_load("no-such-profile", collect, &kv, &e) == -ENOENT,
+       "a missing profile is -ENOENT: %s", e.msg);
+    memset(&e, 0, sizeof(e));
+    ok(al_profile_load("../etc", collect, &kv, &e) < 0 || 1, "odd names do not crash");
+}
+
+static void test_conv(const char *tmp)
+{
+    setenv("XDG_DATA_HOME", tmp, 1);
+    al_chat_cfg cfg = {.model = {.model = "m1", .api_key = "sk-secret-key"}, .image = "tiny"};
+    al_chat c;
+    al_error e = {0};
+    ok(al_chat_init(&c, &cfg, NULL, NULL, "sh", &e) == 0, "chat init");
+    cJSON_AddItemToArray(c.messages, msg("user", "first question"));
+    cJSON_AddItemToArray(c.messages, msg("assistant", "answer"));
+    c.input_tokens = 12;
+    ok(al_conv_save(&c, &e) == 0 && c.id[0] && c.save_path, "saved as %s", c.id);
+    FILE *f = c.save_path ? fopen(c.save_path, "r") : NULL;
+    char buf[8192] = "";
+    if (f) {
+        buf[fread(buf, 1, sizeof(buf) - 1, f)] = '\0';
+        fclose(f);
+    }
+    ok(strstr(buf, "first question") && !strstr(buf, "sk-secret-key"),
+       "the file holds the messages and never the key");
+    char id[64];
+    snprintf(id, sizeof(id), "%s", c.id);
+    al_chat d;
+    al_chat_init(&d, &cfg, NULL, NULL, "sh", &e);
+    ok(al_conv_load(&d, NULL, &e) == 0 && cJSON_GetArraySize(d.messages) == 2 &&
+           !strcmp(d.id, id) && d.input_tokens == 12,
+       "the newest conversation loads back");
+    ok(al_chat_undo(&d) == 0 && cJSON_GetArraySize(d.messages) == 0, "undo drops the exchange");
+    ok(al_chat_undo(&d) == -ENOENT, "undo with nothing left says so");
+    memset(&e, 0, sizeof(e));
+    ok(al_conv_load(&d, "../../etc/passwd", &e) == -EINVAL, "a path as id is refused");
+    memset(&e, 0, sizeof(e));
+    ok(al_conv_load(&d, "20990101-000000-abcdef", &e) == -ENOENT, "an unknown id: %s", e.msg);
+    char bad[600];
+    snprintf(bad, sizeof(bad), "%s/bad.json", tmp);
+    write_file(bad, "{\"messages\": [{\"role\": \"wizard\", \"content\": \"x\"}]}");
+    memset(&e, 0, sizeof(e));
+    ok(al_conv_load_file(&d, bad, &e) == -EINVAL && cJSON_GetArraySize(d.messages) == 0,
+       "a file with a bad role is refused and the history is untouched");
+    write_file(bad, "{not json");
+    memset(&e, 0, sizeof(e));
+    ok(al_conv_load_file(&d, bad, &e) == -EINVAL, "invalid JSON is refused: %s", e.msg);
+    al_chat_free(&d);
+    al_chat_free(&c);
+}
+
+int main(void)
+{
+    char tmp[] = "/tmp/test-chat-XXXXXX";
+    if (!mkdtemp(tmp))
+        return 1;
+    test_capture();
+    test_fence();
+    test_fit();
+    test_prompt();
+    test_profile(tmp);
+    test_conv(tmp);
+    printf("1..%u\n", count);
+    char cmd[600];
+    snprintf(cmd, sizeof(cmd), "rm -rf '%s'", tmp);
+    if (system(cmd) != 0)
+        failed++;
+    return failed ? 1 : 0;
+}

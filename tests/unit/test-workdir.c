@@ -1,0 +1,274 @@
+/* Applying a hostile guest's tree to a host directory, without a VM: a stand-in for the guest
+ * answers "tar -c" with crafted streams no real tar would write (the integration tests cover
+ * what real guests send). Nothing may be written outside the directory, nothing followed. TAP. */
+#include "tar.h"
+
+#include <archive.h>
+#include <archive_entry.h>
+#include <fcntl.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+static int tests, failures;
+
+static void ok(bool cond, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    printf("%sok %d - ", cond ? "" : "not ", ++tests);
+    vprintf(fmt, ap);
+    printf("\n");
+    va_end(ap);
+    failures += !cond;
+}
+
+/* ---- crafted streams ---- */
+
+struct blob {
+    char *buf;
+    size_t len;
+};
+
+struct ent {
+    const char *path;
+    int type; /* AE_IF* */
+    const char *data; /* file content, or link target */
+    bool hardlink;
+};
+
+static struct blob make_tar(const struct ent *v)
+{
+    static char buf[1 << 20];
+    size_t used = 0;
+    struct archive *a = archive_write_new();
+    archive_write_set_format_gnutar(a);
+    archive_write_open_memory(a, buf, sizeof(buf), &used);
+    for (; v->path; v++) {
+        struct archive_entry *e = archive_entry_new();
+        archive_entry_set_pathname(e, v->path);
+        archive_entry_set_filetype(e, v->type);
+        archive_entry_set_perm(e, 0644);
+        if (v->hardlink)
+            archive_entry_set_hardlink(e, v->data);
+        else if (v->type == AE_IFLNK)
+            archive_entry_set_symlink(e, v->data);
+        size_t n = v->type == AE_IFREG && !v->hardlink ? strlen(v->data) : 0;
+        archive_entry_set_size(e, (la_int64_t)n);
+        archive_write_header(a, e);
+        if (n)
+            archive_write_data(a, v->data, n);
+        archive_entry_free(e);
+    }
+    archive_write_close(a);
+    archive_write_free(a);
+    return (struct blob){buf, used};
+}
+
+/* workdir.c's own sessions are not used here. */
+int al_exec(al_session *s, const al_exec_opts *o, al_exec_result *out, al_error *err)
+{
+    (void)s, (void)o, (void)out, (void)err;
+    abort();
+}
+
+/* The stand-in guest: "tar -c" writes the blob to stdout. */
+static int fake_exec(void *ctx, const al_exec_opts *o, al_exec_result *out, al_error *err)
+{
+    (void)err;
+    const struct blob *b = ctx;
+    if (strcmp(o->argv[0], "tar") || strcmp(o->argv[1], "-c"))
+        return -ENOSYS;
+    if (write(o->stdout_fd, b->buf, b->len) != (ssize_t)b->len)
+        return -EIO;
+    *out = (al_exec_result){0};
+    return 0;
+}
+
+/* ---- host fixtures ---- */
+
+static char root[256], dir[300], outside[300];
+
+static void put(const char *rel, const char *text)
+{
+    char p[600];
+    snprintf(p, sizeof(p), "%s/%s", dir, rel);
+    FILE *f = fopen(p, "w");
+    fputs(text, f);
+    fclose(f);
+}
+
+static bool has(const char *path, const char *text)
+{
+    char buf[256] = {0};
+    FILE *f = fopen(path, "r");
+    if (!f)
+        return false;
+    size_t n = fread(buf, 1, sizeof(buf) - 1, f);
+    fclose(f);
+    buf[n] = '\0';
+    return !strcmp(buf, text);
+}
+
+static bool has_rel(const char *rel, const char *text)
+{
+    char p[600];
+    snprintf(p, sizeof(p), "%s/%s", dir, rel);
+    return has(p, text);
+}
+
+static void fresh(void)
+{
+    char cmd[1400];
+    snprintf(cmd, sizeof(cmd), "rm -rf '%s' '%s' && mkdir '%s' '%s'", dir, outside, dir,
+             outside);
+    if (system(cmd) != 0)
+        abort();
+}
+
+static al_workdir_diff *diff_of(const struct ent *v, al_error *err)
+{
+    struct blob b = make_tar(v);
+    struct al_runner run = {.exec = fake_exec, .ctx = &b, .spool_dir = root};
+    al_workdir_diff *d = NULL;
+    if (al_workdir_diff_run(&run, dir, NULL, &d, err) < 0)
+        return NULL;
+    return d;
+}
+
+static const al_change *change(al_workdir_diff *d, const char *path)
+{
+    for (size_t i = 0; i < al_workdir_diff_count(d); i++)
+        if (!strcmp(al_workdir_diff_at(d, i)->path, path))
+            return al_workdir_diff_at(d, i);
+    return NULL;
+}
+
+int main(void)
+{
+    snprintf(root, sizeof(root), "/tmp/test-workdir-XXXXXX");
+    if (!mkdtemp(root))
+        return 1;
+    snprintf(dir, sizeof(dir), "%s/dir", root);
+    snprintf(outside, sizeof(outside), "%s/outside", root);
+    al_error err = {0};
+    char p[700];
+
+    /* Ordinary changes: added, modified, deleted, each file replaced by a rename. */
+    fresh();
+    put("keep", "same\n");
+    put("mod", "old\n");
+    put("gone", "bye\n");
+    const struct ent normal[] = {
+        {"./", AE_IFDIR, NULL, false},       {"./keep", AE_IFREG, "same\n", false},
+        {"./mod", AE_IFREG, "new text\n", false}, {"./new/", AE_IFDIR, NULL, false},
+        {"./new/f", AE_IFREG, "f\n", false}, {NULL, 0, NULL, false}};
+    al_workdir_diff *d = diff_of(normal, &err);
+    ok(d && al_workdir_diff_count(d) == 4, "a plain diff has 4 changes (%s)", err.msg);
+    ok(d && change(d, "mod") && change(d, "mod")->kind == AL_CHANGE_MODIFIED &&
+           change(d, "mod")->old_size == 4 && change(d, "mod")->new_size == 9,
+       "a modified file, with both sizes");
+    ok(d && change(d, "gone") && change(d, "gone")->kind == AL_CHANGE_DELETED, "a deletion");
+    ok(d && !change(d, "keep"), "an unchanged file is not listed");
+    ok(d && al_workdir_apply(d, &err) == 4, "all 4 applied (%s)", err.msg);
+    snprintf(p, sizeof(p), "%s/gone", dir);
+    ok(has_rel("mod", "new text\n") && has_rel("new/f", "f\n") && access(p, F_OK) < 0,
+       "the directory holds the guest's tree");
+    al_workdir_diff_free(d);
+
+    /* A file replaced by a symlink to /etc/passwd, and one into the host's own dir. */
+    fresh();
+    put("a.txt", "mine\n");
+    const struct ent links[] = {{"a.txt", AE_IFLNK, "/etc/passwd", false},
+                                {"b", AE_IFLNK, outside, false},
+                                {NULL, 0, NULL, false}};
+    d = diff_of(links, &err);
+    ok(d && change(d, "a.txt") && change(d, "a.txt")->refused && change(d, "b") &&
+           change(d, "b")->refused,
+       "guest symlinks are refused");
+    ok(d && al_workdir_apply(d, &err) == 0, "nothing applied");
+    struct stat st;
+    snprintf(p, sizeof(p), "%s/b", dir);
+    ok(has_rel("a.txt", "mine\n") && lstat(p, &st) < 0, "the host files are as they were");
+    al_workdir_diff_free(d);
+
+    /* A symlink the guest made, then a file "through" it: never written outside. */
+    fresh();
+    const struct ent through[] = {{"d", AE_IFLNK, outside, false},
+                                  {"d/planted", AE_IFREG, "evil\n", false},
+                                  {NULL, 0, NULL, false}};
+    d = diff_of(through, &err);
+    ok(d != NULL, "a diff of a stream going through a guest symlink (%s)", err.msg);
+    if (d)
+        al_workdir_apply(d, &err);
+    snprintf(p, sizeof(p), "%s/planted", outside);
+    ok(access(p, F_OK) < 0, "nothing planted outside through a guest symlink");
+    ok(d && change(d, "d/planted") && change(d, "d/planted")->result < 0,
+       "the file through the symlink failed to apply");
+    al_workdir_diff_free(d);
+
+    /* The host's own symlink leading out (never pushed): a guest file under its name. */
+    fresh();
+    snprintf(p, sizeof(p), "%s/out", dir);
+    if (symlink(outside, p) < 0)
+        return 1;
+    const struct ent under[] = {{"out/", AE_IFDIR, NULL, false},
+                                {"out/planted", AE_IFREG, "evil\n", false},
+                                {NULL, 0, NULL, false}};
+    d = diff_of(under, &err);
+    ok(d && change(d, "out/planted") && change(d, "out/planted")->refused,
+       "a path through a host symlink is refused");
+    if (d)
+        al_workdir_apply(d, &err);
+    snprintf(p, sizeof(p), "%s/planted", outside);
+    ok(access(p, F_OK) < 0, "nothing planted through the host's own symlink");
+    al_workdir_diff_free(d);
+
+    /* Hard links and devices listed, refused; a duplicate name fails the whole diff. */
+    fresh();
+    const struct ent odd[] = {{"h", AE_IFREG, "/etc/shadow", true},
+                              {"null", AE_IFCHR, "", false},
+                              {NULL, 0, NULL, false}};
+    d = diff_of(odd, &err);
+    ok(d && change(d, "h") && change(d, "h")->refused && change(d, "null") &&
+           change(d, "null")->refused,
+       "hard links and devices are refused");
+    al_workdir_diff_free(d);
+    const struct ent dup[] = {{"a", AE_IFREG, "one", false},
+                              {"a", AE_IFLNK, "/etc/passwd", false},
+                              {NULL, 0, NULL, false}};
+    err = (al_error){0};
+    d = diff_of(dup, &err);
+    ok(!d && strstr(err.msg, "twice"), "a name sent twice fails the diff: %s", err.msg);
+    const struct ent bad[] = {{"../escape", AE_IFREG, "x", false}, {NULL, 0, NULL, false}};
+    err = (al_error){0};
+    d = diff_of(bad, &err);
+    ok(!d && strstr(err.msg, "unsafe path"), "'..' fails the diff: %s", err.msg);
+
+    /* The host changed meanwhile: the file is left alone. */
+    fresh();
+    put("mod", "old\n");
+    const struct ent later[] = {{"mod", AE_IFREG, "new\n", false}, {NULL, 0, NULL, false}};
+    err = (al_error){0};
+    d = diff_of(later, &err);
+    snprintf(p, sizeof(p), "%s/mod", dir);
+    unlink(p);
+    if (symlink("/etc/passwd", p) < 0)
+        return 1;
+    if (d)
+        al_workdir_apply(d, &err);
+    char target[64] = {0};
+    ok(d && change(d, "mod")->result == -EEXIST && readlink(p, target, sizeof(target) - 1) > 0 &&
+           !strcmp(target, "/etc/passwd"),
+       "a file the user replaced meanwhile is not written (nor through)");
+    al_workdir_diff_free(d);
+
+    char cmd[300];
+    snprintf(cmd, sizeof(cmd), "rm -rf '%s'", root);
+    if (system(cmd) != 0)
+        return 1;
+    printf("1..%d\n", tests);
+    return failures ? 1 : 0;
+}
