@@ -1,6 +1,7 @@
 #!/bin/bash
 # Installs Airlock on Debian 12: packages, build, the images, the libvirt daemons; then
-# runs a command in a disposable VM to show it works. Run as root.
+# runs a command in a disposable VM to show it works and, on a terminal, starts the chat with
+# the arguments given (./install.sh --local, ./install.sh --model gpt-4o ...). Run as root.
 set -euo pipefail
 cd "$(dirname "$0")"
 packaging/debian-deps.sh
@@ -22,3 +23,7 @@ airlock image build debian ||
   echo "airlock: the debian image could not be built; sessions use 'tiny'" >&2
 echo "airlock: installed; running 'uname -a' in a disposable VM:" >&2
 airlock exec -- uname -a
+if [ -t 0 ] && [ -t 1 ]; then
+  echo "airlock: starting a chat (airlock $*); Ctrl-D leaves" >&2
+  exec airlock "$@"
+fi

@@ -34,6 +34,8 @@ typedef struct al_chat_cfg {
     const char *system_message; /* replaces the built-in prompt */
     const char *instructions;   /* appended to it */
     const char *image;          /* for the prompt and the saved conversation */
+    enum al_checkpoint_policy checkpoint; /* when to take one before a run (needs a session
+                                             opened with checkpoints unless NEVER) */
 } al_chat_cfg;
 
 enum al_chat_outcome {
@@ -72,6 +74,11 @@ typedef struct al_chat {
     bool kernels;             /* they run in the session's long-lived kernels */
     bool stamped;             /* the guest's "files written since" stamp exists */
     unsigned outputs;         /* figures copied out so far */
+    struct al_chat_ckpt {     /* checkpoints this chat took, for %checkpoints */
+        uint32_t id;
+        char code[72];        /* the first line of the code that ran after it */
+    } ckpts[AL_CHECKPOINTS_MAX];
+    unsigned nckpts;
     uint64_t input_tokens;    /* spent this session */
     uint64_t output_tokens;
     char id[64];              /* conversation id, "" until saved once */
@@ -92,6 +99,14 @@ int al_chat_turn(al_chat *c, const char *user_text, enum al_chat_outcome *outcom
 int al_chat_undo(al_chat *c);
 /* Empties the history. */
 void al_chat_reset(al_chat *c);
+/* %undo with checkpoints: rolls the VM back to the state before the last exchange's first run
+ * (when a checkpoint was taken then) and drops the exchange. *rolled_back says whether the VM
+ * was reverted. 0, -ENOENT with nothing to undo, or the rollback's error (history kept). */
+int al_chat_undo_vm(al_chat *c, bool *rolled_back, al_error *err);
+/* %rollback ID: reverts the VM and tells the model what was undone in the next request. */
+int al_chat_rollback(al_chat *c, const char *id_or_name, al_error *err);
+/* The code that followed a checkpoint this chat took, or "". */
+const char *al_chat_checkpoint_code(const al_chat *c, uint32_t id);
 
 /* ---- system prompt ---- */
 char *al_chat_system_prompt(const al_chat_cfg *cfg, const char *langs, bool tools);

@@ -212,6 +212,8 @@ static int take_messages(al_chat *c, cJSON *j, const char *path, al_error *err)
         if (!cJSON_IsString(cJSON_GetObjectItemCaseSensitive(m, "content")))
             return al_err(err, -EINVAL, "%s holds a message without content", path);
     }
+    /* Checkpoints belonged to the VM that is gone. */
+    cJSON_ArrayForEach(m, msgs) cJSON_DeleteItemFromObjectCaseSensitive(m, "checkpoint");
     cJSON_Delete(c->messages);
     c->messages = cJSON_DetachItemViaPointer(j, msgs);
     cJSON *u = cJSON_GetObjectItemCaseSensitive(j, "usage");

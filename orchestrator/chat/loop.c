@@ -4,6 +4,7 @@
 
 #include <errno.h>
 #include <signal.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -216,7 +217,7 @@ static int on_output(void *ctx, int stream, const uint8_t *data, size_t n)
 
 /* Runs code and returns the text the model gets; *cancelled when Ctrl-C stopped it. */
 static char *run_code(al_chat *c, const char *lang, const char *code, bool *cancelled,
-                      al_error *err)
+                      bool *broken, al_error *err)
 {
     struct run_ctx rc = {.c = c};
     if (al_capture_init(&rc.cap, c->cfg.max_output) < 0)
@@ -239,6 +240,8 @@ static char *run_code(al_chat *c, const char *lang, const char *code, bool *canc
     al_exec_result r = {0};
     al_error e = {0};
     int ret = al_exec(c->session, &o, &r, &e);
+    /* Not found and not executable are answers; anything else means the channel broke. */
+    *broken = ret < 0 && ret != -ENOENT && ret != -EACCES;
     char status[700];
     if (ret < 0) {
         /* A failure to run is the model's business too: say why instead of ending the chat. */
@@ -401,6 +404,23 @@ static cJSON *tools_schema(const al_chat *c)
     cJSON *req = cJSON_AddArrayToObject(p, "required");
     cJSON_AddItemToArray(req, cJSON_CreateString("language"));
     cJSON_AddItemToArray(req, cJSON_CreateString("code"));
+    if (c->cfg.checkpoint == AL_CHECKPOINT_NEVER)
+        return tools;
+    cJSON *rb = cJSON_CreateObject();
+    cJSON_AddItemToArray(tools, rb);
+    cJSON_AddStringToObject(rb, "name", "rollback");
+    cJSON_AddStringToObject(rb, "description",
+                            "Undo what runs did to the VM: restore the checkpoint named in a run's "
+                            "result ('checkpoint N was taken before this run'). Files, processes "
+                            "and interpreter variables go back to how they were then.");
+    cJSON *rp = cJSON_AddObjectToObject(rb, "parameters");
+    cJSON_AddStringToObject(rp, "type", "object");
+    cJSON *rprops = cJSON_AddObjectToObject(rp, "properties");
+    cJSON *cp = cJSON_AddObjectToObject(rprops, "checkpoint");
+    cJSON_AddStringToObject(cp, "type", "integer");
+    cJSON_AddStringToObject(cp, "description", "the checkpoint id");
+    cJSON *rreq = cJSON_AddArrayToObject(rp, "required");
+    cJSON_AddItemToArray(rreq, cJSON_CreateString("checkpoint"));
     return tools;
 }
 
@@ -467,7 +487,7 @@ static int parse_call(al_chat *c, const al_tool_call *call, char **lang, char **
 {
     *lang = *code = *why = NULL;
     if (!call->name || strcmp(call->name, "execute"))
-        return asprintf(why, "error: unknown tool '%s'; the only tool is 'execute'",
+        return asprintf(why, "error: unknown tool '%s'; the tools are 'execute' and 'rollback'",
                         call->name ? call->name : ""), -1;
     _cleanup_cjson_ cJSON *args = cJSON_Parse(call->arguments ? call->arguments : "");
     if (!cJSON_IsObject(args))
@@ -484,6 +504,27 @@ static int parse_call(al_chat *c, const al_tool_call *call, char **lang, char **
     *lang = strdup(cl);
     *code = strdup(k);
     return 0;
+}
+
+static char *do_rollback(al_chat *c, const char *id_or_name, al_error *err);
+
+/* The model's rollback(checkpoint) call; the text it gets back. */
+static char *rollback_call(al_chat *c, const al_tool_call *call)
+{
+    _cleanup_cjson_ cJSON *args = cJSON_Parse(call->arguments ? call->arguments : "");
+    cJSON *id = cJSON_GetObjectItemCaseSensitive(args, "checkpoint");
+    char buf[32], *text = NULL;
+    if (cJSON_IsNumber(id) && id->valuedouble >= 1 && id->valuedouble < 4294967296.0)
+        snprintf(buf, sizeof(buf), "%u", (unsigned)id->valuedouble);
+    else if (cJSON_IsString(id) && strlen(id->valuestring) < sizeof(buf))
+        snprintf(buf, sizeof(buf), "%s", id->valuestring);
+    else
+        return strdup("error: pass the checkpoint id as {\"checkpoint\": N}");
+    al_error e = {0};
+    text = do_rollback(c, buf, &e);
+    if (!text && asprintf(&text, "error: could not roll back to checkpoint %s: %s", buf, e.msg) < 0)
+        text = NULL;
+    return text;
 }
 
 static cJSON *tool_result(const al_tool_call *call, const char *text)
@@ -518,6 +559,89 @@ static uint64_t hash2(const char *a, const char *b)
 
 enum step { STEP_RAN, STEP_DECLINED, STEP_CANCELLED, STEP_REPEATED };
 
+static void append(char **text, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void append(char **text, const char *fmt, ...)
+{
+    char *more = NULL, *t = NULL;
+    va_list ap;
+    va_start(ap, fmt);
+    int n = vasprintf(&more, fmt, ap);
+    va_end(ap);
+    if (n >= 0 && asprintf(&t, "%s\n%s", *text, more) >= 0) {
+        free(*text);
+        *text = t;
+    }
+    free(more);
+}
+
+const char *al_chat_checkpoint_code(const al_chat *c, uint32_t id)
+{
+    for (unsigned i = 0; i < c->nckpts; i++)
+        if (c->ckpts[i].id == id)
+            return c->ckpts[i].code;
+    return "";
+}
+
+static cJSON *last_user_turn(al_chat *c)
+{
+    cJSON *last = NULL, *m;
+    cJSON_ArrayForEach(m, c->messages)
+    {
+        if (is_user_turn(m))
+            last = m;
+    }
+    return last;
+}
+
+/* Takes a checkpoint before a run when the policy asks for one; 0 when none was taken. */
+static uint32_t checkpoint_before(al_chat *c, const char *lang, const char *code)
+{
+    if (c->cfg.checkpoint == AL_CHECKPOINT_NEVER ||
+        !al_checkpoint_policy_wants(lang, code, c->cfg.checkpoint))
+        return 0;
+    al_error e = {0};
+    int id = al_checkpoint_create(c->session, NULL, NULL, &e);
+    if (id <= 0) {
+        notice(c, "no checkpoint before this run: %s", e.msg);
+        return 0;
+    }
+    if (c->nckpts == AL_CHECKPOINTS_MAX) { /* the library dropped its oldest unnamed one too */
+        memmove(c->ckpts, c->ckpts + 1, sizeof(c->ckpts[0]) * (AL_CHECKPOINTS_MAX - 1));
+        c->nckpts--;
+    }
+    struct al_chat_ckpt *k = &c->ckpts[c->nckpts++];
+    k->id = (uint32_t)id;
+    snprintf(k->code, sizeof(k->code), "%.*s", (int)strcspn(code, "\n"), code);
+    /* The exchange's first checkpoint is what %undo goes back to. */
+    cJSON *u = last_user_turn(c);
+    if (u && !cJSON_GetObjectItemCaseSensitive(u, "checkpoint"))
+        cJSON_AddNumberToObject(u, "checkpoint", id);
+    return (uint32_t)id;
+}
+
+/* After a run broke the channel (agent killed, kernel panic, VM gone): roll back on our own. */
+static void recover(al_chat *c, char **result)
+{
+    uint32_t id = 0;
+    al_error e = {0};
+    int r = c->cfg.checkpoint == AL_CHECKPOINT_NEVER ? -ENOTSUP
+                                                      : al_checkpoint_recover(c->session, &id, &e);
+    if (r == 1) {
+        notice(c, "the run broke the VM; rolled it back to checkpoint %u (before: %s)", id,
+               al_chat_checkpoint_code(c, id));
+        append(result,
+               "[the run crashed the VM or its agent; Airlock rolled the VM back to checkpoint "
+               "%u, taken before: %s. Everything done since then is undone.]",
+               id, al_chat_checkpoint_code(c, id));
+    } else if (r == 0) {
+        append(result, "[the connection to the VM was reset; nothing was undone]");
+    } else {
+        notice(c, "the VM cannot be used any more (%s); %%reset starts a fresh one",
+               r == -ENOTSUP ? "checkpoints are off" : e.msg);
+        append(result, "[the VM is no longer usable and could not be rolled back]");
+    }
+}
+
 /* Offers one block of code, runs it, and returns the text for the model. */
 static int one_run(al_chat *c, const char *lang, char **code, uint64_t *seen, size_t *nseen,
                    size_t seen_cap, char **result, enum step *step, al_error *err)
@@ -529,17 +653,21 @@ static int one_run(al_chat *c, const char *lang, char **code, uint64_t *seen, si
         *step = STEP_DECLINED;
         return *result ? 0 : al_err(err, -ENOMEM, "out of memory");
     }
-    bool cancelled = false;
+    bool cancelled = false, broken = false;
     if (!c->stamped) {
         /* The first listing needs a stamp older than the run. */
         char *none = NULL;
         report_files(c, &none);
         c->stamped = true;
     }
-    *result = run_code(c, lang, *code, &cancelled, err);
+    uint32_t ckpt = checkpoint_before(c, lang, *code);
+    *result = run_code(c, lang, *code, &cancelled, &broken, err);
     if (!*result)
         return err->code;
-    report_files(c, result);
+    if (broken)
+        recover(c, result);
+    else
+        report_files(c, result);
     uint64_t h = hash2(*code, *result);
     *step = cancelled ? STEP_CANCELLED : STEP_RAN;
     for (size_t i = 0; i < *nseen; i++)
@@ -547,7 +675,63 @@ static int one_run(al_chat *c, const char *lang, char **code, uint64_t *seen, si
             *step = STEP_REPEATED;
     if (*nseen < seen_cap)
         seen[(*nseen)++] = h;
+    if (ckpt)
+        append(result, "[checkpoint %u was taken before this run]", ckpt);
     return 0;
+}
+
+/* Restores a checkpoint and says what was undone, for the user and the model. */
+static char *do_rollback(al_chat *c, const char *id_or_name, al_error *err)
+{
+    al_checkpoint_info ci;
+    int r = al_checkpoint_find(c->session, id_or_name, &ci, err);
+    if (r < 0)
+        return NULL;
+    r = al_checkpoint_rollback(c->session, ci.id, err);
+    if (r < 0)
+        return NULL;
+    const char *code = al_chat_checkpoint_code(c, ci.id);
+    char *text = NULL;
+    if (asprintf(&text,
+                 "Rolled the VM back to checkpoint %u%s%s%s: files, processes and interpreter "
+                 "state are as they were then; everything later runs did is undone.",
+                 ci.id, *code ? " (taken before: " : "", code, *code ? ")" : "") < 0)
+        return al_err(err, -ENOMEM, "out of memory"), NULL;
+    notice(c, "%s", text);
+    return text;
+}
+
+int al_chat_rollback(al_chat *c, const char *id_or_name, al_error *err)
+{
+    char *text = do_rollback(c, id_or_name, err);
+    if (!text)
+        return err->code;
+    /* The model learns it with the next message. */
+    char *note = NULL;
+    if (asprintf(&note, "[Airlock, at the user's request: %s]", text) >= 0) {
+        cJSON *m = user_msg(note);
+        cJSON_AddStringToObject(m, "kind", "note");
+        add_message(c, m);
+    }
+    free(note);
+    free(text);
+    return 0;
+}
+
+int al_chat_undo_vm(al_chat *c, bool *rolled_back, al_error *err)
+{
+    *rolled_back = false;
+    cJSON *u = last_user_turn(c);
+    if (!u)
+        return -ENOENT;
+    cJSON *ck = cJSON_GetObjectItemCaseSensitive(u, "checkpoint");
+    if (cJSON_IsNumber(ck) && c->cfg.checkpoint != AL_CHECKPOINT_NEVER) {
+        int r = al_checkpoint_rollback(c->session, (uint32_t)ck->valuedouble, err);
+        if (r < 0)
+            return r;
+        *rolled_back = true;
+    }
+    return al_chat_undo(c);
 }
 
 int al_chat_turn(al_chat *c, const char *user_text, enum al_chat_outcome *outcome,
@@ -593,6 +777,10 @@ int al_chat_turn(al_chat *c, const char *user_text, enum al_chat_outcome *outcom
                 char *result = NULL;
                 if (step != STEP_RAN) {
                     result = strdup("Not run: an earlier call in this reply was stopped.");
+                } else if (call->name && !strcmp(call->name, "rollback") &&
+                           c->cfg.checkpoint != AL_CHECKPOINT_NEVER) {
+                    result = rollback_call(c, call);
+                    ran = true;
                 } else {
                     char *lang, *code, *why;
                     if (parse_call(c, call, &lang, &code, &why) < 0) {

@@ -31,6 +31,12 @@ char *al_chat_system_prompt(const al_chat_cfg *cfg, const char *langs, bool tool
                 cfg->image && *cfg->image ? cfg->image : "default", langs && *langs ? langs : "sh");
         if (tools)
             fputs("To run code, call the `execute` tool with a language and the code.\n", f);
+        if (tools && cfg->checkpoint != AL_CHECKPOINT_NEVER)
+            fputs("Before runs that may change something, Airlock checkpoints the whole VM and "
+                  "says so in the run's result. You can undo your own mistakes: call `rollback` "
+                  "with a checkpoint id to put files, processes and variables back as they "
+                  "were.\n",
+                  f);
         else
             fputs("To run code, put it in one fenced code block whose info string names the "
                   "language, e.g.\n```python\nprint(1 + 1)\n```\nOnly the first block of a "

@@ -10,6 +10,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 #include <wchar.h>
 
@@ -29,7 +30,11 @@ static const char usage[] =
 static const char magic_help[] =
     "  %help              this list\n"
     "  %reset             a fresh VM and an empty conversation\n"
-    "  %undo              drop the last exchange from the conversation\n"
+    "  %undo              undo the last exchange: the VM goes back to its checkpoint\n"
+    "                     before that exchange's runs, and the exchange leaves the history\n"
+    "  %checkpoints       list the VM's checkpoints\n"
+    "  %rollback ID       put the VM back to a checkpoint (the model is told)\n"
+    "  %checkpoint NAME   take a named checkpoint now\n"
     "  %save [FILE]       save the conversation (default: its file in the data dir)\n"
     "  %load FILE         load a conversation saved with %save\n"
     "  %tokens            tokens used this session\n"
@@ -178,6 +183,19 @@ static void direct_shell(struct repl *rp, const char *cmd)
         fprintf(stderr, "[%s %d]\n", r.how == AL_EXEC_EXITED ? "exit status" : "signal", r.value);
 }
 
+static void show_checkpoint(void *ctx, const al_checkpoint_info *ci)
+{
+    const al_chat *c = ctx;
+    char when[16] = "?";
+    time_t t = (time_t)ci->created;
+    struct tm tm;
+    if (localtime_r(&t, &tm))
+        strftime(when, sizeof(when), "%H:%M:%S", &tm);
+    printf("%3u %-12s %s %7.1f MiB%s  %s\n", ci->id, ci->name, when,
+           (double)ci->disk_bytes / (1 << 20), ci->current ? " *" : "  ",
+           al_chat_checkpoint_code(c, ci->id));
+}
+
 /* Returns true when the line was a magic command (handled). */
 static bool magic(struct repl *rp, const char *line, bool *quit)
 {
@@ -205,12 +223,35 @@ static bool magic(struct repl *rp, const char *line, bool *quit)
         else
             puts("A fresh VM and an empty conversation.");
     } else if (!strcmp(cmd, "%undo")) {
-        if (al_chat_undo(c) < 0) {
+        bool vm = false;
+        int r = al_chat_undo_vm(c, &vm, &e);
+        if (r == -ENOENT) {
             puts("Nothing to undo.");
+        } else if (r < 0) {
+            cli_error(&e);
         } else {
             save_conversation(rp);
-            puts("Dropped the last exchange from the conversation.");
+            puts(vm ? "Rolled the VM back and dropped the last exchange from the conversation."
+                    : "Dropped the last exchange from the conversation (its runs changed "
+                      "nothing that needed a checkpoint).");
         }
+    } else if (!strcmp(cmd, "%checkpoints")) {
+        if (al_checkpoint_list(rp->u.session, show_checkpoint, c, &e) < 0)
+            cli_error(&e);
+    } else if (!strcmp(cmd, "%rollback")) {
+        if (!*arg)
+            fputs("usage: %rollback ID (see %checkpoints)\n", stderr);
+        else if (al_chat_rollback(c, arg, &e) < 0)
+            cli_error(&e);
+        else
+            save_conversation(rp);
+    } else if (!strcmp(cmd, "%checkpoint")) {
+        al_checkpoint_info ci;
+        int id = al_checkpoint_create(rp->u.session, *arg ? arg : NULL, &ci, &e);
+        if (id < 0)
+            cli_error(&e);
+        else
+            printf("Checkpoint %d%s%s taken (%u ms).\n", id, *arg ? " " : "", arg, ci.save_ms);
     } else if (!strcmp(cmd, "%save")) {
         int r = *arg ? al_conv_save_file(c, arg, &e) : al_conv_save(c, &e);
         if (r < 0)

@@ -30,6 +30,8 @@ const char chat_opts_help[] =
     "      --max-output BYTES    output the model sees per run, head and tail (default 4000)\n"
     "      --token-budget N      stop when the session has used N tokens\n"
     "      --run-timeout S       limit on each run (default: none)\n"
+    "      --checkpoint auto|always|never  checkpoint the VM before runs (auto: all but those\n"
+    "                            proven read-only), so %undo and the model can roll back\n"
     "      --system-message TEXT replace the system prompt\n"
     "      --instructions TEXT   add to the system prompt\n"
     "      --profile NAME        load $XDG_CONFIG_HOME/airlock/profiles/NAME.yaml first\n"
@@ -52,6 +54,7 @@ enum {
     O_CONTEXT, O_NO_TOOLS, O_RETRIES, O_REQ_TIMEOUT, O_MAX_TURNS, O_MAX_OUTPUT, O_BUDGET,
     O_RUN_TIMEOUT, O_SYSTEM, O_INSTRUCTIONS, O_PROFILE, O_CPUS, O_PLAIN, O_VERBOSE, O_JSON,
     O_RESUME, O_CONNECT, O_DEBUG, O_WORKDIR, O_SYNC, O_WORKDIR_LIMIT,
+    O_CHECKPOINT,
 };
 
 static const struct option long_opts[] = {
@@ -82,6 +85,7 @@ static const struct option long_opts[] = {
     {"json", no_argument, NULL, O_JSON},
     {"resume", optional_argument, NULL, O_RESUME},
     {"workdir", required_argument, NULL, O_WORKDIR},
+    {"checkpoint", required_argument, NULL, O_CHECKPOINT},
     {"sync-back", required_argument, NULL, O_SYNC},
     {"workdir-limit", required_argument, NULL, O_WORKDIR_LIMIT},
     {"connect", required_argument, NULL, O_CONNECT},
@@ -267,6 +271,12 @@ static int apply(struct chat_opts *o, struct cli_globals *g, int opt, const char
     case O_WORKDIR:
         o->workdir = s;
         break;
+    case O_CHECKPOINT: {
+        al_error e = {0};
+        if (al_checkpoint_policy_parse(s, &o->cfg.checkpoint, &e) < 0)
+            goto bad;
+        break;
+    }
     case O_SYNC:
         if (!strcmp(s, "ask"))
             o->sync = CLI_SYNC_ASK;
@@ -430,6 +440,7 @@ int chat_opts_finish(struct chat_opts *o)
     else if (!o->local)
         m->api_key = api == AL_API_ANTHROPIC ? akey : okey;
     o->cfg.system_message = o->system_message;
+    o->sess.checkpoints = o->cfg.checkpoint != AL_CHECKPOINT_NEVER;
     o->cfg.instructions = o->instructions;
     return 0;
 }

@@ -116,6 +116,7 @@ class ChatTest(unittest.TestCase):
         self.assertIn("42\nLinux\n", results[0]["content"])
         self.assertIn("oops", results[0]["content"])
         self.assertIn("[exit status 3]", results[0]["content"])
+        self.assertIn("[checkpoint 1 was taken before this run]", results[0]["content"])
 
     def test_stream_edge_cases_end_to_end(self):
         """429 then success, events split across reads, CRLF, keep-alive comments, UTF-8 cut
@@ -134,6 +135,55 @@ class ChatTest(unittest.TestCase):
         reqs = fm.requests()
         self.assertEqual(len(reqs), 3)
         self.assertIn("café", tool_results(reqs[2])[0]["content"])
+
+    def test_model_rolls_back_its_own_mistake(self):
+        fm = self.fake([
+            {"tool_calls": [execute("echo precious > /root/keep; cat /root/keep")]},
+            {"tool_calls": [execute("rm -rf /root/keep; ls /root")]},
+            {"tool_calls": [{"name": "rollback", "arguments": {"checkpoint": 2}}]},
+            {"tool_calls": [execute("cat /root/keep")]},
+            {"text": "restored"},
+        ])
+        r = self.run_airlock(fm, ["run", "-y"] + fm.args() + ["t"])
+        self.assertEqual(r.returncode, 0, r.stderr)
+        reqs = fm.requests()
+        names = [t["function"]["name"] for t in reqs[0]["body"]["tools"]]
+        self.assertEqual(names, ["execute", "rollback"])
+        self.assertIn("undo your own mistakes", reqs[0]["body"]["messages"][0]["content"])
+        self.assertIn("checkpoint 2 was taken before this run", tool_results(reqs[2])[-1]["content"])
+        self.assertIn("Rolled the VM back to checkpoint 2", tool_results(reqs[3])[-1]["content"])
+        self.assertIn("precious", tool_results(reqs[4])[-1]["content"])
+        self.assertIn(b"Rolled the VM back to checkpoint 2", r.stderr)  # the user is told too
+
+    def test_a_crashed_guest_is_rolled_back_and_everyone_is_told(self):
+        fm = self.fake([
+            {"tool_calls": [execute("echo before > /root/state")]},
+            {"tool_calls": [execute("echo after > /root/state; echo c > /proc/sysrq-trigger")]},
+            {"tool_calls": [execute("cat /root/state")]},
+            {"text": "ok"},
+        ])
+        r = self.run_airlock(fm, ["run", "-y"] + fm.args() + ["t"])
+        self.assertEqual(r.returncode, 0, r.stderr)
+        reqs = fm.requests()
+        crash = tool_results(reqs[2])[-1]["content"]
+        self.assertIn("rolled the VM back to checkpoint 2", crash)
+        self.assertIn(b"rolled it back to checkpoint 2", r.stderr)
+        self.assertIn("before", tool_results(reqs[3])[-1]["content"])
+
+    def test_undo_reverts_the_vm_and_the_history(self):
+        fm = self.fake([
+            {"tool_calls": [execute("echo one > /root/f")]}, {"text": "wrote"},
+            {"tool_calls": [execute("rm /root/f")]}, {"text": "deleted"},
+            {"tool_calls": [execute("cat /root/f")]}, {"text": "read"},
+        ])
+        r = self.run_airlock(fm, ["chat", "-y", "--plain"] + fm.args(),
+                             input=b"write\ndelete\n%undo\n%checkpoints\nread\n")
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertIn(b"Rolled the VM back and dropped the last exchange", r.stdout)
+        reqs = fm.requests()
+        self.assertIn("one", tool_results(reqs[5])[-1]["content"])
+        users = [m["content"] for m in reqs[4]["body"]["messages"] if m["role"] == "user"]
+        self.assertEqual(users, ["write", "read"])
 
     def test_anthropic_wire_format(self):
         fm = self.fake([
