@@ -287,6 +287,7 @@ int al_checkpoint_find(al_session *s, const char *id_or_name, al_checkpoint_info
  * can roll forward again; delete them if they are not wanted. Requests that were open are
  * void. */
 int al_checkpoint_rollback(al_session *s, uint32_t id, al_error *err);
+/* Frees a checkpoint's space. -ESRCH while QEMU is gone (after a crash: recover first). */
 int al_checkpoint_delete(al_session *s, uint32_t id, al_error *err);
 /* After a run failed because the agent stopped answering (the channel closed, stalled or
  * carried garbage): when the VM is gone, or its agent does not answer a fresh handshake

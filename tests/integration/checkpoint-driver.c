@@ -137,7 +137,10 @@ int main(int argc, char **argv)
         .memory_mib = argc > 2 ? (unsigned)atoi(argv[2]) : 0,
         .quiet = true,
         .checkpoints = true,
-        .console_to = getenv("CHECKPOINT_DRIVER_CONSOLE") ? stderr : NULL,
+        /* CHECKPOINT_DRIVER_CONSOLE=1: the guest console on stderr at close (debugging). */
+        .console_to = getenv("CHECKPOINT_DRIVER_CONSOLE") && *getenv("CHECKPOINT_DRIVER_CONSOLE")
+                          ? stderr
+                          : NULL,
     };
     al_session *s = NULL;
     al_error err = {0};
