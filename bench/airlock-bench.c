@@ -103,11 +103,16 @@ static int cmd_direct(char **argv)
         int null = open("/dev/null", O_RDWR);
         dup2(null, 0);
         dup2(null, 1);
+        /* An image with a root disk boots on an overlay the caller made, as sessions do. */
+        char drive[4200];
+        snprintf(drive, sizeof(drive), "file=%s,if=virtio,format=qcow2,cache=unsafe",
+                 argv[7] ? argv[7] : "");
         execl(argv[0], argv[0], "-nodefaults", "-no-user-config", "-nographic", "-M", "q35",
               "-accel", argv[5], "-smp", smp, "-m", mem,
               "-kernel", argv[1], "-initrd", argv[2], "-append", argv[3], "-serial",
               "file:/dev/null", "-device", "virtio-serial-pci", "-chardev", chardev, "-device",
-              "virtserialport,chardev=agent,name=org.airlock.agent.0", (char *)NULL);
+              "virtserialport,chardev=agent,name=org.airlock.agent.0",
+              argv[7] ? "-drive" : (char *)NULL, drive, (char *)NULL);
         _exit(127);
     }
     int fd = unix_connect(sock, t0 + 60);
@@ -439,7 +444,7 @@ static int cmd_checkpoint(int argc, char **argv)
 int main(int argc, char **argv)
 {
     signal(SIGPIPE, SIG_IGN);
-    if (argc == 9 && !strcmp(argv[1], "direct"))
+    if ((argc == 9 || argc == 10) && !strcmp(argv[1], "direct"))
         return cmd_direct(argv + 2);
     if (argc >= 2 && !strcmp(argv[1], "session"))
         return cmd_session(argc - 2, argv + 2);

@@ -605,9 +605,23 @@ static uint32_t checkpoint_before(al_chat *c, const char *lang, const char *code
         notice(c, "no checkpoint before this run: %s", e.msg);
         return 0;
     }
-    if (c->nckpts == AL_CHECKPOINTS_MAX) { /* the library dropped its oldest unnamed one too */
-        memmove(c->ckpts, c->ckpts + 1, sizeof(c->ckpts[0]) * (AL_CHECKPOINTS_MAX - 1));
-        c->nckpts--;
+    if (c->nckpts == AL_CHECKPOINTS_MAX) {
+        /* The library pruned its oldest unnamed checkpoint to make room: forget the one that
+         * is gone (named ones, taken with %checkpoint, are not in this list). */
+        unsigned keep = 0;
+        for (unsigned i = 0; i < c->nckpts; i++) {
+            char idbuf[16];
+            al_checkpoint_info ci;
+            al_error fe = {0};
+            snprintf(idbuf, sizeof(idbuf), "%u", c->ckpts[i].id);
+            if (al_checkpoint_find(c->session, idbuf, &ci, &fe) == 0)
+                c->ckpts[keep++] = c->ckpts[i];
+        }
+        if (keep == AL_CHECKPOINTS_MAX) { /* none of ours went: make room all the same */
+            memmove(c->ckpts, c->ckpts + 1, sizeof(c->ckpts[0]) * (AL_CHECKPOINTS_MAX - 1));
+            keep--;
+        }
+        c->nckpts = keep;
     }
     struct al_chat_ckpt *k = &c->ckpts[c->nckpts++];
     k->id = (uint32_t)id;

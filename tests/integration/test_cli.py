@@ -9,7 +9,8 @@ import altest
 class CliTest(unittest.TestCase):
     def test_help_for_every_subcommand(self):
         for args in (["--help"], ["exec", "--help"], ["image", "--help"], ["doctor", "--help"],
-                     ["gc", "--help"]):
+                     ["gc", "--help"], ["chat", "--help"], ["run", "--help"],
+                     ["conversations", "--help"]):
             r = altest.run(args)
             self.assertEqual(r.returncode, 0, args)
             self.assertIn(b"Usage: airlock", r.stdout, args)
@@ -17,7 +18,7 @@ class CliTest(unittest.TestCase):
     def test_version(self):
         r = altest.run(["--version"])
         self.assertEqual(r.returncode, 0)
-        self.assertRegex(r.stdout, rb"^airlock \d+\.\d+\.\d+ \(protocol 1\)\n$")
+        self.assertRegex(r.stdout, rb"^airlock \d+\.\d+\.\d+ \(protocol 2\)\n$")
 
     def test_unknown_command(self):
         r = altest.run(["frobnicate"])
@@ -27,7 +28,7 @@ class CliTest(unittest.TestCase):
     def test_image_ls(self):
         r = altest.run(["image", "ls"])
         self.assertEqual(r.returncode, 0, r.stderr)
-        self.assertRegex(r.stdout, rb"\ntiny +1 +sh ")
+        self.assertRegex(r.stdout, rb"\ntiny +2 +sh ")
 
     def test_image_ls_reports_a_broken_image(self):
         store = altest.Store()
