@@ -41,7 +41,7 @@ def main():
     a = ap.parse_args()
     if a.checkpoint:
         return checkpoint_bench(a)
-    image_dir = a.image_dir or os.path.join(a.build, "images")
+    image_dir = os.path.abspath(a.image_dir or os.path.join(a.build, "images"))
     env = dict(os.environ, AIRLOCK_IMAGE_DIR=image_dir)
     airlock = os.path.join(a.build, "orchestrator", "airlock")
     bench = os.path.join(a.build, "bench", "airlock-bench")

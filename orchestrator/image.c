@@ -17,8 +17,11 @@ int al_image_store_dir(char *buf, size_t len, al_error *err)
     const char *xdg = getenv("XDG_DATA_HOME");
     const char *home = getenv("HOME");
     int n;
-    if (over && *over)
+    char cwd[4096];
+    if (over && *over == '/')
         n = snprintf(buf, len, "%s", over);
+    else if (over && *over) /* libvirt and qemu-img resolve paths elsewhere: make it absolute */
+        n = getcwd(cwd, sizeof(cwd)) ? snprintf(buf, len, "%s/%s", cwd, over) : -1;
     else if (geteuid() == 0)
         n = snprintf(buf, len, "/var/lib/airlock/images");
     else if (xdg && *xdg == '/')
