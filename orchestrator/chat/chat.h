@@ -17,49 +17,49 @@
 #include "model.h"
 
 /* Defaults, each a judgement call documented in the README. */
-#define AL_CHAT_MAX_TURNS_DEFAULT 20      /* model replies per user message */
-#define AL_CHAT_MAX_OUTPUT_DEFAULT 4000   /* bytes of one run's output shown to the model */
-#define AL_CHAT_MAX_OUTPUT_MIN 200        /* below this head + tail say nothing useful */
-#define AL_CHAT_INPUT_WAIT_MS 3000        /* a run blocked on stdin this long is reported */
+#define AL_CHAT_MAX_TURNS_DEFAULT 20    /* model replies per user message */
+#define AL_CHAT_MAX_OUTPUT_DEFAULT 4000 /* bytes of one run's output shown to the model */
+#define AL_CHAT_MAX_OUTPUT_MIN 200      /* below this head + tail say nothing useful */
+#define AL_CHAT_INPUT_WAIT_MS 3000      /* a run blocked on stdin this long is reported */
 
 typedef struct al_chat_cfg {
     al_model_cfg model;
-    bool tools;               /* false: the fenced-code convention */
-    bool auto_run;            /* run without asking */
-    unsigned max_turns;       /* 0: AL_CHAT_MAX_TURNS_DEFAULT */
-    size_t max_output;        /* 0: AL_CHAT_MAX_OUTPUT_DEFAULT */
-    unsigned context_window;  /* tokens; 0: no trimming */
-    uint64_t token_budget;    /* tokens per session, input + output; 0: none */
-    unsigned run_timeout_s;   /* per run; 0: none */
-    const char *system_message; /* replaces the built-in prompt */
-    const char *instructions;   /* appended to it */
-    const char *image;          /* for the prompt and the saved conversation */
+    bool tools;                           /* false: the fenced-code convention */
+    bool auto_run;                        /* run without asking */
+    unsigned max_turns;                   /* 0: AL_CHAT_MAX_TURNS_DEFAULT */
+    size_t max_output;                    /* 0: AL_CHAT_MAX_OUTPUT_DEFAULT */
+    unsigned context_window;              /* tokens; 0: no trimming */
+    uint64_t token_budget;                /* tokens per session, input + output; 0: none */
+    unsigned run_timeout_s;               /* per run; 0: none */
+    const char *system_message;           /* replaces the built-in prompt */
+    const char *instructions;             /* appended to it */
+    const char *image;                    /* for the prompt and the saved conversation */
     enum al_checkpoint_policy checkpoint; /* when to take one before a run (needs a session
                                              opened with checkpoints unless NEVER) */
 } al_chat_cfg;
 
 enum al_chat_outcome {
-    AL_CHAT_DONE = 0,      /* the model answered without code */
-    AL_CHAT_MAX_TURNS,     /* --max-turns reached */
-    AL_CHAT_REPEATED,      /* the model repeated the same code with the same result */
-    AL_CHAT_BUDGET,        /* the session's token budget is spent */
-    AL_CHAT_DECLINED,      /* the user declined to run the code */
-    AL_CHAT_CANCELLED,     /* Ctrl-C */
+    AL_CHAT_DONE = 0,  /* the model answered without code */
+    AL_CHAT_MAX_TURNS, /* --max-turns reached */
+    AL_CHAT_REPEATED,  /* the model repeated the same code with the same result */
+    AL_CHAT_BUDGET,    /* the session's token budget is spent */
+    AL_CHAT_DECLINED,  /* the user declined to run the code */
+    AL_CHAT_CANCELLED, /* Ctrl-C */
 };
 const char *al_chat_outcome_str(enum al_chat_outcome o);
 
 /* What the front shows. Every callback is optional. */
 typedef struct al_chat_ui {
     void *ctx;
-    void (*thinking)(void *ctx, bool on);                 /* waiting for the model */
-    void (*text)(void *ctx, const char *s, size_t n);     /* model text, streamed */
-    void (*text_end)(void *ctx);                          /* end of one model reply's text */
+    void (*thinking)(void *ctx, bool on);                        /* waiting for the model */
+    void (*text)(void *ctx, const char *s, size_t n);            /* model text, streamed */
+    void (*text_end)(void *ctx);                                 /* end of one model reply's text */
     void (*code)(void *ctx, const char *lang, const char *code); /* code about to be offered */
     /* Asks to run; 1 run, 0 decline. May replace *code (a malloc'd string) after editing. */
     int (*confirm)(void *ctx, const char *lang, char **code);
     int (*output)(void *ctx, int stream, const uint8_t *data, size_t n); /* live run output */
     void (*run_end)(void *ctx, const al_exec_result *r, const char *summary);
-    void (*notice)(void *ctx, const char *msg);           /* one line for the user */
+    void (*notice)(void *ctx, const char *msg); /* one line for the user */
     /* The front hands the JSON of each message as it is added (for --json output). */
     void (*message)(void *ctx, const cJSON *msg);
 } al_chat_ui;
@@ -67,24 +67,24 @@ typedef struct al_chat_ui {
 typedef struct al_chat {
     al_chat_cfg cfg;
     al_chat_ui ui;
-    al_session *session;      /* not owned */
-    cJSON *messages;          /* the neutral conversation, without the system prompt */
-    char *system;             /* the system prompt in use */
-    char langs[256];          /* space-separated languages the model may use */
-    bool kernels;             /* they run in the session's long-lived kernels */
-    bool stamped;             /* the guest's "files written since" stamp exists */
-    unsigned outputs;         /* figures copied out so far */
-    struct al_chat_ckpt {     /* checkpoints this chat took, for %checkpoints */
+    al_session *session;  /* not owned */
+    cJSON *messages;      /* the neutral conversation, without the system prompt */
+    char *system;         /* the system prompt in use */
+    char langs[256];      /* space-separated languages the model may use */
+    bool kernels;         /* they run in the session's long-lived kernels */
+    bool stamped;         /* the guest's "files written since" stamp exists */
+    unsigned outputs;     /* figures copied out so far */
+    struct al_chat_ckpt { /* checkpoints this chat took, for %checkpoints */
         uint32_t id;
-        char code[72];        /* the first line of the code that ran after it */
+        char code[72]; /* the first line of the code that ran after it */
     } ckpts[AL_CHECKPOINTS_MAX];
     unsigned nckpts;
-    uint64_t input_tokens;    /* spent this session */
+    uint64_t input_tokens; /* spent this session */
     uint64_t output_tokens;
-    char id[64];              /* conversation id, "" until saved once */
-    char *save_path;          /* NULL: not saved */
-    int64_t created;          /* unix seconds */
-    int cancel_fd;            /* the front's Ctrl-C pipe (read end), or -1 */
+    char id[64];     /* conversation id, "" until saved once */
+    char *save_path; /* NULL: not saved */
+    int64_t created; /* unix seconds */
+    int cancel_fd;   /* the front's Ctrl-C pipe (read end), or -1 */
 } al_chat;
 
 /* langs: the session's languages (al_session_languages), or a list for tests. */
@@ -93,8 +93,7 @@ int al_chat_init(al_chat *c, const al_chat_cfg *cfg, const al_chat_ui *ui, al_se
 void al_chat_free(al_chat *c);
 /* One user message and everything that follows from it. A model or network failure is
  * returned as an error with the conversation intact (the user message stays). */
-int al_chat_turn(al_chat *c, const char *user_text, enum al_chat_outcome *outcome,
-                 al_error *err);
+int al_chat_turn(al_chat *c, const char *user_text, enum al_chat_outcome *outcome, al_error *err);
 /* Drops the last exchange: the last user message and everything after it. 0, or -ENOENT. */
 int al_chat_undo(al_chat *c);
 /* Empties the history. */
@@ -113,10 +112,10 @@ char *al_chat_system_prompt(const al_chat_cfg *cfg, const char *langs, bool tool
 
 /* ---- run output shown to the model: head and tail kept, the middle dropped ---- */
 typedef struct al_capture {
-    size_t limit;   /* bytes kept: limit/2 head, the rest tail */
+    size_t limit; /* bytes kept: limit/2 head, the rest tail */
     char *head;
     size_t head_len;
-    char *tail;     /* ring of tail_cap bytes */
+    char *tail; /* ring of tail_cap bytes */
     size_t tail_cap;
     size_t tail_pos; /* next write position in the ring */
     uint64_t total;  /* bytes seen */

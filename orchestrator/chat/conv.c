@@ -85,7 +85,8 @@ static cJSON *conv_json(const al_chat *c)
     cJSON_AddNumberToObject(j, "created", (double)c->created);
     cJSON_AddNumberToObject(j, "updated", (double)time(NULL));
     cJSON_AddStringToObject(j, "model", c->cfg.model.model ? c->cfg.model.model : "");
-    cJSON_AddStringToObject(j, "api", c->cfg.model.api == AL_API_ANTHROPIC ? "anthropic" : "openai");
+    cJSON_AddStringToObject(j, "api",
+                            c->cfg.model.api == AL_API_ANTHROPIC ? "anthropic" : "openai");
     cJSON_AddStringToObject(j, "api_base", c->cfg.model.api_base ? c->cfg.model.api_base : "");
     cJSON_AddStringToObject(j, "image", c->cfg.image ? c->cfg.image : "");
     cJSON_AddStringToObject(j, "system", c->system ? c->system : "");
@@ -217,8 +218,10 @@ static int take_messages(al_chat *c, cJSON *j, const char *path, al_error *err)
     cJSON_Delete(c->messages);
     c->messages = cJSON_DetachItemViaPointer(j, msgs);
     cJSON *u = cJSON_GetObjectItemCaseSensitive(j, "usage");
-    c->input_tokens = (uint64_t)cJSON_GetNumberValue(cJSON_GetObjectItemCaseSensitive(u, "input_tokens")) ;
-    c->output_tokens = (uint64_t)cJSON_GetNumberValue(cJSON_GetObjectItemCaseSensitive(u, "output_tokens"));
+    c->input_tokens =
+        (uint64_t)cJSON_GetNumberValue(cJSON_GetObjectItemCaseSensitive(u, "input_tokens"));
+    c->output_tokens =
+        (uint64_t)cJSON_GetNumberValue(cJSON_GetObjectItemCaseSensitive(u, "output_tokens"));
     return 0;
 }
 
@@ -266,8 +269,7 @@ int al_conv_load(al_chat *c, const char *id, al_error *err)
     if (asprintf(&path, "%s/%s.json", dir, id) < 0)
         return al_err(err, -ENOMEM, "out of memory");
     if (access(path, F_OK) < 0)
-        return al_err(err, -ENOENT, "no saved conversation '%s' (see 'airlock conversations')",
-                      id);
+        return al_err(err, -ENOENT, "no saved conversation '%s' (see 'airlock conversations')", id);
     r = al_conv_load_file(c, path, err);
     if (r < 0)
         return r;

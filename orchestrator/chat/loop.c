@@ -181,9 +181,10 @@ cJSON *al_chat_fit(const cJSON *messages, const char *system, unsigned window, a
 static const char *canonical_lang(const char *langs, const char *want)
 {
     static const char *const alias[][2] = {
-        {"python3", "python"}, {"py", "python"},    {"bash", "shell"}, {"sh", "shell"},
-        {"zsh", "shell"},      {"shell", "sh"},     {"bash", "sh"},    {"js", "javascript"},
-        {"node", "javascript"}, {"nodejs", "javascript"}, {"python", "python3"},
+        {"python3", "python"},    {"py", "python"},      {"bash", "shell"},
+        {"sh", "shell"},          {"zsh", "shell"},      {"shell", "sh"},
+        {"bash", "sh"},           {"js", "javascript"},  {"node", "javascript"},
+        {"nodejs", "javascript"}, {"python", "python3"},
     };
     char buf[256];
     snprintf(buf, sizeof(buf), " %s ", langs);
@@ -216,8 +217,8 @@ static int on_output(void *ctx, int stream, const uint8_t *data, size_t n)
 }
 
 /* Runs code and returns the text the model gets; *cancelled when Ctrl-C stopped it. */
-static char *run_code(al_chat *c, const char *lang, const char *code, bool *cancelled,
-                      bool *broken, al_error *err)
+static char *run_code(al_chat *c, const char *lang, const char *code, bool *cancelled, bool *broken,
+                      al_error *err)
 {
     struct run_ctx rc = {.c = c};
     if (al_capture_init(&rc.cap, c->cfg.max_output) < 0)
@@ -260,8 +261,9 @@ static char *run_code(al_chat *c, const char *lang, const char *code, bool *canc
         snprintf(status, sizeof(status), "[exit status %d]", r.value);
     }
     /* The cancel pipe forwarded a SIGINT to the guest if the user pressed Ctrl-C. */
-    *cancelled = ret == 0 && !r.waited_input && ((r.how == AL_EXEC_SIGNALED && r.value == SIGINT) ||
-                              (r.how == AL_EXEC_EXITED && r.value == 130));
+    *cancelled = ret == 0 && !r.waited_input &&
+                 ((r.how == AL_EXEC_SIGNALED && r.value == SIGINT) ||
+                  (r.how == AL_EXEC_EXITED && r.value == 130));
     char *out = al_capture_text(&rc.cap);
     al_capture_free(&rc.cap);
     if (!out)
@@ -281,7 +283,7 @@ static char *run_code(al_chat *c, const char *lang, const char *code, bool *canc
 /* ---- what a run left behind ---- */
 
 #define OUTPUTS_GUEST_DIR "/tmp/airlock-outputs" /* where the python kernel saves figures */
-#define FILES_LISTED_MAX 20  /* a run that writes thousands of files gets a count, not a list */
+#define FILES_LISTED_MAX 20 /* a run that writes thousands of files gets a count, not a list */
 #define LISTING_BYTES_MAX 16384
 
 struct listing {
@@ -304,8 +306,9 @@ static int on_listing(void *ctx, int stream, const uint8_t *data, size_t n)
 
 /* Files the run wrote in /workspace or as figures, found with a stamp file touched after each
  * listing (GNU find compares nanoseconds; busybox's whole seconds, so there the stamp is dated a
- * second back, at the price of sometimes listing a file twice). The listing comes from the guest: only plain paths under the two directories are
- * taken, and the copies of figures are named here, never by the guest. */
+ * second back, at the price of sometimes listing a file twice). The listing comes from the guest:
+ * only plain paths under the two directories are taken, and the copies of figures are named here,
+ * never by the guest. */
 static void report_files(al_chat *c, char **text)
 {
     static const char script[] =
@@ -316,8 +319,13 @@ static void report_files(al_chat *c, char **text)
     struct listing *l = calloc(1, sizeof(*l));
     if (!l)
         return;
-    al_exec_opts o = {.argv = argv, .stdin_fd = -1, .stdout_fd = -1, .stderr_fd = -1,
-                      .output = on_listing, .output_ctx = l, .timeout_ms = 10000};
+    al_exec_opts o = {.argv = argv,
+                      .stdin_fd = -1,
+                      .stdout_fd = -1,
+                      .stderr_fd = -1,
+                      .output = on_listing,
+                      .output_ctx = l,
+                      .timeout_ms = 10000};
     al_exec_result r;
     al_error e = {0};
     if (al_exec(c->session, &o, &r, &e) < 0 || !l->len) {
@@ -356,8 +364,8 @@ static void report_files(al_chat *c, char **text)
             continue;
         snprintf(slash, sizeof(dir) - (size_t)(slash - dir), "/outputs");
         mkdir(dir, 0700);
-        snprintf(host, sizeof(host), "%s/%s-%u%s", dir, al_session_name(c->session),
-                 ++c->outputs, ext);
+        snprintf(host, sizeof(host), "%s/%s-%u%s", dir, al_session_name(c->session), ++c->outputs,
+                 ext);
         if (al_file_get(c->session, line, host, &fe) == 0)
             notice(c, "figure copied to %s", host);
     }
@@ -482,17 +490,18 @@ static int ask_model(al_chat *c, al_model_reply *reply, al_error *err)
 }
 
 /* What the model asked for in one tool call: language and code, or why it cannot run. */
-static int parse_call(al_chat *c, const al_tool_call *call, char **lang, char **code,
-                      char **why)
+static int parse_call(al_chat *c, const al_tool_call *call, char **lang, char **code, char **why)
 {
     *lang = *code = *why = NULL;
     if (!call->name || strcmp(call->name, "execute"))
         return asprintf(why, "error: unknown tool '%s'; the tools are 'execute' and 'rollback'",
-                        call->name ? call->name : ""), -1;
+                        call->name ? call->name : ""),
+               -1;
     _cleanup_cjson_ cJSON *args = cJSON_Parse(call->arguments ? call->arguments : "");
     if (!cJSON_IsObject(args))
         return asprintf(why, "error: the arguments are not a JSON object: %.200s",
-                        call->arguments ? call->arguments : ""), -1;
+                        call->arguments ? call->arguments : ""),
+               -1;
     const char *l = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(args, "language"));
     const char *k = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(args, "code"));
     if (!k || !*k)
@@ -500,7 +509,8 @@ static int parse_call(al_chat *c, const al_tool_call *call, char **lang, char **
     const char *cl = l ? canonical_lang(c->langs, l) : NULL;
     if (!cl)
         return asprintf(why, "error: unknown language '%.64s'; available: %s", l ? l : "",
-                        c->langs), -1;
+                        c->langs),
+               -1;
     *lang = strdup(cl);
     *code = strdup(k);
     return 0;
@@ -639,7 +649,7 @@ static void recover(al_chat *c, char **result)
     uint32_t id = 0;
     al_error e = {0};
     int r = c->cfg.checkpoint == AL_CHECKPOINT_NEVER ? -ENOTSUP
-                                                      : al_checkpoint_recover(c->session, &id, &e);
+                                                     : al_checkpoint_recover(c->session, &id, &e);
     if (r == 1) {
         notice(c, "the run broke the VM; rolled it back to checkpoint %u (before: %s)", id,
                al_chat_checkpoint_code(c, id));
@@ -748,8 +758,7 @@ int al_chat_undo_vm(al_chat *c, bool *rolled_back, al_error *err)
     return al_chat_undo(c);
 }
 
-int al_chat_turn(al_chat *c, const char *user_text, enum al_chat_outcome *outcome,
-                 al_error *err)
+int al_chat_turn(al_chat *c, const char *user_text, enum al_chat_outcome *outcome, al_error *err)
 {
     add_message(c, user_msg(user_text));
     uint64_t seen[64];
@@ -820,8 +829,8 @@ int al_chat_turn(al_chat *c, const char *user_text, enum al_chat_outcome *outcom
                 const char *cl = canonical_lang(c->langs, *lang ? lang : "sh");
                 char *result = NULL;
                 if (!cl) {
-                    if (asprintf(&result, "error: unknown language '%.64s'; available: %s",
-                                 lang, c->langs) < 0)
+                    if (asprintf(&result, "error: unknown language '%.64s'; available: %s", lang,
+                                 c->langs) < 0)
                         result = NULL;
                 } else {
                     r = one_run(c, cl, &code, seen, &nseen, 64, &result, &step, err);

@@ -353,7 +353,8 @@ int cmd_chat(struct cli_globals *g, int argc, char **argv)
         o.nrest = 0;
     }
     if (o.nrest) {
-        fprintf(stderr, "airlock: chat takes no arguments; for a one-shot task use 'airlock run'\n");
+        fprintf(stderr,
+                "airlock: chat takes no arguments; for a one-shot task use 'airlock run'\n");
         chat_opts_free(&o);
         return 2;
     }
@@ -384,8 +385,7 @@ int cmd_chat(struct cli_globals *g, int argc, char **argv)
     if (rp.tty)
         printf("Airlock %s: code runs in a disposable VM (%s%s). %%help for commands, Ctrl-D "
                "to leave.\n",
-               AIRLOCK_VERSION, al_session_kvm(rp.u.session) ? "KVM" : "emulated",
-               "");
+               AIRLOCK_VERSION, al_session_kvm(rp.u.session) ? "KVM" : "emulated", "");
     bool quit = false;
     int status = 0;
     while (!quit && !loopui_quit()) {

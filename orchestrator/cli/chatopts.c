@@ -50,10 +50,34 @@ const char chat_opts_help[] =
     "      --verbose             show requests (never the key) and run details\n";
 
 enum {
-    O_MODEL = 256, O_API, O_API_BASE, O_API_KEY, O_LOCAL, O_TEMPERATURE, O_MAX_TOKENS,
-    O_CONTEXT, O_NO_TOOLS, O_RETRIES, O_REQ_TIMEOUT, O_MAX_TURNS, O_MAX_OUTPUT, O_BUDGET,
-    O_RUN_TIMEOUT, O_SYSTEM, O_INSTRUCTIONS, O_PROFILE, O_CPUS, O_PLAIN, O_VERBOSE, O_JSON,
-    O_RESUME, O_CONNECT, O_DEBUG, O_WORKDIR, O_SYNC, O_WORKDIR_LIMIT,
+    O_MODEL = 256,
+    O_API,
+    O_API_BASE,
+    O_API_KEY,
+    O_LOCAL,
+    O_TEMPERATURE,
+    O_MAX_TOKENS,
+    O_CONTEXT,
+    O_NO_TOOLS,
+    O_RETRIES,
+    O_REQ_TIMEOUT,
+    O_MAX_TURNS,
+    O_MAX_OUTPUT,
+    O_BUDGET,
+    O_RUN_TIMEOUT,
+    O_SYSTEM,
+    O_INSTRUCTIONS,
+    O_PROFILE,
+    O_CPUS,
+    O_PLAIN,
+    O_VERBOSE,
+    O_JSON,
+    O_RESUME,
+    O_CONNECT,
+    O_DEBUG,
+    O_WORKDIR,
+    O_SYNC,
+    O_WORKDIR_LIMIT,
     O_CHECKPOINT,
 };
 
@@ -120,7 +144,8 @@ static bool parse_uint(const char *v, unsigned long max, unsigned long *out)
 
 static bool parse_bool(const char *v, bool *out)
 {
-    static const char *const yes[] = {"true", "yes", "on", "1"}, *const no[] = {"false", "no", "off", "0"};
+    static const char *const yes[] = {"true", "yes", "on", "1"}, *const no[] = {"false", "no",
+                                                                                "off", "0"};
     for (int i = 0; i < 4; i++) {
         if (!strcasecmp(v, yes[i]))
             return *out = true, true;

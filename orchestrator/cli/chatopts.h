@@ -10,19 +10,19 @@ struct chat_opts {
     al_session_opts sess;
     const char *profile;
     char *model, *api_base, *api_key, *system_message, *instructions, *image, *local;
-    const char *api_name;  /* "openai" | "anthropic" | NULL: from the model's name */
+    const char *api_name; /* "openai" | "anthropic" | NULL: from the model's name */
     bool api_key_set;
     bool plain;
     bool verbose;
-    bool json;             /* run: JSON lines */
-    const char *workdir;   /* --workdir: copied into /workspace, changes offered back at the end */
-    enum cli_sync sync;    /* --sync-back */
+    bool json;           /* run: JSON lines */
+    const char *workdir; /* --workdir: copied into /workspace, changes offered back at the end */
+    enum cli_sync sync;  /* --sync-back */
     al_workdir_opts wo;
-    bool resume;           /* chat: --resume given */
-    char *resume_id;       /* NULL: the newest */
-    char **rest;           /* non-option arguments (run: the task) */
+    bool resume;     /* chat: --resume given */
+    char *resume_id; /* NULL: the newest */
+    char **rest;     /* non-option arguments (run: the task) */
     int nrest;
-    char *owned[32];       /* strings from the profile, freed at the end */
+    char *owned[32]; /* strings from the profile, freed at the end */
     int nowned;
 };
 

@@ -75,7 +75,8 @@ int loopui_read_line(int fd, char *buf, size_t len)
 {
     size_t n = 0;
     for (;;) {
-        struct pollfd p[2] = {{.fd = fd, .events = POLLIN}, {.fd = cancel_pipe[0], .events = POLLIN}};
+        struct pollfd p[2] = {{.fd = fd, .events = POLLIN},
+                              {.fd = cancel_pipe[0], .events = POLLIN}};
         if (poll(p, 2, -1) < 0) {
             if (errno == EINTR)
                 continue;

@@ -11,8 +11,8 @@ struct loopui {
     struct render render;
     al_session *session;
     al_chat chat;
-    int confirm_fd;      /* where y/n/e answers are read, -1: cannot ask */
-    bool json;           /* JSON lines on stdout instead of the terminal view */
+    int confirm_fd; /* where y/n/e answers are read, -1: cannot ask */
+    bool json;      /* JSON lines on stdout instead of the terminal view */
     bool chat_ready;
 };
 

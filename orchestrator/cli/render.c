@@ -38,7 +38,8 @@ static void style(struct render *r)
 
 static void flush_pending(struct render *r)
 {
-    bool fence = r->npending >= 3 && (!strncmp(r->pending, "```", 3) || !strncmp(r->pending, "~~~", 3));
+    bool fence =
+        r->npending >= 3 && (!strncmp(r->pending, "```", 3) || !strncmp(r->pending, "~~~", 3));
     if (fence) {
         r->in_fence = !r->in_fence;
         fputs(C_DIM, r->out);
@@ -140,17 +141,21 @@ static bool is_word(char c)
 
 static bool keyword(const char *lang, const char *w, size_t n)
 {
-    static const char *const py[] = {"def", "class", "import", "from", "return", "if", "elif",
-                                     "else", "for", "while", "in", "not", "and", "or", "with",
-                                     "as", "try", "except", "finally", "raise", "lambda", "None",
-                                     "True", "False", "pass", "break", "continue", "yield", NULL};
-    static const char *const sh[] = {"if", "then", "else", "elif", "fi", "for", "while", "do",
-                                     "done", "case", "esac", "in", "function", "return", "export",
-                                     "local", NULL};
-    static const char *const js[] = {"function", "const", "let", "var", "return", "if", "else",
-                                     "for", "while", "class", "new", "await", "async", "import",
-                                     "from", "export", "null", "undefined", "true", "false", NULL};
-    const char *const *k = !strncmp(lang, "py", 2) ? py : !strncmp(lang, "java", 4) || !strcmp(lang, "js") ? js : sh;
+    static const char *const py[] = {"def",     "class", "import",   "from",  "return", "if",
+                                     "elif",    "else",  "for",      "while", "in",     "not",
+                                     "and",     "or",    "with",     "as",    "try",    "except",
+                                     "finally", "raise", "lambda",   "None",  "True",   "False",
+                                     "pass",    "break", "continue", "yield", NULL};
+    static const char *const sh[] = {"if",       "then",   "else",   "elif",  "fi",   "for",
+                                     "while",    "do",     "done",   "case",  "esac", "in",
+                                     "function", "return", "export", "local", NULL};
+    static const char *const js[] = {"function", "const",  "let",   "var",    "return", "if",
+                                     "else",     "for",    "while", "class",  "new",    "await",
+                                     "async",    "import", "from",  "export", "null",   "undefined",
+                                     "true",     "false",  NULL};
+    const char *const *k = !strncmp(lang, "py", 2)                            ? py
+                           : !strncmp(lang, "java", 4) || !strcmp(lang, "js") ? js
+                                                                              : sh;
     for (; *k; k++)
         if (strlen(*k) == n && !strncmp(*k, w, n))
             return true;
@@ -162,7 +167,8 @@ static void code_line(struct render *r, const char *lang, const char *s, size_t 
 {
     bool hash_comments = strncmp(lang, "java", 4) != 0;
     for (size_t i = 0; i < n;) {
-        if ((hash_comments && s[i] == '#') || (!hash_comments && i + 1 < n && s[i] == '/' && s[i + 1] == '/')) {
+        if ((hash_comments && s[i] == '#') ||
+            (!hash_comments && i + 1 < n && s[i] == '/' && s[i + 1] == '/')) {
             fputs(C_COMMENT, r->out);
             fwrite(s + i, 1, n - i, r->out);
             break;

@@ -16,7 +16,7 @@ struct render {
     bool bold, code, heading;
     char pending[8]; /* a line's first characters, held until we know if they open a fence */
     int npending;
-    char star;       /* a '*' or '`' held to see if it pairs */
+    char star; /* a '*' or '`' held to see if it pairs */
     /* spinner */
     pthread_t spin_thread;
     pthread_mutex_t spin_lock;

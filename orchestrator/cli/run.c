@@ -95,9 +95,9 @@ int cmd_run(struct cli_globals *g, int argc, char **argv)
         cli_error(&e);
         status = 1;
     } else {
-        static const int codes[] = {[AL_CHAT_DONE] = 0, [AL_CHAT_MAX_TURNS] = 3,
-                                    [AL_CHAT_REPEATED] = 3, [AL_CHAT_BUDGET] = 3,
-                                    [AL_CHAT_DECLINED] = 4, [AL_CHAT_CANCELLED] = 130};
+        static const int codes[] = {
+            [AL_CHAT_DONE] = 0,   [AL_CHAT_MAX_TURNS] = 3, [AL_CHAT_REPEATED] = 3,
+            [AL_CHAT_BUDGET] = 3, [AL_CHAT_DECLINED] = 4,  [AL_CHAT_CANCELLED] = 130};
         status = codes[out];
         if (o.json)
             loopui_json_event("airlock", "end", al_chat_outcome_str(out));

@@ -58,8 +58,7 @@ static void test_capture(void)
         memcpy(at, big, 1000);
         at[1000] = '\0';
         o = captured(1000, at, pieces[p]);
-        ok(o && !strcmp(o, at), "capture at the limit keeps everything (pieces of %zu)",
-           pieces[p]);
+        ok(o && !strcmp(o, at), "capture at the limit keeps everything (pieces of %zu)", pieces[p]);
         free(o);
         char above[1002];
         memcpy(above, big, 1001);
@@ -73,8 +72,7 @@ static void test_capture(void)
         o = captured(1000, big, pieces[p]);
         ok(o && !strncmp(o, big, 500) && strstr(o, "[... 9000 bytes omitted ...]") &&
                !strcmp(o + strlen(o) - 500, big + 9500),
-           "capture far above keeps head and tail and counts the rest (pieces of %zu)",
-           pieces[p]);
+           "capture far above keeps head and tail and counts the rest (pieces of %zu)", pieces[p]);
         free(o);
     }
     /* "é" is two bytes; put one across each cut point. */
