@@ -141,6 +141,8 @@ unsigned al_chat_estimate(const cJSON *msg);
 cJSON *al_chat_fit(const cJSON *messages, const char *system, unsigned window, al_error *err);
 
 /* ---- conversations (saved as JSON under $XDG_DATA_HOME/airlock/conversations) ---- */
+/* $XDG_DATA_HOME/airlock/SUB (outputs, history live beside the conversations), created. */
+int al_data_dir(const char *sub, char *buf, size_t len, al_error *err);
 int al_conv_dir(char *buf, size_t len, al_error *err);
 /* Writes the conversation atomically; gives it an id on first save. */
 int al_conv_save(al_chat *c, al_error *err);

@@ -56,9 +56,14 @@ static int xdg_dir(const char *env, const char *fallback, const char *sub, char 
     return 0;
 }
 
+int al_data_dir(const char *sub, char *buf, size_t len, al_error *err)
+{
+    return xdg_dir("XDG_DATA_HOME", ".local/share", sub, buf, len, err);
+}
+
 int al_conv_dir(char *buf, size_t len, al_error *err)
 {
-    return xdg_dir("XDG_DATA_HOME", ".local/share", "conversations", buf, len, err);
+    return al_data_dir("conversations", buf, len, err);
 }
 
 int al_profile_dir(char *buf, size_t len, al_error *err)

@@ -8,7 +8,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -357,13 +356,8 @@ static void report_files(al_chat *c, char **text)
             continue;
         char dir[4096], host[4300];
         al_error fe = {0};
-        if (al_conv_dir(dir, sizeof(dir), &fe) < 0)
+        if (al_data_dir("outputs", dir, sizeof(dir), &fe) < 0)
             continue;
-        char *slash = strrchr(dir, '/'); /* .../airlock/conversations -> .../airlock/outputs */
-        if (!slash)
-            continue;
-        snprintf(slash, sizeof(dir) - (size_t)(slash - dir), "/outputs");
-        mkdir(dir, 0700);
         snprintf(host, sizeof(host), "%s/%s-%u%s", dir, al_session_name(c->session), ++c->outputs,
                  ext);
         if (al_file_get(c->session, line, host, &fe) == 0)
@@ -385,50 +379,53 @@ static void report_files(al_chat *c, char **text)
 
 /* ---- the model ---- */
 
+/* Adds {"name", "description", "parameters": {"type": "object", "properties": {}, "required": []}}
+ * to tools; returns the parameters object for param(). */
+static cJSON *tool(cJSON *tools, const char *name, const char *description)
+{
+    cJSON *t = cJSON_CreateObject();
+    cJSON_AddItemToArray(tools, t);
+    cJSON_AddStringToObject(t, "name", name);
+    cJSON_AddStringToObject(t, "description", description);
+    cJSON *p = cJSON_AddObjectToObject(t, "parameters");
+    cJSON_AddStringToObject(p, "type", "object");
+    cJSON_AddObjectToObject(p, "properties");
+    cJSON_AddArrayToObject(p, "required");
+    return p;
+}
+
+/* A required parameter of a tool; returns its schema for additions such as an enum. */
+static cJSON *param(cJSON *params, const char *name, const char *type, const char *description)
+{
+    cJSON *v =
+        cJSON_AddObjectToObject(cJSON_GetObjectItemCaseSensitive(params, "properties"), name);
+    cJSON_AddStringToObject(v, "type", type);
+    cJSON_AddStringToObject(v, "description", description);
+    cJSON_AddItemToArray(cJSON_GetObjectItemCaseSensitive(params, "required"),
+                         cJSON_CreateString(name));
+    return v;
+}
+
 static cJSON *tools_schema(const al_chat *c)
 {
     cJSON *tools = cJSON_CreateArray();
-    cJSON *t = cJSON_CreateObject();
-    cJSON_AddItemToArray(tools, t);
-    cJSON_AddStringToObject(t, "name", "execute");
-    cJSON_AddStringToObject(t, "description",
-                            "Run code in the sandbox VM. Returns its output (stdout and stderr "
-                            "as they interleaved, long output shortened in the middle) and its "
-                            "exit status.");
-    cJSON *p = cJSON_AddObjectToObject(t, "parameters");
-    cJSON_AddStringToObject(p, "type", "object");
-    cJSON *props = cJSON_AddObjectToObject(p, "properties");
-    cJSON *l = cJSON_AddObjectToObject(props, "language");
-    cJSON_AddStringToObject(l, "type", "string");
-    cJSON *en = cJSON_AddArrayToObject(l, "enum");
+    cJSON *p = tool(tools, "execute",
+                    "Run code in the sandbox VM. Returns its output (stdout and stderr as they "
+                    "interleaved, long output shortened in the middle) and its exit status.");
+    cJSON *en =
+        cJSON_AddArrayToObject(param(p, "language", "string", "the language of the code"), "enum");
     char buf[256];
     snprintf(buf, sizeof(buf), "%s", c->langs);
     for (char *save = NULL, *w = strtok_r(buf, " ", &save); w; w = strtok_r(NULL, " ", &save))
         cJSON_AddItemToArray(en, cJSON_CreateString(w));
-    cJSON_AddStringToObject(l, "description", "the language of the code");
-    cJSON *code = cJSON_AddObjectToObject(props, "code");
-    cJSON_AddStringToObject(code, "type", "string");
-    cJSON_AddStringToObject(code, "description", "the code to run");
-    cJSON *req = cJSON_AddArrayToObject(p, "required");
-    cJSON_AddItemToArray(req, cJSON_CreateString("language"));
-    cJSON_AddItemToArray(req, cJSON_CreateString("code"));
+    param(p, "code", "string", "the code to run");
     if (c->cfg.checkpoint == AL_CHECKPOINT_NEVER)
         return tools;
-    cJSON *rb = cJSON_CreateObject();
-    cJSON_AddItemToArray(tools, rb);
-    cJSON_AddStringToObject(rb, "name", "rollback");
-    cJSON_AddStringToObject(rb, "description",
-                            "Undo what runs did to the VM: restore the checkpoint named in a run's "
-                            "result ('checkpoint N was taken before this run'). Files, processes "
-                            "and interpreter variables go back to how they were then.");
-    cJSON *rp = cJSON_AddObjectToObject(rb, "parameters");
-    cJSON_AddStringToObject(rp, "type", "object");
-    cJSON *rprops = cJSON_AddObjectToObject(rp, "properties");
-    cJSON *cp = cJSON_AddObjectToObject(rprops, "checkpoint");
-    cJSON_AddStringToObject(cp, "type", "integer");
-    cJSON_AddStringToObject(cp, "description", "the checkpoint id");
-    cJSON *rreq = cJSON_AddArrayToObject(rp, "required");
-    cJSON_AddItemToArray(rreq, cJSON_CreateString("checkpoint"));
+    p = tool(tools, "rollback",
+             "Undo what runs did to the VM: restore the checkpoint named in a run's result "
+             "('checkpoint N was taken before this run'). Files, processes and interpreter "
+             "variables go back to how they were then.");
+    param(p, "checkpoint", "integer", "the checkpoint id");
     return tools;
 }
 

@@ -153,13 +153,9 @@ static void setup_editline(struct repl *rp, const char *argv0)
     el_source(rp->el, NULL); /* the user's ~/.editrc */
     char dir[4096];
     al_error e = {0};
-    if (al_conv_dir(dir, sizeof(dir), &e) == 0) {
-        char *slash = strrchr(dir, '/'); /* .../airlock/conversations -> .../airlock/history */
-        if (slash) {
-            *slash = '\0';
-            snprintf(rp->hist_path, sizeof(rp->hist_path), "%s/history", dir);
-            history(rp->hist, &ev, H_LOAD, rp->hist_path);
-        }
+    if (al_data_dir("", dir, sizeof(dir), &e) == 0) {
+        snprintf(rp->hist_path, sizeof(rp->hist_path), "%shistory", dir);
+        history(rp->hist, &ev, H_LOAD, rp->hist_path);
     }
 }
 
