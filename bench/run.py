@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """Airlock benchmarks. Prints a table on stderr and JSON on stdout (or --json FILE).
 
-  bench/run.py [--build DIR] [--image-dir DIR] [--rounds N] [--json FILE]
+  bench/run.py [--build DIR] [--image-dir DIR] [--image NAME] [--rounds N] [--json FILE]
+               [--ssh-image NAME | --no-ssh] [--ssh-stream-mib MIB]
 
 session_ready: wall time of `airlock exec -- true` (boot, handshake, run, teardown) against the
 same kernel and initrd booted by qemu-system-x86_64 directly to the same point (handshake and
@@ -9,6 +10,14 @@ same kernel and initrd booted by qemu-system-x86_64 directly to the same point (
 exec_rtt: round trip of `true` in a running session.
 stream: guest->host throughput through the agent against raw `dd` into a second
 virtio-serial port of the same guest.
+
+transport: when the image dir has an SSH image (--ssh-image, `sshd` by default; --no-ssh skips
+it), the same three over SSH against the main image's virtio-serial figures from the same run:
+its session-ready rounds alternate with the ones above, and its `airlock-bench session` runs
+between two of the main image's (with --rounds 2 or more), whose figures are then the mean of
+the two. `sshd` is `debian`'s root disk plus sshd, so the comparison means something only with
+--image debian. Its session ready is split by the guest's console (sshd listening, login
+accepted, seen as they happen) and airlock's --debug timing line.
 
 With --checkpoint, instead: checkpoint cost and rollback time (QEMU's savevm/loadvm inside the
 running process, plus the agent's re-handshake) against libvirt's internal snapshot create and

@@ -70,7 +70,7 @@ static inline int steal_fd(int *fd)
 enum channel_kind {
     CHANNEL_VIRTIO, /* /dev/vportNpM: always open; host presence comes and goes */
     CHANNEL_STDIO,  /* fd 0 / fd 1: EOF ends the agent */
-    CHANNEL_UNIX,   /* listening socket, one connection at a time */
+    CHANNEL_UNIX,   /* listening socket, one connection at a time: the newest */
 };
 
 struct channel {
@@ -79,6 +79,7 @@ struct channel {
     int out_fd;    /* frames to the host */
     int listen_fd; /* CHANNEL_UNIX only */
     int port_fd;   /* CHANNEL_VIRTIO only: the port, open even while no host */
+    int lock_fd;   /* CHANNEL_UNIX only: flock on PATH.lock, held for life */
 };
 
 enum req_kind {
@@ -162,7 +163,8 @@ struct kernel_lang {
     const char *env[3];     /* added to the kernel's environment */
 };
 
-/* A long-lived interpreter: one per language per connection, started by its first run. */
+/* A long-lived interpreter: one per language, started by its first run; it lasts as long as the
+ * connection, or on a unix socket (behind --relay) as long as the agent. */
 struct kernel {
     const struct kernel_lang *lang;
     pid_t pid;         /* 0 while not running; also its process group */
@@ -223,6 +225,7 @@ int write_file(int dir, const char *path, const char *s);
 /* channel.c */
 int channel_open_virtio(struct channel *ch, const char *name);
 int channel_open_stdio(struct channel *ch);
+/* -EWOULDBLOCK: another agent serves path. */
 int channel_open_unix(struct channel *ch, const char *path);
 /* Checks for (and takes) a host: 1 connected, 0 not yet, <0 error. */
 int channel_accept(struct channel *ch);
@@ -298,7 +301,7 @@ void kernel_drain(struct kernel *k, int i);
 void kernel_kill(struct agent *a, struct kernel *k);
 /* Delivers a host SIGNAL to the kernel's process group (SIGKILL kills the kernel). */
 void kernel_signal(struct agent *a, struct req *r, int signo);
-/* Stops every kernel (HELLO, disconnect, exit). */
+/* Stops every kernel (disconnect outside --unix, exit). */
 void kernel_reset_all(struct agent *a);
 
 /* files.c */
@@ -307,6 +310,16 @@ void file_put_start(struct agent *a, const struct al_msg *m);
 void file_put_data(struct agent *a, struct req *r, const struct al_msg *m);
 void file_get_start(struct agent *a, const struct al_msg *m);
 void file_get_tick(struct agent *a, struct req *r);
+
+/* relay.c: --relay PATH, one SSH session's pipe to the agent daemon on the socket PATH. */
+struct relay_opts {
+    const char *path;    /* the daemon's socket */
+    const char *kernels; /* for a daemon this relay starts; NULL: its default */
+    const char *root;    /* likewise */
+    bool allow_shutdown; /* likewise */
+};
+/* Returns the exit status; reports its own errors. */
+int relay_main(const struct relay_opts *o);
 
 /* init.c */
 void init_pid1(void);

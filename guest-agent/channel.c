@@ -7,6 +7,7 @@
 #include <poll.h>
 #include <stdio.h>
 #include <string.h>
+#include <sys/file.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/un.h>
@@ -61,7 +62,7 @@ int channel_open_virtio(struct channel *ch, const char *name)
     }
     /* SIGIO (through the loop's signalfd) announces the host connecting. */
     fcntl(fd, F_SETOWN, getpid());
-    *ch = (struct channel){CHANNEL_VIRTIO, -1, -1, -1, fd};
+    *ch = (struct channel){CHANNEL_VIRTIO, -1, -1, -1, fd, -1};
     agent_log("serving on %s (%s)", dev, name);
     return 0;
 }
@@ -73,7 +74,7 @@ int channel_open_stdio(struct channel *ch)
         if (fl < 0 || fcntl(fd, F_SETFL, fl | O_NONBLOCK) < 0)
             return -errno;
     }
-    *ch = (struct channel){CHANNEL_STDIO, STDIN_FILENO, STDOUT_FILENO, -1, -1};
+    *ch = (struct channel){CHANNEL_STDIO, STDIN_FILENO, STDOUT_FILENO, -1, -1, -1};
     return 0;
 }
 
@@ -84,15 +85,23 @@ int channel_open_unix(struct channel *ch, const char *path)
     if (strlen(path) >= sizeof(sa.sun_path))
         return -ENAMETOOLONG;
     strcpy(sa.sun_path, path);
+    /* Relays starting at once may start several agents: the one holding the lock serves, so
+     * that no other takes the path over while it runs. */
+    char lock[sizeof(sa.sun_path) + 8];
+    snprintf(lock, sizeof(lock), "%s.lock", path);
+    _cleanup_close_ int lock_fd = open(lock, O_RDWR | O_CREAT | O_NOCTTY | O_CLOEXEC, 0600);
+    if (lock_fd < 0 || flock(lock_fd, LOCK_EX | LOCK_NB) < 0)
+        return -errno;
     _cleanup_close_ int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
     if (fd < 0)
         return -errno;
     /* A socket left by an earlier agent would make bind fail; anything else is kept. */
     if (lstat(path, &st) == 0 && S_ISSOCK(st.st_mode))
         unlink(path);
-    if (bind(fd, (struct sockaddr *)&sa, sizeof(sa)) < 0 || listen(fd, 1) < 0)
+    /* A backlog of a few: relays connecting together each get in, the newest last. */
+    if (bind(fd, (struct sockaddr *)&sa, sizeof(sa)) < 0 || listen(fd, 4) < 0)
         return -errno;
-    *ch = (struct channel){CHANNEL_UNIX, -1, -1, steal_fd(&fd), -1};
+    *ch = (struct channel){CHANNEL_UNIX, -1, -1, steal_fd(&fd), -1, steal_fd(&lock_fd)};
     agent_log("listening on %s", path);
     return 0;
 }

@@ -1,5 +1,6 @@
 /* Process-level setup: PID-1 duties (mounts, modules, hostname; in images with a root disk,
- * switching to it), the protections every agent takes, and powering off. */
+ * switching to it; in images without the agent, running their boot program), the protections
+ * every agent takes, and powering off. */
 #include "agent.h"
 
 #include <fcntl.h>
@@ -24,6 +25,10 @@
 /* The disk's node appears once virtio_blk has probed it, normally before finit_module returns;
  * a disk still missing after this long is not coming. */
 #define ROOT_WAIT_MS 5000
+/* Kernel command-line word naming a program to run instead of the agent, once the root is
+ * switched (airlock.init=/usr/local/sbin/airlock-boot): images reached over SSH, which must not
+ * hold the agent, boot with it. */
+#define INIT_PARAM "airlock.init="
 /* Where the new root is mounted before the switch. */
 #define NEW_ROOT "/newroot"
 /* The agent and the language kernels, in the initramfs; bound at the same path into the new
@@ -57,9 +62,12 @@ static void load_modules(void)
     fclose(f);
 }
 
-/* Writes the device named by airlock.root= into dev; false when there is none (or it is not a
- * plain /dev path). */
-static bool cmdline_root(char *dev, size_t len)
+/* The program named by airlock.init=, set by init_pid1(); empty: serve the agent protocol. */
+static char boot_program[PATH_MAX];
+
+/* Writes the value of the command-line word PARAM (name and '=') into val when it is an absolute
+ * path under prefix without "..", false when there is none (or it is no such path). */
+static bool cmdline_path(const char *param, const char *prefix, char *val, size_t len)
 {
     char line[CMDLINE_MAX];
     _cleanup_close_ int fd = open("/proc/cmdline", O_RDONLY | O_CLOEXEC);
@@ -68,23 +76,24 @@ static bool cmdline_root(char *dev, size_t len)
         return false;
     line[n] = '\0';
     for (char *w = strtok(line, " \t\n"); w; w = strtok(NULL, " \t\n")) {
-        if (strncmp(w, ROOT_PARAM, strlen(ROOT_PARAM)) != 0)
+        if (strncmp(w, param, strlen(param)) != 0)
             continue;
-        const char *v = w + strlen(ROOT_PARAM);
-        if (strncmp(v, "/dev/", 5) != 0 || strstr(v, "..") || strlen(v) >= len) {
-            agent_log("ignoring %s%s: not a device under /dev", ROOT_PARAM, v);
+        const char *v = w + strlen(param);
+        if (strncmp(v, prefix, strlen(prefix)) != 0 || strstr(v, "..") || strlen(v) >= len) {
+            agent_log("ignoring %s%s: not a path under %s", param, v, prefix);
             return false;
         }
-        snprintf(dev, len, "%s", v);
+        snprintf(val, len, "%s", v);
         return true;
     }
     return false;
 }
 
-/* Mounts dev on NEW_ROOT, brings /usr/lib/airlock and the pseudo filesystems along and makes
- * it the root, as switch_root(8) does; the initramfs stays underneath (it holds only the few
- * MiB bound in). Any failure is fatal to the boot: an agent without its image is no use. */
-static int root_switch(const char *dev)
+/* Mounts dev on NEW_ROOT, brings /usr/lib/airlock (unless with_agent is false: an image booted
+ * with airlock.init= must not see the agent) and the pseudo filesystems along and makes it the
+ * root, as switch_root(8) does; the initramfs stays underneath (it holds only the few MiB bound
+ * in). Any failure is fatal to the boot: an agent without its image is no use. */
+static int root_switch(const char *dev, bool with_agent)
 {
     struct stat st;
     for (int waited = 0; stat(dev, &st) < 0 && waited < ROOT_WAIT_MS; waited += 10)
@@ -97,7 +106,7 @@ static int root_switch(const char *dev)
         return -e;
     }
     static const char *const carried[] = {AIRLOCK_LIB, "/dev", "/proc", "/sys"};
-    for (size_t i = 0; i < sizeof(carried) / sizeof(carried[0]); i++) {
+    for (size_t i = with_agent ? 0 : 1; i < sizeof(carried) / sizeof(carried[0]); i++) {
         char to[PATH_MAX];
         snprintf(to, sizeof(to), NEW_ROOT "%s", carried[i]);
         mkdir(to, 0755);
@@ -145,7 +154,9 @@ void init_pid1(void)
         close(fd);
     load_modules();
     char dev[64];
-    if (cmdline_root(dev, sizeof(dev)) && root_switch(dev) < 0) {
+    cmdline_path(INIT_PARAM, "/", boot_program, sizeof(boot_program));
+    if (cmdline_path(ROOT_PARAM, "/dev/", dev, sizeof(dev)) &&
+        root_switch(dev, !boot_program[0]) < 0) {
         init_power_off(false); /* the host sees the channel close, the console says why */
         for (;;)
             pause();
@@ -173,11 +184,64 @@ void init_pid1(void)
         agent_log("cannot chdir to /: %s", strerror(errno));
 }
 
+/* airlock.init=PROGRAM: PROGRAM is a one-shot boot step (it starts sshd and exits 0). PID 1
+ * then only reaps: daemons and the orphans of SSH sessions are re-parented to it. A boot step
+ * that cannot start or fails powers the machine off, so the host sees it at once instead of
+ * waiting out a timeout; a daemon that dies later is not restarted (tests kill sshd on purpose). */
+static _Noreturn void boot_program_run(void)
+{
+    pid_t boot = fork();
+    if (boot == 0) {
+        /* Output goes to the console (fds 1-2); nothing reads the serial line. */
+        int fd = open("/dev/null", O_RDONLY);
+        if (fd > 0) {
+            dup2(fd, STDIN_FILENO);
+            close(fd);
+        }
+        execl(boot_program, boot_program, (char *)NULL);
+        agent_log("cannot run %s: %s", boot_program, strerror(errno));
+        _exit(127);
+    }
+    if (boot < 0)
+        agent_log("cannot start %s: %s", boot_program, strerror(errno));
+    while (boot > 0) {
+        int st;
+        pid_t p = waitpid(-1, &st, 0);
+        if (p == boot) {
+            if (WIFEXITED(st) && WEXITSTATUS(st) == 0) {
+                boot = 0; /* its pid may come back for another process */
+                continue;
+            }
+            agent_log("%s failed (%s %d): powering off", boot_program,
+                      WIFSIGNALED(st) ? "signal" : "status",
+                      WIFSIGNALED(st) ? WTERMSIG(st) : WEXITSTATUS(st));
+            break;
+        }
+        if (p < 0 && errno != EINTR)
+            break; /* cannot happen while the boot step runs */
+    }
+    if (boot == 0) {
+        /* Orphans of everything, for as long as there are processes; ECHILD: none left, and
+         * none can appear (every process descends from PID 1). */
+        while (waitpid(-1, NULL, 0) > 0 || errno == EINTR)
+            ;
+        agent_log("no processes left");
+        for (;;)
+            pause();
+    }
+    init_power_off(false);
+    for (;;)
+        pause(); /* init must never exit: the kernel would panic */
+}
+
 /* PID 1 stays a minimal supervisor and the agent runs as its child: root code in the guest can
  * then kill the agent (init is immune to SIGKILL), and a dead agent powers the machine off at
- * once, so the host sees its session end instead of a silent channel. Returns in the child. */
+ * once, so the host sees its session end instead of a silent channel. Returns in the child.
+ * With airlock.init= it runs that program instead and never returns. */
 void init_supervise(void)
 {
+    if (boot_program[0])
+        boot_program_run();
     pid_t agent = fork();
     if (agent == 0)
         return;

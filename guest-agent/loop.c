@@ -351,8 +351,7 @@ static void requests_reset(struct agent *a)
             req_abort(a, &a->reqs[i]);
 }
 
-/* Requests and kernels: on disconnect and on the way out. A new connection is a new session:
- * no state carries over. */
+/* Requests and kernels: on the way out, and on disconnect except from a unix socket. */
 static void session_reset(struct agent *a)
 {
     requests_reset(a);
@@ -370,9 +369,16 @@ static void on_connect(struct agent *a)
     agent_log("host connected");
 }
 
-static void on_disconnect(struct agent *a, int err)
+/* why: NULL when the host simply left. */
+static void on_disconnect(struct agent *a, const char *why)
 {
-    session_reset(a);
+    /* On a unix socket the agent is the daemon behind --relay, one SSH session per connection:
+     * a dropped link, or a host reconnecting after a snapshot restore, must find the idle
+     * kernels it left, as a new HELLO does. Elsewhere a new connection is a new session. */
+    if (a->ch.kind == CHANNEL_UNIX)
+        requests_reset(a);
+    else
+        session_reset(a);
     a->connected = false;
     a->hello = false;
     if (a->ch.kind == CHANNEL_STDIO) {
@@ -380,7 +386,7 @@ static void on_disconnect(struct agent *a, int err)
         return;
     }
     channel_drop(&a->ch);
-    agent_log("host disconnected%s%s", err ? ": " : "", err ? strerror(err) : "");
+    agent_log("host disconnected%s%s", why ? ": " : "", why ? why : "");
 }
 
 static void on_hello(struct agent *a, const struct al_msg *m)
@@ -641,8 +647,8 @@ enum poll_role {
     ROLE_KERNEL_OUT1,
 };
 
-/* Slots in the poll set: signals, the channel (two), per request two outputs and stdin, per
- * kernel its control socket and two outputs. */
+/* Slots in the poll set: signals, the channel (two fds, or one socket and the listening one),
+ * per request two outputs and stdin, per kernel its control socket and two outputs. */
 #define POLL_MAX (3 + 3 * AGENT_REQ_MAX + 3 * KERNEL_LANGS)
 
 int agent_run(struct agent *a)
@@ -693,9 +699,11 @@ int agent_run(struct agent *a)
                 if (out_ev)
                     ADD(a->ch.out_fd, out_ev, NULL, ROLE_CHANNEL_OUT);
             }
-        } else if (a->ch.kind == CHANNEL_UNIX) {
+        }
+        /* Also while connected: the newest connection wins (see ROLE_LISTEN). */
+        if (a->ch.kind == CHANNEL_UNIX) {
             ADD(a->ch.listen_fd, POLLIN, NULL, ROLE_LISTEN);
-        } else {
+        } else if (!a->connected) {
             next = now + AGENT_HOST_POLL_MS * 1000;
         }
         for (size_t i = 0; i < AGENT_REQ_MAX; i++) {
@@ -746,6 +754,7 @@ int agent_run(struct agent *a)
             return -errno;
 
         int lost = 0;
+        bool replaced = false;
         for (size_t i = 0; pr > 0 && i < n; i++) {
             short re = pfd[i].revents;
             if (!re)
@@ -768,7 +777,12 @@ int agent_run(struct agent *a)
                 lost = lost ? lost : outq_flush(a);
                 break;
             case ROLE_LISTEN:
-                break; /* channel_accept at the top of the loop */
+                /* A host connecting again (after a snapshot restore the old connection is a
+                 * stale TCP link that may take minutes to time out) must not wait behind the
+                 * old one: it is dropped as if the host had left. channel_accept at the top of
+                 * the loop takes the new one. */
+                replaced = a->connected;
+                break;
             case ROLE_OUT0:
             case ROLE_OUT1:
                 if (r->used)
@@ -790,8 +804,10 @@ int agent_run(struct agent *a)
                 break;
             }
         }
-        if (lost) {
-            on_disconnect(a, lost == -ENOTCONN ? 0 : -lost);
+        if (lost || replaced) {
+            on_disconnect(a, replaced            ? "a newer connection replaces it"
+                             : lost == -ENOTCONN ? NULL
+                                                 : strerror(-lost));
             continue;
         }
         channel_dispatch(a);
@@ -812,7 +828,7 @@ int agent_run(struct agent *a)
         if (a->connected && outq_len(a)) {
             int err = outq_flush(a);
             if (err)
-                on_disconnect(a, -err);
+                on_disconnect(a, strerror(-err));
         }
         cgroup_housekeeping(a, now_us());
     }

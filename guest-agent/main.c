@@ -5,6 +5,7 @@
 #include <signal.h>
 #include <stdio.h>
 #include <string.h>
+#include <sys/prctl.h>
 #include <sys/signalfd.h>
 
 #define DEFAULT_PORT "org.airlock.agent.0"
@@ -15,10 +16,16 @@ static struct agent agent;
 static void usage(FILE *f)
 {
     fprintf(f,
-            "usage: airlock-agent [--port NAME | --stdio | --unix PATH] [--root DIR]\n"
-            "                     [--allow-shutdown] [--kernels DIR] [--version] [--help]\n"
+            "usage: airlock-agent [--port NAME | --stdio | --unix PATH | --relay PATH]\n"
+            "                     [--root DIR] [--allow-shutdown] [--kernels DIR]\n"
+            "                     [--version] [--help]\n"
             "Serves Airlock frames: on the virtio-serial port NAME (default %s),\n"
-            "on stdin/stdout, or on a unix socket. File paths resolve beneath DIR (/).\n"
+            "on stdin/stdout, or on a unix socket, where the newest connection wins.\n"
+            "--relay PATH copies stdin/stdout to and from the agent on the socket PATH,\n"
+            "first starting it (--unix PATH, with --root, --kernels, --allow-shutdown;\n"
+            "its log in PATH.log) if none answers: one per SSH session, while the agent\n"
+            "and its kernels outlive them.\n"
+            "File paths resolve beneath DIR (/).\n"
             "--allow-shutdown lets SHUTDOWN power off the machine outside --port mode.\n"
             "--kernels DIR: the language kernels' driver scripts (default %s).\n",
             DEFAULT_PORT, KERNELS_DIR);
@@ -45,12 +52,13 @@ int main(int argc, char **argv)
         {"port", required_argument, NULL, 'p'},     {"stdio", no_argument, NULL, 's'},
         {"unix", required_argument, NULL, 'u'},     {"root", required_argument, NULL, 'r'},
         {"allow-shutdown", no_argument, NULL, 'S'}, {"version", no_argument, NULL, 'V'},
-        {"kernels", required_argument, NULL, 'k'},
+        {"kernels", required_argument, NULL, 'k'},  {"relay", required_argument, NULL, 'R'},
         {"help", no_argument, NULL, 'h'},           {NULL, 0, NULL, 0},
     };
     struct agent *a = &agent;
     enum channel_kind kind = CHANNEL_VIRTIO;
     const char *port = DEFAULT_PORT, *path = NULL, *root = "/";
+    struct relay_opts relay = {NULL, NULL, NULL, false};
     bool allow_shutdown = false;
     bool init = getpid() == 1;
     int c, err;
@@ -60,24 +68,30 @@ int main(int argc, char **argv)
     while ((c = getopt_long(argc, argv, "", opts, NULL)) != -1) {
         switch (c) {
         case 'p':
+            relay.path = NULL;
             kind = CHANNEL_VIRTIO;
             port = optarg;
             break;
         case 's':
+            relay.path = NULL;
             kind = CHANNEL_STDIO;
             break;
         case 'u':
+            relay.path = NULL;
             kind = CHANNEL_UNIX;
             path = optarg;
             break;
+        case 'R':
+            relay.path = optarg;
+            break;
         case 'r':
-            root = optarg;
+            root = relay.root = optarg;
             break;
         case 'S':
-            allow_shutdown = true;
+            allow_shutdown = relay.allow_shutdown = true;
             break;
         case 'k':
-            a->kernels_dir = optarg;
+            a->kernels_dir = relay.kernels = optarg;
             break;
         case 'V':
             printf("airlock-agent %s\n", AIRLOCK_VERSION);
@@ -97,11 +111,18 @@ int main(int argc, char **argv)
         return 2;
     }
 
+    /* Not an agent itself: none of the agent's process setup applies. */
+    if (relay.path && !init)
+        return relay_main(&relay);
+
     if (init) {
         init_pid1();
         init_supervise();
     }
     init_common();
+    /* A relay starts us through /proc/self/exe, which would name us "exe" in ps and pgrep. */
+    if (kind == CHANNEL_UNIX)
+        prctl(PR_SET_NAME, "airlock-agent");
     a->root_fd = a->cg_base_fd = a->null_fd = a->sig_fd = a->spare_fd = -1;
     /* Powering off a machine from a test harness on the host would be a nasty surprise:
      * outside a VM's port it takes --allow-shutdown. */
@@ -114,6 +135,11 @@ int main(int argc, char **argv)
         err = kind == CHANNEL_UNIX    ? channel_open_unix(&a->ch, path)
               : kind == CHANNEL_STDIO ? channel_open_stdio(&a->ch)
                                       : channel_open_virtio(&a->ch, port);
+    }
+    /* Another agent took the socket first (relays starting together): it serves them all. */
+    if (err == -EWOULDBLOCK && kind == CHANNEL_UNIX) {
+        agent_log("another agent serves %s", path);
+        return 0;
     }
     if (err == 0) {
         agent_log("version %s ready%s%s", AIRLOCK_VERSION, init ? " under init" : "",

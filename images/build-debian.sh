@@ -3,9 +3,14 @@
 # bash, coreutils, git, sqlite3, curl and Node on a qcow2 root disk, booted directly with the
 # cloud kernel and a small initramfs whose /init is the airlock agent.
 #
-#   images/build-debian.sh AGENT_BINARY OUTDIR [--toolchain]
+#   images/build-debian.sh AGENT_BINARY OUTDIR [--toolchain] [--variant=sshd]
 #
 # --toolchain adds build-essential (and python3-dev).
+# --variant=sshd builds the `sshd` image instead (images/build-sshd.sh): the same disk plus
+# sshd/packages and sshd/customize.sh, without the agent. Its initramfs still has the agent as
+# /init to load modules and switch root, but airlock.init= on the command line makes that init
+# run /usr/local/sbin/airlock-boot (sshd/airlock-boot: NoCloud seed, network, sshd) instead of
+# the agent and keep /usr/lib/airlock out of the new root. The host reaches it over SSH.
 #
 # Two parts with different lives:
 # - the root disk (debian/rootfs.sh: mmdebstrap, mke2fs -d, qemu-img), a few minutes, depends
@@ -22,12 +27,13 @@
 set -euo pipefail
 
 here=$(cd "$(dirname "$0")" && pwd)
+variant=debian
 die() {
-    echo "build-debian: $*" >&2
+    echo "build-$variant: $*" >&2
     exit 1
 }
 usage() {
-    echo "usage: $0 AGENT_BINARY OUTDIR [--toolchain]" >&2
+    echo "usage: $0 AGENT_BINARY OUTDIR [--toolchain] [--variant=sshd]" >&2
     exit 2
 }
 toolchain=false
@@ -35,6 +41,7 @@ args=()
 for a in "$@"; do
     case $a in
     --toolchain) toolchain=true ;;
+    --variant=sshd) variant=sshd ;;
     -*) usage ;;
     *) args+=("$a") ;;
     esac
@@ -65,6 +72,17 @@ fi
 
 lists=("$here/debian/packages")
 $toolchain && lists+=("$here/debian/packages-toolchain")
+# What the sshd variant adds to the disk (its hook installs the other files of sshd/).
+hooks=()
+variant_files=()
+if [ "$variant" = sshd ]; then
+    lists+=("$here/sshd/packages")
+    hooks=(--hook "$here/sshd/customize.sh")
+    variant_files=("$here/sshd/customize.sh" "$here/sshd/airlock-boot" "$here/sshd/sshd_config")
+    # The NIC (virtio_net needs net_failover, which needs failover) and the NoCloud seed's
+    # ISO 9660 file system (isofs needs cdrom); all modules in Debian's cloud kernel.
+    boot_modules+=(failover net_failover virtio_net cdrom isofs)
+fi
 mapfile -t packages < <(sed -e 's/#.*//' -e 's/[[:space:]]//g' "${lists[@]}" | grep . | LC_ALL=C sort -u)
 
 # The disk's cache key: everything that goes into it. The archive's content is not part of it
@@ -72,7 +90,8 @@ mapfile -t packages < <(sed -e 's/#.*//' -e 's/[[:space:]]//g' "${lists[@]}" | g
 # SOURCE_DATE_EPOCH or remove the cache file to refresh).
 inputs=$({
     echo "recipe 1"
-    cat "$here/debian/rootfs.sh"
+    [ "$variant" = debian ] || echo "variant $variant"
+    cat "$here/debian/rootfs.sh" ${variant_files[@]+"${variant_files[@]}"}
     printf '%s\n' "${packages[@]}"
     echo "epoch $SOURCE_DATE_EPOCH size ${AIRLOCK_DEBIAN_FS_SIZE:-4G}"
     cat "$sources"
@@ -86,26 +105,26 @@ else
     cache=${XDG_CACHE_HOME:-$HOME/.cache}/airlock
 fi
 mkdir -p "$cache"
-base=$cache/debian-$inputs.qcow2
+base=$cache/$variant-$inputs.qcow2
 # Cached disks kept; older ones are removed (images already built keep theirs: hard links).
 keep=3
 
 # One builder at a time per disk (the test and ASan builds may ask together); builds of other
 # disks (--toolchain) do not wait.
-exec 9>"$cache/.debian-$inputs.lock"
+exec 9>"$cache/.$variant-$inputs.lock"
 flock 9
 if [ ! -s "$base" ]; then
-    echo "build-debian: building the root disk (mmdebstrap; a few minutes), cache $base" >&2
-    tmp=$cache/.debian-$inputs.$$.qcow2
+    echo "build-$variant: building the root disk (mmdebstrap; a few minutes), cache $base" >&2
+    tmp=$cache/.$variant-$inputs.$$.qcow2
     trap 'rm -f "$tmp"' EXIT
-    bash "$here/debian/rootfs.sh" "$tmp" "$sources" "${packages[@]}"
+    bash "$here/debian/rootfs.sh" ${hooks[@]+"${hooks[@]}"} "$tmp" "$sources" "${packages[@]}"
     chmod 0444 "$tmp"
     mv "$tmp" "$base"
     trap - EXIT
-    # shellcheck disable=SC2012 # names are ours: debian-HEX.qcow2
-    for old in $(ls -t "$cache"/debian-*.qcow2 | tail -n +$((keep + 1))); do
-        old=${old##*/debian-}
-        rm -f "$cache/debian-$old" "$cache/.debian-${old%.qcow2}.lock"
+    # shellcheck disable=SC2012 # names are ours: VARIANT-HEX.qcow2
+    for old in $(ls -t "$cache"/"$variant"-*.qcow2 | tail -n +$((keep + 1))); do
+        old=${old##*/"$variant"-}
+        rm -f "$cache/$variant-$old" "$cache/.$variant-${old%.qcow2}.lock"
     done
 fi
 flock -u 9
@@ -131,15 +150,40 @@ if readelf -h "$agent" >/dev/null 2>&1; then
     strip --strip-all "$root/usr/lib/airlock/airlock-agent"
 fi
 ln -s usr/lib/airlock/airlock-agent "$root/init"
-mkdir -p "$root/usr/lib/airlock/kernels"
-if [ -d "$kernels" ]; then
-    cp -R "$kernels/." "$root/usr/lib/airlock/kernels/"
+# The sshd variant never binds /usr/lib/airlock into its root: the host copies the agent and
+# the kernels over SFTP.
+if [ "$variant" = debian ]; then
+    mkdir -p "$root/usr/lib/airlock/kernels"
+    if [ -d "$kernels" ]; then
+        cp -R "$kernels/." "$root/usr/lib/airlock/kernels/"
+    fi
 fi
 boot_install_modules "$root"
 boot_write_cpio "$root" "$stage/initrd.img" "${AIRLOCK_INITRD_COMPRESS:-none}"
 install -m 0644 "$stage/initrd.img" "$outdir/initrd.img"
 boot_install_kernel "$stage" "$outdir" "${AIRLOCK_KERNEL_FORMAT:-pvh}"
 
+if [ "$variant" = sshd ]; then
+    # No agent_protocol/agent_version: the image has no agent; the host brings its own.
+    cat >"$stage/manifest.json" <<EOF
+{
+  "name": "sshd",
+  "kernel": "$boot_kernel_file",
+  "initrd": "initrd.img",
+  "disk": "rootfs.qcow2",
+  "cmdline": "$boot_cmdline airlock.root=/dev/vda airlock.init=/usr/local/sbin/airlock-boot",
+  "transport": "ssh",
+  "ssh_user": "airlock",
+  "ssh_port": 22,
+  "languages": ["python", "shell", "javascript"],
+  "memory_mib": 512,
+  "toolchain": $toolchain,
+  "inputs": "$inputs"
+}
+EOF
+    install -m 0644 "$stage/manifest.json" "$outdir/manifest.json"
+    exit 0
+fi
 cat >"$stage/manifest.json" <<EOF
 {
   "name": "debian",

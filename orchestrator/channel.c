@@ -128,6 +128,8 @@ int al_channel_recv(struct al_channel *ch, struct al_msg *m, uint64_t deadline_m
             continue;
         if (n < 0)
             return al_err(err, -errno, "cannot read the guest channel: %s", strerror(errno));
+        if (n == 0 && ch->eof_msg)
+            return al_err(err, -ECONNRESET, "%s", ch->eof_msg);
         if (n == 0)
             return al_err(err, -ECONNRESET, al_decoder_partial(&ch->dec)
                                                 ? "guest channel closed in the middle of a frame"

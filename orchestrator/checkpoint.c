@@ -179,10 +179,13 @@ static bool domain_running(al_session *s)
  * input, so a snapshot taken now restores an agent idle at a frame boundary. */
 static int barrier(al_session *s, al_error *err)
 {
+    int r = al_session_ready(s, err);
+    if (r < 0)
+        return r;
     uint64_t cookie = al_now_us();
     struct al_msg m = {.type = AL_PING};
     m.u.ping.cookie = cookie;
-    int r = al_channel_send(&s->ch, &m, err);
+    r = al_channel_send(&s->ch, &m, err);
     if (r < 0)
         return r;
     uint64_t deadline = al_now_ms() + BARRIER_MS;
@@ -241,6 +244,13 @@ static int resync(al_session *s, unsigned total_ms, al_error *err)
  * runs (someone else, libvirt's own snapshot revert for one, started a new QEMU). */
 static int resync_or_reconnect(al_session *s, unsigned total_ms, al_error *err)
 {
+    /* Over SSH the old connection belongs to the guest's abandoned future (or to a QEMU that
+     * is gone): always a new one, to the restored sshd and agent daemon. */
+    if (s->transport == AL_TRANSPORT_SSH) {
+        al_ssh_disconnect(s);
+        int r = al_ssh_connect(s, al_now_ms() + total_ms, err);
+        return r < 0 ? r : resync(s, total_ms, err);
+    }
     al_error first = {0};
     int r = s->have_ch ? resync(s, total_ms, &first) : -ENOTCONN;
     if (r != -ECONNRESET && r != -EPIPE && r != -ENOTCONN) {
@@ -286,6 +296,9 @@ static int restart(al_session *s, al_error *err)
                                 VIR_DOMAIN_START_AUTODESTROY | VIR_DOMAIN_START_PAUSED);
     if (!s->dom)
         return al_err_virt(err, -EIO, "cannot start the VM again");
+    /* Over SSH, sshd must run first: resync_or_reconnect connects after the resume. */
+    if (s->transport == AL_TRANSPORT_SSH)
+        return 0;
     /* Connected before the guest runs, so the restored port never sees its host leave. */
     return al_session_connect_agent(s, al_now_ms() + RESTART_CONNECT_MS, err);
 }

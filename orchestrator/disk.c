@@ -64,6 +64,17 @@ static int qemu_owner(virConnectPtr conn, bool kvm, uid_t *uid, gid_t *gid, al_e
     return 0;
 }
 
+/* Readable and writable by QEMU only; the runtime dir is ours, so we can still remove it. */
+static int give(const char *path, uid_t uid, gid_t gid, al_error *err)
+{
+    if ((uid != geteuid() || gid != getegid()) && chown(path, uid, gid) < 0)
+        return al_err(err, -errno, "cannot give '%s' to QEMU's user %lu: %s", path,
+                      (unsigned long)uid, strerror(errno));
+    if (chmod(path, 0600) < 0)
+        return al_err(err, -errno, "cannot chmod '%s': %s", path, strerror(errno));
+    return 0;
+}
+
 /* Runs qemu-img with argv, which creates path, and hands path to QEMU's user. */
 static int qemu_img_create(virConnectPtr conn, bool kvm, const char *const *argv,
                            const char *overlay, al_error *err)
@@ -94,13 +105,15 @@ static int qemu_img_create(virConnectPtr conn, bool kvm, const char *const *argv
                       why);
     }
     fclose(errf);
-    /* Readable and writable by QEMU only; the runtime dir is ours, so we can still remove it. */
-    if ((uid != geteuid() || gid != getegid()) && chown(overlay, uid, gid) < 0)
-        return al_err(err, -errno, "cannot give the session disk to QEMU's user %lu: %s",
-                      (unsigned long)uid, strerror(errno));
-    if (chmod(overlay, 0600) < 0)
-        return al_err(err, -errno, "cannot chmod the session disk: %s", strerror(errno));
-    return 0;
+    return give(overlay, uid, gid, err);
+}
+
+int al_disk_give(virConnectPtr conn, bool kvm, const char *path, al_error *err)
+{
+    uid_t uid = geteuid();
+    gid_t gid = getegid();
+    int r = qemu_owner(conn, kvm, &uid, &gid, err);
+    return r < 0 ? r : give(path, uid, gid, err);
 }
 
 int al_disk_overlay(virConnectPtr conn, bool kvm, const char *base, const char *overlay,

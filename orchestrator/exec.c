@@ -116,6 +116,9 @@ int al_exec(al_session *s, const al_exec_opts *o, al_exec_result *out, al_error 
     if (o->input_wait_ms > AL_INPUT_WAIT_MAX_MS)
         return al_err(err, -EINVAL, "the input wait is at most %d s", AL_INPUT_WAIT_MAX_MS / 1000);
 
+    int ready = al_session_ready(s, err);
+    if (ready < 0)
+        return ready;
     struct exec_state st = {.s = s, .id = (uint32_t)al_session_next_id(s), .stdin_fd = -1};
     struct al_msg m = {.type = AL_EXEC, .id = st.id};
     m.u.exec.flags = (o->stdin_fd >= 0 ? AL_EXEC_STDIN : 0) | (o->kernel ? AL_EXEC_KERNEL : 0);

@@ -21,6 +21,8 @@ int al_file_put(al_session *s, const char *host_path, const char *guest_path,
 {
     AL_SESSION_LOCKED(s);
     int r = guest_path_ok(guest_path, err);
+    if (r == 0)
+        r = al_session_ready(s, err);
     if (r < 0)
         return r;
     _cleanup_close_ int fd = open(host_path, O_RDONLY | O_CLOEXEC);
@@ -164,6 +166,8 @@ int al_file_get(al_session *s, const char *guest_path, const char *host_path,
 {
     AL_SESSION_LOCKED(s);
     int r = guest_path_ok(guest_path, err);
+    if (r == 0)
+        r = al_session_ready(s, err);
     if (r < 0)
         return r;
     char target[4096];

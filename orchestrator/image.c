@@ -35,6 +35,19 @@ int al_image_store_dir(char *buf, size_t len, al_error *err)
     return 0;
 }
 
+/* A POSIX portable user name: it goes into a guest command line and cloud-init's config. */
+bool al_ssh_user_ok(const char *s)
+{
+    size_t n = strlen(s);
+    if (n == 0 || n > 32 || s[0] == '-')
+        return false;
+    for (const char *p = s; *p; p++)
+        if (!((*p >= 'a' && *p <= 'z') || (*p >= 'A' && *p <= 'Z') || (*p >= '0' && *p <= '9') ||
+              *p == '-' || *p == '_' || *p == '.'))
+            return false;
+    return true;
+}
+
 bool al_image_name_ok(const char *s)
 {
     size_t n = strlen(s);
@@ -127,16 +140,51 @@ int al_image_load(const char *name, al_image *out, al_error *err)
     if (!cJSON_IsObject(j))
         return al_err(err, -EINVAL, "image '%s': manifest is not a JSON object", name);
 
+    /* SSH images may have no agent at all (a stock cloud image): it is copied in per session,
+     * so its protocol is this airlock's. An agent baked in must speak it. */
+    const cJSON *tr = cJSON_GetObjectItemCaseSensitive(j, "transport");
+    if (tr && !cJSON_IsNull(tr)) {
+        if (cJSON_IsString(tr) && !strcmp(tr->valuestring, "ssh"))
+            img.transport = AL_TRANSPORT_SSH;
+        else if (!cJSON_IsString(tr) || strcmp(tr->valuestring, "virtio"))
+            return al_err(err, -EINVAL, "image '%s': transport is neither 'virtio' nor 'ssh'",
+                          name);
+    }
     const cJSON *proto = cJSON_GetObjectItemCaseSensitive(j, "agent_protocol");
-    if (!cJSON_IsNumber(proto) || proto->valuedouble < 0 || proto->valuedouble > 1e6)
-        return al_err(err, -EINVAL, "image '%s': manifest has no agent_protocol", name);
-    img.agent_protocol = (unsigned)proto->valuedouble;
-    if (img.agent_protocol != AL_PROTO_VERSION)
-        return al_err(err, -EPROTONOSUPPORT,
-                      "image '%s' has an agent speaking protocol %u, this airlock speaks %u; "
-                      "rebuild the image",
-                      name, img.agent_protocol, AL_PROTO_VERSION);
+    if (img.transport == AL_TRANSPORT_SSH && !proto) {
+        img.agent_protocol = AL_PROTO_VERSION;
+    } else {
+        if (!cJSON_IsNumber(proto) || proto->valuedouble < 0 || proto->valuedouble > 1e6)
+            return al_err(err, -EINVAL, "image '%s': manifest has no agent_protocol", name);
+        img.agent_protocol = (unsigned)proto->valuedouble;
+        if (img.agent_protocol != AL_PROTO_VERSION)
+            return al_err(err, -EPROTONOSUPPORT,
+                          "image '%s' has an agent speaking protocol %u, this airlock speaks %u; "
+                          "rebuild the image",
+                          name, img.agent_protocol, AL_PROTO_VERSION);
+    }
+    if (img.transport == AL_TRANSPORT_SSH) {
+        const cJSON *user = cJSON_GetObjectItemCaseSensitive(j, "ssh_user");
+        const cJSON *port = cJSON_GetObjectItemCaseSensitive(j, "ssh_port");
+        if (!cJSON_IsString(user) || !al_ssh_user_ok(user->valuestring))
+            return al_err(err, -EINVAL, "image '%s': ssh_user is not a user name", name);
+        snprintf(img.ssh_user, sizeof(img.ssh_user), "%s", user->valuestring);
+        img.ssh_port = 22;
+        if (port && (!cJSON_IsNumber(port) || port->valuedouble < 1 || port->valuedouble > 65535))
+            return al_err(err, -EINVAL, "image '%s': ssh_port is not a port", name);
+        if (port)
+            img.ssh_port = (unsigned)port->valuedouble;
+    }
 
+    /* No kernel: the disk boots through the firmware, which only an SSH image can do (nothing
+     * else would start an agent). */
+    const cJSON *kern = cJSON_GetObjectItemCaseSensitive(j, "kernel");
+    if ((!kern || cJSON_IsNull(kern)) && img.transport == AL_TRANSPORT_SSH) {
+        r = image_part(j, "disk", img.dir, img.disk, sizeof(img.disk), name, err);
+        if (r < 0)
+            return r;
+        goto rest;
+    }
     r = image_part(j, "kernel", img.dir, img.kernel, sizeof(img.kernel), name, err);
     if (r < 0)
         return r;
@@ -151,6 +199,7 @@ int al_image_load(const char *name, al_image *out, al_error *err)
             return r;
     }
 
+rest:;
     const cJSON *cmd = cJSON_GetObjectItemCaseSensitive(j, "cmdline");
     if (cJSON_IsString(cmd)) {
         if (strlen(cmd->valuestring) >= sizeof(img.cmdline) || strpbrk(cmd->valuestring, "'<>&\""))
@@ -195,9 +244,16 @@ int al_image_list(void (*fn)(void *ctx, const al_image *img, const char *name, c
     char *names[256];
     size_t n = 0;
     struct dirent *e;
-    while ((e = readdir(d)) && n < sizeof(names) / sizeof(names[0]))
-        if (e->d_name[0] != '.' && (names[n] = strdup(e->d_name)))
+    /* A directory without a manifest is no image (a build dir's image not built yet). */
+    while ((e = readdir(d)) && n < sizeof(names) / sizeof(names[0])) {
+        char m[4400];
+        if (e->d_name[0] == '.' ||
+            al_pathf(m, sizeof(m), "%s/%s/manifest.json", store, e->d_name) < 0 ||
+            access(m, F_OK) < 0)
+            continue;
+        if ((names[n] = strdup(e->d_name)))
             n++;
+    }
     closedir(d);
     qsort(names, n, sizeof(names[0]), cmp_names);
     for (size_t i = 0; i < n; i++) {

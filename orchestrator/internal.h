@@ -78,6 +78,7 @@ struct al_channel {
     struct al_decoder dec;
     uint8_t *rbuf;         /* AL_FRAME_HEADER_SIZE + AL_FRAME_PAYLOAD_MAX */
     uint8_t *wbuf;         /* the same size, for encoding */
+    const char *eof_msg;   /* what the end of the stream means on this transport, or NULL */
 };
 
 int al_channel_init(struct al_channel *ch, int fd, unsigned stall_ms, al_error *err);
@@ -111,6 +112,12 @@ struct al_vm_config {
     const char *scratch;  /* a qcow2 the guest never mounts, holding checkpoints, or NULL */
     const char *raw_sock; /* NULL: none */
     const char *raw_port_name;
+    /* SSH transport: a NIC on QEMU's user-mode network, restricted so the guest reaches
+     * nothing, with one forward from 127.0.0.1:host_port to guest_port; and the cloud-init
+     * seed (an ISO, read-only). host_port 0: no network. */
+    unsigned host_port;
+    unsigned guest_port;
+    const char *seed;
 };
 int al_vm_connect(const char *uri, virConnectPtr *out, al_error *err);
 int al_vm_start(virConnectPtr conn, const struct al_vm_config *cfg, virDomainPtr *out,
@@ -126,6 +133,7 @@ void al_kvm_mark_broken(void);
 /* ---- images ---- */
 /* Image and image part names: letters, digits, - _ . and no leading dot, under 64 bytes. */
 bool al_image_name_ok(const char *s);
+bool al_ssh_user_ok(const char *s);
 
 /* ---- host helpers (spawn.c, disk.c) ---- */
 /* Runs argv[0] (searched in PATH) with stdin from /dev/null, stdout on out_fd and stderr on
@@ -135,6 +143,10 @@ int al_spawn_wait(const char *const *argv, int out_fd, int err_fd, int *status);
  * the user QEMU runs as (libvirt's DAC base label for the domain type). */
 int al_disk_overlay(virConnectPtr conn, bool kvm, const char *base, const char *overlay,
                     al_error *err);
+/* Hands an existing file to QEMU's user, mode 0600. */
+int al_disk_give(virConnectPtr conn, bool kvm, const char *path, al_error *err);
+/* The agent binary and its language kernels' directory, from this build or the install. */
+int al_agent_files(char *agent, size_t alen, char *kernels, size_t klen, al_error *err);
 /* Creates path, an empty qcow2 of size bytes, owned the same way. */
 int al_disk_scratch(virConnectPtr conn, bool kvm, const char *path, uint64_t size,
                     al_error *err);

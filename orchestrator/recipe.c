@@ -17,12 +17,15 @@
 struct recipe_place {
     const char *recipes; /* directory holding build-NAME.sh */
     const char *agent;   /* the agent binary the image gets */
+    const char *kernels; /* the language kernels' driver scripts */
 };
 
 static const struct recipe_place from_tree = {AIRLOCK_SOURCE_ROOT "/images",
-                                              AIRLOCK_BUILD_ROOT "/guest-agent/airlock-agent"};
+                                              AIRLOCK_BUILD_ROOT "/guest-agent/airlock-agent",
+                                              AIRLOCK_SOURCE_ROOT "/guest-agent/kernels"};
 static const struct recipe_place installed = {AIRLOCK_DATADIR "/images",
-                                              AIRLOCK_LIBEXECDIR "/airlock-agent"};
+                                              AIRLOCK_LIBEXECDIR "/airlock-agent",
+                                              AIRLOCK_DATADIR "/guest-agent/kernels"};
 
 /* A binary run from its build tree uses that tree's recipes and agent; an installed one the
  * installed copies (the tree it came from may be gone or have moved on). */
@@ -63,6 +66,21 @@ static int find_recipe(const char *name, char *recipe, size_t rlen, char *agent,
     return al_err(err, -ENOENT, "no recipe for image '%s' (looked for build-%s.sh in %s%s%s)", name,
                   name, dir_env && *dir_env ? dir_env : order[0]->recipes,
                   dir_env && *dir_env ? "" : " and ", dir_env && *dir_env ? "" : order[1]->recipes);
+}
+
+/* What an SSH session copies into a guest that lacks it ($AIRLOCK_AGENT_BIN and
+ * $AIRLOCK_KERNELS_DIR override). */
+int al_agent_files(char *agent, size_t alen, char *kernels, size_t klen, al_error *err)
+{
+    const struct recipe_place *p = running_from_build_tree() ? &from_tree : &installed;
+    const char *agent_env = getenv("AIRLOCK_AGENT_BIN");
+    const char *kernels_env = getenv("AIRLOCK_KERNELS_DIR");
+    if (al_pathf(agent, alen, "%s", agent_env && *agent_env ? agent_env : p->agent) < 0 ||
+        al_pathf(kernels, klen, "%s", kernels_env && *kernels_env ? kernels_env : p->kernels) < 0)
+        return al_err(err, -ENAMETOOLONG, "agent path too long");
+    if (access(agent, X_OK) < 0)
+        return al_err(err, -ENOENT, "no agent binary at %s (set AIRLOCK_AGENT_BIN)", agent);
+    return 0;
 }
 
 int al_image_build(const al_image_build_opts *opts, al_error *err)

@@ -58,6 +58,8 @@ static int session_dir_create(al_session *s, al_error *err)
 
 int al_session_connect_agent(al_session *s, uint64_t deadline, al_error *err)
 {
+    if (s->transport == AL_TRANSPORT_SSH)
+        return al_ssh_connect(s, deadline, err);
     struct sockaddr_un sa = {.sun_family = AF_UNIX};
     if (strlen(s->sock) >= sizeof(sa.sun_path))
         return al_err(err, -ENAMETOOLONG, "socket path too long: %s", s->sock);
@@ -83,7 +85,7 @@ int al_session_connect_agent(al_session *s, uint64_t deadline, al_error *err)
 
 /* The session dir goes away with the session, so a boot failure quotes the console itself:
  * its last non-empty line, printable characters only. */
-static void console_last_line(const al_session *s, char *out, size_t len)
+void al_session_console_tail(const al_session *s, char *out, size_t len)
 {
     snprintf(out, len, "(empty)");
     FILE *f = fopen(s->console, "r");
@@ -119,7 +121,7 @@ int al_session_send_hello(al_session *s, uint64_t *nonce, al_error *err)
     return 0;
 }
 
-static int handshake(al_session *s, uint64_t deadline, al_error *err)
+int al_session_handshake(al_session *s, uint64_t deadline, al_error *err)
 {
     uint64_t nonce = 0;
     struct al_msg m;
@@ -130,7 +132,7 @@ static int handshake(al_session *s, uint64_t deadline, al_error *err)
         r = al_channel_recv(&s->ch, &m, deadline, s->cancel_fd, -1, err);
         if (r == -ETIMEDOUT && err->code == 0) {
             char last[160];
-            console_last_line(s, last, sizeof(last));
+            al_session_console_tail(s, last, sizeof(last));
             return al_err(err, -ETIMEDOUT,
                           "the guest agent did not answer within %u s (console's last line: %s)",
                           s->boot_timeout_ms / 1000, last);
@@ -209,6 +211,27 @@ int al_session_open(const al_session_opts *opts, al_session **out, al_error *err
     int r = al_image_load(opts->image ? opts->image : al_image_default(), &s->img, err);
     if (r < 0)
         goto fail;
+    s->transport = s->img.transport;
+    if (opts->transport && !strcmp(opts->transport, "virtio") &&
+        s->img.transport == AL_TRANSPORT_SSH) {
+        r = al_err(err, -EINVAL,
+                   "image '%s' has no agent of its own to serve virtio-serial; use --transport "
+                   "ssh",
+                   s->img.name);
+        goto fail;
+    }
+    if (opts->transport && !strcmp(opts->transport, "ssh") &&
+        s->img.transport != AL_TRANSPORT_SSH) {
+        r = al_err(err, -EINVAL,
+                   "image '%s' has no SSH server; use an SSH image ('airlock image build sshd', "
+                   "or 'airlock image import')",
+                   s->img.name);
+        goto fail;
+    }
+    if (opts->transport && strcmp(opts->transport, "ssh") && strcmp(opts->transport, "virtio")) {
+        r = al_err(err, -EINVAL, "unknown transport '%s' (virtio or ssh)", opts->transport);
+        goto fail;
+    }
     r = al_vm_connect(opts->connect_uri, &s->conn, err);
     if (r < 0)
         goto fail;
@@ -262,6 +285,11 @@ int al_session_open(const al_session_opts *opts, al_session **out, al_error *err
         .raw_sock = s->raw_port[0] ? s->raw_sock : NULL,
         .raw_port_name = s->raw_port,
     };
+    if (s->transport == AL_TRANSPORT_SSH) {
+        r = al_ssh_prepare(s, &cfg, err);
+        if (r < 0)
+            goto fail;
+    }
     if (opts->checkpoints) {
         r = al_checkpoints_prepare(s, &cfg, err);
         if (r < 0)
@@ -272,6 +300,14 @@ int al_session_open(const al_session_opts *opts, al_session **out, al_error *err
     if (opts->lifetime_s)
         s->expires_ms = start + (uint64_t)opts->lifetime_s * 1000u;
     r = al_vm_start(s->conn, &cfg, &s->dom, err);
+    /* The forward's port was free when picked; someone may have taken it since. */
+    for (int i = 0; i < 3 && r < 0 && cfg.host_port && strstr(err->msg, "forwarding"); i++) {
+        *err = (al_error){0};
+        r = al_ssh_pick_port(s, err);
+        cfg.host_port = s->host_port;
+        if (r == 0)
+            r = al_vm_start(s->conn, &cfg, &s->dom, err);
+    }
     if (r < 0 && s->kvm && !getenv("AIRLOCK_ACCEL")) {
         /* /dev/kvm opened but QEMU could not use it: try emulation before giving up. */
         al_error kvm_err = *err;
@@ -294,7 +330,7 @@ int al_session_open(const al_session_opts *opts, al_session **out, al_error *err
     if (r < 0)
         goto fail;
     uint64_t started = al_now_ms();
-    r = handshake(s, deadline, err);
+    r = al_session_handshake(s, deadline, err);
     if (r < 0)
         goto fail;
     s->timing.start_ms = started - start;
@@ -312,6 +348,7 @@ void al_session_close(al_session *s)
     if (!s)
         return;
     al_control_stop(s);
+    al_ssh_disconnect(s);
     if (s->have_ch)
         al_channel_destroy(&s->ch);
     if (s->dom) {
@@ -374,6 +411,13 @@ unsigned al_session_vcpus(const al_session *s)
 bool al_session_kvm(const al_session *s)
 {
     return s->kvm;
+}
+
+int al_session_ready(al_session *s, al_error *err)
+{
+    if (s->transport != AL_TRANSPORT_SSH || !al_ssh_lost(s))
+        return 0;
+    return al_ssh_reconnect(s, err);
 }
 
 int al_session_next_id(al_session *s)

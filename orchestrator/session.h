@@ -26,6 +26,12 @@ struct al_session {
     struct al_checkpoints *ckpt; /* checkpoint.c's state; NULL without opts.checkpoints */
     struct al_channel ch;
     bool have_ch;
+    enum al_transport transport;
+    struct al_ssh *ssh;     /* ssh.c's connection while there is one */
+    char ssh_dir[4300];     /* the session's keys */
+    char seed[4300];        /* the cloud-init seed ISO */
+    char host_pub[256];     /* the host key given to the guest, pinned */
+    unsigned host_port;     /* 127.0.0.1 port forwarded to the guest's sshd */
     unsigned stall_ms;
     unsigned boot_timeout_ms;
     uint64_t expires_ms;    /* monotonic end of the session's lifetime, 0: none */
@@ -46,6 +52,20 @@ int al_session_recv(al_session *s, uint32_t id, struct al_msg *m, int extra_fd, 
 int al_gc_conn(virConnectPtr conn, al_error *err);
 /* Connects s->ch to the agent's socket, retrying until deadline while QEMU creates it. */
 int al_session_connect_agent(al_session *s, uint64_t deadline, al_error *err);
+/* The console's last non-empty line, printable characters only, for boot errors. */
+void al_session_console_tail(const al_session *s, char *out, size_t len);
+/* Sends HELLO and waits for the HELLO_ACK until deadline. */
+int al_session_handshake(al_session *s, uint64_t deadline, al_error *err);
+/* Before a request: over SSH, reconnects when the connection dropped. */
+int al_session_ready(al_session *s, al_error *err);
+/* ssh.c: keys, seed and port for a session being opened (fills cfg's network and seed);
+ * connecting until deadline (the pinned host key, login, agent copy, relay); closing. */
+int al_ssh_prepare(al_session *s, struct al_vm_config *cfg, al_error *err);
+int al_ssh_pick_port(al_session *s, al_error *err);
+int al_ssh_connect(al_session *s, uint64_t deadline, al_error *err);
+int al_ssh_reconnect(al_session *s, al_error *err);
+void al_ssh_disconnect(al_session *s);
+bool al_ssh_lost(const al_session *s);
 /* Sends a HELLO with a fresh random nonce, written to *nonce. */
 int al_session_send_hello(al_session *s, uint64_t *nonce, al_error *err);
 /* Checks a HELLO_ACK against the HELLO sent with nonce and records what the agent announced. */

@@ -198,7 +198,8 @@ char *al_vm_xml(const struct al_vm_config *cfg)
     FILE *f = open_memstream(&buf, &len);
     if (!f)
         return NULL;
-    fprintf(f, "<domain type='%s'>\n", cfg->kvm ? "kvm" : "qemu");
+    fprintf(f, "<domain type='%s'%s>\n", cfg->kvm ? "kvm" : "qemu",
+            cfg->host_port ? " xmlns:qemu='http://libvirt.org/schemas/domain/qemu/1.0'" : "");
     xml_elem(f, "  ", "name", cfg->name);
     fprintf(f, "  <memory unit='MiB'>%u</memory>\n  <vcpu>%u</vcpu>\n", cfg->memory_mib,
             cfg->vcpus);
@@ -210,9 +211,13 @@ char *al_vm_xml(const struct al_vm_config *cfg)
     fprintf(f, "  </%s:session></metadata>\n"
                "  <os>\n    <type arch='x86_64' machine='q35'>hvm</type>\n",
             AL_METADATA_PREFIX);
-    xml_elem(f, "    ", "kernel", cfg->image->kernel);
-    xml_elem(f, "    ", "initrd", cfg->image->initrd);
-    xml_elem(f, "    ", "cmdline", cfg->image->cmdline);
+    if (cfg->image->kernel[0]) {
+        xml_elem(f, "    ", "kernel", cfg->image->kernel);
+        xml_elem(f, "    ", "initrd", cfg->image->initrd);
+        xml_elem(f, "    ", "cmdline", cfg->image->cmdline);
+    } else {
+        fputs("    <boot dev='hd'/>\n", f); /* an imported cloud image: its own boot loader */
+    }
     fputs("  </os>\n  <features><acpi/></features>\n", f);
     if (cfg->kvm)
         fputs("  <cpu mode='host-passthrough'/>\n", f);
@@ -238,10 +243,34 @@ char *al_vm_xml(const struct al_vm_config *cfg)
      * the guest sees an empty disk and never mounts it. */
     if (cfg->scratch)
         xml_qcow2_disk(f, cfg->scratch, NULL, "vdb");
-    xml_unix_channel(f, cfg->agent_sock, "org.airlock.agent.0");
+    if (cfg->seed) {
+        fputs("    <disk type='file' device='disk'>\n"
+              "      <driver name='qemu' type='raw'/>\n      <source file='",
+              f);
+        xml_text(f, cfg->seed);
+        fputs("'/>\n      <target dev='vdc' bus='virtio'/>\n      <readonly/>\n    </disk>\n", f);
+    }
+    if (cfg->agent_sock)
+        xml_unix_channel(f, cfg->agent_sock, "org.airlock.agent.0");
     if (cfg->raw_sock)
         xml_unix_channel(f, cfg->raw_sock, cfg->raw_port_name);
-    fputs("  </devices>\n</domain>\n", f);
+    fputs("  </devices>\n", f);
+    /* libvirt 9.0 has no port forwards for user-mode networking with slirp (only with passt),
+     * so the NIC is passed to QEMU as is. restrict=on: the guest reaches neither the host's
+     * services nor the outside; only the forward below, bound to 127.0.0.1, comes in. The
+     * arguments come before libvirt's own devices, so the NIC takes a slot libvirt leaves
+     * free (its root ports start at slot 1). */
+    if (cfg->host_port)
+        fprintf(f,
+                "  <qemu:commandline>\n"
+                "    <qemu:arg value='-netdev'/>\n"
+                "    <qemu:arg value='user,id=alnet0,restrict=on,"
+                "hostfwd=tcp:127.0.0.1:%u-:%u'/>\n"
+                "    <qemu:arg value='-device'/>\n"
+                "    <qemu:arg value='virtio-net-pci,netdev=alnet0,bus=pcie.0,addr=0x10'/>\n"
+                "  </qemu:commandline>\n",
+                cfg->host_port, cfg->guest_port);
+    fputs("</domain>\n", f);
     if (fclose(f) != 0) {
         free(buf);
         return NULL;

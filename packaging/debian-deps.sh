@@ -15,6 +15,8 @@ PACKAGES=(
   # the debian image (root disk from the archive, ext4 without loop mounts, qcow2) and the
   # libvirt capabilities parser (the user QEMU runs as owns each session's disk overlay)
   mmdebstrap e2fsprogs libxml2-dev
+  # the SSH transport: session keys (ssh-keygen), the cloud-init seed ISO, ss in its tests
+  openssh-client genisoimage iproute2 libssl-dev
   # a prompt zombie reaper for libvirtd where PID 1 is not an init (containers, sandboxes)
   tini
   # tests: sanitizers and libFuzzer runtimes, python for the integration tests

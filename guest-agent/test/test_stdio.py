@@ -1,10 +1,13 @@
 #!/usr/bin/env python3
 """Drives `airlock-agent --stdio` on this machine: exec, stdin, timeouts, signals, errors,
-flow control, file transfer beneath --root. Usage: test_stdio.py AGENT [LOGFILE]"""
+flow control, file transfer beneath --root; then --unix, the kernels and --relay.
+Usage: test_stdio.py AGENT [LOGFILE]"""
+import hashlib
 import os
 import re
 import shutil
 import signal as sig
+import stat
 import subprocess
 import sys
 import tempfile
@@ -262,7 +265,8 @@ c.expect(STARTED)
 p.stdin.close()
 rc = p.wait(5)
 check('exit on EOF', rc == 0, rc)
-# --unix: one connection at a time; a dropped connection kills its requests.
+# --unix: one connection at a time; a dropped connection kills its requests. (Newest wins and
+# kernels kept across connections: with --relay below.)
 sock = os.path.join(root, 'agent.sock')
 u = subprocess.Popen([agent, '--unix', sock, '--root', root], stderr=log)
 c = Conn.unix(sock)
@@ -540,6 +544,199 @@ if have['python']:
           ok_exit(d) and out == b'7\n', (d, out, err))
 k.stdin.close()
 check('kernels: agent exits on EOF', k.wait(5) == 0)
+
+
+# ---- --relay, the guest's end of an SSH session: it starts the agent as a daemon on a unix
+# socket when none answers, then copies bytes; the daemon and its kernels outlive the relays.
+# The binary and the kernels are copied elsewhere and named by relative paths, as a host might.
+rdir = tempfile.mkdtemp(prefix='airlock-relay-')
+bindir = os.path.join(rdir, 'bin')
+os.mkdir(bindir)
+ragent = os.path.join(bindir, 'agent-copy')
+shutil.copy(agent, ragent)
+shutil.copytree(kernels, os.path.join(bindir, 'kernels'))
+rsock = os.path.join(bindir, 'run', 'agent.sock')
+race_sock = os.path.join(rdir, 'race', 'agent.sock')
+fail_sock = os.path.join(rdir, 'fail', 'agent.sock')
+procs = []
+
+
+def daemons(path):
+    """Pids of live agents serving path: not our children, so found through /proc."""
+    pids = []
+    for d in os.listdir('/proc'):
+        try:
+            argv = open('/proc/%s/cmdline' % d, 'rb').read().split(b'\0')
+            state = open('/proc/%s/stat' % d).read().rsplit(')', 1)[1].split()[0]
+        except (OSError, IndexError):
+            continue
+        if state != 'Z' and b'--unix' in argv and argv[argv.index(b'--unix') + 1:][:1] == \
+                [path.encode()]:
+            pids.append(int(d))
+    return pids
+
+
+def gone(pid, timeout=0):
+    """True when pid is dead (a zombie counts: reaping is its parent's business), waiting up to
+    timeout for it: a kill through cgroup.kill takes effect a little later."""
+    end = time.time() + timeout
+    while True:
+        try:
+            if open('/proc/%d/stat' % pid).read().rsplit(')', 1)[1].split()[0] == 'Z':
+                return True
+        except OSError:
+            return True
+        if time.time() >= end:
+            return False
+        time.sleep(0.02)
+
+
+def relay(*extra):
+    r = subprocess.Popen([ragent, '--relay', 'run/agent.sock', '--kernels', 'kernels', '--root',
+                          root] + list(extra), cwd=bindir, stdin=subprocess.PIPE,
+                         stdout=subprocess.PIPE, stderr=log)
+    procs.append(r)
+    return r, Conn(r.stdout.fileno(), r.stdin.fileno())
+
+
+def closed(conn, timeout=3):
+    """True when the agent ends the connection within timeout (frames before it are skipped)."""
+    try:
+        while conn.recv(timeout) is not None:
+            pass
+    except EOFError:
+        return True
+    return False
+
+
+kernel = ('python', 'kept = 11', 'kept') if have['python'] else \
+    ('shell', 'kept=11', 'echo $kept') if have['shell'] else None
+try:
+    r1, c = relay()
+    c.send(hello(nonce=90))
+    t, _, i, d = c.expect(HELLO_ACK)
+    agents = daemons(rsock)
+    check('relay: starts the agent and handshakes through it', d['nonce'] == 90 and
+          len(agents) == 1, (d, agents))
+    check('relay: the agent runs from the copied binary, with the kernels beside it',
+          agents and os.readlink('/proc/%d/exe' % agents[0]) == ragent and
+          all(('kernel:' + n in d['langs']) == bool(x) for n, x in have.items()),
+          (agents, d['langs']))
+    check('relay: the socket\'s new directory is private, the agent logs beside the socket',
+          stat.S_IMODE(os.stat(os.path.dirname(rsock)).st_mode) == 0o700 and
+          b'listening on' in open(rsock + '.log', 'rb').read())
+    d, out, err, _ = c.run(1, ['echo', 'hi'])
+    check('relay: an exec through it', ok_exit(d) and out == b'hi\n', (d, out))
+    # Random bytes both ways: nothing lost, added or reordered. 1 MB of stdin fits the window.
+    body = os.urandom(1000000)
+    c.send(exec_(2, ['sha256sum'], flags=EXEC_STDIN))
+    c.send(*[data(2, 0, body[o:o + 65536], eof=o + 65536 >= len(body))
+             for o in range(0, len(body), 65536)])
+    d, out, err, _ = kfinish(2)
+    check('relay: 1 MB of binary stdin intact', ok_exit(d) and
+          out.split()[:1] == [hashlib.sha256(body).hexdigest().encode()], (d, out, err))
+    blob = os.path.join(rdir, 'blob')
+    with open(blob, 'wb') as f:
+        f.write(os.urandom(5 << 20))
+    d, out, err, _ = c.run(3, ['cat', blob], timeout=60)
+    check('relay: 5 MiB of binary stdout intact', ok_exit(d) and
+          out == open(blob, 'rb').read(), (d, len(out)))
+    if kernel:
+        krun(kernel[0], kernel[1])
+    r1.stdin.close()
+    check('relay: exits 0 at EOF and the agent stays', r1.wait(5) == 0 and
+          daemons(rsock) == agents, (r1.returncode, agents, daemons(rsock)))
+
+    r2, c = relay()
+    c.send(hello(nonce=91))
+    c.expect(HELLO_ACK)
+    if kernel:
+        d, out, err, _ = krun(kernel[0], kernel[2])
+        check('relay: a %s kernel keeps its state from one connection to the next' % kernel[0],
+              ok_exit(d) and out == b'11\n', (d, out, err))
+    # The link drops without an EOF: the request goes, as if the host had left.
+    c.send(exec_(4, ['sleep', '100']))
+    t, _, i, d = c.expect(STARTED)
+    r2.kill()
+    r2.wait()
+    check('relay: a dropped link drops its requests', gone(d['pid'], 2))
+
+    # Newest wins: a second connection is served at once, the first one is closed.
+    ca = Conn.unix(rsock)
+    ca.send(hello(nonce=92))
+    ca.expect(HELLO_ACK)
+    ca.send(exec_(5, ['sleep', '100']))
+    t, _, i, d = ca.expect(STARTED)
+    cb = Conn.unix(rsock)
+    t0 = time.time()
+    cb.send(hello(nonce=93))
+    f = cb.recv(3)
+    check('newest wins: the new connection is answered at once', f and f[0] == HELLO_ACK and
+          f[3]['nonce'] == 93 and time.time() - t0 < 2, (f, time.time() - t0))
+    check('newest wins: the old connection is closed, its requests dropped',
+          closed(ca) and gone(d['pid'], 2))
+    c = cb
+    if kernel:
+        d, out, err, _ = krun(kernel[0], kernel[2])
+        check('newest wins: idle kernels are kept', ok_exit(d) and out == b'11\n', (d, out, err))
+    r3, c = relay()
+    c.send(hello(nonce=94))
+    c.expect(HELLO_ACK)
+    check('newest wins: over a relay too', closed(cb))
+    cd = Conn.unix(rsock)
+    cd.send(hello(nonce=95))
+    cd.expect(HELLO_ACK)
+    check('relay: exits 0 when a newer connection replaces its own', r3.wait(5) == 0,
+          r3.returncode)
+    cd.sock.close()
+
+    # Two relays start at once where no agent runs: one agent serves, the later connection.
+    rs = [subprocess.Popen([ragent, '--relay', race_sock, '--root', root], stdin=subprocess.PIPE,
+                           stdout=subprocess.PIPE, stderr=log) for _ in range(2)]
+    procs += rs
+    end = time.time() + 10
+    while time.time() < end and all(r.poll() is None for r in rs):
+        time.sleep(0.05)
+    left = [r for r in rs if r.poll() is None]
+    f = None
+    if len(left) == 1:
+        c = Conn(left[0].stdout.fileno(), left[0].stdin.fileno())
+        c.send(hello(nonce=96))
+        f = c.recv(5)
+        left[0].stdin.close()
+        left[0].wait(5)
+    check('relays starting together: one agent, serving the later connection',
+          f and f[0] == HELLO_ACK and [r.returncode for r in rs] == [0, 0] and
+          len(daemons(race_sock)) == 1, (f, [r.returncode for r in rs], daemons(race_sock)))
+
+    # An agent that cannot start: one line on stderr, exit 1, and no 10 s wait for it.
+    t0 = time.time()
+    r = subprocess.run([ragent, '--relay', os.path.join(blob, 'run', 'agent.sock')],
+                       stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                       timeout=30)
+    check('relay: no socket directory possible: one line of error, exit 1', r.returncode == 1 and
+          re.fullmatch(rb'airlock-agent: [^\n]*Not a directory\n', r.stderr) and not r.stdout, r)
+    r = subprocess.run([ragent, '--relay', fail_sock, '--root', os.path.join(rdir, 'nowhere')],
+                       stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                       timeout=30)
+    check('relay: an agent failing at start: one line naming its log, exit 1', r.returncode == 1
+          and re.fullmatch(rb'airlock-agent: [^\n]*agent\.sock\.log\n', r.stderr)
+          and b'nowhere' in open(fail_sock + '.log', 'rb').read(), (r, time.time() - t0))
+    check('relay: both failures known at once', time.time() - t0 < 5, time.time() - t0)
+finally:
+    for r in procs:
+        if r.poll() is None:
+            r.kill()
+            r.wait()
+    # Never leave an agent behind: SIGTERM stops it with its kernels.
+    pids = daemons(rsock) + daemons(race_sock) + daemons(fail_sock)
+    for pid in pids:
+        os.kill(pid, sig.SIGTERM)
+    for pid in pids:
+        if not gone(pid, 5):
+            os.kill(pid, sig.SIGKILL)
+check('relay: the agents stop on SIGTERM', all(gone(pid) for pid in pids), pids)
+shutil.rmtree(rdir)
 
 shutil.rmtree(root)
 tap.finish()

@@ -4,13 +4,20 @@
 # build-debian.sh, which caches the result under a hash of this file, the package list and the
 # options: change anything here and the next build makes a new disk.
 #
-#   images/debian/rootfs.sh OUT.qcow2 SOURCES PACKAGE...
+#   images/debian/rootfs.sh [--hook SCRIPT]... OUT.qcow2 SOURCES PACKAGE...
 #
-# SOURCES is an apt sources file (one-line or deb822) for the Debian archive.
+# SOURCES is an apt sources file (one-line or deb822) for the Debian archive. Each --hook SCRIPT
+# runs after the common customization, as `bash SCRIPT ROOT` on the host (ROOT: the new root's
+# directory): images built on this one (sshd) add their own setup there.
 set -euo pipefail
 
+hooks=()
+while [ "${1:-}" = --hook ] && [ $# -ge 2 ]; do
+    hooks+=(--customize-hook="bash '$2' \"\$1\"")
+    shift 2
+done
 if [ $# -lt 3 ]; then
-    echo "usage: $0 OUT.qcow2 SOURCES PACKAGE..." >&2
+    echo "usage: $0 [--hook SCRIPT]... OUT.qcow2 SOURCES PACKAGE..." >&2
     exit 2
 fi
 out=$1
@@ -71,6 +78,7 @@ mmdebstrap --variant=apt --format=directory --include="$packages" \
     --dpkgopt='path-exclude=/usr/share/locale/*' \
     --dpkgopt='path-exclude=/usr/share/info/*' \
     --customize-hook="$(declare -f customize die); customize \"\$1\"" \
+    ${hooks[@]+"${hooks[@]}"} \
     "$suite" "$root" "$sources" >&2
 t1=$(date +%s)
 # Files made after the epoch (hooks, caches) get its time, as mmdebstrap gives the rest.

@@ -43,6 +43,7 @@ const char chat_opts_help[] =
     "      --workdir-limit BYTES most file data copied either way (default 1 GiB)\n"
     "Sandbox:\n"
     "  -i, --image NAME          image (default: debian when built, else tiny)\n"
+    "      --transport virtio|ssh  how to reach the guest (default: the image's)\n"
     "  -m, --memory MIB          guest memory\n"
     "      --cpus N              virtual CPUs\n"
     "Output:\n"
@@ -69,6 +70,7 @@ enum {
     O_INSTRUCTIONS,
     O_PROFILE,
     O_CPUS,
+    O_TRANSPORT,
     O_PLAIN,
     O_VERBOSE,
     O_JSON,
@@ -104,6 +106,7 @@ static const struct option long_opts[] = {
     {"image", required_argument, NULL, 'i'},
     {"memory", required_argument, NULL, 'm'},
     {"cpus", required_argument, NULL, O_CPUS},
+    {"transport", required_argument, NULL, O_TRANSPORT},
     {"plain", no_argument, NULL, O_PLAIN},
     {"verbose", no_argument, NULL, O_VERBOSE},
     {"json", no_argument, NULL, O_JSON},
@@ -264,6 +267,11 @@ static int apply(struct chat_opts *o, struct cli_globals *g, int opt, const char
         break;
     case 'i':
         o->image = s;
+        break;
+    case O_TRANSPORT:
+        if (strcmp(s, "ssh") && strcmp(s, "virtio"))
+            goto bad;
+        o->sess.transport = s;
         break;
     case 'm':
         if (!parse_uint(s, 1u << 20, &n) || n < 64)

@@ -28,6 +28,8 @@ static const char usage[] =
     "\n"
     "  -i, --image NAME          image to boot (default: $AIRLOCK_IMAGE, else debian\n"
     "                            when built, else tiny)\n"
+    "      --transport virtio|ssh  how to reach the guest's agent (default: the image's;\n"
+    "                            ssh images get the agent copied in over SFTP)\n"
     "  -l, --lang LANG           run code in LANG (sh, ...) instead of a program\n"
     "  -c, --code CODE           the code to run (default with --lang: read stdin)\n"
     "  -k, --kernel              run the code in LANG's stateful kernel (python, shell,\n"
@@ -137,9 +139,10 @@ int cmd_exec(struct cli_globals *g, int argc, char **argv)
 {
     enum { OPT_OUTPUT_LIMIT = 256, OPT_PUT, OPT_GET, OPT_CPUS, OPT_LIFETIME, OPT_BOOT, OPT_CONNECT,
            OPT_DEBUG, OPT_WORKDIR, OPT_SYNC, OPT_WORKDIR_LIMIT,
-           OPT_LINGER, OPT_INPUT_WAIT };
+           OPT_LINGER, OPT_INPUT_WAIT, OPT_TRANSPORT };
     static const struct option opts[] = {
         {"image", required_argument, NULL, 'i'},
+        {"transport", required_argument, NULL, OPT_TRANSPORT},
         {"lang", required_argument, NULL, 'l'},
         {"code", required_argument, NULL, 'c'},
         {"kernel", no_argument, NULL, 'k'},
@@ -181,6 +184,13 @@ int cmd_exec(struct cli_globals *g, int argc, char **argv)
         switch (c) {
         case 'i':
             so.image = optarg;
+            break;
+        case OPT_TRANSPORT:
+            if (strcmp(optarg, "ssh") && strcmp(optarg, "virtio")) {
+                fprintf(stderr, "airlock: --transport is virtio or ssh\n");
+                return 2;
+            }
+            so.transport = optarg;
             break;
         case 'l':
             eo.lang = optarg;

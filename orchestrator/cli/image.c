@@ -1,12 +1,14 @@
 /* airlock image: the image store. */
 #include "cli.h"
 
+#include <getopt.h>
 #include <stdio.h>
 #include <string.h>
 
 static const char usage[] =
     "Usage: airlock image ls\n"
     "       airlock image build NAME [--toolchain]\n"
+    "       airlock image import FILE --name NAME [--user USER] [--memory MIB] [--force]\n"
     "       airlock image rm NAME\n"
     "\n"
     "The image store ($AIRLOCK_IMAGE_DIR, else /var/lib/airlock/images for root, else\n"
@@ -16,6 +18,14 @@ static const char usage[] =
     "  build NAME                build an image from its recipe (images/build-NAME.sh):\n"
     "                            'debian' (the default image once built) or 'tiny'\n"
     "      --toolchain           with a C toolchain (debian: build-essential)\n"
+    "  import FILE               add a stock cloud image downloaded elsewhere (qcow2, or a raw\n"
+    "                            disk), booted by its own bootloader, set up by cloud-init and\n"
+    "                            reached over SSH; refused: backing or external data files\n"
+    "      --name NAME           its name in the store\n"
+    "      --user USER           its default user, who gets the session's key (default:\n"
+    "                            debian; Ubuntu's images: ubuntu)\n"
+    "      --memory MIB          guest memory of its sessions (default: 1024)\n"
+    "      --force               replace an image of that name\n"
     "  rm NAME                   remove an image (running sessions keep theirs)\n";
 static void print_image(void *ctx, const al_image *img, const char *name, const char *why)
 {
@@ -25,7 +35,14 @@ static void print_image(void *ctx, const al_image *img, const char *name, const 
         (*bad)++;
         return;
     }
-    printf("%-16s %-8u %-24s %s\n", img->name, img->agent_protocol, img->languages, img->dir);
+    /* One word, so scripts can split the line: "ssh:USER" says whom sessions log in as. */
+    char transport[80];
+    if (img->transport == AL_TRANSPORT_SSH)
+        snprintf(transport, sizeof(transport), "ssh:%s", img->ssh_user);
+    else
+        snprintf(transport, sizeof(transport), "virtio");
+    printf("%-16s %-8u %-16s %-24s %s\n", img->name, img->agent_protocol, transport,
+           *img->languages ? img->languages : "-", img->dir);
 }
 
 static int image_ls(void)
@@ -37,7 +54,7 @@ static int image_ls(void)
         return 1;
     }
     int bad = 0;
-    printf("%-16s %-8s %-24s %s\n", "NAME", "PROTOCOL", "LANGUAGES", "PATH");
+    printf("%-16s %-8s %-16s %-24s %s\n", "NAME", "PROTOCOL", "TRANSPORT", "LANGUAGES", "PATH");
     int n = al_image_list(print_image, &bad, &err);
     if (n < 0) {
         cli_error(&err);
@@ -47,6 +64,61 @@ static int image_ls(void)
         fprintf(stderr, "airlock: no images in %s (build one: airlock image build debian)\n",
                 store);
     return bad ? 1 : 0;
+}
+
+/* argv[0] is "import". */
+static int image_import(int argc, char **argv)
+{
+    enum { OPT_NAME = 256, OPT_USER, OPT_MEMORY, OPT_FORCE };
+    static const struct option opts[] = {
+        {"name", required_argument, NULL, OPT_NAME},
+        {"user", required_argument, NULL, OPT_USER},
+        {"memory", required_argument, NULL, OPT_MEMORY},
+        {"force", no_argument, NULL, OPT_FORCE},
+        {"help", no_argument, NULL, 'h'},
+        {NULL, 0, NULL, 0},
+    };
+    al_image_import_opts o = {0};
+    int c;
+    optind = 0;
+    while ((c = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
+        switch (c) {
+        case OPT_NAME:
+            o.name = optarg;
+            break;
+        case OPT_USER:
+            o.ssh_user = optarg;
+            break;
+        case OPT_MEMORY:
+            o.memory_mib = (unsigned)cli_number("--memory", optarg, 1048576);
+            if (o.memory_mib < 64) {
+                fprintf(stderr, "airlock: --memory wants at least 64 (MiB)\n");
+                return 2;
+            }
+            break;
+        case OPT_FORCE:
+            o.force = true;
+            break;
+        case 'h':
+            fputs(usage, stdout);
+            return 0;
+        default:
+            fputs(usage, stderr);
+            return 2;
+        }
+    }
+    if (optind != argc - 1 || !o.name) {
+        fprintf(stderr, "airlock: image import wants FILE and --name NAME\n");
+        return 2;
+    }
+    o.path = argv[optind];
+    al_error err = {0};
+    if (al_image_import(&o, &err) < 0) {
+        cli_error(&err);
+        return 1;
+    }
+    fprintf(stderr, "airlock: image '%s' imported\n", o.name);
+    return 0;
 }
 
 int cmd_image(struct cli_globals *g, int argc, char **argv)
@@ -69,6 +141,8 @@ int cmd_image(struct cli_globals *g, int argc, char **argv)
         fprintf(stderr, "airlock: image '%s' built\n", argv[2]);
         return 0;
     }
+    if (!strcmp(sub, "import"))
+        return image_import(argc - 1, argv + 1);
     if (!strcmp(sub, "rm") && argc == 3) {
         if (al_image_remove(argv[2], &err) < 0) {
             cli_error(&err);

@@ -25,10 +25,16 @@ typedef struct al_error {
 
 /* ---- images ---- */
 
+enum al_transport {
+    AL_TRANSPORT_VIRTIO = 0, /* the agent is the image's init and serves a virtio-serial port */
+    AL_TRANSPORT_SSH = 1,    /* sshd in the guest; the agent is copied in over SFTP */
+};
+
 typedef struct al_image {
     char name[64];
     char dir[4096];       /* the image's directory in the store */
-    char kernel[4096];    /* absolute paths, checked to be inside dir */
+    char kernel[4096];    /* absolute paths, checked to be inside dir; both empty for an
+                             image that boots from its disk through the firmware (imported) */
     char initrd[4096];
     char disk[4096];      /* root disk base image (qcow2), inside dir; empty when none. Never
                              written: each session boots on an overlay of its own */
@@ -36,6 +42,9 @@ typedef struct al_image {
     unsigned agent_protocol;
     unsigned memory_mib;  /* suggested memory; 0 when the manifest names none */
     char languages[256];  /* space-separated */
+    enum al_transport transport; /* how sessions reach the agent by default */
+    char ssh_user[64];    /* SSH images: the user cloud-init gives the session's key */
+    unsigned ssh_port;    /* SSH images: sshd's port in the guest */
 } al_image;
 
 /* The store: $AIRLOCK_IMAGE_DIR, else /var/lib/airlock/images for root, else
@@ -60,6 +69,21 @@ typedef struct al_image_build_opts {
  * from PREFIX/share/airlock/images and PREFIX/libexec/airlock; $AIRLOCK_RECIPE_DIR and
  * $AIRLOCK_AGENT_BIN override. */
 int al_image_build(const al_image_build_opts *opts, al_error *err);
+
+typedef struct al_image_import_opts {
+    const char *path;     /* the disk: a qcow2, or a raw disk starting with a boot sector */
+    const char *name;     /* the image's name in the store */
+    const char *ssh_user; /* NULL: "debian"; the cloud image's default user, who gets the
+                             session's key from cloud-init */
+    unsigned memory_mib;  /* 0: 1024 */
+    bool force;           /* replace an image of that name */
+} al_image_import_opts;
+/* Copies a stock cloud image's disk into the store as an SSH image that boots through the
+ * firmware (manifest: disk, transport "ssh", ssh_user, ssh_port 22, memory_mib). The file is
+ * read as hostile: one with a backing file or an external data file, an encrypted one, or one
+ * over 256 GiB (file or virtual size) is refused; the format is read from its first bytes,
+ * never probed by qemu-img. Nothing is left in the store on failure. */
+int al_image_import(const al_image_import_opts *opts, al_error *err);
 /* Removes an image from the store; sessions already running on it are not affected. */
 int al_image_remove(const char *name, al_error *err);
 
@@ -83,6 +107,7 @@ typedef struct al_session_opts {
     int cancel_fd;            /* 0 or -1: none; or a pipe: each byte read is a signal number. While
                                  booting any byte cancels; during an exec SIGINT/SIGQUIT are
                                  forwarded to the guest process group, others kill it. */
+    const char *transport;    /* NULL: the image's; "virtio" or "ssh" */
     bool checkpoints;         /* allow al_checkpoint_*: images without a disk get a small scratch
                                  qcow2 to hold the snapshots (the guest never mounts it) */
 } al_session_opts;

@@ -133,7 +133,7 @@ sync
     def test_default_image(self):
         r = self.run_default(["image", "ls"])
         self.assertEqual(r.returncode, 0, r.stderr)
-        self.assertRegex(r.stdout, rb"\ndebian +\d+ +python shell javascript ")
+        self.assertRegex(r.stdout, rb"\ndebian +\d+ +virtio +python shell javascript ")
         with tempfile.TemporaryDirectory() as only_tiny:
             os.chmod(only_tiny, 0o755)  # QEMU, another user, reads the image through it
             os.symlink(os.path.join(altest.IMAGE_DIR, "tiny"), os.path.join(only_tiny, "tiny"))
