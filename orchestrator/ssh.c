@@ -49,8 +49,10 @@ struct al_ssh {
     int stop[2]; /* a byte here ends the pump */
     pthread_t thread;
     bool thread_started;
-    atomic_bool done; /* the pump has ended: the connection is gone */
-    char why[200];    /* why it ended; written before done is set */
+    atomic_bool done;   /* the pump has ended: the connection is gone */
+    char why[400];      /* why it ended, for the session's channel; written before done is set */
+    bool err_nl;        /* the relay's stderr ended a line */
+    char err_tail[160]; /* the last line the relay wrote on stderr (sudo refusing, say) */
 };
 
 static pthread_once_t ssh_once = PTHREAD_ONCE_INIT;
@@ -541,8 +543,6 @@ static int connect_once(al_session *s, unsigned timeout_ms, struct al_ssh **out,
         r = al_err(err, -EIO, "cannot start the agent in the guest: %s", ssh_errmsg(c->sess));
         goto fail;
     }
-    /* The relay's complaints (sudo refusing, say) come on stderr: mixed into nothing. */
-    libssh2_channel_handle_extended_data2(c->chan, LIBSSH2_CHANNEL_EXTENDED_DATA_IGNORE);
     int sp[2];
     if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sp) < 0 ||
         pipe2(c->stop, O_CLOEXEC | O_NONBLOCK) < 0) {
@@ -559,7 +559,7 @@ static int connect_once(al_session *s, unsigned timeout_ms, struct al_ssh **out,
         close(sp[0]);
         goto fail;
     }
-    s->ch.eof_msg = "the SSH connection to the guest was lost (sshd, the agent or the VM gone)";
+    s->ch.eof_msg = c->why; /* complete once the channel reads EOF: see pump_end */
     s->have_ch = true;
     if ((r = -pthread_create(&c->thread, NULL, pump, c)) != 0) {
         al_channel_destroy(&s->ch);
@@ -655,6 +655,17 @@ int al_ssh_reconnect(al_session *s, al_error *err)
 
 /* ---- the pump ---- */
 
+static void drain_stderr(struct al_ssh *c);
+
+/* libssh2's own words for a dropped socket ("transport read") say little to a user. */
+static const char *ssh_failure(struct al_ssh *c, int rc)
+{
+    if (rc == LIBSSH2_ERROR_SOCKET_RECV || rc == LIBSSH2_ERROR_SOCKET_SEND ||
+        rc == LIBSSH2_ERROR_SOCKET_DISCONNECT)
+        return "the guest's sshd closed the connection";
+    return ssh_errmsg(c->sess);
+}
+
 struct buf {
     char *p;
     size_t len, off;
@@ -662,10 +673,36 @@ struct buf {
 
 static void pump_end(struct al_ssh *c, const char *why)
 {
-    snprintf(c->why, sizeof(c->why), "%s", why);
+    drain_stderr(c); /* what came with the end */
+    snprintf(c->why, sizeof(c->why), "the SSH connection to the guest was lost (%s)%s%s", why,
+             c->err_tail[0] ? "; the guest said: " : "", c->err_tail);
     atomic_store(&c->done, true);
     al_closep(&c->pair); /* the session's channel now reads EOF */
     c->pair = -1;
+}
+
+/* Keeps the last line of the relay's stderr, printable characters only (it ends up in an error
+ * message); read every round, since unread stderr would use up the channel's window. */
+static void drain_stderr(struct al_ssh *c)
+{
+    char buf[1024];
+    ssize_t n;
+    while ((n = libssh2_channel_read_stderr(c->chan, buf, sizeof(buf))) > 0) {
+        size_t len = strlen(c->err_tail);
+        for (ssize_t i = 0; i < n; i++) {
+            char ch = buf[i];
+            if (ch == '\n' || ch == '\r') {
+                c->err_nl = true;
+                continue;
+            }
+            if (c->err_nl)
+                len = 0; /* a new line starts: keep that one */
+            c->err_nl = false;
+            if (len + 1 < sizeof(c->err_tail))
+                c->err_tail[len++] = ch >= 0x20 && ch < 0x7f ? ch : '?';
+        }
+        c->err_tail[len] = '\0';
+    }
 }
 
 static void *pump(void *arg)
@@ -682,6 +719,7 @@ static void *pump(void *arg)
         bool progress = true;
         while (progress) {
             progress = false;
+            drain_stderr(c);
             if (in.len == 0) {
                 ssize_t n = libssh2_channel_read(c->chan, in.p, PUMP_BUF);
                 if (n > 0) {
@@ -689,7 +727,7 @@ static void *pump(void *arg)
                     in.off = 0;
                     progress = true;
                 } else if (n < 0 && n != LIBSSH2_ERROR_EAGAIN) {
-                    pump_end(c, ssh_errmsg(c->sess));
+                    pump_end(c, ssh_failure(c, (int)n));
                     goto done;
                 } else if (libssh2_channel_eof(c->chan)) {
                     pump_end(c, "the agent's relay in the guest ended");
@@ -728,7 +766,7 @@ static void *pump(void *arg)
                     out.len -= (size_t)n;
                     progress = true;
                 } else if (n < 0 && n != LIBSSH2_ERROR_EAGAIN) {
-                    pump_end(c, ssh_errmsg(c->sess));
+                    pump_end(c, ssh_failure(c, (int)n));
                     goto done;
                 }
             }
@@ -739,9 +777,16 @@ static void *pump(void *arg)
             pump_end(c, "the guest stopped answering SSH keepalives");
             goto done;
         }
+        /* The socket is read only while there is room for what it brings (or libssh2 waits on
+         * it, for a window adjust): else its data would wake us again and again while the
+         * session's end of the pair is full. */
         int dirs = libssh2_session_block_directions(c->sess);
+        bool want_in = in.len == 0 || (dirs & LIBSSH2_SESSION_BLOCK_INBOUND);
         struct pollfd p[3] = {
-            {c->sock, (short)(POLLIN | (dirs & LIBSSH2_SESSION_BLOCK_OUTBOUND ? POLLOUT : 0)), 0},
+            {c->sock,
+             (short)((want_in ? POLLIN : 0) |
+                     (dirs & LIBSSH2_SESSION_BLOCK_OUTBOUND ? POLLOUT : 0)),
+             0},
             {c->pair, (short)((out.len == 0 && !host_eof ? POLLIN : 0) | (in.len ? POLLOUT : 0)),
              0},
             {c->stop[0], POLLIN, 0},

@@ -2,13 +2,30 @@
 #include "cli.h"
 
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 struct doctor {
     int errors;
     int images;
     bool tiny;
 };
+
+static bool in_path(const char *prog)
+{
+    const char *path = getenv("PATH");
+    char dir[4096], full[4200];
+    for (const char *p = path ? path : "/usr/bin:/bin"; *p;) {
+        size_t n = strcspn(p, ":");
+        snprintf(dir, sizeof(dir), "%.*s", (int)n, p);
+        snprintf(full, sizeof(full), "%s/%s", dir[0] ? dir : ".", prog);
+        if (access(full, X_OK) == 0)
+            return true;
+        p += n + (p[n] == ':');
+    }
+    return false;
+}
 
 static void check_image(void *ctx, const al_image *img, const char *name, const char *why)
 {
@@ -21,7 +38,22 @@ static void check_image(void *ctx, const al_image *img, const char *name, const 
     }
     d->images++;
     d->tiny |= !strcmp(img->name, "tiny");
-    printf("ok    image %s (protocol %u; %s)\n", img->name, img->agent_protocol, img->languages);
+    if (img->transport != AL_TRANSPORT_SSH) {
+        printf("ok    image %s (protocol %u; %s)\n", img->name, img->agent_protocol,
+               img->languages);
+        return;
+    }
+    /* An SSH session makes its keys and its cloud-init seed with these. */
+    static const char *const tools[] = {"ssh-keygen", "genisoimage"};
+    for (size_t i = 0; i < 2; i++) {
+        if (in_path(tools[i]))
+            continue;
+        printf("FAIL  image %s needs %s for its SSH sessions\n      fix: apt-get install %s\n",
+               img->name, tools[i], i ? "genisoimage" : "openssh-client");
+        d->errors++;
+        return;
+    }
+    printf("ok    image %s (SSH as %s; the agent is copied in)\n", img->name, img->ssh_user);
 }
 
 int cmd_doctor(struct cli_globals *g, int argc, char **argv)

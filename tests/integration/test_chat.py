@@ -466,6 +466,26 @@ class ChatTest(unittest.TestCase):
         with open(os.path.join(outs, pngs[0]), "rb") as f:
             self.assertEqual(f.read(8), b"\x89PNG\r\n\x1a\n")
 
+    def test_chat_over_ssh_keeps_kernel_state(self):
+        # The sshd image has no agent: the chat reaches it over SSH (orchestrator/ssh.c), and
+        # the languages the model is offered come from the agent copied in.
+        fm = self.fake([
+            {"tool_calls": [execute("x = 41", lang="python")]},
+            {"tool_calls": [execute("print(x + 1)", lang="python")]},
+            {"tool_calls": [execute("cd /tmp && export V=7", lang="shell")]},
+            {"tool_calls": [execute("echo $PWD $V", lang="shell")]},
+            {"text": "done"},
+        ])
+        args = [a if a != "tiny" else "sshd" for a in fm.args()]
+        r = self.run_airlock(fm, ["run", "-y", "--transport", "ssh"] + args + ["t"],
+                             timeout=600)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        reqs = fm.requests()
+        enum = reqs[0]["body"]["tools"][0]["function"]["parameters"]["properties"]["language"]["enum"]
+        self.assertEqual(sorted(enum), ["javascript", "python", "shell"])
+        self.assertIn("42", tool_results(reqs[2])[-1]["content"])
+        self.assertIn("/tmp 7", tool_results(reqs[4])[-1]["content"])
+
     def test_ctrl_c_interrupts_the_guest_and_returns_to_the_prompt(self):
         fm = self.fake([
             {"tool_calls": [execute("echo started; sleep 100; echo not-reached")]},

@@ -182,6 +182,28 @@ class SshCli(unittest.TestCase):
         self.assertEqual(r.returncode, 125, r.stderr)
         self.assertIn(b"has no SSH server", r.stderr)
 
+    def test_files_and_workdir_over_ssh(self):
+        import tempfile
+        with tempfile.TemporaryDirectory() as tmp:
+            src = os.path.join(tmp, "in.bin")
+            data = os.urandom(3 * 1024 * 1024 + 17)
+            with open(src, "wb") as f:
+                f.write(data)
+            work = os.path.join(tmp, "work")
+            os.mkdir(work)
+            with open(os.path.join(work, "a.txt"), "w") as f:
+                f.write("one\n")
+            r = altest.run(["-q", "exec", "--image", IMAGE, "--put", src + ":/tmp/in.bin",
+                            "--get", "/tmp/out.bin:" + os.path.join(tmp, "out.bin"),
+                            "--workdir", work, "--sync-back", "yes", "--", "sh", "-c",
+                            "cp /tmp/in.bin /tmp/out.bin; cat a.txt; echo two > b.txt"])
+            self.assertEqual(r.returncode, 0, r.stderr)
+            self.assertEqual(r.stdout, b"one\n")
+            with open(os.path.join(tmp, "out.bin"), "rb") as f:
+                self.assertEqual(f.read(), data)
+            with open(os.path.join(work, "b.txt")) as f:
+                self.assertEqual(f.read(), "two\n")
+
     def test_forward_is_bound_to_loopback_only(self):
         # While a session runs, its QEMU listens on 127.0.0.1 only: nothing on other addresses.
         p = altest.popen(["exec", "--image", IMAGE, "--", "sh", "-c", "echo up; sleep 30"],
