@@ -6,7 +6,9 @@
 
 session_ready: wall time of `airlock exec -- true` (boot, handshake, run, teardown) against the
 same kernel and initrd booted by qemu-system-x86_64 directly to the same point (handshake and
-`true`), alternated in one run so drift hits both alike.
+`true`), alternated in one run so drift hits both alike. Sessions run as `airlock --debug -q
+exec`, whose timing line gives the split (prepare, start, boot to handshake), in a runtime dir of
+their own (AIRLOCK_RUNTIME_DIR).
 exec_rtt: round trip of `true` in a running session.
 stream: guest->host throughput through the agent against raw `dd` into a second
 virtio-serial port of the same guest.

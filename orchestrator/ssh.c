@@ -40,6 +40,7 @@
 static const unsigned reconnect_wait_ms[] = {0, 250, 500, 1000, 2000, 4000};
 #define PUMP_BUF (256 * 1024)
 #define KEEPALIVE_S 10
+#define SFTP_CHUNK (1024 * 1024)
 
 struct al_ssh {
     int sock; /* TCP to the forward on 127.0.0.1 */
@@ -393,10 +394,17 @@ static int sftp_put(LIBSSH2_SFTP *sftp, const char *src, const char *dst, long m
     if (!h)
         return al_err(err, -EIO, "cannot create %s in the guest over SFTP (error %lu)", tmp,
                       libssh2_sftp_last_error(sftp));
-    char buf[32768];
+    /* Large writes: libssh2 sends a buffer as many SFTP packets at once and then collects the
+     * acknowledgements, where 32 KiB writes cost a round trip each (2.3 s against 0.x s for
+     * the agent under emulation). */
+    _cleanup_free_ char *buf = malloc(SFTP_CHUNK);
+    if (!buf) {
+        libssh2_sftp_close(h);
+        return al_err(err, -ENOMEM, "out of memory");
+    }
     ssize_t n;
     int r = 0;
-    while (r == 0 && (n = read(fd, buf, sizeof(buf))) > 0) {
+    while (r == 0 && (n = read(fd, buf, SFTP_CHUNK)) > 0) {
         for (ssize_t off = 0; off < n;) {
             ssize_t w = libssh2_sftp_write(h, buf + off, (size_t)(n - off));
             if (w <= 0) {
