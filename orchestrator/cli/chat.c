@@ -55,7 +55,6 @@ struct repl {
 
 static int chat_getc(EditLine *el, wchar_t *wc)
 {
-    (void)el;
     mbstate_t st;
     memset(&st, 0, sizeof(st));
     for (;;) {
@@ -76,6 +75,14 @@ static int chat_getc(EditLine *el, wchar_t *wc)
             continue;
         if (n <= 0)
             return 0;
+        /* Ctrl-D on an empty line leaves, whatever libedit has bound it to: under load a key
+         * could arrive while libedit was switching terminal modes and be taken as text
+         * (seen: the chat echoed ^D and kept waiting). */
+        if (ch == 0x04) {
+            const LineInfo *li = el_line(el);
+            if (li && li->lastchar == li->buffer)
+                return 0;
+        }
         size_t r = mbrtowc(wc, &ch, 1, &st);
         if (r == (size_t)-2)
             continue; /* more bytes of this character follow */

@@ -79,6 +79,29 @@ def tool_results(req):
     return [m for m in req["body"]["messages"] if m.get("role") == "tool"]
 
 
+def process_report(pid):
+    """Where a stuck process is: its state, each thread's kernel wait channel and, when gdb is
+    there, every thread's stack."""
+    lines = []
+    try:
+        with open("/proc/%d/status" % pid) as f:
+            lines += [l.strip() for l in f if l.startswith(("State", "SigPnd", "ShdPnd"))]
+        for tid in sorted(os.listdir("/proc/%d/task" % pid)):
+            with open("/proc/%d/task/%s/wchan" % (pid, tid)) as f:
+                lines.append("thread %s waits in %s" % (tid, f.read().strip() or "-"))
+    except OSError as e:
+        lines.append("no /proc entry: %s" % e)
+    if shutil.which("gdb"):
+        try:
+            bt = subprocess.run(["gdb", "-batch", "-p", str(pid), "-ex", "thread apply all bt"],
+                                stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                                timeout=60).stdout
+            lines += [l for l in bt.splitlines() if l.startswith(("#", "Thread"))]
+        except (OSError, subprocess.TimeoutExpired) as e:
+            lines.append("gdb failed: %s" % e)
+    return "\n".join(lines)
+
+
 class ChatTest(unittest.TestCase):
     def fake(self, replies):
         fm = FakeModel(replies)
@@ -516,7 +539,9 @@ class ChatTest(unittest.TestCase):
         try:
             expect(b"> ")
             os.write(fd, b"start a long job\r")
-            expect(b"started")
+            # The run's own line, not the code shown before it ("echo started; ..."): under load
+            # the run may start seconds after the code is shown.
+            expect(b"\nstarted\r\n")
             time.sleep(1)
             t0 = time.time()
             os.write(fd, b"\x03")
@@ -542,7 +567,8 @@ class ChatTest(unittest.TestCase):
                     os.write(fd, b"\x04")
                     resent = True
                 if time.time() > start + 75:
-                    self.fail("chat did not exit on Ctrl-D; last output %r" % out[-600:])
+                    self.fail("chat did not exit on Ctrl-D; last output %r\n%s"
+                              % (out[-600:], process_report(pid)))
                 try:
                     if select.select([fd], [], [], 0.2)[0]:
                         out += os.read(fd, 4096)
