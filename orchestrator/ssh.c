@@ -649,7 +649,11 @@ int al_ssh_reconnect(al_session *s, al_error *err)
         if (s->dom && !virDomainIsActive(s->dom))
             return al_err(err, -ECONNRESET, "the VM is gone");
         last = (al_error){0};
-        int r = al_ssh_connect(s, al_now_ms() + 1, &last);
+        /* One attempt each round: a dead sshd fails it at once (the guest resets the
+         * connection), a slow guest gets a longer wait for the banner each time. */
+        al_ssh_disconnect(s);
+        unsigned banner_ms = 2000u << (i < 2 ? i : 2);
+        int r = connect_once(s, banner_ms, &s->ssh, &last);
         if (r == 0)
             r = al_session_handshake(s, al_now_ms() + ATTEMPT_MS, &last);
         if (r == 0)
