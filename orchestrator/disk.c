@@ -12,7 +12,6 @@
 #include <sys/wait.h>
 
 /* qemu-img's complaint, quoted in the error: one line is enough. */
-#define HELPER_ERR_MAX 300
 
 static void xml_docp(xmlDocPtr *d)
 {
@@ -84,27 +83,9 @@ static int qemu_img_create(virConnectPtr conn, bool kvm, const char *const *argv
     int r = qemu_owner(conn, kvm, &uid, &gid, err);
     if (r < 0)
         return r;
-    /* qemu-img's stderr, kept for the error message. */
-    _cleanup_close_ int nullfd = open("/dev/null", O_WRONLY | O_CLOEXEC);
-    FILE *errf = tmpfile();
-    if (nullfd < 0 || !errf) {
-        if (errf)
-            fclose(errf);
-        return al_err(err, -errno, "cannot create the session disk: %s", strerror(errno));
-    }
-    int st = 0;
-    r = al_spawn_wait(argv, nullfd, fileno(errf), &st);
-    if (r < 0 || !WIFEXITED(st) || WEXITSTATUS(st) != 0) {
-        char why[HELPER_ERR_MAX] = "";
-        rewind(errf);
-        if (!fgets(why, sizeof(why), errf))
-            snprintf(why, sizeof(why), "%s", r < 0 ? strerror(-r) : "failed");
-        why[strcspn(why, "\n")] = '\0';
-        fclose(errf);
-        return al_err(err, r < 0 ? r : -EIO, "cannot create the session disk with qemu-img: %s",
-                      why);
-    }
-    fclose(errf);
+    r = al_spawn_quiet(argv, "create the session disk", err);
+    if (r < 0)
+        return r;
     return give(overlay, uid, gid, err);
 }
 

@@ -139,6 +139,9 @@ bool al_ssh_user_ok(const char *s);
 /* Runs argv[0] (searched in PATH) with stdin from /dev/null, stdout on out_fd and stderr on
  * err_fd, and waits; *status is the wait status. Negative errno when it could not start. */
 int al_spawn_wait(const char *const *argv, int out_fd, int err_fd, int *status);
+/* Runs argv with stdout discarded and waits; on failure err says "cannot WHAT with PROGRAM:"
+ * and the first line the program wrote on stderr. */
+int al_spawn_quiet(const char *const *argv, const char *what, al_error *err);
 /* Creates overlay, a qcow2 whose backing file is base (qcow2, never written), and hands it to
  * the user QEMU runs as (libvirt's DAC base label for the domain type). */
 int al_disk_overlay(virConnectPtr conn, bool kvm, const char *base, const char *overlay,

@@ -1,8 +1,10 @@
 /* Running a host helper program (qemu-img, an image recipe) to completion. */
 #include "internal.h"
 
+#include <errno.h>
 #include <fcntl.h>
 #include <spawn.h>
+#include <stdio.h>
 #include <string.h>
 #include <sys/wait.h>
 
@@ -31,5 +33,29 @@ int al_spawn_wait(const char *const *argv, int out_fd, int err_fd, int *status)
         if (errno != EINTR)
             return -errno;
     *status = st;
+    return 0;
+}
+
+int al_spawn_quiet(const char *const *argv, const char *what, al_error *err)
+{
+    _cleanup_close_ int nullfd = open("/dev/null", O_WRONLY | O_CLOEXEC);
+    FILE *errf = tmpfile();
+    if (nullfd < 0 || !errf) {
+        if (errf)
+            fclose(errf);
+        return al_err(err, -errno, "cannot %s: %s", what, strerror(errno));
+    }
+    int st = 0;
+    int r = al_spawn_wait(argv, nullfd, fileno(errf), &st);
+    if (r < 0 || !WIFEXITED(st) || WEXITSTATUS(st) != 0) {
+        char why[300] = "";
+        rewind(errf);
+        if (!fgets(why, sizeof(why), errf))
+            snprintf(why, sizeof(why), "%s", r < 0 ? strerror(-r) : "failed");
+        why[strcspn(why, "\n")] = '\0';
+        fclose(errf);
+        return al_err(err, r < 0 ? r : -EIO, "cannot %s with %s: %s", what, argv[0], why);
+    }
+    fclose(errf);
     return 0;
 }

@@ -66,34 +66,6 @@ static void ssh_global_init(void)
 
 /* ---- before the VM starts: keys, seed, port ---- */
 
-/* Runs argv quietly; its first line of stderr becomes the error. */
-static int run_quiet(const char *const *argv, const char *what, al_error *err)
-{
-    _cleanup_close_ int nullfd = open("/dev/null", O_WRONLY | O_CLOEXEC);
-    FILE *errf = tmpfile();
-    if (nullfd < 0 || !errf) {
-        if (errf)
-            fclose(errf);
-        return al_err(err, -errno, "cannot %s: %s", what, strerror(errno));
-    }
-    int st = 0;
-    int r = al_spawn_wait(argv, nullfd, fileno(errf), &st);
-    if (r < 0 || !WIFEXITED(st) || WEXITSTATUS(st) != 0) {
-        char why[256] = "";
-        rewind(errf);
-        if (!fgets(why, sizeof(why), errf))
-            snprintf(why, sizeof(why), "%s",
-                     r == -ENOENT ? "program not found"
-                     : r < 0      ? strerror(-r)
-                                  : "failed");
-        why[strcspn(why, "\n")] = '\0';
-        fclose(errf);
-        return al_err(err, r < 0 ? r : -EIO, "cannot %s with %s: %s", what, argv[0], why);
-    }
-    fclose(errf);
-    return 0;
-}
-
 static char *read_text(const char *path, size_t max)
 {
     FILE *f = fopen(path, "re");
@@ -113,7 +85,7 @@ static int keygen(const char *path, al_error *err)
 {
     const char *argv[] = {"ssh-keygen", "-q",      "-t", "ed25519", "-N", "",
                           "-C",         "airlock", "-f", path,      NULL};
-    return run_quiet(argv, "make a session key", err);
+    return al_spawn_quiet(argv, "make a session key", err);
 }
 
 /* A free TCP port on 127.0.0.1. Another program may take it before QEMU binds it: the start
@@ -215,7 +187,7 @@ int al_ssh_prepare(al_session *s, struct al_vm_config *cfg, al_error *err)
     snprintf(md, sizeof(md), "%s/meta-data", seed_dir);
     const char *argv[] = {"genisoimage", "-quiet", "-output", s->seed, "-volid", "cidata",
                           "-joliet",     "-rock",  ud,        md,      NULL};
-    r = run_quiet(argv, "make the cloud-init seed", err);
+    r = al_spawn_quiet(argv, "make the cloud-init seed", err);
     if (r < 0)
         return r;
     /* It holds the host's private key: readable by QEMU's user only. */
