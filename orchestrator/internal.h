@@ -124,8 +124,11 @@ int al_vm_start(virConnectPtr conn, const struct al_vm_config *cfg, virDomainPtr
                 al_error *err);
 char *al_vm_xml(const struct al_vm_config *cfg);
 bool al_kvm_present(void);
-bool al_kvm_marked_broken(void);
-void al_kvm_mark_broken(void);
+/* Records whether KVM ran a guest on this boot (with this host kernel and QEMU binary), with the
+ * evidence when it did not; al_kvm_state() reads it back. */
+void al_kvm_record(bool works, const char *evidence);
+/* The line of the domain's QEMU log that shows KVM could not run the guest, or "". */
+void al_vm_kvm_log_evidence(virConnectPtr conn, const char *name, char *out, size_t len);
 #define AL_METADATA_NS "https://airlock.invalid/xmlns/session/1"
 #define AL_METADATA_PREFIX "airlock"
 #define AL_DOMAIN_PREFIX "airlock-"

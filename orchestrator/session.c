@@ -4,6 +4,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <signal.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <string.h>
 #include <sys/file.h>
@@ -121,34 +122,45 @@ int al_session_send_hello(al_session *s, uint64_t *nonce, al_error *err)
     return 0;
 }
 
+/* Waits for the HELLO_ACK to the HELLO that carried nonce until deadline; -ETIMEDOUT with err
+ * untouched when the deadline passed. */
+static int handshake_wait(al_session *s, uint64_t nonce, uint64_t deadline, al_error *err)
+{
+    struct al_msg m;
+    int r = al_channel_recv(&s->ch, &m, deadline, s->cancel_fd, -1, err);
+    if (r < 0)
+        return r;
+    if (r == 0)
+        return al_err(err, -ECANCELED, "cancelled while the VM was booting");
+    if (m.type == AL_ERROR && m.id == 0)
+        return al_channel_guest_error(&m, "the guest agent refused the handshake", err);
+    if (m.type != AL_HELLO_ACK)
+        return al_err(err, -EPROTO, "guest sent a %s frame before its handshake",
+                      al_type_name(m.type));
+    return al_session_hello_ack(s, &m, nonce, err);
+}
+
+static int boot_timed_out(al_session *s, al_error *err)
+{
+    char last[160];
+    al_session_console_tail(s, last, sizeof(last));
+    return al_err(err, -ETIMEDOUT,
+                  "the guest agent did not answer within %u s under %s (console's last line: "
+                  "%s); %s",
+                  s->boot_timeout_ms / 1000, s->kvm ? "KVM" : "software emulation", last,
+                  s->kvm ? "try AIRLOCK_ACCEL=tcg" : "a slow host may need --boot-timeout");
+}
+
 int al_session_handshake(al_session *s, uint64_t deadline, al_error *err)
 {
     uint64_t nonce = 0;
-    struct al_msg m;
     int r = al_session_send_hello(s, &nonce, err);
     if (r < 0)
         return r;
-    for (;;) {
-        r = al_channel_recv(&s->ch, &m, deadline, s->cancel_fd, -1, err);
-        if (r == -ETIMEDOUT && err->code == 0) {
-            char last[160];
-            al_session_console_tail(s, last, sizeof(last));
-            return al_err(err, -ETIMEDOUT,
-                          "the guest agent did not answer within %u s (console's last line: %s)",
-                          s->boot_timeout_ms / 1000, last);
-        }
-        if (r < 0)
-            return r;
-        if (r == 0)
-            return al_err(err, -ECANCELED, "cancelled while the VM was booting");
-        if (m.type == AL_ERROR && m.id == 0)
-            return al_channel_guest_error(&m, "the guest agent refused the handshake", err);
-        if (m.type != AL_HELLO_ACK)
-            return al_err(err, -EPROTO, "guest sent a %s frame before its handshake",
-                          al_type_name(m.type));
-        break;
-    }
-    return al_session_hello_ack(s, &m, nonce, err);
+    r = handshake_wait(s, nonce, deadline, err);
+    if (r == -ETIMEDOUT && err->code == 0)
+        return boot_timed_out(s, err);
+    return r;
 }
 
 /* Checks the agent's HELLO_ACK against the HELLO that carried nonce and takes in what it
@@ -186,6 +198,201 @@ int al_session_hello_ack(al_session *s, const struct al_msg *m, uint64_t nonce, 
     return 0;
 }
 
+static void session_notice(al_session *s, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void session_notice(al_session *s, const char *fmt, ...)
+{
+    if (s->quiet)
+        return;
+    char msg[768];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof(msg), fmt, ap);
+    va_end(ap);
+    if (s->on_notice)
+        s->on_notice(s->notice_ctx, msg);
+    else
+        fprintf(s->notice ? s->notice : stderr, "airlock: notice: %s\n", msg);
+}
+
+static bool accel_forced(void)
+{
+    const char *accel = getenv("AIRLOCK_ACCEL");
+    return accel && *accel;
+}
+
+/* Starts the domain. The SSH forward's port was free when picked, but someone may have taken
+ * it since: another is tried. A KVM that QEMU refuses ("failed to set MSR") falls back to
+ * emulation, and the verdict is kept for later sessions. */
+static int vm_start(al_session *s, struct al_vm_config *cfg, al_error *err)
+{
+    int r = al_vm_start(s->conn, cfg, &s->dom, err);
+    for (int i = 0; i < 3 && r < 0 && cfg->host_port && strstr(err->msg, "forwarding"); i++) {
+        *err = (al_error){0};
+        r = al_ssh_pick_port(s, err);
+        cfg->host_port = s->host_port;
+        if (r == 0)
+            r = al_vm_start(s->conn, cfg, &s->dom, err);
+    }
+    if (r < 0 && cfg->kvm && !accel_forced()) {
+        al_error kvm_err = *err;
+        *err = (al_error){0};
+        cfg->kvm = s->kvm = false;
+        r = al_vm_start(s->conn, cfg, &s->dom, err);
+        if (r == 0) {
+            al_kvm_record(false, kvm_err.msg);
+            session_notice(s, "KVM failed (%.160s); running the VM in software emulation (slower)",
+                           kvm_err.msg);
+        }
+    }
+    return r;
+}
+
+/* Whether the domain stopped on its own (QEMU pauses the guest on a KVM internal error; a guest
+ * that crashed or reset is gone), described into ev. */
+static bool domain_stopped(al_session *s, char *ev, size_t len)
+{
+    int state = 0, reason = 0;
+    if (virDomainGetState(s->dom, &state, &reason, 0) < 0) {
+        snprintf(ev, len, "the VM is gone");
+        return true;
+    }
+    if (state == VIR_DOMAIN_RUNNING)
+        return false;
+    snprintf(ev, len, "the VM %s (libvirt state %d, reason %d)",
+             state == VIR_DOMAIN_PAUSED ? "was paused by QEMU" : "stopped", state, reason);
+    return true;
+}
+
+/* Connects to the agent and handshakes. When probing a KVM no guest has run with yet, the guest
+ * gets until probe_deadline to answer while the domain is watched: a domain QEMU stopped, or
+ * silence, is taken as KVM unable to run it (-EAGAIN, evidence in ev). */
+static int wait_guest(al_session *s, uint64_t deadline, uint64_t probe_deadline, char *ev,
+                      size_t evlen, al_error *err)
+{
+    if (!probe_deadline) {
+        int r = al_session_connect_agent(s, deadline, err);
+        return r < 0 ? r : al_session_handshake(s, deadline, err);
+    }
+    if (probe_deadline > deadline)
+        probe_deadline = deadline;
+    unsigned probe_s = (unsigned)((probe_deadline - al_now_ms() + 999) / 1000);
+    if (s->transport == AL_TRANSPORT_SSH) {
+        int r = al_ssh_connect(s, probe_deadline, err);
+        if (r < 0 && r != -ECANCELED && (domain_stopped(s, ev, evlen) ||
+                                         al_now_ms() + 500 >= probe_deadline)) {
+            if (!ev[0])
+                snprintf(ev, evlen, "the guest's sshd did not answer within %u s", probe_s);
+            *err = (al_error){0};
+            return -EAGAIN;
+        }
+        return r < 0 ? r : al_session_handshake(s, deadline, err);
+    }
+    int r = al_session_connect_agent(s, deadline, err);
+    uint64_t nonce = 0;
+    if (r == 0)
+        r = al_session_send_hello(s, &nonce, err);
+    if (r < 0)
+        return r;
+    for (;;) {
+        uint64_t slice = al_now_ms() + 250;
+        r = handshake_wait(s, nonce, slice < probe_deadline ? slice : probe_deadline, err);
+        if (r == 0)
+            return 0;
+        bool timed_out = r == -ETIMEDOUT && err->code == 0;
+        if (!timed_out && r != -ECONNRESET)
+            return r;
+        if (domain_stopped(s, ev, evlen)) {
+            *err = (al_error){0};
+            return -EAGAIN;
+        }
+        if (!timed_out)
+            return r;
+        if (al_now_ms() >= probe_deadline) {
+            snprintf(ev, evlen, "the guest did not answer within %u s", probe_s);
+            return -EAGAIN;
+        }
+    }
+}
+
+/* KVM did not run the guest: destroys the domain and starts it again under emulation, on a
+ * fresh overlay (the first guest may have written to its disk) and console. */
+static int fall_back_to_emulation(al_session *s, struct al_vm_config *cfg, const char *why,
+                                  al_error *err)
+{
+    char qemu[300], ev[600];
+    al_vm_kvm_log_evidence(s->conn, s->name, qemu, sizeof(qemu));
+    snprintf(ev, sizeof(ev), "%s%s%s", why, qemu[0] ? "; " : "", qemu);
+    virDomainDestroy(s->dom);
+    virDomainFree(s->dom);
+    s->dom = NULL;
+    al_ssh_disconnect(s);
+    if (s->have_ch) {
+        al_channel_destroy(&s->ch);
+        s->have_ch = false;
+    }
+    al_kvm_record(false, ev);
+    session_notice(s,
+                   "KVM did not run the guest (%s); running it in software emulation (slower). "
+                   "Later sessions on this boot go straight to emulation",
+                   ev);
+    cfg->kvm = s->kvm = false;
+    cfg->image = &s->img;
+    unlink(s->console);
+    if (cfg->disk) {
+        unlink(cfg->disk);
+        int r = al_disk_overlay(s->conn, false, s->img.disk, cfg->disk, err);
+        if (r < 0)
+            return r;
+    }
+    return vm_start(s, cfg, err);
+}
+
+/* Boots the guest to the agent's handshake. Where KVM is not proven on this boot, the first
+ * attempt is watched (wait_guest) and falls back to emulation when the guest does not run: a
+ * host whose /dev/kvm opens but cannot execute a guest costs the probe window once, after which
+ * the recorded verdict sends every session straight to emulation. AIRLOCK_KVM_PROBE_S sets the
+ * window (default 6 s; 20 s for images reached over SSH, which boot further before answering).
+ * AIRLOCK_TEST_KVM_LIE (tests only) makes the first attempt a guest that cannot run (its kernel
+ * finds no init and halts, as if its vCPU never ran), under emulation on any host, so the
+ * fallback is exercised everywhere. */
+static int boot_guest(al_session *s, struct al_vm_config *cfg, bool probe, uint64_t *start,
+                      uint64_t *started, al_error *err)
+{
+    al_image lie;
+    bool test_lie = getenv("AIRLOCK_TEST_KVM_LIE") && s->img.kernel[0];
+    if (test_lie) {
+        lie = s->img;
+        if (al_pathf(lie.cmdline, sizeof(lie.cmdline), "%s panic=0 rdinit=/airlock-test-kvm-lie",
+                     s->img.cmdline) < 0)
+            return al_err(err, -ENAMETOOLONG, "kernel command line too long");
+        cfg->image = &lie;
+        cfg->kvm = false;
+    }
+    int r = vm_start(s, cfg, err);
+    if (r < 0)
+        return r;
+    *started = al_now_ms();
+    probe = probe && (cfg->kvm || test_lie); /* a KVM refused at start fell back already */
+    uint64_t probe_ms = (s->transport == AL_TRANSPORT_SSH || !s->img.kernel[0] ? 20000 : 6000);
+    const char *env = getenv("AIRLOCK_KVM_PROBE_S");
+    if (env && atoi(env) > 0)
+        probe_ms = (uint64_t)atoi(env) * 1000u;
+    char ev[300] = "";
+    r = wait_guest(s, *start + s->boot_timeout_ms, probe ? *start + probe_ms : 0, ev,
+                   sizeof(ev), err);
+    if (r == -EAGAIN) {
+        *start = al_now_ms();
+        r = fall_back_to_emulation(s, cfg, ev, err);
+        if (r < 0)
+            return r;
+        *started = al_now_ms();
+        r = wait_guest(s, *start + s->boot_timeout_ms, 0, ev, sizeof(ev), err);
+    } else if (r == 0 && probe && s->kvm) {
+        al_kvm_record(true, NULL);
+    }
+    return r;
+}
+
 int al_session_open(const al_session_opts *opts, al_session **out, al_error *err)
 {
     uint64_t t_open = al_now_ms();
@@ -201,6 +408,10 @@ int al_session_open(const al_session_opts *opts, al_session **out, al_error *err
     pthread_mutex_init(&s->lock, &ma);
     pthread_mutexattr_destroy(&ma);
     s->cancel_fd = opts->cancel_fd > 0 ? opts->cancel_fd : -1;
+    s->quiet = opts->quiet;
+    s->notice = opts->notice;
+    s->on_notice = opts->on_notice;
+    s->notice_ctx = opts->notice_ctx;
     s->console_to = opts->console_to;
     s->stall_ms = opts->stall_timeout_ms;
     s->boot_timeout_ms = opts->boot_timeout_ms ? opts->boot_timeout_ms : BOOT_TIMEOUT_MS_DEFAULT;
@@ -250,14 +461,20 @@ int al_session_open(const al_session_opts *opts, al_session **out, al_error *err
     if (r < 0)
         goto fail;
 
-    FILE *notice = opts->quiet ? NULL : opts->notice ? opts->notice : stderr;
     s->kvm = al_kvm_usable();
-    if (!s->kvm && notice) {
+    /* A KVM no guest has run with yet on this boot is tried, and watched (boot_guest). */
+    bool probe = s->kvm && !accel_forced() && al_kvm_state() == AL_KVM_UNPROVEN;
+    if (getenv("AIRLOCK_TEST_KVM_LIE") && s->img.kernel[0] && !accel_forced())
+        probe = true; /* tests: the first attempt's guest cannot run (boot_guest) */
+    if (!s->kvm) {
         enum al_kvm_state ks = al_kvm_state();
-        fprintf(notice, "airlock: notice: %s; running the VM in software emulation (slower)\n",
-                ks == AL_KVM_FAILED ? "KVM failed on this host earlier"
-                : ks == AL_KVM_OFF  ? "AIRLOCK_ACCEL=tcg"
-                                    : "/dev/kvm is not usable");
+        char ev[300] = "";
+        al_kvm_evidence(ev, sizeof(ev));
+        session_notice(s, "%s%s%s; running the VM in software emulation (slower)",
+                       ks == AL_KVM_FAILED ? "KVM could not run a guest on this boot earlier"
+                       : ks == AL_KVM_OFF  ? "AIRLOCK_ACCEL=tcg"
+                                           : "/dev/kvm is not usable",
+                       ev[0] ? ": " : "", ev);
     }
     char disk[4300];
     if (s->img.disk[0]) {
@@ -299,38 +516,8 @@ int al_session_open(const al_session_opts *opts, al_session **out, al_error *err
     uint64_t start = al_now_ms();
     if (opts->lifetime_s)
         s->expires_ms = start + (uint64_t)opts->lifetime_s * 1000u;
-    r = al_vm_start(s->conn, &cfg, &s->dom, err);
-    /* The forward's port was free when picked; someone may have taken it since. */
-    for (int i = 0; i < 3 && r < 0 && cfg.host_port && strstr(err->msg, "forwarding"); i++) {
-        *err = (al_error){0};
-        r = al_ssh_pick_port(s, err);
-        cfg.host_port = s->host_port;
-        if (r == 0)
-            r = al_vm_start(s->conn, &cfg, &s->dom, err);
-    }
-    if (r < 0 && s->kvm && !getenv("AIRLOCK_ACCEL")) {
-        /* /dev/kvm opened but QEMU could not use it: try emulation before giving up. */
-        al_error kvm_err = *err;
-        *err = (al_error){0};
-        cfg.kvm = s->kvm = false;
-        r = al_vm_start(s->conn, &cfg, &s->dom, err);
-        if (r == 0) {
-            al_kvm_mark_broken();
-            if (notice)
-                fprintf(notice,
-                        "airlock: notice: KVM failed (%.160s); running the VM in software "
-                        "emulation (slower)\n",
-                        kvm_err.msg);
-        }
-    }
-    if (r < 0)
-        goto fail;
-    uint64_t deadline = start + s->boot_timeout_ms;
-    r = al_session_connect_agent(s, deadline, err);
-    if (r < 0)
-        goto fail;
-    uint64_t started = al_now_ms();
-    r = al_session_handshake(s, deadline, err);
+    uint64_t started = 0;
+    r = boot_guest(s, &cfg, probe, &start, &started, err);
     if (r < 0)
         goto fail;
     s->timing.start_ms = started - start;

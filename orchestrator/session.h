@@ -19,6 +19,10 @@ struct al_session {
     bool dir_created;
     int lock_fd;            /* flock held while the session lives; gc skips locked dirs */
     FILE *console_to;       /* copy the console here at close, or NULL */
+    bool quiet;             /* notices: none, to on_notice, else to notice (NULL: stderr) */
+    FILE *notice;
+    void (*on_notice)(void *ctx, const char *msg);
+    void *notice_ctx;
     int cancel_fd;          /* -1 or the caller's signal pipe */
     pthread_mutex_t lock;   /* recursive; one request at a time on the channel, whether the
                                owner's or a control-socket client's (control.c) */

@@ -7,6 +7,9 @@
 #include <fcntl.h>
 #include <stdio.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <sys/utsname.h>
+#include <unistd.h>
 
 static void silent_virt_error(void *ctx, virErrorPtr e)
 {
@@ -52,55 +55,97 @@ int al_vm_connect(const char *requested, virConnectPtr *out, al_error *err)
     return 0;
 }
 
-/* /dev/kvm can exist and open yet fail once QEMU sets up a vCPU (seen on nested hosts: "failed
- * to set MSR"). When a KVM start fails and emulation then works, the session records it here,
- * keyed by boot id, so later sessions on this boot go straight to emulation. */
-static int kvm_marker_path(char *buf, size_t len)
+/* Whether KVM can run a guest is only known once one ran: /dev/kvm can open and yet QEMU can fail
+ * to set up a vCPU ("failed to set MSR"), or start and never execute the guest (a nested host's
+ * "KVM internal error ... emulation failure"). The session that finds out records a verdict here,
+ * in the runtime dir, keyed by what it depends on (this boot, the host kernel, the QEMU binary),
+ * so later sessions neither pay for the discovery again nor trust a verdict from another setup.
+ * The file: the key, "ok" or "broken", and the evidence, one line each. */
+#define KVM_VERDICT_FILE "kvm-verdict"
+
+static int kvm_verdict_path(char *buf, size_t len)
 {
     char run[4096];
     al_error ignored = {0};
     if (al_runtime_dir(run, sizeof(run), &ignored) < 0)
         return -1;
-    return al_pathf(buf, len, "%s/kvm-broken", run);
+    return al_pathf(buf, len, "%s/" KVM_VERDICT_FILE, run);
 }
 
-static void boot_id(char *buf, size_t len)
+static void kvm_key(char *buf, size_t len)
 {
-    buf[0] = '\0';
-    FILE *f = fopen("/proc/sys/kernel/random/boot_id", "r");
-    if (f) {
-        if (!fgets(buf, (int)len, f))
-            buf[0] = '\0';
-        fclose(f);
+    char id[64] = "";
+    int fd = open("/proc/sys/kernel/random/boot_id", O_RDONLY | O_CLOEXEC);
+    if (fd >= 0) {
+        ssize_t n = read(fd, id, sizeof(id) - 1);
+        id[n > 0 ? n : 0] = '\0';
+        id[strcspn(id, "\n")] = '\0';
+        close(fd);
     }
+    struct utsname u = {0};
+    uname(&u);
+    struct stat st = {0};
+    const char *qemu = "/usr/bin/qemu-system-x86_64";
+    stat(qemu, &st);
+    snprintf(buf, len, "boot=%s kernel=%s qemu=%lld.%lld", id, u.release, (long long)st.st_size,
+             (long long)st.st_mtime);
 }
 
-bool al_kvm_marked_broken(void)
+/* The recorded verdict for this boot, kernel and QEMU: 1 ok, 0 broken (evidence in ev), -1
+ * none. Never follows a symlink; a file not ours or writable by others is ignored. */
+static int kvm_verdict(char *ev, size_t evlen)
 {
-    char path[4200], want[64], have[64] = "";
-    if (kvm_marker_path(path, sizeof(path)) < 0)
-        return false;
-    FILE *f = fopen(path, "r");
-    if (!f)
-        return false;
-    if (!fgets(have, sizeof(have), f))
-        have[0] = '\0';
-    fclose(f);
-    boot_id(want, sizeof(want));
-    return want[0] && !strcmp(want, have);
+    char path[4200], key[256], buf[1024];
+    if (kvm_verdict_path(path, sizeof(path)) < 0)
+        return -1;
+    int fd = open(path, O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
+    if (fd < 0)
+        return -1;
+    struct stat st;
+    ssize_t n = -1;
+    if (fstat(fd, &st) == 0 && S_ISREG(st.st_mode) && st.st_uid == geteuid() &&
+        !(st.st_mode & 022))
+        n = read(fd, buf, sizeof(buf) - 1);
+    close(fd);
+    if (n <= 0)
+        return -1;
+    buf[n] = '\0';
+    kvm_key(key, sizeof(key));
+    char *save = NULL, *have = strtok_r(buf, "\n", &save), *verdict = strtok_r(NULL, "\n", &save);
+    char *evidence = strtok_r(NULL, "\n", &save);
+    if (!have || !verdict || strcmp(have, key))
+        return -1;
+    if (ev)
+        snprintf(ev, evlen, "%s", evidence ? evidence : "");
+    return !strcmp(verdict, "ok") ? 1 : !strcmp(verdict, "broken") ? 0 : -1;
 }
 
-void al_kvm_mark_broken(void)
+/* Written beside and renamed over the old one: never through a symlink someone planted. */
+void al_kvm_record(bool works, const char *evidence)
 {
-    char path[4200], id[64];
-    if (kvm_marker_path(path, sizeof(path)) < 0)
+    char path[4200], tmp[4300], key[256];
+    if (kvm_verdict_path(path, sizeof(path)) < 0 || al_pathf(tmp, sizeof(tmp), "%s.%ld", path,
+                                                             (long)getpid()) < 0)
         return;
-    boot_id(id, sizeof(id));
-    FILE *f = fopen(path, "w");
-    if (f) {
-        fputs(id, f);
-        fclose(f);
+    kvm_key(key, sizeof(key));
+    char ev[512];
+    snprintf(ev, sizeof(ev), "%s", evidence ? evidence : "");
+    for (char *p = ev; *p; p++)
+        if ((unsigned char)*p < 0x20 || *p == 0x7f)
+            *p = ' ';
+    unlink(tmp);
+    int fd = open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0644);
+    if (fd < 0)
+        return;
+    FILE *f = fdopen(fd, "w");
+    if (!f) {
+        close(fd);
+        unlink(tmp);
+        return;
     }
+    fprintf(f, "%s\n%s\n%s\n", key, works ? "ok" : "broken", ev);
+    if (fclose(f) != 0 || rename(tmp, path) < 0)
+        unlink(tmp);
 }
 
 bool al_kvm_present(void)
@@ -113,7 +158,7 @@ bool al_kvm_present(void)
 }
 
 /* AIRLOCK_ACCEL=tcg forces emulation (=kvm forces KVM); otherwise KVM when /dev/kvm opens and
- * has not failed on this boot. */
+ * no guest has failed with it on this boot. */
 enum al_kvm_state al_kvm_state(void)
 {
     const char *accel = getenv("AIRLOCK_ACCEL");
@@ -121,13 +166,63 @@ enum al_kvm_state al_kvm_state(void)
         return AL_KVM_OFF;
     if (!al_kvm_present())
         return AL_KVM_ABSENT;
-    return al_kvm_marked_broken() ? AL_KVM_FAILED : AL_KVM_OK;
+    switch (kvm_verdict(NULL, 0)) {
+    case 1:
+        return AL_KVM_OK;
+    case 0:
+        return AL_KVM_FAILED;
+    default:
+        return AL_KVM_UNPROVEN;
+    }
+}
+
+int al_kvm_evidence(char *buf, size_t len)
+{
+    buf[0] = '\0';
+    return kvm_verdict(buf, len) == 0 ? 0 : -ENOENT;
 }
 
 bool al_kvm_usable(void)
 {
     const char *accel = getenv("AIRLOCK_ACCEL");
-    return (accel && !strcmp(accel, "kvm")) || al_kvm_state() == AL_KVM_OK;
+    if (accel && !strcmp(accel, "kvm"))
+        return true;
+    enum al_kvm_state st = al_kvm_state();
+    return st == AL_KVM_OK || st == AL_KVM_UNPROVEN;
+}
+
+/* What QEMU said about KVM in the domain's log (libvirt keeps it per domain name): the line
+ * that shows the guest could not run, if any. */
+void al_vm_kvm_log_evidence(virConnectPtr conn, const char *name, char *out, size_t len)
+{
+    out[0] = '\0';
+    char path[4200];
+    const char *uri = virConnectGetURI(conn);
+    bool session = uri && strstr(uri, "/session");
+    free((void *)uri);
+    if (session) {
+        const char *home = getenv("HOME");
+        if (!home || al_pathf(path, sizeof(path), "%s/.cache/libvirt/qemu/log/%s.log", home,
+                              name) < 0)
+            return;
+    } else if (al_pathf(path, sizeof(path), "/var/log/libvirt/qemu/%s.log", name) < 0) {
+        return;
+    }
+    FILE *f = fopen(path, "re");
+    char line[512];
+    while (f && fgets(line, sizeof(line), f)) {
+        if (!strstr(line, "KVM internal error") && !strstr(line, "emulation failure") &&
+            !strstr(line, "KVM_EXIT") && !strstr(line, "kvm run failed"))
+            continue;
+        line[strcspn(line, "\r\n")] = '\0';
+        for (char *p = line; *p; p++)
+            if ((unsigned char)*p < 0x20 || (unsigned char)*p > 0x7e)
+                *p = '?';
+        snprintf(out, len, "QEMU: %s", line);
+        break;
+    }
+    if (f)
+        fclose(f);
 }
 
 /* Paths come from the image store and the runtime dir, both ours, but they still must not

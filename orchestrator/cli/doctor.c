@@ -56,6 +56,45 @@ static void check_image(void *ctx, const al_image *img, const char *name, const 
     printf("ok    image %s (SSH as %s; the agent is copied in)\n", img->name, img->ssh_user);
 }
 
+/* KVM in one line: missing, present but unable to run a guest (with the evidence), or working.
+ * Only a guest that ran proves it: when no session has tried KVM on this boot yet, one is booted
+ * here (it falls back to emulation and records why if KVM cannot run it). */
+static void doctor_kvm(struct cli_globals *g, struct doctor *d)
+{
+    (void)d;
+    if (al_kvm_state() == AL_KVM_UNPROVEN) {
+        al_session_opts so = {.image = "tiny", .connect_uri = g->connect_uri, .quiet = true};
+        al_session *s = NULL;
+        al_error err = {0};
+        if (al_session_open(&so, &s, &err) == 0)
+            al_session_close(s);
+    }
+    char ev[512] = "";
+    switch (al_kvm_state()) {
+    case AL_KVM_OK:
+        printf("ok    KVM works: a guest ran with hardware virtualization on this boot\n");
+        break;
+    case AL_KVM_ABSENT:
+        printf("warn  no usable /dev/kvm: guests run in software emulation (much slower)\n"
+               "      fix: enable virtualization in the firmware, 'modprobe kvm_intel' or\n"
+               "           'modprobe kvm_amd', and be in the 'kvm' group\n");
+        break;
+    case AL_KVM_FAILED:
+        al_kvm_evidence(ev, sizeof(ev));
+        printf("warn  /dev/kvm is present but cannot run a guest (%s);\n"
+               "      guests run in software emulation (much slower)\n"
+               "      fix: enable nested virtualization on the outer host, then reboot\n",
+               ev[0] ? ev : "no detail recorded");
+        break;
+    case AL_KVM_OFF:
+        printf("warn  AIRLOCK_ACCEL=tcg: guests run in software emulation\n");
+        break;
+    case AL_KVM_UNPROVEN:
+        printf("warn  /dev/kvm is present but no guest could be booted to prove it works\n");
+        break;
+    }
+}
+
 int cmd_doctor(struct cli_globals *g, int argc, char **argv)
 {
     if (argc > 1 && (!strcmp(argv[1], "--help") || !strcmp(argv[1], "-h"))) {
@@ -77,24 +116,7 @@ int cmd_doctor(struct cli_globals *g, int argc, char **argv)
             d.errors++;
         }
     }
-    switch (al_kvm_state()) {
-    case AL_KVM_OK:
-        printf("ok    /dev/kvm usable: guests run with hardware virtualization\n");
-        break;
-    case AL_KVM_ABSENT:
-        printf("warn  /dev/kvm not usable: guests run in software emulation (much slower)\n"
-               "      fix: enable virtualization in the firmware, 'modprobe kvm_intel' or\n"
-               "           'modprobe kvm_amd', and be in the 'kvm' group\n");
-        break;
-    case AL_KVM_FAILED:
-        printf("warn  /dev/kvm opens but QEMU failed to use it on this boot (a nested host?);\n"
-               "      guests run in software emulation (much slower)\n"
-               "      fix: enable nested virtualization on the outer host, then reboot\n");
-        break;
-    case AL_KVM_OFF:
-        printf("warn  AIRLOCK_ACCEL=tcg: guests run in software emulation\n");
-        break;
-    }
+    doctor_kvm(g, &d);
     char store[4096];
     if (al_image_store_dir(store, sizeof(store), &err) < 0) {
         printf("FAIL  %s\n", err.msg);

@@ -25,6 +25,8 @@ static const char usage[] =
     "Boot a fresh VM, run CMD (or CODE) in it with its output streamed here, destroy the VM.\n"
     "Exits with the command's status, 128+N when signal N ended it, 124 on --timeout,\n"
     "126 when it cannot be executed, 127 when it is not found, 125 when airlock failed.\n"
+    "A --get that fails after the command ran is reported; the command's status stands\n"
+    "when it is not 0, else the exit status is 125.\n"
     "\n"
     "  -i, --image NAME          image to boot (default: $AIRLOCK_IMAGE, else debian\n"
     "                            when built, else tiny)\n"
@@ -372,11 +374,21 @@ int cmd_exec(struct cli_globals *g, int argc, char **argv)
                 (unsigned long long)eo.output_cap);
     if (linger_s)
         linger(linger_s);
-    for (size_t i = 0; i < nget; i++)
-        if (al_file_get(s, gets_[i][0], gets_[i][1], &err) < 0) {
-            status = EXIT_AIRLOCK_FAILED;
-            goto out;
+    /* The command ran: a copy that fails now is reported, the others are still made, and the
+     * command's own status stands when it failed; only a command that succeeded turns into
+     * 125 (a script must not take a missing file for success). */
+    for (size_t i = 0; i < nget; i++) {
+        al_error gerr = {0};
+        if (al_file_get(s, gets_[i][0], gets_[i][1], &gerr) < 0) {
+            if (gerr.code == -ECANCELED) {
+                err = gerr;
+                goto out;
+            }
+            fprintf(stderr, "airlock: --get failed: %s\n", gerr.msg);
+            if (status == 0)
+                status = EXIT_AIRLOCK_FAILED;
         }
+    }
     /* What the run left in /workspace: the changes to DIR, or (not with -q) just a listing,
      * which an image without /workspace or tar simply does not get. */
     if (workdir && al_workdir_diff_new(s, workdir, &wo, &diff, &err) < 0) {

@@ -263,10 +263,30 @@ static void ui_run_end(void *ctx, const al_exec_result *r, const char *summary)
 static void ui_notice(void *ctx, const char *msg)
 {
     struct loopui *u = ctx;
-    if (u->json)
+    if (u->json) {
         loopui_json_event("airlock", "notice", msg);
-    else
-        fprintf(stderr, "airlock: %s\n", msg);
+        return;
+    }
+    char *line = NULL;
+    if (asprintf(&line, "airlock: %s", msg) < 0)
+        return;
+    render_line(&u->render, line);
+    free(line);
+}
+
+/* The session's notices while it boots (emulation fallback): printed clear of the spinner. */
+static void session_notice(void *ctx, const char *msg)
+{
+    struct loopui *u = ctx;
+    if (u->json) {
+        loopui_json_event("airlock", "notice", msg);
+        return;
+    }
+    char *line = NULL;
+    if (asprintf(&line, "notice: %s", msg) < 0)
+        return;
+    ui_notice(ctx, line);
+    free(line);
 }
 
 static void ui_message(void *ctx, const cJSON *m)
@@ -307,6 +327,8 @@ int loopui_open(struct loopui *u, struct chat_opts *o, struct cli_globals *g)
     so.connect_uri = g->connect_uri;
     so.quiet = g->quiet;
     so.cancel_fd = loopui_cancel_fd();
+    so.on_notice = session_notice;
+    so.notice_ctx = u;
     if (g->debug)
         so.console_to = stderr;
     if (!u->json)

@@ -265,6 +265,14 @@ void render_spinner(struct render *r, const char *label)
     }
 }
 
+void render_line(struct render *r, const char *line)
+{
+    pthread_mutex_lock(&r->spin_lock);
+    fprintf(stderr, "%s%s\n", r->spinning ? "\r\033[K" : "", line);
+    fflush(stderr);
+    pthread_mutex_unlock(&r->spin_lock);
+}
+
 void render_fini(struct render *r)
 {
     render_spinner(r, NULL);

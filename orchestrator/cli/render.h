@@ -30,6 +30,9 @@ void render_text(struct render *r, const char *s, size_t n);
 void render_text_end(struct render *r);
 void render_code(struct render *r, const char *lang, const char *code);
 void render_spinner(struct render *r, const char *label); /* NULL stops it */
+/* One line on stderr, on a line of its own even while the spinner turns (it is cleared first
+ * and redrawn on its next tick). */
+void render_line(struct render *r, const char *line);
 void render_fini(struct render *r);
 
 #endif

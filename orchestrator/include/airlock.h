@@ -110,6 +110,10 @@ typedef struct al_session_opts {
     const char *transport;    /* NULL: the image's; "virtio" or "ssh" */
     bool checkpoints;         /* allow al_checkpoint_*: images without a disk get a small scratch
                                  qcow2 to hold the snapshots (the guest never mounts it) */
+    /* Notices (one line, no "airlock: notice: " prefix, no newline): called instead of
+     * writing to notice when set; from the thread that opens the session. */
+    void (*on_notice)(void *ctx, const char *msg);
+    void *notice_ctx;
 } al_session_opts;
 
 int al_session_open(const al_session_opts *opts, al_session **out, al_error *err);
@@ -350,12 +354,18 @@ int al_gc(const char *connect_uri, al_error *err);
 int al_libvirt_uri(const char *requested, char *buf, size_t len, al_error *err);
 bool al_kvm_usable(void);
 enum al_kvm_state {
-    AL_KVM_OK = 0,     /* /dev/kvm opens and has not failed on this boot */
-    AL_KVM_ABSENT = 1, /* /dev/kvm missing or not openable */
-    AL_KVM_FAILED = 2, /* /dev/kvm opens but QEMU failed with it on this boot */
-    AL_KVM_OFF = 3,    /* AIRLOCK_ACCEL=tcg */
+    AL_KVM_OK = 0,       /* a guest ran with KVM on this boot (and this kernel and QEMU) */
+    AL_KVM_ABSENT = 1,   /* /dev/kvm missing or not openable */
+    AL_KVM_FAILED = 2,   /* /dev/kvm opens but a guest could not run with it on this boot:
+                            QEMU refused it, or the guest never executed (al_kvm_evidence) */
+    AL_KVM_OFF = 3,      /* AIRLOCK_ACCEL=tcg */
+    AL_KVM_UNPROVEN = 4, /* /dev/kvm opens; no guest has run with it on this boot yet. The
+                            next session tries it and falls back to emulation if the guest
+                            does not run */
 };
 enum al_kvm_state al_kvm_state(void);
+/* For AL_KVM_FAILED: what showed that KVM cannot run a guest (one line). -ENOENT otherwise. */
+int al_kvm_evidence(char *buf, size_t len);
 
 #pragma GCC visibility pop
 
