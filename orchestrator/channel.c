@@ -3,6 +3,9 @@
 #include "internal.h"
 
 #include <errno.h>
+#include <fcntl.h>
+#include <signal.h>
+#include <unistd.h>
 #include <poll.h>
 #include <stdio.h>
 #include <string.h>
@@ -10,16 +13,19 @@
 
 #define CHANNEL_BUF (AL_FRAME_HEADER_SIZE + AL_FRAME_PAYLOAD_MAX)
 
-int al_channel_init(struct al_channel *ch, int fd, unsigned stall_ms, al_error *err)
+int al_channel_init(struct al_channel *ch, int fd, unsigned stall_ms, int wake_fd,
+                    al_error *err)
 {
     memset(ch, 0, sizeof(*ch));
     ch->fd = -1;
+    ch->wake_fd = wake_fd;
     ch->rbuf = malloc(CHANNEL_BUF);
     ch->wbuf = malloc(CHANNEL_BUF);
-    if (!ch->rbuf || !ch->wbuf) {
+    int fl = fcntl(fd, F_GETFL);
+    if (!ch->rbuf || !ch->wbuf || fl < 0 || fcntl(fd, F_SETFL, fl | O_NONBLOCK) < 0) {
         free(ch->rbuf);
         free(ch->wbuf);
-        return al_err(err, -ENOMEM, "out of memory");
+        return al_err(err, -ENOMEM, "cannot set up the guest channel");
     }
     al_decoder_init(&ch->dec, ch->rbuf, CHANNEL_BUF);
     ch->fd = fd;
@@ -36,26 +42,53 @@ void al_channel_destroy(struct al_channel *ch)
     ch->rbuf = ch->wbuf = NULL;
 }
 
+/* A guest that stops reading (a stopped or hijacked agent) must not hang us: the socket is
+ * non-blocking, each wait for room is bounded by stall_ms without progress, and a signal on the
+ * wake pipe (SIGTERM, a second Ctrl-C) ends it at once; SIGINT/SIGQUIT are kept for the caller
+ * to forward. A frame abandoned half-written leaves the channel unusable. */
 static int write_all(struct al_channel *ch, const void *buf, size_t len, al_error *err)
 {
+    if (ch->broken)
+        return al_err(err, -EPIPE, "the guest channel is unusable after an abandoned write");
     const uint8_t *p = buf;
+    size_t total = len;
+    uint64_t since = al_now_ms();
     while (len) {
-        ssize_t n = send(ch->fd, p, len, MSG_NOSIGNAL);
+        ssize_t n = send(ch->fd, p, len, MSG_NOSIGNAL | MSG_DONTWAIT);
         if (n < 0 && errno == EINTR)
             continue;
         if (n < 0 && errno == EAGAIN) {
-            /* The agent always drains its channel, so waiting is bounded by its reading;
-             * still, a guest that stops reading must not hang us forever. */
-            struct pollfd pfd = {ch->fd, POLLOUT, 0};
-            int r = poll(&pfd, 1, (int)ch->stall_ms);
-            if (r == 0)
-                return al_err(err, -ETIMEDOUT, "guest stopped reading its channel");
+            uint64_t now = al_now_ms();
+            if (now - since >= ch->stall_ms) {
+                ch->broken = len != total;
+                return al_err(err, -ETIMEDOUT, "the guest stopped reading its channel for %u s",
+                              ch->stall_ms / 1000);
+            }
+            struct pollfd pfd[2] = {{ch->fd, POLLOUT, 0}, {ch->wake_fd, POLLIN, 0}};
+            int r = poll(pfd, ch->wake_fd >= 0 && !ch->pending_sig ? 2 : 1,
+                         (int)(ch->stall_ms - (now - since)));
+            if (r < 0 && errno != EINTR)
+                return al_err(err, -errno, "poll failed: %s", strerror(errno));
+            if (r > 0 && pfd[1].revents) {
+                uint8_t sig = 0;
+                if (read(ch->wake_fd, &sig, 1) == 1) {
+                    if (sig == SIGINT || sig == SIGQUIT) {
+                        ch->pending_sig = sig;
+                    } else {
+                        ch->broken = len != total;
+                        return al_err(err, -ECANCELED, "cancelled by signal %u", sig);
+                    }
+                }
+            }
             continue;
         }
-        if (n < 0)
+        if (n < 0) {
+            ch->broken = len != total;
             return al_err(err, -errno, "cannot write to the guest channel: %s", strerror(errno));
+        }
         p += n;
         len -= (size_t)n;
+        since = al_now_ms();
     }
     return 0;
 }

@@ -329,7 +329,10 @@ static int restore(al_session *s, uint32_t id, al_error *err)
     if (virDomainGetState(s->dom, &state, &reason, 0) == 0 && state == VIR_DOMAIN_PAUSED &&
         virDomainResume(s->dom) < 0)
         return al_err_virt(err, -EIO, "cannot resume the VM after the restore");
-    return resync_or_reconnect(s, RESYNC_MS, err);
+    r = resync_or_reconnect(s, RESYNC_MS, err);
+    if (r == 0)
+        s->poisoned = false; /* the agent is the one from before the run that broke it */
+    return r;
 }
 
 static bool name_ok(const char *name)
@@ -509,7 +512,8 @@ int al_checkpoint_recover(al_session *s, uint32_t *restored_id, al_error *err)
     if (r < 0)
         return r;
     struct al_checkpoints *c = s->ckpt;
-    if (domain_running(s)) {
+    /* A guest that broke the protocol is not asked whether it is fine. */
+    if (domain_running(s) && !s->poisoned) {
         al_error probe = {0};
         if (resync_or_reconnect(s, PROBE_MS, &probe) == 0)
             return 0; /* the agent answers: nothing to undo */

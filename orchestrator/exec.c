@@ -30,15 +30,31 @@ static size_t count(const char *const *v)
     return n;
 }
 
+/* The host's own deadline for a run with a timeout: the agent's timeout plus this much (a kernel
+ * run also covers the kernel's start, seconds under emulation), then SIGKILL, then this long for
+ * the exit before the agent is given up on. Nothing here trusts the guest to keep time. */
+#define HOST_GRACE_MS 5000u
+#define HOST_GRACE_KERNEL_MS 60000u
+#define HOST_KILL_WAIT_MS 3000u
+
 struct exec_state {
     al_session *s;
     uint32_t id;
     int stdin_fd;          /* -1 once EOF was sent */
     uint64_t stdin_credit; /* bytes the agent still accepts on stdin */
     bool out_broken[3];    /* host stdout/stderr went away: discard */
+    uint64_t got[3];       /* bytes received per stream: the host's count, not the guest's */
     bool started;
     bool waited_input;     /* the guest reported the program waiting for input */
+    bool killed;           /* the host deadline passed and SIGKILL was sent */
 };
+
+static int send_signal(struct exec_state *st, int signo, al_error *err)
+{
+    struct al_msg m = {.type = AL_SIGNAL, .id = st->id};
+    m.u.signal.signo = (uint8_t)signo;
+    return al_channel_send(&st->s->ch, &m, err);
+}
 
 static int pump_stdin(struct exec_state *st, al_error *err)
 {
@@ -66,15 +82,25 @@ static int on_data(struct exec_state *st, const al_exec_opts *o, const struct al
     if (stream != AL_STREAM_STDOUT && stream != AL_STREAM_STDERR)
         return al_err(err, -EPROTO, "guest sent data on stream %u of an exec", stream);
     int fd = stream == AL_STREAM_STDOUT ? o->stdout_fd : o->stderr_fd;
+    /* The agent stops at the cap; more is a guest speaking for it. Nothing past the cap is
+     * written, and the run is killed. */
+    if (o->output_cap && m->u.data.len > o->output_cap - st->got[stream]) {
+        al_error ignored = {0};
+        send_signal(st, SIGKILL, &ignored);
+        return al_err(err, -EMSGSIZE,
+                      "the guest sent more than the %llu-byte output cap on %s; the run was "
+                      "killed",
+                      (unsigned long long)o->output_cap,
+                      stream == AL_STREAM_STDOUT ? "stdout" : "stderr");
+    }
+    st->got[stream] += m->u.data.len;
     if (m->u.data.len && !st->out_broken[stream]) {
         int r = o->output ? o->output(o->output_ctx, stream, m->u.data.data, m->u.data.len)
                           : write_out(fd, m->u.data.data, m->u.data.len);
         if (r == -EPIPE) {
             /* Like a local pipeline: the writer learns its reader is gone. */
             st->out_broken[stream] = true;
-            struct al_msg sig = {.type = AL_SIGNAL, .id = st->id};
-            sig.u.signal.signo = SIGPIPE;
-            r = al_channel_send(&st->s->ch, &sig, err);
+            r = send_signal(st, SIGPIPE, err);
             if (r < 0)
                 return r;
         } else if (r < 0) {
@@ -95,17 +121,45 @@ static int on_cancel(struct exec_state *st, al_error *err)
     ssize_t n = read(st->s->cancel_fd, &sig, 1);
     if (n != 1)
         return 0;
-    if (sig == SIGINT || sig == SIGQUIT) {
-        struct al_msg m = {.type = AL_SIGNAL, .id = st->id};
-        m.u.signal.signo = sig;
-        return al_channel_send(&st->s->ch, &m, err);
-    }
+    if (sig == SIGINT || sig == SIGQUIT)
+        return send_signal(st, sig, err);
     return al_err(err, -ECANCELED, "cancelled by signal %u", sig);
 }
+
+/* A Ctrl-C that arrived while a write waited for the guest (channel.c kept it). */
+static int forward_pending(struct exec_state *st, al_error *err)
+{
+    int sig = st->s->ch.pending_sig;
+    st->s->ch.pending_sig = 0;
+    return sig ? send_signal(st, sig, err) : 0;
+}
+
+/* The run's host deadline passed: SIGKILL first; if even that brings no exit, the agent is not
+ * ours any more (stopped, or a guest speaking for it). */
+static int on_host_deadline(struct exec_state *st, const al_exec_opts *o, uint64_t *deadline,
+                            al_error *err)
+{
+    if (!st->killed) {
+        st->killed = true;
+        *deadline = al_now_ms() + HOST_KILL_WAIT_MS;
+        return send_signal(st, SIGKILL, err);
+    }
+    return al_err(err, -ETIMEDOUT,
+                  "the guest did not end the run in time (its timeout was %u s, and it was "
+                  "told to kill it); the guest agent is not answering",
+                  o->timeout_ms / 1000);
+}
+
+static int exec_locked(al_session *s, const al_exec_opts *o, al_exec_result *out, al_error *err);
 
 int al_exec(al_session *s, const al_exec_opts *o, al_exec_result *out, al_error *err)
 {
     AL_SESSION_LOCKED(s);
+    return al_session_check(s, exec_locked(s, o, out, err), err);
+}
+
+static int exec_locked(al_session *s, const al_exec_opts *o, al_exec_result *out, al_error *err)
+{
     size_t argc = count(o->argv), envc = count(o->env);
     if (argc == 0 || argc > AL_ARGV_MAX)
         return al_err(err, -EINVAL, "a command needs 1 to %d arguments", AL_ARGV_MAX);
@@ -144,9 +198,21 @@ int al_exec(al_session *s, const al_exec_opts *o, al_exec_result *out, al_error 
         st.stdin_credit = s->agent_window;
     }
 
+    uint64_t sent_ms = al_now_ms(), deadline = 0;
+    unsigned grace = o->kernel ? HOST_GRACE_KERNEL_MS : HOST_GRACE_MS;
     for (;;) {
+        if (s->ch.pending_sig && (r = forward_pending(&st, err)) < 0)
+            return r;
+        if (o->timeout_ms && !st.killed)
+            deadline = sent_ms + o->timeout_ms + grace;
         int extra = st.started && st.stdin_fd >= 0 && st.stdin_credit > 0 ? st.stdin_fd : -1;
-        r = al_session_recv(s, st.id, &m, extra, err);
+        r = al_session_recv_until(s, st.id, &m, extra, deadline, err);
+        if (r == -ETIMEDOUT && err->code == 0) {
+            r = on_host_deadline(&st, o, &deadline, err);
+            if (r < 0)
+                return r;
+            continue;
+        }
         if (r < 0)
             return r;
         if (r == 0) {
@@ -168,6 +234,8 @@ int al_exec(al_session *s, const al_exec_opts *o, al_exec_result *out, al_error 
         }
         switch (m.type) {
         case AL_STARTED:
+            if (!st.started)
+                sent_ms = al_now_ms(); /* the timeout runs from here, a kernel's start aside */
             st.started = true;
             break;
         case AL_DATA:
@@ -203,9 +271,11 @@ int al_exec(al_session *s, const al_exec_opts *o, al_exec_result *out, al_error 
                 .how = m.u.exit.how == AL_EXIT_SIGNAL ? AL_EXEC_SIGNALED : AL_EXEC_EXITED,
                 .value = m.u.exit.value,
                 .duration_us = m.u.exit.duration_us,
-                .timed_out = m.u.exit.flags & AL_EXIT_TIMED_OUT,
-                .truncated_stdout = m.u.exit.flags & AL_EXIT_TRUNC_STDOUT,
-                .truncated_stderr = m.u.exit.flags & AL_EXIT_TRUNC_STDERR,
+                .timed_out = (m.u.exit.flags & AL_EXIT_TIMED_OUT) || st.killed,
+                /* Counted here: output that reached the cap was cut (the agent drops the
+                 * rest); the guest's own flags are not believed. */
+                .truncated_stdout = o->output_cap && st.got[AL_STREAM_STDOUT] >= o->output_cap,
+                .truncated_stderr = o->output_cap && st.got[AL_STREAM_STDERR] >= o->output_cap,
                 .waited_input = st.waited_input,
             };
             *out = res;

@@ -75,8 +75,11 @@ int al_file_put(al_session *s, const char *host_path, const char *guest_path,
         else if (m.type == AL_ERROR)
             return al_channel_guest_error(&m, guest_path, err);
         else
-            return al_err(err, -EPROTO, "guest sent an unexpected %s frame during a file copy",
-                          al_type_name(m.type));
+            return al_session_check(
+                s,
+                al_err(err, -EPROTO, "guest sent an unexpected %s frame during a file copy",
+                       al_type_name(m.type)),
+                err);
     }
 }
 
@@ -188,7 +191,7 @@ int al_file_get(al_session *s, const char *guest_path, const char *host_path,
     uint32_t mode = 0600;
     r = al_channel_send(&s->ch, &m, err);
     if (r >= 0)
-        r = receive_file(s, id, fd, guest_path, &mode, err);
+        r = al_session_check(s, receive_file(s, id, fd, guest_path, &mode, err), err);
     /* Permission bits only, never set-id bits the guest asked for. */
     if (r >= 0 && fchmod(fd, mode & 0777) < 0)
         r = al_err(err, -errno, "cannot set mode of '%s': %s", target, strerror(errno));

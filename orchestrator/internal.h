@@ -79,9 +79,16 @@ struct al_channel {
     uint8_t *rbuf;         /* AL_FRAME_HEADER_SIZE + AL_FRAME_PAYLOAD_MAX */
     uint8_t *wbuf;         /* the same size, for encoding */
     const char *eof_msg;   /* what the end of the stream means on this transport, or NULL */
+    int wake_fd;           /* -1, or the session's cancel pipe: also watched while a write
+                              waits for the guest to read */
+    int pending_sig;       /* SIGINT/SIGQUIT read from wake_fd during a write, to forward */
+    bool broken;           /* a write was abandoned mid-frame: nothing more can be sent */
 };
 
-int al_channel_init(struct al_channel *ch, int fd, unsigned stall_ms, al_error *err);
+/* Takes fd (made non-blocking: every write has a deadline, stall_ms without progress, and ends
+ * early when wake_fd delivers a signal other than SIGINT/SIGQUIT). */
+int al_channel_init(struct al_channel *ch, int fd, unsigned stall_ms, int wake_fd,
+                    al_error *err);
 void al_channel_destroy(struct al_channel *ch);
 int al_channel_send(struct al_channel *ch, const struct al_msg *m, al_error *err);
 int al_channel_send_data(struct al_channel *ch, uint32_t id, uint8_t stream, uint8_t flags,

@@ -70,7 +70,7 @@ int al_session_connect_agent(al_session *s, uint64_t deadline, al_error *err)
         if (fd < 0)
             return al_err(err, -errno, "socket: %s", strerror(errno));
         if (connect(fd, (struct sockaddr *)&sa, sizeof(sa)) == 0) {
-            int r = al_channel_init(&s->ch, fd, s->stall_ms, err);
+            int r = al_channel_init(&s->ch, fd, s->stall_ms, s->cancel_fd, err);
             if (r < 0)
                 return r;
             fd = -1; /* the channel owns it now */
@@ -600,8 +600,22 @@ bool al_session_kvm(const al_session *s)
     return s->kvm;
 }
 
+int al_session_check(al_session *s, int r, const al_error *err)
+{
+    if ((r == -EPROTO || r == -EMSGSIZE) && !s->poisoned) {
+        s->poisoned = true;
+        snprintf(s->poison_why, sizeof(s->poison_why), "%.200s", err->msg);
+    }
+    return r;
+}
+
 int al_session_ready(al_session *s, al_error *err)
 {
+    if (s->poisoned)
+        return al_err(err, -EPROTO,
+                      "the guest broke the protocol earlier (%s); the session takes no more "
+                      "requests",
+                      s->poison_why);
     if (s->transport != AL_TRANSPORT_SSH || !al_ssh_lost(s))
         return 0;
     return al_ssh_reconnect(s, err);
@@ -614,8 +628,18 @@ int al_session_next_id(al_session *s)
 
 int al_session_recv(al_session *s, uint32_t id, struct al_msg *m, int extra_fd, al_error *err)
 {
+    return al_session_recv_until(s, id, m, extra_fd, 0, err);
+}
+
+int al_session_recv_until(al_session *s, uint32_t id, struct al_msg *m, int extra_fd,
+                          uint64_t deadline, al_error *err)
+{
     for (;;) {
-        int r = al_channel_recv(&s->ch, m, s->expires_ms, s->cancel_fd, extra_fd, err);
+        bool ours = deadline && (!s->expires_ms || deadline < s->expires_ms);
+        int r = al_channel_recv(&s->ch, m, ours ? deadline : s->expires_ms, s->cancel_fd,
+                                extra_fd, err);
+        if (r == -ETIMEDOUT && err->code == 0 && ours)
+            return r;
         if (r == -ETIMEDOUT && err->code == 0)
             return al_err(err, -ETIME, "session lifetime exceeded");
         if (r <= 0)

@@ -43,6 +43,8 @@ struct al_session {
     uint32_t agent_window;  /* bytes the agent accepts un-credited per stream */
     uint32_t caps;
     bool kvm;
+    bool poisoned;          /* the guest broke the protocol: no more requests until a restore */
+    char poison_why[256];
     unsigned vcpus;
     al_session_timing_t timing;
     char agent_version[AL_SHORT_STR_MAX + 1];
@@ -53,6 +55,10 @@ int al_session_next_id(al_session *s);
 /* The next frame for request id, dropping late frames of finished requests. 0 when cancel_fd
  * or extra_fd became readable. */
 int al_session_recv(al_session *s, uint32_t id, struct al_msg *m, int extra_fd, al_error *err);
+/* The same with a deadline of the caller's (0: none): -ETIMEDOUT with err untouched when it
+ * passes before the session's lifetime ends. */
+int al_session_recv_until(al_session *s, uint32_t id, struct al_msg *m, int extra_fd,
+                          uint64_t deadline, al_error *err);
 int al_gc_conn(virConnectPtr conn, al_error *err);
 /* Connects s->ch to the agent's socket, retrying until deadline while QEMU creates it. */
 int al_session_connect_agent(al_session *s, uint64_t deadline, al_error *err);
@@ -60,8 +66,12 @@ int al_session_connect_agent(al_session *s, uint64_t deadline, al_error *err);
 void al_session_console_tail(const al_session *s, char *out, size_t len);
 /* Sends HELLO and waits for the HELLO_ACK until deadline. */
 int al_session_handshake(al_session *s, uint64_t deadline, al_error *err);
-/* Before a request: over SSH, reconnects when the connection dropped. */
+/* Before a request: refuses a session whose guest broke the protocol; over SSH, reconnects
+ * when the connection dropped. */
 int al_session_ready(al_session *s, al_error *err);
+/* Returns r; when r says the guest broke the protocol (-EPROTO, or -EMSGSIZE for data past a
+ * cap), the session takes no more requests until a checkpoint restore: its agent is not ours. */
+int al_session_check(al_session *s, int r, const al_error *err);
 /* ssh.c: keys, seed and port for a session being opened (fills cfg's network and seed);
  * connecting until deadline (the pinned host key, login, agent copy, relay); closing. */
 int al_ssh_prepare(al_session *s, struct al_vm_config *cfg, al_error *err);

@@ -534,7 +534,7 @@ static int connect_once(al_session *s, unsigned timeout_ms, struct al_ssh **out,
     fcntl(sp[0], F_SETFL, O_NONBLOCK);
     libssh2_session_set_blocking(c->sess, 0);
     libssh2_keepalive_config(c->sess, 1, KEEPALIVE_S);
-    r = al_channel_init(&s->ch, sp[0], s->stall_ms, err);
+    r = al_channel_init(&s->ch, sp[0], s->stall_ms, s->cancel_fd, err);
     if (r < 0) {
         close(sp[0]);
         goto fail;

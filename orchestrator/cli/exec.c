@@ -358,6 +358,13 @@ int cmd_exec(struct cli_globals *g, int argc, char **argv)
         err.code = 0;
         goto out;
     }
+    if (r == -ETIMEDOUT && eo.timeout_ms) {
+        /* The host's own deadline: the guest did not end the run when it should have. */
+        cli_error(&err);
+        err.code = 0;
+        status = EXIT_TIMED_OUT;
+        goto out;
+    }
     if (r < 0)
         goto out;
     if (res.timed_out) {

@@ -1,0 +1,144 @@
+#!/usr/bin/env python3
+"""The evil guest: model code runs as root in the guest, so it can take over the stock agent
+(stop it, duplicate its channel fd with pidfd_getfd) and speak the protocol itself. Each test
+copies tests/evil/evil.c's program into a real guest, lets it take over, and checks that the host
+enforces its own limits: bounded output and disk, a deadline it keeps itself, writes that never
+hang, SIGTERM honoured, and no leaked VM.
+
+Request ids: the host numbers requests from 1 in the order it sends them, so a test knows the id
+of the run that starts evil (--put is request 1, the command request 2)."""
+import os
+import signal
+import subprocess
+import tempfile
+import time
+import unittest
+
+import altest
+
+EVIL = os.environ.get("AIRLOCK_EVIL_BIN", "")
+
+
+class EvilGuestTest(unittest.TestCase):
+    def setUp(self):
+        self.assertTrue(os.access(EVIL, os.X_OK), "AIRLOCK_EVIL_BIN not built: %r" % EVIL)
+        self.before = altest.virsh_names()
+        self.tmp = tempfile.mkdtemp(prefix="airlock-evil-")
+
+    def tearDown(self):
+        subprocess.run(["rm", "-rf", self.tmp])
+
+    def no_leak(self, stderr):
+        for name in altest.session_names(stderr):
+            self.assertNotIn(name.decode(), altest.virsh_names())
+            self.assertFalse(os.path.exists(os.path.join(altest.runtime_sessions_dir(),
+                                                         name.decode())))
+
+    def evil(self, *args, extra=(), **kw):
+        return altest.run(["--debug", "exec", "--image", "tiny"] + list(extra) +
+                          ["--put", EVIL + ":/tmp/evil", "--", "/tmp/evil"] + list(args), **kw)
+
+    def test_forged_output_stops_at_the_hosts_cap(self):
+        out = os.path.join(self.tmp, "out")
+        with open(out, "wb") as f:
+            p = altest.popen(["--debug", "exec", "--image", "tiny", "--output-limit", "65536",
+                              "--put", EVIL + ":/tmp/evil", "--", "/tmp/evil", "flood", "2",
+                              str(300 << 20)], stdout=f, stderr=subprocess.PIPE)
+            _, err = p.communicate(timeout=120)
+        self.assertEqual(p.returncode, 125, err[-2000:])
+        self.assertIn(b"more than the 65536-byte output cap on stdout", err)
+        self.assertEqual(os.path.getsize(out), 65536)
+        self.no_leak(err)
+
+    def test_forged_workdir_pull_stops_at_the_hosts_cap(self):
+        wd = os.path.join(self.tmp, "wd")
+        os.mkdir(wd)
+        with open(os.path.join(wd, "a.txt"), "w") as f:
+            f.write("mine\n")
+        spool = os.path.join(self.tmp, "spool")
+        os.mkdir(spool)
+        # Requests: --put 1, then the workdir push (mkdir 2, tar 3), the command 4; the pull's tar
+        # is the next exec, which evil answers with 400 MiB against a cap of 1 MB + tar's room.
+        r = self.evil("execflood", "4", str(400 << 20),
+                      extra=["--workdir", wd, "--workdir-limit", "1000000", "--sync-back", "yes"],
+                      env={"TMPDIR": spool}, timeout=180)
+        self.assertEqual(r.returncode, 125, r.stderr[-2000:])
+        self.assertIn(b"output cap on stdout; the run was killed", r.stderr)
+        self.assertEqual(os.listdir(spool), [])
+        with open(os.path.join(wd, "a.txt")) as f:
+            self.assertEqual(f.read(), "mine\n")
+        self.assertEqual(sorted(os.listdir(wd)), ["a.txt"])
+        self.no_leak(r.stderr)
+
+    def test_a_stopped_agent_cannot_outlast_the_timeout(self):
+        t0 = time.time()
+        r = self.evil("hang", extra=["--timeout", "3"], timeout=120)
+        took = time.time() - t0
+        self.assertEqual(r.returncode, 124, r.stderr[-2000:])
+        self.assertIn(b"the guest agent is not answering", r.stderr)
+        # 3 s of timeout, 5 s of grace, 3 s for the kill: well under a minute with the boot.
+        self.assertLess(took, 60)
+        self.no_leak(r.stderr)
+
+    def test_a_guest_that_stops_reading_cannot_hang_the_host(self):
+        big = os.path.join(self.tmp, "big")
+        with open(big, "wb") as f:
+            f.truncate(64 << 20)
+        with open(big, "rb") as stdin:
+            t0 = time.time()
+            p = altest.popen(["--debug", "exec", "--image", "tiny", "--put", EVIL + ":/tmp/evil",
+                              "--", "/tmp/evil", "deaf", "2"], stdin=stdin,
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+            _, err = p.communicate(timeout=120)
+        self.assertEqual(p.returncode, 125, err[-2000:])
+        self.assertIn(b"the guest stopped reading its channel", err)
+        self.assertLess(time.time() - t0, 90)
+        self.no_leak(err)
+
+    def test_sigterm_is_honoured_while_the_host_waits_to_write(self):
+        big = os.path.join(self.tmp, "big")
+        with open(big, "wb") as f:
+            f.truncate(64 << 20)
+        with open(big, "rb") as stdin:
+            p = altest.popen(["--debug", "exec", "--image", "tiny", "--put", EVIL + ":/tmp/evil", "--", "/tmp/evil", "deaf", "2"],
+                             stdin=stdin, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+            # Long enough for the boot, the takeover and a few forged credits.
+            deadline = time.time() + 90
+            while time.time() < deadline and not self.host_blocked_in_write(p.pid):
+                time.sleep(0.5)
+            self.assertTrue(self.host_blocked_in_write(p.pid), "the host never filled the channel")
+            t0 = time.time()
+            p.send_signal(signal.SIGTERM)
+            _, err = p.communicate(timeout=60)
+        self.assertLess(time.time() - t0, 1.5, err[-2000:])
+        self.assertEqual(p.returncode, 128 + signal.SIGTERM, err[-2000:])
+        self.no_leak(err)
+
+    @staticmethod
+    def host_blocked_in_write(pid):
+        """The airlock process waits with bytes it could not send: its socket to the agent has a
+        full send queue (ss -x: Send-Q far above the few hundred bytes of one pending frame)."""
+        try:
+            out = subprocess.run(["ss", "-x", "-p"], stdout=subprocess.PIPE, text=True).stdout
+        except OSError:
+            return False
+        for line in out.splitlines():
+            if "pid=%d," % pid in line:
+                cols = line.split()
+                if len(cols) > 3 and cols[3].isdigit() and int(cols[3]) > 65536:
+                    return True
+        return False
+
+    def test_a_file_longer_than_announced_is_refused_and_not_kept(self):
+        dest = os.path.join(self.tmp, "got")
+        r = self.evil("getlie", "2", str(8 << 20), extra=["--get", "/etc/hostname:" + dest],
+                      timeout=120)
+        self.assertEqual(r.returncode, 125, r.stderr[-2000:])
+        self.assertIn(b"more file data than it announced", r.stderr)
+        self.assertFalse(os.path.exists(dest))
+        self.assertEqual([n for n in os.listdir(self.tmp) if n.startswith(".airlock")], [])
+        self.no_leak(r.stderr)
+
+
+if __name__ == "__main__":
+    altest.main()
