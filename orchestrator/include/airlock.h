@@ -184,6 +184,10 @@ int al_exec(al_session *s, const al_exec_opts *opts, al_exec_result *out, al_err
 
 int al_file_put(al_session *s, const char *host_path, const char *guest_path, al_error *err);
 int al_file_get(al_session *s, const char *guest_path, const char *host_path, al_error *err);
+/* al_file_get of at most max_bytes: a larger file is refused (-EFBIG) on the size the guest
+ * announces, before anything is written, and checked again as it arrives; nothing is left. */
+int al_file_get_max(al_session *s, const char *guest_path, const char *host_path,
+                    uint64_t max_bytes, al_error *err);
 
 /* ---- the user's directory in and out of /workspace ---- */
 
