@@ -192,6 +192,14 @@ class WorkdirTest(unittest.TestCase):
     def test_sync_back_yes_holds_git_and_exec_bits(self):
         r = self.plant("yes")
         self.assertEqual(r.returncode, 0, r.stderr)
+        # What lands: nothing under .git/, no exec bit, the rest as written.
+        with open(os.path.join(self.dir, ".git", "config"), "rb") as f:
+            self.assertEqual(f.read(), self.config)
+        self.assertFalse(os.path.exists(os.path.join(self.dir, ".git/hooks/post-commit")))
+        self.git_status_runs_nothing()
+        self.assertEqual(self.mode("run.sh") & 0o111, 0)
+        self.assertTrue(os.path.isfile(os.path.join(self.dir, "Makefile")))
+        # What is said, prominently, before and after.
         err = r.stderr.decode()
         self.assertIn("  modified  .git/config (", err)
         self.assertIn("[GIT: runs on this host]", err)
@@ -201,12 +209,6 @@ class WorkdirTest(unittest.TestCase):
         self.assertIn("airlock: applied 2 changes to %s\n" % self.dir, err)
         self.assertIn("airlock: not applied: 2 changes under .git/ (--sync-back-git", err)
         self.assertIn("airlock: 1 file written without the exec bit", err)
-        with open(os.path.join(self.dir, ".git", "config"), "rb") as f:
-            self.assertEqual(f.read(), self.config)
-        self.assertFalse(os.path.exists(os.path.join(self.dir, ".git/hooks/post-commit")))
-        self.assertEqual(self.mode("run.sh") & 0o111, 0)
-        self.assertTrue(os.path.isfile(os.path.join(self.dir, "Makefile")))
-        self.git_status_runs_nothing()
 
     def test_sync_back_git_and_exec_flags_apply_them(self):
         r = self.plant("yes", ["--sync-back-git", "--sync-back-exec"])
