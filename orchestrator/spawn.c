@@ -51,6 +51,8 @@ int al_spawn_wait_limited(const char *const *argv, int out_fd, int err_fd,
             (lim->cpu_s && setrlimit(RLIMIT_CPU, &cpu) < 0) ||
             (lim->as_bytes && setrlimit(RLIMIT_AS, &as) < 0))
             _exit(127);
+        if (in > 2)
+            close(in);
         execve(prog, (char *const *)argv, environ);
         _exit(127);
     }
