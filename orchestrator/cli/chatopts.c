@@ -328,10 +328,7 @@ static int apply(struct chat_opts *o, struct cli_globals *g, int opt, const char
             goto bad;
         break;
     case O_SYNC_GIT:
-    case O_SYNC_EXEC:
-        /* A consent for this run, given on its command line; a profile does not give it. */
-        if (from_profile)
-            goto bad;
+    case O_SYNC_EXEC: /* flags only: profile_setting refuses them */
         o->sync_allow |= opt == O_SYNC_GIT ? AL_APPLY_VCS : AL_APPLY_EXEC;
         break;
     case O_WORKDIR_LIMIT:
@@ -362,10 +359,15 @@ static int profile_setting(void *ctx, const char *key, const char *value, al_err
     struct profile_ctx *pc = ctx;
     int opt = opt_by_name(key);
     err->code = -EINVAL;
-    if (opt < 0 || opt == 'h' || opt == O_PROFILE || opt == O_RESUME || opt == O_API_KEY) {
-        /* A key in a file people share and commit is a leak waiting to happen. */
+    bool consent = opt == O_SYNC_GIT || opt == O_SYNC_EXEC;
+    if (opt < 0 || opt == 'h' || opt == O_PROFILE || opt == O_RESUME || opt == O_API_KEY ||
+        consent) {
+        /* A key in a file people share and commit is a leak waiting to happen; a consent to
+         * what a run may plant is given for that run. */
         snprintf(err->msg, sizeof(err->msg), "profile: unknown setting '%.64s'%s", key,
-                 opt == O_API_KEY ? " (keys belong in the environment, not in profiles)" : "");
+                 opt == O_API_KEY ? " (keys belong in the environment, not in profiles)"
+                 : consent        ? " (a consent for one run: give it on the command line)"
+                                  : "");
         return err->code;
     }
     if (apply(pc->o, pc->g, opt, key, value, true) < 0) {

@@ -268,6 +268,20 @@ class WorkdirTest(unittest.TestCase):
         self.assertEqual(self.mode("run.sh") & 0o111, 0o111)
         self.git_status_runs_nothing()
 
+    def test_consents_are_not_profile_settings(self):
+        # A profile is a file kept and shared; a consent to apply .git/ or exec bits is given
+        # for one run, on its command line. Refused before anything starts.
+        pdir = os.path.join(self.tmp, "config", "airlock", "profiles")
+        os.makedirs(pdir)
+        for key in ("sync_back_git", "sync-back-exec"):
+            with open(os.path.join(pdir, "default.yaml"), "w") as f:
+                f.write("%s: true\n" % key)
+            r = altest.run(["run", "--image", "tiny", "task"],
+                           env={"XDG_CONFIG_HOME": os.path.join(self.tmp, "config")})
+            self.assertEqual(r.returncode, 2, r.stderr)
+            self.assertIn(b"profile: unknown setting '%s' (a consent for one run: give it on "
+                          b"the command line)" % key.encode(), r.stderr)
+
     def test_size_limits(self):
         with open(os.path.join(self.dir, "big"), "wb") as f:
             f.write(b"x" * 3000)
