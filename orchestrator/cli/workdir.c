@@ -226,9 +226,9 @@ int cli_workdir_sync(al_workdir_diff *d, const char *dir, enum cli_sync mode, un
     /* Each its own question, and .git/ wants the word: a stray "y" does not plant a hook. */
     if (mode == CLI_SYNC_ASK && vcs && !(allow & AL_APPLY_VCS)) {
         snprintf(q, sizeof(q),
-                 "Also apply the %zu changes under .git/ (listed above; git runs its config "
+                 "Also apply the %zu change%s under .git/ (listed above; git runs its config "
                  "and hooks)? Type 'yes' to apply: ",
-                 vcs);
+                 vcs, vcs == 1 ? "" : "s");
         if (answer(q, line, sizeof(line)) && !strcmp(line, "yes"))
             allow |= AL_APPLY_VCS;
     }
