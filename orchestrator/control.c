@@ -715,11 +715,13 @@ int al_remote_get(al_remote *r, const char *guest_path, const char *host_path, a
     al_workdir_diff *d = NULL;
     ret = al_workdir_diff_run(&run, target, &wo, &d, err);
     if (ret == 0)
-        ret = al_workdir_apply(d, err);
+        /* As the guest wrote them but for what the host would run unasked: no .git/ (its
+         * config and hooks run on the next git command) and no exec bits, as for one file. */
+        ret = al_workdir_apply(d, 0, err);
     int left_out = 0;
     for (size_t i = 0; ret >= 0 && i < al_workdir_diff_count(d); i++) {
         const al_change *c = al_workdir_diff_at(d, i);
-        left_out += c->refused || c->result < 0;
+        left_out += c->refused || c->held || c->result < 0;
     }
     al_workdir_diff_free(d);
     return ret < 0 ? ret : left_out;

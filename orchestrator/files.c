@@ -105,6 +105,10 @@ static int get_target(const char *guest_path, const char *host_path, char *out, 
     return 0;
 }
 
+/* The bound al_file_get_max puts on the file this thread receives (0: none beyond what the
+ * guest announced). Per thread: a copy the control socket serves meanwhile is not bounded. */
+static _Thread_local uint64_t get_max;
+
 static int receive_file(al_session *s, uint32_t id, int fd, const char *guest_path,
                         uint32_t *mode, al_error *err)
 {
@@ -125,6 +129,9 @@ static int receive_file(al_session *s, uint32_t id, int fd, const char *guest_pa
                 return al_err(err, -EPROTO, "guest sent file info twice");
             have_info = true;
             size = m.u.file_info.size;
+            if (get_max && size > get_max) /* refused before a byte is written */
+                return al_err(err, -EFBIG, "'%s' is %llu bytes, over the limit of %llu", guest_path,
+                              (unsigned long long)size, (unsigned long long)get_max);
             *mode = m.u.file_info.mode;
             break;
         case AL_DATA:
@@ -133,6 +140,9 @@ static int receive_file(al_session *s, uint32_t id, int fd, const char *guest_pa
             /* The guest said how big the file is; it does not get to send more. */
             if (m.u.data.len > size - got)
                 return al_err(err, -EPROTO, "guest sent more file data than it announced");
+            if (get_max && got + m.u.data.len > get_max)
+                return al_err(err, -EFBIG, "'%s' is over the limit of %llu bytes", guest_path,
+                              (unsigned long long)get_max);
             for (uint32_t off = 0; off < m.u.data.len;) {
                 ssize_t n = write(fd, m.u.data.data + off, m.u.data.len - off);
                 if (n < 0 && errno == EINTR)
@@ -199,5 +209,14 @@ int al_file_get(al_session *s, const char *guest_path, const char *host_path,
         r = al_err(err, -errno, "cannot write '%s': %s", target, strerror(errno));
     if (r < 0)
         unlink(tmp);
+    return r;
+}
+
+int al_file_get_max(al_session *s, const char *guest_path, const char *host_path,
+                    uint64_t max_bytes, al_error *err)
+{
+    get_max = max_bytes;
+    int r = al_file_get(s, guest_path, host_path, err);
+    get_max = 0;
     return r;
 }

@@ -15,6 +15,7 @@
 #include <fcntl.h>
 #include <libgen.h>
 #include <linux/fs.h>
+#include <signal.h>
 #include <stdio.h>
 #include <string.h>
 #include <sys/ioctl.h>
@@ -35,6 +36,13 @@
 #define QCOW2_MAGIC "QFI\xfb"
 /* The copy's buffer where copy_file_range cannot be used. */
 #define COPY_BUF (1 << 20)
+/* qemu-img reads the file with the parsers of a whole block layer, so it runs under limits, as
+ * QEMU's documentation advises for untrusted images: a crafted file may cost this much CPU and
+ * address space, no more. info reads headers and metadata only (the documented example: 30 s,
+ * 1 GiB); convert also copies up to IMPORT_SIZE_MAX of data, mostly system time (a 0.8 GiB
+ * qcow2 takes 3 s here, in 25 MiB of memory), so it gets more time. */
+static const struct al_spawn_limits INFO_LIMITS = {.cpu_s = 30, .as_bytes = 1ul << 30};
+static const struct al_spawn_limits CONVERT_LIMITS = {.cpu_s = 600, .as_bytes = 2ul << 30};
 
 /* Removes the scratch directory however the import ends (after a swap it holds the old image). */
 static void rmtreep(char **dir)
@@ -131,8 +139,9 @@ static void helper_why(int fd, char *why, size_t len)
 
 /* Runs qemu-img with argv; stdout into out_path when set. On failure the message says what
  * with the file failed, quoting qemu-img. */
-static int qemu_img(const char *const *argv, const char *out_path, const char *err_path,
-                    const char *what, const char *file, al_error *err)
+static int qemu_img(const char *const *argv, const struct al_spawn_limits *lim,
+                    const char *out_path, const char *err_path, const char *what, const char *file,
+                    al_error *err)
 {
     _cleanup_close_ int out =
         open(out_path ? out_path : "/dev/null",
@@ -142,9 +151,12 @@ static int qemu_img(const char *const *argv, const char *out_path, const char *e
     if (errfd < 0)
         return al_err(err, -errno, "cannot import '%s': %s", file, strerror(errno));
     int st = 0;
-    int r = al_spawn_wait(argv, out, errfd, &st);
+    int r = al_spawn_wait_limited(argv, out, errfd, lim, &st);
     if (r < 0)
         return al_err(err, r, "cannot run qemu-img: %s", strerror(-r));
+    if (WIFSIGNALED(st) && (WTERMSIG(st) == SIGXCPU || WTERMSIG(st) == SIGKILL))
+        return al_err(err, -EINVAL, "qemu-img cannot %s '%s': over its CPU time limit of %lu s",
+                      what, file, lim->cpu_s);
     if (!WIFEXITED(st) || WEXITSTATUS(st) != 0) {
         char why[HELPER_ERR_MAX];
         helper_why(errfd, why, sizeof(why));
@@ -164,7 +176,7 @@ static int check_info(const char *scratch, const char *src, const char *fmt, con
         return al_err(err, -ENAMETOOLONG, "image path too long");
     /* -f: no probing; info reads the header only and opens neither backing nor data file. */
     const char *argv[] = {"qemu-img", "info", "--output=json", "-f", fmt, src, NULL};
-    int r = qemu_img(argv, out_path, err_path, "read", file, err);
+    int r = qemu_img(argv, &INFO_LIMITS, out_path, err_path, "read", file, err);
     if (r < 0)
         return r;
     _cleanup_close_ int fd = open(out_path, O_RDONLY | O_CLOEXEC);
@@ -362,7 +374,7 @@ int al_image_import(const al_image_import_opts *opts, al_error *err)
         return al_err(err, -ENAMETOOLONG, "image path too long");
     /* Always a qcow2: sessions put their overlays on it (al_disk_overlay names it qcow2). */
     const char *argv[] = {"qemu-img", "convert", "-q", "-f", fmt, "-O", "qcow2", src, disk, NULL};
-    r = qemu_img(argv, NULL, err_path, "convert", opts->path, err);
+    r = qemu_img(argv, &CONVERT_LIMITS, NULL, err_path, "convert", opts->path, err);
     if (r < 0)
         return r;
     unlink(src);

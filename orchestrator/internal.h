@@ -149,6 +149,15 @@ bool al_ssh_user_ok(const char *s);
 /* Runs argv[0] (searched in PATH) with stdin from /dev/null, stdout on out_fd and stderr on
  * err_fd, and waits; *status is the wait status. Negative errno when it could not start. */
 int al_spawn_wait(const char *const *argv, int out_fd, int err_fd, int *status);
+/* Resource limits for a helper that reads untrusted input (qemu-img on an imported image):
+ * a parser bug or a crafted file then costs bounded CPU and memory, not the host. */
+struct al_spawn_limits {
+    unsigned long cpu_s;    /* RLIMIT_CPU, seconds; 0: unlimited */
+    unsigned long as_bytes; /* RLIMIT_AS, bytes; 0: unlimited */
+};
+/* al_spawn_wait with lim applied in the child before exec (NULL: none). */
+int al_spawn_wait_limited(const char *const *argv, int out_fd, int err_fd,
+                          const struct al_spawn_limits *lim, int *status);
 /* Runs argv with stdout discarded and waits; on failure err says "cannot WHAT with PROGRAM:"
  * and the first line the program wrote on stderr. */
 int al_spawn_quiet(const char *const *argv, const char *what, al_error *err);

@@ -6,9 +6,63 @@
 #include <spawn.h>
 #include <stdio.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <sys/wait.h>
+#include <unistd.h>
 
 extern char **environ;
+
+/* The first executable argv0 in PATH, as execvp would find it; resolved before fork so the
+ * child only makes async-signal-safe calls. */
+static int path_find(const char *argv0, char *out, size_t len)
+{
+    if (strchr(argv0, '/'))
+        return snprintf(out, len, "%s", argv0) < (int)len ? 0 : -ENAMETOOLONG;
+    const char *path = getenv("PATH");
+    if (!path || !*path)
+        path = "/usr/local/bin:/usr/bin:/bin";
+    for (const char *p = path; *p;) {
+        size_t n = strcspn(p, ":");
+        if (n && snprintf(out, len, "%.*s/%s", (int)n, p, argv0) < (int)len &&
+            access(out, X_OK) == 0)
+            return 0;
+        p += n + (p[n] == ':');
+    }
+    return -ENOENT;
+}
+
+int al_spawn_wait_limited(const char *const *argv, int out_fd, int err_fd,
+                          const struct al_spawn_limits *lim, int *status)
+{
+    if (!lim)
+        return al_spawn_wait(argv, out_fd, err_fd, status);
+    char prog[4096];
+    int r = path_find(argv[0], prog, sizeof(prog));
+    if (r < 0)
+        return r;
+    struct rlimit cpu = {lim->cpu_s, lim->cpu_s}, as = {lim->as_bytes, lim->as_bytes};
+    pid_t pid = fork();
+    if (pid < 0)
+        return -errno;
+    if (pid == 0) {
+        /* Only async-signal-safe calls from here: the parent may have other threads. */
+        int in = open("/dev/null", O_RDONLY);
+        if (in < 0 || dup2(in, 0) < 0 || dup2(out_fd, 1) < 0 || dup2(err_fd, 2) < 0 ||
+            (lim->cpu_s && setrlimit(RLIMIT_CPU, &cpu) < 0) ||
+            (lim->as_bytes && setrlimit(RLIMIT_AS, &as) < 0))
+            _exit(127);
+        if (in > 2)
+            close(in);
+        execve(prog, (char *const *)argv, environ);
+        _exit(127);
+    }
+    int st;
+    while (waitpid(pid, &st, 0) < 0)
+        if (errno != EINTR)
+            return -errno;
+    *status = st;
+    return 0;
+}
 
 int al_spawn_wait(const char *const *argv, int out_fd, int err_fd, int *status)
 {

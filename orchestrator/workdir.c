@@ -8,6 +8,7 @@
 #include <pthread.h>
 #include <stdio.h>
 #include <string.h>
+#include <strings.h>
 #include <sys/random.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
@@ -229,6 +230,49 @@ const al_change *al_workdir_diff_at(const al_workdir_diff *d, size_t i)
     return i < d->n ? &d->v[i].pub : NULL;
 }
 
+/* Does some component of path equal one of names (ASCII case ignored: a case-insensitive
+ * filesystem takes .GIT for .git)? */
+static bool has_component(const char *path, const char *const *names)
+{
+    for (const char *p = path; *p;) {
+        size_t n = strcspn(p, "/");
+        for (const char *const *x = names; *x; x++)
+            if (strlen(*x) == n && !strncasecmp(p, *x, n))
+                return true;
+        p += n + (p[n] == '/');
+    }
+    return false;
+}
+
+/* Version-control metadata: the host's tools read its config and run its hooks. */
+static const char *const vcs_dirs[] = {".git", ".hg", NULL};
+/* Files and directories that tools on the host load or run when the user works in the
+ * directory: direnv, make and its kin, editors' tasks, package managers' scripts, Python's
+ * startup and test hooks. Flagged for the user's eye, not held back: they are ordinary project
+ * files too. */
+static const char *const runs_dirs[] = {".vscode", ".idea", ".devcontainer", ".cargo", NULL};
+static const char *const runs_files[] = {
+    ".envrc",           ".env",           "Makefile",       "makefile",
+    "GNUmakefile",      "justfile",       "Justfile",       "Rakefile",
+    "Taskfile.yml",     ".gitattributes", ".gitmodules",    ".pre-commit-config.yaml",
+    "package.json",     ".npmrc",         "setup.py",       "conftest.py",
+    "noxfile.py",       "tox.ini",        "pyproject.toml", "sitecustomize.py",
+    "usercustomize.py", "build.rs",       "CMakeLists.txt", "meson.build",
+    ".bashrc",          ".profile",       ".zshrc",         NULL,
+};
+
+static unsigned classify(const char *path)
+{
+    if (has_component(path, vcs_dirs))
+        return AL_CHANGE_VCS;
+    const char *base = strrchr(path, '/');
+    base = base ? base + 1 : path;
+    for (const char *const *x = runs_files; *x; x++)
+        if (!strcmp(base, *x))
+            return AL_CHANGE_RUNS;
+    return has_component(path, runs_dirs) ? AL_CHANGE_RUNS : 0;
+}
+
 static struct change *change_add(al_workdir_diff *d, int kind, int type, const char *path,
                                  const char *refused)
 {
@@ -244,7 +288,7 @@ static struct change *change_add(al_workdir_diff *d, int kind, int type, const c
     *c = (struct change){.path = strdup(path)};
     if (!c->path)
         return NULL;
-    c->pub = (al_change){.kind = kind, .type = type, .refused = refused};
+    c->pub = (al_change){.kind = kind, .type = type, .refused = refused, .flags = classify(path)};
     d->n++;
     return c;
 }
@@ -298,6 +342,8 @@ static int diff_entry(al_workdir_diff *d, int dirfd, struct al_tar_reader *rd,
         c = change_add(d, AL_CHANGE_ADDED, e->type, e->path, odd);
         if (c)
             c->pub.new_size = e->size;
+        if (c && e->type == AL_ENTRY_FILE && (e->mode & 0111))
+            c->pub.flags |= AL_CHANGE_EXEC;
         return c ? 0 : al_err(err, -ENOMEM, "out of memory");
     }
     if (r < 0) {
@@ -341,6 +387,8 @@ static int diff_entry(al_workdir_diff *d, int dirfd, struct al_tar_reader *rd,
         return al_err(err, -ENOMEM, "out of memory");
     c->pub.old_size = ht == AL_ENTRY_FILE ? (uint64_t)st.st_size : 0;
     c->pub.new_size = e->size;
+    if (ht == AL_ENTRY_FILE && e->type == AL_ENTRY_FILE && (e->mode & 0111) && !(st.st_mode & 0111))
+        c->pub.flags |= AL_CHANGE_EXEC;
     return 0;
 }
 
@@ -464,7 +512,7 @@ static int tmp_create(int pfd, char name[32], mode_t mode)
 
 /* Writes the current entry's data to c's path: a temporary file in the same directory, synced,
  * then renamed over the old file (a modification) or into a free name (an addition). */
-static int apply_file(int dirfd, struct change *c, struct al_tar_reader *rd, unsigned guest_mode,
+static int apply_file(int dirfd, struct change *c, struct al_tar_reader *rd, bool exec,
                       al_error *err)
 {
     const char *base;
@@ -476,7 +524,8 @@ static int apply_file(int dirfd, struct change *c, struct al_tar_reader *rd, uns
     if (c->pub.kind == AL_CHANGE_MODIFIED ? !exists || !S_ISREG(st.st_mode) : exists)
         return -EEXIST; /* the host changed under us: leave it */
     char tmp[32];
-    _cleanup_close_ int fd = tmp_create(pfd, tmp, guest_mode & 0111 ? 0777 : 0666);
+    /* The umask trims either. */
+    _cleanup_close_ int fd = tmp_create(pfd, tmp, exec ? 0777 : 0666);
     if (fd < 0)
         return fd;
     int r = 0;
@@ -495,7 +544,11 @@ static int apply_file(int dirfd, struct change *c, struct al_tar_reader *rd, uns
         }
     }
     if (r == 0 && c->pub.kind == AL_CHANGE_MODIFIED) {
-        if (fchmod(fd, st.st_mode & 0777) < 0)
+        /* The host's mode; with consent, exec for whoever may read (the guest's wish). */
+        mode_t m = st.st_mode & 0777;
+        if (exec)
+            m |= (m & 0444) >> 2;
+        if (fchmod(fd, m) < 0)
             r = -errno;
         if (r == 0 && geteuid() == 0)
             (void)!fchown(fd, st.st_uid, st.st_gid);
@@ -541,10 +594,10 @@ static int apply_delete(int dirfd, struct change *c)
 
 static bool applicable(const struct change *c, int kind)
 {
-    return !c->pub.refused && !c->done && c->pub.kind == kind;
+    return !c->pub.refused && !c->done && !c->pub.held && c->pub.kind == kind;
 }
 
-int al_workdir_apply(al_workdir_diff *d, al_error *err)
+int al_workdir_apply(al_workdir_diff *d, unsigned allow, al_error *err)
 {
     if (!d->dir)
         return al_err(err, -EINVAL, "a listing has no directory to apply to");
@@ -552,6 +605,12 @@ int al_workdir_apply(al_workdir_diff *d, al_error *err)
     if (dirfd < 0)
         return al_err(err, -errno, "cannot open directory '%s': %s", d->dir, strerror(errno));
     int applied = 0;
+    /* What the host would run without asking waits for its own consent. */
+    for (size_t i = 0; i < d->n; i++) {
+        struct change *c = &d->v[i];
+        c->pub.held = !c->pub.refused && !c->done && (c->pub.flags & AL_CHANGE_VCS) &&
+                      !(allow & AL_APPLY_VCS);
+    }
     /* Directories first, parents before children (the list is sorted). */
     for (size_t i = 0; i < d->n; i++) {
         struct change *c = &d->v[i];
@@ -576,7 +635,8 @@ int al_workdir_apply(al_workdir_diff *d, al_error *err)
             continue;
         c->done = true;
         al_error ferr = {0};
-        c->pub.result = apply_file(dirfd, c, rd, e.mode, &ferr);
+        bool exec = (c->pub.flags & AL_CHANGE_EXEC) && (allow & AL_APPLY_EXEC);
+        c->pub.result = apply_file(dirfd, c, rd, exec, &ferr);
         if (ferr.code) { /* the stream itself broke: stop */
             r = al_err(err, ferr.code, "%s", ferr.msg);
             break;

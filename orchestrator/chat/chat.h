@@ -74,6 +74,7 @@ typedef struct al_chat {
     bool kernels;         /* they run in the session's long-lived kernels */
     bool stamped;         /* the guest's "files written since" stamp exists */
     unsigned outputs;     /* figures copied out so far */
+    uint64_t out_bytes;   /* their bytes, against AL_FIGURES_SESSION_BYTES_MAX */
     struct al_chat_ckpt { /* checkpoints this chat took, for %checkpoints */
         uint32_t id;
         char code[72]; /* the first line of the code that ran after it */
@@ -139,6 +140,27 @@ unsigned al_chat_estimate(const cJSON *msg);
  * results. Returns a new array (references copied), or NULL with err set when even the
  * system prompt and the latest turn do not fit. window 0: everything. */
 cJSON *al_chat_fit(const cJSON *messages, const char *system, unsigned window, al_error *err);
+
+/* ---- figures a run saves, copied to $XDG_DATA_HOME/airlock/outputs (figures.c) ---- */
+/* A plot is kilobytes to a few MiB; more is a run filling the host's disk through us. */
+#define AL_FIGURE_BYTES_MAX (20ull << 20)
+/* All the figures one chat session copies out. */
+#define AL_FIGURES_SESSION_BYTES_MAX (100ull << 20)
+/* The outputs directory keeps the newest figures within both bounds and deletes older ones
+ * after each copy (only airlock's own SESSION-N.ext files). */
+#define AL_OUTPUTS_KEEP_FILES 200
+#define AL_OUTPUTS_KEEP_BYTES (500ull << 20)
+
+/* Is ext (".png", ".jpg", ".jpeg", ".gif", ".webp", ".svg", ".pdf"; any case) a figure? */
+bool al_figure_ext_ok(const char *ext);
+/* Do the first bytes at fd make the image kind ext names (SVG: XML text)? */
+bool al_figure_magic_ok(int fd, const char *ext);
+/* Deletes airlock's older files in dir beyond the newest keep_files or keep_bytes. */
+int al_outputs_prune(const char *dir, size_t keep_files, uint64_t keep_bytes, al_error *err);
+/* Copies the figure at guest_path to the outputs directory (its name in host) within the
+ * bounds above, checks its bytes, then prunes the directory. -ENOTSUP: not a figure's name;
+ * -EFBIG, -EDQUOT: over a bound; -EINVAL: not the image it claims (deleted). */
+int al_figure_get(al_chat *c, const char *guest_path, char *host, size_t len, al_error *err);
 
 /* ---- conversations (saved as JSON under $XDG_DATA_HOME/airlock/conversations) ---- */
 /* $XDG_DATA_HOME/airlock/SUB (outputs, history live beside the conversations), created. */

@@ -349,19 +349,17 @@ static void report_files(al_chat *c, char **text)
             break;
         }
         fprintf(f, "%s\n", line);
-        const char *ext = strrchr(line, '.');
-        if (strncmp(line, OUTPUTS_GUEST_DIR "/", sizeof(OUTPUTS_GUEST_DIR)) || !ext ||
-            (strcmp(ext, ".png") && strcmp(ext, ".svg") && strcmp(ext, ".pdf") &&
-             strcmp(ext, ".jpg")))
+        if (strncmp(line, OUTPUTS_GUEST_DIR "/", sizeof(OUTPUTS_GUEST_DIR)))
             continue;
-        char dir[4096], host[4300];
+        char host[4300];
         al_error fe = {0};
-        if (al_data_dir("outputs", dir, sizeof(dir), &fe) < 0)
-            continue;
-        snprintf(host, sizeof(host), "%s/%s-%u%s", dir, al_session_name(c->session), ++c->outputs,
-                 ext);
-        if (al_file_get(c->session, line, host, &fe) == 0)
+        int fr = al_figure_get(c, line, host, sizeof(host), &fe); /* bounded, checked: figures.c */
+        if (fr == 0)
             notice(c, "figure copied to %s", host);
+        else if (fr != -ENOTSUP) { /* the user and the model both learn why */
+            notice(c, "figure %s not copied: %s", line, fe.msg);
+            fprintf(f, "(figure not copied: %s)\n", fe.msg);
+        }
     }
     if (f)
         fclose(f);

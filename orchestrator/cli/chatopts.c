@@ -40,6 +40,9 @@ const char chat_opts_help[] =
     "      --workdir DIR         copy DIR into /workspace; at the end show what changed there\n"
     "      --sync-back ask|yes|no  apply those changes back to DIR (default ask; never outside\n"
     "                            DIR, never through a symlink the guest made)\n"
+    "      --sync-back-git       also apply changes under .git/ (its config and hooks run\n"
+    "                            on this host; ask mode asks for them separately)\n"
+    "      --sync-back-exec      keep the exec bits the guest set (else files come without)\n"
     "      --workdir-limit BYTES most file data copied either way (default 1 GiB)\n"
     "Sandbox:\n"
     "  -i, --image NAME          image (default: debian when built, else tiny)\n"
@@ -79,6 +82,8 @@ enum {
     O_DEBUG,
     O_WORKDIR,
     O_SYNC,
+    O_SYNC_GIT,
+    O_SYNC_EXEC,
     O_WORKDIR_LIMIT,
     O_CHECKPOINT,
 };
@@ -114,6 +119,8 @@ static const struct option long_opts[] = {
     {"workdir", required_argument, NULL, O_WORKDIR},
     {"checkpoint", required_argument, NULL, O_CHECKPOINT},
     {"sync-back", required_argument, NULL, O_SYNC},
+    {"sync-back-git", no_argument, NULL, O_SYNC_GIT},
+    {"sync-back-exec", no_argument, NULL, O_SYNC_EXEC},
     {"workdir-limit", required_argument, NULL, O_WORKDIR_LIMIT},
     {"connect", required_argument, NULL, O_CONNECT},
     {"debug", no_argument, NULL, O_DEBUG},
@@ -179,7 +186,7 @@ static int apply(struct chat_opts *o, struct cli_globals *g, int opt, const char
     }
     /* Switches: a flag means on; a profile says true or false. */
     bool is_switch = opt == 'y' || opt == O_NO_TOOLS || opt == O_PLAIN || opt == O_VERBOSE ||
-                     opt == O_JSON || opt == O_DEBUG;
+                     opt == O_JSON || opt == O_DEBUG || opt == O_SYNC_GIT || opt == O_SYNC_EXEC;
     if (is_switch && from_profile && !parse_bool(s, &b))
         goto bad;
     switch (opt) {
@@ -320,6 +327,10 @@ static int apply(struct chat_opts *o, struct cli_globals *g, int opt, const char
         else
             goto bad;
         break;
+    case O_SYNC_GIT:
+    case O_SYNC_EXEC: /* flags only: profile_setting refuses them */
+        o->sync_allow |= opt == O_SYNC_GIT ? AL_APPLY_VCS : AL_APPLY_EXEC;
+        break;
     case O_WORKDIR_LIMIT:
         if (!parse_uint(s, ~0ul >> 1, &n) || !n)
             goto bad;
@@ -348,10 +359,15 @@ static int profile_setting(void *ctx, const char *key, const char *value, al_err
     struct profile_ctx *pc = ctx;
     int opt = opt_by_name(key);
     err->code = -EINVAL;
-    if (opt < 0 || opt == 'h' || opt == O_PROFILE || opt == O_RESUME || opt == O_API_KEY) {
-        /* A key in a file people share and commit is a leak waiting to happen. */
+    bool consent = opt == O_SYNC_GIT || opt == O_SYNC_EXEC;
+    if (opt < 0 || opt == 'h' || opt == O_PROFILE || opt == O_RESUME || opt == O_API_KEY ||
+        consent) {
+        /* A key in a file people share and commit is a leak waiting to happen; a consent to
+         * what a run may plant is given for that run. */
         snprintf(err->msg, sizeof(err->msg), "profile: unknown setting '%.64s'%s", key,
-                 opt == O_API_KEY ? " (keys belong in the environment, not in profiles)" : "");
+                 opt == O_API_KEY ? " (keys belong in the environment, not in profiles)"
+                 : consent        ? " (a consent for one run: give it on the command line)"
+                                  : "");
         return err->code;
     }
     if (apply(pc->o, pc->g, opt, key, value, true) < 0) {

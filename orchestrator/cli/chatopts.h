@@ -17,6 +17,7 @@ struct chat_opts {
     bool json;           /* run: JSON lines */
     const char *workdir; /* --workdir: copied into /workspace, changes offered back at the end */
     enum cli_sync sync;  /* --sync-back */
+    unsigned sync_allow; /* --sync-back-git, --sync-back-exec: AL_APPLY_* */
     al_workdir_opts wo;
     bool resume;     /* chat: --resume given */
     char *resume_id; /* NULL: the newest */

@@ -32,8 +32,11 @@ enum cli_sync { CLI_SYNC_ASK, CLI_SYNC_YES, CLI_SYNC_NO };
 int cli_workdir_push(al_session *s, const char *dir, const al_workdir_opts *o, bool quiet,
                      al_error *err);
 void cli_changes_print(const al_workdir_diff *d, const char *title);
-/* Applies per mode (ask: on a terminal only); -EIO when some change failed (printed). */
-int cli_workdir_sync(al_workdir_diff *d, const char *dir, enum cli_sync mode, al_error *err);
+/* Applies per mode (ask: on a terminal only); -EIO when some change failed (printed). allow
+ * (AL_APPLY_*) holds the consents given as flags (--sync-back-git, --sync-back-exec); in ask
+ * mode the missing ones are asked for, each on its own, after the main question. */
+int cli_workdir_sync(al_workdir_diff *d, const char *dir, enum cli_sync mode, unsigned allow,
+                     al_error *err);
 
 /* Prints "airlock: MESSAGE" once, for the outermost caller. */
 void cli_error(const al_error *err);

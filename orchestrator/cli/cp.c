@@ -11,7 +11,8 @@ static const char cp_usage[] =
     "Copy a file or directory into or out of a running session. One side is SESSION:/path\n"
     "(SESSION as 'airlock ps' lists it, or empty, ':/path', when one session runs), the\n"
     "other a host path. A directory is copied whole; one copied out is never merged into an\n"
-    "existing directory, and symlinks and special files in it are left out.\n";
+    "existing directory, and symlinks, special files and .git/ contents in it are left out\n"
+    "(files come without exec bits).\n";
 
 /* "SESSION:/path" or ":/path": the session part (NULL when empty) and the path. Host paths
  * are never taken for guest ones: the guest side must say ":/". */
@@ -56,7 +57,7 @@ int cmd_cp(struct cli_globals *g, int argc, char **argv)
         return 1;
     }
     if (ret > 0)
-        fprintf(stderr, "airlock: %d entries left out (symlinks, special files)\n", ret);
+        fprintf(stderr, "airlock: %d entries left out (symlinks, special files, .git/)\n", ret);
     return 0;
 }
 

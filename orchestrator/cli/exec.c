@@ -46,6 +46,9 @@ static const char usage[] =
     "      --workdir DIR         copy DIR into /workspace (the default cwd) before running;\n"
     "                            afterwards show what changed there\n"
     "      --sync-back ask|yes|no  apply those changes to DIR (default ask: on a terminal)\n"
+    "      --sync-back-git       also apply changes under .git/ (its config and hooks run\n"
+    "                            on this host; ask mode asks for them separately)\n"
+    "      --sync-back-exec      keep the exec bits the guest set (else files come without)\n"
     "      --workdir-limit BYTES   most file data copied either way (default 1 GiB)\n"
     "      --linger SECONDS      keep the session this long after the command, for\n"
     "                            'airlock cp' (a signal ends it sooner)\n"
@@ -139,9 +142,24 @@ static bool split_pair(char *arg, char **a, char **b)
 
 int cmd_exec(struct cli_globals *g, int argc, char **argv)
 {
-    enum { OPT_OUTPUT_LIMIT = 256, OPT_PUT, OPT_GET, OPT_CPUS, OPT_LIFETIME, OPT_BOOT, OPT_CONNECT,
-           OPT_DEBUG, OPT_WORKDIR, OPT_SYNC, OPT_WORKDIR_LIMIT,
-           OPT_LINGER, OPT_INPUT_WAIT, OPT_TRANSPORT };
+    enum {
+        OPT_OUTPUT_LIMIT = 256,
+        OPT_PUT,
+        OPT_GET,
+        OPT_CPUS,
+        OPT_LIFETIME,
+        OPT_BOOT,
+        OPT_CONNECT,
+        OPT_DEBUG,
+        OPT_WORKDIR,
+        OPT_SYNC,
+        OPT_WORKDIR_LIMIT,
+        OPT_LINGER,
+        OPT_INPUT_WAIT,
+        OPT_TRANSPORT,
+        OPT_SYNC_GIT,
+        OPT_SYNC_EXEC
+    };
     static const struct option opts[] = {
         {"image", required_argument, NULL, 'i'},
         {"transport", required_argument, NULL, OPT_TRANSPORT},
@@ -163,6 +181,8 @@ int cmd_exec(struct cli_globals *g, int argc, char **argv)
         {"debug", no_argument, NULL, OPT_DEBUG},
         {"workdir", required_argument, NULL, OPT_WORKDIR},
         {"sync-back", required_argument, NULL, OPT_SYNC},
+        {"sync-back-git", no_argument, NULL, OPT_SYNC_GIT},
+        {"sync-back-exec", no_argument, NULL, OPT_SYNC_EXEC},
         {"workdir-limit", required_argument, NULL, OPT_WORKDIR_LIMIT},
         {"linger", required_argument, NULL, OPT_LINGER},
         {"quiet", no_argument, NULL, 'q'},
@@ -179,6 +199,7 @@ int cmd_exec(struct cli_globals *g, int argc, char **argv)
     bool debug = g->debug;
     const char *workdir = NULL;
     enum cli_sync sync = CLI_SYNC_ASK;
+    unsigned sync_allow = 0;
     al_workdir_opts wo = {0};
     unsigned linger_s = 0;
     int c;
@@ -267,6 +288,12 @@ int cmd_exec(struct cli_globals *g, int argc, char **argv)
             }
             fprintf(stderr, "airlock: --sync-back wants ask, yes or no\n");
             return 2;
+        case OPT_SYNC_GIT:
+            sync_allow |= AL_APPLY_VCS;
+            break;
+        case OPT_SYNC_EXEC:
+            sync_allow |= AL_APPLY_EXEC;
+            break;
         case OPT_WORKDIR_LIMIT:
             wo.bytes_max = cli_number("--workdir-limit", optarg, ~0ul >> 1);
             break;
@@ -421,7 +448,7 @@ out:
     /* The VM is gone before the question: nothing waits on the user's answer. */
     if (diff && workdir) {
         al_error serr = {0};
-        if (cli_workdir_sync(diff, workdir, sync, &serr) < 0 && serr.code) {
+        if (cli_workdir_sync(diff, workdir, sync, sync_allow, &serr) < 0 && serr.code) {
             cli_error(&serr);
             status = EXIT_AIRLOCK_FAILED;
         }

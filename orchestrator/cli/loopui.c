@@ -399,7 +399,8 @@ int loopui_close(struct loopui *u)
     if (diff) {
         cli_changes_print(diff, "changes in " AL_WORKDIR_GUEST_DIR);
         al_error serr = {0};
-        if (cli_workdir_sync(diff, u->opts->workdir, u->opts->sync, &serr) < 0) {
+        if (cli_workdir_sync(diff, u->opts->workdir, u->opts->sync, u->opts->sync_allow, &serr) <
+            0) {
             if (serr.code)
                 cli_error(&serr);
             status = 1;

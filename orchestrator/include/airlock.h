@@ -184,6 +184,10 @@ int al_exec(al_session *s, const al_exec_opts *opts, al_exec_result *out, al_err
 
 int al_file_put(al_session *s, const char *host_path, const char *guest_path, al_error *err);
 int al_file_get(al_session *s, const char *guest_path, const char *host_path, al_error *err);
+/* al_file_get of at most max_bytes: a larger file is refused (-EFBIG) on the size the guest
+ * announces, before anything is written, and checked again as it arrives; nothing is left. */
+int al_file_get_max(al_session *s, const char *guest_path, const char *host_path,
+                    uint64_t max_bytes, al_error *err);
 
 /* ---- the user's directory in and out of /workspace ---- */
 
@@ -200,6 +204,26 @@ typedef struct al_workdir_opts {
 enum al_entry_type { AL_ENTRY_FILE = 0, AL_ENTRY_DIR = 1, AL_ENTRY_SYMLINK = 2, AL_ENTRY_OTHER = 3 };
 enum al_change_kind { AL_CHANGE_ADDED = 0, AL_CHANGE_MODIFIED = 1, AL_CHANGE_DELETED = 2 };
 
+/* What a change could make the host do beyond holding new bytes: set by the diff from the path
+ * and the modes, so every front asks the same questions (workdir.c, classify). */
+enum al_change_flag {
+    /* Under .git/ (or .hg/) at any depth: the host's git reads that config (core.fsmonitor,
+     * core.pager...) and runs those hooks on its next status or commit. Applied only with
+     * AL_APPLY_VCS. */
+    AL_CHANGE_VCS = 1 << 0,
+    /* A file the guest made executable (added with an exec bit, or modified where the host's
+     * had none). Written without exec bits unless AL_APPLY_EXEC. */
+    AL_CHANGE_EXEC = 1 << 1,
+    /* A file that tools load or run on the host when the user works in the directory (.envrc,
+     * Makefile, .vscode/tasks.json, package.json...): applied with the rest, worth a look. */
+    AL_CHANGE_RUNS = 1 << 2,
+};
+/* Consents for al_workdir_apply beyond the changes themselves. */
+enum al_apply_allow {
+    AL_APPLY_VCS = 1 << 0,  /* apply AL_CHANGE_VCS changes */
+    AL_APPLY_EXEC = 1 << 1, /* keep the exec bits of AL_CHANGE_EXEC files */
+};
+
 typedef struct al_change {
     int kind;            /* enum al_change_kind */
     int type;            /* enum al_entry_type: the guest's, the host's for a deletion */
@@ -209,6 +233,8 @@ typedef struct al_change {
     uint64_t new_size;   /* in the guest, 0 when deleted */
     const char *refused; /* why this change is never applied (a symlink the guest made...) */
     int result;          /* after al_workdir_apply: 0 applied or refused, else a negative errno */
+    unsigned flags;      /* enum al_change_flag */
+    bool held;           /* after al_workdir_apply: left alone, its consent was not given */
 } al_change;
 
 typedef struct al_workdir_push_result {
@@ -233,9 +259,11 @@ int al_workdir_diff_new(al_session *s, const char *dir, const al_workdir_opts *o
 size_t al_workdir_diff_count(const al_workdir_diff *d);
 const al_change *al_workdir_diff_at(const al_workdir_diff *d, size_t i);
 /* Writes the changes into dir, never outside it nor through a symlink, each file replaced
- * atomically; refused changes are left alone. Works after the session is closed. Returns how
- * many changes were applied; each change's result says how it went. */
-int al_workdir_apply(al_workdir_diff *d, al_error *err);
+ * atomically; refused changes are left alone, and so are AL_CHANGE_VCS ones unless allow has
+ * AL_APPLY_VCS (they are marked held); AL_CHANGE_EXEC files lose their exec bits unless allow
+ * has AL_APPLY_EXEC. Works after the session is closed. Returns how many changes were applied;
+ * each change's result says how it went. */
+int al_workdir_apply(al_workdir_diff *d, unsigned allow, al_error *err);
 void al_workdir_diff_free(al_workdir_diff *d);
 
 /* ---- sessions other airlock processes hold (airlock cp, airlock ps) ---- */
@@ -266,8 +294,8 @@ int al_remote_exec(al_remote *r, const al_exec_opts *o, al_exec_result *out, al_
 /* Copies a host file or directory to guest_path (into it when it is a directory). */
 int al_remote_put(al_remote *r, const char *host_path, const char *guest_path, al_error *err);
 /* Copies a guest file or directory to host_path (into it when it is a directory; a directory
- * is never merged into an existing one). Returns how many entries were left out (symlinks,
- * special files). */
+ * is never merged into an existing one). Files come without exec bits. Returns how many
+ * entries were left out (symlinks, special files, anything under .git/ or .hg/). */
 int al_remote_get(al_remote *r, const char *guest_path, const char *host_path, al_error *err);
 
 /* Escapes a name for a terminal: printable ASCII and UTF-8 as is, the rest as \xNN. */

@@ -489,6 +489,49 @@ class ChatTest(unittest.TestCase):
         with open(os.path.join(outs, pngs[0]), "rb") as f:
             self.assertEqual(f.read(8), b"\x89PNG\r\n\x1a\n")
 
+    def test_figures_are_bounded_and_checked(self):
+        # What a run leaves in the figures directory comes out only as a real image of its
+        # kind, at most 20 MiB each and 100 MiB per session (orchestrator/chat/figures.c).
+        # Sparse files: the guest's tmpfs holds none of the zeros, the copy sends them all.
+        png = r"printf '\211PNG\r\n\032\n' > "
+        first = ("mkdir -p /tmp/airlock-outputs && cd /tmp/airlock-outputs && " + png + "ok.png"
+                 " && head -c 1000 /dev/zero >> ok.png && chmod 755 ok.png && " + png + "big.png"
+                 " && truncate -s 21M big.png && echo 'not an image' > fake.png && "
+                 "printf '#!/bin/sh\\necho hi\\n' > run.svg && sleep 2")
+        # (busybox's find compares whole seconds: the sleep keeps these out of the next list)
+        second = ("cd /tmp/airlock-outputs && for i in 1 2 3 4 5 6; do " + png + "f$i.png && "
+                  "truncate -s 19M f$i.png; done; echo done")
+        fm = self.fake([{"tool_calls": [execute(first)]}, {"tool_calls": [execute(second)]},
+                        {"text": "ok"}])
+        r = self.run_airlock(fm, ["run", "-y"] + fm.args() + ["plot"])
+        self.assertEqual(r.returncode, 0, r.stderr)
+        err = r.stderr.decode()
+        self.assertIn("figure /tmp/airlock-outputs/big.png not copied: over the limit of 20 MiB "
+                      "per figure", err)
+        self.assertIn("figure /tmp/airlock-outputs/fake.png not copied: its bytes are not a png "
+                      "image", err)
+        self.assertIn("figure /tmp/airlock-outputs/run.svg not copied: its bytes are not a svg "
+                      "image", err)
+        self.assertEqual(err.count(".png not copied: over what is left of this session's "
+                                   "100 MiB of figures"), 1, err)
+        # The model is told too.
+        reqs = fm.requests()
+        self.assertIn("(figure not copied: over the limit of 20 MiB per figure)",
+                      tool_results(reqs[1])[-1]["content"])
+        self.assertIn("(figure not copied: over what is left",
+                      tool_results(reqs[2])[-1]["content"])
+        outs = os.path.join(fm.env["XDG_DATA_HOME"], "airlock", "outputs")
+        files = sorted(os.listdir(outs))
+        self.assertEqual(len(files), 6, files)  # ok.png and five of the six; no temporaries
+        sizes = sorted(os.path.getsize(os.path.join(outs, f)) for f in files)
+        self.assertEqual(sizes, [1008] + [19 << 20] * 5)
+        for f in files:
+            self.assertTrue(f.startswith("airlock-") and f.endswith(".png"), f)
+            path = os.path.join(outs, f)
+            self.assertEqual(os.stat(path).st_mode & 0o777, 0o644)
+            with open(path, "rb") as fh:
+                self.assertEqual(fh.read(8), b"\x89PNG\r\n\x1a\n")
+
     def test_chat_over_ssh_keeps_kernel_state(self):
         # The sshd image has no agent: the chat reaches it over SSH (orchestrator/ssh.c), and
         # the languages the model is offered come from the agent copied in.

@@ -218,6 +218,39 @@ class ImportTest(unittest.TestCase):
         self.assertEqual(os.listdir(stray), ["keep"])
         self.assertEqual(self.store_entries(), ["c", "d", "stray"])
 
+    def wrap_qemu_img(self, body):
+        """Puts a qemu-img first in PATH that runs body (sh) before the real one."""
+        bindir = self.path("bin")
+        os.mkdir(bindir)
+        w = os.path.join(bindir, "qemu-img")
+        with open(w, "w") as f:
+            f.write("#!/bin/sh\n%s\nexec %s \"$@\"\n" % (body, shutil.which("qemu-img")))
+        os.chmod(w, 0o755)
+        return {"PATH": bindir + ":" + os.environ["PATH"]}
+
+    def test_qemu_img_runs_under_limits(self):
+        # QEMU's advice for untrusted images: qemu-img under CPU time and address-space limits,
+        # so a crafted file cannot spin or eat the host's memory (orchestrator/import.c).
+        seen = self.path("limits")
+        env = self.wrap_qemu_img('echo "$1 $(ulimit -t) $(ulimit -v)" >> %s' % seen)
+        r = altest.run(["image", "import", self.qcow2, "--name", "deb"], image_dir=self.store,
+                       env=env)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        with open(seen) as f:
+            lines = f.read().split("\n")
+        self.assertEqual(lines, ["info 30 %d" % (1 << 20), "convert 600 %d" % (2 << 20), ""])
+
+    def test_qemu_img_over_its_cpu_limit(self):
+        # What the kernel sends at RLIMIT_CPU: said as such, one line, nothing left behind.
+        env = self.wrap_qemu_img('[ "$1" = info ] && kill -XCPU $$')
+        r = altest.run(["image", "import", self.qcow2, "--name", "deb"], image_dir=self.store,
+                       env=env)
+        self.assertEqual(r.returncode, 1, r)
+        self.assertIn(b"qemu-img cannot read '%s': over its CPU time limit of 30 s"
+                      % self.qcow2.encode(), r.stderr)
+        self.assertEqual(r.stderr.count(b"\n"), 1, r.stderr)
+        self.assertEqual(self.store_entries(), [])
+
 
 if __name__ == "__main__":
     if not shutil.which("qemu-img"):

@@ -2,6 +2,9 @@
 """The user's files in and out of real guests: --workdir, --sync-back, airlock cp and ps."""
 import hashlib
 import os
+import pty
+import re
+import stat
 import shutil
 import signal
 import subprocess
@@ -67,6 +70,16 @@ class WorkdirTest(unittest.TestCase):
         self.assertIn(b"  added     file-000.md (13 B)\n  deleted   file-000.txt (13 B)\n",
                       r.stderr)
         self.assertIn(b"  ... and 601 more\n", r.stderr)
+        # All of it in a file, named before anything is applied.
+        m = re.search(rb"airlock: the full list of 801 changes is in (\S+)\n", r.stderr)
+        self.assertTrue(m, r.stderr)
+        self.assertLess(m.start(), r.stderr.index(b"applied 801 changes"))
+        with open(m[1], "rb") as f:
+            full = f.read()
+        os.remove(m[1])
+        self.assertEqual(full.count(b"\n"), 801)
+        self.assertTrue(full.endswith(b"  deleted   file-399.txt (15 B)\n"
+                                      b"  added     report.out (5 B)\n"))
         self.assertIn(b"applied 801 changes", r.stderr)
         after = sorted(os.listdir(self.dir))
         self.assertEqual(after, sorted([n[:-4] + ".md" for n in before] + ["report.out"]))
@@ -153,6 +166,121 @@ class WorkdirTest(unittest.TestCase):
         os.remove(os.path.join(self.dir, "ok.txt"))
         os.rmdir(os.path.join(self.dir, "d"))
         self.assertEqual(tree_hash(self.dir), before)
+
+    # What a run may plant for the host to run: git's config (core.fsmonitor runs on every
+    # `git status`) and a hook, an executable, a Makefile.
+    PLANT = (r'printf "\tfsmonitor = touch %s\n" >> .git/config; '
+             r'printf "#!/bin/sh\ntouch %s\n" > .git/hooks/post-commit; '
+             'chmod +x .git/hooks/post-commit; printf "#!/bin/sh\necho hi\n" > run.sh; '
+             'chmod +x run.sh; printf "all:\n\ttrue\n" > Makefile')
+
+    def plant(self, sync, extra=()):
+        subprocess.run(["git", "init", "-q", self.dir], check=True)
+        self.marker = os.path.join(self.tmp, "ran-on-host")
+        with open(os.path.join(self.dir, ".git", "config"), "rb") as f:
+            self.config = f.read()
+        return self.exec_wd(self.PLANT % (self.marker, self.marker), sync, extra)
+
+    def git_status_runs_nothing(self):
+        subprocess.run(["git", "-C", self.dir, "status", "--short"], check=True,
+                       stdout=subprocess.DEVNULL)
+        self.assertFalse(os.path.exists(self.marker), "git on the host ran the guest's command")
+
+    def mode(self, rel):
+        return stat.S_IMODE(os.stat(os.path.join(self.dir, rel)).st_mode)
+
+    def test_sync_back_yes_holds_git_and_exec_bits(self):
+        r = self.plant("yes")
+        self.assertEqual(r.returncode, 0, r.stderr)
+        # What lands: nothing under .git/, no exec bit, the rest as written.
+        with open(os.path.join(self.dir, ".git", "config"), "rb") as f:
+            self.assertEqual(f.read(), self.config)
+        self.assertFalse(os.path.exists(os.path.join(self.dir, ".git/hooks/post-commit")))
+        self.git_status_runs_nothing()
+        self.assertEqual(self.mode("run.sh") & 0o111, 0)
+        self.assertTrue(os.path.isfile(os.path.join(self.dir, "Makefile")))
+        # What is said, prominently, before and after.
+        err = r.stderr.decode()
+        self.assertIn("  modified  .git/config (", err)
+        self.assertIn("[GIT: runs on this host]", err)
+        self.assertIn("airlock: WARNING: 2 changes under .git/", err)
+        self.assertIn("airlock: WARNING: 2 files the guest made executable", err)
+        self.assertIn("airlock: note: 1 changed file that tools run or load", err)
+        self.assertIn("airlock: applied 2 changes to %s\n" % self.dir, err)
+        self.assertIn("airlock: not applied: 2 changes under .git/ (--sync-back-git", err)
+        self.assertIn("airlock: 1 file written without the exec bit", err)
+
+    def test_sync_back_git_and_exec_flags_apply_them(self):
+        r = self.plant("yes", ["--sync-back-git", "--sync-back-exec"])
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertIn(b"airlock: applied 4 changes", r.stderr)
+        self.assertNotIn(b"not applied", r.stderr)
+        with open(os.path.join(self.dir, ".git", "config"), "rb") as f:
+            self.assertIn(b"fsmonitor = touch " + self.marker.encode(), f.read())
+        self.assertEqual(self.mode(".git/hooks/post-commit") & 0o111, 0o111)
+        self.assertEqual(self.mode("run.sh") & 0o111, 0o111)
+        # --sync-back-git alone: the hook comes, but not as a program.
+        shutil.rmtree(self.dir)
+        r = self.plant("yes", ["--sync-back-git"])
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertEqual(self.mode(".git/hooks/post-commit") & 0o111, 0)
+        self.assertEqual(self.mode("run.sh") & 0o111, 0)
+
+    def test_ask_wants_a_separate_yes_for_git(self):
+        # On a terminal, each question answered when asked: "y" to the changes, "y" to .git/
+        # (which wants the word, so a stray y plants nothing), "y" to the exec bits.
+        subprocess.run(["git", "init", "-q", self.dir], check=True)
+        self.marker = os.path.join(self.tmp, "ran-on-host")
+        with open(os.path.join(self.dir, ".git", "config"), "rb") as f:
+            self.config = f.read()
+        master, slave = pty.openpty()
+        p = altest.popen(["exec"] + IMAGE + ["--workdir", self.dir, "--lang", "sh", "-c",
+                                             self.PLANT % (self.marker, self.marker)],
+                         stdin=slave, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+        os.close(slave)
+        err = b""
+        prompts = [b"? [y/N] ", b"Type 'yes' to apply: ", b"? [y/N] "]
+        deadline = time.monotonic() + altest.HANG_GUARD_S
+        try:
+            while time.monotonic() < deadline:
+                chunk = os.read(p.stderr.fileno(), 4096)
+                if not chunk:
+                    break
+                err += chunk
+                if prompts and err.endswith(prompts[0]):
+                    prompts.pop(0)
+                    os.write(master, b"y\n")
+        finally:
+            if p.poll() is None and time.monotonic() >= deadline:
+                p.kill()
+            status = p.wait(timeout=60)
+            os.close(master)
+            p.stderr.close()
+        self.assertEqual(status, 0, err)
+        self.assertEqual(prompts, [], err)
+        self.assertIn(b"Apply these changes to %s? [y/N] " % self.dir.encode(), err)
+        self.assertIn(b"Also apply the 2 changes under .git/", err)
+        # The hook is not written, so only run.sh's exec bit is in question.
+        self.assertIn(b"Keep the exec bit on the 1 file the guest", err)
+        self.assertIn(b"not applied: 2 changes under .git/", err)
+        with open(os.path.join(self.dir, ".git", "config"), "rb") as f:
+            self.assertEqual(f.read(), self.config)
+        self.assertEqual(self.mode("run.sh") & 0o111, 0o111)
+        self.git_status_runs_nothing()
+
+    def test_consents_are_not_profile_settings(self):
+        # A profile is a file kept and shared; a consent to apply .git/ or exec bits is given
+        # for one run, on its command line. Refused before anything starts.
+        pdir = os.path.join(self.tmp, "config", "airlock", "profiles")
+        os.makedirs(pdir)
+        for key in ("sync_back_git", "sync-back-exec"):
+            with open(os.path.join(pdir, "default.yaml"), "w") as f:
+                f.write("%s: true\n" % key)
+            r = altest.run(["run", "--image", "tiny", "task"],
+                           env={"XDG_CONFIG_HOME": os.path.join(self.tmp, "config")})
+            self.assertEqual(r.returncode, 2, r.stderr)
+            self.assertIn(b"profile: unknown setting '%s' (a consent for one run: give it on "
+                          b"the command line)" % key.encode(), r.stderr)
 
     def test_size_limits(self):
         with open(os.path.join(self.dir, "big"), "wb") as f:

@@ -4,6 +4,7 @@
 #include "chat.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -291,6 +292,87 @@ static void test_conv(const char *tmp)
     al_chat_free(&c);
 }
 
+/* A file named name in dir holding n bytes of data, dated at unix second t. */
+static int dated_file(const char *dir, const char *name, const void *data, size_t n, time_t t)
+{
+    char p[600];
+    snprintf(p, sizeof(p), "%s/%s", dir, name);
+    int fd = open(p, O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+    if (fd < 0 || write(fd, data, n) != (ssize_t)n)
+        abort();
+    struct timespec ts[2] = {{t, 0}, {t, 0}};
+    futimens(fd, ts);
+    return fd;
+}
+
+static bool magic(const char *tmp, const char *ext, const void *data, size_t n)
+{
+    int fd = dated_file(tmp, "m", data, n, 0);
+    bool r = al_figure_magic_ok(fd, ext);
+    close(fd);
+    return r;
+}
+
+static void test_figures(const char *tmp)
+{
+    static const char png[] = "\x89PNG\r\n\x1a\n\0\0\0\rIHDR";
+    ok(magic(tmp, ".png", png, sizeof(png) - 1) && magic(tmp, ".PNG", png, sizeof(png) - 1),
+       "a PNG is a .png, any case");
+    ok(!magic(tmp, ".png", "plot data\n", 10) && !magic(tmp, ".png", png, 7) &&
+           !magic(tmp, ".jpg", png, sizeof(png) - 1) && !magic(tmp, ".png", "", 0),
+       "text, a cut header, a PNG named .jpg and an empty file are refused");
+    ok(magic(tmp, ".jpg", "\xff\xd8\xff\xe0", 4) && magic(tmp, ".jpeg", "\xff\xd8\xff\xdb", 4) &&
+           magic(tmp, ".gif", "GIF89a", 6) && magic(tmp, ".pdf", "%PDF-1.7\n", 9) &&
+           magic(tmp, ".webp", "RIFF\x10\0\0\0WEBPVP8 ", 16),
+       "JPEG, GIF, PDF and WebP by their first bytes");
+    ok(!magic(tmp, ".webp", "RIFF\x10\0\0\0WAVEfmt ", 16) && !magic(tmp, ".gif", "GIF", 3),
+       "a WAV named .webp and a cut GIF header are refused");
+    ok(magic(tmp, ".svg", "<svg xmlns='http://www.w3.org/2000/svg'/>", 41) &&
+           magic(tmp, ".svg", "\xef\xbb\xbf\n  <?xml version='1.0'?>", 27) &&
+           !magic(tmp, ".svg",
+                  "\x7f"
+                  "ELF\2\1\1",
+                  7) &&
+           !magic(tmp, ".svg", "#!/bin/sh\n", 10),
+       "SVG is XML text (a BOM and blanks allowed); an ELF or a script is not");
+    ok(al_figure_ext_ok(".webp") && !al_figure_ext_ok(".sh") && !al_figure_ext_ok(".png.exe") &&
+           !al_figure_ext_ok(NULL),
+       "only image extensions are figures");
+
+    /* The quota: newest first, within both bounds; the user's own files are left. */
+    char dir[300];
+    snprintf(dir, sizeof(dir), "%s/outputs", tmp);
+    mkdir(dir, 0700);
+    char big[1000] = {0};
+    for (int i = 0; i < 6; i++) {
+        char name[64];
+        snprintf(name, sizeof(name), "airlock-s-%d.png", i);
+        close(dated_file(dir, name, big, 100, 1000 + i));
+    }
+    close(dated_file(dir, "mine.png", big, 100, 1));
+    al_error e = {0};
+    ok(al_outputs_prune(dir, 4, 1000, &e) == 0, "pruned (%s)", e.msg);
+    char p[400];
+    int left = 0;
+    for (int i = 0; i < 6; i++) {
+        snprintf(p, sizeof(p), "%s/airlock-s-%d.png", dir, i);
+        left |= (access(p, F_OK) == 0) << i;
+    }
+    snprintf(p, sizeof(p), "%s/mine.png", dir);
+    ok(left == 0x3c && access(p, F_OK) == 0, "a count bound keeps the newest 4 (%#x), not mine",
+       left);
+    close(dated_file(dir, "airlock-s-6.png", big, 1000, 1006));
+    ok(al_outputs_prune(dir, 4, 1250, &e) == 0, "pruned again (%s)", e.msg);
+    left = 0;
+    for (int i = 0; i < 7; i++) {
+        snprintf(p, sizeof(p), "%s/airlock-s-%d.png", dir, i);
+        left |= (access(p, F_OK) == 0) << i;
+    }
+    ok(left == 0x70, "a byte bound keeps 1000 + 2 x 100 of 1250 (%#x)", left);
+    ok(al_outputs_prune(dir, 1, 1, &e) == 0 && access(p, F_OK) == 0,
+       "the newest is kept even over the bounds");
+}
+
 int main(void)
 {
     char tmp[] = "/tmp/test-chat-XXXXXX";
@@ -302,6 +384,7 @@ int main(void)
     test_prompt();
     test_profile(tmp);
     test_conv(tmp);
+    test_figures(tmp);
     printf("1..%u\n", count);
     char cmd[600];
     snprintf(cmd, sizeof(cmd), "rm -rf '%s'", tmp);

@@ -37,6 +37,7 @@ struct ent {
     int type; /* AE_IF* */
     const char *data; /* file content, or link target */
     bool hardlink;
+    unsigned mode; /* 0: 0644 */
 };
 
 static struct blob make_tar(const struct ent *v)
@@ -50,7 +51,7 @@ static struct blob make_tar(const struct ent *v)
         struct archive_entry *e = archive_entry_new();
         archive_entry_set_pathname(e, v->path);
         archive_entry_set_filetype(e, v->type);
-        archive_entry_set_perm(e, 0644);
+        archive_entry_set_perm(e, v->mode ? v->mode : 0644);
         if (v->hardlink)
             archive_entry_set_hardlink(e, v->data);
         else if (v->type == AE_IFLNK)
@@ -138,6 +139,30 @@ static al_workdir_diff *diff_of(const struct ent *v, al_error *err)
     return d;
 }
 
+static mode_t mode_of(const char *rel)
+{
+    char p[600];
+    struct stat st;
+    snprintf(p, sizeof(p), "%s/%s", dir, rel);
+    return lstat(p, &st) < 0 ? (mode_t)-1 : st.st_mode & 07777;
+}
+
+static void mkdir_rel(const char *rel)
+{
+    char p[600];
+    snprintf(p, sizeof(p), "%s/%s", dir, rel);
+    if (mkdir(p, 0755) < 0)
+        abort();
+}
+
+static void chmod_rel(const char *rel, mode_t m)
+{
+    char p[600];
+    snprintf(p, sizeof(p), "%s/%s", dir, rel);
+    if (chmod(p, m) < 0)
+        abort();
+}
+
 static const al_change *change(al_workdir_diff *d, const char *path)
 {
     for (size_t i = 0; i < al_workdir_diff_count(d); i++)
@@ -172,7 +197,7 @@ int main(void)
        "a modified file, with both sizes");
     ok(d && change(d, "gone") && change(d, "gone")->kind == AL_CHANGE_DELETED, "a deletion");
     ok(d && !change(d, "keep"), "an unchanged file is not listed");
-    ok(d && al_workdir_apply(d, &err) == 4, "all 4 applied (%s)", err.msg);
+    ok(d && al_workdir_apply(d, 0, &err) == 4, "all 4 applied (%s)", err.msg);
     snprintf(p, sizeof(p), "%s/gone", dir);
     ok(has_rel("mod", "new text\n") && has_rel("new/f", "f\n") && access(p, F_OK) < 0,
        "the directory holds the guest's tree");
@@ -188,7 +213,7 @@ int main(void)
     ok(d && change(d, "a.txt") && change(d, "a.txt")->refused && change(d, "b") &&
            change(d, "b")->refused,
        "guest symlinks are refused");
-    ok(d && al_workdir_apply(d, &err) == 0, "nothing applied");
+    ok(d && al_workdir_apply(d, 0, &err) == 0, "nothing applied");
     struct stat st;
     snprintf(p, sizeof(p), "%s/b", dir);
     ok(has_rel("a.txt", "mine\n") && lstat(p, &st) < 0, "the host files are as they were");
@@ -202,7 +227,7 @@ int main(void)
     d = diff_of(through, &err);
     ok(d != NULL, "a diff of a stream going through a guest symlink (%s)", err.msg);
     if (d)
-        al_workdir_apply(d, &err);
+        al_workdir_apply(d, 0, &err);
     snprintf(p, sizeof(p), "%s/planted", outside);
     ok(access(p, F_OK) < 0, "nothing planted outside through a guest symlink");
     ok(d && change(d, "d/planted") && change(d, "d/planted")->result < 0,
@@ -221,7 +246,7 @@ int main(void)
     ok(d && change(d, "out/planted") && change(d, "out/planted")->refused,
        "a path through a host symlink is refused");
     if (d)
-        al_workdir_apply(d, &err);
+        al_workdir_apply(d, 0, &err);
     snprintf(p, sizeof(p), "%s/planted", outside);
     ok(access(p, F_OK) < 0, "nothing planted through the host's own symlink");
     al_workdir_diff_free(d);
@@ -258,12 +283,97 @@ int main(void)
     if (symlink("/etc/passwd", p) < 0)
         return 1;
     if (d)
-        al_workdir_apply(d, &err);
+        al_workdir_apply(d, 0, &err);
     char target[64] = {0};
     ok(d && change(d, "mod")->result == -EEXIST && readlink(p, target, sizeof(target) - 1) > 0 &&
            !strcmp(target, "/etc/passwd"),
        "a file the user replaced meanwhile is not written (nor through)");
     al_workdir_diff_free(d);
+
+    /* What makes the host run code: a planted core.fsmonitor and hook, exec bits, a Makefile.
+     * The first is held without its consent; exec bits are dropped without theirs. */
+    umask(022);
+    for (int consent = 0; consent < 2; consent++) {
+        fresh();
+        mkdir_rel(".git");
+        mkdir_rel(".git/hooks");
+        put(".git/config", "[core]\n");
+        put(".git/hooks/pre-commit", "#!/bin/sh\nrun-checks\n");
+        put("tool", "#!/bin/sh\nold\n");
+        put("x-already", "#!/bin/sh\nold\n");
+        chmod_rel("x-already", 0755);
+        mkdir_rel("sub");
+        const struct ent planted[] = {
+            {".git/", AE_IFDIR, NULL, false, 0755},
+            {".git/config", AE_IFREG, "[core]\n\tfsmonitor = touch /tmp/pwned\n", false, 0},
+            {".git/hooks/", AE_IFDIR, NULL, false, 0755},
+            {".git/hooks/post-commit", AE_IFREG, "#!/bin/sh\nevil\n", false, 0755},
+            {"sub/", AE_IFDIR, NULL, false, 0755},
+            {"sub/.GIT", AE_IFREG, "gitdir: /tmp/evil\n", false, 0},
+            {"run.sh", AE_IFREG, "#!/bin/sh\nnew\n", false, 0755},
+            {"tool", AE_IFREG, "#!/bin/sh\nnew\n", false, 0755},
+            {"x-already", AE_IFREG, "#!/bin/sh\nnew\n", false, 0755},
+            {"Makefile", AE_IFREG, "all:\n\tevil\n", false, 0},
+            {".vscode/", AE_IFDIR, NULL, false, 0755},
+            {".vscode/tasks.json", AE_IFREG, "{}\n", false, 0},
+            {"plain.txt", AE_IFREG, "text\n", false, 0},
+            {NULL, 0, NULL, false, 0}};
+        err = (al_error){0};
+        d = diff_of(planted, &err);
+        ok(d != NULL, "a diff of a tree planting code (%s)", err.msg);
+        if (!d)
+            continue;
+        const al_change *cfg = change(d, ".git/config"),
+                        *hook = change(d, ".git/hooks/post-commit"),
+                        *pre = change(d, ".git/hooks/pre-commit"), *gitfile = change(d, "sub/.GIT"),
+                        *run = change(d, "run.sh"), *tool = change(d, "tool"),
+                        *xa = change(d, "x-already"), *mk = change(d, "Makefile"),
+                        *vs = change(d, ".vscode/tasks.json"), *txt = change(d, "plain.txt");
+        if (!consent) {
+            ok(cfg && cfg->kind == AL_CHANGE_MODIFIED && cfg->flags == AL_CHANGE_VCS && hook &&
+                   hook->flags == (AL_CHANGE_VCS | AL_CHANGE_EXEC) && pre &&
+                   pre->kind == AL_CHANGE_DELETED && pre->flags == AL_CHANGE_VCS && gitfile &&
+                   gitfile->flags == AL_CHANGE_VCS,
+               ".git/ changes (modified, added, deleted, any depth, any case) are flagged");
+            ok(run && run->flags == AL_CHANGE_EXEC && tool && tool->flags == AL_CHANGE_EXEC && xa &&
+                   xa->flags == 0,
+               "exec bits the guest added are flagged; a host file already executable is not");
+            ok(mk && mk->flags == AL_CHANGE_RUNS && vs && vs->flags == AL_CHANGE_RUNS && txt &&
+                   txt->flags == 0,
+               "Makefile and editor tasks are flagged as run by tools, a text file is not");
+        }
+        unsigned allow = consent ? AL_APPLY_VCS | AL_APPLY_EXEC : 0;
+        int applied = al_workdir_apply(d, allow, &err);
+        snprintf(p, sizeof(p), "%s/.git/hooks/post-commit", dir);
+        if (!consent) {
+            ok(applied == 7, "the other 7 are applied (%d, %s)", applied, err.msg);
+            ok(has_rel(".git/config", "[core]\n") && access(p, F_OK) < 0 &&
+                   has_rel(".git/hooks/pre-commit", "#!/bin/sh\nrun-checks\n") &&
+                   mode_of("sub/.GIT") == (mode_t)-1,
+               "without consent nothing under .git/ is touched");
+            ok(cfg && cfg->held && hook && hook->held && pre && pre->held && !txt->held &&
+                   cfg->result == 0,
+               ".git/ changes are marked held");
+            ok(has_rel("run.sh", "#!/bin/sh\nnew\n") && mode_of("run.sh") == 0644 &&
+                   has_rel("tool", "#!/bin/sh\nnew\n") && mode_of("tool") == 0644,
+               "without consent files come without exec bits (run.sh %o, tool %o)",
+               mode_of("run.sh"), mode_of("tool"));
+            ok(mode_of("x-already") == 0755, "a host file's own exec bit is kept");
+            ok(has_rel("Makefile", "all:\n\tevil\n") && has_rel(".vscode/tasks.json", "{}\n") &&
+                   has_rel("plain.txt", "text\n"),
+               "flagged project files are applied with the rest");
+        } else {
+            ok(applied == 11, "with consent all 11 changes are applied (%d, %s)", applied, err.msg);
+            ok(has_rel(".git/config", "[core]\n\tfsmonitor = touch /tmp/pwned\n") &&
+                   mode_of(".git/hooks/post-commit") == 0755 &&
+                   mode_of(".git/hooks/pre-commit") == (mode_t)-1 && cfg && !cfg->held,
+               "with consent .git/ changes are applied, the hook executable");
+            ok(mode_of("run.sh") == 0755 && mode_of("tool") == 0755,
+               "with consent exec bits are kept (run.sh %o, tool %o)", mode_of("run.sh"),
+               mode_of("tool"));
+        }
+        al_workdir_diff_free(d);
+    }
 
     char cmd[300];
     snprintf(cmd, sizeof(cmd), "rm -rf '%s'", root);
