@@ -19,6 +19,7 @@ int al_channel_init(struct al_channel *ch, int fd, unsigned stall_ms, int wake_f
     memset(ch, 0, sizeof(*ch));
     ch->fd = -1;
     ch->wake_fd = wake_fd;
+    ch->alarm_fd = -1;
     ch->rbuf = malloc(CHANNEL_BUF);
     ch->wbuf = malloc(CHANNEL_BUF);
     int fl = fcntl(fd, F_GETFL);
@@ -144,12 +145,17 @@ int al_channel_recv(struct al_channel *ch, struct al_msg *m, uint64_t deadline_m
             if (timeout < 0 || left < timeout)
                 timeout = left;
         }
-        struct pollfd pfd[3] = {{ch->fd, POLLIN, 0}, {wake_fd, POLLIN, 0}, {extra_fd, POLLIN, 0}};
-        int pr = poll(pfd, 3, timeout);
+        struct pollfd pfd[4] = {{ch->fd, POLLIN, 0},
+                                {wake_fd, POLLIN, 0},
+                                {extra_fd, POLLIN, 0},
+                                {ch->alarm_fd, POLLIN, 0}};
+        int pr = poll(pfd, 4, timeout);
         if (pr < 0 && errno == EINTR)
             continue;
         if (pr < 0)
             return al_err(err, -errno, "poll failed: %s", strerror(errno));
+        if (pfd[3].revents)
+            return al_err(err, -ENOSPC, "%s", ch->alarm_msg ? ch->alarm_msg : "session stopped");
         if (pfd[1].revents || pfd[2].revents)
             return 0;
         if (!pfd[0].revents)

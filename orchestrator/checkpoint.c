@@ -80,7 +80,7 @@ int al_checkpoints_prepare(al_session *s, struct al_vm_config *cfg, al_error *er
             return al_err(err, -ENAMETOOLONG, "session path too long");
         return 0;
     }
-    if (al_pathf(c->disk, sizeof(c->disk), "%s/scratch.qcow2", s->dir) < 0)
+    if (al_pathf(c->disk, sizeof(c->disk), "%s/scratch.qcow2", s->state_dir) < 0)
         return al_err(err, -ENAMETOOLONG, "session path too long");
     int r = al_disk_scratch(s->conn, cfg->kvm, c->disk, SCRATCH_BYTES, err);
     if (r < 0)
@@ -387,6 +387,11 @@ int al_checkpoint_create(al_session *s, const char *name, al_checkpoint_info *ou
     for (size_t i = 0; name && i < c->n; i++)
         if (!strcmp(c->list[i].info.name, name))
             return al_err(err, -EEXIST, "a checkpoint named '%s' exists already", name);
+    r = al_budget_refuse(s, err);
+    if (r == 0)
+        r = al_budget_room_for_checkpoint(s, err);
+    if (r < 0)
+        return r;
     if (c->n == AL_CHECKPOINTS_MAX) {
         struct ckpt *oldest = NULL;
         for (size_t i = 0; i < c->n && !oldest; i++)

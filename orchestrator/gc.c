@@ -51,6 +51,8 @@ static bool domain_dead(virDomainPtr d, const char *sessions)
     return dir_dead(dir);
 }
 
+static int reap_dirs(const char *sessions);
+
 int al_gc_conn(virConnectPtr conn, al_error *err)
 {
     char run[4096], sessions[4200];
@@ -73,6 +75,20 @@ int al_gc_conn(virConnectPtr conn, al_error *err)
         free(doms);
     }
 
+    reaped += reap_dirs(sessions);
+    /* The disk-backed halves (budget.c's state dirs) hold the same lock. */
+    char state[4096], state_sessions[4200];
+    al_error ignored = {0};
+    if (al_state_dir(state, sizeof(state), &ignored) == 0 &&
+        al_pathf(state_sessions, sizeof(state_sessions), "%s/sessions", state) == 0)
+        reaped += reap_dirs(state_sessions);
+    return reaped;
+}
+
+/* Removes the session dirs under sessions whose lock is free. */
+static int reap_dirs(const char *sessions)
+{
+    int reaped = 0;
     DIR *d = opendir(sessions);
     if (!d)
         return reaped;

@@ -83,6 +83,8 @@ struct al_channel {
                               waits for the guest to read */
     int pending_sig;       /* SIGINT/SIGQUIT read from wake_fd during a write, to forward */
     bool broken;           /* a write was abandoned mid-frame: nothing more can be sent */
+    int alarm_fd;          /* -1, or readable once the session must stop (its disk budget) */
+    const char *alarm_msg; /* why, for the error */
 };
 
 /* Takes fd (made non-blocking: every write has a deadline, stall_ms without progress, and ends
@@ -175,6 +177,7 @@ int al_disk_scratch(virConnectPtr conn, bool kvm, const char *path, uint64_t siz
 
 /* ---- session dirs ---- */
 int al_runtime_dir(char *buf, size_t len, al_error *err);
+int al_state_dir(char *buf, size_t len, al_error *err);
 int al_rmtree(const char *path);
 /* snprintf for paths: -ENAMETOOLONG instead of a silently cut path. */
 int al_pathf(char *buf, size_t len, const char *fmt, ...) __attribute__((format(printf, 3, 4)));

@@ -21,6 +21,40 @@
  * agent, and none with one; until that is understood, --cpus 2 is opt-in. */
 #define VCPUS_DEFAULT 1
 
+/* The session's disk-backed half: its root disk overlay and checkpoints, which may grow to
+ * gigabytes and so never live in the runtime dir (tmpfs: the host's RAM). Made like the runtime
+ * half, under a hidden name, locked, then renamed; gc reaps it once the lock is free. */
+static int state_dir_create(al_session *s, al_error *err)
+{
+    char state[4096], sessions[4200], tmp[4300], lock[4400];
+    int r = al_state_dir(state, sizeof(state), err);
+    if (r < 0)
+        return r;
+    if (al_pathf(sessions, sizeof(sessions), "%s/sessions", state) < 0 ||
+        al_pathf(s->state_dir, sizeof(s->state_dir), "%s/%s", sessions, s->name) < 0 ||
+        al_pathf(tmp, sizeof(tmp), "%s/.%s", sessions, s->name) < 0 ||
+        al_pathf(lock, sizeof(lock), "%s/lock", tmp) < 0)
+        return al_err(err, -ENAMETOOLONG, "state path too long");
+    if (mkdir(sessions, 0755) < 0 && errno != EEXIST)
+        return al_err(err, -errno, "cannot create '%s': %s", sessions, strerror(errno));
+    char why[400];
+    r = al_check_free_space(sessions, al_free_floor(), why, sizeof(why));
+    if (r < 0)
+        return al_err(err, r, "cannot start a session: %s", why);
+    if (mkdir(tmp, 0755) < 0)
+        return al_err(err, -errno, "cannot create session dir '%s': %s", tmp, strerror(errno));
+    chmod(tmp, 0755); /* QEMU's user opens the disks in it */
+    s->state_lock_fd = open(lock, O_RDWR | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
+    if (s->state_lock_fd < 0 || flock(s->state_lock_fd, LOCK_EX | LOCK_NB) < 0 ||
+        rename(tmp, s->state_dir) < 0) {
+        int e = errno;
+        al_rmtree(tmp);
+        return al_err(err, -e, "cannot set up session state dir: %s", strerror(e));
+    }
+    s->state_created = true;
+    return 0;
+}
+
 static int session_dir_create(al_session *s, al_error *err)
 {
     char run[4096];
@@ -50,6 +84,9 @@ static int session_dir_create(al_session *s, al_error *err)
         return al_err(err, -e, "cannot set up session dir: %s", strerror(e));
     }
     s->dir_created = true;
+    int r2 = state_dir_create(s, err);
+    if (r2 < 0)
+        return r2;
     snprintf(s->sock, sizeof(s->sock), "%s/agent.sock", s->dir);
     snprintf(s->console, sizeof(s->console), "%s/console.log", s->dir);
     if (s->raw_port[0])
@@ -73,6 +110,8 @@ int al_session_connect_agent(al_session *s, uint64_t deadline, al_error *err)
             int r = al_channel_init(&s->ch, fd, s->stall_ms, s->cancel_fd, err);
             if (r < 0)
                 return r;
+            s->ch.alarm_fd = s->budget_alarm[0];
+            s->ch.alarm_msg = s->budget_why;
             fd = -1; /* the channel owns it now */
             s->have_ch = true;
             return 0;
@@ -400,7 +439,10 @@ int al_session_open(const al_session_opts *opts, al_session **out, al_error *err
     if (!s)
         return al_err(err, -ENOMEM, "out of memory");
     s->lock_fd = -1;
+    s->state_lock_fd = -1;
     s->ch.fd = -1;
+    s->ch.alarm_fd = -1;
+    s->budget_stop[0] = s->budget_stop[1] = s->budget_alarm[0] = s->budget_alarm[1] = -1;
     /* Recursive: a request made of several (a workdir copy) may hold it around its parts. */
     pthread_mutexattr_t ma;
     pthread_mutexattr_init(&ma);
@@ -479,7 +521,7 @@ int al_session_open(const al_session_opts *opts, al_session **out, al_error *err
     char disk[4300];
     if (s->img.disk[0]) {
         /* In the session dir: removed with it, by close or by gc after a crash. */
-        if (al_pathf(disk, sizeof(disk), "%s/disk.qcow2", s->dir) < 0) {
+        if (al_pathf(disk, sizeof(disk), "%s/disk.qcow2", s->state_dir) < 0) {
             r = al_err(err, -ENAMETOOLONG, "session path too long");
             goto fail;
         }
@@ -520,6 +562,10 @@ int al_session_open(const al_session_opts *opts, al_session **out, al_error *err
     r = boot_guest(s, &cfg, probe, &start, &started, err);
     if (r < 0)
         goto fail;
+    s->disk_budget = opts->disk_budget_bytes ? opts->disk_budget_bytes : AL_DISK_BUDGET_DEFAULT;
+    r = al_budget_start(s, err);
+    if (r < 0)
+        goto fail;
     s->timing.start_ms = started - start;
     s->timing.handshake_ms = al_now_ms() - started;
     s->vcpus = cfg.vcpus;
@@ -534,6 +580,7 @@ void al_session_close(al_session *s)
 {
     if (!s)
         return;
+    al_budget_stop(s);
     al_control_stop(s);
     al_ssh_disconnect(s);
     if (s->have_ch)
@@ -555,7 +602,10 @@ void al_session_close(al_session *s)
     al_checkpoints_free(s); /* the snapshots themselves live in the session dir */
     if (s->dir_created)
         al_rmtree(s->dir);
+    if (s->state_created)
+        al_rmtree(s->state_dir);
     al_closep(&s->lock_fd);
+    al_closep(&s->state_lock_fd);
     pthread_mutex_destroy(&s->lock);
     free(s);
 }
@@ -611,6 +661,9 @@ int al_session_check(al_session *s, int r, const al_error *err)
 
 int al_session_ready(al_session *s, al_error *err)
 {
+    int r = al_budget_refuse(s, err);
+    if (r < 0)
+        return r;
     if (s->poisoned)
         return al_err(err, -EPROTO,
                       "the guest broke the protocol earlier (%s); the session takes no more "

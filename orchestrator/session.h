@@ -18,6 +18,16 @@ struct al_session {
     char raw_port[64];      /* benchmark port name, or empty */
     bool dir_created;
     int lock_fd;            /* flock held while the session lives; gc skips locked dirs */
+    char state_dir[4096];   /* disk-backed: the root disk overlay, checkpoints (budget.c) */
+    bool state_created;
+    int state_lock_fd;      /* the same flock, in the state dir */
+    uint64_t disk_budget;   /* bytes the state dir's files may occupy; 0: no limit */
+    pthread_t budget_thread;
+    bool budget_running;
+    int budget_stop[2];     /* closes the watcher */
+    int budget_alarm[2];    /* written once it paused the VM: wakes the channel */
+    bool budget_over;       /* atomic: the watcher paused the VM, budget_why says why */
+    char budget_why[400];
     FILE *console_to;       /* copy the console here at close, or NULL */
     bool quiet;             /* notices: none, to on_notice, else to notice (NULL: stderr) */
     FILE *notice;
@@ -88,6 +98,16 @@ int al_session_hello_ack(al_session *s, const struct al_msg *m, uint64_t nonce, 
  * without one, in cfg), and frees that state at close. */
 int al_checkpoints_prepare(al_session *s, struct al_vm_config *cfg, al_error *err);
 void al_checkpoints_free(al_session *s);
+
+/* budget.c: the watcher of the session's disk use, started once it booted; refusing requests
+ * once it paused the VM; refusing a checkpoint that would not fit; the free-space floor. */
+int al_budget_start(al_session *s, al_error *err);
+void al_budget_stop(al_session *s);
+int al_budget_refuse(const al_session *s, al_error *err);
+int al_budget_room_for_checkpoint(const al_session *s, al_error *err);
+uint64_t al_session_disk_usage(const al_session *s);
+uint64_t al_free_floor(void);
+int al_check_free_space(const char *dir, uint64_t floor, char *why, size_t len);
 
 /* Holds the session's channel until the end of the enclosing block. */
 static inline void al_session_unlockp(al_session **s)

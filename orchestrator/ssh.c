@@ -540,6 +540,8 @@ static int connect_once(al_session *s, unsigned timeout_ms, struct al_ssh **out,
         goto fail;
     }
     s->ch.eof_msg = c->why; /* complete once the channel reads EOF: see pump_end */
+    s->ch.alarm_fd = s->budget_alarm[0];
+    s->ch.alarm_msg = s->budget_why;
     s->have_ch = true;
     if ((r = -pthread_create(&c->thread, NULL, pump, c)) != 0) {
         al_channel_destroy(&s->ch);

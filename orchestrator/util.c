@@ -62,6 +62,42 @@ int al_runtime_dir(char *buf, size_t len, al_error *err)
     return 0;
 }
 
+/* Where sessions keep their disks and checkpoints: disk-backed storage, never the runtime dir
+ * (tmpfs on most hosts: a guest writing its disk would fill the host's RAM). $AIRLOCK_STATE_DIR,
+ * else /var/lib/airlock/state for root, else $XDG_STATE_HOME/airlock (~/.local/state/airlock).
+ * QEMU's user must traverse it, hence 0755; it must be ours and writable by nobody else. */
+int al_state_dir(char *buf, size_t len, al_error *err)
+{
+    const char *over = getenv("AIRLOCK_STATE_DIR");
+    const char *xdg = getenv("XDG_STATE_HOME");
+    const char *home = getenv("HOME");
+    int n;
+    if (over && *over)
+        n = snprintf(buf, len, "%s", over);
+    else if (geteuid() == 0)
+        n = snprintf(buf, len, "/var/lib/airlock/state");
+    else if (xdg && *xdg == '/')
+        n = snprintf(buf, len, "%s/airlock", xdg);
+    else if (home && *home == '/')
+        n = snprintf(buf, len, "%s/.local/state/airlock", home);
+    else
+        return al_err(err, -ENOENT, "no state directory: set HOME or AIRLOCK_STATE_DIR");
+    if (n < 0 || (size_t)n >= len)
+        return al_err(err, -ENAMETOOLONG, "state directory path too long");
+    int r = mkdir_p(buf, 0755);
+    if (r < 0)
+        return al_err(err, r, "cannot create state directory '%s': %s", buf, strerror(-r));
+    struct stat st;
+    if (lstat(buf, &st) < 0)
+        return al_err(err, -errno, "cannot inspect '%s': %s", buf, strerror(errno));
+    if (!S_ISDIR(st.st_mode) || st.st_uid != geteuid() || (st.st_mode & 022))
+        return al_err(err, -EPERM,
+                      "refusing state directory '%s': not a directory of ours, or writable by "
+                      "others",
+                      buf);
+    return 0;
+}
+
 static int rm_one(const char *path, const struct stat *st, int flag, struct FTW *ftw)
 {
     (void)st;

@@ -49,6 +49,7 @@ const char chat_opts_help[] =
     "      --transport virtio|ssh  how to reach the guest (default: the image's)\n"
     "  -m, --memory MIB          guest memory\n"
     "      --cpus N              virtual CPUs\n"
+    "      --disk-budget MIB     host disk for the VM's disk and checkpoints (default 6144)\n"
     "Output:\n"
     "      --plain               no colours, no spinner\n"
     "      --verbose             show requests (never the key) and run details\n";
@@ -73,6 +74,7 @@ enum {
     O_INSTRUCTIONS,
     O_PROFILE,
     O_CPUS,
+    O_DISK_BUDGET,
     O_TRANSPORT,
     O_PLAIN,
     O_VERBOSE,
@@ -111,6 +113,7 @@ static const struct option long_opts[] = {
     {"image", required_argument, NULL, 'i'},
     {"memory", required_argument, NULL, 'm'},
     {"cpus", required_argument, NULL, O_CPUS},
+    {"disk-budget", required_argument, NULL, O_DISK_BUDGET},
     {"transport", required_argument, NULL, O_TRANSPORT},
     {"plain", no_argument, NULL, O_PLAIN},
     {"verbose", no_argument, NULL, O_VERBOSE},
@@ -289,6 +292,11 @@ static int apply(struct chat_opts *o, struct cli_globals *g, int opt, const char
         if (!parse_uint(s, 64, &n) || !n)
             goto bad;
         o->sess.vcpus = (unsigned)n;
+        break;
+    case O_DISK_BUDGET:
+        if (!parse_uint(s, 1u << 24, &n) || !n)
+            goto bad;
+        o->sess.disk_budget_bytes = (uint64_t)n << 20;
         break;
     case O_PLAIN:
         o->plain = b;

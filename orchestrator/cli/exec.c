@@ -54,6 +54,8 @@ static const char usage[] =
     "                            'airlock cp' (a signal ends it sooner)\n"
     "  -m, --memory MIB          guest memory (default: the image's, else 256)\n"
     "      --cpus N              virtual CPUs (default 1)\n"
+    "      --disk-budget MIB     host disk the session's disk and checkpoints may use\n"
+    "                            (default 6144); over it the VM is paused\n"
     "      --lifetime SECONDS    hard limit on the whole session\n"
     "      --boot-timeout SECONDS  limit on booting to the agent (default 60)\n"
     "      --connect URI, --debug, -q  as for airlock itself\n"
@@ -148,6 +150,7 @@ int cmd_exec(struct cli_globals *g, int argc, char **argv)
         OPT_GET,
         OPT_CPUS,
         OPT_LIFETIME,
+        OPT_DISK_BUDGET,
         OPT_BOOT,
         OPT_CONNECT,
         OPT_DEBUG,
@@ -177,6 +180,7 @@ int cmd_exec(struct cli_globals *g, int argc, char **argv)
         {"cpus", required_argument, NULL, OPT_CPUS},
         {"lifetime", required_argument, NULL, OPT_LIFETIME},
         {"boot-timeout", required_argument, NULL, OPT_BOOT},
+        {"disk-budget", required_argument, NULL, OPT_DISK_BUDGET},
         {"connect", required_argument, NULL, OPT_CONNECT},
         {"debug", no_argument, NULL, OPT_DEBUG},
         {"workdir", required_argument, NULL, OPT_WORKDIR},
@@ -270,6 +274,9 @@ int cmd_exec(struct cli_globals *g, int argc, char **argv)
             break;
         case OPT_BOOT:
             so.boot_timeout_ms = (unsigned)cli_number("--boot-timeout", optarg, 4000000) * 1000u;
+            break;
+        case OPT_DISK_BUDGET:
+            so.disk_budget_bytes = (uint64_t)cli_number("--disk-budget", optarg, 1u << 24) << 20;
             break;
         case OPT_CONNECT:
             so.connect_uri = optarg;

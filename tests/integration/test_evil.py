@@ -140,5 +140,57 @@ class EvilGuestTest(unittest.TestCase):
         self.no_leak(r.stderr)
 
 
+class DiskBudgetTest(unittest.TestCase):
+    """A guest decides how much it writes: its disk and checkpoints live on disk-backed storage
+    of the host's choosing, and the host measures them itself."""
+
+    def setUp(self):
+        self.state = tempfile.mkdtemp(prefix="airlock-state-")
+        os.chmod(self.state, 0o755)
+        self.addCleanup(subprocess.run, ["rm", "-rf", self.state])
+
+    def test_a_guest_filling_its_disk_is_paused_at_the_budget(self):
+        r = altest.run(["--debug", "exec", "--image", "debian", "--disk-budget", "100", "--",
+                        "sh", "-c", "dd if=/dev/zero of=/big bs=1M count=400 conv=fsync; echo done"],
+                       env={"AIRLOCK_STATE_DIR": self.state}, timeout=300)
+        self.assertEqual(r.returncode, 125, r.stderr[-2000:])
+        self.assertIn(b"over its budget of 100 MiB (--disk-budget); the VM was paused", r.stderr)
+        self.assertNotIn(b"done", r.stdout)
+        self.assertEqual(os.listdir(os.path.join(self.state, "sessions")), [])
+        for name in altest.session_names(r.stderr):
+            self.assertNotIn(name.decode(), altest.virsh_names())
+
+    def test_the_disk_lives_in_the_state_dir_not_the_runtime_dir(self):
+        p = altest.popen(["--debug", "exec", "--image", "debian", "--", "sleep", "30"],
+                         env=dict(os.environ, AIRLOCK_STATE_DIR=self.state),
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        try:
+            sessions = os.path.join(self.state, "sessions")
+            disks = []
+            deadline = time.time() + 120
+            while not disks and time.time() < deadline and p.poll() is None:
+                time.sleep(0.5)
+                disks = [os.path.join(sessions, n, "disk.qcow2") for n in
+                         (os.listdir(sessions) if os.path.isdir(sessions) else [])
+                         if os.path.exists(os.path.join(sessions, n, "disk.qcow2"))]
+            self.assertEqual(len(disks), 1, "no session disk appeared in the state dir")
+            name = os.path.basename(os.path.dirname(disks[0]))
+            self.assertFalse(os.path.exists(os.path.join(altest.runtime_sessions_dir(), name,
+                                                         "disk.qcow2")))
+        finally:
+            p.send_signal(signal.SIGTERM)
+            p.communicate(timeout=60)
+        self.assertEqual(os.listdir(os.path.join(self.state, "sessions")), [])
+
+    def test_a_session_is_refused_below_the_free_space_floor(self):
+        r = altest.run(["exec", "--image", "tiny", "--", "true"],
+                       env={"AIRLOCK_STATE_DIR": self.state,
+                            "AIRLOCK_FREE_FLOOR_MB": str(1 << 30)}, timeout=120)
+        self.assertEqual(r.returncode, 125, r.stderr)
+        self.assertIn(b"cannot start a session: only", r.stderr)
+        self.assertIn(b"AIRLOCK_FREE_FLOOR_MB", r.stderr)
+        self.assertEqual(len(r.stderr.strip().splitlines()), 1, r.stderr)
+
+
 if __name__ == "__main__":
     altest.main()
