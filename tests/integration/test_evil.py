@@ -192,5 +192,48 @@ class DiskBudgetTest(unittest.TestCase):
         self.assertEqual(len(r.stderr.strip().splitlines()), 1, r.stderr)
 
 
+class ConfinementTest(unittest.TestCase):
+    """What was sound before the audit stays so: the QEMU that runs a guest is unprivileged,
+    sandboxed by seccomp, and has no device the guest could use against the host beyond ours."""
+
+    def qemu_of_running_session(self, args):
+        p = altest.popen(["--debug", "exec", "--image", "tiny"] + args + ["--", "sleep", "60"],
+                         stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+        self.addCleanup(lambda: (p.poll() is None and p.kill(), p.wait(), p.stderr.close()))
+        name = None
+        for line in p.stderr:
+            m = altest.session_names(line)
+            if m:
+                name = m[0].decode()
+                break
+        self.assertIsNotNone(name, "no session started")
+        for pid in os.listdir("/proc"):
+            if not pid.isdigit():
+                continue
+            try:
+                with open("/proc/%s/cmdline" % pid, "rb") as f:
+                    argv = f.read().split(b"\0")
+                st = os.stat("/proc/" + pid)
+            except OSError:
+                continue
+            if argv and argv[0].endswith(b"qemu-system-x86_64") and \
+                    b"guest=" + name.encode() in b" ".join(argv):
+                return [a.decode(errors="replace") for a in argv], st.st_uid
+        self.fail("no QEMU process for " + name)
+
+    def test_qemu_is_unprivileged_sandboxed_and_has_only_our_devices(self):
+        import pwd
+        argv, uid = self.qemu_of_running_session([])
+        self.assertEqual(pwd.getpwuid(uid).pw_name, "libvirt-qemu")
+        cmd = " ".join(argv)
+        sandbox = argv[argv.index("-sandbox") + 1]
+        for part in ("on", "elevateprivileges=deny", "spawn=deny", "resourcecontrol=deny"):
+            self.assertIn(part, sandbox.split(","))
+        for bad in ("usb-", "balloon", "virtio-rng", "-vnc", "-spice", "qxl", "VGA", "-net nic"):
+            self.assertNotIn(bad, cmd)
+        self.assertIn("-display none", cmd)
+        self.assertNotIn("-netdev", cmd)  # no NIC at all without --transport ssh
+
+
 if __name__ == "__main__":
     altest.main()
