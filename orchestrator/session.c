@@ -359,9 +359,12 @@ void al_session_close(al_session *s)
         virConnectClose(s->conn);
     if (s->console_to && s->dir_created) {
         FILE *f = fopen(s->console, "r");
-        char line[1024];
-        while (f && fgets(line, sizeof(line), f))
-            fprintf(s->console_to, "console| %s%s", line, strchr(line, '\n') ? "" : "\n");
+        char line[1024], safe[sizeof(line) * 3];
+        /* The guest writes the console: no escape sequence of its reaches the terminal. */
+        while (f && fgets(line, sizeof(line), f)) {
+            line[strcspn(line, "\n")] = '\0';
+            fprintf(s->console_to, "console| %s\n", al_term_escape(line, safe, sizeof(safe)));
+        }
         if (f)
             fclose(f);
     }

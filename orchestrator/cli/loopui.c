@@ -238,23 +238,16 @@ static int ui_output(void *ctx, int stream, const uint8_t *data, size_t n)
     struct loopui *u = ctx;
     if (u->json)
         return 0;
-    int fd = stream == 2 ? 2 : 1;
-    while (n) {
-        ssize_t w = write(fd, data, n);
-        if (w < 0 && errno == EINTR)
-            continue;
-        if (w < 0)
-            return errno == EPIPE ? -EPIPE : 0; /* the screen going away must not end the run */
-        data += w;
-        n -= (size_t)w;
-    }
-    return 0;
+    /* Shown, not obeyed: the guest's escape sequences never reach the terminal. */
+    int r = cli_termout_write(&u->out, stream, data, n);
+    return r == -EPIPE ? -EPIPE : 0; /* the screen going away must not end the run */
 }
 
 static void ui_run_end(void *ctx, const al_exec_result *r, const char *summary)
 {
     struct loopui *u = ctx;
-    (void)r;
+    if (!u->json)
+        cli_termout_end(&u->out);
     if (!u->json && (u->opts->verbose || !r || r->how != AL_EXEC_EXITED || r->value != 0))
         fprintf(stderr, "%s%s%s\n", u->render.color ? "\033[2m" : "", summary,
                 u->render.color ? "\033[0m" : "");
@@ -300,6 +293,7 @@ int loopui_open(struct loopui *u, struct chat_opts *o, struct cli_globals *g)
 {
     u->opts = o;
     render_init(&u->render, stdout, o->plain || u->json);
+    cli_termout_init(&u->out, true);
     chat_opts_finish(o);
     o->cfg.model.cancel_fd = loopui_cancel_fd();
     al_session_opts so = o->sess;

@@ -7,6 +7,8 @@
 #include <stdbool.h>
 #include <stdio.h>
 
+#include "airlock.h"
+
 struct render {
     FILE *out;
     bool color;
@@ -16,7 +18,8 @@ struct render {
     bool bold, code, heading;
     char pending[8]; /* a line's first characters, held until we know if they open a fence */
     int npending;
-    char star; /* a '*' or '`' held to see if it pairs */
+    char star;          /* a '*' or '`' held to see if it pairs */
+    al_term_state term; /* control characters in the text are made visible */
     /* spinner */
     pthread_t spin_thread;
     pthread_mutex_t spin_lock;
