@@ -257,7 +257,12 @@ static int write_info(al_session *s, al_error *err)
     if (!text || al_pathf(path, sizeof(path), "%s/" INFO_FILE, s->dir) < 0 ||
         al_pathf(tmp, sizeof(tmp), "%s/." INFO_FILE, s->dir) < 0)
         return al_err(err, -ENOMEM, "cannot describe the session");
-    FILE *f = fopen(tmp, "we");
+    int fd = al_file_create_private(tmp, O_TRUNC);
+    if (fd < 0)
+        errno = -fd;
+    FILE *f = fd < 0 ? NULL : fdopen(fd, "w");
+    if (fd >= 0 && !f)
+        close(fd);
     bool ok = f && fputs(text, f) >= 0;
     if (f && fclose(f) != 0)
         ok = false;

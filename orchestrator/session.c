@@ -42,7 +42,9 @@ static int session_dir_create(al_session *s, al_error *err)
     chmod(tmp, 0755);
     char lock[4300];
     snprintf(lock, sizeof(lock), "%s/lock", tmp);
-    s->lock_fd = open(lock, O_RDWR | O_CREAT | O_CLOEXEC, 0600);
+    s->lock_fd = al_file_create_private(lock, O_RDWR);
+    if (s->lock_fd < 0)
+        errno = -s->lock_fd;
     if (s->lock_fd < 0 || flock(s->lock_fd, LOCK_EX | LOCK_NB) < 0 || rename(tmp, s->dir) < 0) {
         int e = errno;
         al_rmtree(tmp);
