@@ -688,7 +688,8 @@ static int get_file(al_remote *r, const char *guest_path, const char *target, al
                      (unsigned long long)AL_WORKDIR_BYTES_MAX_DEFAULT);
     else if (ret == 0 && (res.how != AL_EXEC_EXITED || res.value != 0))
         ret = al_err(err, -ENOENT, "cannot read '%s' in the guest", guest_path);
-    if (ret == 0 && (fchmod(fd, 0644) < 0 || fsync(fd) < 0 || rename(tmp, target) < 0))
+    if (ret == 0 && (fchmod(fd, 0644 & ~al_umask()) < 0 || fsync(fd) < 0 ||
+                     rename(tmp, target) < 0))
         ret = al_err(err, -errno, "cannot write '%s': %s", target, strerror(errno));
     if (ret < 0)
         unlink(tmp);
