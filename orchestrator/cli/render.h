@@ -1,5 +1,6 @@
 /* Terminal output for the model loop: streamed Markdown-ish text, highlighted code, a spinner.
- * With plain set (or not a TTY) everything is written as is. */
+ * With plain set (or not a TTY) no styles are added. Control characters in the text and code
+ * are always shown, not obeyed (al_term_sanitize): the model may repeat the guest's. */
 #ifndef AIRLOCK_CLI_RENDER_H
 #define AIRLOCK_CLI_RENDER_H
 
