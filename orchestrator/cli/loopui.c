@@ -256,10 +256,20 @@ static void ui_run_end(void *ctx, const al_exec_result *r, const char *summary)
 static void ui_notice(void *ctx, const char *msg)
 {
     struct loopui *u = ctx;
-    if (u->json)
+    if (u->json) {
         loopui_json_event("airlock", "notice", msg);
-    else
-        fprintf(stderr, "airlock: %s\n", msg);
+        return;
+    }
+    /* A notice may quote guest file names or the model's words. */
+    al_term_state st = {0};
+    size_t n = strlen(msg);
+    char *safe = malloc(AL_TERM_OUT_MAX(n) + 1);
+    if (!safe)
+        return;
+    size_t len = al_term_sanitize(&st, msg, n, safe);
+    len += al_term_sanitize_end(&st, safe + len);
+    fprintf(stderr, "airlock: %.*s\n", (int)len, safe);
+    free(safe);
 }
 
 static void ui_message(void *ctx, const cJSON *m)

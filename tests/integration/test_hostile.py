@@ -120,8 +120,11 @@ class TerminalEscapes(unittest.TestCase):
     def test_chat_output_and_model_text_are_inert(self):
         # The code is shown for confirmation: a raw escape in it could conceal part of it.
         code = "printf '%s' # \x1b[8mconcealed" % HOSTILE_PRINTF
+        # A file name with a raw C1 CSI byte, which the chat lists in a notice.
+        touch = "mkdir -p /workspace && touch \"/workspace/n$(printf '\\233')31mame\""
         d, base, _ = fake_model(self, [
             {"tool_calls": [{"name": "execute", "arguments": {"language": "sh", "code": code}}]},
+            {"tool_calls": [{"name": "execute", "arguments": {"language": "sh", "code": touch}}]},
             {"text": "done \x1b]52;c;bW9kZWw=\x07 \x1b[8mmodel-hidden"}])
         env = {"OPENAI_API_KEY": "sk-test", "XDG_DATA_HOME": d, "XDG_CONFIG_HOME": d,
                "TERM": "xterm"}
@@ -130,6 +133,7 @@ class TerminalEscapes(unittest.TestCase):
         self.assertEqual(rc, 0, out)
         self.assertIn(b"model-hidden", out)
         self.assertIn(b"^[[8mconcealed", out)  # the code as shown
+        self.assertIn("/workspace/n\ufffd31mame".encode(), out)  # the notice of files written
         self.assertIn(b"^[]52;c;cm0gLXJmIH4=^G", out)  # the run's output, shown
         self.assertIn(b"^[]52;c;bW9kZWw=^G", out)  # the model's text, shown
         # The renderer's own colours are the only escapes: none carries OSC, SGR 8 or BEL.
@@ -137,6 +141,7 @@ class TerminalEscapes(unittest.TestCase):
         self.assertNotIn(b"\x1b[8m", out)
         self.assertNotIn(b"\x07", out)
         self.assertNotIn(b"\xc2\x9b", out)
+        self.assertNotIn(b"\x9b31mame", out)
 
 
 class GuestFileModes(unittest.TestCase):
