@@ -37,6 +37,7 @@ struct ent {
     int type; /* AE_IF* */
     const char *data; /* file content, or link target */
     bool hardlink;
+    unsigned perm; /* 0: 0644 */
 };
 
 static struct blob make_tar(const struct ent *v)
@@ -50,7 +51,7 @@ static struct blob make_tar(const struct ent *v)
         struct archive_entry *e = archive_entry_new();
         archive_entry_set_pathname(e, v->path);
         archive_entry_set_filetype(e, v->type);
-        archive_entry_set_perm(e, 0644);
+        archive_entry_set_perm(e, v->perm ? v->perm : 0644);
         if (v->hardlink)
             archive_entry_set_hardlink(e, v->data);
         else if (v->type == AE_IFLNK)
@@ -263,6 +264,32 @@ int main(void)
     ok(d && change(d, "mod")->result == -EEXIST && readlink(p, target, sizeof(target) - 1) > 0 &&
            !strcmp(target, "/etc/passwd"),
        "a file the user replaced meanwhile is not written (nor through)");
+    al_workdir_diff_free(d);
+
+    /* Modes: set-id and sticky bits never reach the host, and new entries get the umask. */
+    fresh();
+    mode_t old_umask = umask(027);
+    const struct ent modes[] = {{"./", AE_IFDIR, NULL, false, 0755},
+                                {"./suid", AE_IFREG, "x", false, 06777},
+                                {"./plain", AE_IFREG, "y", false, 01666},
+                                {"./sub/", AE_IFDIR, NULL, false, 07777},
+                                {NULL, 0, NULL, false, 0}};
+    err = (al_error){0};
+    d = diff_of(modes, &err);
+    ok(d && al_workdir_apply(d, &err) == 3, "files with set-id modes applied (%s)", err.msg);
+    struct stat s1, s2, s3;
+    char p2[700], p3[700];
+    snprintf(p, sizeof(p), "%s/suid", dir);
+    snprintf(p2, sizeof(p2), "%s/plain", dir);
+    snprintf(p3, sizeof(p3), "%s/sub", dir);
+    bool st1 = stat(p, &s1) == 0, st2 = stat(p2, &s2) == 0, st3 = stat(p3, &s3) == 0;
+    ok(st1 && (s1.st_mode & 07777) == 0750, "06777 from the guest: 0750 (%04o)",
+       (unsigned)(s1.st_mode & 07777));
+    ok(st2 && (s2.st_mode & 07777) == 0640, "01666 from the guest: 0640 (%04o)",
+       (unsigned)(s2.st_mode & 07777));
+    ok(st3 && (s3.st_mode & 07777) == 0750, "a 07777 dir: 0750 (%04o)",
+       (unsigned)(s3.st_mode & 07777));
+    umask(old_umask);
     al_workdir_diff_free(d);
 
     char cmd[300];
