@@ -257,7 +257,12 @@ static int write_info(al_session *s, al_error *err)
     if (!text || al_pathf(path, sizeof(path), "%s/" INFO_FILE, s->dir) < 0 ||
         al_pathf(tmp, sizeof(tmp), "%s/." INFO_FILE, s->dir) < 0)
         return al_err(err, -ENOMEM, "cannot describe the session");
-    FILE *f = fopen(tmp, "we");
+    int fd = al_file_create_private(tmp, O_TRUNC);
+    if (fd < 0)
+        errno = -fd;
+    FILE *f = fd < 0 ? NULL : fdopen(fd, "w");
+    if (fd >= 0 && !f)
+        close(fd);
     bool ok = f && fputs(text, f) >= 0;
     if (f && fclose(f) != 0)
         ok = false;
@@ -683,7 +688,8 @@ static int get_file(al_remote *r, const char *guest_path, const char *target, al
                      (unsigned long long)AL_WORKDIR_BYTES_MAX_DEFAULT);
     else if (ret == 0 && (res.how != AL_EXEC_EXITED || res.value != 0))
         ret = al_err(err, -ENOENT, "cannot read '%s' in the guest", guest_path);
-    if (ret == 0 && (fchmod(fd, 0644) < 0 || fsync(fd) < 0 || rename(tmp, target) < 0))
+    if (ret == 0 && (fchmod(fd, 0644 & ~al_umask()) < 0 || fsync(fd) < 0 ||
+                     rename(tmp, target) < 0))
         ret = al_err(err, -errno, "cannot write '%s': %s", target, strerror(errno));
     if (ret < 0)
         unlink(tmp);

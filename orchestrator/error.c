@@ -11,13 +11,13 @@ __attribute__((format(printf, 4, 0))) static int verr(al_error *err, int code,
 {
     if (err && err->code == 0) {
         err->code = code;
-        int n = vsnprintf(err->msg, sizeof(err->msg), fmt, ap);
-        if (suffix && n >= 0 && (size_t)n < sizeof(err->msg))
-            snprintf(err->msg + n, sizeof(err->msg) - (size_t)n, ": %s", suffix);
-        /* One line, whatever libvirt or the guest put in the message. */
-        for (char *p = err->msg; *p; p++)
-            if (*p == '\n' || *p == '\r')
-                *p = ' ';
+        char raw[sizeof(err->msg)];
+        int n = vsnprintf(raw, sizeof(raw), fmt, ap);
+        if (suffix && n >= 0 && (size_t)n < sizeof(raw))
+            snprintf(raw + n, sizeof(raw) - (size_t)n, ": %s", suffix);
+        /* One line with no control characters, whatever libvirt or the guest put in it: the
+         * message ends up on a terminal. */
+        al_term_escape(raw, err->msg, sizeof(err->msg));
     }
     return code;
 }

@@ -202,8 +202,9 @@ int al_file_get(al_session *s, const char *guest_path, const char *host_path,
     r = al_channel_send(&s->ch, &m, err);
     if (r >= 0)
         r = al_session_check(s, receive_file(s, id, fd, guest_path, &mode, err), err);
-    /* Permission bits only, never set-id bits the guest asked for. */
-    if (r >= 0 && fchmod(fd, mode & 0777) < 0)
+    /* Permission bits only, never set-id or sticky bits the guest asked for, and no more than
+     * the user's umask lets a new file have, as cp would. */
+    if (r >= 0 && fchmod(fd, mode & 0777 & ~al_umask()) < 0)
         r = al_err(err, -errno, "cannot set mode of '%s': %s", target, strerror(errno));
     if (r >= 0 && rename(tmp, target) < 0)
         r = al_err(err, -errno, "cannot write '%s': %s", target, strerror(errno));

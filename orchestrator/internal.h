@@ -10,6 +10,7 @@
 #include <libvirt/libvirt.h>
 #include <stdarg.h>
 #include <stdlib.h>
+#include <sys/types.h>
 #include <unistd.h>
 
 
@@ -176,8 +177,17 @@ int al_disk_scratch(virConnectPtr conn, bool kvm, const char *path, uint64_t siz
                     al_error *err);
 
 /* ---- session dirs ---- */
+/* The directory session dirs live in (see util.c for where and why those modes), created if
+ * need be and refused when it is not ours alone to change. */
 int al_runtime_dir(char *buf, size_t len, al_error *err);
 int al_state_dir(char *buf, size_t len, al_error *err);
+/* Opens path for writing, creating it 0600, in a place others might have reached first: never
+ * through a symlink, and only a regular file we own with one link (else -EPERM). flags: any of
+ * O_EXCL, O_APPEND, O_RDWR, and O_TRUNC (done once the checks pass). Returns an O_CLOEXEC fd
+ * or a negative errno. For markers and state files in the runtime dir (al_kvm_mark_broken). */
+int al_file_create_private(const char *path, int flags);
+/* The process's umask, read without changing it (modes for files copied from the guest). */
+mode_t al_umask(void);
 int al_rmtree(const char *path);
 /* snprintf for paths: -ENAMETOOLONG instead of a silently cut path. */
 int al_pathf(char *buf, size_t len, const char *fmt, ...) __attribute__((format(printf, 3, 4)));

@@ -77,7 +77,9 @@ static int session_dir_create(al_session *s, al_error *err)
     chmod(tmp, 0755);
     char lock[4300];
     snprintf(lock, sizeof(lock), "%s/lock", tmp);
-    s->lock_fd = open(lock, O_RDWR | O_CREAT | O_CLOEXEC, 0600);
+    s->lock_fd = al_file_create_private(lock, O_RDWR);
+    if (s->lock_fd < 0)
+        errno = -s->lock_fd;
     if (s->lock_fd < 0 || flock(s->lock_fd, LOCK_EX | LOCK_NB) < 0 || rename(tmp, s->dir) < 0) {
         int e = errno;
         al_rmtree(tmp);
@@ -593,9 +595,12 @@ void al_session_close(al_session *s)
         virConnectClose(s->conn);
     if (s->console_to && s->dir_created) {
         FILE *f = fopen(s->console, "r");
-        char line[1024];
-        while (f && fgets(line, sizeof(line), f))
-            fprintf(s->console_to, "console| %s%s", line, strchr(line, '\n') ? "" : "\n");
+        char line[1024], safe[sizeof(line) * 3];
+        /* The guest writes the console: no escape sequence of its reaches the terminal. */
+        while (f && fgets(line, sizeof(line), f)) {
+            line[strcspn(line, "\n")] = '\0';
+            fprintf(s->console_to, "console| %s\n", al_term_escape(line, safe, sizeof(safe)));
+        }
         if (f)
             fclose(f);
     }

@@ -1,4 +1,4 @@
-/* Small helpers: clocks, the runtime directory, recursive removal. */
+/* Small helpers: clocks, the runtime directory, files in shared places, recursive removal. */
 #include "internal.h"
 
 #include <errno.h>
@@ -39,16 +39,50 @@ static int mkdir_p(const char *path, mode_t mode)
     return 0;
 }
 
-/* Where session directories live: /run/airlock for root (QEMU, running as libvirt-qemu, only
- * needs to traverse it), else $XDG_RUNTIME_DIR/airlock, else /tmp/airlock-UID. */
+/* A directory we keep sessions in must be ours alone to change: someone who could create it
+ * first, or write in it, could rename a session's dir and swap agent.sock or control.sock.
+ * Refused unless it is a real directory (not a symlink), owned by us, with no group or other
+ * write bit. When private is set, read and search bits for others are taken away as well. */
+static int runtime_dir_check(const char *path, bool private, al_error *err)
+{
+    _cleanup_close_ int fd = open(path, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+    struct stat st;
+    if (fd < 0 && (errno == ENOTDIR || errno == ELOOP))
+        return al_err(err, -EPERM, "refusing runtime directory '%s': not a directory (a symlink?)",
+                      path);
+    if (fd < 0 || fstat(fd, &st) < 0)
+        return al_err(err, -errno, "cannot open runtime directory '%s': %s", path, strerror(errno));
+    if (st.st_uid != geteuid())
+        return al_err(err, -EPERM,
+                      "refusing runtime directory '%s': owned by uid %u, not by us (uid %u); "
+                      "someone else may have made it",
+                      path, (unsigned)st.st_uid, (unsigned)geteuid());
+    if (st.st_mode & (S_IWGRP | S_IWOTH))
+        return al_err(err, -EPERM,
+                      "refusing runtime directory '%s': writable by group or others (mode %04o)",
+                      path, (unsigned)(st.st_mode & 07777));
+    if (private && (st.st_mode & 077) && fchmod(fd, st.st_mode & 07700) < 0)
+        return al_err(err, -errno, "cannot make runtime directory '%s' private: %s", path,
+                      strerror(errno));
+    return 0;
+}
+
+/* Where session directories live: /run/airlock for root, else $XDG_RUNTIME_DIR/airlock, else
+ * /tmp/airlock-UID; $AIRLOCK_RUNTIME_DIR overrides. Each is checked by runtime_dir_check.
+ * Modes: root's is 0755 because QEMU runs as libvirt's unprivileged user under qemu:///system
+ * and must traverse it to bind agent.sock in the session dir (0755 too, session.c); /run is
+ * root's alone, and the check still refuses a foreign owner or a write bit for others. Other
+ * users' QEMU runs as themselves (qemu:///session), so theirs is 0700, made so if an older
+ * airlock left it 0755. */
 int al_runtime_dir(char *buf, size_t len, al_error *err)
 {
     const char *over = getenv("AIRLOCK_RUNTIME_DIR");
     const char *xdg = getenv("XDG_RUNTIME_DIR");
+    bool root = geteuid() == 0;
     int n;
     if (over && *over)
         n = snprintf(buf, len, "%s", over);
-    else if (geteuid() == 0)
+    else if (root)
         n = snprintf(buf, len, "/run/airlock");
     else if (xdg && *xdg == '/')
         n = snprintf(buf, len, "%s/airlock", xdg);
@@ -56,10 +90,54 @@ int al_runtime_dir(char *buf, size_t len, al_error *err)
         n = snprintf(buf, len, "/tmp/airlock-%u", (unsigned)geteuid());
     if (n < 0 || (size_t)n >= len)
         return al_err(err, -ENAMETOOLONG, "runtime directory path too long");
-    int r = mkdir_p(buf, 0755);
+    bool private = !root && !(over && *over);
+    int r = mkdir_p(buf, private ? 0700 : 0755);
     if (r < 0)
         return al_err(err, r, "cannot create runtime directory '%s': %s", buf, strerror(-r));
-    return 0;
+    return runtime_dir_check(buf, private, err);
+}
+
+int al_file_create_private(const char *path, int flags)
+{
+    int extra = flags & (O_EXCL | O_APPEND | O_RDWR);
+    /* O_NONBLOCK: a FIFO put in our way fails here instead of blocking; O_TRUNC only once the
+     * file is known to be ours. */
+    _cleanup_close_ int fd = open(path,
+                                  (extra & O_RDWR ? 0 : O_WRONLY) | extra | O_CREAT | O_NOFOLLOW |
+                                      O_NOCTTY | O_NONBLOCK | O_CLOEXEC,
+                                  0600);
+    if (fd < 0)
+        return -errno;
+    struct stat st;
+    if (fstat(fd, &st) < 0)
+        return -errno;
+    if (!S_ISREG(st.st_mode) || st.st_uid != geteuid() || st.st_nlink != 1)
+        return -EPERM;
+    if ((st.st_mode & 077) && fchmod(fd, 0600) < 0)
+        return -errno;
+    if (fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) & ~O_NONBLOCK) < 0)
+        return -errno;
+    if ((flags & O_TRUNC) && ftruncate(fd, 0) < 0)
+        return -errno;
+    return al_take_fd(&fd);
+}
+
+mode_t al_umask(void)
+{
+    /* Read, not set: umask() would change it for every thread for a moment. */
+    FILE *f = fopen("/proc/self/status", "re");
+    char line[256];
+    unsigned m = 0;
+    bool found = false;
+    while (f && !found && fgets(line, sizeof(line), f))
+        found = sscanf(line, "Umask: %o", &m) == 1;
+    if (f)
+        fclose(f);
+    if (found)
+        return (mode_t)(m & 0777);
+    mode_t old = umask(022); /* kernels before 4.7 only */
+    umask(old);
+    return old;
 }
 
 /* Where sessions keep their disks and checkpoints: disk-backed storage, never the runtime dir

@@ -176,11 +176,20 @@ static void save_conversation(struct repl *rp)
 static void direct_shell(struct repl *rp, const char *cmd)
 {
     const char *argv[] = {"/bin/sh", "-c", cmd, NULL};
-    al_exec_opts o = {.argv = argv, .stdin_fd = -1, .stdout_fd = 1, .stderr_fd = 2};
+    struct cli_termout out;
+    cli_termout_init(&out, true);
+    al_exec_opts o = {.argv = argv,
+                      .stdin_fd = -1,
+                      .stdout_fd = 1,
+                      .stderr_fd = 2,
+                      .output = cli_termout_write,
+                      .output_ctx = &out};
     al_exec_result r = {0};
     al_error e = {0};
     loopui_drain();
-    if (al_exec(rp->u.session, &o, &r, &e) < 0)
+    int ret = al_exec(rp->u.session, &o, &r, &e);
+    cli_termout_end(&out);
+    if (ret < 0)
         cli_error(&e);
     else if (r.how != AL_EXEC_EXITED || r.value)
         fprintf(stderr, "[%s %d]\n", r.how == AL_EXEC_EXITED ? "exit status" : "signal", r.value);

@@ -15,7 +15,10 @@ const char chat_opts_help[] =
     "                            only ANTHROPIC_API_KEY is set)\n"
     "      --api openai|anthropic  wire format (default: anthropic for claude-* models)\n"
     "      --api-base URL        endpoint (default: the API's hosted one)\n"
-    "      --api-key KEY         key (default: $OPENAI_API_KEY / $ANTHROPIC_API_KEY)\n"
+    "      --api-key-file FILE   read the key from FILE ('-': stdin) (default:\n"
+    "                            $OPENAI_API_KEY / $ANTHROPIC_API_KEY)\n"
+    "      --api-key KEY         the key itself: other local users can read it while\n"
+    "                            airlock starts, so prefer the two above\n"
     "      --local [SERVER]      a local server: ollama (localhost:11434, default),\n"
     "                            llamacpp (localhost:8080) or lmstudio (localhost:1234)\n"
     "      --temperature T       sampling temperature\n"
@@ -59,6 +62,7 @@ enum {
     O_API,
     O_API_BASE,
     O_API_KEY,
+    O_API_KEY_FILE,
     O_LOCAL,
     O_TEMPERATURE,
     O_MAX_TOKENS,
@@ -95,6 +99,7 @@ static const struct option long_opts[] = {
     {"api", required_argument, NULL, O_API},
     {"api-base", required_argument, NULL, O_API_BASE},
     {"api-key", required_argument, NULL, O_API_KEY},
+    {"api-key-file", required_argument, NULL, O_API_KEY_FILE},
     {"local", optional_argument, NULL, O_LOCAL},
     {"temperature", required_argument, NULL, O_TEMPERATURE},
     {"max-tokens", required_argument, NULL, O_MAX_TOKENS},
@@ -168,6 +173,57 @@ static bool parse_bool(const char *v, bool *out)
     return false;
 }
 
+/* An API key is a few hundred bytes; a file much bigger is the wrong file. */
+#define KEY_FILE_MAX 4096
+
+/* Keeps s (a copy) until chat_opts_free. */
+static char *keep(struct chat_opts *o, const char *s)
+{
+    char *copy = strdup(s);
+    if (!copy || o->nowned >= (int)(sizeof(o->owned) / sizeof(o->owned[0]))) {
+        free(copy);
+        fprintf(stderr, "airlock: too many settings\n");
+        return NULL;
+    }
+    return o->owned[o->nowned++] = copy;
+}
+
+/* The key in path ('-': stdin), without trailing whitespace; it goes into an HTTP header, so a
+ * control character anywhere in it is refused. Prints the reason and returns NULL on failure. */
+static char *read_key_file(struct chat_opts *o, const char *path)
+{
+    bool in = !strcmp(path, "-");
+    FILE *f = in ? stdin : fopen(path, "re");
+    char buf[KEY_FILE_MAX + 1];
+    size_t n = f ? fread(buf, 1, sizeof(buf), f) : 0;
+    int e = errno;
+    bool failed = !f || ferror(f);
+    if (f && !in)
+        fclose(f);
+    if (failed) {
+        fprintf(stderr, "airlock: cannot read the API key from '%s': %s\n", path, strerror(e));
+        return NULL;
+    }
+    if (n > KEY_FILE_MAX) {
+        fprintf(stderr, "airlock: '%s' is larger than %d bytes: not an API key\n", path,
+                KEY_FILE_MAX);
+        return NULL;
+    }
+    while (n &&
+           (buf[n - 1] == '\n' || buf[n - 1] == '\r' || buf[n - 1] == ' ' || buf[n - 1] == '\t'))
+        n--;
+    buf[n] = '\0';
+    bool bad = n == 0;
+    for (size_t i = 0; i < n; i++)
+        bad |= (unsigned char)buf[i] < 0x20 || buf[i] == 0x7f;
+    char *key = bad ? NULL : keep(o, buf);
+    if (bad)
+        fprintf(stderr, "airlock: the API key in '%s' is %s\n", path,
+                n ? "more than one line or holds control characters" : "empty");
+    explicit_bzero(buf, sizeof(buf));
+    return key;
+}
+
 /* One setting, from a flag (from_profile false) or a profile line. v may be NULL for flags
  * that take no value. Returns 0 or -EINVAL with the reason printed. */
 static int apply(struct chat_opts *o, struct cli_globals *g, int opt, const char *name,
@@ -205,7 +261,21 @@ static int apply(struct chat_opts *o, struct cli_globals *g, int opt, const char
         o->api_base = s;
         break;
     case O_API_KEY:
-        o->api_key = s;
+        /* Only a flag gets here (profiles refuse keys). argv is what /proc/PID/cmdline shows
+         * every local user: the key is copied, and overwritten there. */
+        o->api_key = keep(o, s);
+        if (!o->api_key)
+            return -EINVAL;
+        memset(s, '*', strlen(s));
+        o->api_key_set = true;
+        fprintf(stderr, "airlock: warning: a key given with --api-key can be read by other "
+                        "local users; use $OPENAI_API_KEY, $ANTHROPIC_API_KEY or "
+                        "--api-key-file\n");
+        break;
+    case O_API_KEY_FILE:
+        o->api_key = read_key_file(o, s);
+        if (!o->api_key)
+            return -EINVAL;
         o->api_key_set = true;
         break;
     case O_LOCAL:
@@ -452,8 +522,10 @@ int chat_opts_parse(struct chat_opts *o, struct cli_globals *g, int argc, char *
 
 void chat_opts_free(struct chat_opts *o)
 {
-    for (int i = 0; i < o->nowned; i++)
+    for (int i = 0; i < o->nowned; i++) {
+        explicit_bzero(o->owned[i], strlen(o->owned[i])); /* a key, perhaps */
         free(o->owned[i]);
+    }
     o->nowned = 0;
 }
 

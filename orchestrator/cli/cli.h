@@ -38,6 +38,19 @@ void cli_changes_print(const al_workdir_diff *d, const char *title);
 int cli_workdir_sync(al_workdir_diff *d, const char *dir, enum cli_sync mode, unsigned allow,
                      al_error *err);
 
+/* Guest output for a terminal (cli/termout.c): stream 1 to fd 1 and 2 to fd 2, each through
+ * al_term_sanitize when on (force, or that fd is a terminal), else byte for byte. */
+struct cli_termout {
+    bool on[2];
+    al_term_state st[2];
+};
+void cli_termout_init(struct cli_termout *t, bool force);
+bool cli_termout_any(const struct cli_termout *t);
+/* An al_exec_opts.output callback (ctx: the cli_termout); 0 or a negative errno. */
+int cli_termout_write(void *ctx, int stream, const uint8_t *data, size_t n);
+/* The end of both streams: what a cut UTF-8 sequence left, shown. */
+void cli_termout_end(struct cli_termout *t);
+
 /* Prints "airlock: MESSAGE" once, for the outermost caller. */
 void cli_error(const al_error *err);
 /* Parses a non-negative integer option; exits with a usage error when it is not one. */

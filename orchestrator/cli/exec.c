@@ -58,6 +58,9 @@ static const char usage[] =
     "                            (default 6144); over it the VM is paused\n"
     "      --lifetime SECONDS    hard limit on the whole session\n"
     "      --boot-timeout SECONDS  limit on booting to the agent (default 60)\n"
+    "      --raw                 write the guest's output to a terminal as is (by default\n"
+    "                            control characters are shown, not obeyed; a pipe or a\n"
+    "                            file always gets the exact bytes)\n"
     "      --connect URI, --debug, -q  as for airlock itself\n"
     "  -h, --help                this help\n";
 
@@ -161,7 +164,8 @@ int cmd_exec(struct cli_globals *g, int argc, char **argv)
         OPT_INPUT_WAIT,
         OPT_TRANSPORT,
         OPT_SYNC_GIT,
-        OPT_SYNC_EXEC
+        OPT_SYNC_EXEC,
+        OPT_RAW
     };
     static const struct option opts[] = {
         {"image", required_argument, NULL, 'i'},
@@ -189,6 +193,7 @@ int cmd_exec(struct cli_globals *g, int argc, char **argv)
         {"sync-back-exec", no_argument, NULL, OPT_SYNC_EXEC},
         {"workdir-limit", required_argument, NULL, OPT_WORKDIR_LIMIT},
         {"linger", required_argument, NULL, OPT_LINGER},
+        {"raw", no_argument, NULL, OPT_RAW},
         {"quiet", no_argument, NULL, 'q'},
         {"help", no_argument, NULL, 'h'},
         {NULL, 0, NULL, 0},
@@ -206,6 +211,7 @@ int cmd_exec(struct cli_globals *g, int argc, char **argv)
     unsigned sync_allow = 0;
     al_workdir_opts wo = {0};
     unsigned linger_s = 0;
+    bool raw = false;
     int c;
     while ((c = getopt_long(argc, argv, "+i:l:c:e:w:t:m:kqh", opts, NULL)) != -1) {
         switch (c) {
@@ -307,6 +313,9 @@ int cmd_exec(struct cli_globals *g, int argc, char **argv)
         case OPT_LINGER:
             linger_s = (unsigned)cli_number("--linger", optarg, 4000000);
             break;
+        case OPT_RAW:
+            raw = true;
+            break;
         case 'q':
             so.quiet = true;
             break;
@@ -384,8 +393,18 @@ int cmd_exec(struct cli_globals *g, int argc, char **argv)
     if (workdir && !eo.cwd)
         eo.cwd = AL_WORKDIR_GUEST_DIR;
 
+    /* A pipe gets the guest's bytes exactly; a terminal gets them with every control
+     * character made visible, since the guest may write escape sequences. */
+    struct cli_termout tty;
+    cli_termout_init(&tty, false);
+    if (!raw && cli_termout_any(&tty)) {
+        eo.output = cli_termout_write;
+        eo.output_ctx = &tty;
+    }
     al_exec_result res;
     int r = al_exec(s, &eo, &res, &err);
+    if (eo.output)
+        cli_termout_end(&tty);
     if (r == -ENOENT || r == -EACCES) {
         status = r == -ENOENT ? EXIT_NOT_FOUND : EXIT_CANNOT_EXEC;
         cli_error(&err);

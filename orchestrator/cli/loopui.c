@@ -238,23 +238,16 @@ static int ui_output(void *ctx, int stream, const uint8_t *data, size_t n)
     struct loopui *u = ctx;
     if (u->json)
         return 0;
-    int fd = stream == 2 ? 2 : 1;
-    while (n) {
-        ssize_t w = write(fd, data, n);
-        if (w < 0 && errno == EINTR)
-            continue;
-        if (w < 0)
-            return errno == EPIPE ? -EPIPE : 0; /* the screen going away must not end the run */
-        data += w;
-        n -= (size_t)w;
-    }
-    return 0;
+    /* Shown, not obeyed: the guest's escape sequences never reach the terminal. */
+    int r = cli_termout_write(&u->out, stream, data, n);
+    return r == -EPIPE ? -EPIPE : 0; /* the screen going away must not end the run */
 }
 
 static void ui_run_end(void *ctx, const al_exec_result *r, const char *summary)
 {
     struct loopui *u = ctx;
-    (void)r;
+    if (!u->json)
+        cli_termout_end(&u->out);
     if (!u->json && (u->opts->verbose || !r || r->how != AL_EXEC_EXITED || r->value != 0))
         fprintf(stderr, "%s%s%s\n", u->render.color ? "\033[2m" : "", summary,
                 u->render.color ? "\033[0m" : "");
@@ -267,11 +260,19 @@ static void ui_notice(void *ctx, const char *msg)
         loopui_json_event("airlock", "notice", msg);
         return;
     }
-    char *line = NULL;
-    if (asprintf(&line, "airlock: %s", msg) < 0)
+    /* A notice may quote guest file names or the model's words. */
+    al_term_state st = {0};
+    size_t n = strlen(msg);
+    char *safe = malloc(AL_TERM_OUT_MAX(n) + 1);
+    if (!safe)
         return;
-    render_line(&u->render, line);
+    size_t len = al_term_sanitize(&st, msg, n, safe);
+    len += al_term_sanitize_end(&st, safe + len);
+    char *line = NULL;
+    if (asprintf(&line, "airlock: %.*s", (int)len, safe) >= 0)
+        render_line(&u->render, line);
     free(line);
+    free(safe);
 }
 
 /* The session's notices while it boots (emulation fallback): printed clear of the spinner. */
@@ -320,6 +321,7 @@ int loopui_open(struct loopui *u, struct chat_opts *o, struct cli_globals *g)
 {
     u->opts = o;
     render_init(&u->render, stdout, o->plain || u->json);
+    cli_termout_init(&u->out, true);
     chat_opts_finish(o);
     o->cfg.model.cancel_fd = loopui_cancel_fd();
     al_session_opts so = o->sess;

@@ -9,6 +9,7 @@
 struct loopui {
     struct chat_opts *opts;
     struct render render;
+    struct cli_termout out; /* the runs' output, sanitized */
     al_session *session;
     al_chat chat;
     int confirm_fd; /* where y/n/e answers are read, -1: cannot ask */

@@ -105,15 +105,26 @@ static void put_char(struct render *r, char ch)
     fputc(ch, r->out);
 }
 
+/* The model's text may repeat the guest's escape sequences: they are shown, not obeyed. */
 void render_text(struct render *r, const char *s, size_t n)
 {
-    for (size_t i = 0; i < n; i++)
-        put_char(r, s[i]);
+    char safe[AL_TERM_OUT_MAX(1024)];
+    for (size_t off = 0; off < n;) {
+        size_t take = n - off < 1024 ? n - off : 1024;
+        size_t len = al_term_sanitize(&r->term, s + off, take, safe);
+        for (size_t i = 0; i < len; i++)
+            put_char(r, safe[i]);
+        off += take;
+    }
     fflush(r->out);
 }
 
 void render_text_end(struct render *r)
 {
+    char tail[4];
+    size_t len = al_term_sanitize_end(&r->term, tail);
+    for (size_t i = 0; i < len; i++)
+        put_char(r, tail[i]);
     if (r->color) {
         if (r->line_start && r->npending) {
             flush_pending(r);
@@ -202,7 +213,26 @@ static void code_line(struct render *r, const char *lang, const char *s, size_t 
     fputs(C_RESET, r->out);
 }
 
-void render_code(struct render *r, const char *lang, const char *code)
+static void render_code_safe(struct render *r, const char *lang, const char *code);
+
+/* Code is shown for the user to confirm: an escape sequence in it could hide what would run. */
+void render_code(struct render *r, const char *lang_raw, const char *code_raw)
+{
+    char lang[64];
+    al_term_escape(lang_raw, lang, sizeof(lang));
+    size_t n = strlen(code_raw);
+    char *code = malloc(AL_TERM_OUT_MAX(n) + 1);
+    if (!code)
+        return;
+    al_term_state st = {0};
+    size_t len = al_term_sanitize(&st, code_raw, n, code);
+    len += al_term_sanitize_end(&st, code + len);
+    code[len] = '\0';
+    render_code_safe(r, lang, code);
+    free(code);
+}
+
+static void render_code_safe(struct render *r, const char *lang, const char *code)
 {
     if (!r->color) {
         fprintf(r->out, "```%s\n%s%s```\n", lang, code,

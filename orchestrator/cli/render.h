@@ -1,11 +1,14 @@
 /* Terminal output for the model loop: streamed Markdown-ish text, highlighted code, a spinner.
- * With plain set (or not a TTY) everything is written as is. */
+ * With plain set (or not a TTY) no styles are added. Control characters in the text and code
+ * are always shown, not obeyed (al_term_sanitize): the model may repeat the guest's. */
 #ifndef AIRLOCK_CLI_RENDER_H
 #define AIRLOCK_CLI_RENDER_H
 
 #include <pthread.h>
 #include <stdbool.h>
 #include <stdio.h>
+
+#include "airlock.h"
 
 struct render {
     FILE *out;
@@ -16,7 +19,8 @@ struct render {
     bool bold, code, heading;
     char pending[8]; /* a line's first characters, held until we know if they open a fence */
     int npending;
-    char star; /* a '*' or '`' held to see if it pairs */
+    char star;          /* a '*' or '`' held to see if it pairs */
+    al_term_state term; /* control characters in the text are made visible */
     /* spinner */
     pthread_t spin_thread;
     pthread_mutex_t spin_lock;

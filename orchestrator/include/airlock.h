@@ -309,6 +309,29 @@ int al_remote_get(al_remote *r, const char *guest_path, const char *host_path, a
 /* Escapes a name for a terminal: printable ASCII and UTF-8 as is, the rest as \xNN. */
 const char *al_path_escape(const char *path, char *buf, size_t len);
 
+/* ---- text from the guest on a terminal (term.c) ---- */
+
+/* What a stream holds between chunks. Zero it to start. */
+typedef struct al_term_state {
+    unsigned char part[4]; /* a UTF-8 sequence the last chunk cut */
+    unsigned char npart;
+    bool cr; /* the last byte was a CR (a CRLF is one newline) */
+} al_term_state;
+
+/* Room al_term_sanitize needs for n bytes in. */
+#define AL_TERM_OUT_MAX(n) (3 * (size_t)(n) + 4)
+
+/* Renders n bytes of a stream for a terminal into out (AL_TERM_OUT_MAX(n) bytes; no NUL) and
+ * returns the length: \n and \t pass, a CRLF or a lone CR is a newline, other C0 controls and
+ * DEL are shown in caret notation (ESC as ^[), C1 controls and bytes that are not UTF-8 as
+ * U+FFFD, valid UTF-8 as is. A stream cut anywhere comes out as the whole would. */
+size_t al_term_sanitize(al_term_state *st, const void *in, size_t n, char *out);
+/* Ends the stream: a cut sequence it still holds as U+FFFD (out: 3 bytes); st is reset. */
+size_t al_term_sanitize_end(al_term_state *st, char *out);
+/* One line for a terminal: the same, with newlines, CRs and tabs as spaces; cut to fit len at a
+ * character boundary. Returns buf. */
+const char *al_term_escape(const char *s, char *buf, size_t len);
+
 /* ---- checkpoints: undo what runs did to the VM (checkpoint.c, policy.c) ---- */
 
 /* A checkpoint is the whole VM (memory, devices, disk) saved inside the running QEMU as an

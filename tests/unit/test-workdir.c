@@ -374,6 +374,31 @@ int main(void)
         }
         al_workdir_diff_free(d);
     }
+    /* Modes: set-id and sticky bits never reach the host, and new entries get the umask. */
+    fresh();
+    mode_t old_umask = umask(027);
+    const struct ent modes[] = {{"./", AE_IFDIR, NULL, false, 0755},
+                                {"./suid", AE_IFREG, "x", false, 06777},
+                                {"./plain", AE_IFREG, "y", false, 01666},
+                                {"./sub/", AE_IFDIR, NULL, false, 07777},
+                                {NULL, 0, NULL, false, 0}};
+    err = (al_error){0};
+    d = diff_of(modes, &err);
+    ok(d && al_workdir_apply(d, AL_APPLY_EXEC, &err) == 3, "files with set-id modes applied, exec bits consented (%s)", err.msg);
+    struct stat s1, s2, s3;
+    char p2[700], p3[700];
+    snprintf(p, sizeof(p), "%s/suid", dir);
+    snprintf(p2, sizeof(p2), "%s/plain", dir);
+    snprintf(p3, sizeof(p3), "%s/sub", dir);
+    bool st1 = stat(p, &s1) == 0, st2 = stat(p2, &s2) == 0, st3 = stat(p3, &s3) == 0;
+    ok(st1 && (s1.st_mode & 07777) == 0750, "06777 from the guest: 0750 (%04o)",
+       (unsigned)(s1.st_mode & 07777));
+    ok(st2 && (s2.st_mode & 07777) == 0640, "01666 from the guest: 0640 (%04o)",
+       (unsigned)(s2.st_mode & 07777));
+    ok(st3 && (s3.st_mode & 07777) == 0750, "a 07777 dir: 0750 (%04o)",
+       (unsigned)(s3.st_mode & 07777));
+    umask(old_umask);
+    al_workdir_diff_free(d);
 
     char cmd[300];
     snprintf(cmd, sizeof(cmd), "rm -rf '%s'", root);
