@@ -105,12 +105,10 @@ static int get_target(const char *guest_path, const char *host_path, char *out, 
     return 0;
 }
 
-/* The bound al_file_get_max puts on the file this thread receives (0: none beyond what the
- * guest announced). Per thread: a copy the control socket serves meanwhile is not bounded. */
-static _Thread_local uint64_t get_max;
-
+/* get_max: the most bytes the copy may hold (0: none beyond what the guest announced), checked
+ * on the announced size before anything is written and again on every chunk. */
 static int receive_file(al_session *s, uint32_t id, int fd, const char *guest_path,
-                        uint32_t *mode, al_error *err)
+                        uint64_t get_max, uint32_t *mode, al_error *err)
 {
     struct al_msg m;
     bool have_info = false, eof = false;
@@ -174,8 +172,8 @@ static int receive_file(al_session *s, uint32_t id, int fd, const char *guest_pa
     }
 }
 
-int al_file_get(al_session *s, const char *guest_path, const char *host_path,
-                          al_error *err)
+static int file_get(al_session *s, const char *guest_path, const char *host_path,
+                    uint64_t max_bytes, al_error *err)
 {
     AL_SESSION_LOCKED(s);
     int r = guest_path_ok(guest_path, err);
@@ -201,7 +199,7 @@ int al_file_get(al_session *s, const char *guest_path, const char *host_path,
     uint32_t mode = 0600;
     r = al_channel_send(&s->ch, &m, err);
     if (r >= 0)
-        r = al_session_check(s, receive_file(s, id, fd, guest_path, &mode, err), err);
+        r = al_session_check(s, receive_file(s, id, fd, guest_path, max_bytes, &mode, err), err);
     /* Permission bits only, never set-id or sticky bits the guest asked for, and no more than
      * the user's umask lets a new file have, as cp would. */
     if (r >= 0 && fchmod(fd, mode & 0777 & ~al_umask()) < 0)
@@ -213,11 +211,13 @@ int al_file_get(al_session *s, const char *guest_path, const char *host_path,
     return r;
 }
 
+int al_file_get(al_session *s, const char *guest_path, const char *host_path, al_error *err)
+{
+    return file_get(s, guest_path, host_path, 0, err);
+}
+
 int al_file_get_max(al_session *s, const char *guest_path, const char *host_path,
                     uint64_t max_bytes, al_error *err)
 {
-    get_max = max_bytes;
-    int r = al_file_get(s, guest_path, host_path, err);
-    get_max = 0;
-    return r;
+    return file_get(s, guest_path, host_path, max_bytes, err);
 }

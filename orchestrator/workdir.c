@@ -16,6 +16,8 @@
 /* Room for tar's own bytes around the file data: a header block and padding per entry, and
  * long-name records. Bounds the spool file; the reader enforces the exact limits. */
 #define TAR_OVERHEAD_MAX (256ull << 20)
+/* The least time our own commands in the guest (tar, mkdir) get before the host gives up. */
+#define GUEST_RUN_TIMEOUT_MS 60000u
 /* What is kept of the guest tar's stderr, to quote its first line in an error. */
 #define TAR_STDERR_MAX (64 * 1024)
 /* Tries at a fresh temporary name before giving up. */
@@ -61,6 +63,11 @@ static int guest_run(const struct al_runner *run, const char *const *argv, int i
         .stdout_fd = out_fd >= 0 ? out_fd : efd,
         .stderr_fd = efd,
         .output_cap = out_cap,
+        /* Our own tar and mkdir: a guest that never answers must not hold us forever. A minute,
+         * plus a second per MB the copy may carry (TCG guests move tens of MB/s). */
+        .timeout_ms = (unsigned)(GUEST_RUN_TIMEOUT_MS + (out_cap > (uint64_t)INT32_MAX * 1000u
+                                                              ? INT32_MAX
+                                                              : out_cap / 1000u)),
     };
     al_exec_result res;
     int r = run->exec(run->ctx, &o, &res, err);

@@ -43,6 +43,7 @@ static const char usage[] =
     "      --output-limit BYTES  keep at most this much of stdout and of stderr each\n"
     "      --put HOST:GUEST      copy a host file into the guest before running\n"
     "      --get GUEST:HOST      copy a guest file out after running (HOST may be a dir)\n"
+    "      --get-limit BYTES     largest file --get accepts (default 1 GiB)\n"
     "      --workdir DIR         copy DIR into /workspace (the default cwd) before running;\n"
     "                            afterwards show what changed there\n"
     "      --sync-back ask|yes|no  apply those changes to DIR (default ask: on a terminal)\n"
@@ -165,7 +166,8 @@ int cmd_exec(struct cli_globals *g, int argc, char **argv)
         OPT_TRANSPORT,
         OPT_SYNC_GIT,
         OPT_SYNC_EXEC,
-        OPT_RAW
+        OPT_RAW,
+        OPT_GET_LIMIT
     };
     static const struct option opts[] = {
         {"image", required_argument, NULL, 'i'},
@@ -180,6 +182,7 @@ int cmd_exec(struct cli_globals *g, int argc, char **argv)
         {"output-limit", required_argument, NULL, OPT_OUTPUT_LIMIT},
         {"put", required_argument, NULL, OPT_PUT},
         {"get", required_argument, NULL, OPT_GET},
+        {"get-limit", required_argument, NULL, OPT_GET_LIMIT},
         {"memory", required_argument, NULL, 'm'},
         {"cpus", required_argument, NULL, OPT_CPUS},
         {"lifetime", required_argument, NULL, OPT_LIFETIME},
@@ -205,6 +208,9 @@ int cmd_exec(struct cli_globals *g, int argc, char **argv)
     size_t nenv = 0;
     char *puts_[COPIES_MAX][2], *gets_[COPIES_MAX][2];
     size_t nput = 0, nget = 0;
+    /* The guest says how big a file is: the host decides how big it may be. */
+    uint64_t get_limit = 1ull << 30;
+    bool get_failed = false;
     bool debug = g->debug;
     const char *workdir = NULL;
     enum cli_sync sync = CLI_SYNC_ASK;
@@ -251,6 +257,9 @@ int cmd_exec(struct cli_globals *g, int argc, char **argv)
             break;
         case 't':
             eo.timeout_ms = (unsigned)cli_number("--timeout", optarg, 4000000) * 1000u;
+            break;
+        case OPT_GET_LIMIT:
+            get_limit = cli_number("--get-limit", optarg, ~0ul >> 1);
             break;
         case OPT_OUTPUT_LIMIT:
             eo.output_cap = cli_number("--output-limit", optarg, ~0ul >> 1);
@@ -439,12 +448,13 @@ int cmd_exec(struct cli_globals *g, int argc, char **argv)
      * 125 (a script must not take a missing file for success). */
     for (size_t i = 0; i < nget; i++) {
         al_error gerr = {0};
-        if (al_file_get(s, gets_[i][0], gets_[i][1], &gerr) < 0) {
+        if (al_file_get_max(s, gets_[i][0], gets_[i][1], get_limit, &gerr) < 0) {
             if (gerr.code == -ECANCELED) {
                 err = gerr;
                 goto out;
             }
             fprintf(stderr, "airlock: --get failed: %s\n", gerr.msg);
+            get_failed = true;
             if (status == 0)
                 status = EXIT_AIRLOCK_FAILED;
         }
@@ -456,7 +466,9 @@ int cmd_exec(struct cli_globals *g, int argc, char **argv)
         goto out;
     }
     al_error list_err = {0};
-    if (!workdir && !so.quiet && al_workdir_diff_new(s, NULL, &wo, &diff, &list_err) < 0)
+    /* The listing is a courtesy: not after a copy failed (the guest may be the reason). */
+    if (!workdir && !so.quiet && !get_failed &&
+        al_workdir_diff_new(s, NULL, &wo, &diff, &list_err) < 0)
         diff = NULL;
     if (diff && (workdir || al_workdir_diff_count(diff)))
         cli_changes_print(diff, workdir ? "changes in " AL_WORKDIR_GUEST_DIR

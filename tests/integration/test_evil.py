@@ -129,6 +129,17 @@ class EvilGuestTest(unittest.TestCase):
                     return True
         return False
 
+    def test_a_forged_huge_file_is_refused_before_a_byte_is_written(self):
+        dest = os.path.join(self.tmp, "got")
+        r = self.evil("getflood", "2", str(300 << 20),
+                      extra=["--get-limit", "1048576", "--get", "/etc/hostname:" + dest],
+                      timeout=120)
+        self.assertEqual(r.returncode, 125, r.stderr[-2000:])
+        self.assertIn(b"over the limit of 1048576", r.stderr)
+        self.assertFalse(os.path.exists(dest))
+        self.assertEqual(os.listdir(self.tmp), [])
+        self.no_leak(r.stderr)
+
     def test_a_file_longer_than_announced_is_refused_and_not_kept(self):
         dest = os.path.join(self.tmp, "got")
         r = self.evil("getlie", "2", str(8 << 20), extra=["--get", "/etc/hostname:" + dest],
