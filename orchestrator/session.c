@@ -249,16 +249,34 @@ static void session_notice(al_session *s, const char *fmt, ...)
     va_start(ap, fmt);
     vsnprintf(msg, sizeof(msg), fmt, ap);
     va_end(ap);
+    /* The library never prints on its own: the caller's callback, else the caller's FILE. */
     if (s->on_notice)
         s->on_notice(s->notice_ctx, msg);
-    else
-        fprintf(s->notice ? s->notice : stderr, "airlock: notice: %s\n", msg);
+    else if (s->notice)
+        fprintf(s->notice, "airlock: notice: %s\n", msg);
 }
 
 static bool accel_forced(void)
 {
     const char *accel = getenv("AIRLOCK_ACCEL");
     return accel && *accel;
+}
+
+/* The part of libvirt's error that says why QEMU refused KVM: QEMU's own "error: ..." when it
+ * is there ("failed to set MSR 0x10a to 0x69"), else the start of the message. */
+static void kvm_start_evidence(const char *msg, char *out, size_t len)
+{
+    const char *e = strstr(msg, "qemu-system-x86_64: error: ");
+    if (e)
+        e = strstr(e, "error: ");
+    if (!e) {
+        snprintf(out, len, "QEMU: %.120s", msg);
+        return;
+    }
+    e += strlen("error: ");
+    const char *end = strstr(e, " qemu-system");
+    int n = end ? (int)(end - e) : (int)strlen(e);
+    snprintf(out, len, "QEMU: %.*s", n > 120 ? 120 : n, e);
 }
 
 /* Starts the domain. The SSH forward's port was free when picked, but someone may have taken
@@ -275,14 +293,15 @@ static int vm_start(al_session *s, struct al_vm_config *cfg, al_error *err)
             r = al_vm_start(s->conn, cfg, &s->dom, err);
     }
     if (r < 0 && cfg->kvm && !accel_forced()) {
-        al_error kvm_err = *err;
+        char why[200];
+        kvm_start_evidence(err->msg, why, sizeof(why));
         *err = (al_error){0};
         cfg->kvm = s->kvm = false;
         r = al_vm_start(s->conn, cfg, &s->dom, err);
         if (r == 0) {
-            al_kvm_record(false, kvm_err.msg);
-            session_notice(s, "KVM failed (%.160s); running the VM in software emulation (slower)",
-                           kvm_err.msg);
+            al_kvm_record(false, why);
+            session_notice(s, "KVM failed (%s); running the VM in software emulation (slower)",
+                           why);
         }
     }
     return r;

@@ -146,6 +146,14 @@ static bool split_pair(char *arg, char **a, char **b)
     return true;
 }
 
+/* The session's notices (emulation fallback), one line each, made inert for a terminal. */
+static void print_notice(void *ctx, const char *msg)
+{
+    (void)ctx;
+    char safe[1024];
+    fprintf(stderr, "airlock: notice: %s\n", al_term_escape(msg, safe, sizeof(safe)));
+}
+
 int cmd_exec(struct cli_globals *g, int argc, char **argv)
 {
     enum {
@@ -376,6 +384,7 @@ int cmd_exec(struct cli_globals *g, int argc, char **argv)
     }
     so.cancel_fd = cancel_pipe[0];
     so.console_to = debug ? stderr : NULL;
+    so.on_notice = print_notice;
 
     al_error err = {0};
     al_session *s = NULL;

@@ -100,7 +100,8 @@ typedef struct al_session_opts {
     unsigned boot_timeout_ms; /* 0: 60 s; from domain start to the agent's handshake */
     unsigned stall_timeout_ms;/* 0: 10 s; a frame half-received for this long fails */
     bool quiet;               /* no notices */
-    FILE *notice;             /* where notices go (emulation fallback); NULL: stderr */
+    FILE *notice;             /* where notices go (emulation fallback) when on_notice is not
+                                 set; NULL: nowhere (the library never prints on its own) */
     const char *raw_port;     /* benchmarks: add a second virtio-serial port of this name */
     FILE *console_to;         /* NULL, or where the guest console is copied when the session
                                  closes (also after a failed boot) */
