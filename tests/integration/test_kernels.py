@@ -2,8 +2,8 @@
 """The language kernels (guest-agent/kernel.c) in a real debian guest, through
 tests/integration/kernel-driver (one session, JSON lines, so that runs share the kernels):
 python state across runs, a traceback then recovery, an interrupt that keeps the variables, a
-program waiting for input detected and interrupted, a plot file that comes back; shell cwd and
-status; node state. Plus the CLI's --kernel and --input-wait. One boot for the driver, one for
+program waiting for input detected and interrupted, a timeout that lands in the driver's own
+work, a plot file that comes back; shell cwd and status; node state. Plus the CLI's --kernel and --input-wait. One boot for the driver, one for
 the CLI. Usage: test_kernels.py DRIVER [unittest args].
 """
 import os
@@ -66,6 +66,19 @@ class KernelTest(unittest.TestCase):
         r = d.run("python", "print(x, math.pi > 3)")
         self.ok(r)
         self.assertEqual(r["stdout"], "5 True\n")
+        # A timeout that comes while the driver itself works (compiling 6000 statements takes
+        # it about 0.7 s under emulation, well within the 2 s before a kernel that ignores the
+        # interrupt is killed) never interrupts the driver: the block stops before its first
+        # statement, and the kernel and its variables survive.
+        big = "y=1\n" * 6000 + "while True: pass\n"
+        r = d.call("exec", lang="python", code=big, kernel=True, timeout_ms=100)
+        self.assertEqual(r["r"], 0, r)
+        self.assertEqual((r["how"], r["value"], r["timed_out"]), (0, 130, True), r)
+        self.assertIn("KeyboardInterrupt", r["stderr"])
+        self.assertNotIn("Traceback", r["stderr"])
+        r = d.run("python", "print(x, 'y' in dir())")
+        self.ok(r)
+        self.assertEqual(r["stdout"], "5 False\n")
         # input() gets the run's stdin.
         r = d.run("python", "print(input().upper())", stdin="hello\n")
         self.ok(r)
