@@ -38,6 +38,7 @@ struct exec_state {
     bool out_broken[3];    /* host stdout/stderr went away: discard */
     bool started;
     bool waited_input;     /* the guest reported the program waiting for input */
+    bool interrupted;      /* a signal from the cancel fd was passed on to the program */
 };
 
 static int pump_stdin(struct exec_state *st, al_error *err)
@@ -98,6 +99,7 @@ static int on_cancel(struct exec_state *st, al_error *err)
     if (sig == SIGINT || sig == SIGQUIT) {
         struct al_msg m = {.type = AL_SIGNAL, .id = st->id};
         m.u.signal.signo = sig;
+        st->interrupted = true;
         return al_channel_send(&st->s->ch, &m, err);
     }
     return al_err(err, -ECANCELED, "cancelled by signal %u", sig);
@@ -207,6 +209,7 @@ int al_exec(al_session *s, const al_exec_opts *o, al_exec_result *out, al_error 
                 .truncated_stdout = m.u.exit.flags & AL_EXIT_TRUNC_STDOUT,
                 .truncated_stderr = m.u.exit.flags & AL_EXIT_TRUNC_STDERR,
                 .waited_input = st.waited_input,
+                .interrupted = st.interrupted,
             };
             *out = res;
             return 0;

@@ -246,23 +246,28 @@ static char *run_code(al_chat *c, const char *lang, const char *code, bool *canc
     if (ret < 0) {
         /* A failure to run is the model's business too: say why instead of ending the chat. */
         snprintf(status, sizeof(status), "[could not run: %s]", e.msg);
+    } else if (r.interrupted) {
+        snprintf(status, sizeof(status), "[interrupted by the user]");
     } else if (r.waited_input) {
         snprintf(status, sizeof(status),
                  "[stopped: the program waited for input, which nobody can type here; pass data "
                  "as arguments or files instead]");
+    } else if (r.timed_out && c->kernels && r.how == AL_EXEC_SIGNALED) {
+        snprintf(status, sizeof(status),
+                 "[stopped: the run exceeded %u s; the %s kernel did not stop when interrupted "
+                 "and was killed, so its variables are gone]",
+                 c->cfg.run_timeout_s, lang);
     } else if (r.timed_out) {
+        /* The model's problem to solve, not the user's: the loop goes on. */
         snprintf(status, sizeof(status), "[stopped: the run exceeded %u s]", c->cfg.run_timeout_s);
-    } else if (r.how == AL_EXEC_SIGNALED && r.value == SIGINT) {
-        snprintf(status, sizeof(status), "[interrupted by the user]");
     } else if (r.how == AL_EXEC_SIGNALED) {
         snprintf(status, sizeof(status), "[killed by signal %d (%s)]", r.value, strsignal(r.value));
     } else {
         snprintf(status, sizeof(status), "[exit status %d]", r.value);
     }
-    /* The cancel pipe forwarded a SIGINT to the guest if the user pressed Ctrl-C. */
-    *cancelled = ret == 0 && !r.waited_input &&
-                 ((r.how == AL_EXEC_SIGNALED && r.value == SIGINT) ||
-                  (r.how == AL_EXEC_EXITED && r.value == 130));
+    /* Only the user's Ctrl-C (the cancel pipe, passed on to the guest) ends the task; a timeout
+     * or an exit status of 130 is the run's result like any other. */
+    *cancelled = ret == 0 && r.interrupted;
     char *out = al_capture_text(&rc.cap);
     al_capture_free(&rc.cap);
     if (!out)
