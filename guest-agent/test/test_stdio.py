@@ -495,6 +495,17 @@ if have['javascript']:
     check('javascript: SIGINT interrupts a busy loop, status 130', ok_exit(d, 130), (d, err))
     d, out, err, _ = krun('javascript', 'a')
     check('javascript: globals survive the interrupt', ok_exit(d) and out == b'9\n', (d, out, err))
+    # A timeout while the driver compiles a big block (some 40 ms here; breakOnSigint is not
+    # armed yet) is held, and stops the block before it starts.
+    big = 'var y=1;\n' * 25000 + 'while (true) {}\n'
+    t0 = time.time()
+    d, out, err, _ = krun('javascript', big, timeout_ms=15)
+    check('javascript: a timeout during the driver\'s work stops the block before it starts',
+          ok_exit(d, 130) and d['flags'] & TIMED_OUT and time.time() - t0 < 1.5,
+          (d, err[-300:], time.time() - t0))
+    d, out, err, _ = krun('javascript', 'a')
+    check('javascript: ...and the kernel keeps its globals', ok_exit(d) and out == b'9\n',
+          (d, out, err))
     d, out, err, _ = krun('javascript', 'new Promise(r => setTimeout(() => r(a + 1), 100))')
     check('javascript: a promise\'s value is awaited', ok_exit(d) and out == b'10\n', (d, out))
     d, out, err, _ = krun('javascript', 'require("fs").readFileSync(0, "utf8").trim()',
