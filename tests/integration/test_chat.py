@@ -387,6 +387,21 @@ class ChatTest(unittest.TestCase):
         with open(os.path.join(wd, "count.txt")) as f:
             self.assertEqual(f.read().strip(), "3")
 
+    def test_chat_runs_start_in_workspace(self):
+        fm = self.fake([{"tool_calls": [execute("cat sales.csv; echo done > done.txt")]},
+                        {"text": "read it"}])
+        wd = os.path.join(fm.dir, "work")
+        os.mkdir(wd)
+        with open(os.path.join(wd, "sales.csv"), "w") as f:
+            f.write("north,10\n")
+        r = self.run_airlock(fm, ["chat", "-y", "--plain", "--workdir", wd, "--sync-back", "yes"]
+                             + fm.args(), input=b"read the sales\n")
+        self.assertEqual(r.returncode, 0, r.stderr)
+        res = tool_results(fm.requests()[1])[0]["content"]
+        self.assertTrue(res.startswith("north,10\n[exit status 0]"), res)
+        self.assertIn("[files written by this run:\n/workspace/done.txt\n]", res)
+        self.assertEqual(sorted(os.listdir(wd)), ["done.txt", "sales.csv"])
+
     def test_runs_start_in_workspace_without_workdir(self):
         fm = self.fake([{"tool_calls": [execute("pwd; echo hi > rel.txt")]}, {"text": "ok"}])
         r = self.run_airlock(fm, ["run", "-y"] + fm.args() + ["t"])
