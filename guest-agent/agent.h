@@ -44,6 +44,10 @@
 /* A kernel run that timed out was sent SIGINT; if the block has not ended this much later, the
  * kernel is killed: long enough for a traceback, short enough to keep timeouts meaningful. */
 #define KERNEL_KILL_GRACE_MS 2000
+/* A run's timeout counts from when its kernel is ready, not from the kernel's start (seconds
+ * under emulation); a kernel not ready this long after the timeout would have ended the run
+ * is killed, so that a wedged start cannot outlast the timeout forever. */
+#define KERNEL_START_MAX_MS 60000
 /* Languages with a kernel (python, shell, javascript). */
 #define KERNEL_LANGS 3
 
@@ -125,6 +129,7 @@ struct req {
     uint64_t start_us;    /* monotonic, before fork */
     uint64_t end_us;      /* monotonic, at reap */
     uint64_t deadline_us; /* timeout; 0: none */
+    uint32_t timeout_ms;  /* kernel run: deadline_us set again from it when the kernel is ready */
     uint64_t grace_us;    /* pipes are force-closed after this; 0: not armed */
     uint32_t exit_flags;  /* enum al_exit_flags */
     char cgroup[48];      /* cgroup directory name under CGROUP_BASE; "" when none */

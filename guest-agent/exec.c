@@ -664,7 +664,10 @@ void exec_tick(struct agent *a, struct req *r, uint64_t now)
         r->deadline_us = 0;
         r->exit_flags |= AL_EXIT_TIMED_OUT;
         agent_log("timeout id=%u", r->id);
-        if (r->kernel) {
+        if (r->kernel && !r->kernel->ready) {
+            agent_log("kernel of id=%u did not start in time: killing it", r->id);
+            exec_kill(a, r);
+        } else if (r->kernel) {
             /* Interrupt the block, not the kernel: its state survives a timeout if it can. */
             kernel_signal(a, r, SIGINT);
             r->kill_us = now + KERNEL_KILL_GRACE_MS * 1000;

@@ -414,8 +414,12 @@ void kernel_exec(struct agent *a, struct req *r, const struct al_msg *m)
     r->kernel = k;
     r->pid = k->pid;
     r->start_us = now_us();
-    if (m->u.exec.timeout_ms)
-        r->deadline_us = r->start_us + (uint64_t)m->u.exec.timeout_ms * 1000;
+    r->timeout_ms = m->u.exec.timeout_ms;
+    /* The timeout counts from when the kernel takes the block (kernel_ready for a kernel still
+     * starting); until then only a start that takes far too long ends the run. */
+    if (r->timeout_ms)
+        r->deadline_us =
+            r->start_us + ((uint64_t)r->timeout_ms + (k->ready ? 0 : KERNEL_START_MAX_MS)) * 1000;
     for (int i = 0; i < 2; i++)
         r->out[i] = (struct ostream){.fd = k->out_fd[i], .stream = (uint8_t)(AL_STREAM_STDOUT + i),
                                      .credit = a->window, .limit = m->u.exec.output_cap,
@@ -481,6 +485,9 @@ static void kernel_ready(struct agent *a, struct kernel *k)
         if (k->run)
             k->run->out[i].paused = false;
     }
+    struct req *r = k->run;
+    if (r && !r->reaped && r->timeout_ms && r->deadline_us)
+        r->deadline_us = now_us() + (uint64_t)r->timeout_ms * 1000;
     if (k->wbuf)
         ctl_flush(a, k);
 }
@@ -586,8 +593,10 @@ bool kernel_reaped(struct agent *a, pid_t pid, int status)
             r->kernel = NULL;
             k->run = NULL;
         }
+        /* A kernel that never said ready had no state to lose. */
+        bool had_state = k->ready;
         kernel_forget(a, k);
-        k->lost = true;
+        k->lost = had_state;
         return true;
     }
     return false;
@@ -596,7 +605,9 @@ bool kernel_reaped(struct agent *a, pid_t pid, int status)
 void kernel_signal(struct agent *a, struct req *r, int signo)
 {
     struct kernel *k = r->kernel;
-    if (signo == SIGKILL) {
+    /* A kernel still starting has no state yet and runs no block: whatever the signal, it would
+     * land in the interpreter's own start-up (a traceback of the driver); end it instead. */
+    if (signo == SIGKILL || !k->ready) {
         kernel_kill(a, k);
         return;
     }

@@ -47,6 +47,7 @@ struct exec_state {
     bool started;
     bool waited_input;     /* the guest reported the program waiting for input */
     bool killed;           /* the host deadline passed and SIGKILL was sent */
+    bool interrupted;      /* a signal from the cancel fd was passed on to the program */
 };
 
 static int send_signal(struct exec_state *st, int signo, al_error *err)
@@ -121,8 +122,10 @@ static int on_cancel(struct exec_state *st, al_error *err)
     ssize_t n = read(st->s->cancel_fd, &sig, 1);
     if (n != 1)
         return 0;
-    if (sig == SIGINT || sig == SIGQUIT)
+    if (sig == SIGINT || sig == SIGQUIT) {
+        st->interrupted = true;
         return send_signal(st, sig, err);
+    }
     return al_err(err, -ECANCELED, "cancelled by signal %u", sig);
 }
 
@@ -131,6 +134,8 @@ static int forward_pending(struct exec_state *st, al_error *err)
 {
     int sig = st->s->ch.pending_sig;
     st->s->ch.pending_sig = 0;
+    if (sig)
+        st->interrupted = true;
     return sig ? send_signal(st, sig, err) : 0;
 }
 
@@ -277,6 +282,7 @@ static int exec_locked(al_session *s, const al_exec_opts *o, al_exec_result *out
                 .truncated_stdout = o->output_cap && st.got[AL_STREAM_STDOUT] >= o->output_cap,
                 .truncated_stderr = o->output_cap && st.got[AL_STREAM_STDERR] >= o->output_cap,
                 .waited_input = st.waited_input,
+                .interrupted = st.interrupted,
             };
             *out = res;
             return 0;

@@ -115,7 +115,9 @@ int al_tree_put(const struct al_runner *run, int dirfd, const struct al_tree *t,
     int e = pthread_create(&th, NULL, put_thread, &w);
     if (e)
         return al_err(err, -e, "cannot start a thread: %s", strerror(e));
-    const char *argv[] = {"tar", "-x", "-f", "-", "-C", guest_dir, NULL};
+    /* -m: the files are dated by the guest's clock as they land, like anything written there,
+     * so that "newer than" in the guest (the chat's list of files a run wrote) holds for them. */
+    const char *argv[] = {"tar", "-x", "-m", "-f", "-", "-C", guest_dir, NULL};
     bool trunc = false;
     int r = guest_run(run, argv, rd, -1, TAR_STDERR_MAX, &trunc, err);
     /* A writer still sending learns the reader is gone. */

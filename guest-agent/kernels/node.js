@@ -7,7 +7,9 @@
 // stdin, KEY=VALUE entries) and answers "done ID STATUS" when the block is over: 0, 1 for an
 // uncaught error, 130 for an interrupt. A block whose value is a promise is over when the
 // promise settles. SIGINT interrupts a busy block (breakOnSigint) or stops waiting for its
-// promise; the kernel and its globals survive.
+// promise; the kernel and its globals survive. One that comes while the driver's own code runs
+// (reading the request, compiling the block) is held and stops the block before it starts; one
+// that comes before the next request belonged to the block before, and is dropped.
 const fs = require('fs');
 const net = require('net');
 const path = require('path');
@@ -18,6 +20,7 @@ const { createRequire } = require('module');
 const CTL = 3;
 let cell = 0;
 let stopWaiting = null; // rejects the wait for a block's promise
+let held = false;       // a SIGINT came while no block ran
 let stdinFd = null;     // the run's stdin, opened from the path the agent gave
 let stdinStream = null;
 
@@ -55,10 +58,20 @@ globalThis.require.resolve = (id, opts) =>
 // A kernel outlives the mistakes of background code: report them, do not die of them.
 process.on('uncaughtException', (e) => printError(e));
 process.on('unhandledRejection', (e) => printError(e));
+const interruption = () => Object.assign(new Error('Interrupted'), { interrupted: true });
 process.on('SIGINT', () => {
   if (stopWaiting)
-    stopWaiting(Object.assign(new Error('Interrupted'), { interrupted: true }));
+    stopWaiting(interruption());
+  else
+    held = true;
 });
+// Two turns of the event loop, each with its poll for I/O: a SIGINT that came before is
+// delivered by then (libuv turns it into an event through a pipe, read in a later poll).
+const immediate = () => new Promise((resolve) => setImmediate(resolve));
+const settle = async () => { await immediate(); await immediate(); };
+// Set when a request's first bytes arrive: a SIGINT held until then was the last block's
+// (the agent writes a request after the last run ended), and is dropped.
+let cleared = Promise.resolve();
 
 function printError(e) {
   let text;
@@ -88,6 +101,7 @@ function waitFor(promise) {
 }
 
 async function run(code, stdinPath, env) {
+  await cleared;
   cell += 1;
   for (const entry of env) {
     const i = entry.indexOf('=');
@@ -102,9 +116,13 @@ async function run(code, stdinPath, env) {
   }
   if (status === 0) {
     try {
-      let value = vm.runInThisContext(code, {
-        filename: `cell ${cell}`, breakOnSigint: true, displayErrors: false,
-      });
+      // Compiled first: breakOnSigint covers only the run, so a SIGINT that came while the
+      // request was read or the block compiled (a big block) is held, and seen here.
+      const script = new vm.Script(code, { filename: `cell ${cell}` });
+      await settle();
+      if (held)
+        throw interruption();
+      let value = script.runInThisContext({ breakOnSigint: true, displayErrors: false });
       if (value && typeof value.then === 'function')
         value = await waitFor(value);
       if (value !== undefined)
@@ -164,6 +182,9 @@ async function serve() {
 }
 
 ctl.on('data', (chunk) => {
+  // No run is in progress when a request starts: serve() took the last one whole.
+  if (buf.length === 0 && !busy)
+    cleared = settle().then(() => { held = false; });
   buf = Buffer.concat([buf, chunk]);
   serve();
 });

@@ -6,6 +6,11 @@ run's stdin, KEY=VALUE entries) and answers
 "done ID STATUS" once the block is over and its output flushed. stdout and stderr are the
 agent's pipes for the kernel's whole life. Status: 0, 1 for an exception, 130 for an
 interrupt (SIGINT raises KeyboardInterrupt in the block), SystemExit's code.
+
+SIGINT (the user's ^C, or the agent at the run's timeout) interrupts the block's code only:
+arriving while this driver is busy (reading the request, compiling the block, reporting), it
+is held and stops the block before it starts; arriving after the block, it is dropped with
+the next request. The driver's own code is never interrupted.
 """
 import ast
 import builtins
@@ -34,6 +39,11 @@ class Control:
         if not chunk:
             raise EOFError
         self.buf += chunk
+
+    def wait(self):
+        """Returns once bytes of the next request are here."""
+        if not self.buf:
+            self._fill()
 
     def line(self):
         while b'\n' not in self.buf:
@@ -118,6 +128,21 @@ def show_exception(e, tb):
         print(type(e).__name__, file=sys.stderr)
 
 
+def in_block(frame):
+    """Whether frame is the block's code or code the block called (its frames carry the cell's
+    name, '<cell N>', further down the stack)."""
+    while frame is not None:
+        if frame.f_code.co_filename.startswith('<cell '):
+            return True
+        frame = frame.f_back
+    return False
+
+
+def settle():
+    """Nothing: calling a python function is where the interpreter runs the handlers of
+    signals that have arrived."""
+
+
 def exit_status(e):
     if e.code is None:
         return 0
@@ -130,7 +155,8 @@ def exit_status(e):
 class Kernel:
     def __init__(self):
         self.cell = 0
-        self.running = False
+        self.running = False  # between the start and the end of a block's execution
+        self.pending = False  # an interrupt came while the driver's own code ran
         main = types.ModuleType('__main__')
         main.__builtins__ = builtins
         sys.modules['__main__'] = main  # pickle, `if __name__ == '__main__'`, doctest
@@ -140,9 +166,11 @@ class Kernel:
         sys.meta_path.insert(0, PyplotHook())
 
     def on_sigint(self, signo, frame):
-        # Between blocks an interrupt has nothing to stop.
-        if self.running:
+        # Only the block is interrupted; in the driver's code the interrupt is held (execute
+        # looks at it right before the block starts).
+        if self.running and in_block(frame):
             raise KeyboardInterrupt
+        self.pending = True
 
     def compile(self, code, name):
         """The block as module code, plus its last expression alone so that its value is
@@ -162,9 +190,14 @@ class Kernel:
         try:
             self.running = True
             try:
-                exec(body, self.ns)
-                if last is not None:
-                    exec(last, self.ns)
+                for part in (body, last):
+                    if part is None:
+                        continue
+                    # No check for pending signals lies between this test and the block's
+                    # first instruction, where on_sigint then runs in the block's frame.
+                    if self.pending:
+                        raise KeyboardInterrupt
+                    exec(part, self.ns)
             finally:
                 self.running = False
         except SystemExit as e:
@@ -204,6 +237,13 @@ class Kernel:
         ctl.send('ready\n')
         while True:
             try:
+                ctl.wait()
+                # The agent interrupts only the run in progress, and writes a request after the
+                # last run ended: an interrupt that arrived before its first bytes was the last
+                # block's. Its handler has run once settle() returns; what comes later is this
+                # request's, held until the block starts.
+                settle()
+                self.pending = False
                 head = ctl.line().split()
                 rid, count = int(head[1]), int(head[2])
                 fields = [ctl.exact(int(n)) for n in head[3:3 + count]]

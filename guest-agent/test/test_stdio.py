@@ -411,6 +411,18 @@ if have['python']:
           and b'KeyboardInterrupt' in err and time.time() - t0 < 3, (d, err))
     d, out, err, _ = krun('python', 'x')
     check('python: the kernel survives its timeout', ok_exit(d) and out == b'5\n', (d, out))
+    # Compiling 50000 statements takes the driver a few tenths of a second: the timeout's SIGINT
+    # comes while the driver's own code runs, is held, and stops the block before it starts.
+    big = 'y=1\n' * 50000 + 'while True: pass\n'
+    t0 = time.time()
+    d, out, err, _ = krun('python', big, timeout_ms=40)
+    check('python: a timeout during the driver\'s work stops the block before it starts',
+          ok_exit(d, 130) and d['flags'] & TIMED_OUT and b'KeyboardInterrupt' in err and
+          b'python.py' not in err and b'Traceback' not in err and time.time() - t0 < 2,
+          (d, err[-500:], time.time() - t0))
+    d, out, err, _ = krun('python', "print(x, 'y' in dir())")
+    check('python: ...and the kernel keeps its variables', ok_exit(d) and out == b'5 False\n',
+          (d, out, err))
     d, out, err, _ = krun('python', 'import os\nos._exit(3)')
     check('python: a kernel that dies ends the run with its status', ok_exit(d, 3), d)
     d, out, err, _ = krun('python', 'x')
@@ -483,6 +495,17 @@ if have['javascript']:
     check('javascript: SIGINT interrupts a busy loop, status 130', ok_exit(d, 130), (d, err))
     d, out, err, _ = krun('javascript', 'a')
     check('javascript: globals survive the interrupt', ok_exit(d) and out == b'9\n', (d, out, err))
+    # A timeout while the driver compiles a big block (some 40 ms here; breakOnSigint is not
+    # armed yet) is held, and stops the block before it starts.
+    big = 'var y=1;\n' * 25000 + 'while (true) {}\n'
+    t0 = time.time()
+    d, out, err, _ = krun('javascript', big, timeout_ms=15)
+    check('javascript: a timeout during the driver\'s work stops the block before it starts',
+          ok_exit(d, 130) and d['flags'] & TIMED_OUT and time.time() - t0 < 1.5,
+          (d, err[-300:], time.time() - t0))
+    d, out, err, _ = krun('javascript', 'a')
+    check('javascript: ...and the kernel keeps its globals', ok_exit(d) and out == b'9\n',
+          (d, out, err))
     d, out, err, _ = krun('javascript', 'new Promise(r => setTimeout(() => r(a + 1), 100))')
     check('javascript: a promise\'s value is awaited', ok_exit(d) and out == b'10\n', (d, out))
     d, out, err, _ = krun('javascript', 'require("fs").readFileSync(0, "utf8").trim()',
@@ -544,6 +567,31 @@ if have['python']:
           ok_exit(d) and out == b'7\n', (d, out, err))
 k.stdin.close()
 check('kernels: agent exits on EOF', k.wait(5) == 0)
+
+# A python kernel that takes a second to start (a sitecustomize that sleeps): the start does not
+# count against the run's timeout, and a signal while it starts ends it without a traceback.
+if have['python']:
+    slow = tempfile.mkdtemp(prefix='airlock-slow-')
+    with open(os.path.join(slow, 'sitecustomize.py'), 'w') as f:
+        f.write('import time\ntime.sleep(1.2)\n')
+    k = subprocess.Popen([agent, '--stdio', '--root', root, '--kernels', kernels],
+                         stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=log,
+                         env=dict(os.environ, PYTHONPATH=slow))
+    c = Conn(k.stdout.fileno(), k.stdin.fileno())
+    c.send(hello(nonce=79))
+    c.expect(HELLO_ACK)
+    rid = kstart('python', 'print(6 * 7)')
+    time.sleep(0.4)
+    d, out, err, _ = kfinish(rid, sig=2)
+    check('python: a signal while the kernel starts ends it, without a traceback',
+          d is not None and d.get('how') == 1 and b'Traceback' not in err, (d, out, err))
+    d, out, err, _ = krun('python', 'print(6 * 7)', timeout_ms=600)
+    check('python: the kernel\'s start does not count against the timeout', ok_exit(d) and
+          not d['flags'] & TIMED_OUT and out == b'42\n', (d, out, err))
+    check('python: a kernel that never started lost no state', b'state lost' not in err, err)
+    k.stdin.close()
+    check('slow kernel: agent exits on EOF', k.wait(5) == 0)
+    shutil.rmtree(slow)
 
 
 # ---- --relay, the guest's end of an SSH session: it starts the agent as a daemon on a unix

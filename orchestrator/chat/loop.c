@@ -227,6 +227,9 @@ static char *run_code(al_chat *c, const char *lang, const char *code, bool *canc
         .argv = argv,
         .lang = lang,
         .timeout_ms = c->cfg.run_timeout_s * 1000u,
+        /* Where the user's files are and where relative paths should land (a kernel starts
+         * there and keeps its own cwd afterwards); report_files made it. */
+        .cwd = AL_WORKDIR_GUEST_DIR,
         .stdin_fd = -1,
         .stdout_fd = -1,
         .stderr_fd = -1,
@@ -246,23 +249,28 @@ static char *run_code(al_chat *c, const char *lang, const char *code, bool *canc
     if (ret < 0) {
         /* A failure to run is the model's business too: say why instead of ending the chat. */
         snprintf(status, sizeof(status), "[could not run: %s]", e.msg);
+    } else if (r.interrupted) {
+        snprintf(status, sizeof(status), "[interrupted by the user]");
     } else if (r.waited_input) {
         snprintf(status, sizeof(status),
                  "[stopped: the program waited for input, which nobody can type here; pass data "
                  "as arguments or files instead]");
+    } else if (r.timed_out && c->kernels && r.how == AL_EXEC_SIGNALED) {
+        snprintf(status, sizeof(status),
+                 "[stopped: the run exceeded %u s; the %s kernel did not stop when interrupted "
+                 "and was killed, so its variables are gone]",
+                 c->cfg.run_timeout_s, lang);
     } else if (r.timed_out) {
+        /* The model's problem to solve, not the user's: the loop goes on. */
         snprintf(status, sizeof(status), "[stopped: the run exceeded %u s]", c->cfg.run_timeout_s);
-    } else if (r.how == AL_EXEC_SIGNALED && r.value == SIGINT) {
-        snprintf(status, sizeof(status), "[interrupted by the user]");
     } else if (r.how == AL_EXEC_SIGNALED) {
         snprintf(status, sizeof(status), "[killed by signal %d (%s)]", r.value, strsignal(r.value));
     } else {
         snprintf(status, sizeof(status), "[exit status %d]", r.value);
     }
-    /* The cancel pipe forwarded a SIGINT to the guest if the user pressed Ctrl-C. */
-    *cancelled = ret == 0 && !r.waited_input &&
-                 ((r.how == AL_EXEC_SIGNALED && r.value == SIGINT) ||
-                  (r.how == AL_EXEC_EXITED && r.value == 130));
+    /* Only the user's Ctrl-C (the cancel pipe, passed on to the guest) ends the task; a timeout
+     * or an exit status of 130 is the run's result like any other. */
+    *cancelled = ret == 0 && r.interrupted;
     char *out = al_capture_text(&rc.cap);
     al_capture_free(&rc.cap);
     if (!out)
@@ -304,20 +312,31 @@ static int on_listing(void *ctx, int stream, const uint8_t *data, size_t n)
 }
 
 /* Files the run wrote in /workspace or as figures, found with a stamp file touched after each
- * listing (GNU find compares nanoseconds; busybox's whole seconds, so there the stamp is dated a
- * second back, at the price of sometimes listing a file twice). The listing comes from the guest:
- * only plain paths under the two directories are taken, and the copies of figures are named here,
- * never by the guest. */
-static void report_files(al_chat *c, char **text)
+ * listing; the first call, before the first run, makes /workspace (every run starts there) and
+ * the first stamp. GNU find compares the files' ctime with the stamp in nanoseconds: ctime is
+ * the guest's clock at the last change, which neither tar (the files copied in carry the host's
+ * time) nor touch can set, so a file copied in is never taken for the run's. busybox's find
+ * compares mtimes in whole seconds: the copy is extracted with the guest's time (tar -m), the
+ * first stamp waits for the next second so that nothing copied before it looks newer, and later
+ * stamps are dated a second back, at the price of sometimes listing a file twice. The listing
+ * comes from the guest: only plain paths under the two directories are taken, and the copies of
+ * figures are named here, never by the guest. Returns true when the user's Ctrl-C reached it. */
+static bool report_files(al_chat *c, char **text)
 {
     static const char script[] =
-        "s=/tmp/.airlock-stamp; if [ -e $s ]; then find /workspace " OUTPUTS_GUEST_DIR
-        " -xdev -type f -newer $s 2>/dev/null | head -n 21; fi; if find --version >/dev/null 2>&1; "
-        "then touch $s; else touch -d @$(($(date +%s) - 1)) $s; fi";
+        "s=/tmp/.airlock-stamp; if find --version >/dev/null 2>&1; then g=1; else g=; fi; "
+        "if [ -e $s ]; then "
+        "find /workspace " OUTPUTS_GUEST_DIR " -xdev -type f -${g:+c}newer $s 2>/dev/null | "
+        "head -n 21; "
+        "if [ \"$g\" ]; then touch $s; else touch -d @$(($(date +%s) - 1)) $s; fi; "
+        "else mkdir -p /workspace; "
+        "if [ \"$g\" ]; then touch $s; "
+        "else t=$(date +%s); touch -d @$t $s; while [ \"$(date +%s)\" = $t ]; do sleep 0.1; done; "
+        "fi; fi";
     const char *argv[] = {"/bin/sh", "-c", script, NULL};
     struct listing *l = calloc(1, sizeof(*l));
     if (!l)
-        return;
+        return false;
     al_exec_opts o = {.argv = argv,
                       .stdin_fd = -1,
                       .stdout_fd = -1,
@@ -325,11 +344,11 @@ static void report_files(al_chat *c, char **text)
                       .output = on_listing,
                       .output_ctx = l,
                       .timeout_ms = 10000};
-    al_exec_result r;
+    al_exec_result r = {0};
     al_error e = {0};
     if (al_exec(c->session, &o, &r, &e) < 0 || !l->len) {
         free(l);
-        return;
+        return r.interrupted;
     }
     l->buf[l->len] = '\0';
     char *list = NULL;
@@ -373,6 +392,7 @@ static void report_files(al_chat *c, char **text)
         }
     }
     free(list);
+    return r.interrupted;
 }
 
 /* ---- the model ---- */
@@ -674,10 +694,15 @@ static int one_run(al_chat *c, const char *lang, char **code, uint64_t *seen, si
     }
     bool cancelled = false, broken = false;
     if (!c->stamped) {
-        /* The first listing needs a stamp older than the run. */
+        /* The first listing needs a stamp older than the run, and the run needs /workspace. */
         char *none = NULL;
-        report_files(c, &none);
+        cancelled = report_files(c, &none);
         c->stamped = true;
+    }
+    if (cancelled) {
+        *result = strdup("[interrupted by the user before the run started]");
+        *step = STEP_CANCELLED;
+        return *result ? 0 : al_err(err, -ENOMEM, "out of memory");
     }
     uint32_t ckpt = checkpoint_before(c, lang, *code);
     *result = run_code(c, lang, *code, &cancelled, &broken, err);
@@ -685,8 +710,8 @@ static int one_run(al_chat *c, const char *lang, char **code, uint64_t *seen, si
         return err->code;
     if (broken)
         recover(c, result);
-    else
-        report_files(c, result);
+    else if (report_files(c, result))
+        cancelled = true;
     uint64_t h = hash2(*code, *result);
     *step = cancelled ? STEP_CANCELLED : STEP_RAN;
     for (size_t i = 0; i < *nseen; i++)

@@ -21,7 +21,9 @@ char *al_chat_system_prompt(const al_chat_cfg *cfg, const char *langs, bool tool
                 "on the user's own computer: nothing you do there can harm the user's machine, "
                 "and the VM is destroyed when the session ends.\n"
                 "Languages you can run: %s.\n"
-                "The user's files, if they shared any, are in /workspace; work there.\n"
+                "Every run starts in /workspace, the current directory: the user's files, if "
+                "they shared any, are there, and files you write there (relative paths land "
+                "there) are the ones the user gets back.\n"
                 "The VM has no network access.\n"
                 "State persists between runs within the session (files; variables in the "
                 "languages that keep a running interpreter).\n"
@@ -29,6 +31,11 @@ char *al_chat_system_prompt(const al_chat_cfg *cfg, const char *langs, bool tool
                 "Work in small steps: run a little code, look at the output, then continue. "
                 "When the task is done, answer with a short summary and no code.\n",
                 cfg->image && *cfg->image ? cfg->image : "default", langs && *langs ? langs : "sh");
+        if (cfg->run_timeout_s)
+            fprintf(f,
+                    "A run is interrupted after %u s and you get its output so far; the "
+                    "interpreter keeps its variables, so split long work into shorter runs.\n",
+                    cfg->run_timeout_s);
         if (tools)
             fputs("To run code, call the `execute` tool with a language and the code.\n", f);
         if (tools && cfg->checkpoint != AL_CHECKPOINT_NEVER)

@@ -16,7 +16,8 @@ static const char usage[] =
     "Give the model one task, let it run code in a fresh VM until it is done, then destroy\n"
     "the VM. Exits 0 when the model finished, 1 when the model could not be reached or\n"
     "failed, 3 when a limit stopped it (--max-turns, repeated code, --token-budget), 4 when\n"
-    "code was declined, 130 when interrupted, 125 when the VM failed.\n"
+    "code was declined, 130 when interrupted (Ctrl-C: a run past --run-timeout is only\n"
+    "interrupted, and the model goes on), 125 when the VM failed. Runs start in /workspace.\n"
     "\n"
     "      --json                the whole exchange as JSON lines on stdout:\n"
     "                            {\"role\", \"type\", \"content\"}\n";

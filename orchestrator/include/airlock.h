@@ -183,6 +183,9 @@ typedef struct al_exec_result {
     bool truncated_stdout;
     bool truncated_stderr;
     bool waited_input;       /* the program waited for input longer than input_wait_ms */
+    bool interrupted;        /* the session's cancel fd delivered SIGINT or SIGQUIT during the
+                                run, and it was sent to the program (the user's Ctrl-C, as
+                                opposed to a timeout or an input wait) */
 } al_exec_result;
 
 /* Runs one command and streams its output. A command that cannot be started fails with

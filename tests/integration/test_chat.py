@@ -363,6 +363,53 @@ class ChatTest(unittest.TestCase):
         with open(os.path.join(wd, "out.txt")) as f:
             self.assertEqual(f.read(), "HELLO WORKDIR\n")
 
+    def test_runs_start_in_workspace_and_list_only_their_own_files(self):
+        # Relative paths: the run starts where the user's files are. The files copied in are
+        # not the run's, even though they landed a moment before it.
+        fm = self.fake([{"tool_calls": [execute("pwd; cat sales.csv; wc -l < sales.csv > count.txt")]},
+                        {"text": "counted"}])
+        wd = os.path.join(fm.dir, "work")
+        os.mkdir(wd)
+        with open(os.path.join(wd, "sales.csv"), "w") as f:
+            f.write("region,amount\nnorth,10\nsouth,20\n")
+        with open(os.path.join(wd, "notes.txt"), "w") as f:
+            f.write("untouched\n")
+        r = self.run_airlock(fm, ["run", "-y", "--workdir", wd, "--sync-back", "yes"] +
+                             fm.args() + ["count the sales"])
+        self.assertEqual(r.returncode, 0, r.stderr)
+        res = tool_results(fm.requests()[1])[0]["content"]
+        self.assertIn("/workspace\nregion,amount\nnorth,10", res)
+        self.assertIn("[exit status 0]", res)
+        self.assertIn("[files written by this run:\n/workspace/count.txt\n]", res)
+        self.assertIn("Every run starts in /workspace",
+                      fm.requests()[0]["body"]["messages"][0]["content"])
+        self.assertEqual(sorted(os.listdir(wd)), ["count.txt", "notes.txt", "sales.csv"])
+        with open(os.path.join(wd, "count.txt")) as f:
+            self.assertEqual(f.read().strip(), "3")
+
+    def test_chat_runs_start_in_workspace(self):
+        fm = self.fake([{"tool_calls": [execute("cat sales.csv; echo done > done.txt")]},
+                        {"text": "read it"}])
+        wd = os.path.join(fm.dir, "work")
+        os.mkdir(wd)
+        with open(os.path.join(wd, "sales.csv"), "w") as f:
+            f.write("north,10\n")
+        r = self.run_airlock(fm, ["chat", "-y", "--plain", "--workdir", wd, "--sync-back", "yes"]
+                             + fm.args(), input=b"read the sales\n")
+        self.assertEqual(r.returncode, 0, r.stderr)
+        res = tool_results(fm.requests()[1])[0]["content"]
+        self.assertTrue(res.startswith("north,10\n[exit status 0]"), res)
+        self.assertIn("[files written by this run:\n/workspace/done.txt\n]", res)
+        self.assertEqual(sorted(os.listdir(wd)), ["done.txt", "sales.csv"])
+
+    def test_runs_start_in_workspace_without_workdir(self):
+        fm = self.fake([{"tool_calls": [execute("pwd; echo hi > rel.txt")]}, {"text": "ok"}])
+        r = self.run_airlock(fm, ["run", "-y"] + fm.args() + ["t"])
+        self.assertEqual(r.returncode, 0, r.stderr)
+        res = tool_results(fm.requests()[1])[0]["content"]
+        self.assertTrue(res.startswith("/workspace\n"), res)
+        self.assertIn("[files written by this run:\n/workspace/rel.txt\n]", res)
+
     def test_json_lines(self):
         fm = self.fake([{"text": "Running.", "tool_calls": [execute("echo hi")]},
                         {"text": "Said hi."}])
@@ -531,6 +578,49 @@ class ChatTest(unittest.TestCase):
             self.assertEqual(os.stat(path).st_mode & 0o777, 0o644)
             with open(path, "rb") as fh:
                 self.assertEqual(fh.read(8), b"\x89PNG\r\n\x1a\n")
+
+    def test_debian_kernels_start_in_workspace_and_a_timeout_is_the_models_to_handle(self):
+        # The shell run makes every later python start take 5 s, more than --run-timeout: a
+        # kernel's start must not count against the run. A block that exceeds the timeout is
+        # interrupted, the model gets its output and the note, the loop goes on, and the next
+        # run still sees the kernel's variables. Every kernel starts in /workspace.
+        slow = ("echo 'import time; time.sleep(5)' > "
+                "/usr/lib/python3/dist-packages/airlock-slow-start.pth; pwd")
+        first = ("import os\nprint(os.getcwd())\nprint(open('sales.csv').read().strip())\n"
+                 "open('out.txt', 'w').write('from python\\n')\nx = 5")
+        fm = self.fake([
+            {"tool_calls": [execute(slow, lang="shell")]},
+            {"tool_calls": [execute(first, lang="python")]},
+            {"tool_calls": [execute("print('looping', flush=True)\nwhile True: pass",
+                                    lang="python")]},
+            {"tool_calls": [execute("print(x + 1)", lang="python")]},
+            {"tool_calls": [execute("process.cwd()", lang="javascript")]},
+            {"text": "done"},
+        ])
+        wd = os.path.join(fm.dir, "work")
+        os.mkdir(wd)
+        with open(os.path.join(wd, "sales.csv"), "w") as f:
+            f.write("north,10\n")
+        args = [a if a != "tiny" else "debian" for a in fm.args()]
+        r = self.run_airlock(fm, ["run", "-y", "--run-timeout", "3", "--workdir", wd,
+                                  "--sync-back", "yes"] + args + ["t"], timeout=600)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        reqs = fm.requests()
+        self.assertEqual(len(reqs), 6, r.stderr)
+        res = [tool_results(q)[-1]["content"] for q in reqs[1:]]
+        self.assertTrue(res[0].startswith("/workspace\n"), res[0])
+        self.assertIn("/workspace\nnorth,10\n", res[1])
+        self.assertIn("[exit status 0]", res[1])
+        self.assertIn("[files written by this run:\n/workspace/out.txt\n]", res[1])
+        self.assertIn("looping", res[2])
+        self.assertIn("KeyboardInterrupt", res[2])
+        self.assertIn("[stopped: the run exceeded 3 s]", res[2])
+        self.assertNotIn("python.py", res[2])
+        self.assertIn("6\n[exit status 0]", res[3])
+        self.assertIn("'/workspace'", res[4])
+        self.assertIn("interrupted after 3 s", reqs[0]["body"]["messages"][0]["content"])
+        with open(os.path.join(wd, "out.txt")) as f:
+            self.assertEqual(f.read(), "from python\n")
 
     def test_chat_over_ssh_keeps_kernel_state(self):
         # The sshd image has no agent: the chat reaches it over SSH (orchestrator/ssh.c), and

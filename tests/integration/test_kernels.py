@@ -2,8 +2,8 @@
 """The language kernels (guest-agent/kernel.c) in a real debian guest, through
 tests/integration/kernel-driver (one session, JSON lines, so that runs share the kernels):
 python state across runs, a traceback then recovery, an interrupt that keeps the variables, a
-program waiting for input detected and interrupted, a plot file that comes back; shell cwd and
-status; node state. Plus the CLI's --kernel and --input-wait. One boot for the driver, one for
+program waiting for input detected and interrupted, a timeout that lands in the driver's own
+work (python and javascript), a plot file that comes back; shell cwd and status; node state. Plus the CLI's --kernel and --input-wait. One boot for the driver, one for
 the CLI. Usage: test_kernels.py DRIVER [unittest args].
 """
 import os
@@ -66,6 +66,20 @@ class KernelTest(unittest.TestCase):
         r = d.run("python", "print(x, math.pi > 3)")
         self.ok(r)
         self.assertEqual(r["stdout"], "5 True\n")
+        # A timeout that comes while the driver itself works (compiling 8000 statements takes
+        # it about 1 s under emulation, within the 2 s before a kernel that ignores the
+        # interrupt is killed) never interrupts the driver: the block stops before its first
+        # statement, and the kernel and its variables survive. The timeout leaves the driver
+        # time to take the request: an interrupt before that belongs to the run before.
+        big = "y=1\n" * 8000 + "while True: pass\n"
+        r = d.call("exec", lang="python", code=big, kernel=True, timeout_ms=250)
+        self.assertEqual(r["r"], 0, r)
+        self.assertEqual((r["how"], r["value"], r["timed_out"]), (0, 130, True), r)
+        self.assertIn("KeyboardInterrupt", r["stderr"])
+        self.assertNotIn("Traceback", r["stderr"])
+        r = d.run("python", "print(x, 'y' in dir())")
+        self.ok(r)
+        self.assertEqual(r["stdout"], "5 False\n")
         # input() gets the run's stdin.
         r = d.run("python", "print(input().upper())", stdin="hello\n")
         self.ok(r)
@@ -126,6 +140,16 @@ class KernelTest(unittest.TestCase):
         self.assertIn("TypeError", r["stderr"])
         r = d.run("javascript", "a = 9; while (true) {}", sigint_after_ms=2000)
         self.ok(r, 130)
+        r = d.run("javascript", "a")
+        self.ok(r)
+        self.assertEqual(r["stdout"], "9\n")
+        # A timeout while the driver reads and compiles a big block (about 0.4 s under
+        # emulation), before node's own SIGINT watch is armed: held, it stops the block before
+        # it starts; the kernel lives on.
+        big = "var y=1;\n" * 25000 + "while (true) {}\n"
+        r = d.call("exec", lang="javascript", code=big, kernel=True, timeout_ms=200)
+        self.assertEqual(r["r"], 0, r)
+        self.assertEqual((r["how"], r["value"], r["timed_out"]), (0, 130, True), r)
         r = d.run("javascript", "a")
         self.ok(r)
         self.assertEqual(r["stdout"], "9\n")

@@ -172,10 +172,17 @@ static void test_prompt(void)
 {
     al_chat_cfg cfg = {.image = "debian"};
     char *p = al_chat_system_prompt(&cfg, "python shell", true);
-    ok(p && strstr(p, "python shell") && strstr(p, "debian") && strstr(p, "/workspace") &&
-           strstr(p, "execute"),
-       "the prompt names the image, languages, /workspace and the tool");
+    ok(p && strstr(p, "python shell") && strstr(p, "debian") &&
+           strstr(p, "Every run starts in /workspace") && strstr(p, "execute") &&
+           !strstr(p, "interrupted after"),
+       "the prompt names the image, languages, /workspace as the runs' cwd and the tool");
     free(p);
+    cfg.run_timeout_s = 30;
+    p = al_chat_system_prompt(&cfg, "python", true);
+    ok(p && strstr(p, "interrupted after 30 s") && strstr(p, "keeps its variables"),
+       "with --run-timeout the prompt says runs are interrupted and state is kept");
+    free(p);
+    cfg.run_timeout_s = 0;
     p = al_chat_system_prompt(&cfg, "python", false);
     ok(p && strstr(p, "fenced code block") && !strstr(p, "`execute`"),
        "the text-mode prompt explains fenced blocks instead");
