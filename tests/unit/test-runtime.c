@@ -12,18 +12,7 @@
 
 #define OTHER_UID 64999 /* a uid no one on a test machine has */
 
-static int tests, failures;
-
-static void ok(bool cond, const char *fmt, ...)
-{
-    va_list ap;
-    va_start(ap, fmt);
-    printf("%sok %d - ", cond ? "" : "not ", ++tests);
-    vprintf(fmt, ap);
-    printf("\n");
-    va_end(ap);
-    failures += !cond;
-}
+#include "tap.h"
 
 static void skip(const char *what)
 {
@@ -208,6 +197,5 @@ int main(void)
     test_private_file();
     test_umask();
     al_rmtree(base);
-    printf("1..%d\n", tests);
-    return failures ? 1 : 0;
+    return tap_done();
 }

@@ -7,18 +7,7 @@
 #include <stdio.h>
 #include <string.h>
 
-static int tests, failures;
-
-static void ok(bool cond, const char *fmt, ...)
-{
-    va_list ap;
-    va_start(ap, fmt);
-    printf("%sok %d - ", cond ? "" : "not ", ++tests);
-    vprintf(fmt, ap);
-    printf("\n");
-    va_end(ap);
-    failures += !cond;
-}
+#include "tap.h"
 
 /* The whole input in one call, then the end. */
 static const char *whole(const char *in, size_t n)
@@ -188,6 +177,5 @@ int main(void)
     test_bounds();
     test_escape();
     test_errors();
-    printf("1..%d\n", tests);
-    return failures ? 1 : 0;
+    return tap_done();
 }

@@ -12,18 +12,7 @@
 #include <string.h>
 #include <sys/stat.h>
 
-static int tests, failures;
-
-static void ok(bool cond, const char *fmt, ...)
-{
-    va_list ap;
-    va_start(ap, fmt);
-    printf("%sok %d - ", cond ? "" : "not ", ++tests);
-    vprintf(fmt, ap);
-    printf("\n");
-    va_end(ap);
-    failures += !cond;
-}
+#include "tap.h"
 
 /* ---- crafted streams ---- */
 
@@ -404,6 +393,5 @@ int main(void)
     snprintf(cmd, sizeof(cmd), "rm -rf '%s'", root);
     if (system(cmd) != 0)
         return 1;
-    printf("1..%d\n", tests);
-    return failures ? 1 : 0;
+    return tap_done();
 }
