@@ -280,7 +280,9 @@ static void session_notice(void *ctx, const char *msg)
 {
     struct loopui *u = ctx;
     if (u->json) {
-        loopui_json_event("airlock", "notice", msg);
+        /* Not an event of the exchange: stdout stays the exchange alone, as before. */
+        char safe[1024];
+        fprintf(stderr, "airlock: notice: %s\n", al_term_escape(msg, safe, sizeof(safe)));
         return;
     }
     char *line = NULL;
