@@ -118,12 +118,12 @@ typedef struct al_session_opts {
     /* What the session's disk overlay and checkpoints may occupy on the host (they live in the
      * state dir: $AIRLOCK_STATE_DIR, /var/lib/airlock/state for root, else
      * $XDG_STATE_HOME/airlock). Over it the VM is paused and requests fail with -ENOSPC; the
-     * same happens when the filesystem would fall below $AIRLOCK_FREE_FLOOR_MB (default 1024)
+     * same happens when the filesystem would fall below $AIRLOCK_FREE_FLOOR_MB (default 512)
      * free. 0: AL_DISK_BUDGET_DEFAULT. */
     uint64_t disk_budget_bytes;
 } al_session_opts;
 #define AL_DISK_BUDGET_DEFAULT (6ull << 30)
-#define AL_FREE_FLOOR_DEFAULT (1ull << 30)
+#define AL_FREE_FLOOR_DEFAULT (512ull << 20)
 
 int al_session_open(const al_session_opts *opts, al_session **out, al_error *err);
 /* Destroys the VM and removes the session's files. Safe on NULL. */
