@@ -4,7 +4,7 @@
 # real libvirtd and QEMU) once, under ASan+UBSan. Prints a table of times per build and suite.
 # Ends with one line: "N passed, N failed".
 set -uo pipefail
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/.." || { echo "0 passed, 1 failed"; exit 1; }
 start=$SECONDS
 packaging/debian-deps.sh || { echo "0 passed, 1 failed"; exit 1; }
 
