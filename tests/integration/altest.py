@@ -55,6 +55,11 @@ def runtime_sessions_dir():
     return os.environ.get("AIRLOCK_RUNTIME_DIR", "/run/airlock") + "/sessions"
 
 
+def state_sessions_dir():
+    """Where sessions keep their disks and checkpoints (orchestrator/budget.c), as root."""
+    return os.environ.get("AIRLOCK_STATE_DIR", "/var/lib/airlock/state") + "/sessions"
+
+
 def build_image(agent_path, outdir):
     """Builds a tiny image with the given program as /init (a hostile stand-in for the agent)."""
     subprocess.run(["bash", os.path.join(SOURCE_ROOT, "images", "build-tiny.sh"), agent_path,

@@ -93,20 +93,20 @@ sync
         try:
             for p in procs:
                 self.assertEqual(p.stdout.readline(), b"ready\n")
-            # Both are running now: each has its overlay in its session dir, owned by QEMU.
-            disks = [d for d in os.listdir(altest.runtime_sessions_dir())
-                     if os.path.exists(os.path.join(altest.runtime_sessions_dir(), d,
+            # Both are running now: each has its overlay in its state dir, owned by QEMU.
+            disks = [d for d in os.listdir(altest.state_sessions_dir())
+                     if os.path.exists(os.path.join(altest.state_sessions_dir(), d,
                                                     "disk.qcow2"))]
             self.assertGreaterEqual(len(disks), 2, disks)
             for d in disks:
                 info = json.loads(subprocess.run(
                     ["qemu-img", "info", "-U", "--output=json",
-                     os.path.join(altest.runtime_sessions_dir(), d, "disk.qcow2")],
+                     os.path.join(altest.state_sessions_dir(), d, "disk.qcow2")],
                     stdout=subprocess.PIPE, check=True).stdout)
                 if info.get("backing-filename") != self.base:
                     continue  # another test's session
                 self.assertEqual(info["backing-filename-format"], "qcow2")
-                st = os.stat(os.path.join(altest.runtime_sessions_dir(), d, "disk.qcow2"))
+                st = os.stat(os.path.join(altest.state_sessions_dir(), d, "disk.qcow2"))
                 self.assertEqual(st.st_mode & 0o777, 0o600)
             outs = []
             for p in procs:
@@ -122,7 +122,7 @@ sync
         # The overlays went with their session dirs.
         for _, err in outs:
             for name in altest.session_names(err):
-                self.assertFalse(os.path.exists(os.path.join(altest.runtime_sessions_dir(),
+                self.assertFalse(os.path.exists(os.path.join(altest.state_sessions_dir(),
                                                              name.decode())))
 
     def test_z_base_unchanged(self):

@@ -53,6 +53,7 @@ class LifecycleTest(unittest.TestCase):
         for n in names:
             self.assertNotIn(n, live)
             self.assertFalse(os.path.exists(os.path.join(sessions, n)), n)
+            self.assertFalse(os.path.exists(os.path.join(altest.state_sessions_dir(), n)), n)
 
     def test_killed_airlock_is_reaped(self):
         # SIGKILL leaves no chance to clean up: libvirt's autodestroy takes the VM, and the
@@ -69,6 +70,9 @@ class LifecycleTest(unittest.TestCase):
         p.stderr.close()
         sessions = altest.runtime_sessions_dir()
         self.assertTrue(os.path.exists(os.path.join(sessions, name)))
+        # Its disk-backed half (budget.c's state dir) is left behind too, locked no more.
+        state = os.path.join(altest.state_sessions_dir(), name)
+        self.assertTrue(os.path.exists(state))
         deadline = time.monotonic() + 30
         while name in altest.virsh_names() and time.monotonic() < deadline:
             time.sleep(0.2)
@@ -76,6 +80,7 @@ class LifecycleTest(unittest.TestCase):
         r = altest.run(["gc"])
         self.assertEqual(r.returncode, 0, r.stderr)
         self.assertFalse(os.path.exists(os.path.join(sessions, name)))
+        self.assertFalse(os.path.exists(state))
 
     def test_gc_spares_a_live_session_in_another_runtime_dir(self):
         # gc finds the owner's lock through the domain's metadata, not by looking in its own
