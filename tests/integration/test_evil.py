@@ -232,6 +232,28 @@ class ConfinementTest(unittest.TestCase):
                 return [a.decode(errors="replace") for a in argv], st.st_uid
         self.fail("no QEMU process for " + name)
 
+    def test_a_console_flood_is_bounded_on_the_host(self):
+        # The serial console goes through virtlogd, which rolls the file over at 2 MiB and keeps
+        # three old ones: 10 MB from the guest leave at most 8 MiB on the host.
+        p = altest.popen(["--debug", "exec", "--image", "tiny", "--", "sh", "-c",
+                          "head -c 10000000 /dev/zero | tr '\\0' x > /dev/console; echo wrote; "
+                          "sleep 60"], stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        self.addCleanup(lambda: (p.poll() is None and p.kill(), p.wait(), p.stdout.close(),
+                                 p.stderr.close()))
+        name = None
+        for line in p.stderr:
+            m = altest.session_names(line)
+            if m:
+                name = m[0].decode()
+                break
+        self.assertIsNotNone(name)
+        self.assertEqual(p.stdout.readline(), b"wrote\n")
+        d = os.path.join(altest.runtime_sessions_dir(), name)
+        logs = [n for n in os.listdir(d) if n.startswith("console.log")]
+        total = sum(os.path.getsize(os.path.join(d, n)) for n in logs)
+        self.assertGreater(len(logs), 1, logs)  # it did roll over: the flood got there
+        self.assertLessEqual(total, 8 << 20, logs)
+
     def test_qemu_is_unprivileged_sandboxed_and_has_only_our_devices(self):
         import pwd
         argv, uid = self.qemu_of_running_session([])
