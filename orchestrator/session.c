@@ -486,24 +486,23 @@ int al_session_open(const al_session_opts *opts, al_session **out, al_error *err
     if (r < 0)
         goto fail;
     s->transport = s->img.transport;
-    if (opts->transport && !strcmp(opts->transport, "virtio") &&
-        s->img.transport == AL_TRANSPORT_SSH) {
+    if (opts->transport != AL_TRANSPORT_IMAGE && opts->transport != AL_TRANSPORT_VIRTIO &&
+        opts->transport != AL_TRANSPORT_SSH) {
+        r = al_err(err, -EINVAL, "unknown transport %d (virtio or ssh)", (int)opts->transport);
+        goto fail;
+    }
+    if (opts->transport == AL_TRANSPORT_VIRTIO && s->img.transport == AL_TRANSPORT_SSH) {
         r = al_err(err, -EINVAL,
                    "image '%s' has no agent of its own to serve virtio-serial; use --transport "
                    "ssh",
                    s->img.name);
         goto fail;
     }
-    if (opts->transport && !strcmp(opts->transport, "ssh") &&
-        s->img.transport != AL_TRANSPORT_SSH) {
+    if (opts->transport == AL_TRANSPORT_SSH && s->img.transport != AL_TRANSPORT_SSH) {
         r = al_err(err, -EINVAL,
                    "image '%s' has no SSH server; use an SSH image ('airlock image build sshd', "
                    "or 'airlock image import')",
                    s->img.name);
-        goto fail;
-    }
-    if (opts->transport && strcmp(opts->transport, "ssh") && strcmp(opts->transport, "virtio")) {
-        r = al_err(err, -EINVAL, "unknown transport '%s' (virtio or ssh)", opts->transport);
         goto fail;
     }
     r = al_vm_connect(opts->connect_uri, &s->conn, err);

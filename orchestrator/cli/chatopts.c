@@ -349,9 +349,8 @@ static int apply(struct chat_opts *o, struct cli_globals *g, int opt, const char
         o->image = s;
         break;
     case O_TRANSPORT:
-        if (strcmp(s, "ssh") && strcmp(s, "virtio"))
+        if (al_transport_parse(s, &o->sess.transport, NULL) < 0)
             goto bad;
-        o->sess.transport = s;
         break;
     case 'm':
         if (!parse_uint(s, 1u << 20, &n) || n < 64)

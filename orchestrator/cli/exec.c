@@ -232,13 +232,14 @@ int cmd_exec(struct cli_globals *g, int argc, char **argv)
         case 'i':
             so.image = optarg;
             break;
-        case OPT_TRANSPORT:
-            if (strcmp(optarg, "ssh") && strcmp(optarg, "virtio")) {
-                fprintf(stderr, "airlock: --transport is virtio or ssh\n");
+        case OPT_TRANSPORT: {
+            al_error terr = {0};
+            if (al_transport_parse(optarg, &so.transport, &terr) < 0) {
+                cli_error(&terr);
                 return 2;
             }
-            so.transport = optarg;
             break;
+        }
         case 'l':
             eo.lang = optarg;
             break;
