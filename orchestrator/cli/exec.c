@@ -212,7 +212,7 @@ int cmd_exec(struct cli_globals *g, int argc, char **argv)
     al_session_opts so = {.image = NULL, .connect_uri = g->connect_uri, .quiet = g->quiet};
     al_exec_opts eo = {.stdin_fd = 0, .stdout_fd = 1, .stderr_fd = 2};
     const char *code = NULL;
-    const char *env[129];
+    const char *env[AL_ENV_MAX + 1]; /* NULL-terminated */
     size_t nenv = 0;
     char *puts_[COPIES_MAX][2], *gets_[COPIES_MAX][2];
     size_t nput = 0, nget = 0;
@@ -255,8 +255,8 @@ int cmd_exec(struct cli_globals *g, int argc, char **argv)
             eo.interrupt_on_wait = true;
             break;
         case 'e':
-            if (!strchr(optarg, '=') || nenv >= 128) {
-                fprintf(stderr, "airlock: --env wants KEY=VALUE (at most 128)\n");
+            if (!strchr(optarg, '=') || nenv >= AL_ENV_MAX) {
+                fprintf(stderr, "airlock: --env wants KEY=VALUE (at most %d)\n", AL_ENV_MAX);
                 return 2;
             }
             env[nenv++] = optarg;
