@@ -136,9 +136,7 @@ void al_session_console_tail(const al_session *s, char *out, size_t len)
         line[strcspn(line, "\r\n")] = '\0';
         if (!line[0])
             continue;
-        for (char *p = line; *p; p++)
-            if (*p < 0x20 || *p > 0x7e)
-                *p = '?';
+        al_printable(line);
         size_t n = strlen(line) < len - 1 ? strlen(line) : len - 1; /* cut, on purpose */
         memcpy(out, line, n);
         out[n] = '\0';
@@ -230,12 +228,8 @@ int al_session_hello_ack(al_session *s, const struct al_msg *m, uint64_t nonce, 
                  (int)a->langs[i].len, a->langs[i].p);
     }
     /* Printable only: these strings end up on the user's terminal. */
-    for (char *p = s->agent_version; *p; p++)
-        if (*p < 0x20 || *p > 0x7e)
-            *p = '?';
-    for (char *p = s->langs; *p; p++)
-        if (*p < 0x20 || *p > 0x7e)
-            *p = '?';
+    al_printable(s->agent_version);
+    al_printable(s->langs);
     return 0;
 }
 
