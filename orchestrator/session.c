@@ -696,6 +696,20 @@ int al_session_next_id(al_session *s)
     return (int)(s->next_id++ & 0x7fffffff);
 }
 
+int al_session_stray_frame(al_session *s, const struct al_msg *m, const char *when, al_error *err)
+{
+    if (m->type == AL_ERROR && m->id == 0)
+        return al_channel_guest_error(m, "guest agent reported a protocol error", err);
+    /* Late frames of a request that already ended (the agent answering stray data) are
+     * dropped. */
+    if (m->id != 0 && m->id < s->next_id)
+        return 0;
+    if (when)
+        return al_err(err, -EPROTO, "guest sent a %s frame %s", al_type_name(m->type), when);
+    return al_err(err, -EPROTO, "guest sent a %s frame for unknown request %u",
+                  al_type_name(m->type), m->id);
+}
+
 int al_session_recv(al_session *s, uint32_t id, struct al_msg *m, int extra_fd, al_error *err)
 {
     return al_session_recv_until(s, id, m, extra_fd, 0, err);
@@ -714,14 +728,9 @@ int al_session_recv_until(al_session *s, uint32_t id, struct al_msg *m, int extr
             return al_err(err, -ETIME, "session lifetime exceeded");
         if (r <= 0)
             return r;
-        if (m->type == AL_ERROR && m->id == 0)
-            return al_channel_guest_error(m, "guest agent reported a protocol error", err);
-        if (m->id == id)
+        if (m->id == id && !(m->type == AL_ERROR && m->id == 0))
             return 1;
-        /* Late frames of a request that already ended (the agent answering stray data) are
-         * dropped; anything else is a guest speaking out of turn. */
-        if (m->id == 0 || m->id >= s->next_id)
-            return al_err(err, -EPROTO, "guest sent a %s frame for unknown request %u",
-                          al_type_name(m->type), m->id);
+        if ((r = al_session_stray_frame(s, m, NULL, err)) < 0)
+            return r;
     }
 }
