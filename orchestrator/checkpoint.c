@@ -197,12 +197,8 @@ static int barrier(al_session *s, al_error *err)
             return r;
         if (m.type == AL_PONG && m.u.ping.cookie == cookie)
             return 0;
-        if (m.type == AL_ERROR && m.id == 0)
-            return al_channel_guest_error(&m, "guest agent reported a protocol error", err);
-        /* Late frames of requests that ended (or were abandoned) are dropped. */
-        if (m.id == 0 || m.id >= s->next_id)
-            return al_err(err, -EPROTO, "guest sent a %s frame while idle",
-                          al_type_name(m.type));
+        if ((r = al_session_stray_frame(s, &m, "while idle", err)) < 0)
+            return r;
     }
 }
 

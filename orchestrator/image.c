@@ -110,6 +110,17 @@ static int image_part(const cJSON *j, const char *key, const char *dir, char *ou
     return 0;
 }
 
+int al_transport_parse(const char *s, enum al_transport *out, al_error *err)
+{
+    if (s && !strcmp(s, "virtio"))
+        *out = AL_TRANSPORT_VIRTIO;
+    else if (s && !strcmp(s, "ssh"))
+        *out = AL_TRANSPORT_SSH;
+    else
+        return al_err(err, -EINVAL, "unknown transport '%s' (virtio or ssh)", s ? s : "");
+    return 0;
+}
+
 int al_image_load(const char *name, al_image *out, al_error *err)
 {
     char store[4096];
@@ -143,10 +154,9 @@ int al_image_load(const char *name, al_image *out, al_error *err)
     /* SSH images may have no agent at all (a stock cloud image): it is copied in per session,
      * so its protocol is this airlock's. An agent baked in must speak it. */
     const cJSON *tr = cJSON_GetObjectItemCaseSensitive(j, "transport");
+    img.transport = AL_TRANSPORT_VIRTIO;
     if (tr && !cJSON_IsNull(tr)) {
-        if (cJSON_IsString(tr) && !strcmp(tr->valuestring, "ssh"))
-            img.transport = AL_TRANSPORT_SSH;
-        else if (!cJSON_IsString(tr) || strcmp(tr->valuestring, "virtio"))
+        if (!cJSON_IsString(tr) || al_transport_parse(tr->valuestring, &img.transport, NULL) < 0)
             return al_err(err, -EINVAL, "image '%s': transport is neither 'virtio' nor 'ssh'",
                           name);
     }

@@ -176,6 +176,10 @@ int al_agent_files(char *agent, size_t alen, char *kernels, size_t klen, al_erro
 int al_disk_scratch(virConnectPtr conn, bool kvm, const char *path, uint64_t size,
                     al_error *err);
 
+/* Printable ASCII only: every byte outside 0x20..0x7e of s becomes '?' (short strings from the
+ * guest or from QEMU's log that end up on a terminal as they are). */
+void al_printable(char *s);
+
 /* ---- session dirs ---- */
 /* The directory session dirs live in (see util.c for where and why those modes), created if
  * need be and refused when it is not ours alone to change. */

@@ -136,9 +136,7 @@ void al_session_console_tail(const al_session *s, char *out, size_t len)
         line[strcspn(line, "\r\n")] = '\0';
         if (!line[0])
             continue;
-        for (char *p = line; *p; p++)
-            if (*p < 0x20 || *p > 0x7e)
-                *p = '?';
+        al_printable(line);
         size_t n = strlen(line) < len - 1 ? strlen(line) : len - 1; /* cut, on purpose */
         memcpy(out, line, n);
         out[n] = '\0';
@@ -230,12 +228,8 @@ int al_session_hello_ack(al_session *s, const struct al_msg *m, uint64_t nonce, 
                  (int)a->langs[i].len, a->langs[i].p);
     }
     /* Printable only: these strings end up on the user's terminal. */
-    for (char *p = s->agent_version; *p; p++)
-        if (*p < 0x20 || *p > 0x7e)
-            *p = '?';
-    for (char *p = s->langs; *p; p++)
-        if (*p < 0x20 || *p > 0x7e)
-            *p = '?';
+    al_printable(s->agent_version);
+    al_printable(s->langs);
     return 0;
 }
 
@@ -486,24 +480,23 @@ int al_session_open(const al_session_opts *opts, al_session **out, al_error *err
     if (r < 0)
         goto fail;
     s->transport = s->img.transport;
-    if (opts->transport && !strcmp(opts->transport, "virtio") &&
-        s->img.transport == AL_TRANSPORT_SSH) {
+    if (opts->transport != AL_TRANSPORT_IMAGE && opts->transport != AL_TRANSPORT_VIRTIO &&
+        opts->transport != AL_TRANSPORT_SSH) {
+        r = al_err(err, -EINVAL, "unknown transport %d (virtio or ssh)", (int)opts->transport);
+        goto fail;
+    }
+    if (opts->transport == AL_TRANSPORT_VIRTIO && s->img.transport == AL_TRANSPORT_SSH) {
         r = al_err(err, -EINVAL,
                    "image '%s' has no agent of its own to serve virtio-serial; use --transport "
                    "ssh",
                    s->img.name);
         goto fail;
     }
-    if (opts->transport && !strcmp(opts->transport, "ssh") &&
-        s->img.transport != AL_TRANSPORT_SSH) {
+    if (opts->transport == AL_TRANSPORT_SSH && s->img.transport != AL_TRANSPORT_SSH) {
         r = al_err(err, -EINVAL,
                    "image '%s' has no SSH server; use an SSH image ('airlock image build sshd', "
                    "or 'airlock image import')",
                    s->img.name);
-        goto fail;
-    }
-    if (opts->transport && strcmp(opts->transport, "ssh") && strcmp(opts->transport, "virtio")) {
-        r = al_err(err, -EINVAL, "unknown transport '%s' (virtio or ssh)", opts->transport);
         goto fail;
     }
     r = al_vm_connect(opts->connect_uri, &s->conn, err);
@@ -703,6 +696,20 @@ int al_session_next_id(al_session *s)
     return (int)(s->next_id++ & 0x7fffffff);
 }
 
+int al_session_stray_frame(al_session *s, const struct al_msg *m, const char *when, al_error *err)
+{
+    if (m->type == AL_ERROR && m->id == 0)
+        return al_channel_guest_error(m, "guest agent reported a protocol error", err);
+    /* Late frames of a request that already ended (the agent answering stray data) are
+     * dropped. */
+    if (m->id != 0 && m->id < s->next_id)
+        return 0;
+    if (when)
+        return al_err(err, -EPROTO, "guest sent a %s frame %s", al_type_name(m->type), when);
+    return al_err(err, -EPROTO, "guest sent a %s frame for unknown request %u",
+                  al_type_name(m->type), m->id);
+}
+
 int al_session_recv(al_session *s, uint32_t id, struct al_msg *m, int extra_fd, al_error *err)
 {
     return al_session_recv_until(s, id, m, extra_fd, 0, err);
@@ -721,14 +728,9 @@ int al_session_recv_until(al_session *s, uint32_t id, struct al_msg *m, int extr
             return al_err(err, -ETIME, "session lifetime exceeded");
         if (r <= 0)
             return r;
-        if (m->type == AL_ERROR && m->id == 0)
-            return al_channel_guest_error(m, "guest agent reported a protocol error", err);
-        if (m->id == id)
+        if (m->id == id && !(m->type == AL_ERROR && m->id == 0))
             return 1;
-        /* Late frames of a request that already ended (the agent answering stray data) are
-         * dropped; anything else is a guest speaking out of turn. */
-        if (m->id == 0 || m->id >= s->next_id)
-            return al_err(err, -EPROTO, "guest sent a %s frame for unknown request %u",
-                          al_type_name(m->type), m->id);
+        if ((r = al_session_stray_frame(s, m, NULL, err)) < 0)
+            return r;
     }
 }

@@ -62,6 +62,11 @@ struct al_session {
 };
 
 int al_session_next_id(al_session *s);
+/* A frame that is not the one awaited: the agent's protocol error (id 0) fails; a late frame of a
+ * request that already ended (or was abandoned) is dropped (0: read on); anything else is the
+ * guest speaking out of turn: -EPROTO, "guest sent a TYPE frame " and when (NULL: "for unknown
+ * request ID"). */
+int al_session_stray_frame(al_session *s, const struct al_msg *m, const char *when, al_error *err);
 /* The next frame for request id, dropping late frames of finished requests. 0 when cancel_fd
  * or extra_fd became readable. */
 int al_session_recv(al_session *s, uint32_t id, struct al_msg *m, int extra_fd, al_error *err);

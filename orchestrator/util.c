@@ -74,6 +74,13 @@ static int runtime_dir_check(const char *path, bool private, al_error *err)
  * root's alone, and the check still refuses a foreign owner or a write bit for others. Other
  * users' QEMU runs as themselves (qemu:///session), so theirs is 0700, made so if an older
  * airlock left it 0755. */
+void al_printable(char *s)
+{
+    for (unsigned char *p = (unsigned char *)s; *p; p++)
+        if (*p < 0x20 || *p > 0x7e)
+            *p = '?';
+}
+
 int al_runtime_dir(char *buf, size_t len, al_error *err)
 {
     const char *over = getenv("AIRLOCK_RUNTIME_DIR");

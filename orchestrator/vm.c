@@ -215,9 +215,7 @@ void al_vm_kvm_log_evidence(virConnectPtr conn, const char *name, char *out, siz
             !strstr(line, "KVM_EXIT") && !strstr(line, "kvm run failed"))
             continue;
         line[strcspn(line, "\r\n")] = '\0';
-        for (char *p = line; *p; p++)
-            if ((unsigned char)*p < 0x20 || (unsigned char)*p > 0x7e)
-                *p = '?';
+        al_printable(line);
         snprintf(out, len, "QEMU: %s", line);
         break;
     }

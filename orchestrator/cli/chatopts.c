@@ -280,8 +280,7 @@ static int apply(struct chat_opts *o, struct cli_globals *g, int opt, const char
         break;
     case O_LOCAL:
         o->local = s && *s ? s : (char *)"ollama";
-        if (strcmp(o->local, "ollama") && strcmp(o->local, "llamacpp") &&
-            strcmp(o->local, "lmstudio"))
+        if (!al_provider_local(o->local))
             goto bad;
         break;
     case O_TEMPERATURE: {
@@ -349,9 +348,8 @@ static int apply(struct chat_opts *o, struct cli_globals *g, int opt, const char
         o->image = s;
         break;
     case O_TRANSPORT:
-        if (strcmp(s, "ssh") && strcmp(s, "virtio"))
+        if (al_transport_parse(s, &o->sess.transport, NULL) < 0)
             goto bad;
-        o->sess.transport = s;
         break;
     case 'm':
         if (!parse_uint(s, 1u << 20, &n) || n < 64)
@@ -537,7 +535,8 @@ static bool is_set(const char *s)
 int chat_opts_finish(struct chat_opts *o)
 {
     al_model_cfg *m = &o->cfg.model;
-    const char *okey = getenv("OPENAI_API_KEY"), *akey = getenv("ANTHROPIC_API_KEY");
+    const char *okey = getenv(al_provider_hosted(AL_API_OPENAI)->key_env);
+    const char *akey = getenv(al_provider_hosted(AL_API_ANTHROPIC)->key_env);
     const char *model = o->model;
     enum al_api api = AL_API_OPENAI;
     if (o->api_name)
@@ -547,19 +546,15 @@ int chat_opts_finish(struct chat_opts *o)
     else if (!model && !o->local && !is_set(o->api_base) && !is_set(okey) && is_set(akey))
         api = AL_API_ANTHROPIC;
     const char *base = o->api_base;
-    if (o->local) {
-        if (!strcmp(o->local, "ollama"))
-            base = base ? base : "http://localhost:11434/v1", model = model ? model : "llama3.1";
-        else if (!strcmp(o->local, "llamacpp"))
-            base = base ? base : "http://localhost:8080/v1", model = model ? model : "local";
-        else
-            base = base ? base : "http://localhost:1234/v1", model = model ? model : "local";
-        api = AL_API_OPENAI;
-    }
+    const struct al_provider *p = o->local ? al_provider_local(o->local) : NULL;
+    if (p)
+        api = p->api;
+    else
+        p = al_provider_hosted(api);
     if (!base)
-        base = api == AL_API_ANTHROPIC ? "https://api.anthropic.com" : "https://api.openai.com/v1";
+        base = p->api_base;
     if (!model)
-        model = api == AL_API_ANTHROPIC ? "claude-sonnet-4-5" : "gpt-4o-mini";
+        model = p->model;
     m->api = api;
     m->api_base = base;
     m->model = model;

@@ -51,6 +51,12 @@ int cli_termout_write(void *ctx, int stream, const uint8_t *data, size_t n);
 /* The end of both streams: what a cut UTF-8 sequence left, shown. */
 void cli_termout_end(struct cli_termout *t);
 
+/* SIGINT, SIGTERM and SIGHUP each write their number (one byte) to a non-blocking pipe whose
+ * read end it returns (a cancel_fd), or -errno; SIGPIPE is ignored. hook, when not NULL, runs
+ * first in the handler (async-signal-safe calls only). No SA_RESTART: reads see EINTR. Once per
+ * process (cli/signals.c). */
+int cli_cancel_pipe(void (*hook)(int sig));
+
 /* Prints "airlock: MESSAGE" once, for the outermost caller. */
 void cli_error(const al_error *err);
 /* Parses a non-negative integer option; exits with a usage error when it is not one. */

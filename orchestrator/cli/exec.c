@@ -65,7 +65,7 @@ static const char usage[] =
     "      --connect URI, --debug, -q  as for airlock itself\n"
     "  -h, --help                this help\n";
 
-static int cancel_pipe[2] = {-1, -1};
+static int cancel_fd = -1; /* cli_cancel_pipe's */
 
 static uint64_t al_now_ms_cli(void)
 {
@@ -75,25 +75,17 @@ static uint64_t al_now_ms_cli(void)
 }
 static volatile sig_atomic_t last_signal;
 
-static void on_signal(int sig)
+static void note_signal(int sig)
 {
-    int saved = errno;
     last_signal = sig;
-    uint8_t b = (uint8_t)sig;
-    (void)!write(cancel_pipe[1], &b, 1);
-    errno = saved;
 }
 
 static int setup_signals(void)
 {
-    if (pipe2(cancel_pipe, O_CLOEXEC | O_NONBLOCK) < 0)
-        return -errno;
-    struct sigaction sa = {.sa_handler = on_signal};
-    sigemptyset(&sa.sa_mask);
-    sigaction(SIGINT, &sa, NULL);
-    sigaction(SIGTERM, &sa, NULL);
-    sigaction(SIGHUP, &sa, NULL);
-    signal(SIGPIPE, SIG_IGN);
+    int fd = cli_cancel_pipe(note_signal);
+    if (fd < 0)
+        return fd;
+    cancel_fd = fd;
     return 0;
 }
 
@@ -125,11 +117,11 @@ static void linger(unsigned seconds)
 {
     uint64_t end = al_now_ms_cli() + (uint64_t)seconds * 1000u;
     for (uint64_t now; (now = al_now_ms_cli()) < end;) {
-        struct pollfd p = {cancel_pipe[0], POLLIN, 0};
+        struct pollfd p = {cancel_fd, POLLIN, 0};
         int n = poll(&p, 1, (int)(end - now));
         uint8_t sig;
         /* Taken, so that what follows (the workdir's changes) still runs. */
-        if (n > 0 && read(cancel_pipe[0], &sig, 1) == 1)
+        if (n > 0 && read(cancel_fd, &sig, 1) == 1)
             return;
     }
 }
@@ -212,7 +204,7 @@ int cmd_exec(struct cli_globals *g, int argc, char **argv)
     al_session_opts so = {.image = NULL, .connect_uri = g->connect_uri, .quiet = g->quiet};
     al_exec_opts eo = {.stdin_fd = 0, .stdout_fd = 1, .stderr_fd = 2};
     const char *code = NULL;
-    const char *env[129];
+    const char *env[AL_ENV_MAX + 1]; /* NULL-terminated */
     size_t nenv = 0;
     char *puts_[COPIES_MAX][2], *gets_[COPIES_MAX][2];
     size_t nput = 0, nget = 0;
@@ -232,13 +224,14 @@ int cmd_exec(struct cli_globals *g, int argc, char **argv)
         case 'i':
             so.image = optarg;
             break;
-        case OPT_TRANSPORT:
-            if (strcmp(optarg, "ssh") && strcmp(optarg, "virtio")) {
-                fprintf(stderr, "airlock: --transport is virtio or ssh\n");
+        case OPT_TRANSPORT: {
+            al_error terr = {0};
+            if (al_transport_parse(optarg, &so.transport, &terr) < 0) {
+                cli_error(&terr);
                 return 2;
             }
-            so.transport = optarg;
             break;
+        }
         case 'l':
             eo.lang = optarg;
             break;
@@ -254,8 +247,8 @@ int cmd_exec(struct cli_globals *g, int argc, char **argv)
             eo.interrupt_on_wait = true;
             break;
         case 'e':
-            if (!strchr(optarg, '=') || nenv >= 128) {
-                fprintf(stderr, "airlock: --env wants KEY=VALUE (at most 128)\n");
+            if (!strchr(optarg, '=') || nenv >= AL_ENV_MAX) {
+                fprintf(stderr, "airlock: --env wants KEY=VALUE (at most %d)\n", AL_ENV_MAX);
                 return 2;
             }
             env[nenv++] = optarg;
@@ -382,7 +375,7 @@ int cmd_exec(struct cli_globals *g, int argc, char **argv)
         free(stdin_code);
         return EXIT_AIRLOCK_FAILED;
     }
-    so.cancel_fd = cancel_pipe[0];
+    so.cancel_fd = cancel_fd;
     so.console_to = debug ? stderr : NULL;
     so.on_notice = print_notice;
 

@@ -1,6 +1,8 @@
 /* The model loop's terminal side: signals, rendering callbacks, the confirmation prompt. */
 #include "loopui.h"
 
+#include "cli.h"
+
 #include <errno.h>
 #include <fcntl.h>
 #include <poll.h>
@@ -11,14 +13,13 @@
 #include <time.h>
 #include <unistd.h>
 
-static int cancel_pipe[2] = {-1, -1};
+static int cancel_fd = -1; /* cli_cancel_pipe's */
 static volatile sig_atomic_t quit_flag;
 static volatile sig_atomic_t interrupted;
 static volatile sig_atomic_t last_int_sec; /* CLOCK_MONOTONIC seconds * 10 of the last Ctrl-C */
 
 static void on_signal(int sig)
 {
-    int saved = errno;
     if (sig == SIGINT) {
         struct timespec ts;
         clock_gettime(CLOCK_MONOTONIC, &ts);
@@ -30,33 +31,26 @@ static void on_signal(int sig)
     } else {
         quit_flag = 1;
     }
-    uint8_t b = (uint8_t)sig;
-    (void)!write(cancel_pipe[1], &b, 1);
-    errno = saved;
 }
 
 int loopui_signals(void)
 {
-    if (pipe2(cancel_pipe, O_CLOEXEC | O_NONBLOCK) < 0)
-        return -errno;
-    struct sigaction sa = {.sa_handler = on_signal}; /* no SA_RESTART: reads see EINTR */
-    sigemptyset(&sa.sa_mask);
-    sigaction(SIGINT, &sa, NULL);
-    sigaction(SIGTERM, &sa, NULL);
-    sigaction(SIGHUP, &sa, NULL);
-    signal(SIGPIPE, SIG_IGN);
+    int fd = cli_cancel_pipe(on_signal); /* on_signal runs first, then the byte is written */
+    if (fd < 0)
+        return fd;
+    cancel_fd = fd;
     return 0;
 }
 
 int loopui_cancel_fd(void)
 {
-    return cancel_pipe[0];
+    return cancel_fd;
 }
 
 void loopui_drain(void)
 {
     uint8_t buf[64];
-    while (read(cancel_pipe[0], buf, sizeof(buf)) > 0)
+    while (read(cancel_fd, buf, sizeof(buf)) > 0)
         ;
     interrupted = 0;
 }
@@ -75,8 +69,7 @@ int loopui_read_line(int fd, char *buf, size_t len)
 {
     size_t n = 0;
     for (;;) {
-        struct pollfd p[2] = {{.fd = fd, .events = POLLIN},
-                              {.fd = cancel_pipe[0], .events = POLLIN}};
+        struct pollfd p[2] = {{.fd = fd, .events = POLLIN}, {.fd = cancel_fd, .events = POLLIN}};
         if (poll(p, 2, -1) < 0) {
             if (errno == EINTR)
                 continue;

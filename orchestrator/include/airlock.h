@@ -26,9 +26,15 @@ typedef struct al_error {
 /* ---- images ---- */
 
 enum al_transport {
-    AL_TRANSPORT_VIRTIO = 0, /* the agent is the image's init and serves a virtio-serial port */
-    AL_TRANSPORT_SSH = 1,    /* sshd in the guest; the agent is copied in over SFTP */
+    AL_TRANSPORT_IMAGE = 0,  /* session option only: the image's (what a zeroed al_session_opts
+                                asks for); an image's own transport is never this */
+    AL_TRANSPORT_VIRTIO = 1, /* the agent is the image's init and serves a virtio-serial port */
+    AL_TRANSPORT_SSH = 2,    /* sshd in the guest; the agent is copied in over SFTP */
 };
+
+/* "virtio" or "ssh" (--transport, a profile's transport, a manifest's) to AL_TRANSPORT_VIRTIO
+ * or AL_TRANSPORT_SSH; else -EINVAL and "unknown transport 'X' (virtio or ssh)" in err. */
+int al_transport_parse(const char *s, enum al_transport *out, al_error *err);
 
 typedef struct al_image {
     char name[64];
@@ -42,7 +48,7 @@ typedef struct al_image {
     unsigned agent_protocol;
     unsigned memory_mib;  /* suggested memory; 0 when the manifest names none */
     char languages[256];  /* space-separated */
-    enum al_transport transport; /* how sessions reach the agent by default */
+    enum al_transport transport; /* how sessions reach the agent by default: VIRTIO or SSH */
     char ssh_user[64];    /* SSH images: the user cloud-init gives the session's key */
     unsigned ssh_port;    /* SSH images: sshd's port in the guest */
 } al_image;
@@ -108,7 +114,8 @@ typedef struct al_session_opts {
     int cancel_fd;            /* 0 or -1: none; or a pipe: each byte read is a signal number. While
                                  booting any byte cancels; during an exec SIGINT/SIGQUIT are
                                  forwarded to the guest process group, others kill it. */
-    const char *transport;    /* NULL: the image's; "virtio" or "ssh" */
+    enum al_transport transport; /* AL_TRANSPORT_IMAGE (0): the image's; else that one, which
+                                    the image must serve (al_transport_parse reads names) */
     bool checkpoints;         /* allow al_checkpoint_*: images without a disk get a small scratch
                                  qcow2 to hold the snapshots (the guest never mounts it) */
     /* Notices (one line, no "airlock: notice: " prefix, no newline): called instead of

@@ -163,25 +163,8 @@ int al_anthropic_body(const al_model_cfg *cfg, const cJSON *messages, const cJSO
         if (cJSON_GetArraySize(cJSON_GetObjectItemCaseSensitive(x, "content")) == 0)
             cJSON_DeleteItemFromArray(msgs, i);
     }
-    if (cJSON_GetArraySize(tools) > 0) {
-        cJSON *ts = cJSON_AddArrayToObject(b, "tools");
-        if (!ts)
-            return al_err(err, -ENOMEM, "out of memory for the model request");
-        const cJSON *t;
-        cJSON_ArrayForEach(t, tools)
-        {
-            cJSON *o = cJSON_CreateObject();
-            const char *name = al_json_str(t, "name"), *desc = al_json_str(t, "description");
-            const cJSON *params = cJSON_GetObjectItemCaseSensitive(t, "parameters");
-            if (!o || !cJSON_AddItemToArray(ts, o) ||
-                !cJSON_AddStringToObject(o, "name", name ? name : "") ||
-                (desc && !cJSON_AddStringToObject(o, "description", desc)) ||
-                !cJSON_AddItemToObject(o, "input_schema",
-                                       params ? cJSON_Duplicate(params, true)
-                                              : cJSON_Parse("{\"type\":\"object\"}")))
-                return al_err(err, -ENOMEM, "out of memory for the model request");
-        }
-    }
+    if ((r = al_model_body_tools(b, AL_API_ANTHROPIC, tools, err)) < 0)
+        return r;
     return al_model_body_finish(b, cfg, out, err);
 }
 

@@ -56,7 +56,7 @@ static void global_init(void)
 
 static const char *key_env(enum al_api api)
 {
-    return api == AL_API_ANTHROPIC ? "ANTHROPIC_API_KEY" : "OPENAI_API_KEY";
+    return al_provider_hosted(api)->key_env;
 }
 
 /* Whether host is this machine or a private network, where servers run without keys. */

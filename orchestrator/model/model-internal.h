@@ -103,6 +103,9 @@ int al_model_server_error(struct al_model_acc *a, const char *msg);
 /* Fails the reply for JSON that does not parse, quoting its start. */
 int al_model_bad_json(struct al_model_acc *a, const char *what, const char *data, size_t len);
 
+/* Adds "tools" to a request body in api's shape, from the neutral tools (model.h); nothing when
+ * there are none. Shared by al_openai_body and al_anthropic_body. */
+int al_model_body_tools(cJSON *body, enum al_api api, const cJSON *tools, al_error *err);
 /* Adds what both APIs take alike (temperature) and prints the body into *out. */
 int al_model_body_finish(cJSON *body, const al_model_cfg *cfg, char **out, al_error *err);
 

@@ -18,6 +18,19 @@ enum al_api {
     AL_API_ANTHROPIC = 1, /* POST {api_base}/v1/messages (api_base without /v1), stream: true */
 };
 
+/* Provider defaults (model/providers.c): what an endpoint, a model or a key defaults to. */
+struct al_provider {
+    const char *name;     /* "openai", "anthropic"; local: "ollama", "llamacpp", "lmstudio" */
+    enum al_api api;
+    const char *api_base; /* the endpoint */
+    const char *model;    /* the default model */
+    const char *key_env;  /* the environment variable holding the key; NULL: none (local) */
+};
+/* The hosted provider of an API; never NULL. */
+const struct al_provider *al_provider_hosted(enum al_api api);
+/* A local server by name (ollama, llamacpp, lmstudio); NULL when there is none of that name. */
+const struct al_provider *al_provider_local(const char *name);
+
 typedef struct al_model_cfg {
     enum al_api api;
     const char *api_base;  /* e.g. https://api.openai.com/v1, http://127.0.0.1:11434/v1 */

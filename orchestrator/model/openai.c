@@ -96,25 +96,9 @@ int al_openai_body(const al_model_cfg *cfg, const cJSON *messages, const cJSON *
     }
     if (cfg->max_tokens && !cJSON_AddNumberToObject(b, "max_tokens", cfg->max_tokens))
         return al_err(err, -ENOMEM, "out of memory for the model request");
-    if (cJSON_GetArraySize(tools) > 0) {
-        cJSON *ts = cJSON_AddArrayToObject(b, "tools");
-        if (!ts)
-            return al_err(err, -ENOMEM, "out of memory for the model request");
-        const cJSON *t;
-        cJSON_ArrayForEach(t, tools)
-        {
-            cJSON *o = cJSON_CreateObject(), *fn = NULL;
-            const char *name = al_json_str(t, "name"), *desc = al_json_str(t, "description");
-            const cJSON *params = cJSON_GetObjectItemCaseSensitive(t, "parameters");
-            if (!o || !cJSON_AddItemToArray(ts, o) ||
-                !cJSON_AddStringToObject(o, "type", "function") ||
-                !(fn = cJSON_AddObjectToObject(o, "function")) ||
-                !cJSON_AddStringToObject(fn, "name", name ? name : "") ||
-                (desc && !cJSON_AddStringToObject(fn, "description", desc)) ||
-                (params && !cJSON_AddItemToObject(fn, "parameters", cJSON_Duplicate(params, true))))
-                return al_err(err, -ENOMEM, "out of memory for the model request");
-        }
-    }
+    int tr = al_model_body_tools(b, AL_API_OPENAI, tools, err);
+    if (tr < 0)
+        return tr;
     return al_model_body_finish(b, cfg, out, err);
 }
 

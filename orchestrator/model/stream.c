@@ -241,6 +241,43 @@ unsigned al_json_tokens(const cJSON *usage, const char *key)
     return v->valuedouble > AL_MODEL_TOKENS_MAX ? AL_MODEL_TOKENS_MAX : (unsigned)v->valuedouble;
 }
 
+int al_model_body_tools(cJSON *body, enum al_api api, const cJSON *tools, al_error *err)
+{
+    if (cJSON_GetArraySize(tools) <= 0)
+        return 0;
+    cJSON *ts = cJSON_AddArrayToObject(body, "tools");
+    if (!ts)
+        return al_err(err, -ENOMEM, "out of memory for the model request");
+    const cJSON *t;
+    cJSON_ArrayForEach(t, tools)
+    {
+        cJSON *o = cJSON_CreateObject(), *fn = o;
+        const char *name = al_json_str(t, "name"), *desc = al_json_str(t, "description");
+        const cJSON *params = cJSON_GetObjectItemCaseSensitive(t, "parameters");
+        if (!o || !cJSON_AddItemToArray(ts, o))
+            goto oom;
+        /* OpenAI: {"type":"function","function":{name, description, parameters}};
+         * Anthropic: {name, description, input_schema}, which it requires. */
+        if (api == AL_API_OPENAI && (!cJSON_AddStringToObject(o, "type", "function") ||
+                                     !(fn = cJSON_AddObjectToObject(o, "function"))))
+            goto oom;
+        if (!cJSON_AddStringToObject(fn, "name", name ? name : "") ||
+            (desc && !cJSON_AddStringToObject(fn, "description", desc)))
+            goto oom;
+        if (api == AL_API_OPENAI && params &&
+            !cJSON_AddItemToObject(fn, "parameters", cJSON_Duplicate(params, true)))
+            goto oom;
+        if (api == AL_API_ANTHROPIC &&
+            !cJSON_AddItemToObject(o, "input_schema",
+                                   params ? cJSON_Duplicate(params, true)
+                                          : cJSON_Parse("{\"type\":\"object\"}")))
+            goto oom;
+    }
+    return 0;
+oom:
+    return al_err(err, -ENOMEM, "out of memory for the model request");
+}
+
 int al_model_body_finish(cJSON *body, const al_model_cfg *cfg, char **out, al_error *err)
 {
     if (cfg->has_temperature && !cJSON_AddNumberToObject(body, "temperature", cfg->temperature))

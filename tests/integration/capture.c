@@ -39,3 +39,30 @@ double capture_now_ms(void)
     clock_gettime(CLOCK_MONOTONIC, &ts);
     return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec / 1e6;
 }
+
+const char *json_str(const cJSON *o, const char *key)
+{
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, key);
+    return cJSON_IsString(v) ? v->valuestring : NULL;
+}
+
+double json_num(const cJSON *o, const char *key)
+{
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, key);
+    return cJSON_IsNumber(v) ? v->valuedouble : 0;
+}
+
+void capture_add_result(cJSON *out, const al_exec_result *res)
+{
+    cJSON_AddNumberToObject(out, "how", res->how);
+    cJSON_AddNumberToObject(out, "value", res->value);
+    cJSON_AddBoolToObject(out, "waited_input", res->waited_input);
+    cJSON_AddBoolToObject(out, "timed_out", res->timed_out);
+}
+
+void capture_add_output(cJSON *out, struct capture *c)
+{
+    cJSON_AddStringToObject(out, "stdout", c->buf[1] ? c->buf[1] : "");
+    cJSON_AddStringToObject(out, "stderr", c->buf[2] ? c->buf[2] : "");
+    capture_free(c);
+}

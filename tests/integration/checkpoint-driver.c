@@ -38,26 +38,14 @@ static void add_info(void *ctx, const al_checkpoint_info *c)
     cJSON_AddItemToArray(ctx, info_json(c));
 }
 
-static const char *str(const cJSON *req, const char *key)
-{
-    const cJSON *v = cJSON_GetObjectItemCaseSensitive(req, key);
-    return cJSON_IsString(v) ? v->valuestring : NULL;
-}
-
-static double num(const cJSON *req, const char *key)
-{
-    const cJSON *v = cJSON_GetObjectItemCaseSensitive(req, key);
-    return cJSON_IsNumber(v) ? v->valuedouble : 0;
-}
-
 static void op_exec(al_session *s, const cJSON *req, cJSON *out, al_error *err)
 {
     struct capture c = {0};
-    const char *argv[] = {str(req, "code") ? str(req, "code") : "", NULL};
+    const char *argv[] = {json_str(req, "code") ? json_str(req, "code") : "", NULL};
     al_exec_opts o = {
         .argv = argv,
-        .lang = str(req, "lang") ? str(req, "lang") : "sh",
-        .timeout_ms = (unsigned)num(req, "timeout"),
+        .lang = json_str(req, "lang") ? json_str(req, "lang") : "sh",
+        .timeout_ms = (unsigned)json_num(req, "timeout"),
         .kernel = cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(req, "kernel")),
         .stdin_fd = -1,
         .stdout_fd = -1,
@@ -68,20 +56,15 @@ static void op_exec(al_session *s, const cJSON *req, cJSON *out, al_error *err)
     al_exec_result res = {0};
     int r = al_exec(s, &o, &res, err);
     cJSON_AddNumberToObject(out, "r", r);
-    if (r == 0) {
-        cJSON_AddNumberToObject(out, "how", res.how);
-        cJSON_AddNumberToObject(out, "value", res.value);
-        cJSON_AddBoolToObject(out, "timed_out", res.timed_out);
-    }
-    cJSON_AddStringToObject(out, "stdout", c.buf[1] ? c.buf[1] : "");
-    cJSON_AddStringToObject(out, "stderr", c.buf[2] ? c.buf[2] : "");
-    capture_free(&c);
+    if (r == 0)
+        capture_add_result(out, &res);
+    capture_add_output(out, &c);
 }
 
 static void handle(al_session *s, const cJSON *req, cJSON *out)
 {
     al_error err = {0};
-    const char *op = str(req, "op");
+    const char *op = json_str(req, "op");
     int r = -EINVAL;
     double t0 = capture_now_ms();
     if (!op) {
@@ -89,10 +72,10 @@ static void handle(al_session *s, const cJSON *req, cJSON *out)
         snprintf(err.msg, sizeof(err.msg), "no op");
     } else if (!strcmp(op, "exec")) {
         op_exec(s, req, out, &err);
-        r = (int)num(out, "r");
+        r = (int)json_num(out, "r");
     } else if (!strcmp(op, "create")) {
         al_checkpoint_info info;
-        r = al_checkpoint_create(s, str(req, "name"), &info, &err);
+        r = al_checkpoint_create(s, json_str(req, "name"), &info, &err);
         if (r > 0)
             cJSON_AddItemToObject(out, "info", info_json(&info));
     } else if (!strcmp(op, "list")) {
@@ -100,22 +83,22 @@ static void handle(al_session *s, const cJSON *req, cJSON *out)
         r = al_checkpoint_list(s, add_info, list, &err);
     } else if (!strcmp(op, "find")) {
         al_checkpoint_info info;
-        r = al_checkpoint_find(s, str(req, "key") ? str(req, "key") : "", &info, &err);
+        r = al_checkpoint_find(s, json_str(req, "key") ? json_str(req, "key") : "", &info, &err);
         if (r == 0)
             cJSON_AddItemToObject(out, "info", info_json(&info));
     } else if (!strcmp(op, "rollback")) {
-        r = al_checkpoint_rollback(s, (uint32_t)num(req, "id"), &err);
+        r = al_checkpoint_rollback(s, (uint32_t)json_num(req, "id"), &err);
     } else if (!strcmp(op, "delete")) {
-        r = al_checkpoint_delete(s, (uint32_t)num(req, "id"), &err);
+        r = al_checkpoint_delete(s, (uint32_t)json_num(req, "id"), &err);
     } else if (!strcmp(op, "recover")) {
         uint32_t id = 0;
         r = al_checkpoint_recover(s, &id, &err);
         cJSON_AddNumberToObject(out, "restored", id);
     } else if (!strcmp(op, "wants")) {
         enum al_checkpoint_policy p = AL_CHECKPOINT_AUTO;
-        r = al_checkpoint_policy_parse(str(req, "policy"), &p, &err);
+        r = al_checkpoint_policy_parse(json_str(req, "policy"), &p, &err);
         if (r == 0)
-            r = al_checkpoint_policy_wants(str(req, "lang"), str(req, "code"), p);
+            r = al_checkpoint_policy_wants(json_str(req, "lang"), json_str(req, "code"), p);
     } else {
         snprintf(err.msg, sizeof(err.msg), "unknown op '%.64s'", op);
     }

@@ -45,16 +45,16 @@ static void *sigint_later(void *arg)
 
 static unsigned num(const cJSON *req, const char *key)
 {
-    const cJSON *v = cJSON_GetObjectItemCaseSensitive(req, key);
-    return cJSON_IsNumber(v) && v->valuedouble > 0 ? (unsigned)v->valuedouble : 0;
+    double v = json_num(req, key);
+    return v > 0 ? (unsigned)v : 0;
 }
 
 static cJSON *do_exec(al_session *s, const cJSON *req)
 {
     cJSON *ans = cJSON_CreateObject();
-    const char *lang = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(req, "lang"));
-    const char *code = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(req, "code"));
-    const char *in = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(req, "stdin"));
+    const char *lang = json_str(req, "lang");
+    const char *code = json_str(req, "code");
+    const char *in = json_str(req, "stdin");
     const char *argv[] = {code ? code : "", NULL};
     struct capture cap = {{NULL}, {0}};
     al_exec_opts o = {.argv = argv, .lang = lang, .stdin_fd = -1, .stdout_fd = -1,
@@ -88,22 +88,17 @@ static cJSON *do_exec(al_session *s, const cJSON *req)
     if (r < 0) {
         cJSON_AddStringToObject(ans, "error", err.msg);
     } else {
-        cJSON_AddNumberToObject(ans, "how", res.how);
-        cJSON_AddNumberToObject(ans, "value", res.value);
-        cJSON_AddBoolToObject(ans, "waited_input", res.waited_input);
-        cJSON_AddBoolToObject(ans, "timed_out", res.timed_out);
+        capture_add_result(ans, &res);
     }
-    cJSON_AddStringToObject(ans, "stdout", cap.buf[1] ? cap.buf[1] : "");
-    cJSON_AddStringToObject(ans, "stderr", cap.buf[2] ? cap.buf[2] : "");
-    capture_free(&cap);
+    capture_add_output(ans, &cap);
     return ans;
 }
 
 static cJSON *do_get(al_session *s, const cJSON *req)
 {
     cJSON *ans = cJSON_CreateObject();
-    const char *guest = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(req, "guest"));
-    const char *host = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(req, "host"));
+    const char *guest = json_str(req, "guest");
+    const char *host = json_str(req, "host");
     al_error err = {0};
     int r = guest && host ? al_file_get(s, guest, host, &err) : -EINVAL;
     cJSON_AddNumberToObject(ans, "r", r);
@@ -136,7 +131,7 @@ int main(int argc, char **argv)
     char *line = malloc(LINE_MAX_BYTES);
     while (line && fgets(line, LINE_MAX_BYTES, stdin)) {
         cJSON *req = cJSON_Parse(line);
-        const char *op = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(req, "op"));
+        const char *op = json_str(req, "op");
         cJSON *ans = !op                    ? cJSON_CreateObject()
                      : !strcmp(op, "exec") ? do_exec(s, req)
                      : !strcmp(op, "get")  ? do_get(s, req)
