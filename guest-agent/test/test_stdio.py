@@ -423,6 +423,12 @@ if have['python']:
     d, out, err, _ = krun('python', "print(x, 'y' in dir())")
     check('python: ...and the kernel keeps its variables', ok_exit(d) and out == b'5 False\n',
           (d, out, err))
+    d, out, err, _ = krun('python', '    z = 1\n    if z:\n        print(z + x)\n')
+    check('python: a uniformly indented block runs dedented', ok_exit(d) and out == b'6\n',
+          (d, out, err))
+    d, out, err, _ = krun('python', '\n    z = 2\n    1 / 0\n')
+    check('python: ...its traceback has the block\'s line', ok_exit(d, 1) and
+          b'line 3' in err and b'1 / 0' in err, (d, err))
     d, out, err, _ = krun('python', 'import os\nos._exit(3)')
     check('python: a kernel that dies ends the run with its status', ok_exit(d, 3), d)
     d, out, err, _ = krun('python', 'x')
