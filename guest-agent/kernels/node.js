@@ -182,17 +182,25 @@ function notebook(code) {
   }
   const last = body[body.length - 1];
   if (wrap && last && last.type === 'ExpressionStatement') {
-    edits.push([last.expression.start, last.expression.start, 'return (']);
-    edits.push([last.expression.end, last.expression.end, ')']);
+    // The statement's bounds: an expression's own leave out the parentheses around it.
+    const end = code[last.end - 1] === ';' ? last.end - 1 : last.end;
+    edits.push([last.start, last.start, 'return (']);
+    edits.push([end, end, ')']);
   }
   if (!wrap && edits.length === 0)
     return code;
-  // Back to front, so that each edit's offsets still hold; of two inserts at one place, the
-  // one pushed last comes first (a stable sort): `x = undefined)`.
-  edits.sort((a, b) => b[0] - a[0] || b[1] - a[1]);
-  let out = code;
-  for (const [at, end, text] of edits)
-    out = out.slice(0, at) + text + out.slice(end);
+  // In one pass, front to back; of two inserts at one place, the one pushed last comes first:
+  // `x = undefined);`.
+  edits.forEach((e, i) => e.push(i));
+  edits.sort((a, b) => a[0] - b[0] || b[3] - a[3]);
+  const parts = [];
+  let pos = 0;
+  for (const [at, end, text] of edits) {
+    parts.push(code.slice(pos, at), text);
+    pos = end;
+  }
+  parts.push(code.slice(pos));
+  const out = parts.join('');
   if (!wrap)
     return out;
   const start = (hoisted.length ? `var ${[...new Set(hoisted)].join(', ')}; ` : '') +

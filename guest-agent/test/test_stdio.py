@@ -553,13 +553,16 @@ if have['javascript']:
                           '\n[la, lc, new K().v()]')
     check('javascript: let, const and class declared again in a later block', ok_exit(d) and
           out == b'[ 2, 3, 4 ]\n', (d, out, err))
-    d, out, err, _ = krun('javascript', 'let la; la')
-    check('javascript: let without a value is undefined again', ok_exit(d) and out == b'' and
-          not err, (d, out, err))
+    d, out, err, _ = krun('javascript', 'let la\n[la]')
+    check('javascript: let without a value is undefined again', ok_exit(d) and
+          out == b'[ undefined ]\n', (d, out, err))
     d, out, err, _ = krun('javascript', 'const lc = await Promise.resolve(8); let { p, q: [r] } ='
                           ' { p: 1, q: [2] }; [lc, p, r]')
     check('javascript: declared again with await, destructuring', ok_exit(d) and
           out == b'[ 8, 1, 2 ]\n', (d, out, err))
+    d, out, err, _ = krun('javascript', 'await null; (lc)')
+    check('javascript: an awaiting block\'s last value in parentheses', ok_exit(d) and
+          out == b'8\n', (d, out, err))
     d, out, err, _ = krun('javascript', 'await null;\nnull.x')
     check('javascript: an error in an awaiting block reports with its line, status 1',
           ok_exit(d, 1) and b'TypeError' in err and re.search(rb'cell \d+:2:', err) and
