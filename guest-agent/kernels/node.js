@@ -10,9 +10,12 @@
 // hoisted as globals (var) and its declarations become assignments, a function declaration is
 // also made a global, the last expression statement is returned, and `import x, { a as b }, *
 // as ns from 'mod'` becomes an `await import()` (resolved as require() would from the current
-// directory; node builtins as they are) whose namespace's members are assigned in order. The
-// block's value is then that function's promise, waited for like any other. Line numbers
-// stay those of the block as written (only columns on its first line move).
+// directory; node builtins as they are) whose namespace's members are assigned in order;
+// imports run where they stand, not first. The block's value is then that function's
+// promise, waited for like any other (an interrupt stops the wait, not the function: what
+// follows its await may still run later, as a promise's callbacks may). Line numbers stay
+// those of the block as written (only columns on its first line move); a block acorn cannot
+// parse runs as written, so that node reports its syntax error.
 //
 // Started by the agent (guest-agent/kernel.c) with fd 3 a socket to it. Says "ready" once, then
 // reads requests "run ID COUNT LEN..." followed by COUNT fields (the code, the path of the run's
