@@ -33,8 +33,9 @@ static const struct kernel_lang table[KERNEL_LANGS] = {
      * would echo the input. */
     {"shell", {"bash", "sh"}, KERNEL_BASH, "shell.bash", {"bash"},
      {"$interp", "--noediting", "--noprofile", "--rcfile", "$script", "-i"}, {"TERM=dumb"}},
+    /* --expose-internals: the driver rewrites blocks as notebook cells with node's own acorn. */
     {"javascript", {"node", "js"}, KERNEL_DRIVER, "node.js", {"node", "nodejs"},
-     {"$interp", "$script"}, {NULL}},
+     {"$interp", "--expose-internals", "$script"}, {NULL}},
 };
 
 /* Interpreters come from the image, whatever PATH a run sets. */

@@ -2,6 +2,21 @@
 // Airlock's javascript kernel: runs the agent's code blocks one after another in one global
 // context (vm.runInThisContext), so var, function, let and const declarations persist.
 //
+// Blocks are notebook cells, rewritten before they run with node's own acorn parser (reached
+// through --expose-internals, which kernel.c passes; without it blocks run as written):
+// top-level let, const and class declarations become var (so a later cell may declare the name
+// again, as in Jupyter; a const is then no longer read-only). A block with a top-level await
+// or an import declaration runs inside an async arrow function: its declared names are
+// hoisted as globals (var) and its declarations become assignments, a function declaration is
+// also made a global, the last expression statement is returned, and `import x, { a as b }, *
+// as ns from 'mod'` becomes an `await import()` (resolved as require() would from the current
+// directory; node builtins as they are) whose namespace's members are assigned in order;
+// imports run where they stand, not first. The block's value is then that function's
+// promise, waited for like any other (an interrupt stops the wait, not the function: what
+// follows its await may still run later, as a promise's callbacks may). Line numbers stay
+// those of the block as written (only columns on its first line move); a block acorn cannot
+// parse runs as written, so that node reports its syntax error.
+//
 // Started by the agent (guest-agent/kernel.c) with fd 3 a socket to it. Says "ready" once, then
 // reads requests "run ID COUNT LEN..." followed by COUNT fields (the code, the path of the run's
 // stdin, KEY=VALUE entries) and answers "done ID STATUS" when the block is over: 0, 1 for an
@@ -15,7 +30,8 @@ const net = require('net');
 const path = require('path');
 const util = require('util');
 const vm = require('vm');
-const { createRequire } = require('module');
+const { builtinModules, createRequire } = require('module');
+const { pathToFileURL } = require('url');
 
 const CTL = 3;
 let cell = 0;
@@ -54,6 +70,148 @@ globalThis.require = function require(id) {
 };
 globalThis.require.resolve = (id, opts) =>
   createRequire(path.join(process.cwd(), '[cell]')).resolve(id, opts);
+
+// import declarations in blocks: `await __airlock_import(spec)`, resolved from the cwd.
+Object.defineProperty(globalThis, '__airlock_import', {
+  configurable: true,
+  value: function (spec) {
+    if (spec.startsWith('node:') || builtinModules.includes(spec) || /^[a-z][a-z0-9+.-]+:/i.test(spec))
+      return import(spec);
+    let file;
+    try {
+      file = globalThis.require.resolve(spec);
+    } catch (e) {
+      if (!/^\.{0,2}\//.test(spec))
+        throw e;
+      file = path.resolve(process.cwd(), spec);
+    }
+    return import(builtinModules.includes(file) ? file : pathToFileURL(file).href);
+  },
+});
+
+let acorn = null;
+try {
+  acorn = require('internal/deps/acorn/acorn/dist/acorn');
+} catch (e) {
+  // node without --expose-internals: blocks run as written.
+}
+
+const FUNCTIONS = new Set(['FunctionDeclaration', 'FunctionExpression', 'ArrowFunctionExpression']);
+
+// Whether node (a statement) awaits outside any function of its own.
+function awaits(node) {
+  if (Array.isArray(node))
+    return node.some(awaits);
+  if (!node || typeof node.type !== 'string' || FUNCTIONS.has(node.type))
+    return false;
+  if (node.type === 'AwaitExpression' || (node.type === 'ForOfStatement' && node.await))
+    return true;
+  for (const key in node) {
+    const v = node[key];
+    if (v && typeof v === 'object' && key !== 'loc' && awaits(v))
+      return true;
+  }
+  return false;
+}
+
+// The names a declaration's pattern binds.
+function bound(p, names) {
+  switch (p.type) {
+  case 'Identifier': names.push(p.name); break;
+  case 'ObjectPattern': for (const q of p.properties) bound(q.type === 'Property' ? q.value : q, names); break;
+  case 'ArrayPattern': for (const q of p.elements) if (q) bound(q, names); break;
+  case 'RestElement': bound(p.argument, names); break;
+  case 'AssignmentPattern': bound(p.left, names); break;
+  }
+  return names;
+}
+
+// The block as it runs (see the header): code as written where nothing needs a rewrite.
+function notebook(code) {
+  if (!acorn || !/\b(let|const|class|await|import)\b/.test(code))
+    return code;
+  let ast;
+  try {
+    ast = acorn.parse(code, { ecmaVersion: 'latest', sourceType: 'script',
+      allowAwaitOutsideFunction: true, allowImportExportEverywhere: true,
+      allowHashBang: true });
+  } catch (e) {
+    return code; // node reports the syntax error itself
+  }
+  const body = ast.body;
+  const wrap = body.some((s) => s.type === 'ImportDeclaration' || awaits(s));
+  const edits = []; // [at, end, text]
+  const hoisted = [];
+  const globals = [];
+  const src = (n) => code.slice(n.start, n.end);
+  for (const s of body) {
+    if (s.type === 'VariableDeclaration' && (wrap || s.kind !== 'var')) {
+      const decls = s.declarations;
+      // Ended, as `let a\n[a]` was: `a = undefined\n[a]` would read on.
+      if (code[s.end - 1] !== ';')
+        edits.push([s.end, s.end, ';']);
+      if (!wrap) {
+        edits.push([s.start, s.start + s.kind.length, 'var']);
+      } else {
+        edits.push([s.start, decls[0].start, 'void (']);
+        edits.push([decls[decls.length - 1].end, decls[decls.length - 1].end, ')']);
+      }
+      for (const d of decls) {
+        if (wrap)
+          bound(d.id, hoisted);
+        if (!d.init && s.kind === 'let')
+          edits.push([d.end, d.end, ' = undefined']);
+      }
+    } else if (s.type === 'ClassDeclaration') {
+      hoisted.push(s.id.name);
+      edits.push([s.start, s.start, (wrap ? '' : 'var ') + s.id.name + ' = ']);
+      edits.push([s.end, s.end, ';']);
+    } else if (s.type === 'FunctionDeclaration' && wrap) {
+      globals.push(s.id.name);
+    } else if (s.type === 'ImportDeclaration') {
+      const sets = s.specifiers.map((p) => {
+        hoisted.push(p.local.name);
+        if (p.type === 'ImportNamespaceSpecifier')
+          return `${p.local.name} = __airlock_ns;`;
+        const name = p.type === 'ImportDefaultSpecifier' ? 'default'
+          : p.imported.type === 'Identifier' ? p.imported.name : p.imported.value;
+        return `${p.local.name} = __airlock_ns[${JSON.stringify(name)}];`;
+      });
+      // On the declaration's own lines, so that the lines after keep their numbers.
+      const lines = '\n'.repeat((src(s).match(/\n/g) || []).length);
+      edits.push([s.start, s.end, `void ((__airlock_ns) => { ${sets.join(' ')} })(await ` +
+        `__airlock_import(${JSON.stringify(s.source.value)}));${lines}`]);
+    }
+  }
+  const last = body[body.length - 1];
+  if (wrap && last && last.type === 'ExpressionStatement') {
+    // The statement's bounds: an expression's own leave out the parentheses around it.
+    const end = code[last.end - 1] === ';' ? last.end - 1 : last.end;
+    edits.push([last.start, last.start, 'return (']);
+    edits.push([end, end, ')']);
+  }
+  if (!wrap && edits.length === 0)
+    return code;
+  // In one pass, front to back; of two inserts at one place, the one pushed last comes first:
+  // `x = undefined);`.
+  edits.forEach((e, i) => e.push(i));
+  edits.sort((a, b) => a[0] - b[0] || b[3] - a[3]);
+  const parts = [];
+  let pos = 0;
+  for (const [at, end, text] of edits) {
+    parts.push(code.slice(pos, at), text);
+    pos = end;
+  }
+  parts.push(code.slice(pos));
+  const out = parts.join('');
+  if (!wrap)
+    return out;
+  const start = (hoisted.length ? `var ${[...new Set(hoisted)].join(', ')}; ` : '') +
+    '(async () => { ' + globals.map((n) => `globalThis.${n} = ${n}; `).join('');
+  // A hashbang must stay first.
+  const bang = out.startsWith('#!') ? out.indexOf('\n') + 1 || out.length : 0;
+  return out.slice(0, bang) + start + out.slice(bang) + '\n})()';
+}
 
 // A kernel outlives the mistakes of background code: report them, do not die of them.
 process.on('uncaughtException', (e) => printError(e));
@@ -118,7 +276,7 @@ async function run(code, stdinPath, env) {
     try {
       // Compiled first: breakOnSigint covers only the run, so a SIGINT that came while the
       // request was read or the block compiled (a big block) is held, and seen here.
-      const script = new vm.Script(code, { filename: `cell ${cell}` });
+      const script = new vm.Script(notebook(code), { filename: `cell ${cell}` });
       await settle();
       if (held)
         throw interruption();

@@ -11,6 +11,10 @@ SIGINT (the user's ^C, or the agent at the run's timeout) interrupts the block's
 arriving while this driver is busy (reading the request, compiling the block, reporting), it
 is held and stops the block before it starts; arriving after the block, it is dropped with
 the next request. The driver's own code is never interrupted.
+
+Blocks are taken as written, as Jupyter takes cells: one whose first line of code is indented
+(pasted from inside a function or a triple-quoted string) runs after textwrap.dedent, which
+keeps its lines where they were, so tracebacks name the block's own line numbers.
 """
 import ast
 import builtins
@@ -19,6 +23,7 @@ import linecache
 import os
 import signal
 import sys
+import textwrap
 import traceback
 import types
 
@@ -143,6 +148,14 @@ def settle():
     signals that have arrived."""
 
 
+def as_cell(code):
+    """The block dedented when its first line that is not blank is indented."""
+    for line in code.splitlines():
+        if line.strip():
+            return textwrap.dedent(code) if line[0] in ' \t' else code
+    return code
+
+
 def exit_status(e):
     if e.code is None:
         return 0
@@ -210,6 +223,7 @@ class Kernel:
     def run(self, code, stdin_path, env):
         self.cell += 1
         name = '<cell %d>' % self.cell
+        code = as_cell(code)
         linecache.cache[name] = (len(code), None, code.splitlines(True), name)
         for entry in env:
             key, _, value = entry.partition('=')

@@ -423,6 +423,12 @@ if have['python']:
     d, out, err, _ = krun('python', "print(x, 'y' in dir())")
     check('python: ...and the kernel keeps its variables', ok_exit(d) and out == b'5 False\n',
           (d, out, err))
+    d, out, err, _ = krun('python', '    z = 1\n    if z:\n        print(z + x)\n')
+    check('python: a uniformly indented block runs dedented', ok_exit(d) and out == b'6\n',
+          (d, out, err))
+    d, out, err, _ = krun('python', '\n    z = 2\n    1 / 0\n')
+    check('python: ...its traceback has the block\'s line', ok_exit(d, 1) and
+          b'line 3' in err and b'1 / 0' in err, (d, err))
     d, out, err, _ = krun('python', 'import os\nos._exit(3)')
     check('python: a kernel that dies ends the run with its status', ok_exit(d, 3), d)
     d, out, err, _ = krun('python', 'x')
@@ -515,6 +521,60 @@ if have['javascript']:
     d, out, err, seen = kfinish(rid, sig=2, wait_for=WAITING)
     check('javascript: a read of process.stdin is reported waiting', WAITING in seen and
           ok_exit(d, 130), (d, seen, err))
+    # Notebook cells: top-level await, import declarations, let/const declared again.
+    d, out, err, _ = krun('javascript', 'await Promise.resolve(1)')
+    check('javascript: top-level await; its value is printed', ok_exit(d) and out == b'1\n',
+          (d, out, err))
+    d, out, err, _ = krun('javascript', 'const w = await new Promise(r => setTimeout(() => r(5), 10));'
+                          '\nfunction g() { return w + 1; }\nw')
+    check('javascript: const with await, and its value', ok_exit(d) and out == b'5\n',
+          (d, out, err))
+    d, out, err, _ = krun('javascript', 'w + g()')
+    check('javascript: an awaiting block\'s const and function persist', ok_exit(d) and
+          out == b'11\n', (d, out, err))
+    d, out, err, _ = krun('javascript', "import fs from 'fs'\nimport { readFileSync as rd, "
+                          "existsSync } from 'fs'\nimport * as P from 'node:path'")
+    d, out, err, _ = krun('javascript', "[fs.readFileSync('/etc/hostname', 'utf8') === "
+                          "rd('/etc/hostname', 'utf8'), existsSync('/'), P.basename('/a/b')]")
+    check('javascript: import declarations (default, named, namespace) of builtins',
+          ok_exit(d) and out == b"[ true, true, 'b' ]\n", (d, out, err))
+    jsdir = tempfile.mkdtemp(prefix='airlock-js-')
+    os.makedirs(os.path.join(jsdir, 'node_modules', 'pkg'))
+    with open(os.path.join(jsdir, 'node_modules', 'pkg', 'index.js'), 'w') as f:
+        f.write('exports.twice = (v) => 2 * v;\n')
+    with open(os.path.join(jsdir, 'local.mjs'), 'w') as f:
+        f.write('export default 7;\n')
+    d, out, err, _ = krun('javascript', f"process.chdir({jsdir!r})\n"
+                          "import { twice } from 'pkg'\nimport seven from './local.mjs'\ntwice(seven)")
+    check('javascript: imports resolve from the current directory', ok_exit(d) and
+          out == b'14\n', (d, out, err))
+    d, out, err, _ = krun('javascript', 'let la = 1; const lc = 1; class K {}')
+    d, out, err, _ = krun('javascript', 'let la = 2; const lc = 3; class K { v() { return 4; } }'
+                          '\n[la, lc, new K().v()]')
+    check('javascript: let, const and class declared again in a later block', ok_exit(d) and
+          out == b'[ 2, 3, 4 ]\n', (d, out, err))
+    d, out, err, _ = krun('javascript', 'let la\n[la]')
+    check('javascript: let without a value is undefined again', ok_exit(d) and
+          out == b'[ undefined ]\n', (d, out, err))
+    d, out, err, _ = krun('javascript', 'const lc = await Promise.resolve(8); let { p, q: [r] } ='
+                          ' { p: 1, q: [2] }; [lc, p, r]')
+    check('javascript: declared again with await, destructuring', ok_exit(d) and
+          out == b'[ 8, 1, 2 ]\n', (d, out, err))
+    d, out, err, _ = krun('javascript', 'await null; (lc)')
+    check('javascript: an awaiting block\'s last value in parentheses', ok_exit(d) and
+          out == b'8\n', (d, out, err))
+    d, out, err, _ = krun('javascript', 'await null;\nnull.x')
+    check('javascript: an error in an awaiting block reports with its line, status 1',
+          ok_exit(d, 1) and b'TypeError' in err and re.search(rb'cell \d+:2:', err) and
+          b'node.js' not in err, (d, err))
+    rid = kstart('javascript', 'a = 11; await new Promise(r => setTimeout(r, 100000))')
+    time.sleep(0.5)
+    d, out, err, _ = kfinish(rid, sig=2)
+    check('javascript: SIGINT stops waiting in an awaiting block, status 130', ok_exit(d, 130),
+          (d, err))
+    d, out, err, _ = krun('javascript', '[a, lc]')
+    check('javascript: ...and the kernel keeps its globals', ok_exit(d) and
+          out == b'[ 11, 8 ]\n', (d, out, err))
 
 # Plain execs get the same input-wait check.
 rid = 3000

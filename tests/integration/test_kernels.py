@@ -154,6 +154,26 @@ class KernelTest(unittest.TestCase):
         self.ok(r)
         self.assertEqual(r["stdout"], "9\n")
 
+    def test_notebook_cells(self):
+        # Blocks are taken as notebook cells: an indented python block runs dedented; node 18's
+        # blocks may await at the top, import, and declare a let or const again.
+        d = self.d
+        r = d.run("python", "    z = 1\n    print(z + 1)\n")
+        self.ok(r)
+        self.assertEqual(r["stdout"], "2\n")
+        r = d.run("javascript", "await Promise.resolve(1)")
+        self.ok(r)
+        self.assertEqual(r["stdout"], "1\n")
+        r = d.run("javascript", "import { readFileSync } from 'fs'\nimport os from 'os'\n"
+                  "const k = await new Promise(r => setTimeout(() => r(os.platform()), 10));\n"
+                  "readFileSync('/proc/version', 'utf8').startsWith('Linux') && k")
+        self.ok(r)
+        self.assertEqual(r["stdout"], "'linux'\n")
+        self.ok(d.run("javascript", "let n = 1; const k = 2;"))
+        r = d.run("javascript", "let n = 3; const k = n + 1; [n, k]")
+        self.ok(r)
+        self.assertEqual(r["stdout"], "[ 3, 4 ]\n")
+
 
 @unittest.skipUnless(HAVE_IMAGE, "the debian image is not built")
 class CliTest(unittest.TestCase):
