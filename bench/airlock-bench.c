@@ -14,11 +14,11 @@
 #include "airlock.h"
 
 #include <errno.h>
-#include <libvirt/libvirt.h>
 #include <fcntl.h>
+#include <libvirt/libvirt.h>
 #include <pthread.h>
-#include <stdbool.h>
 #include <signal.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -108,9 +108,9 @@ static int cmd_direct(char **argv)
         snprintf(drive, sizeof(drive), "file=%s,if=virtio,format=qcow2,cache=unsafe",
                  argv[7] ? argv[7] : "");
         execl(argv[0], argv[0], "-nodefaults", "-no-user-config", "-nographic", "-M", "q35",
-              "-accel", argv[5], "-smp", smp, "-m", mem,
-              "-kernel", argv[1], "-initrd", argv[2], "-append", argv[3], "-serial",
-              "file:/dev/null", "-device", "virtio-serial-pci", "-chardev", chardev, "-device",
+              "-accel", argv[5], "-smp", smp, "-m", mem, "-kernel", argv[1], "-initrd", argv[2],
+              "-append", argv[3], "-serial", "file:/dev/null", "-device", "virtio-serial-pci",
+              "-chardev", chardev, "-device",
               "virtserialport,chardev=agent,name=org.airlock.agent.0",
               argv[7] ? "-drive" : (char *)NULL, drive, (char *)NULL);
         _exit(127);
@@ -152,8 +152,7 @@ static int cmp_double(const void *a, const void *b)
 
 static void exec_or_die(al_session *s, const char *const *argv, const char *lang, int out)
 {
-    al_exec_opts o = {.argv = argv, .lang = lang, .stdin_fd = -1, .stdout_fd = out,
-                      .stderr_fd = 2};
+    al_exec_opts o = {.argv = argv, .lang = lang, .stdin_fd = -1, .stdout_fd = out, .stderr_fd = 2};
     al_exec_result r;
     al_error err = {0};
     if (al_exec(s, &o, &r, &err) < 0)
@@ -305,8 +304,7 @@ static int cmd_checkpoint(int argc, char **argv)
     int rounds = argc > 2 ? atoi(argv[2]) : 5;
     if (rounds < 1 || rounds > 100)
         die("bad arguments");
-    al_session_opts so = {.image = image, .quiet = true, .memory_mib = memory,
-                          .checkpoints = true};
+    al_session_opts so = {.image = image, .quiet = true, .memory_mib = memory, .checkpoints = true};
     al_session *s;
     al_error err = {0};
     if (al_session_open(&so, &s, &err) < 0)
@@ -325,7 +323,8 @@ static int cmd_checkpoint(int argc, char **argv)
     if (al_checkpoint_create(s, "bench-base", NULL, &err) < 0)
         die(err.msg);
 
-    double *ck = calloc((size_t)rounds, sizeof(double)), *rb = calloc((size_t)rounds, sizeof(double));
+    double *ck = calloc((size_t)rounds, sizeof(double)),
+           *rb = calloc((size_t)rounds, sizeof(double));
     double *first = calloc((size_t)rounds, sizeof(double));
     double *lv_create = calloc((size_t)rounds, sizeof(double));
     double *lv_revert = calloc((size_t)rounds, sizeof(double));
@@ -406,8 +405,8 @@ static int cmd_checkpoint(int argc, char **argv)
         state[i] = info.state_bytes;
     }
 
-    printf("{\"image\": \"%s\", \"memory_mib\": %u, \"kvm\": %s, \"rounds\": %d, ", image,
-           memory, al_session_kvm(s) ? "true" : "false", rounds);
+    printf("{\"image\": \"%s\", \"memory_mib\": %u, \"kvm\": %s, \"rounds\": %d, ", image, memory,
+           al_session_kvm(s) ? "true" : "false", rounds);
     printf("\"state_bytes\": %llu, ", (unsigned long long)state_bytes);
     print_series("checkpoint_ms", ck, rounds, false);
     print_series("savevm_ms", save, rounds, false);

@@ -94,15 +94,15 @@ enum req_kind {
 
 /* One guest->host stream of a request: stdout, stderr or a file being read. */
 struct ostream {
-    int fd;          /* pipe or file; -1 once EOF was queued */
-    uint8_t stream;  /* enum al_stream */
-    uint64_t credit; /* bytes the host still accepts */
-    uint64_t sent;   /* bytes queued so far */
-    uint64_t limit;  /* stop sending after this many (output cap, file size); 0: none */
-    bool capped;     /* limit reached: further bytes are read and dropped */
-    bool borrowed;   /* fd belongs to a kernel: the stream ends without closing it */
-    bool paused;     /* not read yet: the kernel is still starting (its noise is not output) */
-    uint64_t nread;  /* bytes read from fd, sent or dropped */
+    int fd;           /* pipe or file; -1 once EOF was queued */
+    uint8_t stream;   /* enum al_stream */
+    uint64_t credit;  /* bytes the host still accepts */
+    uint64_t sent;    /* bytes queued so far */
+    uint64_t limit;   /* stop sending after this many (output cap, file size); 0: none */
+    bool capped;      /* limit reached: further bytes are read and dropped */
+    bool borrowed;    /* fd belongs to a kernel: the stream ends without closing it */
+    bool paused;      /* not read yet: the kernel is still starting (its noise is not output) */
+    uint64_t nread;   /* bytes read from fd, sent or dropped */
     uint64_t stop_at; /* end the stream once nread reaches this; 0: at EOF only */
 };
 
@@ -123,16 +123,16 @@ struct req {
     uint64_t in_unacked;   /* input bytes received but not yet credited back */
     struct ibuf inq;       /* exec stdin not yet accepted by the pipe */
     /* exec */
-    pid_t pid;            /* main process; also the process group id */
-    bool reaped;          /* main process waited for */
-    int status;           /* its wait status */
-    uint64_t start_us;    /* monotonic, before fork */
-    uint64_t end_us;      /* monotonic, at reap */
-    uint64_t deadline_us; /* timeout; 0: none */
-    uint32_t timeout_ms;  /* kernel run: deadline_us set again from it when the kernel is ready */
-    uint64_t grace_us;    /* pipes are force-closed after this; 0: not armed */
-    uint32_t exit_flags;  /* enum al_exit_flags */
-    char cgroup[48];      /* cgroup directory name under CGROUP_BASE; "" when none */
+    pid_t pid;             /* main process; also the process group id */
+    bool reaped;           /* main process waited for */
+    int status;            /* its wait status */
+    uint64_t start_us;     /* monotonic, before fork */
+    uint64_t end_us;       /* monotonic, at reap */
+    uint64_t deadline_us;  /* timeout; 0: none */
+    uint32_t timeout_ms;   /* kernel run: deadline_us set again from it when the kernel is ready */
+    uint64_t grace_us;     /* pipes are force-closed after this; 0: not armed */
+    uint32_t exit_flags;   /* enum al_exit_flags */
+    char cgroup[48];       /* cgroup directory name under CGROUP_BASE; "" when none */
     struct kernel *kernel; /* the kernel running this code block; NULL for a process */
     uint64_t kill_us;      /* kernel run interrupted at its timeout: kill the kernel then */
     int stdin_hold[2];     /* pipe ends kept so the run's stdin stays open: [0] for a kernel to
@@ -162,26 +162,26 @@ struct kernel_lang {
     const char *name;       /* as EXEC.lang, announced as "kernel:NAME" */
     const char *aliases[3]; /* other EXEC.lang names for it */
     enum kernel_dialect dialect;
-    const char *script;     /* driver, in the kernels directory */
-    const char *interp[2];  /* interpreter names searched in a few bin directories */
-    const char *argv[7];    /* "$interp" and "$script" stand for the two paths */
-    const char *env[3];     /* added to the kernel's environment */
+    const char *script;    /* driver, in the kernels directory */
+    const char *interp[2]; /* interpreter names searched in a few bin directories */
+    const char *argv[7];   /* "$interp" and "$script" stand for the two paths */
+    const char *env[3];    /* added to the kernel's environment */
 };
 
 /* A long-lived interpreter: one per language, started by its first run; it lasts as long as the
  * connection, or on a unix socket (behind --relay) as long as the agent. */
 struct kernel {
     const struct kernel_lang *lang;
-    pid_t pid;         /* 0 while not running; also its process group */
-    int ctl_fd;        /* control socket: runs out, "done" lines in */
-    int out_fd[2];     /* read ends of the kernel's stdout and stderr, for its whole life */
-    char cgroup[48];   /* under CGROUP_BASE; "" when none */
-    struct req *run;   /* the run in progress; NULL when idle */
-    bool ready;        /* said "ready": output from now on is the runs' */
-    bool lost;         /* an earlier kernel of this language died: the next run is told */
-    char *wbuf;        /* the current run's request, being written to ctl_fd */
+    pid_t pid;       /* 0 while not running; also its process group */
+    int ctl_fd;      /* control socket: runs out, "done" lines in */
+    int out_fd[2];   /* read ends of the kernel's stdout and stderr, for its whole life */
+    char cgroup[48]; /* under CGROUP_BASE; "" when none */
+    struct req *run; /* the run in progress; NULL when idle */
+    bool ready;      /* said "ready": output from now on is the runs' */
+    bool lost;       /* an earlier kernel of this language died: the next run is told */
+    char *wbuf;      /* the current run's request, being written to ctl_fd */
     size_t wlen, woff;
-    char line[64];     /* a partial line read from ctl_fd */
+    char line[64]; /* a partial line read from ctl_fd */
     size_t linelen;
 };
 
@@ -208,11 +208,11 @@ struct agent {
         uint64_t since_us;
     } dead[2 * AGENT_REQ_MAX]; /* cgroups of finished requests, to be removed */
     size_t ndead;
-    bool cg_due;           /* try removing them at the end of this iteration */
-    uint64_t dead_next_us; /* else retry then */
-    char spare[48];        /* an empty cgroup ready for the next exec */
-    int spare_fd;          /* O_PATH on it; -1 when none */
-    const char *kernels_dir;            /* driver scripts of the language kernels */
+    bool cg_due;             /* try removing them at the end of this iteration */
+    uint64_t dead_next_us;   /* else retry then */
+    char spare[48];          /* an empty cgroup ready for the next exec */
+    int spare_fd;            /* O_PATH on it; -1 when none */
+    const char *kernels_dir; /* driver scripts of the language kernels */
     struct kernel kernels[KERNEL_LANGS];
     struct req reqs[AGENT_REQ_MAX];
     uint8_t inbuf[AL_FRAME_HEADER_SIZE + AL_FRAME_PAYLOAD_MAX];

@@ -275,8 +275,8 @@ enum spawn_stage {
 
 /* The child between fork and execve. Only async-signal-safe calls: after a raw clone3 the
  * child's libc thread state is the parent's. */
-static __attribute__((noreturn)) void child_run(const struct spawn *sp, const int *fds_in,
-                                                int nfds, int ep, int join_cg_fd)
+static __attribute__((noreturn)) void child_run(const struct spawn *sp, const int *fds_in, int nfds,
+                                                int ep, int join_cg_fd)
 {
     struct sigaction dfl = {.sa_handler = SIG_DFL};
     sigset_t none;
@@ -435,10 +435,14 @@ static int spawn(struct agent *a, struct req *r, const struct al_msg *m, const s
         return -1;
     }
     r->pid = pid;
-    r->out[0] = (struct ostream){.fd = steal_fd(&out_r), .stream = AL_STREAM_STDOUT,
-                                 .credit = a->window, .limit = m->u.exec.output_cap};
-    r->out[1] = (struct ostream){.fd = steal_fd(&err_r), .stream = AL_STREAM_STDERR,
-                                 .credit = a->window, .limit = m->u.exec.output_cap};
+    r->out[0] = (struct ostream){.fd = steal_fd(&out_r),
+                                 .stream = AL_STREAM_STDOUT,
+                                 .credit = a->window,
+                                 .limit = m->u.exec.output_cap};
+    r->out[1] = (struct ostream){.fd = steal_fd(&err_r),
+                                 .stream = AL_STREAM_STDERR,
+                                 .credit = a->window,
+                                 .limit = m->u.exec.output_cap};
     if (in_w >= 0)
         exec_stdin_identity(r, in_w);
     r->in_fd = want_stdin ? steal_fd(&in_w) : -1;

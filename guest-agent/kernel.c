@@ -25,6 +25,7 @@
 /* Header of a driver request: "run ID COUNT" and one length per field, 11 bytes each. */
 #define DRIVER_HEADER_MAX (32 + (4 + AL_ENV_MAX) * 11)
 
+// clang-format off
 static const struct kernel_lang table[KERNEL_LANGS] = {
     {"python", {"python3"}, KERNEL_DRIVER, "python.py", {"python3"},
      {"$interp", "$script"}, {"PYTHONUNBUFFERED=1", "MPLBACKEND=Agg"}},
@@ -37,6 +38,7 @@ static const struct kernel_lang table[KERNEL_LANGS] = {
     {"javascript", {"node", "js"}, KERNEL_DRIVER, "node.js", {"node", "nodejs"},
      {"$interp", "--expose-internals", "$script"}, {NULL}},
 };
+// clang-format on
 
 /* Interpreters come from the image, whatever PATH a run sets. */
 static const char *const bin_dirs[] = {"/usr/bin", "/bin", "/usr/local/bin"};
@@ -422,9 +424,12 @@ void kernel_exec(struct agent *a, struct req *r, const struct al_msg *m)
         r->deadline_us =
             r->start_us + ((uint64_t)r->timeout_ms + (k->ready ? 0 : KERNEL_START_MAX_MS)) * 1000;
     for (int i = 0; i < 2; i++)
-        r->out[i] = (struct ostream){.fd = k->out_fd[i], .stream = (uint8_t)(AL_STREAM_STDOUT + i),
-                                     .credit = a->window, .limit = m->u.exec.output_cap,
-                                     .borrowed = true, .paused = !k->ready};
+        r->out[i] = (struct ostream){.fd = k->out_fd[i],
+                                     .stream = (uint8_t)(AL_STREAM_STDOUT + i),
+                                     .credit = a->window,
+                                     .limit = m->u.exec.output_cap,
+                                     .borrowed = true,
+                                     .paused = !k->ready};
     struct al_msg started = {.type = AL_STARTED, .id = r->id};
     started.u.started.pid = (uint32_t)k->pid;
     agent_send(a, &started);

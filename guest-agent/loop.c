@@ -798,8 +798,8 @@ int agent_run(struct agent *a)
             case ROLE_KERNEL_OUT0:
             case ROLE_KERNEL_OUT1:
                 /* The fd may have been handed to a run by the control line just handled. */
-                if (!tag[i].k->run || tag[i].k->run->out[tag[i].role - ROLE_KERNEL_OUT0].fd !=
-                                          pfd[i].fd)
+                if (!tag[i].k->run ||
+                    tag[i].k->run->out[tag[i].role - ROLE_KERNEL_OUT0].fd != pfd[i].fd)
                     kernel_drain(tag[i].k, tag[i].role - ROLE_KERNEL_OUT0);
                 break;
             }

@@ -69,8 +69,9 @@ int al_check_free_space(const char *dir, uint64_t floor, char *why, size_t len)
     char a[32], f[32];
     human(avail, a, sizeof(a));
     human(floor, f, sizeof(f));
-    snprintf(why, len, "only %s is free under %s, and Airlock keeps %s free (AIRLOCK_FREE_FLOOR_MB)",
-             a, dir, f);
+    snprintf(why, len,
+             "only %s is free under %s, and Airlock keeps %s free (AIRLOCK_FREE_FLOOR_MB)", a, dir,
+             f);
     return -ENOSPC;
 }
 

@@ -4,17 +4,16 @@
 
 #include <errno.h>
 #include <fcntl.h>
-#include <signal.h>
-#include <unistd.h>
 #include <poll.h>
+#include <signal.h>
 #include <stdio.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <unistd.h>
 
 #define CHANNEL_BUF (AL_FRAME_HEADER_SIZE + AL_FRAME_PAYLOAD_MAX)
 
-int al_channel_init(struct al_channel *ch, int fd, unsigned stall_ms, int wake_fd,
-                    al_error *err)
+int al_channel_init(struct al_channel *ch, int fd, unsigned stall_ms, int wake_fd, al_error *err)
 {
     memset(ch, 0, sizeof(*ch));
     ch->fd = -1;
@@ -170,9 +169,10 @@ int al_channel_recv(struct al_channel *ch, struct al_msg *m, uint64_t deadline_m
         if (n == 0 && ch->eof_msg)
             return al_err(err, -ECONNRESET, "%s", ch->eof_msg);
         if (n == 0)
-            return al_err(err, -ECONNRESET, al_decoder_partial(&ch->dec)
-                                                ? "guest channel closed in the middle of a frame"
-                                                : "guest channel closed (agent or VM gone)");
+            return al_err(err, -ECONNRESET,
+                          al_decoder_partial(&ch->dec)
+                              ? "guest channel closed in the middle of a frame"
+                              : "guest channel closed (agent or VM gone)");
         al_decoder_commit(&ch->dec, (size_t)n);
     }
 }
@@ -180,14 +180,13 @@ int al_channel_recv(struct al_channel *ch, struct al_msg *m, uint64_t deadline_m
 int al_channel_guest_error(const struct al_msg *m, const char *what, al_error *err)
 {
     static const int codes[] = {
-        [AL_ERR_PROTOCOL] = EPROTO,  [AL_ERR_NOT_FOUND] = ENOENT, [AL_ERR_PERMISSION] = EACCES,
-        [AL_ERR_INVALID] = EINVAL,   [AL_ERR_LIMIT] = ENOSPC,     [AL_ERR_IO] = EIO,
-        [AL_ERR_INTERNAL] = EFAULT,  [AL_ERR_UNSUPPORTED] = ENOTSUP,
+        [AL_ERR_PROTOCOL] = EPROTO, [AL_ERR_NOT_FOUND] = ENOENT,    [AL_ERR_PERMISSION] = EACCES,
+        [AL_ERR_INVALID] = EINVAL,  [AL_ERR_LIMIT] = ENOSPC,        [AL_ERR_IO] = EIO,
+        [AL_ERR_INTERNAL] = EFAULT, [AL_ERR_UNSUPPORTED] = ENOTSUP,
     };
     /* klass was range-checked by the decoder */
     int code = codes[m->u.error.klass];
-    return al_err(err, -code, "%s: %.*s", what, (int)m->u.error.message.len,
-                  m->u.error.message.p);
+    return al_err(err, -code, "%s: %.*s", what, (int)m->u.error.message.len, m->u.error.message.p);
 }
 
 void al_channel_discard(struct al_channel *ch)

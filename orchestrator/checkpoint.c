@@ -60,8 +60,8 @@ struct ckpt {
 };
 
 struct al_checkpoints {
-    char disk[4300];  /* the qcow2 holding the snapshots */
-    char *xml;        /* the running domain's description, to start QEMU again after it exited */
+    char disk[4300]; /* the qcow2 holding the snapshots */
+    char *xml;       /* the running domain's description, to start QEMU again after it exited */
     struct ckpt list[AL_CHECKPOINTS_MAX]; /* oldest first */
     size_t n;
     uint32_t next_id;
@@ -123,8 +123,7 @@ static uint64_t file_bytes(const char *path)
 static int hmp(al_session *s, const char *what, const char *cmd, al_error *err)
 {
     char *reply = NULL;
-    if (virDomainQemuMonitorCommand(s->dom, cmd, &reply, VIR_DOMAIN_QEMU_MONITOR_COMMAND_HMP) <
-        0)
+    if (virDomainQemuMonitorCommand(s->dom, cmd, &reply, VIR_DOMAIN_QEMU_MONITOR_COMMAND_HMP) < 0)
         return al_err_virt(err, -EIO, "cannot %s", what);
     _cleanup_free_ char *owned = reply;
     char line[HMP_REPLY_MAX];
@@ -288,8 +287,8 @@ static int restart(al_session *s, al_error *err)
         s->dom = NULL;
     }
     /* AUTODESTROY as at first start: the new QEMU goes too if this process dies. */
-    s->dom = virDomainCreateXML(s->conn, c->xml,
-                                VIR_DOMAIN_START_AUTODESTROY | VIR_DOMAIN_START_PAUSED);
+    s->dom =
+        virDomainCreateXML(s->conn, c->xml, VIR_DOMAIN_START_AUTODESTROY | VIR_DOMAIN_START_PAUSED);
     if (!s->dom)
         return al_err_virt(err, -EIO, "cannot start the VM again");
     /* Over SSH, sshd must run first: resync_or_reconnect connects after the resume. */
@@ -367,8 +366,7 @@ static int drop(al_session *s, struct ckpt *k, al_error *err)
     return 0;
 }
 
-int al_checkpoint_create(al_session *s, const char *name, al_checkpoint_info *out,
-                         al_error *err)
+int al_checkpoint_create(al_session *s, const char *name, al_checkpoint_info *out, al_error *err)
 {
     AL_SESSION_LOCKED(s);
     int r = need_checkpoints(s, err);
@@ -439,8 +437,8 @@ int al_checkpoint_create(al_session *s, const char *name, al_checkpoint_info *ou
     return (int)id;
 }
 
-int al_checkpoint_list(al_session *s, void (*fn)(void *ctx, const al_checkpoint_info *c),
-                       void *ctx, al_error *err)
+int al_checkpoint_list(al_session *s, void (*fn)(void *ctx, const al_checkpoint_info *c), void *ctx,
+                       al_error *err)
 {
     AL_SESSION_LOCKED(s);
     int r = need_checkpoints(s, err);
@@ -520,8 +518,9 @@ int al_checkpoint_recover(al_session *s, uint32_t *restored_id, al_error *err)
             return 0; /* the agent answers: nothing to undo */
     }
     if (!c->current)
-        return al_err(err, -ENOENT, "the VM stopped answering and there is no checkpoint to "
-                                    "go back to");
+        return al_err(err, -ENOENT,
+                      "the VM stopped answering and there is no checkpoint to "
+                      "go back to");
     r = restore(s, c->current, err);
     if (r < 0)
         return r;

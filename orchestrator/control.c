@@ -378,8 +378,7 @@ static bool session_info(const char *sessions, const char *name, al_session_info
     return true;
 }
 
-int al_session_list(void (*fn)(void *ctx, const al_session_info *info), void *ctx,
-                    al_error *err)
+int al_session_list(void (*fn)(void *ctx, const al_session_info *info), void *ctx, al_error *err)
 {
     char sessions[4200];
     int r = sessions_dir(sessions, sizeof(sessions), err);
@@ -387,8 +386,9 @@ int al_session_list(void (*fn)(void *ctx, const al_session_info *info), void *ct
         return r;
     DIR *d = opendir(sessions);
     if (!d)
-        return errno == ENOENT ? 0 : al_err(err, -errno, "cannot read '%s': %s", sessions,
-                                            strerror(errno));
+        return errno == ENOENT
+                   ? 0
+                   : al_err(err, -errno, "cannot read '%s': %s", sessions, strerror(errno));
     int n = 0;
     struct dirent *e;
     while ((e = readdir(d))) {
@@ -484,8 +484,8 @@ static int send_request(int fd, const char *text, const int fds[3])
     memset(&cm, 0, sizeof(cm));
     size_t len = strlen(text);
     struct iovec iov = {(void *)text, len};
-    struct msghdr mh = {.msg_iov = &iov, .msg_iovlen = 1, .msg_control = cm.b,
-                        .msg_controllen = sizeof(cm.b)};
+    struct msghdr mh = {
+        .msg_iov = &iov, .msg_iovlen = 1, .msg_control = cm.b, .msg_controllen = sizeof(cm.b)};
     struct cmsghdr *c = CMSG_FIRSTHDR(&mh);
     c->cmsg_level = SOL_SOCKET;
     c->cmsg_type = SCM_RIGHTS;
@@ -570,8 +570,7 @@ int al_remote_exec(al_remote *r, const al_exec_opts *o, al_exec_result *out, al_
 
 /* ---- cp ---- */
 
-static int remote_runner_exec(void *ctx, const al_exec_opts *o, al_exec_result *out,
-                              al_error *err)
+static int remote_runner_exec(void *ctx, const al_exec_opts *o, al_exec_result *out, al_error *err)
 {
     return al_remote_exec(ctx, o, out, err);
 }
@@ -679,7 +678,10 @@ static int get_file(al_remote *r, const char *guest_path, const char *target, al
                       strerror(errno));
     _cleanup_close_ int efd = open("/dev/null", O_WRONLY | O_CLOEXEC);
     const char *argv[] = {"cat", "--", guest_path, NULL};
-    al_exec_opts o = {.argv = argv, .stdin_fd = -1, .stdout_fd = fd, .stderr_fd = efd,
+    al_exec_opts o = {.argv = argv,
+                      .stdin_fd = -1,
+                      .stdout_fd = fd,
+                      .stderr_fd = efd,
                       .output_cap = AL_WORKDIR_BYTES_MAX_DEFAULT};
     al_exec_result res;
     int ret = al_remote_exec(r, &o, &res, err);
@@ -688,8 +690,8 @@ static int get_file(al_remote *r, const char *guest_path, const char *target, al
                      (unsigned long long)AL_WORKDIR_BYTES_MAX_DEFAULT);
     else if (ret == 0 && (res.how != AL_EXEC_EXITED || res.value != 0))
         ret = al_err(err, -ENOENT, "cannot read '%s' in the guest", guest_path);
-    if (ret == 0 && (fchmod(fd, 0644 & ~al_umask()) < 0 || fsync(fd) < 0 ||
-                     rename(tmp, target) < 0))
+    if (ret == 0 &&
+        (fchmod(fd, 0644 & ~al_umask()) < 0 || fsync(fd) < 0 || rename(tmp, target) < 0))
         ret = al_err(err, -errno, "cannot write '%s': %s", target, strerror(errno));
     if (ret < 0)
         unlink(tmp);

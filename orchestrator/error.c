@@ -1,13 +1,12 @@
 /* The one error convention: the first failure fills al_error, callers pass it up unchanged. */
 #include "internal.h"
 
+#include <libvirt/virterror.h>
 #include <stdio.h>
 #include <string.h>
-#include <libvirt/virterror.h>
 
-__attribute__((format(printf, 4, 0))) static int verr(al_error *err, int code,
-                                                      const char *suffix, const char *fmt,
-                                                      va_list ap)
+__attribute__((format(printf, 4, 0))) static int verr(al_error *err, int code, const char *suffix,
+                                                      const char *fmt, va_list ap)
 {
     if (err && err->code == 0) {
         err->code = code;

@@ -45,9 +45,9 @@ struct exec_state {
     bool out_broken[3];    /* host stdout/stderr went away: discard */
     uint64_t got[3];       /* bytes received per stream: the host's count, not the guest's */
     bool started;
-    bool waited_input;     /* the guest reported the program waiting for input */
-    bool killed;           /* the host deadline passed and SIGKILL was sent */
-    bool interrupted;      /* a signal from the cancel fd was passed on to the program */
+    bool waited_input; /* the guest reported the program waiting for input */
+    bool killed;       /* the host deadline passed and SIGKILL was sent */
+    bool interrupted;  /* a signal from the cancel fd was passed on to the program */
 };
 
 static int send_signal(struct exec_state *st, int signo, al_error *err)
@@ -69,8 +69,7 @@ static int pump_stdin(struct exec_state *st, al_error *err)
         return 0;
     if (n <= 0) { /* EOF, or an unreadable stdin, ends the guest's stdin */
         st->stdin_fd = -1;
-        return al_channel_send_data(&st->s->ch, st->id, AL_STREAM_STDIN, AL_FLAG_EOF, NULL, 0,
-                                    err);
+        return al_channel_send_data(&st->s->ch, st->id, AL_STREAM_STDIN, AL_FLAG_EOF, NULL, 0, err);
     }
     st->stdin_credit -= (uint64_t)n;
     return al_channel_send_data(&st->s->ch, st->id, AL_STREAM_STDIN, 0, buf, (size_t)n, err);
@@ -194,8 +193,7 @@ static int exec_locked(al_session *s, const al_exec_opts *o, al_exec_result *out
         m.u.exec.env[i] = al_str_cstr(o->env[i]);
     int r = al_channel_send(&s->ch, &m, err);
     if (r == -EMSGSIZE)
-        return al_err(err, -E2BIG, "command and arguments exceed %d bytes",
-                      AL_FRAME_PAYLOAD_MAX);
+        return al_err(err, -E2BIG, "command and arguments exceed %d bytes", AL_FRAME_PAYLOAD_MAX);
     if (r < 0)
         return r;
     if (o->stdin_fd >= 0) {

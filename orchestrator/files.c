@@ -16,8 +16,7 @@ static int guest_path_ok(const char *p, al_error *err)
     return 0;
 }
 
-int al_file_put(al_session *s, const char *host_path, const char *guest_path,
-                          al_error *err)
+int al_file_put(al_session *s, const char *host_path, const char *guest_path, al_error *err)
 {
     AL_SESSION_LOCKED(s);
     int r = guest_path_ok(guest_path, err);
@@ -75,11 +74,11 @@ int al_file_put(al_session *s, const char *host_path, const char *guest_path,
         else if (m.type == AL_ERROR)
             return al_channel_guest_error(&m, guest_path, err);
         else
-            return al_session_check(
-                s,
-                al_err(err, -EPROTO, "guest sent an unexpected %s frame during a file copy",
-                       al_type_name(m.type)),
-                err);
+            return al_session_check(s,
+                                    al_err(err, -EPROTO,
+                                           "guest sent an unexpected %s frame during a file copy",
+                                           al_type_name(m.type)),
+                                    err);
     }
 }
 

@@ -34,8 +34,8 @@ static bool domain_dead(virDomainPtr d, const char *sessions)
     const char *name = virDomainGetName(d);
     if (!name || strncmp(name, AL_DOMAIN_PREFIX, strlen(AL_DOMAIN_PREFIX)) != 0)
         return false;
-    _cleanup_free_ char *md = virDomainGetMetadata(d, VIR_DOMAIN_METADATA_ELEMENT,
-                                                   AL_METADATA_NS, VIR_DOMAIN_AFFECT_LIVE);
+    _cleanup_free_ char *md = virDomainGetMetadata(d, VIR_DOMAIN_METADATA_ELEMENT, AL_METADATA_NS,
+                                                   VIR_DOMAIN_AFFECT_LIVE);
     if (!md)
         return false; /* not ours */
     /* libvirt hands the element back without our prefix. */
@@ -67,8 +67,7 @@ int al_gc_conn(virConnectPtr conn, al_error *err)
         virDomainPtr *doms = NULL;
         int n = virConnectListAllDomains(conn, &doms, VIR_CONNECT_LIST_DOMAINS_ACTIVE);
         for (int i = 0; i < n; i++) {
-            if (domain_dead(doms[i], sessions) &&
-                virDomainDestroy(doms[i]) == 0)
+            if (domain_dead(doms[i], sessions) && virDomainDestroy(doms[i]) == 0)
                 reaped++;
             virDomainFree(doms[i]);
         }

@@ -13,7 +13,6 @@
 #include <sys/types.h>
 #include <unistd.h>
 
-
 /* ---- cleanup attributes ---- */
 static inline void al_freep(void *p)
 {
@@ -66,7 +65,8 @@ static inline int al_take_fd(int *fd)
 /* Sets err (first failure wins) and returns code, which must be negative. */
 int al_err(al_error *err, int code, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
 /* The same, with the libvirt's last error message appended. */
-int al_err_virt(al_error *err, int code, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+int al_err_virt(al_error *err, int code, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
 
 /* ---- time ---- */
 uint64_t al_now_ms(void);
@@ -75,7 +75,7 @@ uint64_t al_now_us(void);
 /* ---- channel: frames over a connected socket to the agent ---- */
 struct al_channel {
     int fd;
-    unsigned stall_ms;     /* a frame half-received longer than this fails */
+    unsigned stall_ms; /* a frame half-received longer than this fails */
     struct al_decoder dec;
     uint8_t *rbuf;         /* AL_FRAME_HEADER_SIZE + AL_FRAME_PAYLOAD_MAX */
     uint8_t *wbuf;         /* the same size, for encoding */
@@ -90,8 +90,7 @@ struct al_channel {
 
 /* Takes fd (made non-blocking: every write has a deadline, stall_ms without progress, and ends
  * early when wake_fd delivers a signal other than SIGINT/SIGQUIT). */
-int al_channel_init(struct al_channel *ch, int fd, unsigned stall_ms, int wake_fd,
-                    al_error *err);
+int al_channel_init(struct al_channel *ch, int fd, unsigned stall_ms, int wake_fd, al_error *err);
 void al_channel_destroy(struct al_channel *ch);
 int al_channel_send(struct al_channel *ch, const struct al_msg *m, al_error *err);
 int al_channel_send_data(struct al_channel *ch, uint32_t id, uint8_t stream, uint8_t flags,
@@ -173,8 +172,7 @@ int al_disk_give(virConnectPtr conn, bool kvm, const char *path, al_error *err);
 /* The agent binary and its language kernels' directory, from this build or the install. */
 int al_agent_files(char *agent, size_t alen, char *kernels, size_t klen, al_error *err);
 /* Creates path, an empty qcow2 of size bytes, owned the same way. */
-int al_disk_scratch(virConnectPtr conn, bool kvm, const char *path, uint64_t size,
-                    al_error *err);
+int al_disk_scratch(virConnectPtr conn, bool kvm, const char *path, uint64_t size, al_error *err);
 
 /* Printable ASCII only: every byte outside 0x20..0x7e of s becomes '?' (short strings from the
  * guest or from QEMU's log that end up on a terminal as they are). */

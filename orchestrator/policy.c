@@ -41,6 +41,7 @@ const char *al_checkpoint_policy_name(enum al_checkpoint_policy p)
 /* Protected system directories. */
 #define SYSDIR "/(etc|usr|boot|bin|sbin|lib|lib64)(/|[[:space:]'\"]|$)"
 
+// clang-format off
 static const struct {
     const char *re;
     int flags; /* extra regcomp flags */
@@ -94,6 +95,7 @@ static const struct {
     {W "rm[[:space:]]|os\\.(remove|unlink|rmdir)\\(|\\.unlink\\(|fs\\.(unlink|rm|rmdir)(Sync)?\\(",
      0, "deleting files"},
 };
+// clang-format on
 #define NPATTERNS (sizeof(patterns) / sizeof(patterns[0]))
 
 static regex_t compiled[NPATTERNS];
@@ -103,9 +105,8 @@ static pthread_once_t compile_once = PTHREAD_ONCE_INIT;
 static void compile_patterns(void)
 {
     for (size_t i = 0; i < NPATTERNS; i++)
-        compiled_ok[i] =
-            regcomp(&compiled[i], patterns[i].re, REG_EXTENDED | REG_NOSUB | patterns[i].flags) ==
-            0;
+        compiled_ok[i] = regcomp(&compiled[i], patterns[i].re,
+                                 REG_EXTENDED | REG_NOSUB | patterns[i].flags) == 0;
 }
 
 /* Python and JavaScript fork bombs: forking inside an endless loop. */
@@ -133,6 +134,7 @@ const char *al_code_destructive(const char *lang, const char *code)
 /* ---- read-only code ---- */
 
 /* Commands that only read, provided the per-command checks below pass. */
+// clang-format off
 static const char *const sh_readers[] = {
     "ls", "cat", "head", "tail", "wc", "grep", "egrep", "fgrep", "echo", "printf", "pwd",
     "whoami", "id", "uname", "df", "du", "stat", "file", "find", "which", "type", "ps", "free",
@@ -142,6 +144,7 @@ static const char *const sh_readers[] = {
     "sort", "uniq", "sed", "date", "env", "printenv", "hostname", "git", "tree", "locale", ":",
     "command",
 };
+// clang-format on
 
 /* Arguments that make a reader write, run something, or change state. */
 static bool sh_args_ok(const char *cmd, char **argv, size_t argc)
@@ -159,9 +162,9 @@ static bool sh_args_ok(const char *cmd, char **argv, size_t argc)
         if (!strcmp(cmd, "sed")) {
             /* The script may write (w, W) or run commands (e): refused wherever those letters
              * appear in it, conservatively; so are in-place edits and script files. */
-            bool script = (a[0] != '-' && !sed_script_seen) ||
-                          (i > 1 && (!strcmp(argv[i - 1], "-e") ||
-                                     !strcmp(argv[i - 1], "--expression")));
+            bool script =
+                (a[0] != '-' && !sed_script_seen) ||
+                (i > 1 && (!strcmp(argv[i - 1], "-e") || !strcmp(argv[i - 1], "--expression")));
             if (!strncmp(a, "-i", 2) || !strncmp(a, "--in-place", 10) || !strncmp(a, "-f", 2) ||
                 !strncmp(a, "--file", 6) || (script && strpbrk(a, "wWe")))
                 return false;
@@ -183,8 +186,8 @@ static bool sh_args_ok(const char *cmd, char **argv, size_t argc)
     if (!strcmp(cmd, "command") && (argc < 3 || strcmp(argv[1], "-v")))
         return false;
     if (!strcmp(cmd, "git")) {
-        static const char *const git_readers[] = {"status", "log", "diff", "show", "ls-files",
-                                                  "rev-parse", "blame"};
+        static const char *const git_readers[] = {"status",   "log",       "diff", "show",
+                                                  "ls-files", "rev-parse", "blame"};
         bool ok = false;
         for (size_t i = 0; argc > 1 && i < sizeof(git_readers) / sizeof(git_readers[0]); i++)
             ok = ok || !strcmp(argv[1], git_readers[i]);
@@ -252,8 +255,8 @@ static bool sh_read_only(const char *code)
             (ch == '$' && (p[1] == '(' || p[1] == '{' || p[1] == '\'')))
             return false;
         if (ch == '>' || ch == '<') {
-            static const char *const harmless[] = {"2>&1", ">&2", "1>&2", ">/dev/null",
-                                                    "2>/dev/null", "&>/dev/null"};
+            static const char *const harmless[] = {"2>&1",       ">&2",         "1>&2",
+                                                   ">/dev/null", "2>/dev/null", "&>/dev/null"};
             const char *start = in_word ? p - len : p;
             bool ok = false;
             for (size_t i = 0; i < sizeof(harmless) / sizeof(harmless[0]) && !ok; i++) {
@@ -309,6 +312,7 @@ static bool sh_read_only(const char *code)
 }
 
 /* Pure builtins an expression may call (Python, JavaScript). */
+// clang-format off
 static const char *const py_calls[] = {
     "print", "len", "repr", "str", "int", "float", "bool", "type", "isinstance", "sorted",
     "reversed", "min", "max", "sum", "abs", "round", "range", "enumerate", "zip", "list",
@@ -332,6 +336,7 @@ static const char *const js_banned[] = {
     "async", "yield", "while", "for", "do", "eval", "Function", "process", "globalThis",
     "this", "with",
 };
+// clang-format on
 
 static bool in_list(const char *w, size_t len, const char *const *list, size_t n)
 {
@@ -348,11 +353,11 @@ static bool in_list(const char *w, size_t len, const char *const *list, size_t n
 static bool expr_read_only(const char *code, bool js)
 {
     const char *const *calls = js ? js_calls : py_calls;
-    size_t ncalls = js ? sizeof(js_calls) / sizeof(js_calls[0])
-                       : sizeof(py_calls) / sizeof(py_calls[0]);
+    size_t ncalls =
+        js ? sizeof(js_calls) / sizeof(js_calls[0]) : sizeof(py_calls) / sizeof(py_calls[0]);
     const char *const *banned = js ? js_banned : py_banned;
-    size_t nbanned = js ? sizeof(js_banned) / sizeof(js_banned[0])
-                        : sizeof(py_banned) / sizeof(py_banned[0]);
+    size_t nbanned =
+        js ? sizeof(js_banned) / sizeof(js_banned[0]) : sizeof(py_banned) / sizeof(py_banned[0]);
     int depth = 0;
     for (const char *p = code; *p;) {
         char ch = *p;
@@ -431,8 +436,7 @@ bool al_code_read_only(const char *lang, const char *code)
 {
     if (!code || strlen(code) > READ_ONLY_CODE_MAX)
         return false;
-    if (!lang || !*lang || !strcmp(lang, "sh") || !strcmp(lang, "shell") ||
-        !strcmp(lang, "bash"))
+    if (!lang || !*lang || !strcmp(lang, "sh") || !strcmp(lang, "shell") || !strcmp(lang, "bash"))
         return sh_read_only(code);
     if (!strcmp(lang, "python") || !strcmp(lang, "python3"))
         return expr_read_only(code, false);

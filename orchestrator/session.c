@@ -119,8 +119,7 @@ int al_session_connect_agent(al_session *s, uint64_t deadline, al_error *err)
             return 0;
         }
         if ((errno != ENOENT && errno != ECONNREFUSED) || al_now_ms() >= deadline)
-            return al_err(err, -errno, "cannot connect to the agent socket: %s",
-                          strerror(errno));
+            return al_err(err, -errno, "cannot connect to the agent socket: %s", strerror(errno));
         usleep(5000);
     }
 }
@@ -233,7 +232,8 @@ int al_session_hello_ack(al_session *s, const struct al_msg *m, uint64_t nonce, 
     return 0;
 }
 
-static void session_notice(al_session *s, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void session_notice(al_session *s, const char *fmt, ...)
+    __attribute__((format(printf, 2, 3)));
 static void session_notice(al_session *s, const char *fmt, ...)
 {
     if (s->quiet)
@@ -332,8 +332,8 @@ static int wait_guest(al_session *s, uint64_t deadline, uint64_t probe_deadline,
     unsigned probe_s = (unsigned)((probe_deadline - al_now_ms() + 999) / 1000);
     if (s->transport == AL_TRANSPORT_SSH) {
         int r = al_ssh_connect(s, probe_deadline, err);
-        if (r < 0 && r != -ECANCELED && (domain_stopped(s, ev, evlen) ||
-                                         al_now_ms() + 500 >= probe_deadline)) {
+        if (r < 0 && r != -ECANCELED &&
+            (domain_stopped(s, ev, evlen) || al_now_ms() + 500 >= probe_deadline)) {
             if (!ev[0])
                 snprintf(ev, evlen, "the guest's sshd did not answer within %u s", probe_s);
             *err = (al_error){0};
@@ -432,8 +432,8 @@ static int boot_guest(al_session *s, struct al_vm_config *cfg, bool probe, uint6
     if (env && atoi(env) > 0)
         probe_ms = (uint64_t)atoi(env) * 1000u;
     char ev[300] = "";
-    r = wait_guest(s, *start + s->boot_timeout_ms, probe ? *start + probe_ms : 0, ev,
-                   sizeof(ev), err);
+    r = wait_guest(s, *start + s->boot_timeout_ms, probe ? *start + probe_ms : 0, ev, sizeof(ev),
+                   err);
     if (r == -EAGAIN) {
         *start = al_now_ms();
         r = fall_back_to_emulation(s, cfg, ev, err);
@@ -511,8 +511,8 @@ int al_session_open(const al_session_opts *opts, al_session **out, al_error *err
         r = al_err(err, -errno, "getrandom: %s", strerror(errno));
         goto fail;
     }
-    snprintf(s->name, sizeof(s->name), AL_DOMAIN_PREFIX "%02x%02x%02x%02x%02x%02x", rnd[0],
-             rnd[1], rnd[2], rnd[3], rnd[4], rnd[5]);
+    snprintf(s->name, sizeof(s->name), AL_DOMAIN_PREFIX "%02x%02x%02x%02x%02x%02x", rnd[0], rnd[1],
+             rnd[2], rnd[3], rnd[4], rnd[5]);
     r = session_dir_create(s, err);
     if (r < 0)
         goto fail;
@@ -547,7 +547,7 @@ int al_session_open(const al_session_opts *opts, al_session **out, al_error *err
         .name = s->name,
         .session_dir = s->dir,
         .image = &s->img,
-        .memory_mib = opts->memory_mib   ? opts->memory_mib
+        .memory_mib = opts->memory_mib    ? opts->memory_mib
                       : s->img.memory_mib ? s->img.memory_mib
                                           : MEMORY_MIB_DEFAULT,
         .vcpus = opts->vcpus ? opts->vcpus : VCPUS_DEFAULT,
@@ -720,8 +720,8 @@ int al_session_recv_until(al_session *s, uint32_t id, struct al_msg *m, int extr
 {
     for (;;) {
         bool ours = deadline && (!s->expires_ms || deadline < s->expires_ms);
-        int r = al_channel_recv(&s->ch, m, ours ? deadline : s->expires_ms, s->cancel_fd,
-                                extra_fd, err);
+        int r = al_channel_recv(&s->ch, m, ours ? deadline : s->expires_ms, s->cancel_fd, extra_fd,
+                                err);
         if (r == -ETIMEDOUT && err->code == 0 && ours)
             return r;
         if (r == -ETIMEDOUT && err->code == 0)

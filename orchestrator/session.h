@@ -10,50 +10,50 @@ struct al_session {
     virConnectPtr conn;
     virDomainPtr dom;
     al_image img;
-    char name[64];          /* airlock-<12 hex>: the domain and the runtime dir */
-    char dir[4096];         /* runtime dir of this session */
-    char sock[4200];        /* agent channel socket */
-    char console[4200];     /* serial console log */
-    char raw_sock[4200];    /* benchmark port socket, or empty */
-    char raw_port[64];      /* benchmark port name, or empty */
+    char name[64];       /* airlock-<12 hex>: the domain and the runtime dir */
+    char dir[4096];      /* runtime dir of this session */
+    char sock[4200];     /* agent channel socket */
+    char console[4200];  /* serial console log */
+    char raw_sock[4200]; /* benchmark port socket, or empty */
+    char raw_port[64];   /* benchmark port name, or empty */
     bool dir_created;
-    int lock_fd;            /* flock held while the session lives; gc skips locked dirs */
-    char state_dir[4096];   /* disk-backed: the root disk overlay, checkpoints (budget.c) */
+    int lock_fd;          /* flock held while the session lives; gc skips locked dirs */
+    char state_dir[4096]; /* disk-backed: the root disk overlay, checkpoints (budget.c) */
     bool state_created;
-    int state_lock_fd;      /* the same flock, in the state dir */
-    uint64_t disk_budget;   /* bytes the state dir's files may occupy; 0: no limit */
+    int state_lock_fd;    /* the same flock, in the state dir */
+    uint64_t disk_budget; /* bytes the state dir's files may occupy; 0: no limit */
     pthread_t budget_thread;
     bool budget_running;
-    int budget_stop[2];     /* closes the watcher */
-    int budget_alarm[2];    /* written once it paused the VM: wakes the channel */
-    bool budget_over;       /* atomic: the watcher paused the VM, budget_why says why */
+    int budget_stop[2];  /* closes the watcher */
+    int budget_alarm[2]; /* written once it paused the VM: wakes the channel */
+    bool budget_over;    /* atomic: the watcher paused the VM, budget_why says why */
     char budget_why[400];
-    FILE *console_to;       /* copy the console here at close, or NULL */
-    bool quiet;             /* notices: none, to on_notice, else to notice (NULL: stderr) */
+    FILE *console_to; /* copy the console here at close, or NULL */
+    bool quiet;       /* notices: none, to on_notice, else to notice (NULL: stderr) */
     FILE *notice;
     void (*on_notice)(void *ctx, const char *msg);
     void *notice_ctx;
-    int cancel_fd;          /* -1 or the caller's signal pipe */
-    pthread_mutex_t lock;   /* recursive; one request at a time on the channel, whether the
-                               owner's or a control-socket client's (control.c) */
-    struct al_control *control; /* the control socket's server thread, or NULL */
+    int cancel_fd;               /* -1 or the caller's signal pipe */
+    pthread_mutex_t lock;        /* recursive; one request at a time on the channel, whether the
+                                    owner's or a control-socket client's (control.c) */
+    struct al_control *control;  /* the control socket's server thread, or NULL */
     struct al_checkpoints *ckpt; /* checkpoint.c's state; NULL without opts.checkpoints */
     struct al_channel ch;
     bool have_ch;
     enum al_transport transport;
-    struct al_ssh *ssh;     /* ssh.c's connection while there is one */
-    char ssh_dir[4300];     /* the session's keys */
-    char seed[4300];        /* the cloud-init seed ISO */
-    char host_pub[256];     /* the host key given to the guest, pinned */
-    unsigned host_port;     /* 127.0.0.1 port forwarded to the guest's sshd */
+    struct al_ssh *ssh; /* ssh.c's connection while there is one */
+    char ssh_dir[4300]; /* the session's keys */
+    char seed[4300];    /* the cloud-init seed ISO */
+    char host_pub[256]; /* the host key given to the guest, pinned */
+    unsigned host_port; /* 127.0.0.1 port forwarded to the guest's sshd */
     unsigned stall_ms;
     unsigned boot_timeout_ms;
-    uint64_t expires_ms;    /* monotonic end of the session's lifetime, 0: none */
-    uint32_t next_id;       /* request ids grow; older ids are known to be finished */
-    uint32_t agent_window;  /* bytes the agent accepts un-credited per stream */
+    uint64_t expires_ms;   /* monotonic end of the session's lifetime, 0: none */
+    uint32_t next_id;      /* request ids grow; older ids are known to be finished */
+    uint32_t agent_window; /* bytes the agent accepts un-credited per stream */
     uint32_t caps;
     bool kvm;
-    bool poisoned;          /* the guest broke the protocol: no more requests until a restore */
+    bool poisoned; /* the guest broke the protocol: no more requests until a restore */
     char poison_why[256];
     unsigned vcpus;
     al_session_timing_t timing;
@@ -119,8 +119,8 @@ static inline void al_session_unlockp(al_session **s)
 {
     pthread_mutex_unlock(&(*s)->lock);
 }
-#define AL_SESSION_LOCKED(s)                                                                    \
-    __attribute__((cleanup(al_session_unlockp))) al_session *al_locked_session_ =              \
+#define AL_SESSION_LOCKED(s)                                                                       \
+    __attribute__((cleanup(al_session_unlockp))) al_session *al_locked_session_ =                  \
         (pthread_mutex_lock(&(s)->lock), (s))
 /* Ends the control socket's server, if any (control.c); before the session goes away. */
 void al_control_stop(al_session *s);

@@ -212,8 +212,7 @@ static int skip_add(struct al_tree *t, const char *path, const char *why)
 
 static int entry_cmp(const void *a, const void *b)
 {
-    return strcmp(((const struct al_tree_entry *)a)->path,
-                  ((const struct al_tree_entry *)b)->path);
+    return strcmp(((const struct al_tree_entry *)a)->path, ((const struct al_tree_entry *)b)->path);
 }
 
 int al_tree_sort(struct al_tree *t, al_error *err)
@@ -310,7 +309,9 @@ static int walk_dir(struct walk *w, int dfd, size_t plen, unsigned depth)
             e.type = AL_ENTRY_DIR;
             e.mode = st.st_mode & 0777;
             r = al_tree_add(w->t, &e);
-            int cfd = r < 0 ? -1 : openat(dfd, de->d_name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+            int cfd =
+                r < 0 ? -1
+                      : openat(dfd, de->d_name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
             if (r == 0 && cfd < 0)
                 r = al_err(w->err, -errno, "cannot open directory '%s': %s", w->path,
                            strerror(errno));
@@ -331,8 +332,9 @@ static int walk_dir(struct walk *w, int dfd, size_t plen, unsigned depth)
                     e.link = target;
                     r = al_tree_add(w->t, &e);
                 } else {
-                    r = skip_add(w->t, w->path, "symlink pointing outside the directory, "
-                                                "not followed, not copied");
+                    r = skip_add(w->t, w->path,
+                                 "symlink pointing outside the directory, "
+                                 "not followed, not copied");
                 }
             }
         } else {
@@ -430,8 +432,8 @@ static int write_data(struct archive *a, int fd, uint64_t size, const char *name
     return 0;
 }
 
-static int write_header(struct archive *a, const char *name, int type, unsigned mode,
-                        uint64_t size, const char *link, al_error *err)
+static int write_header(struct archive *a, const char *name, int type, unsigned mode, uint64_t size,
+                        const char *link, al_error *err)
 {
     _cleanup_archive_entry_ struct archive_entry *ae = archive_entry_new();
     if (!ae)
@@ -462,8 +464,7 @@ static int writer_close(struct archive *a, al_error *err)
     return 0;
 }
 
-int al_tar_write_tree(int fd, int dirfd, const struct al_tree *t, const char *prefix,
-                      al_error *err)
+int al_tar_write_tree(int fd, int dirfd, const struct al_tree *t, const char *prefix, al_error *err)
 {
     _cleanup_archive_write_ struct archive *a = NULL;
     int r = writer_open(&fd, &a, err);
@@ -520,7 +521,7 @@ struct al_tar_reader {
     struct archive *a;
     struct al_tar_limits lim;
     uint64_t entries, bytes;
-    uint64_t left;                         /* data of the current entry still to come */
+    uint64_t left; /* data of the current entry still to come */
     char path[AL_TREE_PATH_MAX + 1];
     char link[AL_TREE_PATH_MAX + 1];
 };
@@ -585,8 +586,10 @@ static int copy_name(const char *s, char *out, size_t len, const char *what, al_
         return al_err(err, -EPROTO, "a tar entry from the guest has no %s", what);
     size_t n = strnlen(s, len);
     if (n >= len)
-        return al_err(err, -ENAMETOOLONG, "a tar entry from the guest has a %s longer than %zu "
-                      "bytes", what, len - 1);
+        return al_err(err, -ENAMETOOLONG,
+                      "a tar entry from the guest has a %s longer than %zu "
+                      "bytes",
+                      what, len - 1);
     memcpy(out, s, n + 1);
     return 0;
 }
@@ -606,8 +609,8 @@ int al_tar_next(struct al_tar_reader *r, struct al_tree_entry *e, al_error *err)
         return al_err(err, -E2BIG, "the guest's tree has more than %llu entries",
                       (unsigned long long)r->lim.entries_max);
     const char *p = archive_entry_pathname(ae);
-    int ret = copy_name(p ? p : archive_entry_pathname_utf8(ae), r->path, sizeof(r->path),
-                        "path", err);
+    int ret =
+        copy_name(p ? p : archive_entry_pathname_utf8(ae), r->path, sizeof(r->path), "path", err);
     if (ret < 0)
         return ret;
     char esc[256];

@@ -23,20 +23,20 @@ struct al_tar_limits {
 
 /* One entry of a tree. */
 struct al_tree_entry {
-    char *path;       /* relative, validated: no empty, "." or ".." components, no slash at the
-                         ends; "" is the tree's root */
-    int type;         /* enum al_entry_type */
-    uint64_t size;    /* regular files */
-    unsigned mode;    /* permission bits only */
-    char *link;       /* symlink target, or NULL */
-    const char *odd;  /* why the entry cannot be synced (hard link, device...), or NULL */
+    char *path;      /* relative, validated: no empty, "." or ".." components, no slash at the
+                        ends; "" is the tree's root */
+    int type;        /* enum al_entry_type */
+    uint64_t size;   /* regular files */
+    unsigned mode;   /* permission bits only */
+    char *link;      /* symlink target, or NULL */
+    const char *odd; /* why the entry cannot be synced (hard link, device...), or NULL */
 };
 
 struct al_tree {
     struct al_tree_entry *v;
     size_t n, cap;
-    uint64_t bytes;   /* sum of regular file sizes */
-    char **skipped;   /* host walk: "PATH: why" lines for what was left out */
+    uint64_t bytes; /* sum of regular file sizes */
+    char **skipped; /* host walk: "PATH: why" lines for what was left out */
     size_t nskipped;
 };
 void al_tree_free(struct al_tree *t);

@@ -103,8 +103,7 @@ static int kvm_verdict(char *ev, size_t evlen)
         return -1;
     struct stat st;
     ssize_t n = -1;
-    if (fstat(fd, &st) == 0 && S_ISREG(st.st_mode) && st.st_uid == geteuid() &&
-        !(st.st_mode & 022))
+    if (fstat(fd, &st) == 0 && S_ISREG(st.st_mode) && st.st_uid == geteuid() && !(st.st_mode & 022))
         n = read(fd, buf, sizeof(buf) - 1);
     close(fd);
     if (n <= 0)
@@ -124,8 +123,8 @@ static int kvm_verdict(char *ev, size_t evlen)
 void al_kvm_record(bool works, const char *evidence)
 {
     char path[4200], tmp[4300], key[256];
-    if (kvm_verdict_path(path, sizeof(path)) < 0 || al_pathf(tmp, sizeof(tmp), "%s.%ld", path,
-                                                             (long)getpid()) < 0)
+    if (kvm_verdict_path(path, sizeof(path)) < 0 ||
+        al_pathf(tmp, sizeof(tmp), "%s.%ld", path, (long)getpid()) < 0)
         return;
     kvm_key(key, sizeof(key));
     char ev[512];
@@ -202,8 +201,8 @@ void al_vm_kvm_log_evidence(virConnectPtr conn, const char *name, char *out, siz
     free((void *)uri);
     if (session) {
         const char *home = getenv("HOME");
-        if (!home || al_pathf(path, sizeof(path), "%s/.cache/libvirt/qemu/log/%s.log", home,
-                              name) < 0)
+        if (!home ||
+            al_pathf(path, sizeof(path), "%s/.cache/libvirt/qemu/log/%s.log", home, name) < 0)
             return;
     } else if (al_pathf(path, sizeof(path), "/var/log/libvirt/qemu/%s.log", name) < 0) {
         return;
@@ -301,8 +300,9 @@ char *al_vm_xml(const struct al_vm_config *cfg)
     fprintf(f, "  <metadata><%s:session xmlns:%s='%s' pid='%ld'>\n", AL_METADATA_PREFIX,
             AL_METADATA_PREFIX, AL_METADATA_NS, (long)getpid());
     xml_elem(f, "    ", AL_METADATA_PREFIX ":dir", cfg->session_dir);
-    fprintf(f, "  </%s:session></metadata>\n"
-               "  <os>\n    <type arch='x86_64' machine='q35'>hvm</type>\n",
+    fprintf(f,
+            "  </%s:session></metadata>\n"
+            "  <os>\n    <type arch='x86_64' machine='q35'>hvm</type>\n",
             AL_METADATA_PREFIX);
     if (cfg->image->kernel[0]) {
         xml_elem(f, "    ", "kernel", cfg->image->kernel);

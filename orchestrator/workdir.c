@@ -35,8 +35,7 @@ static int spool_open(const char *dir, al_error *err)
         return al_err(err, -ENAMETOOLONG, "spool path too long");
     fd = mkostemp(tmpl, O_CLOEXEC);
     if (fd < 0)
-        return al_err(err, -errno, "cannot create a spool file in '%s': %s", dir,
-                      strerror(errno));
+        return al_err(err, -errno, "cannot create a spool file in '%s': %s", dir, strerror(errno));
     unlink(tmpl);
     return fd;
 }
@@ -65,9 +64,9 @@ static int guest_run(const struct al_runner *run, const char *const *argv, int i
         .output_cap = out_cap,
         /* Our own tar and mkdir: a guest that never answers must not hold us forever. A minute,
          * plus a second per MB the copy may carry (TCG guests move tens of MB/s). */
-        .timeout_ms = (unsigned)(GUEST_RUN_TIMEOUT_MS + (out_cap > (uint64_t)INT32_MAX * 1000u
-                                                              ? INT32_MAX
-                                                              : out_cap / 1000u)),
+        .timeout_ms =
+            (unsigned)(GUEST_RUN_TIMEOUT_MS +
+                       (out_cap > (uint64_t)INT32_MAX * 1000u ? INT32_MAX : out_cap / 1000u)),
     };
     al_exec_result res;
     int r = run->exec(run->ctx, &o, &res, err);
@@ -109,8 +108,7 @@ int al_tree_put(const struct al_runner *run, int dirfd, const struct al_tree *t,
     if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv) < 0)
         return al_err(err, -errno, "socketpair: %s", strerror(errno));
     _cleanup_close_ int rd = sv[0], wr = sv[1];
-    struct put_writer w = {.fd = wr, .dirfd = dirfd, .file_fd = file_fd, .t = t,
-                           .prefix = prefix};
+    struct put_writer w = {.fd = wr, .dirfd = dirfd, .file_fd = file_fd, .t = t, .prefix = prefix};
     pthread_t th;
     int e = pthread_create(&th, NULL, put_thread, &w);
     if (e)
@@ -179,8 +177,7 @@ int al_workdir_push(al_session *s, const char *dir, const al_workdir_opts *o,
         al_tree_free(&t);
         return r;
     }
-    al_workdir_push_result res = {.bytes = t.bytes, .skipped = t.skipped,
-                                  .nskipped = t.nskipped};
+    al_workdir_push_result res = {.bytes = t.bytes, .skipped = t.skipped, .nskipped = t.nskipped};
     for (size_t i = 0; i < t.n; i++) {
         res.files += t.v[i].type == AL_ENTRY_FILE;
         res.dirs += t.v[i].type == AL_ENTRY_DIR;
@@ -210,8 +207,8 @@ struct change {
 };
 
 struct al_workdir_diff {
-    char *dir;  /* NULL: a listing, nothing to apply to */
-    int spool;  /* the guest's tar stream, unnamed */
+    char *dir; /* NULL: a listing, nothing to apply to */
+    int spool; /* the guest's tar stream, unnamed */
     struct al_tar_limits lim;
     struct change *v;
     size_t n, cap;
@@ -304,8 +301,10 @@ static struct change *change_add(al_workdir_diff *d, int kind, int type, const c
 
 static int host_type(mode_t m)
 {
-    return S_ISREG(m) ? AL_ENTRY_FILE : S_ISDIR(m) ? AL_ENTRY_DIR
-           : S_ISLNK(m) ? AL_ENTRY_SYMLINK : AL_ENTRY_OTHER;
+    return S_ISREG(m)   ? AL_ENTRY_FILE
+           : S_ISDIR(m) ? AL_ENTRY_DIR
+           : S_ISLNK(m) ? AL_ENTRY_SYMLINK
+                        : AL_ENTRY_OTHER;
 }
 
 /* Does the guest entry's data differ from the host file at fd? Reads all of the entry. */
@@ -367,7 +366,7 @@ static int diff_entry(al_workdir_diff *d, int dirfd, struct al_tar_reader *rd,
         modified = true;
     } else if (ht != e->type) {
         modified = true;
-        why = ht == AL_ENTRY_DIR    ? "a directory the guest replaced; not applied"
+        why = ht == AL_ENTRY_DIR        ? "a directory the guest replaced; not applied"
               : e->type == AL_ENTRY_DIR ? "a file the guest replaced with a directory; not applied"
                                         : why;
         if (!why)
@@ -437,9 +436,9 @@ static int diff_build(al_workdir_diff *d, al_error *err)
         const struct al_tree_entry *h = &host.v[i];
         if (al_tree_find(&guest, h->path))
             continue;
-        struct change *c = change_add(d, AL_CHANGE_DELETED, h->type, h->path,
-                                      h->type == AL_ENTRY_SYMLINK ? "a symlink; not deleted"
-                                                                  : NULL);
+        struct change *c =
+            change_add(d, AL_CHANGE_DELETED, h->type, h->path,
+                       h->type == AL_ENTRY_SYMLINK ? "a symlink; not deleted" : NULL);
         if (!c)
             r = al_err(err, -ENOMEM, "out of memory");
         else
@@ -564,8 +563,8 @@ static int apply_file(int dirfd, struct change *c, struct al_tar_reader *rd, boo
     }
     if (r == 0 && fsync(fd) < 0)
         r = -errno;
-    if (r == 0 && renameat2(pfd, tmp, pfd, base,
-                            c->pub.kind == AL_CHANGE_ADDED ? RENAME_NOREPLACE : 0) < 0)
+    if (r == 0 &&
+        renameat2(pfd, tmp, pfd, base, c->pub.kind == AL_CHANGE_ADDED ? RENAME_NOREPLACE : 0) < 0)
         r = -errno;
     if (r < 0)
         unlinkat(pfd, tmp, 0);

@@ -19,8 +19,8 @@ PACKAGES=(
   openssh-client genisoimage iproute2 libssl-dev
   # a prompt zombie reaper for libvirtd where PID 1 is not an init (containers, sandboxes)
   tini
-  # tests: sanitizers and libFuzzer runtimes, python for the integration tests
-  clang libclang-rt-14-dev python3
+  # tests: sanitizers and libFuzzer runtimes, python for the integration tests, the format check
+  clang libclang-rt-14-dev python3 clang-format
   # tests of the agent's language kernels on this machine (python with matplotlib, bash, node)
   python3-matplotlib bash nodejs
 )

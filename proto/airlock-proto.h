@@ -23,12 +23,12 @@
 /* Largest DATA chunk a sender emits; a multiple of the page size keeps pipe reads efficient. */
 #define AL_DATA_CHUNK_MAX (64 * 1024)
 /* Limits on lists and strings inside a payload; each names a resource the receiver allocates. */
-#define AL_ARGV_MAX 256      /* argv entries of one exec */
-#define AL_ENV_MAX 128       /* extra environment entries of one exec */
-#define AL_LANGS_MAX 16      /* languages announced in the handshake */
-#define AL_PATH_MAX 4096     /* a guest path, as PATH_MAX */
-#define AL_MESSAGE_MAX 512   /* an error message: one phrase, not a log */
-#define AL_SHORT_STR_MAX 64  /* agent version, language names */
+#define AL_ARGV_MAX 256     /* argv entries of one exec */
+#define AL_ENV_MAX 128      /* extra environment entries of one exec */
+#define AL_LANGS_MAX 16     /* languages announced in the handshake */
+#define AL_PATH_MAX 4096    /* a guest path, as PATH_MAX */
+#define AL_MESSAGE_MAX 512  /* an error message: one phrase, not a log */
+#define AL_SHORT_STR_MAX 64 /* agent version, language names */
 /* Default flow-control window per stream: the receiver buffers at most this much unconsumed. */
 #define AL_WINDOW_DEFAULT (1024 * 1024)
 #define AL_WINDOW_MIN AL_DATA_CHUNK_MAX
@@ -38,23 +38,23 @@
 #define AL_INPUT_WAIT_MAX_MS (3600 * 1000)
 
 enum al_type {
-    AL_HELLO = 1,     /* host -> guest: version, nonce, window */
-    AL_HELLO_ACK = 2, /* guest -> host: version, nonce, window, caps, agent version, languages */
-    AL_EXEC = 3,      /* host -> guest: start a process */
-    AL_STARTED = 4,   /* guest -> host: process started, pid */
-    AL_DATA = 5,      /* both: a chunk of one stream; flag EOF ends it */
-    AL_CREDIT = 6,    /* both: the receiver consumed n bytes of a stream */
-    AL_SIGNAL = 7,    /* host -> guest: deliver a signal to a request's process group */
-    AL_EXIT = 8,      /* guest -> host: process finished */
-    AL_ERROR = 9,     /* both: request failed, class + errno + one phrase */
-    AL_FILE_PUT = 10, /* host -> guest: write a file, data follows as DATA stream FILE */
-    AL_FILE_GET = 11, /* host -> guest: read a file */
-    AL_FILE_INFO = 12,/* guest -> host: mode and size of a file being sent */
-    AL_OK = 13,       /* guest -> host: request done, a value (bytes written...) */
-    AL_PING = 14,     /* host -> guest: cookie */
-    AL_PONG = 15,     /* guest -> host: same cookie */
-    AL_SHUTDOWN = 16, /* host -> guest: power off (or reboot) */
-    AL_WAITING = 17,  /* guest -> host: the run has been blocked reading its stdin a while */
+    AL_HELLO = 1,      /* host -> guest: version, nonce, window */
+    AL_HELLO_ACK = 2,  /* guest -> host: version, nonce, window, caps, agent version, languages */
+    AL_EXEC = 3,       /* host -> guest: start a process */
+    AL_STARTED = 4,    /* guest -> host: process started, pid */
+    AL_DATA = 5,       /* both: a chunk of one stream; flag EOF ends it */
+    AL_CREDIT = 6,     /* both: the receiver consumed n bytes of a stream */
+    AL_SIGNAL = 7,     /* host -> guest: deliver a signal to a request's process group */
+    AL_EXIT = 8,       /* guest -> host: process finished */
+    AL_ERROR = 9,      /* both: request failed, class + errno + one phrase */
+    AL_FILE_PUT = 10,  /* host -> guest: write a file, data follows as DATA stream FILE */
+    AL_FILE_GET = 11,  /* host -> guest: read a file */
+    AL_FILE_INFO = 12, /* guest -> host: mode and size of a file being sent */
+    AL_OK = 13,        /* guest -> host: request done, a value (bytes written...) */
+    AL_PING = 14,      /* host -> guest: cookie */
+    AL_PONG = 15,      /* guest -> host: same cookie */
+    AL_SHUTDOWN = 16,  /* host -> guest: power off (or reboot) */
+    AL_WAITING = 17,   /* guest -> host: the run has been blocked reading its stdin a while */
     AL_TYPE_MAX_ = 17,
 };
 
@@ -146,12 +146,12 @@ struct al_msg {
             struct al_str langs[AL_LANGS_MAX];
         } hello_ack;
         struct {
-            uint32_t flags;      /* enum al_exec_flags */
-            uint32_t timeout_ms; /* 0: none */
+            uint32_t flags;         /* enum al_exec_flags */
+            uint32_t timeout_ms;    /* 0: none */
             uint32_t input_wait_ms; /* send WAITING after this long blocked on stdin; 0: never */
-            uint64_t output_cap; /* per stream; 0: none */
-            struct al_str lang;  /* empty: argv[0] is a program; else argv[0] is code */
-            struct al_str cwd;   /* empty: / */
+            uint64_t output_cap;    /* per stream; 0: none */
+            struct al_str lang;     /* empty: argv[0] is a program; else argv[0] is code */
+            struct al_str cwd;      /* empty: / */
             uint32_t argc;
             struct al_str argv[AL_ARGV_MAX];
             uint32_t envc;

@@ -210,8 +210,8 @@ int al_msg_decode(const struct al_header *h, const uint8_t *payload, struct al_m
         m.u.hello_ack.window = get_u32(&r, "truncated hello-ack");
         m.u.hello_ack.caps = get_u32(&r, "truncated hello-ack");
         m.u.hello_ack.agent_version = get_str(&r, AL_SHORT_STR_MAX, "bad agent version");
-        m.u.hello_ack.nlangs = get_strlist(&r, m.u.hello_ack.langs, AL_LANGS_MAX,
-                                           AL_SHORT_STR_MAX, "bad language list");
+        m.u.hello_ack.nlangs = get_strlist(&r, m.u.hello_ack.langs, AL_LANGS_MAX, AL_SHORT_STR_MAX,
+                                           "bad language list");
         break;
     case AL_EXEC:
         m.u.exec.flags = get_u32(&r, "truncated exec");
@@ -220,8 +220,8 @@ int al_msg_decode(const struct al_header *h, const uint8_t *payload, struct al_m
         m.u.exec.output_cap = get_u64(&r, "truncated exec");
         m.u.exec.lang = get_str(&r, AL_SHORT_STR_MAX, "bad exec language");
         m.u.exec.cwd = get_str(&r, AL_PATH_MAX, "bad exec cwd");
-        m.u.exec.argc = get_strlist(&r, m.u.exec.argv, AL_ARGV_MAX, AL_FRAME_PAYLOAD_MAX,
-                                    "bad exec argv");
+        m.u.exec.argc =
+            get_strlist(&r, m.u.exec.argv, AL_ARGV_MAX, AL_FRAME_PAYLOAD_MAX, "bad exec argv");
         m.u.exec.envc =
             get_strlist(&r, m.u.exec.env, AL_ENV_MAX, AL_FRAME_PAYLOAD_MAX, "bad exec env");
         if (!r.why && m.u.exec.argc == 0)
@@ -266,11 +266,9 @@ int al_msg_decode(const struct al_header *h, const uint8_t *payload, struct al_m
         m.u.exit.value = (int32_t)get_u32(&r, "truncated exit");
         m.u.exit.duration_us = get_u64(&r, "truncated exit");
         m.u.exit.flags = get_u32(&r, "truncated exit");
-        if (!r.why && m.u.exit.how == AL_EXIT_CODE &&
-            (m.u.exit.value < 0 || m.u.exit.value > 255))
+        if (!r.why && m.u.exit.how == AL_EXIT_CODE && (m.u.exit.value < 0 || m.u.exit.value > 255))
             r.why = "exit status out of range";
-        if (!r.why && m.u.exit.how == AL_EXIT_SIGNAL &&
-            (m.u.exit.value < 1 || m.u.exit.value > 64))
+        if (!r.why && m.u.exit.how == AL_EXIT_SIGNAL && (m.u.exit.value < 1 || m.u.exit.value > 64))
             r.why = "exit signal out of range";
         if (!r.why && m.u.exit.how > AL_EXIT_SIGNAL)
             r.why = "bad exit kind";
@@ -523,12 +521,23 @@ bool al_decoder_partial(const struct al_decoder *d)
 const char *al_type_name(uint8_t type)
 {
     static const char *const names[] = {
-        [AL_HELLO] = "hello",       [AL_HELLO_ACK] = "hello-ack", [AL_EXEC] = "exec",
-        [AL_STARTED] = "started",   [AL_DATA] = "data",           [AL_CREDIT] = "credit",
-        [AL_SIGNAL] = "signal",     [AL_EXIT] = "exit",           [AL_ERROR] = "error",
-        [AL_FILE_PUT] = "file-put", [AL_FILE_GET] = "file-get",   [AL_FILE_INFO] = "file-info",
-        [AL_OK] = "ok",             [AL_PING] = "ping",           [AL_PONG] = "pong",
-        [AL_SHUTDOWN] = "shutdown", [AL_WAITING] = "waiting",
+        [AL_HELLO] = "hello",
+        [AL_HELLO_ACK] = "hello-ack",
+        [AL_EXEC] = "exec",
+        [AL_STARTED] = "started",
+        [AL_DATA] = "data",
+        [AL_CREDIT] = "credit",
+        [AL_SIGNAL] = "signal",
+        [AL_EXIT] = "exit",
+        [AL_ERROR] = "error",
+        [AL_FILE_PUT] = "file-put",
+        [AL_FILE_GET] = "file-get",
+        [AL_FILE_INFO] = "file-info",
+        [AL_OK] = "ok",
+        [AL_PING] = "ping",
+        [AL_PONG] = "pong",
+        [AL_SHUTDOWN] = "shutdown",
+        [AL_WAITING] = "waiting",
     };
     if (type == 0 || type > AL_TYPE_MAX_)
         return "unknown";
@@ -538,10 +547,10 @@ const char *al_type_name(uint8_t type)
 const char *al_error_class_name(uint16_t klass)
 {
     static const char *const names[] = {
-        [AL_ERR_PROTOCOL] = "protocol",   [AL_ERR_NOT_FOUND] = "not-found",
+        [AL_ERR_PROTOCOL] = "protocol",     [AL_ERR_NOT_FOUND] = "not-found",
         [AL_ERR_PERMISSION] = "permission", [AL_ERR_INVALID] = "invalid",
-        [AL_ERR_LIMIT] = "limit",         [AL_ERR_IO] = "io",
-        [AL_ERR_INTERNAL] = "internal",   [AL_ERR_UNSUPPORTED] = "unsupported",
+        [AL_ERR_LIMIT] = "limit",           [AL_ERR_IO] = "io",
+        [AL_ERR_INTERNAL] = "internal",     [AL_ERR_UNSUPPORTED] = "unsupported",
     };
     if (klass == 0 || klass > AL_ERR_CLASS_MAX_)
         return "unknown";

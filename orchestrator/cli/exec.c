@@ -5,11 +5,11 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <getopt.h>
+#include <poll.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <poll.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -305,8 +305,9 @@ int cmd_exec(struct cli_globals *g, int argc, char **argv)
             break;
         case OPT_SYNC:
             if (!strcmp(optarg, "ask") || !strcmp(optarg, "yes") || !strcmp(optarg, "no")) {
-                sync = optarg[0] == 'a' ? CLI_SYNC_ASK : optarg[0] == 'y' ? CLI_SYNC_YES
-                                                                          : CLI_SYNC_NO;
+                sync = optarg[0] == 'a'   ? CLI_SYNC_ASK
+                       : optarg[0] == 'y' ? CLI_SYNC_YES
+                                          : CLI_SYNC_NO;
                 break;
             }
             fprintf(stderr, "airlock: --sync-back wants ask, yes or no\n");

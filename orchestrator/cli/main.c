@@ -71,9 +71,8 @@ static bool is_global_opt(const char *a, bool *takes_value)
 {
     *takes_value = !strcmp(a, "-c") || !strcmp(a, "--connect");
     return *takes_value || !strncmp(a, "--connect=", 10) || !strcmp(a, "-d") ||
-           !strcmp(a, "--debug") || !strcmp(a, "-q") || !strcmp(a, "--quiet") ||
-           !strcmp(a, "-h") || !strcmp(a, "--help") || !strcmp(a, "-V") ||
-           !strcmp(a, "--version");
+           !strcmp(a, "--debug") || !strcmp(a, "-q") || !strcmp(a, "--quiet") || !strcmp(a, "-h") ||
+           !strcmp(a, "--help") || !strcmp(a, "-V") || !strcmp(a, "--version");
 }
 
 int main(int argc, char **argv)

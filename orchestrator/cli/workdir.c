@@ -45,8 +45,8 @@ int cli_workdir_push(al_session *s, const char *dir, const al_workdir_opts *o, b
     if (!quiet) {
         char sz[32];
         fprintf(stderr, "airlock: copied %zu files (%s) into %s\n", res.files,
-                size_str(res.bytes, sz, sizeof(sz)), o && o->guest_dir ? o->guest_dir
-                                                                       : AL_WORKDIR_GUEST_DIR);
+                size_str(res.bytes, sz, sizeof(sz)),
+                o && o->guest_dir ? o->guest_dir : AL_WORKDIR_GUEST_DIR);
     }
     al_workdir_push_result_free(&res);
     return 0;
@@ -173,8 +173,10 @@ static bool answer(const char *question, char *line, size_t len)
 static bool ask(const char *dir)
 {
     if (!isatty(STDIN_FILENO)) {
-        fprintf(stderr, "airlock: stdin is not a terminal: not applying the changes to %s "
-                        "(--sync-back yes applies them)\n", dir);
+        fprintf(stderr,
+                "airlock: stdin is not a terminal: not applying the changes to %s "
+                "(--sync-back yes applies them)\n",
+                dir);
         return false;
     }
     char q[4200], line[64];

@@ -38,19 +38,19 @@ int al_transport_parse(const char *s, enum al_transport *out, al_error *err);
 
 typedef struct al_image {
     char name[64];
-    char dir[4096];       /* the image's directory in the store */
-    char kernel[4096];    /* absolute paths, checked to be inside dir; both empty for an
-                             image that boots from its disk through the firmware (imported) */
+    char dir[4096];    /* the image's directory in the store */
+    char kernel[4096]; /* absolute paths, checked to be inside dir; both empty for an
+                          image that boots from its disk through the firmware (imported) */
     char initrd[4096];
-    char disk[4096];      /* root disk base image (qcow2), inside dir; empty when none. Never
-                             written: each session boots on an overlay of its own */
+    char disk[4096]; /* root disk base image (qcow2), inside dir; empty when none. Never
+                        written: each session boots on an overlay of its own */
     char cmdline[1024];
     unsigned agent_protocol;
-    unsigned memory_mib;  /* suggested memory; 0 when the manifest names none */
-    char languages[256];  /* space-separated */
+    unsigned memory_mib;         /* suggested memory; 0 when the manifest names none */
+    char languages[256];         /* space-separated */
     enum al_transport transport; /* how sessions reach the agent by default: VIRTIO or SSH */
-    char ssh_user[64];    /* SSH images: the user cloud-init gives the session's key */
-    unsigned ssh_port;    /* SSH images: sshd's port in the guest */
+    char ssh_user[64];           /* SSH images: the user cloud-init gives the session's key */
+    unsigned ssh_port;           /* SSH images: sshd's port in the guest */
 } al_image;
 
 /* The store: $AIRLOCK_IMAGE_DIR, else /var/lib/airlock/images for root, else
@@ -98,26 +98,26 @@ int al_image_remove(const char *name, al_error *err);
 typedef struct al_session al_session;
 
 typedef struct al_session_opts {
-    const char *image;        /* name in the store; NULL: al_image_default() */
-    const char *connect_uri;  /* NULL: --connect / LIBVIRT_DEFAULT_URI / system / session */
-    unsigned memory_mib;      /* 0: the image's, else 256 */
-    unsigned vcpus;           /* 0: 1 */
-    unsigned lifetime_s;      /* 0: unlimited; the session fails once it is older */
-    unsigned boot_timeout_ms; /* 0: 60 s; from domain start to the agent's handshake */
-    unsigned stall_timeout_ms;/* 0: 10 s; a frame half-received for this long fails */
-    bool quiet;               /* no notices */
-    FILE *notice;             /* where notices go (emulation fallback) when on_notice is not
-                                 set; NULL: nowhere (the library never prints on its own) */
-    const char *raw_port;     /* benchmarks: add a second virtio-serial port of this name */
-    FILE *console_to;         /* NULL, or where the guest console is copied when the session
-                                 closes (also after a failed boot) */
-    int cancel_fd;            /* 0 or -1: none; or a pipe: each byte read is a signal number. While
-                                 booting any byte cancels; during an exec SIGINT/SIGQUIT are
-                                 forwarded to the guest process group, others kill it. */
+    const char *image;         /* name in the store; NULL: al_image_default() */
+    const char *connect_uri;   /* NULL: --connect / LIBVIRT_DEFAULT_URI / system / session */
+    unsigned memory_mib;       /* 0: the image's, else 256 */
+    unsigned vcpus;            /* 0: 1 */
+    unsigned lifetime_s;       /* 0: unlimited; the session fails once it is older */
+    unsigned boot_timeout_ms;  /* 0: 60 s; from domain start to the agent's handshake */
+    unsigned stall_timeout_ms; /* 0: 10 s; a frame half-received for this long fails */
+    bool quiet;                /* no notices */
+    FILE *notice;              /* where notices go (emulation fallback) when on_notice is not
+                                  set; NULL: nowhere (the library never prints on its own) */
+    const char *raw_port;      /* benchmarks: add a second virtio-serial port of this name */
+    FILE *console_to;          /* NULL, or where the guest console is copied when the session
+                                  closes (also after a failed boot) */
+    int cancel_fd;             /* 0 or -1: none; or a pipe: each byte read is a signal number. While
+                                  booting any byte cancels; during an exec SIGINT/SIGQUIT are
+                                  forwarded to the guest process group, others kill it. */
     enum al_transport transport; /* AL_TRANSPORT_IMAGE (0): the image's; else that one, which
                                     the image must serve (al_transport_parse reads names) */
-    bool checkpoints;         /* allow al_checkpoint_*: images without a disk get a small scratch
-                                 qcow2 to hold the snapshots (the guest never mounts it) */
+    bool checkpoints;            /* allow al_checkpoint_*: images without a disk get a small scratch
+                                    qcow2 to hold the snapshots (the guest never mounts it) */
     /* Notices (one line, no "airlock: notice: " prefix, no newline): called instead of
      * writing to notice when set; from the thread that opens the session. */
     void (*on_notice)(void *ctx, const char *msg);
@@ -151,7 +151,6 @@ typedef struct al_session_timing {
 } al_session_timing_t;
 void al_session_timing(const al_session *s, al_session_timing_t *out);
 
-
 /* ---- exec ---- */
 
 enum al_exec_how {
@@ -183,16 +182,16 @@ typedef struct al_exec_opts {
 } al_exec_opts;
 
 typedef struct al_exec_result {
-    int how;   /* enum al_exec_how */
+    int how; /* enum al_exec_how */
     int value;
     uint64_t duration_us;
     bool timed_out;
     bool truncated_stdout;
     bool truncated_stderr;
-    bool waited_input;       /* the program waited for input longer than input_wait_ms */
-    bool interrupted;        /* the session's cancel fd delivered SIGINT or SIGQUIT during the
-                                run, and it was sent to the program (the user's Ctrl-C, as
-                                opposed to a timeout or an input wait) */
+    bool waited_input; /* the program waited for input longer than input_wait_ms */
+    bool interrupted;  /* the session's cancel fd delivered SIGINT or SIGQUIT during the
+                          run, and it was sent to the program (the user's Ctrl-C, as
+                          opposed to a timeout or an input wait) */
 } al_exec_result;
 
 /* Runs one command and streams its output. A command that cannot be started fails with
@@ -220,7 +219,12 @@ typedef struct al_workdir_opts {
     const char *guest_dir; /* NULL: /workspace */
 } al_workdir_opts;
 
-enum al_entry_type { AL_ENTRY_FILE = 0, AL_ENTRY_DIR = 1, AL_ENTRY_SYMLINK = 2, AL_ENTRY_OTHER = 3 };
+enum al_entry_type {
+    AL_ENTRY_FILE = 0,
+    AL_ENTRY_DIR = 1,
+    AL_ENTRY_SYMLINK = 2,
+    AL_ENTRY_OTHER = 3
+};
 enum al_change_kind { AL_CHANGE_ADDED = 0, AL_CHANGE_MODIFIED = 1, AL_CHANGE_DELETED = 2 };
 
 /* What a change could make the host do beyond holding new bytes: set by the diff from the path
@@ -295,13 +299,12 @@ int al_session_serve_control(al_session *s, al_error *err);
 typedef struct al_session_info {
     char name[64];
     char image[64];
-    int64_t started;  /* unix time */
-    long pid;         /* of the process holding it */
+    int64_t started; /* unix time */
+    long pid;        /* of the process holding it */
 } al_session_info;
 /* Calls fn for every live session of this user that serves control requests. Returns how
  * many. */
-int al_session_list(void (*fn)(void *ctx, const al_session_info *info), void *ctx,
-                    al_error *err);
+int al_session_list(void (*fn)(void *ctx, const al_session_info *info), void *ctx, al_error *err);
 
 /* A session another process holds, by name (NULL: the only one running). */
 typedef struct al_remote al_remote;
@@ -358,9 +361,9 @@ const char *al_term_escape(const char *s, char *buf, size_t len);
 #define AL_CHECKPOINT_NAME_MAX 63
 
 typedef struct al_checkpoint_info {
-    uint32_t id;          /* 1, 2, ... in creation order, never reused in a session */
+    uint32_t id; /* 1, 2, ... in creation order, never reused in a session */
     char name[AL_CHECKPOINT_NAME_MAX + 1]; /* "" when unnamed */
-    int64_t created;      /* unix time */
+    int64_t created;                       /* unix time */
     uint64_t state_bytes; /* the memory and device state it holds (QEMU's vm-state-size) */
     uint64_t disk_bytes;  /* growth of the session disk file since the checkpoint before: the
                              blocks the guest changed in between plus this one's state, less
@@ -371,11 +374,10 @@ typedef struct al_checkpoint_info {
 
 /* Takes a checkpoint; name may be NULL. Returns its id (> 0) and fills *out when out is set.
  * -EEXIST for a name in use, -EINVAL for a bad name, -ENOTSUP without opts.checkpoints. */
-int al_checkpoint_create(al_session *s, const char *name, al_checkpoint_info *out,
-                         al_error *err);
+int al_checkpoint_create(al_session *s, const char *name, al_checkpoint_info *out, al_error *err);
 /* Calls fn for each checkpoint, oldest first. Returns how many. */
-int al_checkpoint_list(al_session *s, void (*fn)(void *ctx, const al_checkpoint_info *c),
-                       void *ctx, al_error *err);
+int al_checkpoint_list(al_session *s, void (*fn)(void *ctx, const al_checkpoint_info *c), void *ctx,
+                       al_error *err);
 /* Finds a checkpoint by id ("3") or name. -ENOENT when there is none. */
 int al_checkpoint_find(al_session *s, const char *id_or_name, al_checkpoint_info *out,
                        al_error *err);

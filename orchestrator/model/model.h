@@ -20,7 +20,7 @@ enum al_api {
 
 /* Provider defaults (model/providers.c): what an endpoint, a model or a key defaults to. */
 struct al_provider {
-    const char *name;     /* "openai", "anthropic"; local: "ollama", "llamacpp", "lmstudio" */
+    const char *name; /* "openai", "anthropic"; local: "ollama", "llamacpp", "lmstudio" */
     enum al_api api;
     const char *api_base; /* the endpoint */
     const char *model;    /* the default model */
@@ -33,19 +33,19 @@ const struct al_provider *al_provider_local(const char *name);
 
 typedef struct al_model_cfg {
     enum al_api api;
-    const char *api_base;  /* e.g. https://api.openai.com/v1, http://127.0.0.1:11434/v1 */
-    const char *api_key;   /* NULL or "": no auth header (local servers) */
+    const char *api_base; /* e.g. https://api.openai.com/v1, http://127.0.0.1:11434/v1 */
+    const char *api_key;  /* NULL or "": no auth header (local servers) */
     const char *model;
-    double temperature;    /* used when has_temperature */
+    double temperature; /* used when has_temperature */
     bool has_temperature;
-    unsigned max_tokens;   /* 0: not sent (OpenAI) / 4096 (Anthropic, which requires it) */
-    unsigned timeout_s;    /* whole request, 0: 600 */
+    unsigned max_tokens;        /* 0: not sent (OpenAI) / 4096 (Anthropic, which requires it) */
+    unsigned timeout_s;         /* whole request, 0: 600 */
     unsigned connect_timeout_s; /* 0: 10 */
-    unsigned retries;      /* extra attempts on 429, 5xx, dropped connection before any byte
-                              of the reply was passed on; 0 means none. Backoff 0.5 s doubling,
-                              capped at 8 s; Retry-After honoured up to 30 s. */
-    int cancel_fd;         /* -1: none; readable (any byte) cancels the request: -ECANCELED */
-    bool verbose;          /* log request URLs and status lines (never the key) to stderr */
+    unsigned retries;           /* extra attempts on 429, 5xx, dropped connection before any byte
+                                   of the reply was passed on; 0 means none. Backoff 0.5 s doubling,
+                                   capped at 8 s; Retry-After honoured up to 30 s. */
+    int cancel_fd;              /* -1: none; readable (any byte) cancels the request: -ECANCELED */
+    bool verbose;               /* log request URLs and status lines (never the key) to stderr */
 } al_model_cfg;
 
 /* The neutral conversation: a cJSON array of message objects.
@@ -58,18 +58,18 @@ typedef struct al_model_cfg {
  * tools == NULL (or empty) sends no tools (the text-mode fallback). */
 
 typedef struct al_tool_call {
-    char *id;        /* as the server gave it; made up ("call_N") when it gave none */
+    char *id; /* as the server gave it; made up ("call_N") when it gave none */
     char *name;
     char *arguments; /* the raw JSON text the model produced (may be invalid JSON) */
 } al_tool_call;
 
 typedef struct al_model_reply {
-    char *text;                /* the whole assistant text, UTF-8, never NULL after success */
+    char *text; /* the whole assistant text, UTF-8, never NULL after success */
     al_tool_call *calls;
     size_t ncalls;
-    unsigned input_tokens;     /* usage as reported; 0 when the server reported none */
+    unsigned input_tokens; /* usage as reported; 0 when the server reported none */
     unsigned output_tokens;
-    char finish[32];           /* "stop", "tool_calls", "length", "end_turn", "tool_use", ... */
+    char finish[32]; /* "stop", "tool_calls", "length", "end_turn", "tool_use", ... */
 } al_model_reply;
 
 typedef struct al_model_stream_cb {

@@ -157,10 +157,10 @@ int main(int argc, char **argv)
                 (const char *const[]){"file-put", "data-file", "data-file-eof", "ok", NULL});
     emit_stream("stream-file-get",
                 (const char *const[]){"file-get", "file-info", "data-file-empty-eof", NULL});
-    emit_stream("stream-kernel", (const char *const[]){"exec-kernel", "started", "waiting",
-                                                       "signal-9", "data-stdout-eof",
-                                                       "data-stderr-empty-eof", "exit-code-1",
-                                                       NULL});
+    emit_stream("stream-kernel",
+                (const char *const[]){"exec-kernel", "started", "waiting", "signal-9",
+                                      "data-stdout-eof", "data-stderr-empty-eof", "exit-code-1",
+                                      NULL});
     emit_stream("stream-ping-shutdown",
                 (const char *const[]){"ping", "pong", "shutdown-poweroff", NULL});
 

@@ -57,8 +57,13 @@ static cJSON *do_exec(al_session *s, const cJSON *req)
     const char *in = json_str(req, "stdin");
     const char *argv[] = {code ? code : "", NULL};
     struct capture cap = {{NULL}, {0}};
-    al_exec_opts o = {.argv = argv, .lang = lang, .stdin_fd = -1, .stdout_fd = -1,
-                      .stderr_fd = -1, .output = capture_output, .output_ctx = &cap};
+    al_exec_opts o = {.argv = argv,
+                      .lang = lang,
+                      .stdin_fd = -1,
+                      .stdout_fd = -1,
+                      .stderr_fd = -1,
+                      .output = capture_output,
+                      .output_ctx = &cap};
     o.kernel = cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(req, "kernel"));
     o.interrupt_on_wait = cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(req, "interrupt_on_wait"));
     o.input_wait_ms = num(req, "input_wait_ms");
@@ -117,8 +122,8 @@ int main(int argc, char **argv)
     if (pipe2(cancel_pipe, O_CLOEXEC) < 0)
         return 1;
     /* The guest's console goes to stderr when the session closes: what a failure needs. */
-    al_session_opts so = {.image = argv[1], .quiet = true, .cancel_fd = cancel_pipe[0],
-                          .console_to = stderr};
+    al_session_opts so = {
+        .image = argv[1], .quiet = true, .cancel_fd = cancel_pipe[0], .console_to = stderr};
     al_session *s = NULL;
     al_error err = {0};
     if (al_session_open(&so, &s, &err) < 0) {
@@ -132,7 +137,7 @@ int main(int argc, char **argv)
     while (line && fgets(line, LINE_MAX_BYTES, stdin)) {
         cJSON *req = cJSON_Parse(line);
         const char *op = json_str(req, "op");
-        cJSON *ans = !op                    ? cJSON_CreateObject()
+        cJSON *ans = !op                   ? cJSON_CreateObject()
                      : !strcmp(op, "exec") ? do_exec(s, req)
                      : !strcmp(op, "get")  ? do_get(s, req)
                                            : cJSON_CreateObject();

@@ -564,8 +564,7 @@ static void test_type_and_flags(void)
     d.u.data.data = (const uint8_t *)"x";
     d.u.data.len = 1;
     int r = al_msg_encode(&d, frame, sizeof(frame));
-    if (!tap(r == -EINVAL, NULL,
-             "encode of data with unknown flag 0x02 is -EINVAL"))
+    if (!tap(r == -EINVAL, NULL, "encode of data with unknown flag 0x02 is -EINVAL"))
         diag("got %s", errname(r));
 }
 
@@ -750,7 +749,6 @@ static void set_shutdown(struct al_msg *m, int64_t v)
     m->type = AL_SHUTDOWN;
     m->u.shutdown.how = (uint32_t)v;
 }
-
 
 /* Not here: the HELLO / HELLO_ACK window. Frames carry any value; each side's handshake checks
  * the peer's against AL_WINDOW_MIN..AL_WINDOW_MAX (samples hello-window-min and -max). */
@@ -977,7 +975,7 @@ static void test_partial(void)
 static const uint8_t fixed_len[AL_TYPE_MAX_ + 1] = {
     [AL_HELLO] = 16, [AL_STARTED] = 4, [AL_DATA] = 9,       [AL_CREDIT] = 5,
     [AL_SIGNAL] = 4, [AL_EXIT] = 17,   [AL_FILE_INFO] = 12, [AL_OK] = 8,
-    [AL_PING] = 8,   [AL_PONG] = 8,    [AL_SHUTDOWN] = 4,  [AL_WAITING] = 4,
+    [AL_PING] = 8,   [AL_PONG] = 8,    [AL_SHUTDOWN] = 4,   [AL_WAITING] = 4,
 };
 
 /* A third pure noise; a third a made-up header over small field values; a third a sample frame

@@ -23,7 +23,7 @@ struct blob {
 
 struct ent {
     const char *path;
-    int type; /* AE_IF* */
+    int type;         /* AE_IF* */
     const char *data; /* file content, or link target */
     bool hardlink;
     unsigned mode; /* 0: 0644 */
@@ -112,8 +112,7 @@ static bool has_rel(const char *rel, const char *text)
 static void fresh(void)
 {
     char cmd[1400];
-    snprintf(cmd, sizeof(cmd), "rm -rf '%s' '%s' && mkdir '%s' '%s'", dir, outside, dir,
-             outside);
+    snprintf(cmd, sizeof(cmd), "rm -rf '%s' '%s' && mkdir '%s' '%s'", dir, outside, dir, outside);
     if (system(cmd) != 0)
         abort();
 }
@@ -175,10 +174,12 @@ int main(void)
     put("keep", "same\n");
     put("mod", "old\n");
     put("gone", "bye\n");
-    const struct ent normal[] = {
-        {"./", AE_IFDIR, NULL, false},       {"./keep", AE_IFREG, "same\n", false},
-        {"./mod", AE_IFREG, "new text\n", false}, {"./new/", AE_IFDIR, NULL, false},
-        {"./new/f", AE_IFREG, "f\n", false}, {NULL, 0, NULL, false}};
+    const struct ent normal[] = {{"./", AE_IFDIR, NULL, false},
+                                 {"./keep", AE_IFREG, "same\n", false},
+                                 {"./mod", AE_IFREG, "new text\n", false},
+                                 {"./new/", AE_IFDIR, NULL, false},
+                                 {"./new/f", AE_IFREG, "f\n", false},
+                                 {NULL, 0, NULL, false}};
     al_workdir_diff *d = diff_of(normal, &err);
     ok(d && al_workdir_diff_count(d) == 4, "a plain diff has 4 changes (%s)", err.msg);
     ok(d && change(d, "mod") && change(d, "mod")->kind == AL_CHANGE_MODIFIED &&
@@ -373,7 +374,8 @@ int main(void)
                                 {NULL, 0, NULL, false, 0}};
     err = (al_error){0};
     d = diff_of(modes, &err);
-    ok(d && al_workdir_apply(d, AL_APPLY_EXEC, &err) == 3, "files with set-id modes applied, exec bits consented (%s)", err.msg);
+    ok(d && al_workdir_apply(d, AL_APPLY_EXEC, &err) == 3,
+       "files with set-id modes applied, exec bits consented (%s)", err.msg);
     struct stat s1, s2, s3;
     char p2[700], p3[700];
     snprintf(p, sizeof(p), "%s/suid", dir);
