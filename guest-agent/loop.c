@@ -651,14 +651,194 @@ enum poll_role {
  * per request two outputs and stdin, per kernel its control socket and two outputs. */
 #define POLL_MAX (3 + 3 * AGENT_REQ_MAX + 3 * KERNEL_LANGS)
 
-int agent_run(struct agent *a)
-{
+/* The poll set of one round, each slot tagged with what it is for. */
+struct poll_set {
     struct pollfd pfd[POLL_MAX];
     struct {
         struct req *r;
         struct kernel *k;
         enum poll_role role;
     } tag[POLL_MAX];
+    size_t n;
+};
+
+static void poll_add(struct poll_set *ps, int fd, int ev, struct req *r, struct kernel *k,
+                     enum poll_role role)
+{
+    ps->pfd[ps->n] = (struct pollfd){fd, (short)ev, 0};
+    ps->tag[ps->n].r = r;
+    ps->tag[ps->n].k = k;
+    ps->tag[ps->n].role = role;
+    ps->n++;
+}
+
+/* The channel's fds: in while there is room for input and the output queue is not too long,
+ * out while it holds something. */
+static void poll_add_channel(struct agent *a, struct poll_set *ps)
+{
+    size_t avail;
+    al_decoder_space(&a->dec, &avail);
+    bool want_in = avail > 0 && outq_len(a) < AGENT_OUTQ_HIGH;
+    short out_ev = outq_len(a) ? POLLOUT : 0;
+    if (a->ch.in_fd == a->ch.out_fd) {
+        poll_add(ps, a->ch.in_fd, (want_in ? POLLIN : 0) | out_ev, NULL, NULL, ROLE_CHANNEL_IN);
+    } else {
+        /* Left out rather than polled for nothing: a hung-up pipe would spin. */
+        if (want_in)
+            poll_add(ps, a->ch.in_fd, POLLIN, NULL, NULL, ROLE_CHANNEL_IN);
+        if (out_ev)
+            poll_add(ps, a->ch.out_fd, out_ev, NULL, NULL, ROLE_CHANNEL_OUT);
+    }
+}
+
+/* A request's fds and timers; next is lowered to its earliest timer. */
+static void poll_add_req(struct agent *a, struct poll_set *ps, struct req *r, uint64_t now,
+                         uint64_t *next)
+{
+    if (r->kind == REQ_GET) {
+        if (ostream_ready(a, &r->out[0]))
+            *next = now; /* a regular file is always readable: no poll */
+        return;
+    }
+    if (r->kind != REQ_EXEC)
+        return;
+    if (ostream_ready(a, &r->out[0]))
+        poll_add(ps, r->out[0].fd, POLLIN, r, NULL, ROLE_OUT0);
+    if (ostream_ready(a, &r->out[1]))
+        poll_add(ps, r->out[1].fd, POLLIN, r, NULL, ROLE_OUT1);
+    if (r->in_fd >= 0 && r->inq.len > r->inq.head && outq_len(a) < AGENT_OUTQ_HIGH)
+        poll_add(ps, r->in_fd, POLLOUT, r, NULL, ROLE_STDIN);
+    if (r->deadline_us && !r->reaped && r->deadline_us < *next)
+        *next = r->deadline_us;
+    if (r->grace_us && r->grace_us < *next)
+        *next = r->grace_us;
+    if (r->kill_us && !r->reaped && r->kill_us < *next)
+        *next = r->kill_us;
+    if (r->input_wait_ms && r->stdin_ino && !r->reaped && r->wait_next_us < *next)
+        *next = r->wait_next_us;
+}
+
+/* Fills the poll set for this round; the time (us) by which the loop must wake, or
+ * UINT64_MAX. */
+static uint64_t poll_build(struct agent *a, struct poll_set *ps, uint64_t now)
+{
+    uint64_t next = UINT64_MAX;
+    ps->n = 0;
+    poll_add(ps, a->sig_fd, POLLIN, NULL, NULL, ROLE_SIGNAL);
+    if (a->connected)
+        poll_add_channel(a, ps);
+    /* Also while connected: the newest connection wins (see ROLE_LISTEN). */
+    if (a->ch.kind == CHANNEL_UNIX) {
+        poll_add(ps, a->ch.listen_fd, POLLIN, NULL, NULL, ROLE_LISTEN);
+    } else if (!a->connected) {
+        next = now + AGENT_HOST_POLL_MS * 1000;
+    }
+    for (size_t i = 0; i < AGENT_REQ_MAX; i++)
+        if (a->reqs[i].used)
+            poll_add_req(a, ps, &a->reqs[i], now, &next);
+    for (size_t i = 0; i < KERNEL_LANGS; i++) {
+        struct kernel *k = &a->kernels[i];
+        if (k->ctl_fd >= 0)
+            poll_add(ps, k->ctl_fd, POLLIN | (k->wbuf && k->ready ? POLLOUT : 0), NULL, k,
+                     ROLE_KERNEL_CTL);
+        /* Output no run is reading (between runs, or past a run's share) is dropped. */
+        for (int j = 0; j < 2; j++)
+            if (k->out_fd[j] >= 0 && !(k->run && k->run->out[j].fd == k->out_fd[j]))
+                poll_add(ps, k->out_fd[j], POLLIN, NULL, k, ROLE_KERNEL_OUT0 + j);
+    }
+    if (a->reap)
+        next = now;
+    if (a->ndead && a->dead_next_us < next)
+        next = a->dead_next_us;
+    return next;
+}
+
+/* Serves the fds poll found ready; a negative errno when the host connection is lost, and
+ * *replaced when a newer connection is waiting. */
+static int poll_serve(struct agent *a, struct poll_set *ps, int pr, bool *replaced)
+{
+    int lost = 0;
+    for (size_t i = 0; pr > 0 && i < ps->n; i++) {
+        short re = ps->pfd[i].revents;
+        if (!re)
+            continue;
+        struct req *r = ps->tag[i].r;
+        struct kernel *k = ps->tag[i].k;
+        enum poll_role role = ps->tag[i].role;
+        switch (role) {
+        case ROLE_SIGNAL:
+            handle_signals(a);
+            break;
+        case ROLE_CHANNEL_IN:
+            /* On a virtio port POLLHUP means the host left: nothing to read first. */
+            if ((re & POLLHUP) && a->ch.kind == CHANNEL_VIRTIO)
+                lost = -ENOTCONN;
+            if (re & (POLLIN | POLLHUP | POLLERR))
+                lost = lost ? lost : channel_read(a);
+            if (!lost && (re & POLLOUT))
+                lost = outq_flush(a);
+            break;
+        case ROLE_CHANNEL_OUT:
+            lost = lost ? lost : outq_flush(a);
+            break;
+        case ROLE_LISTEN:
+            /* A host connecting again (after a snapshot restore the old connection is a
+             * stale TCP link that may take minutes to time out) must not wait behind the
+             * old one: it is dropped as if the host had left. channel_accept at the top of
+             * the loop takes the new one. */
+            *replaced = a->connected;
+            break;
+        case ROLE_OUT0:
+        case ROLE_OUT1:
+            if (r->used)
+                ostream_pump(a, r, &r->out[role - ROLE_OUT0]);
+            break;
+        case ROLE_STDIN:
+            if (r->used)
+                exec_flush_stdin(a, r);
+            break;
+        case ROLE_KERNEL_CTL:
+            kernel_ctl_io(a, k, re);
+            break;
+        case ROLE_KERNEL_OUT0:
+        case ROLE_KERNEL_OUT1:
+            /* The fd may have been handed to a run by the control line just handled. */
+            if (!k->run || k->run->out[role - ROLE_KERNEL_OUT0].fd != ps->pfd[i].fd)
+                kernel_drain(k, role - ROLE_KERNEL_OUT0);
+            break;
+        }
+    }
+    return lost;
+}
+
+/* After the fds are served: frames, children, the requests' timers, the replies. */
+static void agent_tick(struct agent *a)
+{
+    channel_dispatch(a);
+    if (a->reap)
+        a->reap = exec_reap(a);
+    uint64_t now = now_us();
+    for (size_t i = 0; i < AGENT_REQ_MAX; i++) {
+        struct req *r = &a->reqs[i];
+        if (!r->used)
+            continue;
+        if (r->kind == REQ_EXEC)
+            exec_tick(a, r, now);
+        else if (r->kind == REQ_GET)
+            file_get_tick(a, r);
+    }
+    /* Write now rather than after another poll: latency of small replies. */
+    if (a->connected && outq_len(a)) {
+        int err = outq_flush(a);
+        if (err)
+            on_disconnect(a, strerror(-err));
+    }
+    cgroup_housekeeping(a, now_us());
+}
+
+int agent_run(struct agent *a)
+{
+    struct poll_set ps;
 
     al_decoder_init(&a->dec, a->inbuf, sizeof(a->inbuf));
     kernel_init(a);
@@ -673,164 +853,21 @@ int agent_run(struct agent *a)
         /* Frames held back while the output queue was above its high-water mark. */
         channel_dispatch(a);
 
-        size_t n = 0;
-        uint64_t now = now_us(), next = UINT64_MAX;
-#define ADDK(fd_, ev_, r_, k_, role_)                                                              \
-    do {                                                                                           \
-        pfd[n] = (struct pollfd){(fd_), (short)(ev_), 0};                                          \
-        tag[n].r = (r_);                                                                           \
-        tag[n].k = (k_);                                                                           \
-        tag[n].role = (role_);                                                                     \
-        n++;                                                                                       \
-    } while (0)
-#define ADD(fd_, ev_, r_, role_) ADDK(fd_, ev_, r_, NULL, role_)
-        ADD(a->sig_fd, POLLIN, NULL, ROLE_SIGNAL);
-        if (a->connected) {
-            size_t avail;
-            al_decoder_space(&a->dec, &avail);
-            bool want_in = avail > 0 && outq_len(a) < AGENT_OUTQ_HIGH;
-            short out_ev = outq_len(a) ? POLLOUT : 0;
-            if (a->ch.in_fd == a->ch.out_fd) {
-                ADD(a->ch.in_fd, (want_in ? POLLIN : 0) | out_ev, NULL, ROLE_CHANNEL_IN);
-            } else {
-                /* Left out rather than polled for nothing: a hung-up pipe would spin. */
-                if (want_in)
-                    ADD(a->ch.in_fd, POLLIN, NULL, ROLE_CHANNEL_IN);
-                if (out_ev)
-                    ADD(a->ch.out_fd, out_ev, NULL, ROLE_CHANNEL_OUT);
-            }
-        }
-        /* Also while connected: the newest connection wins (see ROLE_LISTEN). */
-        if (a->ch.kind == CHANNEL_UNIX) {
-            ADD(a->ch.listen_fd, POLLIN, NULL, ROLE_LISTEN);
-        } else if (!a->connected) {
-            next = now + AGENT_HOST_POLL_MS * 1000;
-        }
-        for (size_t i = 0; i < AGENT_REQ_MAX; i++) {
-            struct req *r = &a->reqs[i];
-            if (!r->used)
-                continue;
-            if (r->kind == REQ_GET) {
-                if (ostream_ready(a, &r->out[0]))
-                    next = now; /* a regular file is always readable: no poll */
-                continue;
-            }
-            if (r->kind != REQ_EXEC)
-                continue;
-            if (ostream_ready(a, &r->out[0]))
-                ADD(r->out[0].fd, POLLIN, r, ROLE_OUT0);
-            if (ostream_ready(a, &r->out[1]))
-                ADD(r->out[1].fd, POLLIN, r, ROLE_OUT1);
-            if (r->in_fd >= 0 && r->inq.len > r->inq.head && outq_len(a) < AGENT_OUTQ_HIGH)
-                ADD(r->in_fd, POLLOUT, r, ROLE_STDIN);
-            if (r->deadline_us && !r->reaped && r->deadline_us < next)
-                next = r->deadline_us;
-            if (r->grace_us && r->grace_us < next)
-                next = r->grace_us;
-            if (r->kill_us && !r->reaped && r->kill_us < next)
-                next = r->kill_us;
-            if (r->input_wait_ms && r->stdin_ino && !r->reaped && r->wait_next_us < next)
-                next = r->wait_next_us;
-        }
-        for (size_t i = 0; i < KERNEL_LANGS; i++) {
-            struct kernel *k = &a->kernels[i];
-            if (k->ctl_fd >= 0)
-                ADDK(k->ctl_fd, POLLIN | (k->wbuf && k->ready ? POLLOUT : 0), NULL, k,
-                     ROLE_KERNEL_CTL);
-            /* Output no run is reading (between runs, or past a run's share) is dropped. */
-            for (int j = 0; j < 2; j++)
-                if (k->out_fd[j] >= 0 && !(k->run && k->run->out[j].fd == k->out_fd[j]))
-                    ADDK(k->out_fd[j], POLLIN, NULL, k, ROLE_KERNEL_OUT0 + j);
-        }
-#undef ADD
-#undef ADDK
-        if (a->reap)
-            next = now;
-        if (a->ndead && a->dead_next_us < next)
-            next = a->dead_next_us;
-
-        int pr = poll(pfd, n, timeout_ms(next, now));
+        uint64_t now = now_us();
+        uint64_t next = poll_build(a, &ps, now);
+        int pr = poll(ps.pfd, ps.n, timeout_ms(next, now));
         if (pr < 0 && errno != EINTR)
             return -errno;
 
-        int lost = 0;
         bool replaced = false;
-        for (size_t i = 0; pr > 0 && i < n; i++) {
-            short re = pfd[i].revents;
-            if (!re)
-                continue;
-            struct req *r = tag[i].r;
-            switch (tag[i].role) {
-            case ROLE_SIGNAL:
-                handle_signals(a);
-                break;
-            case ROLE_CHANNEL_IN:
-                /* On a virtio port POLLHUP means the host left: nothing to read first. */
-                if ((re & POLLHUP) && a->ch.kind == CHANNEL_VIRTIO)
-                    lost = -ENOTCONN;
-                if (re & (POLLIN | POLLHUP | POLLERR))
-                    lost = lost ? lost : channel_read(a);
-                if (!lost && (re & POLLOUT))
-                    lost = outq_flush(a);
-                break;
-            case ROLE_CHANNEL_OUT:
-                lost = lost ? lost : outq_flush(a);
-                break;
-            case ROLE_LISTEN:
-                /* A host connecting again (after a snapshot restore the old connection is a
-                 * stale TCP link that may take minutes to time out) must not wait behind the
-                 * old one: it is dropped as if the host had left. channel_accept at the top of
-                 * the loop takes the new one. */
-                replaced = a->connected;
-                break;
-            case ROLE_OUT0:
-            case ROLE_OUT1:
-                if (r->used)
-                    ostream_pump(a, r, &r->out[tag[i].role - ROLE_OUT0]);
-                break;
-            case ROLE_STDIN:
-                if (r->used)
-                    exec_flush_stdin(a, r);
-                break;
-            case ROLE_KERNEL_CTL:
-                kernel_ctl_io(a, tag[i].k, re);
-                break;
-            case ROLE_KERNEL_OUT0:
-            case ROLE_KERNEL_OUT1:
-                /* The fd may have been handed to a run by the control line just handled. */
-                if (!tag[i].k->run ||
-                    tag[i].k->run->out[tag[i].role - ROLE_KERNEL_OUT0].fd != pfd[i].fd)
-                    kernel_drain(tag[i].k, tag[i].role - ROLE_KERNEL_OUT0);
-                break;
-            }
-        }
+        int lost = poll_serve(a, &ps, pr, &replaced);
         if (lost || replaced) {
             on_disconnect(a, replaced            ? "a newer connection replaces it"
                              : lost == -ENOTCONN ? NULL
                                                  : strerror(-lost));
             continue;
         }
-        channel_dispatch(a);
-        if (a->reap)
-            a->reap = exec_reap(a);
-        now = now_us();
-
-        for (size_t i = 0; i < AGENT_REQ_MAX; i++) {
-            struct req *r = &a->reqs[i];
-            if (!r->used)
-                continue;
-            if (r->kind == REQ_EXEC)
-                exec_tick(a, r, now);
-            else if (r->kind == REQ_GET)
-                file_get_tick(a, r);
-        }
-        /* Write now rather than after another poll: latency of small replies. */
-        if (a->connected && outq_len(a)) {
-            int err = outq_flush(a);
-            if (err)
-                on_disconnect(a, strerror(-err));
-        }
-        cgroup_housekeeping(a, now_us());
+        agent_tick(a);
     }
     session_reset(a);
     return 0;

@@ -447,12 +447,12 @@ static int boot_guest(al_session *s, struct al_vm_config *cfg, bool probe, uint6
     return r;
 }
 
-int al_session_open(const al_session_opts *opts, al_session **out, al_error *err)
+/* A session not yet booted: its fields from opts, nothing acquired; NULL when out of memory. */
+static al_session *session_new(const al_session_opts *opts)
 {
-    uint64_t t_open = al_now_ms();
     al_session *s = calloc(1, sizeof(*s));
     if (!s)
-        return al_err(err, -ENOMEM, "out of memory");
+        return NULL;
     s->lock_fd = -1;
     s->state_lock_fd = -1;
     s->ch.fd = -1;
@@ -475,48 +475,46 @@ int al_session_open(const al_session_opts *opts, al_session **out, al_error *err
     s->next_id = 1;
     if (opts->raw_port)
         snprintf(s->raw_port, sizeof(s->raw_port), "%s", opts->raw_port);
+    return s;
+}
 
+/* Loads the image and settles the transport: the image's, or the one asked for if it has it. */
+static int session_load_image(al_session *s, const al_session_opts *opts, al_error *err)
+{
     int r = al_image_load(opts->image ? opts->image : al_image_default(), &s->img, err);
     if (r < 0)
-        goto fail;
+        return r;
     s->transport = s->img.transport;
     if (opts->transport != AL_TRANSPORT_IMAGE && opts->transport != AL_TRANSPORT_VIRTIO &&
-        opts->transport != AL_TRANSPORT_SSH) {
-        r = al_err(err, -EINVAL, "unknown transport %d (virtio or ssh)", (int)opts->transport);
-        goto fail;
-    }
-    if (opts->transport == AL_TRANSPORT_VIRTIO && s->img.transport == AL_TRANSPORT_SSH) {
-        r = al_err(err, -EINVAL,
-                   "image '%s' has no agent of its own to serve virtio-serial; use --transport "
-                   "ssh",
-                   s->img.name);
-        goto fail;
-    }
-    if (opts->transport == AL_TRANSPORT_SSH && s->img.transport != AL_TRANSPORT_SSH) {
-        r = al_err(err, -EINVAL,
-                   "image '%s' has no SSH server; use an SSH image ('airlock image build sshd', "
-                   "or 'airlock image import')",
-                   s->img.name);
-        goto fail;
-    }
-    r = al_vm_connect(opts->connect_uri, &s->conn, err);
-    if (r < 0)
-        goto fail;
-    /* Every start reaps what crashed runs left behind; a failure here is not ours to report. */
-    al_error gc_err = {0};
-    al_gc_conn(s->conn, &gc_err);
+        opts->transport != AL_TRANSPORT_SSH)
+        return al_err(err, -EINVAL, "unknown transport %d (virtio or ssh)", (int)opts->transport);
+    if (opts->transport == AL_TRANSPORT_VIRTIO && s->img.transport == AL_TRANSPORT_SSH)
+        return al_err(err, -EINVAL,
+                      "image '%s' has no agent of its own to serve virtio-serial; use "
+                      "--transport ssh",
+                      s->img.name);
+    if (opts->transport == AL_TRANSPORT_SSH && s->img.transport != AL_TRANSPORT_SSH)
+        return al_err(err, -EINVAL,
+                      "image '%s' has no SSH server; use an SSH image ('airlock image build "
+                      "sshd', or 'airlock image import')",
+                      s->img.name);
+    return 0;
+}
 
+/* Names the session (a random domain name) and creates its directories. */
+static int session_name_and_dirs(al_session *s, al_error *err)
+{
     uint8_t rnd[6];
-    if (getrandom(rnd, sizeof(rnd), 0) != sizeof(rnd)) {
-        r = al_err(err, -errno, "getrandom: %s", strerror(errno));
-        goto fail;
-    }
+    if (getrandom(rnd, sizeof(rnd), 0) != sizeof(rnd))
+        return al_err(err, -errno, "getrandom: %s", strerror(errno));
     snprintf(s->name, sizeof(s->name), AL_DOMAIN_PREFIX "%02x%02x%02x%02x%02x%02x", rnd[0], rnd[1],
              rnd[2], rnd[3], rnd[4], rnd[5]);
-    r = session_dir_create(s, err);
-    if (r < 0)
-        goto fail;
+    return session_dir_create(s, err);
+}
 
+/* Sets s->kvm and says why when there is none; whether the first boot is a KVM probe. */
+static bool session_choose_accel(al_session *s)
+{
     s->kvm = al_kvm_usable();
     /* A KVM no guest has run with yet on this boot is tried, and watched (boot_guest). */
     bool probe = s->kvm && !accel_forced() && al_kvm_state() == AL_KVM_UNPROVEN;
@@ -532,18 +530,24 @@ int al_session_open(const al_session_opts *opts, al_session **out, al_error *err
                                            : "/dev/kvm is not usable",
                        ev[0] ? ": " : "", ev);
     }
-    char disk[4300];
+    return probe;
+}
+
+/* The disk overlay (into disk, which cfg then points at) and the domain's configuration, with
+ * what the transport and checkpoints add to it. */
+static int session_prepare_vm(al_session *s, const al_session_opts *opts, char *disk,
+                              size_t disklen, struct al_vm_config *cfg, al_error *err)
+{
+    int r;
     if (s->img.disk[0]) {
         /* In the session dir: removed with it, by close or by gc after a crash. */
-        if (al_pathf(disk, sizeof(disk), "%s/disk.qcow2", s->state_dir) < 0) {
-            r = al_err(err, -ENAMETOOLONG, "session path too long");
-            goto fail;
-        }
+        if (al_pathf(disk, disklen, "%s/disk.qcow2", s->state_dir) < 0)
+            return al_err(err, -ENAMETOOLONG, "session path too long");
         r = al_disk_overlay(s->conn, s->kvm, s->img.disk, disk, err);
         if (r < 0)
-            goto fail;
+            return r;
     }
-    struct al_vm_config cfg = {
+    *cfg = (struct al_vm_config){
         .name = s->name,
         .session_dir = s->dir,
         .image = &s->img,
@@ -559,15 +563,44 @@ int al_session_open(const al_session_opts *opts, al_session **out, al_error *err
         .raw_port_name = s->raw_port,
     };
     if (s->transport == AL_TRANSPORT_SSH) {
-        r = al_ssh_prepare(s, &cfg, err);
+        r = al_ssh_prepare(s, cfg, err);
         if (r < 0)
-            goto fail;
+            return r;
     }
     if (opts->checkpoints) {
-        r = al_checkpoints_prepare(s, &cfg, err);
+        r = al_checkpoints_prepare(s, cfg, err);
         if (r < 0)
-            goto fail;
+            return r;
     }
+    return 0;
+}
+
+int al_session_open(const al_session_opts *opts, al_session **out, al_error *err)
+{
+    uint64_t t_open = al_now_ms();
+    al_session *s = session_new(opts);
+    if (!s)
+        return al_err(err, -ENOMEM, "out of memory");
+
+    int r = session_load_image(s, opts, err);
+    if (r < 0)
+        goto fail;
+    r = al_vm_connect(opts->connect_uri, &s->conn, err);
+    if (r < 0)
+        goto fail;
+    /* Every start reaps what crashed runs left behind; a failure here is not ours to report. */
+    al_error gc_err = {0};
+    al_gc_conn(s->conn, &gc_err);
+    r = session_name_and_dirs(s, err);
+    if (r < 0)
+        goto fail;
+    bool probe = session_choose_accel(s);
+    char disk[4300];
+    struct al_vm_config cfg;
+    r = session_prepare_vm(s, opts, disk, sizeof(disk), &cfg, err);
+    if (r < 0)
+        goto fail;
+
     s->timing.prepare_ms = al_now_ms() - t_open;
     uint64_t start = al_now_ms();
     if (opts->lifetime_s)

@@ -778,24 +778,125 @@ int al_chat_undo_vm(al_chat *c, bool *rolled_back, al_error *err)
     return al_chat_undo(c);
 }
 
+/* The repeats a turn looks out for: a hash of each code run with its result. */
+struct seen_runs {
+    uint64_t h[64];
+    size_t n;
+};
+
+#define _cleanup_reply_ __attribute__((cleanup(al_model_reply_free)))
+
+/* Whether a limit stops the turn before the next model reply (noticed, *outcome set). */
+static bool turn_limit_reached(al_chat *c, unsigned turn, enum al_chat_outcome *outcome)
+{
+    if (turn >= c->cfg.max_turns) {
+        notice(c, "stopped after %u model replies (--max-turns)", c->cfg.max_turns);
+        *outcome = AL_CHAT_MAX_TURNS;
+        return true;
+    }
+    if (c->cfg.token_budget && c->input_tokens + c->output_tokens >= c->cfg.token_budget) {
+        notice(c, "the session's token budget (%llu) is spent",
+               (unsigned long long)c->cfg.token_budget);
+        *outcome = AL_CHAT_BUDGET;
+        return true;
+    }
+    return false;
+}
+
+/* One tool call of a reply, answered with its result message. */
+static int tool_call_step(al_chat *c, const al_tool_call *call, struct seen_runs *seen,
+                          enum step *step, bool *ran, al_error *err)
+{
+    _cleanup_free_ char *result = NULL;
+    if (*step != STEP_RAN) {
+        result = strdup("Not run: an earlier call in this reply was stopped.");
+    } else if (call->name && !strcmp(call->name, "rollback") &&
+               c->cfg.checkpoint != AL_CHECKPOINT_NEVER) {
+        result = rollback_call(c, call);
+        *ran = true;
+    } else {
+        _cleanup_free_ char *lang = NULL, *code = NULL;
+        char *why;
+        *ran = true;
+        if (parse_call(c, call, &lang, &code, &why) < 0) {
+            notice(c, "the model's tool call was not usable: %s", why ? why : "?");
+            result = why;
+        } else {
+            int r = one_run(c, lang, &code, seen->h, &seen->n, 64, &result, step, err);
+            if (r < 0)
+                return r;
+        }
+    }
+    add_message(c, tool_result(call, result ? result : ""));
+    return 0;
+}
+
+/* A reply's tool calls: every call gets a result, even those not run, or the API rejects the
+ * history. */
+static int tool_calls_step(al_chat *c, const al_model_reply *reply, struct seen_runs *seen,
+                           enum step *step, bool *ran, al_error *err)
+{
+    for (size_t i = 0; i < reply->ncalls; i++) {
+        int r = tool_call_step(c, &reply->calls[i], seen, step, ran, err);
+        if (r < 0)
+            return r;
+    }
+    return 0;
+}
+
+/* A reply's first fenced code block, if any, run and its output sent back as a user message. */
+static int fenced_step(al_chat *c, const char *text, struct seen_runs *seen, enum step *step,
+                       bool *ran, al_error *err)
+{
+    _cleanup_free_ char *lang = NULL, *code = NULL, *result = NULL, *msg = NULL;
+    if (al_fence_first(text, &lang, &code) != 1)
+        return 0;
+    const char *cl = canonical_lang(c->langs, *lang ? lang : "sh");
+    if (!cl) {
+        if (asprintf(&result, "error: unknown language '%.64s'; available: %s", lang, c->langs) < 0)
+            result = NULL;
+    } else {
+        int r = one_run(c, cl, &code, seen->h, &seen->n, 64, &result, step, err);
+        if (r < 0)
+            return r;
+    }
+    if (asprintf(&msg, "Output of the code:\n```\n%s\n```", result ? result : "") < 0)
+        msg = NULL;
+    cJSON *om = user_msg(msg ? msg : "");
+    cJSON_AddStringToObject(om, "kind", "run-output");
+    add_message(c, om);
+    *ran = true;
+    return 0;
+}
+
+/* How a turn ends after a reply whose code ran with this step; false to go on. */
+static bool step_ends_turn(al_chat *c, enum step step, enum al_chat_outcome *outcome)
+{
+    switch (step) {
+    case STEP_RAN:
+        return false;
+    case STEP_DECLINED:
+        *outcome = AL_CHAT_DECLINED;
+        return true;
+    case STEP_CANCELLED:
+        *outcome = AL_CHAT_CANCELLED;
+        return true;
+    case STEP_REPEATED:
+        notice(c, "stopped: the model ran the same code again with the same result");
+        *outcome = AL_CHAT_REPEATED;
+        return true;
+    }
+    return false;
+}
+
 int al_chat_turn(al_chat *c, const char *user_text, enum al_chat_outcome *outcome, al_error *err)
 {
     add_message(c, user_msg(user_text));
-    uint64_t seen[64];
-    size_t nseen = 0;
+    struct seen_runs seen = {.n = 0};
     for (unsigned turn = 0;; turn++) {
-        if (turn >= c->cfg.max_turns) {
-            notice(c, "stopped after %u model replies (--max-turns)", c->cfg.max_turns);
-            *outcome = AL_CHAT_MAX_TURNS;
+        if (turn_limit_reached(c, turn, outcome))
             return 0;
-        }
-        if (c->cfg.token_budget && c->input_tokens + c->output_tokens >= c->cfg.token_budget) {
-            notice(c, "the session's token budget (%llu) is spent",
-                   (unsigned long long)c->cfg.token_budget);
-            *outcome = AL_CHAT_BUDGET;
-            return 0;
-        }
-        al_model_reply reply = {0};
+        _cleanup_reply_ al_model_reply reply = {0};
         int r = ask_model(c, &reply, err);
         if (r == -ECANCELED) {
             *outcome = AL_CHAT_CANCELLED;
@@ -805,93 +906,21 @@ int al_chat_turn(al_chat *c, const char *user_text, enum al_chat_outcome *outcom
         if (r < 0)
             return r;
         cJSON *am = al_model_reply_message(&reply);
-        if (!am) {
-            al_model_reply_free(&reply);
+        if (!am)
             return al_err(err, -ENOMEM, "out of memory");
-        }
         add_message(c, am);
 
         enum step step = STEP_RAN;
         bool ran = false;
-        if (c->cfg.tools) {
-            /* Every call gets a result, even those not run, or the API rejects the history. */
-            for (size_t i = 0; i < reply.ncalls; i++) {
-                const al_tool_call *call = &reply.calls[i];
-                char *result = NULL;
-                if (step != STEP_RAN) {
-                    result = strdup("Not run: an earlier call in this reply was stopped.");
-                } else if (call->name && !strcmp(call->name, "rollback") &&
-                           c->cfg.checkpoint != AL_CHECKPOINT_NEVER) {
-                    result = rollback_call(c, call);
-                    ran = true;
-                } else {
-                    char *lang, *code, *why;
-                    if (parse_call(c, call, &lang, &code, &why) < 0) {
-                        notice(c, "the model's tool call was not usable: %s", why ? why : "?");
-                        result = why;
-                    } else {
-                        r = one_run(c, lang, &code, seen, &nseen, 64, &result, &step, err);
-                        free(lang);
-                        free(code);
-                        if (r < 0) {
-                            al_model_reply_free(&reply);
-                            return r;
-                        }
-                    }
-                    ran = true;
-                }
-                add_message(c, tool_result(call, result ? result : ""));
-                free(result);
-            }
-        } else {
-            char *lang = NULL, *code = NULL;
-            if (al_fence_first(reply.text, &lang, &code) == 1) {
-                const char *cl = canonical_lang(c->langs, *lang ? lang : "sh");
-                char *result = NULL;
-                if (!cl) {
-                    if (asprintf(&result, "error: unknown language '%.64s'; available: %s", lang,
-                                 c->langs) < 0)
-                        result = NULL;
-                } else {
-                    r = one_run(c, cl, &code, seen, &nseen, 64, &result, &step, err);
-                    if (r < 0) {
-                        free(lang);
-                        free(code);
-                        al_model_reply_free(&reply);
-                        return r;
-                    }
-                }
-                char *msg = NULL;
-                if (asprintf(&msg, "Output of the code:\n```\n%s\n```", result ? result : "") < 0)
-                    msg = NULL;
-                cJSON *om = user_msg(msg ? msg : "");
-                cJSON_AddStringToObject(om, "kind", "run-output");
-                add_message(c, om);
-                free(msg);
-                free(result);
-                ran = true;
-            }
-            free(lang);
-            free(code);
-        }
-        al_model_reply_free(&reply);
+        r = c->cfg.tools ? tool_calls_step(c, &reply, &seen, &step, &ran, err)
+                         : fenced_step(c, reply.text, &seen, &step, &ran, err);
+        if (r < 0)
+            return r;
         if (!ran) {
             *outcome = AL_CHAT_DONE;
             return 0;
         }
-        switch (step) {
-        case STEP_RAN:
-            continue;
-        case STEP_DECLINED:
-            *outcome = AL_CHAT_DECLINED;
+        if (step_ends_turn(c, step, outcome))
             return 0;
-        case STEP_CANCELLED:
-            *outcome = AL_CHAT_CANCELLED;
-            return 0;
-        case STEP_REPEATED:
-            notice(c, "stopped: the model ran the same code again with the same result");
-            *outcome = AL_CHAT_REPEATED;
-            return 0;
-        }
     }
 }

@@ -224,174 +224,181 @@ static char *read_key_file(struct chat_opts *o, const char *path)
     return key;
 }
 
-/* One setting, from a flag (from_profile false) or a profile line. v may be NULL for flags
- * that take no value. Returns 0 or -EINVAL with the reason printed. */
-static int apply(struct chat_opts *o, struct cli_globals *g, int opt, const char *name,
-                 const char *v, bool from_profile)
+/* What a setting group made of one setting. */
+enum set_result {
+    SET_DONE,     /* applied */
+    SET_NOT_MINE, /* for another group */
+    SET_BAD,      /* an invalid value, to be reported */
+    SET_FAILED,   /* failed, the reason already printed */
+};
+
+/* The model's settings; s is the value, b a switch's. */
+static enum set_result apply_model(struct chat_opts *o, int opt, char *s, bool b)
 {
     unsigned long n;
-    bool b = true;
-    char *s = NULL;
-    if (from_profile && v) {
-        s = strdup(v);
-        if (!s || o->nowned >= (int)(sizeof(o->owned) / sizeof(o->owned[0]))) {
-            free(s);
-            fprintf(stderr, "airlock: profile too large\n");
-            return -EINVAL;
-        }
-        o->owned[o->nowned++] = s;
-    } else {
-        s = (char *)v;
-    }
-    /* Switches: a flag means on; a profile says true or false. */
-    bool is_switch = opt == 'y' || opt == O_NO_TOOLS || opt == O_PLAIN || opt == O_VERBOSE ||
-                     opt == O_JSON || opt == O_DEBUG || opt == O_SYNC_GIT || opt == O_SYNC_EXEC;
-    if (is_switch && from_profile && !parse_bool(s, &b))
-        goto bad;
     switch (opt) {
     case O_MODEL:
         o->model = s;
-        break;
+        return SET_DONE;
     case O_API:
         if (strcmp(s, "openai") && strcmp(s, "anthropic"))
-            goto bad;
+            return SET_BAD;
         o->api_name = s;
-        break;
+        return SET_DONE;
     case O_API_BASE:
         o->api_base = s;
-        break;
+        return SET_DONE;
     case O_API_KEY:
         /* Only a flag gets here (profiles refuse keys). argv is what /proc/PID/cmdline shows
          * every local user: the key is copied, and overwritten there. */
         o->api_key = keep(o, s);
         if (!o->api_key)
-            return -EINVAL;
+            return SET_FAILED;
         memset(s, '*', strlen(s));
         o->api_key_set = true;
         fprintf(stderr, "airlock: warning: a key given with --api-key can be read by other "
                         "local users; use $OPENAI_API_KEY, $ANTHROPIC_API_KEY or "
                         "--api-key-file\n");
-        break;
+        return SET_DONE;
     case O_API_KEY_FILE:
         o->api_key = read_key_file(o, s);
         if (!o->api_key)
-            return -EINVAL;
+            return SET_FAILED;
         o->api_key_set = true;
-        break;
+        return SET_DONE;
     case O_LOCAL:
         o->local = s && *s ? s : (char *)"ollama";
         if (!al_provider_local(o->local))
-            goto bad;
-        break;
+            return SET_BAD;
+        return SET_DONE;
     case O_TEMPERATURE: {
         char *end;
         double t = strtod(s, &end);
         if (end == s || *end || t < 0 || t > 2)
-            goto bad;
+            return SET_BAD;
         o->cfg.model.temperature = t;
         o->cfg.model.has_temperature = true;
-        break;
+        return SET_DONE;
     }
     case O_MAX_TOKENS:
         if (!parse_uint(s, 1u << 20, &n))
-            goto bad;
+            return SET_BAD;
         o->cfg.model.max_tokens = (unsigned)n;
-        break;
+        return SET_DONE;
     case O_CONTEXT:
         if (!parse_uint(s, 100000000, &n))
-            goto bad;
+            return SET_BAD;
         o->cfg.context_window = (unsigned)n;
-        break;
+        return SET_DONE;
     case O_NO_TOOLS:
         o->cfg.tools = !b;
-        break;
+        return SET_DONE;
     case O_RETRIES:
         if (!parse_uint(s, 20, &n))
-            goto bad;
+            return SET_BAD;
         o->cfg.model.retries = (unsigned)n;
-        break;
+        return SET_DONE;
     case O_REQ_TIMEOUT:
         if (!parse_uint(s, 86400, &n) || !n)
-            goto bad;
+            return SET_BAD;
         o->cfg.model.timeout_s = (unsigned)n;
-        break;
+        return SET_DONE;
+    }
+    return SET_NOT_MINE;
+}
+
+/* The loop's settings. */
+static enum set_result apply_loop(struct chat_opts *o, int opt, char *s, bool b)
+{
+    unsigned long n;
+    switch (opt) {
     case 'y':
         o->cfg.auto_run = b;
-        break;
+        return SET_DONE;
     case O_MAX_TURNS:
         if (!parse_uint(s, 10000, &n) || !n)
-            goto bad;
+            return SET_BAD;
         o->cfg.max_turns = (unsigned)n;
-        break;
+        return SET_DONE;
     case O_MAX_OUTPUT:
         if (!parse_uint(s, 1u << 24, &n) || n < AL_CHAT_MAX_OUTPUT_MIN)
-            goto bad;
+            return SET_BAD;
         o->cfg.max_output = n;
-        break;
+        return SET_DONE;
     case O_BUDGET:
         if (!parse_uint(s, ~0ul, &n))
-            goto bad;
+            return SET_BAD;
         o->cfg.token_budget = n;
-        break;
+        return SET_DONE;
     case O_RUN_TIMEOUT:
         if (!parse_uint(s, 86400 * 7, &n))
-            goto bad;
+            return SET_BAD;
         o->cfg.run_timeout_s = (unsigned)n;
-        break;
+        return SET_DONE;
     case O_SYSTEM:
         o->system_message = s;
-        break;
+        return SET_DONE;
     case O_INSTRUCTIONS:
         o->instructions = s;
-        break;
+        return SET_DONE;
+    }
+    return SET_NOT_MINE;
+}
+
+/* The sandbox's, the files' and the output's settings, and the globals. */
+static enum set_result apply_session(struct chat_opts *o, struct cli_globals *g, int opt, char *s,
+                                     bool b, bool from_profile)
+{
+    unsigned long n;
+    switch (opt) {
     case 'i':
         o->image = s;
-        break;
+        return SET_DONE;
     case O_TRANSPORT:
         if (al_transport_parse(s, &o->sess.transport, NULL) < 0)
-            goto bad;
-        break;
+            return SET_BAD;
+        return SET_DONE;
     case 'm':
         if (!parse_uint(s, 1u << 20, &n) || n < 64)
-            goto bad;
+            return SET_BAD;
         o->sess.memory_mib = (unsigned)n;
-        break;
+        return SET_DONE;
     case O_CPUS:
         if (!parse_uint(s, 64, &n) || !n)
-            goto bad;
+            return SET_BAD;
         o->sess.vcpus = (unsigned)n;
-        break;
+        return SET_DONE;
     case O_DISK_BUDGET:
         if (!parse_uint(s, 1u << 24, &n) || !n)
-            goto bad;
+            return SET_BAD;
         o->sess.disk_budget_bytes = (uint64_t)n << 20;
-        break;
+        return SET_DONE;
     case O_PLAIN:
         o->plain = b;
-        break;
+        return SET_DONE;
     case O_VERBOSE:
         o->verbose = b;
-        break;
+        return SET_DONE;
     case O_JSON:
         o->json = b;
-        break;
+        return SET_DONE;
     case O_RESUME:
         if (from_profile)
-            goto bad;
+            return SET_BAD;
         o->resume = true;
         o->resume_id = s;
-        break;
+        return SET_DONE;
     case O_CONNECT:
         g->connect_uri = s;
-        break;
+        return SET_DONE;
     case O_WORKDIR:
         o->workdir = s;
-        break;
+        return SET_DONE;
     case O_CHECKPOINT: {
         al_error e = {0};
         if (al_checkpoint_policy_parse(s, &o->cfg.checkpoint, &e) < 0)
-            goto bad;
-        break;
+            return SET_BAD;
+        return SET_DONE;
     }
     case O_SYNC:
         if (!strcmp(s, "ask"))
@@ -401,27 +408,73 @@ static int apply(struct chat_opts *o, struct cli_globals *g, int opt, const char
         else if (!strcmp(s, "no"))
             o->sync = CLI_SYNC_NO;
         else
-            goto bad;
-        break;
+            return SET_BAD;
+        return SET_DONE;
     case O_SYNC_GIT:
     case O_SYNC_EXEC: /* flags only: profile_setting refuses them */
         o->sync_allow |= opt == O_SYNC_GIT ? AL_APPLY_VCS : AL_APPLY_EXEC;
-        break;
+        return SET_DONE;
     case O_WORKDIR_LIMIT:
         if (!parse_uint(s, ~0ul >> 1, &n) || !n)
-            goto bad;
+            return SET_BAD;
         o->wo.bytes_max = n;
-        break;
+        return SET_DONE;
     case O_DEBUG:
         g->debug = b;
-        break;
-    default:
-        goto bad;
+        return SET_DONE;
     }
-    return 0;
-bad:
-    fprintf(stderr, "airlock: %s%s: invalid value '%s'\n", from_profile ? "profile setting " : "--",
-            name, v ? v : "");
+    return SET_NOT_MINE;
+}
+
+/* A profile's value is copied, to be kept until chat_opts_free; a flag's is argv's own; false
+ * with the reason printed when it cannot be kept. */
+static bool own_value(struct chat_opts *o, const char *v, bool from_profile, char **out)
+{
+    char *s = NULL;
+    if (from_profile && v) {
+        s = strdup(v);
+        if (!s || o->nowned >= (int)(sizeof(o->owned) / sizeof(o->owned[0]))) {
+            free(s);
+            fprintf(stderr, "airlock: profile too large\n");
+            return false;
+        }
+        o->owned[o->nowned++] = s;
+    } else {
+        s = (char *)v;
+    }
+    *out = s;
+    return true;
+}
+
+/* Switches: a flag means on; a profile says true or false. */
+static bool is_switch(int opt)
+{
+    return opt == 'y' || opt == O_NO_TOOLS || opt == O_PLAIN || opt == O_VERBOSE || opt == O_JSON ||
+           opt == O_DEBUG || opt == O_SYNC_GIT || opt == O_SYNC_EXEC;
+}
+
+/* One setting, from a flag (from_profile false) or a profile line. v may be NULL for flags
+ * that take no value. Returns 0 or -EINVAL with the reason printed. */
+static int apply(struct chat_opts *o, struct cli_globals *g, int opt, const char *name,
+                 const char *v, bool from_profile)
+{
+    bool b = true;
+    char *s;
+    if (!own_value(o, v, from_profile, &s))
+        return -EINVAL;
+    enum set_result r = SET_BAD;
+    if (!is_switch(opt) || !from_profile || parse_bool(s, &b)) {
+        r = apply_model(o, opt, s, b);
+        if (r == SET_NOT_MINE)
+            r = apply_loop(o, opt, s, b);
+        if (r == SET_NOT_MINE)
+            r = apply_session(o, g, opt, s, b, from_profile);
+    }
+    if (r == SET_DONE)
+        return 0;
+    if (r != SET_FAILED)
+        fprintf(stderr, "airlock: %s%s: invalid value '%s'\n",
+                from_profile ? "profile setting " : "--", name, v ? v : "");
     return -EINVAL;
 }
 

@@ -146,7 +146,32 @@ static void print_notice(void *ctx, const char *msg)
     fprintf(stderr, "airlock: notice: %s\n", al_term_escape(msg, safe, sizeof(safe)));
 }
 
-int cmd_exec(struct cli_globals *g, int argc, char **argv)
+/* Everything cmd_exec's options say, and what is built from them. */
+struct exec_args {
+    al_session_opts so;
+    al_exec_opts eo;
+    const char *code;
+    const char *env[AL_ENV_MAX + 1]; /* NULL-terminated */
+    size_t nenv;
+    char *puts_[COPIES_MAX][2], *gets_[COPIES_MAX][2];
+    size_t nput, nget;
+    /* The guest says how big a file is: the host decides how big it may be. */
+    uint64_t get_limit;
+    bool debug;
+    const char *workdir;
+    enum cli_sync sync;
+    unsigned sync_allow;
+    al_workdir_opts wo;
+    unsigned linger_s;
+    bool raw;
+    char **cmd; /* the operands after the options */
+    int ncmd;
+    char *stdin_code;         /* the code read from stdin, owned */
+    const char *code_argv[2]; /* eo.argv for --lang */
+};
+
+/* Parses the options into a; -1 to go on, else the exit status to return at once. */
+static int exec_parse_args(int argc, char **argv, struct exec_args *a)
 {
     enum {
         OPT_OUTPUT_LIMIT = 256,
@@ -201,134 +226,119 @@ int cmd_exec(struct cli_globals *g, int argc, char **argv)
         {"help", no_argument, NULL, 'h'},
         {NULL, 0, NULL, 0},
     };
-    al_session_opts so = {.image = NULL, .connect_uri = g->connect_uri, .quiet = g->quiet};
-    al_exec_opts eo = {.stdin_fd = 0, .stdout_fd = 1, .stderr_fd = 2};
-    const char *code = NULL;
-    const char *env[AL_ENV_MAX + 1]; /* NULL-terminated */
-    size_t nenv = 0;
-    char *puts_[COPIES_MAX][2], *gets_[COPIES_MAX][2];
-    size_t nput = 0, nget = 0;
-    /* The guest says how big a file is: the host decides how big it may be. */
-    uint64_t get_limit = 1ull << 30;
-    bool get_failed = false;
-    bool debug = g->debug;
-    const char *workdir = NULL;
-    enum cli_sync sync = CLI_SYNC_ASK;
-    unsigned sync_allow = 0;
-    al_workdir_opts wo = {0};
-    unsigned linger_s = 0;
-    bool raw = false;
+    al_session_opts *so = &a->so;
+    al_exec_opts *eo = &a->eo;
     int c;
     while ((c = getopt_long(argc, argv, "+i:l:c:e:w:t:m:kqh", opts, NULL)) != -1) {
         switch (c) {
         case 'i':
-            so.image = optarg;
+            so->image = optarg;
             break;
         case OPT_TRANSPORT: {
             al_error terr = {0};
-            if (al_transport_parse(optarg, &so.transport, &terr) < 0) {
+            if (al_transport_parse(optarg, &so->transport, &terr) < 0) {
                 cli_error(&terr);
                 return 2;
             }
             break;
         }
         case 'l':
-            eo.lang = optarg;
+            eo->lang = optarg;
             break;
         case 'c':
-            code = optarg;
+            a->code = optarg;
             break;
         case 'k':
-            eo.kernel = true;
+            eo->kernel = true;
             break;
         case OPT_INPUT_WAIT:
-            eo.input_wait_ms =
+            eo->input_wait_ms =
                 (unsigned)cli_number("--input-wait", optarg, AL_INPUT_WAIT_MAX_MS / 1000) * 1000u;
-            eo.interrupt_on_wait = true;
+            eo->interrupt_on_wait = true;
             break;
         case 'e':
-            if (!strchr(optarg, '=') || nenv >= AL_ENV_MAX) {
+            if (!strchr(optarg, '=') || a->nenv >= AL_ENV_MAX) {
                 fprintf(stderr, "airlock: --env wants KEY=VALUE (at most %d)\n", AL_ENV_MAX);
                 return 2;
             }
-            env[nenv++] = optarg;
+            a->env[a->nenv++] = optarg;
             break;
         case 'w':
-            eo.cwd = optarg;
+            eo->cwd = optarg;
             break;
         case 't':
-            eo.timeout_ms = (unsigned)cli_number("--timeout", optarg, 4000000) * 1000u;
+            eo->timeout_ms = (unsigned)cli_number("--timeout", optarg, 4000000) * 1000u;
             break;
         case OPT_GET_LIMIT:
-            get_limit = cli_number("--get-limit", optarg, ~0ul >> 1);
+            a->get_limit = cli_number("--get-limit", optarg, ~0ul >> 1);
             break;
         case OPT_OUTPUT_LIMIT:
-            eo.output_cap = cli_number("--output-limit", optarg, ~0ul >> 1);
+            eo->output_cap = cli_number("--output-limit", optarg, ~0ul >> 1);
             break;
         case OPT_PUT:
         case OPT_GET: {
-            char *a, *b;
-            size_t *n = c == OPT_PUT ? &nput : &nget;
-            if (*n >= COPIES_MAX || !split_pair(optarg, &a, &b)) {
+            char *x, *y;
+            size_t *n = c == OPT_PUT ? &a->nput : &a->nget;
+            if (*n >= COPIES_MAX || !split_pair(optarg, &x, &y)) {
                 fprintf(stderr, "airlock: --%s wants SOURCE:DEST\n", c == OPT_PUT ? "put" : "get");
                 return 2;
             }
-            char *(*slot)[2] = c == OPT_PUT ? &puts_[*n] : &gets_[*n];
-            (*slot)[0] = a;
-            (*slot)[1] = b;
+            char *(*slot)[2] = c == OPT_PUT ? &a->puts_[*n] : &a->gets_[*n];
+            (*slot)[0] = x;
+            (*slot)[1] = y;
             (*n)++;
             break;
         }
         case 'm':
-            so.memory_mib = (unsigned)cli_number("--memory", optarg, 1048576);
+            so->memory_mib = (unsigned)cli_number("--memory", optarg, 1048576);
             break;
         case OPT_CPUS:
-            so.vcpus = (unsigned)cli_number("--cpus", optarg, 64);
+            so->vcpus = (unsigned)cli_number("--cpus", optarg, 64);
             break;
         case OPT_LIFETIME:
-            so.lifetime_s = (unsigned)cli_number("--lifetime", optarg, 4000000);
+            so->lifetime_s = (unsigned)cli_number("--lifetime", optarg, 4000000);
             break;
         case OPT_BOOT:
-            so.boot_timeout_ms = (unsigned)cli_number("--boot-timeout", optarg, 4000000) * 1000u;
+            so->boot_timeout_ms = (unsigned)cli_number("--boot-timeout", optarg, 4000000) * 1000u;
             break;
         case OPT_DISK_BUDGET:
-            so.disk_budget_bytes = (uint64_t)cli_number("--disk-budget", optarg, 1u << 24) << 20;
+            so->disk_budget_bytes = (uint64_t)cli_number("--disk-budget", optarg, 1u << 24) << 20;
             break;
         case OPT_CONNECT:
-            so.connect_uri = optarg;
+            so->connect_uri = optarg;
             break;
         case OPT_DEBUG:
-            debug = true;
+            a->debug = true;
             break;
         case OPT_WORKDIR:
-            workdir = optarg;
+            a->workdir = optarg;
             break;
         case OPT_SYNC:
             if (!strcmp(optarg, "ask") || !strcmp(optarg, "yes") || !strcmp(optarg, "no")) {
-                sync = optarg[0] == 'a'   ? CLI_SYNC_ASK
-                       : optarg[0] == 'y' ? CLI_SYNC_YES
-                                          : CLI_SYNC_NO;
+                a->sync = optarg[0] == 'a'   ? CLI_SYNC_ASK
+                          : optarg[0] == 'y' ? CLI_SYNC_YES
+                                             : CLI_SYNC_NO;
                 break;
             }
             fprintf(stderr, "airlock: --sync-back wants ask, yes or no\n");
             return 2;
         case OPT_SYNC_GIT:
-            sync_allow |= AL_APPLY_VCS;
+            a->sync_allow |= AL_APPLY_VCS;
             break;
         case OPT_SYNC_EXEC:
-            sync_allow |= AL_APPLY_EXEC;
+            a->sync_allow |= AL_APPLY_EXEC;
             break;
         case OPT_WORKDIR_LIMIT:
-            wo.bytes_max = cli_number("--workdir-limit", optarg, ~0ul >> 1);
+            a->wo.bytes_max = cli_number("--workdir-limit", optarg, ~0ul >> 1);
             break;
         case OPT_LINGER:
-            linger_s = (unsigned)cli_number("--linger", optarg, 4000000);
+            a->linger_s = (unsigned)cli_number("--linger", optarg, 4000000);
             break;
         case OPT_RAW:
-            raw = true;
+            a->raw = true;
             break;
         case 'q':
-            so.quiet = true;
+            so->quiet = true;
             break;
         case 'h':
             fputs(usage, stdout);
@@ -338,163 +348,221 @@ int cmd_exec(struct cli_globals *g, int argc, char **argv)
             return 2;
         }
     }
-    env[nenv] = NULL;
-    eo.env = nenv ? env : NULL;
-    char **cmd = argv + optind;
-    int ncmd = argc - optind;
+    a->cmd = argv + optind;
+    a->ncmd = argc - optind;
+    return -1;
+}
 
-    char *stdin_code = NULL;
-    const char *code_argv[2] = {NULL, NULL};
-    if (eo.lang) {
-        if (ncmd > 0) {
+/* Completes a->eo: the environment, and the program or the code (read from stdin when no -c);
+ * -1 to go on, else the exit status. */
+static int exec_build_opts(struct exec_args *a)
+{
+    al_exec_opts *eo = &a->eo;
+    a->env[a->nenv] = NULL;
+    eo->env = a->nenv ? a->env : NULL;
+    if (eo->lang) {
+        if (a->ncmd > 0) {
             fprintf(stderr, "airlock: give code with -c or on stdin, not as arguments\n");
             return 2;
         }
-        if (!code) {
-            stdin_code = read_code();
-            if (!stdin_code)
+        if (!a->code) {
+            a->stdin_code = read_code();
+            if (!a->stdin_code)
                 return 2;
-            code = stdin_code;
-            eo.stdin_fd = -1; /* stdin was the code */
+            a->code = a->stdin_code;
+            eo->stdin_fd = -1; /* stdin was the code */
         }
-        code_argv[0] = code;
-        eo.argv = code_argv;
+        a->code_argv[0] = a->code;
+        eo->argv = a->code_argv;
     } else {
-        if (code || eo.kernel) {
-            fprintf(stderr, "airlock: %s needs --lang\n", code ? "-c" : "--kernel");
+        if (a->code || eo->kernel) {
+            fprintf(stderr, "airlock: %s needs --lang\n", a->code ? "-c" : "--kernel");
             return 2;
         }
-        if (ncmd == 0) {
+        if (a->ncmd == 0) {
             fprintf(stderr, "airlock: exec needs a command (see 'airlock exec --help')\n");
             return 2;
         }
-        eo.argv = (const char *const *)cmd;
+        eo->argv = (const char *const *)a->cmd;
     }
+    return -1;
+}
 
-    if (setup_signals() < 0) {
-        fprintf(stderr, "airlock: cannot set up signal handling: %s\n", strerror(errno));
-        free(stdin_code);
-        return EXIT_AIRLOCK_FAILED;
-    }
-    so.cancel_fd = cancel_fd;
-    so.console_to = debug ? stderr : NULL;
-    so.on_notice = print_notice;
+static void print_timing(al_session *s)
+{
+    al_session_timing_t t;
+    al_session_timing(s, &t);
+    fprintf(stderr,
+            "airlock: session %s (agent %s, languages: %s, %s, %u vCPU); ready in %u ms: "
+            "prepare %u, start %u, boot to handshake %u\n",
+            al_session_name(s), al_session_agent_version(s), al_session_languages(s),
+            al_session_kvm(s) ? "kvm" : "emulation", al_session_vcpus(s),
+            t.prepare_ms + t.start_ms + t.handshake_ms, t.prepare_ms, t.start_ms, t.handshake_ms);
+}
 
-    al_error err = {0};
-    al_session *s = NULL;
-    al_workdir_diff *diff = NULL;
-    int status = EXIT_AIRLOCK_FAILED;
-    if (al_session_open(&so, &s, &err) < 0 || al_session_serve_control(s, &err) < 0)
-        goto out;
-    if (debug) {
-        al_session_timing_t t;
-        al_session_timing(s, &t);
-        fprintf(stderr,
-                "airlock: session %s (agent %s, languages: %s, %s, %u vCPU); ready in %u ms: "
-                "prepare %u, start %u, boot to handshake %u\n",
-                al_session_name(s), al_session_agent_version(s), al_session_languages(s),
-                al_session_kvm(s) ? "kvm" : "emulation", al_session_vcpus(s),
-                t.prepare_ms + t.start_ms + t.handshake_ms, t.prepare_ms, t.start_ms,
-                t.handshake_ms);
-    }
-    for (size_t i = 0; i < nput; i++)
-        if (al_file_put(s, puts_[i][0], puts_[i][1], &err) < 0)
-            goto out;
-    if (workdir && cli_workdir_push(s, workdir, &wo, so.quiet, &err) < 0)
-        goto out;
-    if (workdir && !eo.cwd)
-        eo.cwd = AL_WORKDIR_GUEST_DIR;
-
+/* Runs the command and sets *status from how it ended; negative when the rest is to be skipped
+ * (err set, or already reported and cleared). */
+static int exec_run(al_session *s, struct exec_args *a, int *status, al_error *err)
+{
+    al_exec_opts *eo = &a->eo;
     /* A pipe gets the guest's bytes exactly; a terminal gets them with every control
      * character made visible, since the guest may write escape sequences. */
     struct cli_termout tty;
     cli_termout_init(&tty, false);
-    if (!raw && cli_termout_any(&tty)) {
-        eo.output = cli_termout_write;
-        eo.output_ctx = &tty;
+    if (!a->raw && cli_termout_any(&tty)) {
+        eo->output = cli_termout_write;
+        eo->output_ctx = &tty;
     }
     al_exec_result res;
-    int r = al_exec(s, &eo, &res, &err);
-    if (eo.output)
+    int r = al_exec(s, eo, &res, err);
+    if (eo->output)
         cli_termout_end(&tty);
     if (r == -ENOENT || r == -EACCES) {
-        status = r == -ENOENT ? EXIT_NOT_FOUND : EXIT_CANNOT_EXEC;
-        cli_error(&err);
-        err.code = 0;
-        goto out;
+        *status = r == -ENOENT ? EXIT_NOT_FOUND : EXIT_CANNOT_EXEC;
+        cli_error(err);
+        err->code = 0;
+        return r;
     }
-    if (r == -ETIMEDOUT && eo.timeout_ms) {
+    if (r == -ETIMEDOUT && eo->timeout_ms) {
         /* The host's own deadline: the guest did not end the run when it should have. */
-        cli_error(&err);
-        err.code = 0;
-        status = EXIT_TIMED_OUT;
-        goto out;
+        cli_error(err);
+        err->code = 0;
+        *status = EXIT_TIMED_OUT;
+        return r;
     }
     if (r < 0)
-        goto out;
+        return r;
     if (res.timed_out) {
-        fprintf(stderr, "airlock: command timed out after %u s\n", eo.timeout_ms / 1000);
-        status = EXIT_TIMED_OUT;
+        fprintf(stderr, "airlock: command timed out after %u s\n", eo->timeout_ms / 1000);
+        *status = EXIT_TIMED_OUT;
     } else {
-        status = res.how == AL_EXEC_SIGNALED ? 128 + res.value : res.value;
+        *status = res.how == AL_EXEC_SIGNALED ? 128 + res.value : res.value;
     }
     if (res.waited_input)
         fprintf(stderr, "airlock: the program waited for input for %u s and was interrupted\n",
-                eo.input_wait_ms / 1000);
-    if (!so.quiet && (res.truncated_stdout || res.truncated_stderr))
+                eo->input_wait_ms / 1000);
+    if (!a->so.quiet && (res.truncated_stdout || res.truncated_stderr))
         fprintf(stderr, "airlock: notice: output truncated at %llu bytes per stream\n",
-                (unsigned long long)eo.output_cap);
-    if (linger_s)
-        linger(linger_s);
-    /* The command ran: a copy that fails now is reported, the others are still made, and the
-     * command's own status stands when it failed; only a command that succeeded turns into
-     * 125 (a script must not take a missing file for success). */
-    for (size_t i = 0; i < nget; i++) {
+                (unsigned long long)eo->output_cap);
+    return 0;
+}
+
+/* The --get copies, after the command ran: a copy that fails is reported, the others are still
+ * made, and the command's own status stands when it failed; only a command that succeeded turns
+ * into 125 (a script must not take a missing file for success). Negative (err set) only when
+ * cancelled; *failed tells whether some copy failed. */
+static int exec_copy_out(al_session *s, const struct exec_args *a, int *status, bool *failed,
+                         al_error *err)
+{
+    for (size_t i = 0; i < a->nget; i++) {
         al_error gerr = {0};
-        if (al_file_get_max(s, gets_[i][0], gets_[i][1], get_limit, &gerr) < 0) {
+        if (al_file_get_max(s, a->gets_[i][0], a->gets_[i][1], a->get_limit, &gerr) < 0) {
             if (gerr.code == -ECANCELED) {
-                err = gerr;
-                goto out;
+                *err = gerr;
+                return gerr.code;
             }
             fprintf(stderr, "airlock: --get failed: %s\n", gerr.msg);
-            get_failed = true;
-            if (status == 0)
-                status = EXIT_AIRLOCK_FAILED;
+            *failed = true;
+            if (*status == 0)
+                *status = EXIT_AIRLOCK_FAILED;
         }
     }
-    /* What the run left in /workspace: the changes to DIR, or (not with -q) just a listing,
-     * which an image without /workspace or tar simply does not get. */
-    if (workdir && al_workdir_diff_new(s, workdir, &wo, &diff, &err) < 0) {
-        status = EXIT_AIRLOCK_FAILED;
-        goto out;
+    return 0;
+}
+
+/* What the run left in /workspace: the changes to DIR into *diff, or (not with -q) just a
+ * listing, which an image without /workspace or tar simply does not get. */
+static void exec_workdir_changes(al_session *s, struct exec_args *a, bool get_failed,
+                                 al_workdir_diff **diff, int *status, al_error *err)
+{
+    if (a->workdir && al_workdir_diff_new(s, a->workdir, &a->wo, diff, err) < 0) {
+        *status = EXIT_AIRLOCK_FAILED;
+        return;
     }
     al_error list_err = {0};
     /* The listing is a courtesy: not after a copy failed (the guest may be the reason). */
-    if (!workdir && !so.quiet && !get_failed &&
-        al_workdir_diff_new(s, NULL, &wo, &diff, &list_err) < 0)
-        diff = NULL;
-    if (diff && (workdir || al_workdir_diff_count(diff)))
-        cli_changes_print(diff, workdir ? "changes in " AL_WORKDIR_GUEST_DIR
-                                        : "files in " AL_WORKDIR_GUEST_DIR
-                                          " (not copied out: --workdir or --get do)");
+    if (!a->workdir && !a->so.quiet && !get_failed &&
+        al_workdir_diff_new(s, NULL, &a->wo, diff, &list_err) < 0)
+        *diff = NULL;
+    if (*diff && (a->workdir || al_workdir_diff_count(*diff)))
+        cli_changes_print(*diff, a->workdir ? "changes in " AL_WORKDIR_GUEST_DIR
+                                            : "files in " AL_WORKDIR_GUEST_DIR
+                                              " (not copied out: --workdir or --get do)");
+}
+
+/* Boots the session, copies in, runs, copies out; the exit status. */
+static int exec_session(struct exec_args *a, al_workdir_diff **diff, al_error *err)
+{
+    al_session *s = NULL;
+    int status = EXIT_AIRLOCK_FAILED;
+    bool get_failed = false;
+    if (al_session_open(&a->so, &s, err) < 0 || al_session_serve_control(s, err) < 0)
+        goto out;
+    if (a->debug)
+        print_timing(s);
+    for (size_t i = 0; i < a->nput; i++)
+        if (al_file_put(s, a->puts_[i][0], a->puts_[i][1], err) < 0)
+            goto out;
+    if (a->workdir && cli_workdir_push(s, a->workdir, &a->wo, a->so.quiet, err) < 0)
+        goto out;
+    if (a->workdir && !a->eo.cwd)
+        a->eo.cwd = AL_WORKDIR_GUEST_DIR;
+    if (exec_run(s, a, &status, err) < 0)
+        goto out;
+    if (a->linger_s)
+        linger(a->linger_s);
+    if (exec_copy_out(s, a, &status, &get_failed, err) < 0)
+        goto out;
+    exec_workdir_changes(s, a, get_failed, diff, &status, err);
 out:
-    if (err.code) {
-        cli_error(&err);
+    if (err->code) {
+        cli_error(err);
         status = EXIT_AIRLOCK_FAILED;
         /* Cancelled by a signal: exit the way a shell expects. */
-        if (last_signal && err.code == -ECANCELED)
+        if (last_signal && err->code == -ECANCELED)
             status = 128 + last_signal;
     }
     al_session_close(s);
+    return status;
+}
+
+int cmd_exec(struct cli_globals *g, int argc, char **argv)
+{
+    struct exec_args a = {
+        .so = {.image = NULL, .connect_uri = g->connect_uri, .quiet = g->quiet},
+        .eo = {.stdin_fd = 0, .stdout_fd = 1, .stderr_fd = 2},
+        .get_limit = 1ull << 30,
+        .debug = g->debug,
+        .sync = CLI_SYNC_ASK,
+    };
+    int rc = exec_parse_args(argc, argv, &a);
+    if (rc >= 0)
+        return rc;
+    rc = exec_build_opts(&a);
+    if (rc >= 0)
+        return rc;
+
+    if (setup_signals() < 0) {
+        fprintf(stderr, "airlock: cannot set up signal handling: %s\n", strerror(errno));
+        free(a.stdin_code);
+        return EXIT_AIRLOCK_FAILED;
+    }
+    a.so.cancel_fd = cancel_fd;
+    a.so.console_to = a.debug ? stderr : NULL;
+    a.so.on_notice = print_notice;
+
+    al_error err = {0};
+    al_workdir_diff *diff = NULL;
+    int status = exec_session(&a, &diff, &err);
     /* The VM is gone before the question: nothing waits on the user's answer. */
-    if (diff && workdir) {
+    if (diff && a.workdir) {
         al_error serr = {0};
-        if (cli_workdir_sync(diff, workdir, sync, sync_allow, &serr) < 0 && serr.code) {
+        if (cli_workdir_sync(diff, a.workdir, a.sync, a.sync_allow, &serr) < 0 && serr.code) {
             cli_error(&serr);
             status = EXIT_AIRLOCK_FAILED;
         }
     }
     al_workdir_diff_free(diff);
-    free(stdin_code);
+    free(a.stdin_code);
     return status;
 }
