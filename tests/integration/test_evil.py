@@ -207,17 +207,20 @@ class ConfinementTest(unittest.TestCase):
     """What was sound before the audit stays so: the QEMU that runs a guest is unprivileged,
     sandboxed by seccomp, and has no device the guest could use against the host beyond ours."""
 
-    def qemu_of_running_session(self, args):
-        p = altest.popen(["--debug", "exec", "--image", "tiny"] + args + ["--", "sleep", "60"],
-                         stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-        self.addCleanup(lambda: (p.poll() is None and p.kill(), p.wait(), p.stderr.close()))
-        name = None
+    def running_session(self, command, stdout):
+        """Starts a tiny session running command; its process and the session's name."""
+        p = altest.popen(["--debug", "exec", "--image", "tiny", "--"] + command, stdout=stdout,
+                         stderr=subprocess.PIPE)
+        self.addCleanup(lambda: (p.poll() is None and p.kill(), p.wait(), p.stderr.close(),
+                                 p.stdout and p.stdout.close()))
         for line in p.stderr:
             m = altest.session_names(line)
             if m:
-                name = m[0].decode()
-                break
-        self.assertIsNotNone(name, "no session started")
+                return p, m[0].decode()
+        self.fail("no session started")
+
+    def qemu_of_running_session(self):
+        _, name = self.running_session(["sleep", "60"], subprocess.DEVNULL)
         for pid in os.listdir("/proc"):
             if not pid.isdigit():
                 continue
@@ -235,18 +238,9 @@ class ConfinementTest(unittest.TestCase):
     def test_a_console_flood_is_bounded_on_the_host(self):
         # The serial console goes through virtlogd, which rolls the file over at 2 MiB and keeps
         # three old ones: 10 MB from the guest leave at most 8 MiB on the host.
-        p = altest.popen(["--debug", "exec", "--image", "tiny", "--", "sh", "-c",
-                          "head -c 10000000 /dev/zero | tr '\\0' x > /dev/console; echo wrote; "
-                          "sleep 60"], stdout=subprocess.PIPE, stderr=subprocess.PIPE)
-        self.addCleanup(lambda: (p.poll() is None and p.kill(), p.wait(), p.stdout.close(),
-                                 p.stderr.close()))
-        name = None
-        for line in p.stderr:
-            m = altest.session_names(line)
-            if m:
-                name = m[0].decode()
-                break
-        self.assertIsNotNone(name)
+        p, name = self.running_session(
+            ["sh", "-c", "head -c 10000000 /dev/zero | tr '\\0' x > /dev/console; echo wrote; "
+                         "sleep 60"], subprocess.PIPE)
         self.assertEqual(p.stdout.readline(), b"wrote\n")
         d = os.path.join(altest.runtime_sessions_dir(), name)
         logs = [n for n in os.listdir(d) if n.startswith("console.log")]
@@ -256,7 +250,7 @@ class ConfinementTest(unittest.TestCase):
 
     def test_qemu_is_unprivileged_sandboxed_and_has_only_our_devices(self):
         import pwd
-        argv, uid = self.qemu_of_running_session([])
+        argv, uid = self.qemu_of_running_session()
         self.assertEqual(pwd.getpwuid(uid).pw_name, "libvirt-qemu")
         cmd = " ".join(argv)
         sandbox = argv[argv.index("-sandbox") + 1]
