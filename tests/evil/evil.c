@@ -4,8 +4,8 @@
  *
  *   evil hang                 stop the agent and sleep: no exit ever comes
  *   evil flood ID BYTES       stream BYTES on stdout of request ID, ignoring credits and caps
- *   evil deaf ID              read nothing, and every 2 s forge a credit for the whole stdin
- *                             window of request ID: the host keeps sending until its writes
+ *   evil deaf ID              read nothing, and twice a second forge a credit for one chunk
+ *                             of request ID's stdin: the host keeps sending until its writes
  *                             find no room
  *   evil getflood ID SIZE     end request ID, then answer the next FILE_GET with SIZE bytes,
  *                             announced as SIZE, sent without waiting for credit
@@ -179,12 +179,16 @@ int main(int argc, char **argv)
         for (;;)
             pause();
     } else if (!strcmp(mode, "deaf")) {
+        /* One chunk's credit at a time: the host has at least that much unacknowledged once it
+         * started sending (a larger forged credit could exceed what it sent, which it rightly
+         * refuses), and each lets it send a chunk more until its writes find no room. */
+        sleep(2);
         for (;;) {
-            sleep(2);
             struct al_msg c = {.type = AL_CREDIT, .id = id};
             c.u.credit.stream = AL_STREAM_STDIN;
-            c.u.credit.bytes = AL_WINDOW_DEFAULT;
+            c.u.credit.bytes = AL_DATA_CHUNK_MAX;
             send_msg(fd, &c);
+            usleep(500 * 1000);
         }
     } else if (!strcmp(mode, "flood")) {
         drain(fd);

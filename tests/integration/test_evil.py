@@ -104,8 +104,11 @@ class EvilGuestTest(unittest.TestCase):
                              stdin=stdin, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
             # Long enough for the boot, the takeover and a few forged credits.
             deadline = time.time() + 90
-            while time.time() < deadline and not self.host_blocked_in_write(p.pid):
-                time.sleep(0.5)
+            while time.time() < deadline and p.poll() is None and \
+                    not self.host_blocked_in_write(p.pid):
+                time.sleep(0.2)
+            if p.poll() is not None:
+                self.fail("airlock ended before its writes blocked: %r" % p.stderr.read()[-2000:])
             self.assertTrue(self.host_blocked_in_write(p.pid), "the host never filled the channel")
             t0 = time.time()
             p.send_signal(signal.SIGTERM)
