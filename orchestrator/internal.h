@@ -133,6 +133,8 @@ int al_vm_start(virConnectPtr conn, const struct al_vm_config *cfg, virDomainPtr
                 al_error *err);
 char *al_vm_xml(const struct al_vm_config *cfg);
 bool al_kvm_present(void);
+/* al_kvm_usable() for a state already read (AIRLOCK_ACCEL=kvm forces it). */
+bool al_kvm_state_usable(enum al_kvm_state st);
 /* Records whether KVM ran a guest on this boot (with this host kernel and QEMU binary), with the
  * evidence when it did not; al_kvm_state() reads it back. */
 void al_kvm_record(bool works, const char *evidence);

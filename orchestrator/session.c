@@ -21,78 +21,71 @@
  * agent, and none with one; until that is understood, --cpus 2 is opt-in. */
 #define VCPUS_DEFAULT 1
 
-/* The session's disk-backed half: its root disk overlay and checkpoints, which may grow to
- * gigabytes and so never live in the runtime dir (tmpfs: the host's RAM). Made like the runtime
- * half, under a hidden name, locked, then renamed; gc reaps it once the lock is free. */
-static int state_dir_create(al_session *s, al_error *err)
+/* Makes PARENT/sessions/NAME, 0755 (QEMU runs as another user under qemu:///system and must
+ * traverse it), holding a lock file flocked for the session's life: made under a hidden name gc
+ * ignores and renamed once locked, so gc never sees it unlocked. The path goes to out. */
+static int locked_dir_create(const char *parent, const char *name, char *out, size_t outlen,
+                             int *lock_fd, al_error *err)
 {
-    char state[4096], sessions[4200], tmp[4300], lock[4400];
-    int r = al_state_dir(state, sizeof(state), err);
-    if (r < 0)
-        return r;
-    if (al_pathf(sessions, sizeof(sessions), "%s/sessions", state) < 0 ||
-        al_pathf(s->state_dir, sizeof(s->state_dir), "%s/%s", sessions, s->name) < 0 ||
-        al_pathf(tmp, sizeof(tmp), "%s/.%s", sessions, s->name) < 0 ||
+    char sessions[4200], tmp[4300], lock[4400];
+    if (al_pathf(sessions, sizeof(sessions), "%s/sessions", parent) < 0 ||
+        al_pathf(out, outlen, "%s/%s", sessions, name) < 0 ||
+        al_pathf(tmp, sizeof(tmp), "%s/.%s", sessions, name) < 0 ||
         al_pathf(lock, sizeof(lock), "%s/lock", tmp) < 0)
-        return al_err(err, -ENAMETOOLONG, "state path too long");
+        return al_err(err, -ENAMETOOLONG, "session path too long");
     if (mkdir(sessions, 0755) < 0 && errno != EEXIST)
         return al_err(err, -errno, "cannot create '%s': %s", sessions, strerror(errno));
-    char why[400];
-    r = al_check_free_space(sessions, al_free_floor(), why, sizeof(why));
-    if (r < 0)
-        return al_err(err, r, "cannot start a session: %s", why);
     if (mkdir(tmp, 0755) < 0)
         return al_err(err, -errno, "cannot create session dir '%s': %s", tmp, strerror(errno));
-    chmod(tmp, 0755); /* QEMU's user opens the disks in it */
-    s->state_lock_fd = open(lock, O_RDWR | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
-    if (s->state_lock_fd < 0 || flock(s->state_lock_fd, LOCK_EX | LOCK_NB) < 0 ||
-        rename(tmp, s->state_dir) < 0) {
+    chmod(tmp, 0755); /* whatever the umask */
+    *lock_fd = al_file_create_private(lock, O_RDWR);
+    if (*lock_fd < 0)
+        errno = -*lock_fd;
+    if (*lock_fd < 0 || flock(*lock_fd, LOCK_EX | LOCK_NB) < 0 || rename(tmp, out) < 0) {
         int e = errno;
         al_rmtree(tmp);
-        return al_err(err, -e, "cannot set up session state dir: %s", strerror(e));
+        return al_err(err, -e, "cannot set up session dir '%s': %s", out, strerror(e));
     }
-    s->state_created = true;
     return 0;
 }
 
+/* The session's two dirs: the runtime one (sockets, console, lock) and the disk-backed state
+ * one for its root disk overlay and checkpoints, which may grow to gigabytes and so never live
+ * in the runtime dir (tmpfs: the host's RAM). No session starts below the free-space floor. */
 static int session_dir_create(al_session *s, al_error *err)
 {
-    char run[4096];
+    char run[4096], state[4096], why[400];
     int r = al_runtime_dir(run, sizeof(run), err);
+    if (r == 0)
+        r = locked_dir_create(run, s->name, s->dir, sizeof(s->dir), &s->lock_fd, err);
     if (r < 0)
         return r;
-    char sessions[4200];
-    snprintf(sessions, sizeof(sessions), "%s/sessions", run);
-    if (mkdir(sessions, 0755) < 0 && errno != EEXIST)
-        return al_err(err, -errno, "cannot create '%s': %s", sessions, strerror(errno));
-    if (snprintf(s->dir, sizeof(s->dir), "%s/%s", sessions, s->name) >= (int)sizeof(s->dir))
-        return al_err(err, -ENAMETOOLONG, "session path too long");
-    /* Made under a name gc ignores and renamed once locked, so gc never sees it unlocked. */
-    char tmp[4200];
-    if (al_pathf(tmp, sizeof(tmp), "%s/.%s", sessions, s->name) < 0)
-        return al_err(err, -ENAMETOOLONG, "session path too long");
-    if (mkdir(tmp, 0755) < 0)
-        return al_err(err, -errno, "cannot create session dir '%s': %s", tmp, strerror(errno));
-    /* QEMU runs as another user under qemu:///system and must traverse the directory. */
-    chmod(tmp, 0755);
-    char lock[4300];
-    snprintf(lock, sizeof(lock), "%s/lock", tmp);
-    s->lock_fd = al_file_create_private(lock, O_RDWR);
-    if (s->lock_fd < 0)
-        errno = -s->lock_fd;
-    if (s->lock_fd < 0 || flock(s->lock_fd, LOCK_EX | LOCK_NB) < 0 || rename(tmp, s->dir) < 0) {
-        int e = errno;
-        al_rmtree(tmp);
-        return al_err(err, -e, "cannot set up session dir: %s", strerror(e));
-    }
     s->dir_created = true;
-    int r2 = state_dir_create(s, err);
-    if (r2 < 0)
-        return r2;
+    r = al_state_dir(state, sizeof(state), err);
+    if (r < 0)
+        return r;
+    r = al_check_free_space(state, al_free_floor(), why, sizeof(why));
+    if (r < 0)
+        return al_err(err, r, "cannot start a session: %s", why);
+    r = locked_dir_create(state, s->name, s->state_dir, sizeof(s->state_dir), &s->state_lock_fd,
+                          err);
+    if (r < 0)
+        return r;
+    s->state_created = true;
     snprintf(s->sock, sizeof(s->sock), "%s/agent.sock", s->dir);
     snprintf(s->console, sizeof(s->console), "%s/console.log", s->dir);
     if (s->raw_port[0])
         snprintf(s->raw_sock, sizeof(s->raw_sock), "%s/raw.sock", s->dir);
+    return 0;
+}
+
+int al_session_channel_init(al_session *s, int fd, al_error *err)
+{
+    int r = al_channel_init(&s->ch, fd, s->stall_ms, s->cancel_fd, err);
+    if (r < 0)
+        return r;
+    s->ch.alarm_fd = s->budget_alarm[0];
+    s->ch.alarm_msg = s->budget_why;
     return 0;
 }
 
@@ -109,11 +102,9 @@ int al_session_connect_agent(al_session *s, uint64_t deadline, al_error *err)
         if (fd < 0)
             return al_err(err, -errno, "socket: %s", strerror(errno));
         if (connect(fd, (struct sockaddr *)&sa, sizeof(sa)) == 0) {
-            int r = al_channel_init(&s->ch, fd, s->stall_ms, s->cancel_fd, err);
+            int r = al_session_channel_init(s, fd, err);
             if (r < 0)
                 return r;
-            s->ch.alarm_fd = s->budget_alarm[0];
-            s->ch.alarm_msg = s->budget_why;
             fd = -1; /* the channel owns it now */
             s->have_ch = true;
             return 0;
@@ -515,13 +506,14 @@ static int session_name_and_dirs(al_session *s, al_error *err)
 /* Sets s->kvm and says why when there is none; whether the first boot is a KVM probe. */
 static bool session_choose_accel(al_session *s)
 {
-    s->kvm = al_kvm_usable();
+    /* Read once: /dev/kvm opened and the recorded verdict read. */
+    enum al_kvm_state ks = al_kvm_state();
+    s->kvm = al_kvm_state_usable(ks);
     /* A KVM no guest has run with yet on this boot is tried, and watched (boot_guest). */
-    bool probe = s->kvm && !accel_forced() && al_kvm_state() == AL_KVM_UNPROVEN;
+    bool probe = s->kvm && !accel_forced() && ks == AL_KVM_UNPROVEN;
     if (getenv("AIRLOCK_TEST_KVM_LIE") && s->img.kernel[0] && !accel_forced())
         probe = true; /* tests: the first attempt's guest cannot run (boot_guest) */
     if (!s->kvm) {
-        enum al_kvm_state ks = al_kvm_state();
         char ev[300] = "";
         al_kvm_evidence(ev, sizeof(ev));
         session_notice(s, "%s%s%s; running the VM in software emulation (slower)",

@@ -75,6 +75,9 @@ int al_session_recv(al_session *s, uint32_t id, struct al_msg *m, int extra_fd, 
 int al_session_recv_until(al_session *s, uint32_t id, struct al_msg *m, int extra_fd,
                           uint64_t deadline, al_error *err);
 int al_gc_conn(virConnectPtr conn, al_error *err);
+/* Sets up s->ch on fd (the agent's socket, or the SSH pump's end) for this session: its
+ * cancel pipe wakes a waiting write, its disk budget watcher (budget.c) fails a waiting read. */
+int al_session_channel_init(al_session *s, int fd, al_error *err);
 /* Connects s->ch to the agent's socket, retrying until deadline while QEMU creates it. */
 int al_session_connect_agent(al_session *s, uint64_t deadline, al_error *err);
 /* The console's last non-empty line, printable characters only, for boot errors. */

@@ -534,14 +534,12 @@ static int connect_once(al_session *s, unsigned timeout_ms, struct al_ssh **out,
     fcntl(sp[0], F_SETFL, O_NONBLOCK);
     libssh2_session_set_blocking(c->sess, 0);
     libssh2_keepalive_config(c->sess, 1, KEEPALIVE_S);
-    r = al_channel_init(&s->ch, sp[0], s->stall_ms, s->cancel_fd, err);
+    r = al_session_channel_init(s, sp[0], err);
     if (r < 0) {
         close(sp[0]);
         goto fail;
     }
     s->ch.eof_msg = c->why; /* complete once the channel reads EOF: see pump_end */
-    s->ch.alarm_fd = s->budget_alarm[0];
-    s->ch.alarm_msg = s->budget_why;
     s->have_ch = true;
     if ((r = -pthread_create(&c->thread, NULL, pump, c)) != 0) {
         al_channel_destroy(&s->ch);

@@ -181,13 +181,15 @@ int al_kvm_evidence(char *buf, size_t len)
     return kvm_verdict(buf, len) == 0 ? 0 : -ENOENT;
 }
 
-bool al_kvm_usable(void)
+bool al_kvm_state_usable(enum al_kvm_state st)
 {
     const char *accel = getenv("AIRLOCK_ACCEL");
-    if (accel && !strcmp(accel, "kvm"))
-        return true;
-    enum al_kvm_state st = al_kvm_state();
-    return st == AL_KVM_OK || st == AL_KVM_UNPROVEN;
+    return (accel && !strcmp(accel, "kvm")) || st == AL_KVM_OK || st == AL_KVM_UNPROVEN;
+}
+
+bool al_kvm_usable(void)
+{
+    return al_kvm_state_usable(al_kvm_state());
 }
 
 /* What QEMU said about KVM in the domain's log (libvirt keeps it per domain name): the line
