@@ -59,6 +59,9 @@ int cli_cancel_pipe(void (*hook)(int sig));
 
 /* Prints "airlock: MESSAGE" once, for the outermost caller. */
 void cli_error(const al_error *err);
+/* A session's notice (al_session_opts.on_notice; ctx unused) as one line on stderr, made inert
+ * for a terminal. */
+void cli_print_notice(void *ctx, const char *msg);
 /* Parses a non-negative integer option; exits with a usage error when it is not one. */
 unsigned long cli_number(const char *opt, const char *value, unsigned long max);
 

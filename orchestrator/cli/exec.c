@@ -138,14 +138,6 @@ static bool split_pair(char *arg, char **a, char **b)
     return true;
 }
 
-/* The session's notices (emulation fallback), one line each, made inert for a terminal. */
-static void print_notice(void *ctx, const char *msg)
-{
-    (void)ctx;
-    char safe[1024];
-    fprintf(stderr, "airlock: notice: %s\n", al_term_escape(msg, safe, sizeof(safe)));
-}
-
 /* Everything cmd_exec's options say, and what is built from them. */
 struct exec_args {
     al_session_opts so;
@@ -549,7 +541,7 @@ int cmd_exec(struct cli_globals *g, int argc, char **argv)
     }
     a.so.cancel_fd = cancel_fd;
     a.so.console_to = a.debug ? stderr : NULL;
-    a.so.on_notice = print_notice;
+    a.so.on_notice = cli_print_notice;
 
     al_error err = {0};
     al_workdir_diff *diff = NULL;

@@ -274,8 +274,7 @@ static void session_notice(void *ctx, const char *msg)
     struct loopui *u = ctx;
     if (u->json) {
         /* Not an event of the exchange: stdout stays the exchange alone, as before. */
-        char safe[1024];
-        fprintf(stderr, "airlock: notice: %s\n", al_term_escape(msg, safe, sizeof(safe)));
+        cli_print_notice(NULL, msg);
         return;
     }
     char *line = NULL;

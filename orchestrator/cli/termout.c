@@ -58,3 +58,10 @@ void cli_termout_end(struct cli_termout *t)
             (void)write_all(i + 1, out, len);
     }
 }
+
+void cli_print_notice(void *ctx, const char *msg)
+{
+    (void)ctx;
+    char safe[1024];
+    fprintf(stderr, "airlock: notice: %s\n", al_term_escape(msg, safe, sizeof(safe)));
+}
