@@ -188,7 +188,7 @@ int al_state_dir(char *buf, size_t len, al_error *err);
 /* Opens path for writing, creating it 0600, in a place others might have reached first: never
  * through a symlink, and only a regular file we own with one link (else -EPERM). flags: any of
  * O_EXCL, O_APPEND, O_RDWR, and O_TRUNC (done once the checks pass). Returns an O_CLOEXEC fd
- * or a negative errno. For markers and state files in the runtime dir (al_kvm_mark_broken). */
+ * or a negative errno. For the session lock and info.json in the runtime dir. */
 int al_file_create_private(const char *path, int flags);
 /* The process's umask, read without changing it (modes for files copied from the guest). */
 mode_t al_umask(void);
