@@ -252,6 +252,8 @@ void ostream_inject(struct agent *a, struct req *r, struct ostream *o, const cha
 /* Queues the stream's EOF and closes its fd. */
 void ostream_close(struct agent *a, struct req *r, struct ostream *o);
 int agent_run(struct agent *a);
+/* refresh.c: --refresh, run by the host right after a template restore (stdin: its values). */
+int refresh_main(void);
 
 /* exec.c */
 void exec_start(struct agent *a, const struct al_msg *m);

@@ -330,6 +330,16 @@ static int restore(al_session *s, uint32_t id, al_error *err)
     return r;
 }
 
+int al_session_barrier(al_session *s, al_error *err)
+{
+    return barrier(s, err);
+}
+
+int al_session_resync(al_session *s, unsigned total_ms, al_error *err)
+{
+    return resync_or_reconnect(s, total_ms, err);
+}
+
 static bool name_ok(const char *name)
 {
     size_t n = strlen(name);

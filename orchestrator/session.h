@@ -59,6 +59,8 @@ struct al_session {
     al_session_timing_t timing;
     char agent_version[AL_SHORT_STR_MAX + 1];
     char langs[AL_LANGS_MAX * (AL_SHORT_STR_MAX + 1) + 1];
+    struct al_template *tmpl; /* template.c: the template this session restores, or NULL */
+    bool restored;            /* it was restored from tmpl (else booted cold) */
 };
 
 int al_session_next_id(al_session *s);
@@ -125,6 +127,27 @@ static inline void al_session_unlockp(al_session **s)
 #define AL_SESSION_LOCKED(s)                                                                       \
     __attribute__((cleanup(al_session_unlockp))) al_session *al_locked_session_ =                  \
         (pthread_mutex_lock(&(s)->lock), (s))
+/* ---- warm starts (template.c) ---- */
+/* Opens a session; with build_ram, a cold one whose RAM is that file, mapped shared, to be
+ * saved as a template (no template is restored for it). */
+int al_session_open_for(const al_session_opts *opts, const char *build_ram, al_session **out,
+                        al_error *err);
+/* Picks the template for a session being opened (s->tmpl), per opts->warm: building it first
+ * under AL_WARM_AUTO; a template refused or failing to build gives one notice and none. */
+void al_template_pick(al_session *s, const al_session_opts *opts, unsigned memory_mib,
+                      unsigned vcpus);
+/* The template's frozen disk, the middle layer of the session's (NULL: none). */
+const char *al_template_disk(const struct al_template *t);
+/* Sets cfg up for a restore of s->tmpl, starts the domain paused, loads the template's state,
+ * resumes, handshakes and makes the guest unique. */
+int al_template_restore(al_session *s, struct al_vm_config *cfg, al_error *err);
+void al_template_free(struct al_template *t);
+/* checkpoint.c: the PING round trip that leaves the agent idle at a frame boundary; the
+ * re-handshake after the guest's memory was replaced. */
+int al_session_barrier(al_session *s, al_error *err);
+int al_session_resync(al_session *s, unsigned total_ms, al_error *err);
+void al_session_notice(al_session *s, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+
 /* Ends the control socket's server, if any (control.c); before the session goes away. */
 void al_control_stop(al_session *s);
 

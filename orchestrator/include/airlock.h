@@ -128,6 +128,7 @@ typedef struct al_session_opts {
      * same happens when the filesystem would fall below $AIRLOCK_FREE_FLOOR_MB (default 512)
      * free. 0: AL_DISK_BUDGET_DEFAULT. */
     uint64_t disk_budget_bytes;
+    int warm; /* enum al_warm: whether the session starts from a template (warm starts) */
 } al_session_opts;
 #define AL_DISK_BUDGET_DEFAULT (6ull << 30)
 #define AL_FREE_FLOOR_DEFAULT (512ull << 20)
@@ -148,6 +149,9 @@ typedef struct al_session_timing {
     unsigned prepare_ms;   /* image, libvirt connection, gc, runtime dir */
     unsigned start_ms;     /* libvirt creating and starting the domain, socket connect */
     unsigned handshake_ms; /* guest boot until the agent answered */
+    unsigned restore_ms;   /* restored from a template: device state loaded, resumed, made
+                              unique (0 for a cold boot; start_ms and handshake_ms then cover
+                              only the domain start and the re-handshake) */
 } al_session_timing_t;
 void al_session_timing(const al_session *s, al_session_timing_t *out);
 
@@ -438,6 +442,63 @@ enum al_kvm_state {
 enum al_kvm_state al_kvm_state(void);
 /* For AL_KVM_FAILED: what showed that KVM cannot run a guest (one line). -ENOENT otherwise. */
 int al_kvm_evidence(char *buf, size_t len);
+
+/* ---- warm starts (orchestrator/template.c, pool.c) ----
+ *
+ * A template is a saved, already booted guest of an image (for one memory size, vCPU count,
+ * transport and accelerator), with the agent answering and the python kernel started with numpy,
+ * pandas and matplotlib imported. A session restored from it runs in a fraction of a boot, on
+ * its own copy-on-write disk over the template's frozen one; right after the restore the guest
+ * gets fresh host entropy (kernel RNG reseeded), the host's clock, a hostname and machine-id of
+ * its own, and the python kernel reseeds random and numpy; other kernels start after the restore.
+ * Templates live in the state dir (templates/), 0600, owned by QEMU's user (their manifest by
+ * us), and are keyed by the image's files, the agent, QEMU's and libvirt's versions, the
+ * accelerator, memory, vCPUs and transport: a template that is stale, changed behind our back or
+ * fails to restore is never a failure, the session boots cold with one notice. SSH sessions,
+ * images without a kernel and sessions with a benchmark port always boot cold. */
+enum al_warm {
+    AL_WARM_DEFAULT = 0, /* $AIRLOCK_WARM (off, use or auto), else AL_WARM_USE */
+    AL_WARM_OFF = 1,     /* always boot cold */
+    AL_WARM_USE = 2,     /* restore the template when a valid one exists, else boot cold */
+    AL_WARM_AUTO = 3,    /* as USE, building the template first when there is none (or a stale
+                            one): the first session pays a boot plus the imports */
+};
+
+/* Builds (or rebuilds) the template for what opts would open (image, memory_mib, vcpus,
+ * connect_uri, the accelerator in use; warm is ignored): boots a cold session, warms the python
+ * kernel, saves it and replaces any older template of that image and shape. */
+int al_template_build(const al_session_opts *opts, al_error *err);
+
+typedef struct al_template_info {
+    char image[64];
+    char path[4096];     /* its directory */
+    unsigned memory_mib; /* the shape it was built for */
+    unsigned vcpus;
+    bool kvm;
+    bool python;       /* the python kernel is warm in it */
+    long long created; /* unix time */
+    uint64_t bytes;    /* disk space its files occupy */
+    const char *why;   /* NULL: usable; else why it would be refused (stale, changed...) */
+} al_template_info;
+/* Calls fn for every template in the state dir, in name order. */
+int al_template_list(void (*fn)(void *ctx, const al_template_info *t), void *ctx, al_error *err);
+/* Whether the session was restored from a template (else it booted cold). */
+bool al_session_restored(const al_session *s);
+
+/* A pool of ready sessions for long-lived callers (a server): it keeps `size` sessions restored
+ * from opts' template ready, refilled by a background thread, and hands each out once. opts is
+ * copied (its strings too); its warm field is taken as AL_WARM_AUTO (the template is built on
+ * first use), and on_notice is called from the pool's thread. */
+typedef struct al_pool al_pool;
+#define AL_POOL_SIZE_MAX 64
+int al_pool_create(const al_session_opts *opts, unsigned size, al_pool **out, al_error *err);
+/* Hands out a ready session (waiting for one while the pool refills, up to the session's boot
+ * timeout); the caller owns it and closes it with al_session_close: it never returns to the
+ * pool. Thread-safe. */
+int al_pool_take(al_pool *p, al_session **out, al_error *err);
+/* Closes the sessions not handed out (their domains and files go) and stops the refill thread;
+ * sessions handed out are the callers'. Safe on NULL. */
+void al_pool_destroy(al_pool *p);
 
 #pragma GCC visibility pop
 
