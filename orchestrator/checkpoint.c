@@ -330,6 +330,17 @@ static int restore(al_session *s, uint32_t id, al_error *err)
     return r;
 }
 
+int al_checkpoints_set_xml(al_session *s, char *xml)
+{
+    if (!s->ckpt) {
+        free(xml);
+        return 0;
+    }
+    free(s->ckpt->xml);
+    s->ckpt->xml = xml;
+    return 0;
+}
+
 int al_session_barrier(al_session *s, al_error *err)
 {
     return barrier(s, err);

@@ -145,6 +145,9 @@ void al_template_free(struct al_template *t);
 /* checkpoint.c: the PING round trip that leaves the agent idle at a frame boundary; the
  * re-handshake after the guest's memory was replaced. */
 int al_session_barrier(al_session *s, al_error *err);
+/* The description a crashed guest's QEMU is started again from (takes xml; freed without
+ * checkpoints): a restored session's, without the restore's -incoming. */
+int al_checkpoints_set_xml(al_session *s, char *xml);
 int al_session_resync(al_session *s, unsigned total_ms, al_error *err);
 void al_session_notice(al_session *s, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 

@@ -56,11 +56,12 @@
  * user's namespace stays empty: later imports are then lookups in sys.modules. The kernel
  * starts in /workspace, as chat runs ask. */
 static const char WARM_PYTHON[] = "def _airlock_warm():\n"
-                                  "    import numpy, pandas, matplotlib\n"
+                                  "    import numpy, pandas, matplotlib, random, uuid, tempfile\n"
                                   "    matplotlib.use('Agg')\n"
                                   "    import matplotlib.pyplot as plt\n"
                                   "    pandas.DataFrame({'a': [1, 2, 3, 4]}).plot()\n"
-                                  "    plt.gcf().canvas.draw()\n"
+                                  "    import io\n"
+    "    plt.gcf().savefig(io.BytesIO(), format='png')\n"
                                   "    plt.close('all')\n"
                                   "_airlock_warm()\n"
                                   "del _airlock_warm\n";
@@ -560,6 +561,10 @@ static const char CAP_IGNORE_SHARED[] =
     "{\"execute\":\"migrate-set-capabilities\",\"arguments\":{\"capabilities\":"
     "[{\"capability\":\"x-ignore-shared\",\"state\":true}]}}";
 
+static const char CAP_IGNORE_SHARED_OFF[] =
+    "{\"execute\":\"migrate-set-capabilities\",\"arguments\":{\"capabilities\":"
+    "[{\"capability\":\"x-ignore-shared\",\"state\":false}]}}";
+
 /* Hands fd to QEMU under the name "airlock-state". */
 static int qmp_getfd(al_session *s, int fd, al_error *err)
 {
@@ -885,6 +890,27 @@ static int make_unique(al_session *s, al_error *err)
     return 0;
 }
 
+/* A guest that crashes is started again from its live description to load a checkpoint
+ * (checkpoint.c): that QEMU boots nothing and waits for no migration, so the restore's
+ * -incoming goes. */
+static int keep_restart_xml(al_session *s, al_error *err)
+{
+    char *xml = virDomainGetXMLDesc(s->dom, 0);
+    if (!xml)
+        return al_err_virt(err, -EIO, "cannot read the VM's description");
+    static const char *const args[] = {"<qemu:arg value='-incoming'/>",
+                                       "<qemu:arg value='defer'/>"};
+    for (size_t i = 0; i < 2; i++) {
+        char *at = strstr(xml, args[i]);
+        if (!at) {
+            free(xml);
+            return al_err(err, -EIO, "the restored VM's description lacks %s", args[i]);
+        }
+        memmove(at, at + strlen(args[i]), strlen(at + strlen(args[i])) + 1);
+    }
+    return al_checkpoints_set_xml(s, xml);
+}
+
 int al_template_restore(al_session *s, struct al_vm_config *cfg, al_error *err)
 {
     struct al_template *t = s->tmpl;
@@ -917,6 +943,10 @@ int al_template_restore(al_session *s, struct al_vm_config *cfg, al_error *err)
                 -1, NULL, err);
     if (r == 0)
         r = migrate_wait(s, "restore the template", err);
+    /* Off again: a checkpoint's savevm records the capability, and a QEMU started again to load
+     * it (crash recovery, checkpoint.c) refuses a stream that says it is on. */
+    if (r == 0)
+        r = qmp(s, "restore the template", CAP_IGNORE_SHARED_OFF, -1, NULL, err);
     if (r == 0 && virDomainResume(s->dom) < 0)
         r = al_err_virt(err, -EIO, "cannot resume the restored VM");
     if (r == 0)
@@ -924,6 +954,8 @@ int al_template_restore(al_session *s, struct al_vm_config *cfg, al_error *err)
     uint64_t answered = al_now_ms();
     if (r == 0)
         r = make_unique(s, err);
+    if (r == 0 && s->ckpt)
+        r = keep_restart_xml(s, err);
     if (r < 0)
         return r;
     s->restored = true;
