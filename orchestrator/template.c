@@ -61,7 +61,7 @@ static const char WARM_PYTHON[] = "def _airlock_warm():\n"
                                   "    import matplotlib.pyplot as plt\n"
                                   "    pandas.DataFrame({'a': [1, 2, 3, 4]}).plot()\n"
                                   "    import io\n"
-    "    plt.gcf().savefig(io.BytesIO(), format='png')\n"
+                                  "    plt.gcf().savefig(io.BytesIO(), format='png')\n"
                                   "    plt.close('all')\n"
                                   "_airlock_warm()\n"
                                   "del _airlock_warm\n";

@@ -195,6 +195,7 @@ class Warm(unittest.TestCase):
         finally:
             p.stdin.close()
             self.assertEqual(p.wait(timeout=120), 0)
+            p.stdout.close()
 
         with tempfile.TemporaryDirectory() as wd:
             with open(os.path.join(wd, "in.txt"), "w") as f:
