@@ -4,6 +4,12 @@
 
 #include <string.h>
 
+/* A refill waits this long after a hand-out: restoring a session (QEMU starting, the state
+ * loading) takes both CPUs of a small host for a fraction of a second, and the session just
+ * handed out is about to run its first request (bench/warm.py: its first exec took 2.5x as long
+ * when a restore ran alongside). */
+#define REFILL_DELAY_MS 1000
+
 struct al_pool {
     al_session_opts opts;
     char *image, *connect_uri;
@@ -15,9 +21,21 @@ struct al_pool {
     al_session **ready;
     unsigned nready;
     bool stopping;
-    al_error last;     /* the refill's last failure, reported by a take that finds none ready */
-    unsigned failures; /* in a row: the refill backs off */
+    al_error last;         /* the refill's last failure, reported by a take that finds none ready */
+    unsigned failures;     /* in a row: the refill backs off */
+    uint64_t last_take_ms; /* monotonic time of the last hand-out */
 };
+
+static void deadline_in(struct timespec *until, unsigned ms)
+{
+    clock_gettime(CLOCK_REALTIME, until);
+    until->tv_sec += ms / 1000;
+    until->tv_nsec += (long)(ms % 1000) * 1000000;
+    if (until->tv_nsec >= 1000000000) {
+        until->tv_sec++;
+        until->tv_nsec -= 1000000000;
+    }
+}
 
 /* Refills while there is room, opening outside the lock (a restore takes a second). After a
  * failure it waits a little longer each time (up to 5 s) so a broken host is not hammered. */
@@ -28,6 +46,13 @@ static void *refill(void *arg)
     while (!p->stopping) {
         if (p->nready >= p->size) {
             pthread_cond_wait(&p->changed, &p->mu);
+            continue;
+        }
+        uint64_t since = al_now_ms() - p->last_take_ms;
+        if (p->last_take_ms && since < REFILL_DELAY_MS) {
+            struct timespec until;
+            deadline_in(&until, (unsigned)(REFILL_DELAY_MS - since));
+            pthread_cond_timedwait(&p->changed, &p->mu, &until);
             continue;
         }
         pthread_mutex_unlock(&p->mu);
@@ -52,13 +77,7 @@ static void *refill(void *arg)
         pthread_cond_broadcast(&p->changed);
         unsigned wait_ms = p->failures * 500 < 5000 ? p->failures * 500 : 5000;
         struct timespec until;
-        clock_gettime(CLOCK_REALTIME, &until);
-        until.tv_sec += wait_ms / 1000;
-        until.tv_nsec += (long)(wait_ms % 1000) * 1000000;
-        if (until.tv_nsec >= 1000000000) {
-            until.tv_sec++;
-            until.tv_nsec -= 1000000000;
-        }
+        deadline_in(&until, wait_ms);
         if (!p->stopping)
             pthread_cond_timedwait(&p->changed, &p->mu, &until);
     }
@@ -127,6 +146,7 @@ int al_pool_take(al_pool *p, al_session **out, al_error *err)
     }
     al_session *s = p->ready[--p->nready];
     p->ready[p->nready] = NULL;
+    p->last_take_ms = al_now_ms();
     pthread_cond_broadcast(&p->changed);
     pthread_mutex_unlock(&p->mu);
     *out = s;

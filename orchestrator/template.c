@@ -756,8 +756,8 @@ static int build_locked(virConnectPtr conn, bool kvm, al_session_opts o, const c
     if (getrandom(rnd, sizeof(rnd), 0) != sizeof(rnd))
         return al_err(err, -EIO, "getrandom failed");
     if (al_pathf(final, sizeof(final), "%s/%s%.16s", tdir, prefix, key) < 0 ||
-        al_pathf(staging, sizeof(staging), "%s/.build-%02x%02x%02x%02x%02x%02x", tdir, rnd[0],
-                 rnd[1], rnd[2], rnd[3], rnd[4], rnd[5]) < 0)
+        al_pathf(staging, sizeof(staging), "%s/.build-%s%02x%02x%02x%02x%02x%02x", tdir, prefix,
+                 rnd[0], rnd[1], rnd[2], rnd[3], rnd[4], rnd[5]) < 0)
         return al_err(err, -ENAMETOOLONG, "template path too long");
     _cleanup_close_ int lock = build_lock(tdir, prefix);
     if (lock < 0)
@@ -765,6 +765,10 @@ static int build_locked(virConnectPtr conn, bool kvm, al_session_opts o, const c
     struct stat st;
     if (lstat(final, &st) == 0)
         return 0; /* another process built it while we waited for the lock */
+    /* What a build that died (SIGKILL, a host crash) left: under the lock, nobody's. */
+    char leftover[300];
+    snprintf(leftover, sizeof(leftover), ".build-%s", prefix);
+    remove_others(tdir, leftover, NULL);
     if (mkdir(staging, 0711) < 0)
         return al_err(err, -errno, "cannot create '%s': %s", staging, strerror(errno));
     int r = build_into(conn, kvm, &o, staging, key, err);

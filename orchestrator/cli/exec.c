@@ -384,12 +384,19 @@ static void print_timing(al_session *s)
 {
     al_session_timing_t t;
     al_session_timing(s, &t);
+    /* Restored from a template: start is libvirt's paused start, "boot to handshake" the state
+     * loaded, the resume and the re-handshake; then the guest was made unique. */
+    bool restored = al_session_restored(s);
+    unsigned ready = t.prepare_ms + (restored ? t.restore_ms : t.start_ms + t.handshake_ms);
     fprintf(stderr,
             "airlock: session %s (agent %s, languages: %s, %s, %u vCPU); ready in %u ms: "
-            "prepare %u, start %u, boot to handshake %u\n",
+            "prepare %u, start %u, boot to handshake %u%s",
             al_session_name(s), al_session_agent_version(s), al_session_languages(s),
-            al_session_kvm(s) ? "kvm" : "emulation", al_session_vcpus(s),
-            t.prepare_ms + t.start_ms + t.handshake_ms, t.prepare_ms, t.start_ms, t.handshake_ms);
+            al_session_kvm(s) ? "kvm" : "emulation", al_session_vcpus(s), ready, t.prepare_ms,
+            t.start_ms, t.handshake_ms, restored ? "" : "\n");
+    if (restored)
+        fprintf(stderr, "; restored from a template, made unique in %u ms\n",
+                t.restore_ms - t.start_ms - t.handshake_ms);
 }
 
 /* Runs the command and sets *status from how it ended; negative when the rest is to be skipped
