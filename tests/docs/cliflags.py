@@ -9,6 +9,9 @@ import re
 TABLE_ENTRY = re.compile(r'\{\s*"([a-z][a-z0-9-]*)"\s*,\s*(?:no|required|optional)_argument\b')
 LITERAL = re.compile(r'"(--[a-z][a-z0-9-]*)"')
 # A whole string literal naming a variable: getenv's argument, or a helper's that calls it.
+# getopt's short options: the string given to getopt_long, inline or through a named constant.
+SHORT_INLINE = re.compile(r'getopt_long\([^,]+,[^,]+,\s*"([^"]*)"')
+SHORT_CONST = re.compile(r'char\s+short_opts\[\]\s*=\s*"([^"]*)"')
 GETENV = re.compile(r'"(AIRLOCK_[A-Z0-9_]+)"')
 SHELL_ENV = re.compile(r'\$\{?(AIRLOCK_[A-Z0-9_]+)')
 
@@ -49,3 +52,12 @@ def env_vars(source_root):
                     text = open(os.path.join(dirpath, f), encoding="utf-8").read()
                     found |= set(pattern.findall(text))
     return found
+
+
+def short_of(source_root, name):
+    """The short options getopt is given in one CLI source, as '-x'."""
+    text = open(os.path.join(cli_dir(source_root), name), encoding="utf-8").read()
+    out = set()
+    for spec in SHORT_INLINE.findall(text) + SHORT_CONST.findall(text):
+        out |= {"-" + c for c in spec if c.isalnum()}
+    return out

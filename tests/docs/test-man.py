@@ -1,6 +1,7 @@
 #!/usr/bin/env python3
-"""The man pages against the CLI (TAP): every long flag the CLI accepts is described in
-airlock(1), under its command's section, and the page names no flag the CLI does not accept;
+"""The man pages against the CLI (TAP): every long flag and short option the CLI accepts is
+described in airlock(1), under its command's section, and the page names no long flag the CLI
+does not accept;
 the ENVIRONMENT section lists exactly the AIRLOCK_* variables the code and the image recipes
 read; airlock-profiles(5) lists as keys exactly the chat options a profile accepts (asked of the
 built binary, one key at a time) and as refused the ones it refuses.
@@ -26,6 +27,7 @@ SECTIONS = {
     "chatopts.c": ["CHAT OPTIONS", "COMMANDS/chat", "COMMANDS/run"],
 }
 FLAG = re.compile(r"(?<![\w-])--[a-z][a-z0-9-]*")
+SHORT = re.compile(r"(?<![\w-])-[a-zA-Z0-9](?![\w-])")
 
 results = []
 
@@ -51,13 +53,13 @@ def parse_scd(path):
     return terms, "\n".join(lines)
 
 
-def defined_in(terms, section):
+def defined_in(terms, section, pattern=FLAG):
     h1, _, h2 = section.partition("/")
     out = set()
     for (a, b), ls in terms.items():
         if a == h1 and (not h2 or b == h2):
             for line in ls:
-                out |= set(FLAG.findall(line))
+                out |= set(pattern.findall(line))
     return out
 
 
@@ -94,6 +96,11 @@ def main():
         described = set().union(*(defined_in(terms, s) for s in sections))
         missing = sorted(flags - described)
         check(not missing, "airlock(1) describes every flag of %s under %s" %
+              (name, " or ".join(sections)), "missing: " + " ".join(missing))
+        shorts = cliflags.short_of(src, name)
+        described = set().union(*(defined_in(terms, s, SHORT) for s in sections))
+        missing = sorted(shorts - described)
+        check(not missing, "airlock(1) describes every short option of %s under %s" %
               (name, " or ".join(sections)), "missing: " + " ".join(missing))
 
     pages = sorted(f for f in os.listdir(man) if f.endswith(".scd"))
