@@ -23,7 +23,7 @@
  * any file changes its ctime, which nobody but root can set back, so a file changed behind our
  * back is refused (notice, cold boot, the template removed) without reading the RAM file on
  * every restore. */
-#include "session.h"
+#include "link.h"
 
 #include <libvirt/libvirt-qemu.h>
 #include <openssl/evp.h>
@@ -203,8 +203,8 @@ static void key_add_content(EVP_MD_CTX *md, const char *tdir, const char *path)
  * versions, the accelerator, memory, vCPUs and transport. prefix names the image and shape (the
  * image's directory hashed in: worktrees with an image of the same name keep apart); key is
  * the whole. */
-static int template_key(al_session *s, const char *tdir, unsigned mem, unsigned vcpus, char *prefix,
-                        size_t plen, char key[65])
+static int template_key(al_session *s, enum al_transport kind, const char *tdir, unsigned mem,
+                        unsigned vcpus, char *prefix, size_t plen, char key[65])
 {
     __attribute__((cleanup(evp_freep))) EVP_MD_CTX *md = EVP_MD_CTX_new();
     if (!md || !EVP_DigestInit_ex(md, EVP_sha256(), NULL))
@@ -230,7 +230,7 @@ static int template_key(al_session *s, const char *tdir, unsigned mem, unsigned 
     key_add_content(md, tdir, s->img.kernel);
     key_add_content(md, tdir, s->img.initrd);
     key_add_stat(md, s->img.disk); /* cached by its inputs' hash, never rewritten */
-    key_add(md, "cmdline %s transport %d", s->img.cmdline, (int)s->transport);
+    key_add(md, "cmdline %s transport %d", s->img.cmdline, (int)kind);
     unsigned long qemu = 0, lib = 0;
     virConnectGetVersion(s->conn, &qemu);
     virConnectGetLibVersion(s->conn, &lib);
@@ -474,18 +474,19 @@ static int build_lock(const char *tdir, const char *prefix)
     return fd;
 }
 
-void al_template_pick(al_session *s, const al_session_opts *opts, unsigned mem, unsigned vcpus)
+void al_template_pick(al_session *s, const al_session_opts *opts, enum al_transport kind,
+                      unsigned mem, unsigned vcpus)
 {
     enum al_warm mode = warm_mode(opts);
     /* SSH sessions (their keys are per session), images that boot through firmware, a
      * benchmark port or a scratch disk (devices the template lacks) always boot cold. */
-    if (mode == AL_WARM_OFF || s->transport != AL_TRANSPORT_VIRTIO || !s->img.kernel[0] ||
-        s->raw_port[0] || (opts->checkpoints && !s->img.disk[0]) || getenv("AIRLOCK_TEST_KVM_LIE"))
+    if (mode == AL_WARM_OFF || kind != AL_TRANSPORT_VIRTIO || !s->img.kernel[0] || s->raw_port[0] ||
+        (opts->checkpoints && !s->img.disk[0]) || getenv("AIRLOCK_TEST_KVM_LIE"))
         return;
     char tdir[4200], prefix[200], key[65], dir[4400], why[300] = "";
     al_error e = {0};
     if (templates_dir(tdir, sizeof(tdir), &e) < 0 ||
-        template_key(s, tdir, mem, vcpus, prefix, sizeof(prefix), key) < 0)
+        template_key(s, kind, tdir, mem, vcpus, prefix, sizeof(prefix), key) < 0)
         return;
     if (al_pathf(dir, sizeof(dir), "%s/%s%.16s", tdir, prefix, key) < 0)
         return;
@@ -795,8 +796,7 @@ int al_template_build(const al_session_opts *opts, al_error *err)
     int r = al_image_load(o.image ? o.image : al_image_default(), &s->img, err);
     if (r < 0)
         return r;
-    s->transport = s->img.transport;
-    if (s->transport != AL_TRANSPORT_VIRTIO || !s->img.kernel[0])
+    if (s->img.transport != AL_TRANSPORT_VIRTIO || !s->img.kernel[0])
         return al_err(err, -ENOTSUP,
                       "image '%s' cannot have a warm template (only images with the agent as "
                       "init, reached over virtio-serial)",
@@ -818,7 +818,8 @@ int al_template_build(const al_session_opts *opts, al_error *err)
     r = templates_dir(tdir, sizeof(tdir), err);
     if (r < 0)
         return r;
-    if (template_key(s, tdir, o.memory_mib, o.vcpus, prefix, sizeof(prefix), key) < 0)
+    if (template_key(s, AL_TRANSPORT_VIRTIO, tdir, o.memory_mib, o.vcpus, prefix, sizeof(prefix),
+                     key) < 0)
         return al_err(err, -ENAMETOOLONG, "image name too long");
     /* Built anew even when one exists: that one goes once the new one is in place. */
     if (al_pathf(final, sizeof(final), "%s/%s%.16s", tdir, prefix, key) < 0)
@@ -931,7 +932,7 @@ int al_template_restore(al_session *s, struct al_vm_config *cfg, al_error *err)
         return al_err_virt(err, -EIO, "cannot start the VM");
     uint64_t started = al_now_ms();
     /* Connected before the guest runs, so the restored port never sees its host missing. */
-    int r = al_session_connect_agent(s, al_now_ms() + RESYNC_MS, err);
+    int r = al_link_connect(s, al_now_ms() + RESYNC_MS, err);
     if (r == 0)
         r = qmp(s, "restore the template", CAP_IGNORE_SHARED, -1, NULL, err);
     if (r == 0) {
@@ -954,7 +955,7 @@ int al_template_restore(al_session *s, struct al_vm_config *cfg, al_error *err)
     if (r == 0 && virDomainResume(s->dom) < 0)
         r = al_err_virt(err, -EIO, "cannot resume the restored VM");
     if (r == 0)
-        r = al_session_resync(s, RESYNC_MS, err);
+        r = al_link_resync(s, RESYNC_MS, err);
     uint64_t answered = al_now_ms();
     if (r == 0)
         r = make_unique(s, err);
