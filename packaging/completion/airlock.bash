@@ -17,12 +17,14 @@ _airlock_chat_common='--model --api --api-base --api-key --api-key-file --local 
 _airlock_chat_flags="$_airlock_chat_common --resume"
 _airlock_run_flags="$_airlock_chat_common --json"
 _airlock_import_flags='--name --user --memory --force --help'
+_airlock_warm_flags='--memory --cpus --help'
 _airlock_commands='chat run conversations exec image doctor gc ps cp help'
 
-# The first column of a listing, without its header line.
+# The first column of a listing, without its header line, up to its first blank line (image ls
+# lists the warm templates after one).
 _airlock_column1()
 {
-    "$@" 2>/dev/null | awk 'NR > 1 && $1 !~ /^\(/ { print $1 }'
+    "$@" 2>/dev/null | awk 'NF == 0 { exit } NR > 1 && $1 !~ /^\(/ { print $1 }'
 }
 
 _airlock_words()
@@ -108,7 +110,7 @@ _airlock()
     image)
         case ${args[0]:-} in
         '') [[ $cur == -* ]] && _airlock_words '--help' "$cur" ||
-            _airlock_words 'ls build import rm' "$cur" ;;
+            _airlock_words 'ls build import rm warm' "$cur" ;;
         build)
             if ((${#args[@]} < 2)); then
                 _airlock_words 'debian tiny sshd' "$cur"
@@ -117,6 +119,13 @@ _airlock()
             fi
             ;;
         rm) ((${#args[@]} < 2)) && _airlock_words "$(_airlock_column1 "$bin" image ls)" "$cur" ;;
+        warm)
+            if [[ $cur == -* ]]; then
+                _airlock_words "$_airlock_warm_flags" "$cur"
+            elif ((${#args[@]} < 2)); then
+                _airlock_words "$(_airlock_column1 "$bin" image ls)" "$cur"
+            fi
+            ;;
         import)
             if [[ $cur == -* ]]; then
                 _airlock_words "$_airlock_import_flags" "$cur"
