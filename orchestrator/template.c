@@ -55,16 +55,18 @@
 /* What the python kernel imports (and draws once) in the template, inside a function so the
  * user's namespace stays empty: later imports are then lookups in sys.modules. The kernel
  * starts in /workspace, as chat runs ask. */
-static const char WARM_PYTHON[] = "def _airlock_warm():\n"
-                                  "    import numpy, pandas, matplotlib, random, uuid, tempfile\n"
-                                  "    matplotlib.use('Agg')\n"
-                                  "    import matplotlib.pyplot as plt\n"
-                                  "    pandas.DataFrame({'a': [1, 2, 3, 4]}).plot()\n"
-                                  "    import io\n"
-                                  "    plt.gcf().savefig(io.BytesIO(), format='png')\n"
-                                  "    plt.close('all')\n"
-                                  "_airlock_warm()\n"
-                                  "del _airlock_warm\n";
+static const char WARM_PYTHON[] =
+    "def _airlock_warm():\n"
+    "    import io, random, tempfile, uuid\n"
+    "    try:\n"
+    "        import numpy, pandas, matplotlib.pyplot as plt\n"
+    "    except ImportError:\n"
+    "        return  # an image without them: the kernel is still warm\n"
+    "    pandas.DataFrame({'a': [1, 2, 3, 4]}).plot()\n"
+    "    plt.gcf().savefig(io.BytesIO(), format='png')\n"
+    "    plt.close('all')\n"
+    "_airlock_warm()\n"
+    "del _airlock_warm\n";
 static const char *const FILES[] = {"ram", "state", "disk.qcow2"};
 enum { F_RAM, F_STATE, F_DISK, NFILES };
 
