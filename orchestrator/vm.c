@@ -5,11 +5,30 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <string.h>
 #include <sys/stat.h>
 #include <sys/utsname.h>
 #include <unistd.h>
+
+int al_err_virt(al_error *err, int code, const char *fmt, ...)
+{
+    if (!err || err->code != 0)
+        return code;
+    virErrorPtr e = virGetLastError();
+    char what[sizeof(err->msg)];
+    va_list ap;
+    va_start(ap, fmt);
+    int n = vsnprintf(what, sizeof(what), fmt, ap);
+    va_end(ap);
+    /* As al_err words it, with libvirt's reason after; a message already too long for err
+     * goes without it. */
+    if (n < 0 || (size_t)n >= sizeof(what))
+        return al_err(err, code, "%s", what);
+    return al_err(err, code, "%s: %s", what,
+                  e && e->message ? e->message : "unknown libvirt error");
+}
 
 static void silent_virt_error(void *ctx, virErrorPtr e)
 {

@@ -14,7 +14,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "internal.h"
+#include "util.h"
 
 #define CONV_FILE_MAX (64u << 20) /* a conversation larger than this is not one we wrote */
 #define CONV_VERSION 1

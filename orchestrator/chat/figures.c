@@ -13,7 +13,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "internal.h"
+#include "util.h"
 
 struct kind {
     const char *ext;   /* with the dot, compared without case */

@@ -11,7 +11,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "internal.h"
+#include "util.h"
 
 const char *al_chat_outcome_str(enum al_chat_outcome o)
 {

@@ -9,7 +9,7 @@
 #include <unistd.h>
 #include <yaml.h>
 
-#include "internal.h"
+#include "util.h"
 
 #define PROFILE_KEYS_MAX 64 /* far more settings than exist; bounds a hostile file's work */
 
