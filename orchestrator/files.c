@@ -16,12 +16,17 @@ static int guest_path_ok(const char *p, al_error *err)
     return 0;
 }
 
+/* Before a copy, under the session's lock: a guest path we accept, a session ready for it. */
+static int file_begin(al_session *s, const char *guest_path, al_error *err)
+{
+    int r = guest_path_ok(guest_path, err);
+    return r < 0 ? r : al_link_ready(s, err);
+}
+
 int al_file_put(al_session *s, const char *host_path, const char *guest_path, al_error *err)
 {
     AL_SESSION_LOCKED(s);
-    int r = guest_path_ok(guest_path, err);
-    if (r == 0)
-        r = al_link_ready(s, err);
+    int r = file_begin(s, guest_path, err);
     if (r < 0)
         return r;
     _cleanup_close_ int fd = open(host_path, O_RDONLY | O_CLOEXEC);
@@ -175,9 +180,7 @@ static int file_get(al_session *s, const char *guest_path, const char *host_path
                     uint64_t max_bytes, al_error *err)
 {
     AL_SESSION_LOCKED(s);
-    int r = guest_path_ok(guest_path, err);
-    if (r == 0)
-        r = al_link_ready(s, err);
+    int r = file_begin(s, guest_path, err);
     if (r < 0)
         return r;
     char target[4096];

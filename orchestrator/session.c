@@ -78,22 +78,26 @@ static int session_dir_create(al_session *s, al_error *err)
     return 0;
 }
 
+/* Notices to the caller's FILE (al_session_opts.notice). */
+static void notice_to_file(void *f, const char *msg)
+{
+    fprintf(f, "airlock: notice: %s\n", msg);
+}
+
 static void session_notice(al_session *s, const char *fmt, ...)
     __attribute__((format(printf, 2, 3)));
 static void session_notice(al_session *s, const char *fmt, ...)
 {
     if (s->quiet)
         return;
-    char msg[768];
     va_list ap;
     va_start(ap, fmt);
-    vsnprintf(msg, sizeof(msg), fmt, ap);
-    va_end(ap);
     /* The library never prints on its own: the caller's callback, else the caller's FILE. */
     if (s->on_notice)
-        s->on_notice(s->notice_ctx, msg);
-    else if (s->notice)
-        fprintf(s->notice, "airlock: notice: %s\n", msg);
+        al_vnotify(s->on_notice, s->notice_ctx, fmt, ap);
+    else
+        al_vnotify(s->notice ? notice_to_file : NULL, s->notice, fmt, ap);
+    va_end(ap);
 }
 
 static bool accel_forced(void)

@@ -57,6 +57,11 @@ int al_err(al_error *err, int code, const char *fmt, ...) __attribute__((format(
 uint64_t al_now_ms(void);
 uint64_t al_now_us(void);
 
+/* Formats a one-line notice into a bounded buffer and hands it to fn (nothing when fn is NULL):
+ * how the library tells its caller something without printing. */
+void al_vnotify(void (*fn)(void *ctx, const char *msg), void *ctx, const char *fmt, va_list ap)
+    __attribute__((format(printf, 3, 0)));
+
 /* snprintf for paths: -ENAMETOOLONG instead of a silently cut path. */
 int al_pathf(char *buf, size_t len, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
 

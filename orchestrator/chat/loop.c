@@ -35,14 +35,10 @@ const char *al_chat_outcome_str(enum al_chat_outcome o)
 static void notice(al_chat *c, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 static void notice(al_chat *c, const char *fmt, ...)
 {
-    if (!c->ui.notice)
-        return;
-    char buf[1024];
     va_list ap;
     va_start(ap, fmt);
-    vsnprintf(buf, sizeof(buf), fmt, ap);
+    al_vnotify(c->ui.notice, c->ui.ctx, fmt, ap);
     va_end(ap);
-    c->ui.notice(c->ui.ctx, buf);
 }
 
 int al_chat_init(al_chat *c, const al_chat_cfg *cfg, const al_chat_ui *ui, al_session *s,
