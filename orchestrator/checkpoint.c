@@ -57,8 +57,8 @@ struct ckpt {
 };
 
 struct al_checkpoints {
-    char disk[4300]; /* the qcow2 holding the snapshots */
-    char *xml;       /* the running domain's description, to start QEMU again after it exited */
+    char disk[AL_PATH_MAX]; /* the qcow2 holding the snapshots */
+    char *xml; /* the running domain's description, to start QEMU again after it exited */
     struct ckpt list[AL_CHECKPOINTS_MAX]; /* oldest first */
     size_t n;
     uint32_t next_id;

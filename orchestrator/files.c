@@ -183,13 +183,14 @@ static int file_get(al_session *s, const char *guest_path, const char *host_path
     int r = file_begin(s, guest_path, err);
     if (r < 0)
         return r;
-    char target[4096];
+    char target[AL_PATH_MAX];
     r = get_target(guest_path, host_path, target, sizeof(target), err);
     if (r < 0)
         return r;
-    char dir_copy[4096], tmp[4200];
-    snprintf(dir_copy, sizeof(dir_copy), "%s", target);
-    snprintf(tmp, sizeof(tmp), "%s/.airlock-get-XXXXXX", dirname(dir_copy));
+    char dir_copy[AL_PATH_MAX], tmp[AL_PATH_MAX];
+    snprintf(dir_copy, sizeof(dir_copy), "%s", target); /* the same size */
+    if (al_pathf(tmp, sizeof(tmp), "%s/.airlock-get-XXXXXX", dirname(dir_copy)) < 0)
+        return al_err(err, -ENAMETOOLONG, "host path too long: '%s'", target);
     _cleanup_close_ int fd = mkostemp(tmp, O_CLOEXEC);
     if (fd < 0)
         return al_err(err, -errno, "cannot create a file next to '%s': %s", target,

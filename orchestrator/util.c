@@ -24,7 +24,7 @@ uint64_t al_now_ms(void)
 
 static int mkdir_p(const char *path, mode_t mode)
 {
-    char tmp[4096];
+    char tmp[AL_PATH_MAX];
     if (snprintf(tmp, sizeof(tmp), "%s", path) >= (int)sizeof(tmp))
         return -ENAMETOOLONG;
     for (char *p = tmp + 1; *p; p++) {

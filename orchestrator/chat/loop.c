@@ -366,7 +366,7 @@ static bool report_files(al_chat *c, char **text)
         fprintf(f, "%s\n", line);
         if (strncmp(line, OUTPUTS_GUEST_DIR "/", sizeof(OUTPUTS_GUEST_DIR)))
             continue;
-        char host[4300];
+        char host[AL_PATH_MAX];
         al_error fe = {0};
         int fr = al_figure_get(c, line, host, sizeof(host), &fe); /* bounded, checked: figures.c */
         if (fr == 0)
