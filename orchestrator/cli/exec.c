@@ -174,8 +174,8 @@ enum opt_kind {
 
 struct exec_option {
     const char *name;
+    int has_arg; /* getopt's no_argument or required_argument */
     char letter; /* the short form, or 0 */
-    bool value;  /* takes a value */
     enum opt_kind kind;
     size_t off; /* offsetof(struct exec_args, FIELD) for all but OPT_CALL */
     unsigned long max;
@@ -268,35 +268,35 @@ static int opt_help(struct exec_args *a, char *value)
 #define FIELD(f) offsetof(struct exec_args, f)
 // clang-format off
 static const struct exec_option exec_options[] = {
-    {"image",          'i', true,  OPT_STRING, FIELD(so.image),             0, 0, NULL},
-    {"transport",      0,   true,  OPT_CALL,   0,                           0, 0, opt_transport},
-    {"lang",           'l', true,  OPT_STRING, FIELD(eo.lang),              0, 0, NULL},
-    {"code",           'c', true,  OPT_STRING, FIELD(code),                 0, 0, NULL},
-    {"kernel",         'k', false, OPT_TRUE,   FIELD(eo.kernel),            0, 0, NULL},
-    {"input-wait",     0,   true,  OPT_CALL,   0,                           0, 0, opt_input_wait},
-    {"env",            'e', true,  OPT_CALL,   0,                           0, 0, opt_env},
-    {"cwd",            'w', true,  OPT_STRING, FIELD(eo.cwd),               0, 0, NULL},
-    {"timeout",        't', true,  OPT_UINT,   FIELD(eo.timeout_ms),        4000000, 1000, NULL},
-    {"output-limit",   0,   true,  OPT_U64,    FIELD(eo.output_cap),        ~0ul >> 1, 1, NULL},
-    {"put",            0,   true,  OPT_CALL,   0,                           0, 0, opt_put},
-    {"get",            0,   true,  OPT_CALL,   0,                           0, 0, opt_get},
-    {"get-limit",      0,   true,  OPT_U64,    FIELD(get_limit),            ~0ul >> 1, 1, NULL},
-    {"memory",         'm', true,  OPT_UINT,   FIELD(so.memory_mib),        1048576, 1, NULL},
-    {"cpus",           0,   true,  OPT_UINT,   FIELD(so.vcpus),             64, 1, NULL},
-    {"lifetime",       0,   true,  OPT_UINT,   FIELD(so.lifetime_s),        4000000, 1, NULL},
-    {"boot-timeout",   0,   true,  OPT_UINT,   FIELD(so.boot_timeout_ms),   4000000, 1000, NULL},
-    {"disk-budget",    0,   true,  OPT_U64,    FIELD(so.disk_budget_bytes), 1u << 24, 1u << 20, NULL},
-    {"connect",        0,   true,  OPT_STRING, FIELD(so.connect_uri),       0, 0, NULL},
-    {"debug",          0,   false, OPT_TRUE,   FIELD(debug),                0, 0, NULL},
-    {"workdir",        0,   true,  OPT_STRING, FIELD(workdir),              0, 0, NULL},
-    {"sync-back",      0,   true,  OPT_CALL,   0,                           0, 0, opt_sync},
-    {"sync-back-git",  0,   false, OPT_CALL,   0,                           0, 0, opt_sync_git},
-    {"sync-back-exec", 0,   false, OPT_CALL,   0,                           0, 0, opt_sync_exec},
-    {"workdir-limit",  0,   true,  OPT_U64,    FIELD(wo.bytes_max),         ~0ul >> 1, 1, NULL},
-    {"linger",         0,   true,  OPT_UINT,   FIELD(linger_s),             4000000, 1, NULL},
-    {"raw",            0,   false, OPT_TRUE,   FIELD(raw),                  0, 0, NULL},
-    {"quiet",          'q', false, OPT_TRUE,   FIELD(so.quiet),             0, 0, NULL},
-    {"help",           'h', false, OPT_CALL,   0,                           0, 0, opt_help},
+    {"image",          required_argument, 'i', OPT_STRING, FIELD(so.image),             0,         0,        NULL},
+    {"transport",      required_argument, 0,   OPT_CALL,   0,                           0,         0,        opt_transport},
+    {"lang",           required_argument, 'l', OPT_STRING, FIELD(eo.lang),              0,         0,        NULL},
+    {"code",           required_argument, 'c', OPT_STRING, FIELD(code),                 0,         0,        NULL},
+    {"kernel",         no_argument,       'k', OPT_TRUE,   FIELD(eo.kernel),            0,         0,        NULL},
+    {"input-wait",     required_argument, 0,   OPT_CALL,   0,                           0,         0,        opt_input_wait},
+    {"env",            required_argument, 'e', OPT_CALL,   0,                           0,         0,        opt_env},
+    {"cwd",            required_argument, 'w', OPT_STRING, FIELD(eo.cwd),               0,         0,        NULL},
+    {"timeout",        required_argument, 't', OPT_UINT,   FIELD(eo.timeout_ms),        4000000,   1000,     NULL},
+    {"output-limit",   required_argument, 0,   OPT_U64,    FIELD(eo.output_cap),        ~0ul >> 1, 1,        NULL},
+    {"put",            required_argument, 0,   OPT_CALL,   0,                           0,         0,        opt_put},
+    {"get",            required_argument, 0,   OPT_CALL,   0,                           0,         0,        opt_get},
+    {"get-limit",      required_argument, 0,   OPT_U64,    FIELD(get_limit),            ~0ul >> 1, 1,        NULL},
+    {"memory",         required_argument, 'm', OPT_UINT,   FIELD(so.memory_mib),        1048576,   1,        NULL},
+    {"cpus",           required_argument, 0,   OPT_UINT,   FIELD(so.vcpus),             64,        1,        NULL},
+    {"lifetime",       required_argument, 0,   OPT_UINT,   FIELD(so.lifetime_s),        4000000,   1,        NULL},
+    {"boot-timeout",   required_argument, 0,   OPT_UINT,   FIELD(so.boot_timeout_ms),   4000000,   1000,     NULL},
+    {"disk-budget",    required_argument, 0,   OPT_U64,    FIELD(so.disk_budget_bytes), 1u << 24,  1u << 20, NULL},
+    {"connect",        required_argument, 0,   OPT_STRING, FIELD(so.connect_uri),       0,         0,        NULL},
+    {"debug",          no_argument,       0,   OPT_TRUE,   FIELD(debug),                0,         0,        NULL},
+    {"workdir",        required_argument, 0,   OPT_STRING, FIELD(workdir),              0,         0,        NULL},
+    {"sync-back",      required_argument, 0,   OPT_CALL,   0,                           0,         0,        opt_sync},
+    {"sync-back-git",  no_argument,       0,   OPT_CALL,   0,                           0,         0,        opt_sync_git},
+    {"sync-back-exec", no_argument,       0,   OPT_CALL,   0,                           0,         0,        opt_sync_exec},
+    {"workdir-limit",  required_argument, 0,   OPT_U64,    FIELD(wo.bytes_max),         ~0ul >> 1, 1,        NULL},
+    {"linger",         required_argument, 0,   OPT_UINT,   FIELD(linger_s),             4000000,   1,        NULL},
+    {"raw",            no_argument,       0,   OPT_TRUE,   FIELD(raw),                  0,         0,        NULL},
+    {"quiet",          no_argument,       'q', OPT_TRUE,   FIELD(so.quiet),             0,         0,        NULL},
+    {"help",           no_argument,       'h', OPT_CALL,   0,                           0,         0,        opt_help},
 };
 // clang-format on
 #define EXEC_OPTIONS (sizeof(exec_options) / sizeof(exec_options[0]))
@@ -336,11 +336,10 @@ static int exec_parse_args(int argc, char **argv, struct exec_args *a)
     size_t ns = 1;
     for (size_t i = 0; i < EXEC_OPTIONS; i++) {
         const struct exec_option *o = &exec_options[i];
-        longs[i] = (struct option){o->name, o->value ? required_argument : no_argument, NULL,
-                                   o->letter ? o->letter : 256 + (int)i};
+        longs[i] = (struct option){o->name, o->has_arg, NULL, o->letter ? o->letter : 256 + (int)i};
         if (o->letter) {
             shorts[ns++] = o->letter;
-            if (o->value)
+            if (o->has_arg == required_argument)
                 shorts[ns++] = ':';
         }
     }
