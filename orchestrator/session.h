@@ -10,15 +10,15 @@ struct al_session {
     virConnectPtr conn;
     virDomainPtr dom;
     al_image img;
-    char name[64];       /* airlock-<12 hex>: the domain and the runtime dir */
-    char dir[4096];      /* runtime dir of this session */
-    char sock[4200];     /* agent channel socket */
-    char console[4200];  /* serial console log */
-    char raw_sock[4200]; /* benchmark port socket, or empty */
-    char raw_port[64];   /* benchmark port name, or empty */
+    char name[64];              /* airlock-<12 hex>: the domain and the runtime dir */
+    char dir[AL_PATH_MAX];      /* runtime dir of this session */
+    char sock[AL_PATH_MAX];     /* agent channel socket */
+    char console[AL_PATH_MAX];  /* serial console log */
+    char raw_sock[AL_PATH_MAX]; /* benchmark port socket, or empty */
+    char raw_port[64];          /* benchmark port name, or empty */
     bool dir_created;
-    int lock_fd;          /* flock held while the session lives; gc skips locked dirs */
-    char state_dir[4096]; /* disk-backed: the root disk overlay, checkpoints (budget.c) */
+    int lock_fd;                 /* flock held while the session lives; gc skips locked dirs */
+    char state_dir[AL_PATH_MAX]; /* disk-backed: the root disk overlay, checkpoints (budget.c) */
     bool state_created;
     int state_lock_fd;    /* the same flock, in the state dir */
     uint64_t disk_budget; /* bytes the state dir's files may occupy; 0: no limit */
@@ -87,10 +87,35 @@ static inline void al_session_unlockp(al_session **s)
  * saved as a template (no template is restored for it). */
 int al_session_open_for(const al_session_opts *opts, const char *build_ram, al_session **out,
                         al_error *err);
-/* Picks the template for a session being opened (s->tmpl), per opts->warm: building it first
- * under AL_WARM_AUTO; a template refused or failing to build gives one notice and none. */
-void al_template_pick(al_session *s, const al_session_opts *opts, enum al_transport kind,
-                      unsigned memory_mib, unsigned vcpus);
+/* template.c. Where a template of a session's image and shape lives, and its key. */
+struct al_template_id {
+    char tdir[AL_PATH_MAX]; /* the state dir's templates/ */
+    char prefix[200];       /* IMAGE-DIRHASH-SHAPE-: the image's templates, whatever the key */
+    char key[65];
+    char dir[AL_PATH_MAX]; /* tdir/prefix + the key's start */
+    unsigned mem, vcpus;
+};
+/* $AIRLOCK_WARM or opts->warm. */
+enum al_warm al_warm_mode(const al_session_opts *opts);
+/* Whether a session of this image, transport and options may be restored at all. */
+bool al_template_applies(const al_session *s, const al_session_opts *opts, enum al_transport kind);
+/* The template's identity for a session being opened (s: image, connection, accelerator). */
+int al_template_id_of(al_session *s, enum al_transport kind, unsigned mem, unsigned vcpus,
+                      struct al_template_id *id, al_error *err);
+/* Loads the template into s->tmpl when it is there and intact (FOUND); else removes it (REFUSED,
+ * why says why) or older ones of the image (STALE), or finds none (NONE). */
+enum { AL_TEMPLATE_FOUND, AL_TEMPLATE_NONE, AL_TEMPLATE_REFUSED, AL_TEMPLATE_STALE };
+int al_template_find(al_session *s, const struct al_template_id *id, char *why, size_t wlen);
+/* Building one (warm.c drives it): takes the build lock (into *lock_fd) and makes the staging
+ * dir and its RAM file for the session to boot on (1: someone built it meanwhile, no lock);
+ * saves the booted session s there (the python kernel warmed first); moves it into place
+ * (replacing older ones of the image); moves an existing one of the same key aside first. */
+int al_template_stage(virConnectPtr conn, bool kvm, const struct al_template_id *id, char *staging,
+                      size_t slen, char *ram, size_t rlen, int *lock_fd, al_error *err);
+int al_template_save(al_session *s, const struct al_template_id *id, const char *staging,
+                     al_error *err);
+int al_template_commit(const struct al_template_id *id, const char *staging, al_error *err);
+int al_template_replace(const struct al_template_id *id, al_error *err);
 /* The template's frozen disk, the middle layer of the session's (NULL: none). */
 const char *al_template_disk(const struct al_template *t);
 /* Sets cfg up for a restore of s->tmpl, starts the domain paused, loads the template's state,

@@ -78,8 +78,8 @@ struct file_rec {
 };
 
 struct al_template {
-    char dir[4200];
-    char path[NFILES][4300];
+    char dir[AL_PATH_MAX];
+    char path[NFILES][AL_PATH_MAX];
     bool python;
 };
 
@@ -157,7 +157,7 @@ static void key_add_stat(EVP_MD_CTX *md, const char *path)
 static void key_add_content(EVP_MD_CTX *md, const char *tdir, const char *path)
 {
     struct stat st;
-    char sha[65] = "", cache[4400], want[200], line[300];
+    char sha[65] = "", cache[AL_PATH_MAX], want[200], line[300];
     unsigned char d[32];
     char tag[17];
     if (!path[0] || stat(path, &st) < 0) {
@@ -187,9 +187,10 @@ static void key_add_content(EVP_MD_CTX *md, const char *tdir, const char *path)
             key_add(md, "%s unreadable", path);
             return;
         }
-        char tmp[4500];
-        snprintf(tmp, sizeof(tmp), "%s.%ld", cache, (long)getpid());
-        fd = open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
+        char tmp[AL_PATH_MAX];
+        fd = al_pathf(tmp, sizeof(tmp), "%s.%ld", cache, (long)getpid()) < 0
+                 ? -1
+                 : open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
         if (fd >= 0) {
             dprintf(fd, "%s%s\n", want, sha);
             close(fd);
@@ -223,7 +224,7 @@ static int template_key(al_session *s, enum al_transport kind, const char *tdir,
     key_add(md, "airlock-template %d %s proto %d", TEMPLATE_FORMAT, AIRLOCK_VERSION,
             AL_PROTO_VERSION);
     key_add(md, "%s", prefix);
-    char manifest[4200];
+    char manifest[AL_PATH_MAX];
     if (al_pathf(manifest, sizeof(manifest), "%s/manifest.json", s->img.dir) < 0)
         return -ENAMETOOLONG;
     char msha[65] = "";
@@ -302,7 +303,7 @@ static int manifest_write(const char *dir, const char *key, const al_session *s,
         cJSON_AddStringToObject(f, "sha256", recs[i].sha);
     }
     _cleanup_free_ char *text = cJSON_Print(j);
-    char path[4300];
+    char path[AL_PATH_MAX];
     if (!text || al_pathf(path, sizeof(path), "%s/" MANIFEST, dir) < 0)
         return al_err(err, -ENOMEM, "cannot write the template's manifest");
     _cleanup_close_ int fd = al_file_create_private(path, O_WRONLY);
@@ -317,7 +318,7 @@ static int manifest_write(const char *dir, const char *key, const al_session *s,
 /* Reads DIR/manifest.json: ours (owner, 0600, no symlink), at most 64 KiB. */
 static cJSON *manifest_read(const char *dir, char *why, size_t wlen)
 {
-    char path[4300];
+    char path[AL_PATH_MAX];
     if (al_pathf(path, sizeof(path), "%s/" MANIFEST, dir) < 0)
         return NULL;
     _cleanup_close_ int fd = open(path, O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
@@ -364,7 +365,7 @@ static bool files_intact(const char *dir, const cJSON *j, unsigned hash_mask, ch
     const cJSON *files = cJSON_GetObjectItemCaseSensitive(j, "files");
     for (int i = 0; i < NFILES; i++) {
         const cJSON *f = cJSON_GetObjectItemCaseSensitive(files, FILES[i]);
-        char path[4300];
+        char path[AL_PATH_MAX];
         struct file_rec have;
         if (!f || al_pathf(path, sizeof(path), "%s/%s", dir, FILES[i]) < 0 ||
             record_file(path, false, &have) < 0) {
@@ -397,7 +398,7 @@ static bool files_intact(const char *dir, const cJSON *j, unsigned hash_mask, ch
 
 /* ---- picking one for a session ---- */
 
-static enum al_warm warm_mode(const al_session_opts *opts)
+enum al_warm al_warm_mode(const al_session_opts *opts)
 {
     if (opts->warm != AL_WARM_DEFAULT)
         return (enum al_warm)opts->warm;
@@ -419,7 +420,7 @@ static int remove_others(const char *tdir, const char *prefix, const char *keep)
     while (d && (e = readdir(d))) {
         if (strncmp(e->d_name, prefix, strlen(prefix)) || (keep && !strcmp(e->d_name, keep)))
             continue;
-        char path[4400];
+        char path[AL_PATH_MAX];
         if (al_pathf(path, sizeof(path), "%s/%s", tdir, e->d_name) == 0) {
             al_rmtree(path);
             n++;
@@ -448,21 +449,23 @@ static int template_load(const char *dir, const char *key, struct al_template **
         snprintf(why, wlen, "out of memory");
         return -1;
     }
-    snprintf(t->dir, sizeof(t->dir), "%s", dir);
+    int bad = al_pathf(t->dir, sizeof(t->dir), "%s", dir);
     for (int i = 0; i < NFILES; i++)
-        snprintf(t->path[i], sizeof(t->path[i]), "%s/%s", dir, FILES[i]);
+        bad |= al_pathf(t->path[i], sizeof(t->path[i]), "%s/%s", dir, FILES[i]);
+    if (bad < 0) {
+        free(t);
+        snprintf(why, wlen, "its path is too long");
+        return -1;
+    }
     t->python = cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(j, "python"));
     *out = t;
     return 0;
 }
 
-static int build_locked(virConnectPtr conn, bool kvm, al_session_opts o, const char *tdir,
-                        const char *prefix, const char *key, al_error *err);
-
 /* Serializes builds of one template between processes: a lock file beside it. */
 static int build_lock(const char *tdir, const char *prefix)
 {
-    char path[4400];
+    char path[AL_PATH_MAX];
     if (al_pathf(path, sizeof(path), "%s/.%slock", tdir, prefix) < 0)
         return -ENAMETOOLONG;
     int fd = open(path, O_RDWR | O_CREAT | O_NOFOLLOW | O_CLOEXEC, 0600);
@@ -476,55 +479,41 @@ static int build_lock(const char *tdir, const char *prefix)
     return fd;
 }
 
-void al_template_pick(al_session *s, const al_session_opts *opts, enum al_transport kind,
-                      unsigned mem, unsigned vcpus)
+bool al_template_applies(const al_session *s, const al_session_opts *opts, enum al_transport kind)
 {
-    enum al_warm mode = warm_mode(opts);
     /* SSH sessions (their keys are per session), images that boot through firmware, a
      * benchmark port or a scratch disk (devices the template lacks) always boot cold. */
-    if (mode == AL_WARM_OFF || kind != AL_TRANSPORT_VIRTIO || !s->img.kernel[0] || s->raw_port[0] ||
-        (opts->checkpoints && !s->img.disk[0]) || getenv("AIRLOCK_TEST_KVM_LIE"))
-        return;
-    char tdir[4200], prefix[200], key[65], dir[4400], why[300] = "";
-    al_error e = {0};
-    if (templates_dir(tdir, sizeof(tdir), &e) < 0 ||
-        template_key(s, kind, tdir, mem, vcpus, prefix, sizeof(prefix), key) < 0)
-        return;
-    if (al_pathf(dir, sizeof(dir), "%s/%s%.16s", tdir, prefix, key) < 0)
-        return;
-    struct stat st;
-    bool exists = lstat(dir, &st) == 0;
-    if (exists && template_load(dir, key, &s->tmpl, why, sizeof(why)) == 0)
-        return;
-    if (exists) {
-        al_session_notice(s,
-                          "the warm template of image '%s' is not usable (%s); removed, "
-                          "booting %s",
-                          s->img.name, why, mode == AL_WARM_AUTO ? "it again" : "cold");
-        al_rmtree(dir);
-    }
-    int stale = remove_others(tdir, prefix, NULL);
-    if (mode != AL_WARM_AUTO) {
-        if (stale)
-            al_session_notice(s,
-                              "the warm template of image '%s' is stale (the image, the agent or "
-                              "QEMU changed); removed, booting cold ('airlock image warm %s' "
-                              "rebuilds it)",
-                              s->img.name, s->img.name);
-        return;
-    }
-    if (stale)
-        al_session_notice(s, "the warm template of image '%s' is stale; rebuilding it",
-                          s->img.name);
-    al_session_opts o = *opts;
-    o.memory_mib = mem;
-    o.vcpus = vcpus;
-    int r = build_locked(s->conn, s->kvm, o, tdir, prefix, key, &e);
-    if (r == 0)
-        r = template_load(dir, key, &s->tmpl, why, sizeof(why)) == 0 ? 0 : -EIO;
+    return al_warm_mode(opts) != AL_WARM_OFF && kind == AL_TRANSPORT_VIRTIO && s->img.kernel[0] &&
+           !s->raw_port[0] && !(opts->checkpoints && !s->img.disk[0]) &&
+           !getenv("AIRLOCK_TEST_KVM_LIE");
+}
+
+int al_template_id_of(al_session *s, enum al_transport kind, unsigned mem, unsigned vcpus,
+                      struct al_template_id *id, al_error *err)
+{
+    int r = templates_dir(id->tdir, sizeof(id->tdir), err);
     if (r < 0)
-        al_session_notice(s, "cannot build the warm template of image '%s' (%s); booting cold",
-                          s->img.name, e.code ? e.msg : why);
+        return r;
+    if (template_key(s, kind, id->tdir, mem, vcpus, id->prefix, sizeof(id->prefix), id->key) < 0 ||
+        al_pathf(id->dir, sizeof(id->dir), "%s/%s%.16s", id->tdir, id->prefix, id->key) < 0)
+        return al_err(err, -ENAMETOOLONG, "template path too long");
+    id->mem = mem;
+    id->vcpus = vcpus;
+    return 0;
+}
+
+int al_template_find(al_session *s, const struct al_template_id *id, char *why, size_t wlen)
+{
+    struct stat st;
+    bool exists = lstat(id->dir, &st) == 0;
+    if (exists && template_load(id->dir, id->key, &s->tmpl, why, wlen) == 0)
+        return AL_TEMPLATE_FOUND;
+    if (exists) {
+        al_rmtree(id->dir);
+        remove_others(id->tdir, id->prefix, NULL);
+        return AL_TEMPLATE_REFUSED;
+    }
+    return remove_others(id->tdir, id->prefix, NULL) ? AL_TEMPLATE_STALE : AL_TEMPLATE_NONE;
 }
 
 /* ---- QMP through libvirt ---- */
@@ -648,7 +637,7 @@ static bool has_python_kernel(const al_session *s)
 static int seal_files(al_session *s, const char *dir, struct file_rec *recs, al_error *err)
 {
     for (int i = 0; i < NFILES; i++) {
-        char path[4400];
+        char path[AL_PATH_MAX];
         if (al_pathf(path, sizeof(path), "%s/%s", dir, FILES[i]) < 0)
             return al_err(err, -ENAMETOOLONG, "template path too long");
         int r = al_disk_give(s->conn, s->kvm, path, err);
@@ -663,40 +652,57 @@ static int seal_files(al_session *s, const char *dir, struct file_rec *recs, al_
 
 /* Boots the guest for the template with its RAM in staging/ram, warms it, and saves it:
  * staging/state (device state), staging/disk.qcow2 (its overlay, frozen). */
-static int build_into(virConnectPtr conn, bool kvm, const al_session_opts *opts,
-                      const char *staging, const char *key, al_error *err)
+int al_template_stage(virConnectPtr conn, bool kvm, const struct al_template_id *id, char *staging,
+                      size_t slen, char *ram, size_t rlen, int *lock_fd, al_error *err)
 {
-    char ram[4400];
-    if (al_pathf(ram, sizeof(ram), "%s/ram", staging) < 0)
+    uint8_t rnd[6];
+    if (getrandom(rnd, sizeof(rnd), 0) != sizeof(rnd))
+        return al_err(err, -EIO, "getrandom failed");
+    if (al_pathf(staging, slen, "%s/.build-%s%02x%02x%02x%02x%02x%02x", id->tdir, id->prefix,
+                 rnd[0], rnd[1], rnd[2], rnd[3], rnd[4], rnd[5]) < 0 ||
+        al_pathf(ram, rlen, "%s/ram", staging) < 0)
         return al_err(err, -ENAMETOOLONG, "template path too long");
     if (strchr(ram, ','))
         return al_err(err, -EINVAL,
-                      "the state dir's path has a comma, which QEMU's options "
-                      "cannot carry");
-    unsigned mem = opts->memory_mib;
-    {
+                      "the state dir's path has a comma, which QEMU's options cannot carry");
+    int lock = build_lock(id->tdir, id->prefix);
+    if (lock < 0)
+        return al_err(err, lock, "cannot lock the template: %s", strerror(-lock));
+    struct stat st;
+    if (lstat(id->dir, &st) == 0) {
+        close(lock);
+        return 1; /* another process built it while we waited for the lock */
+    }
+    /* What a build that died (SIGKILL, a host crash) left: under the lock, nobody's. */
+    char leftover[300];
+    snprintf(leftover, sizeof(leftover), ".build-%s", id->prefix);
+    remove_others(id->tdir, leftover, NULL);
+    int r = mkdir(staging, 0711) < 0
+                ? al_err(err, -errno, "cannot create '%s': %s", staging, strerror(errno))
+                : 0;
+    if (r == 0) {
         _cleanup_close_ int fd = al_file_create_private(ram, O_RDWR);
         if (fd < 0)
-            return al_err(err, fd, "cannot create '%s': %s", ram, strerror(-fd));
-        if (ftruncate(fd, (off_t)mem << 20) < 0)
-            return al_err(err, -errno, "cannot size '%s': %s", ram, strerror(errno));
+            r = al_err(err, fd, "cannot create '%s': %s", ram, strerror(-fd));
+        else if (ftruncate(fd, (off_t)id->mem << 20) < 0)
+            r = al_err(err, -errno, "cannot size '%s': %s", ram, strerror(errno));
     }
     /* QEMU maps it shared and writes it: QEMU's user owns it. */
-    int r = al_disk_give(conn, kvm, ram, err);
-    if (r < 0)
+    if (r == 0)
+        r = al_disk_give(conn, kvm, ram, err);
+    if (r < 0) {
+        al_rmtree(staging);
+        close(lock);
         return r;
-    /* The template holds no device the sessions lack, and nothing of the caller's. */
-    al_session_opts o = *opts;
-    o.warm = AL_WARM_OFF;
-    o.raw_port = NULL;
-    o.checkpoints = false;
-    o.console_to = NULL;
-    o.lifetime_s = 0;
-    o.cancel_fd = -1;
-    al_session *s = NULL;
-    r = al_session_open_for(&o, ram, &s, err);
-    if (r < 0)
-        return r;
+    }
+    *lock_fd = lock;
+    return 0;
+}
+
+int al_template_save(al_session *s, const struct al_template_id *id, const char *staging,
+                     al_error *err)
+{
+    int r = 0;
     bool python = has_python_kernel(s);
     if (python) {
         const char *mk[] = {"mkdir", "-p", "/workspace", NULL};
@@ -715,7 +721,7 @@ static int build_into(virConnectPtr conn, bool kvm, const al_session_opts *opts,
         r = al_session_barrier(s, err);
     if (r == 0 && virDomainSuspend(s->dom) < 0)
         r = al_err_virt(err, -EIO, "cannot pause the template's VM");
-    char state[4400], disk[4400], from[4400];
+    char state[AL_PATH_MAX], disk[AL_PATH_MAX], from[AL_PATH_MAX];
     if (r == 0 && (al_pathf(state, sizeof(state), "%s/state", staging) < 0 ||
                    al_pathf(disk, sizeof(disk), "%s/disk.qcow2", staging) < 0 ||
                    al_pathf(from, sizeof(from), "%s/disk.qcow2", s->state_dir) < 0))
@@ -746,96 +752,31 @@ static int build_into(virConnectPtr conn, bool kvm, const al_session_opts *opts,
     if (r == 0)
         r = seal_files(s, staging, recs, err);
     if (r == 0)
-        r = manifest_write(staging, key, s, mem, opts->vcpus, python, recs, err);
-    al_session_close(s);
+        r = manifest_write(staging, id->key, s, id->mem, id->vcpus, python, recs, err);
     return r;
 }
 
-static int build_locked(virConnectPtr conn, bool kvm, al_session_opts o, const char *tdir,
-                        const char *prefix, const char *key, al_error *err)
+int al_template_commit(const struct al_template_id *id, const char *staging, al_error *err)
 {
-    char final[4400], staging[4400];
-    uint8_t rnd[6];
-    if (getrandom(rnd, sizeof(rnd), 0) != sizeof(rnd))
-        return al_err(err, -EIO, "getrandom failed");
-    if (al_pathf(final, sizeof(final), "%s/%s%.16s", tdir, prefix, key) < 0 ||
-        al_pathf(staging, sizeof(staging), "%s/.build-%s%02x%02x%02x%02x%02x%02x", tdir, prefix,
-                 rnd[0], rnd[1], rnd[2], rnd[3], rnd[4], rnd[5]) < 0)
-        return al_err(err, -ENAMETOOLONG, "template path too long");
-    _cleanup_close_ int lock = build_lock(tdir, prefix);
-    if (lock < 0)
-        return al_err(err, lock, "cannot lock the template: %s", strerror(-lock));
-    struct stat st;
-    if (lstat(final, &st) == 0)
-        return 0; /* another process built it while we waited for the lock */
-    /* What a build that died (SIGKILL, a host crash) left: under the lock, nobody's. */
-    char leftover[300];
-    snprintf(leftover, sizeof(leftover), ".build-%s", prefix);
-    remove_others(tdir, leftover, NULL);
-    if (mkdir(staging, 0711) < 0)
-        return al_err(err, -errno, "cannot create '%s': %s", staging, strerror(errno));
-    int r = build_into(conn, kvm, &o, staging, key, err);
-    if (r == 0) {
-        remove_others(tdir, prefix, NULL);
-        if (rename(staging, final) < 0)
-            r = al_err(err, -errno, "cannot move the template into place: %s", strerror(errno));
-    }
-    if (r < 0)
-        al_rmtree(staging);
-    return r;
+    remove_others(id->tdir, id->prefix, NULL);
+    if (rename(staging, id->dir) < 0)
+        return al_err(err, -errno, "cannot move the template into place: %s", strerror(errno));
+    return 0;
 }
 
-int al_template_build(const al_session_opts *opts, al_error *err)
+int al_template_replace(const struct al_template_id *id, al_error *err)
 {
-    /* What the session would be: image, transport, accelerator, shape. A probe session does
-     * not boot: only its choices are taken. */
-    al_session_opts o = *opts;
-    o.warm = AL_WARM_OFF;
-    al_session *s = calloc(1, sizeof(*s));
-    if (!s)
-        return al_err(err, -ENOMEM, "out of memory");
-    _cleanup_free_ al_session *owned = s;
-    int r = al_image_load(o.image ? o.image : al_image_default(), &s->img, err);
-    if (r < 0)
-        return r;
-    if (s->img.transport != AL_TRANSPORT_VIRTIO || !s->img.kernel[0])
-        return al_err(err, -ENOTSUP,
-                      "image '%s' cannot have a warm template (only images with the agent as "
-                      "init, reached over virtio-serial)",
-                      s->img.name);
-    _cleanup_virconn_ virConnectPtr conn = NULL;
-    r = al_vm_connect(o.connect_uri, &conn, err);
-    if (r < 0)
-        return r;
-    s->conn = conn;
-    enum al_kvm_state ks = al_kvm_state();
-    if (ks == AL_KVM_UNPROVEN && !getenv("AIRLOCK_ACCEL"))
-        return al_err(err, -EAGAIN,
-                      "KVM is not proven on this boot yet: run one session first (it probes "
-                      "KVM), then warm the image");
-    s->kvm = al_kvm_state_usable(ks);
-    o.memory_mib = o.memory_mib ? o.memory_mib : s->img.memory_mib ? s->img.memory_mib : 256;
-    o.vcpus = o.vcpus ? o.vcpus : 1;
-    char tdir[4200], prefix[200], key[65], final[4400];
-    r = templates_dir(tdir, sizeof(tdir), err);
-    if (r < 0)
-        return r;
-    if (template_key(s, AL_TRANSPORT_VIRTIO, tdir, o.memory_mib, o.vcpus, prefix, sizeof(prefix),
-                     key) < 0)
-        return al_err(err, -ENAMETOOLONG, "image name too long");
-    /* Built anew even when one exists: that one goes once the new one is in place. */
-    if (al_pathf(final, sizeof(final), "%s/%s%.16s", tdir, prefix, key) < 0)
-        return al_err(err, -ENAMETOOLONG, "template path too long");
-    char old[4500];
+    char old[AL_PATH_MAX];
     struct stat st;
-    if (lstat(final, &st) == 0) {
-        snprintf(old, sizeof(old), "%s/.old-%s%.16s", tdir, prefix, key);
-        al_rmtree(old);
-        if (rename(final, old) < 0)
-            return al_err(err, -errno, "cannot replace '%s': %s", final, strerror(errno));
-        al_rmtree(old);
-    }
-    return build_locked(conn, s->kvm, o, tdir, prefix, key, err);
+    if (lstat(id->dir, &st) < 0)
+        return 0;
+    if (al_pathf(old, sizeof(old), "%s/.old-%s%.16s", id->tdir, id->prefix, id->key) < 0)
+        return al_err(err, -ENAMETOOLONG, "template path too long");
+    al_rmtree(old);
+    if (rename(id->dir, old) < 0)
+        return al_err(err, -errno, "cannot replace '%s': %s", id->dir, strerror(errno));
+    al_rmtree(old);
+    return 0;
 }
 
 /* ---- restoring ---- */
@@ -978,7 +919,7 @@ static uint64_t dir_bytes(const char *dir)
 {
     uint64_t total = 0;
     for (int i = 0; i <= NFILES; i++) {
-        char path[4400];
+        char path[AL_PATH_MAX];
         struct stat st;
         if (al_pathf(path, sizeof(path), "%s/%s", dir, i < NFILES ? FILES[i] : MANIFEST) == 0 &&
             lstat(path, &st) == 0)
@@ -994,7 +935,7 @@ static int name_cmp(const void *a, const void *b)
 
 int al_template_list(void (*fn)(void *ctx, const al_template_info *t), void *ctx, al_error *err)
 {
-    char tdir[4200];
+    char tdir[AL_PATH_MAX];
     int r = templates_dir(tdir, sizeof(tdir), err);
     if (r < 0)
         return r;

@@ -68,7 +68,7 @@ static void print_template(void *ctx, const al_template_info *t)
 
 static int image_ls(void)
 {
-    char store[4096];
+    char store[AL_PATH_MAX];
     al_error err = {0};
     if (al_image_store_dir(store, sizeof(store), &err) < 0) {
         cli_error(&err);
