@@ -299,6 +299,25 @@ class Warm(unittest.TestCase):
         for n in names:
             self.assertFalse(os.path.exists(os.path.join(run_sessions, n)), n)
 
+    def test_6_kernel_suite_on_restored_sessions(self):
+        """The language kernels' suite (test_kernels.py) passes on restored sessions."""
+        if not any(t.startswith(IMAGE + "-") for t in templates()):
+            warm()
+        d = Driver()
+        restored = d.restored
+        self.assertEqual(d.close(), 0)
+        self.assertTrue(restored, "sessions boot cold: the suite would not test restores")
+        e = dict(os.environ)
+        e["AIRLOCK_IMAGE_DIR"] = altest.IMAGE_DIR
+        e["AIRLOCK_WARM"] = "use"
+        suite = os.path.join(os.path.dirname(os.path.abspath(__file__)), "test_kernels.py")
+        r = subprocess.run([sys.executable, suite, KERNEL_DRIVER], env=e, stdout=subprocess.PIPE,
+                           stderr=subprocess.STDOUT, timeout=1500)
+        self.assertEqual(r.returncode, 0, r.stdout.decode(errors="replace")[-3000:])
+        self.assertNotIn(b"skipped", r.stdout)
+        ran = re.search(rb"Ran (\d+) tests", r.stdout)
+        self.assertTrue(ran and int(ran.group(1)) >= 8, r.stdout[-2000:])
+
 
 if __name__ == "__main__":
     altest.main()
