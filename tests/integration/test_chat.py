@@ -709,12 +709,7 @@ class ChatTest(unittest.TestCase):
                     pass
             self.assertEqual(os.waitstatus_to_exitcode(status), 0, out[mark:])
         finally:
-            try:
-                os.kill(pid, 9)
-                os.waitpid(pid, 0)
-            except (ProcessLookupError, ChildProcessError):
-                pass
-            os.close(fd)
+            altest.reap_pty(pid, fd)
         reqs = fm.requests()
         self.assertEqual(len(reqs), 3)
         interrupted = tool_results(reqs[1])[0]["content"]

@@ -186,9 +186,7 @@ class SshCli(unittest.TestCase):
         import tempfile
         with tempfile.TemporaryDirectory() as tmp:
             src = os.path.join(tmp, "in.bin")
-            data = os.urandom(3 * 1024 * 1024 + 17)
-            with open(src, "wb") as f:
-                f.write(data)
+            data = altest.random_file(src, 3 * 1024 * 1024 + 17)
             work = os.path.join(tmp, "work")
             os.mkdir(work)
             with open(os.path.join(work, "a.txt"), "w") as f:
