@@ -1,5 +1,5 @@
-"""The SSH transport (orchestrator/ssh.c) on real VMs of the `sshd` image: an image without the
-agent, reached through sshd, configured by a cloud-init NoCloud seed. Through
+"""The SSH transport (orchestrator/transport/ssh.c) on real VMs of the `sshd` image: an image
+without the agent, reached through sshd, configured by a cloud-init NoCloud seed. Through
 tests/integration/checkpoint-driver (one session, JSON lines), whose session gets checkpoints.
 
 The foundation's exec tests also run over SSH: integration-exec-ssh (test_exec.py with
