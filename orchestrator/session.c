@@ -564,7 +564,7 @@ static int session_prepare_vm(al_session *s, const al_session_opts *opts, char *
         if (r < 0)
             return r;
     }
-    return 0;
+    return al_net_prepare(s, opts, cfg, err); /* network on request: the proxy, the NIC */
 }
 
 int al_session_open(const al_session_opts *opts, al_session **out, al_error *err)
@@ -601,6 +601,9 @@ int al_session_open(const al_session_opts *opts, al_session **out, al_error *err
     r = boot_guest(s, &cfg, probe, &start, &started, err);
     if (r < 0)
         goto fail;
+    r = al_net_start(s, err);
+    if (r < 0)
+        goto fail;
     s->disk_budget = opts->disk_budget_bytes ? opts->disk_budget_bytes : AL_DISK_BUDGET_DEFAULT;
     r = al_budget_start(s, err);
     if (r < 0)
@@ -628,6 +631,7 @@ void al_session_close(al_session *s)
         virDomainDestroy(s->dom);
         virDomainFree(s->dom);
     }
+    al_net_stop(s); /* after the VM: its tunnels end with it */
     if (s->conn)
         virConnectClose(s->conn);
     if (s->console_to && s->dir_created) {

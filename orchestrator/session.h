@@ -46,6 +46,7 @@ struct al_session {
     char seed[4300];    /* the cloud-init seed ISO */
     char host_pub[256]; /* the host key given to the guest, pinned */
     unsigned host_port; /* 127.0.0.1 port forwarded to the guest's sshd */
+    struct al_net *net; /* net.c: the proxy and relay of a session with network, or NULL */
     unsigned stall_ms;
     unsigned boot_timeout_ms;
     uint64_t expires_ms;   /* monotonic end of the session's lifetime, 0: none */
@@ -116,6 +117,15 @@ int al_budget_room_for_checkpoint(const al_session *s, al_error *err);
 uint64_t al_session_disk_usage(const al_session *s);
 uint64_t al_free_floor(void);
 int al_check_free_space(const char *dir, uint64_t floor, char *why, size_t len);
+
+/* net.c: a session with network: its proxy started and the VM's NIC in cfg (prepare), the
+ * relay once the guest is up (start), everything stopped (stop); gc's reaping of a crashed
+ * session's proxy (reap). */
+int al_net_prepare(al_session *s, const al_session_opts *opts, struct al_vm_config *cfg,
+                   al_error *err);
+int al_net_start(al_session *s, al_error *err);
+void al_net_stop(al_session *s);
+void al_net_reap(const char *session_dir);
 
 /* Holds the session's channel until the end of the enclosing block. */
 static inline void al_session_unlockp(al_session **s)

@@ -293,7 +293,9 @@ char *al_vm_xml(const struct al_vm_config *cfg)
     if (!f)
         return NULL;
     fprintf(f, "<domain type='%s'%s>\n", cfg->kvm ? "kvm" : "qemu",
-            cfg->host_port ? " xmlns:qemu='http://libvirt.org/schemas/domain/qemu/1.0'" : "");
+            cfg->host_port || cfg->net_port
+                ? " xmlns:qemu='http://libvirt.org/schemas/domain/qemu/1.0'"
+                : "");
     xml_elem(f, "  ", "name", cfg->name);
     fprintf(f, "  <memory unit='MiB'>%u</memory>\n  <vcpu>%u</vcpu>\n", cfg->memory_mib,
             cfg->vcpus);
@@ -352,19 +354,24 @@ char *al_vm_xml(const struct al_vm_config *cfg)
     fputs("  </devices>\n", f);
     /* libvirt 9.0 has no port forwards for user-mode networking with slirp (only with passt),
      * so the NIC is passed to QEMU as is. restrict=on: the guest reaches neither the host's
-     * services nor the outside; only the forward below, bound to 127.0.0.1, comes in. The
-     * arguments come before libvirt's own devices, so the NIC takes a slot libvirt leaves
-     * free (its root ports start at slot 1). */
-    if (cfg->host_port)
-        fprintf(f,
-                "  <qemu:commandline>\n"
-                "    <qemu:arg value='-netdev'/>\n"
-                "    <qemu:arg value='user,id=alnet0,restrict=on,"
-                "hostfwd=tcp:127.0.0.1:%u-:%u'/>\n"
-                "    <qemu:arg value='-device'/>\n"
-                "    <qemu:arg value='virtio-net-pci,netdev=alnet0,bus=pcie.0,addr=0x10'/>\n"
-                "  </qemu:commandline>\n",
-                cfg->host_port, cfg->guest_port);
+     * services nor the outside; only the forwards below, bound to 127.0.0.1, come in (SSH's,
+     * and the tunnels to the session's proxy, net.c). The arguments come before libvirt's own
+     * devices, so the NIC takes a slot libvirt leaves free (its root ports start at slot 1). */
+    if (cfg->host_port || cfg->net_port) {
+        fputs("  <qemu:commandline>\n"
+              "    <qemu:arg value='-netdev'/>\n"
+              "    <qemu:arg value='user,id=alnet0,restrict=on",
+              f);
+        if (cfg->host_port)
+            fprintf(f, ",hostfwd=tcp:127.0.0.1:%u-:%u", cfg->host_port, cfg->guest_port);
+        if (cfg->net_port)
+            fprintf(f, ",hostfwd=tcp:127.0.0.1:%u-:%u", cfg->net_port, cfg->net_guest_port);
+        fputs("'/>\n"
+              "    <qemu:arg value='-device'/>\n"
+              "    <qemu:arg value='virtio-net-pci,netdev=alnet0,bus=pcie.0,addr=0x10'/>\n"
+              "  </qemu:commandline>\n",
+              f);
+    }
     fputs("</domain>\n", f);
     if (fclose(f) != 0) {
         free(buf);

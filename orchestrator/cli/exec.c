@@ -32,6 +32,9 @@ static const char usage[] =
     "                            when built, else tiny)\n"
     "      --transport virtio|ssh  how to reach the guest's agent (default: the image's;\n"
     "                            ssh images get the agent copied in over SFTP)\n"
+    "      --net none|allow=HOST[,HOST...]  network: none (default, no NIC at all), or\n"
+    "                            HTTP(S) to these hosts (names, *.suffix) through a proxy\n"
+    "      --net-limit BYTES     the session's network bytes, both ways (default 1 GiB)\n"
     "  -l, --lang LANG           run code in LANG (sh, ...) instead of a program\n"
     "  -c, --code CODE           the code to run (default with --lang: read stdin)\n"
     "  -k, --kernel              run the code in LANG's stateful kernel (python, shell,\n"
@@ -159,6 +162,7 @@ struct exec_args {
     char **cmd; /* the operands after the options */
     int ncmd;
     char *stdin_code;         /* the code read from stdin, owned */
+    char **net_allow;         /* --net allow=...: so.net.allow, owned */
     const char *code_argv[2]; /* eo.argv for --lang */
 };
 
@@ -184,11 +188,15 @@ static int exec_parse_args(int argc, char **argv, struct exec_args *a)
         OPT_SYNC_GIT,
         OPT_SYNC_EXEC,
         OPT_RAW,
-        OPT_GET_LIMIT
+        OPT_GET_LIMIT,
+        OPT_NET,
+        OPT_NET_LIMIT
     };
     static const struct option opts[] = {
         {"image", required_argument, NULL, 'i'},
         {"transport", required_argument, NULL, OPT_TRANSPORT},
+        {"net", required_argument, NULL, OPT_NET},
+        {"net-limit", required_argument, NULL, OPT_NET_LIMIT},
         {"lang", required_argument, NULL, 'l'},
         {"code", required_argument, NULL, 'c'},
         {"kernel", no_argument, NULL, 'k'},
@@ -234,6 +242,20 @@ static int exec_parse_args(int argc, char **argv, struct exec_args *a)
             }
             break;
         }
+        case OPT_NET: {
+            al_error nerr = {0};
+            al_net_allow_free(a->net_allow);
+            a->net_allow = NULL;
+            if (al_net_spec_parse(optarg, &a->net_allow, &nerr) < 0) {
+                cli_error(&nerr);
+                return 2;
+            }
+            so->net.allow = (const char *const *)a->net_allow;
+            break;
+        }
+        case OPT_NET_LIMIT:
+            so->net.bytes_max = cli_number("--net-limit", optarg, ~0ul >> 1);
+            break;
         case 'l':
             eo->lang = optarg;
             break;
@@ -537,6 +559,7 @@ int cmd_exec(struct cli_globals *g, int argc, char **argv)
     if (setup_signals() < 0) {
         fprintf(stderr, "airlock: cannot set up signal handling: %s\n", strerror(errno));
         free(a.stdin_code);
+        al_net_allow_free(a.net_allow);
         return EXIT_AIRLOCK_FAILED;
     }
     a.so.cancel_fd = cancel_fd;
@@ -556,5 +579,6 @@ int cmd_exec(struct cli_globals *g, int argc, char **argv)
     }
     al_workdir_diff_free(diff);
     free(a.stdin_code);
+    al_net_allow_free(a.net_allow);
     return status;
 }
