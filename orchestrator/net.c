@@ -123,7 +123,8 @@ int al_net_allow_parse(const char *list, char ***out, al_error *err)
     for (char *t = strtok_r(copy, ",", &save); t; t = strtok_r(NULL, ",", &save)) {
         while (*t == ' ')
             t++;
-        t[strcspn(t, " ")] = '\0';
+        for (size_t e = strlen(t); e > 0 && t[e - 1] == ' ';)
+            t[--e] = '\0';
         if (!*t)
             continue;
         if (!al_net_host_pattern_ok(t)) {
@@ -211,28 +212,35 @@ static void parse_line(struct al_net *n, char *line)
     r.port = (unsigned)strtoul(f[3], NULL, 10);
     r.status = (unsigned)strtoul(f[4], NULL, 10);
     r.bytes = strtoull(f[5], NULL, 10) + strtoull(f[6], NULL, 10);
-    r.allowed = !strstr(f[7], "DENIED") && strcmp(f[8], "ERR_TOO_BIG") != 0 && r.status != 0 &&
-                r.status < 400;
-    if (r.allowed) {
-        record(n, &r);
+    const char *code = f[8];
+    bool no_request = !strcmp(f[1], "-");
+    /* A connection that ended before it carried a request (an idle keep-alive, the relay
+     * closing at the byte cap): not a request. */
+    if (no_request && (!strcmp(code, "ERR_CLIENT_GONE") || !strcmp(code, "-")))
         return;
-    }
-    if (!strcmp(f[8], "ERR_TOO_BIG"))
+    bool denied = strstr(f[7], "DENIED") || !strcmp(code, "ERR_TOO_BIG") ||
+                  !strcmp(code, "ERR_ACCESS_DENIED") || no_request;
+    r.allowed = !denied;
+    if (!strcmp(code, "ERR_TOO_BIG"))
         snprintf(r.why, sizeof(r.why),
-                 "the request or reply from %s exceeds the session's byte cap", r.host);
-    else if (strstr(f[7], "DENIED") && r.port != 80 && r.port != 443)
+                 "the request or reply from %s exceeds the session's byte cap or size limits",
+                 r.host);
+    else if (no_request)
+        snprintf(r.why, sizeof(r.why),
+                 "the proxy refused a malformed, oversized or unfinished request (%s, status %u)",
+                 code, r.status);
+    else if (denied && r.port != 80 && r.port != 443)
         snprintf(r.why, sizeof(r.why), "port %u is not allowed (only 80 and 443)", r.port);
-    else if (strstr(f[7], "DENIED") && !host_allowed(n, r.host))
+    else if (denied && !host_allowed(n, r.host))
         snprintf(r.why, sizeof(r.why), "host %s is not in the allowlist; ask the user to allow it",
                  r.host);
-    else if (strstr(f[7], "DENIED"))
+    else if (denied)
         snprintf(r.why, sizeof(r.why),
                  "host %s resolves to an address the proxy does not reach (loopback, private, "
                  "link-local, multicast or this host's)",
                  r.host);
-    else
-        snprintf(r.why, sizeof(r.why), "the request to %s failed (%s, status %u)", r.host,
-                 f[8][0] == '-' ? f[7] : f[8], r.status);
+    else if (strcmp(code, "-") != 0)
+        snprintf(r.why, sizeof(r.why), "the request to %s failed (%s)", r.host, code);
     record(n, &r);
 }
 
@@ -587,7 +595,8 @@ static int write_conf(struct al_net *n, const char *hosts, const char *user, al_
     if (hosts)
         /* A test resolver: only the names in this file resolve (no DNS server answers). */
         fprintf(f, "hosts_file %s\ndns_nameservers 127.0.0.1\n", hosts);
-    fputs("acl al_allowed dstdomain", f);
+    /* -n: a URL with an address is not looked up backwards to a name that would match. */
+    fputs("acl al_allowed dstdomain -n", f);
     for (size_t i = 0; i < n->nallow; i++)
         fprintf(f, " %s", !strncmp(n->allow[i], "*.", 2) ? n->allow[i] + 1 : n->allow[i]);
     fputs("\n"

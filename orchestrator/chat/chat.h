@@ -86,6 +86,7 @@ typedef struct al_chat {
     char *save_path; /* NULL: not saved */
     int64_t created; /* unix seconds */
     int cancel_fd;   /* the front's Ctrl-C pipe (read end), or -1 */
+    size_t net_seen; /* the session's network requests already reported (al_net_requests) */
 } al_chat;
 
 /* langs: the session's languages (al_session_languages), or a list for tests. */

@@ -504,6 +504,19 @@ static void exec_workdir_changes(al_session *s, struct exec_args *a, bool get_fa
                                               " (not copied out: --workdir or --get do)");
 }
 
+/* A session with network: what its proxy refused (each on a line of its own), and with --debug
+ * every request. */
+static void print_net_request(void *ctx, const al_net_request *r)
+{
+    const struct exec_args *a = ctx;
+    char why[sizeof(r->why) * 3];
+    if (!r->allowed)
+        fprintf(stderr, "airlock: blocked: %s\n", al_term_escape(r->why, why, sizeof(why)));
+    else if (a->debug)
+        fprintf(stderr, "airlock: net: %s %s:%u %u %llu bytes\n", r->method, r->host, r->port,
+                r->status, (unsigned long long)r->bytes);
+}
+
 /* Boots the session, copies in, runs, copies out; the exit status. */
 static int exec_session(struct exec_args *a, al_workdir_diff **diff, al_error *err)
 {
@@ -536,6 +549,9 @@ out:
         if (last_signal && err->code == -ECANCELED)
             status = 128 + last_signal;
     }
+    al_error net_err = {0};
+    if (s && al_session_net(s) && !a->so.quiet)
+        al_net_requests(s, NULL, print_net_request, a, &net_err);
     al_session_close(s);
     return status;
 }
