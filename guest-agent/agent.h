@@ -338,5 +338,7 @@ void init_power_off(bool reboot_instead);
 bool egress_present(void);
 void egress_setup(void);
 void egress_start(void);
+/* Tells the forwarder (if any) to drop every connection it holds: after a HELLO. */
+void egress_flush(void);
 
 #endif

@@ -86,6 +86,45 @@ struct pair {
 static struct pair pairs[EGRESS_PAIRS_MAX];
 static int idle[EGRESS_IDLE_MAX], nidle;
 static int waiting[EGRESS_WAITING_MAX], nwaiting;
+static void pair_close(struct pair *p);
+static int flush_pipe[2] = {-1, -1}; /* SIGUSR1 (egress_flush) wakes the loop through it */
+
+static void on_flush(int sig)
+{
+    (void)sig;
+    int e = errno;
+    if (write(flush_pipe[1], "f", 1) < 0) {
+        /* full: a flush is pending already */
+    }
+    errno = e;
+}
+
+/* Every connection goes: programs' (their peers are gone after a restore) and tunnels. */
+static void flush_all(void)
+{
+    char buf[64];
+    while (read(flush_pipe[0], buf, sizeof(buf)) > 0) {
+    }
+    for (int i = 0; i < nidle; i++)
+        close(idle[i]);
+    nidle = 0;
+    for (int i = 0; i < nwaiting; i++)
+        close(waiting[i]);
+    nwaiting = 0;
+    for (size_t i = 0; i < EGRESS_PAIRS_MAX; i++)
+        if (pairs[i].used)
+            pair_close(&pairs[i]);
+}
+
+/* The agent is forked after the forwarder, so it holds its pid here (none on the host's test
+ * agents, which never start one). */
+static pid_t egress_pid;
+
+void egress_flush(void)
+{
+    if (egress_pid > 0)
+        kill(egress_pid, SIGUSR1);
+}
 
 static int listen_on(const char *addr, int port)
 {
@@ -162,7 +201,11 @@ static _Noreturn void egress_run(void)
     signal(SIGPIPE, SIG_IGN);
     int lprog = listen_on("127.0.0.1", EGRESS_PROXY_PORT);
     int ltun = listen_on(EGRESS_ADDR, EGRESS_TUNNEL_PORT);
-    static struct pollfd pfd[2 + EGRESS_IDLE_MAX + 2 * EGRESS_PAIRS_MAX];
+    if (pipe2(flush_pipe, O_CLOEXEC | O_NONBLOCK) < 0)
+        _exit(1);
+    struct sigaction sa = {.sa_handler = on_flush};
+    sigaction(SIGUSR1, &sa, NULL);
+    static struct pollfd pfd[3 + EGRESS_IDLE_MAX + 2 * EGRESS_PAIRS_MAX];
     for (;;) {
         while (nidle > 0 && nwaiting > 0)
             pair_start(waiting[--nwaiting], idle[--nidle]);
@@ -170,6 +213,7 @@ static _Noreturn void egress_run(void)
         pfd[n++] =
             (struct pollfd){.fd = nwaiting < EGRESS_WAITING_MAX ? lprog : -1, .events = POLLIN};
         pfd[n++] = (struct pollfd){.fd = nidle < EGRESS_IDLE_MAX ? ltun : -1, .events = POLLIN};
+        pfd[n++] = (struct pollfd){.fd = flush_pipe[0], .events = POLLIN};
         size_t idle_at = n;
         for (int i = 0; i < nidle; i++)
             pfd[n++] = (struct pollfd){.fd = idle[i], .events = POLLIN}; /* closed by the host */
@@ -189,6 +233,10 @@ static _Noreturn void egress_run(void)
         n = pairs_at + 2 * EGRESS_PAIRS_MAX;
         if (poll(pfd, n, -1) < 0)
             continue;
+        if (pfd[2].revents) {
+            flush_all();
+            continue;
+        }
         if (pfd[0].revents & POLLIN) {
             int fd = accept_nb(lprog);
             if (fd >= 0)
@@ -224,6 +272,9 @@ void egress_start(void)
     pid_t pid = fork();
     if (pid == 0)
         egress_run();
-    if (pid < 0)
+    if (pid < 0) {
         agent_log("cannot start the egress forwarder: %s", strerror(errno));
+        return;
+    }
+    egress_pid = pid;
 }

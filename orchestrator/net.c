@@ -458,8 +458,18 @@ static void *relay_main(void *arg)
             timeout = retry_at > now ? (int)(retry_at - now) : 0;
         if (poll(pfd, 1 + 2 * n->ntun, timeout) < 0 && errno != EINTR)
             break;
-        if (pfd[0].revents)
+        if (pfd[0].revents) {
+            char cmd = 'x';
+            if (read(n->stop[0], &cmd, 1) == 1 && cmd == 'r') {
+                /* A restored guest: every tunnel from before leads nowhere now. */
+                for (size_t i = 0; i < n->ntun; i++)
+                    tunnel_close(&n->tun[i]);
+                backoff = NET_RETRY_MIN_MS;
+                retry_at = 0;
+                continue;
+            }
             break;
+        }
         for (size_t i = 0; i < n->ntun; i++) {
             struct tunnel *t = &n->tun[i];
             short rg = pfd[1 + 2 * i].revents, rp = pfd[2 + 2 * i].revents;
@@ -820,6 +830,14 @@ int al_net_start(al_session *s, al_error *err)
         return al_err(err, -r, "cannot start the network relay: %s", strerror(r));
     n->relay_running = true;
     return 0;
+}
+
+void al_net_reset(al_session *s)
+{
+    struct al_net *n = s->net;
+    if (n && n->relay_running && write(n->stop[1], "r", 1) < 0) {
+        /* a full pipe: the relay is already being woken */
+    }
 }
 
 void al_net_stop(al_session *s)

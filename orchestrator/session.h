@@ -125,6 +125,9 @@ int al_net_prepare(al_session *s, const al_session_opts *opts, struct al_vm_conf
                    al_error *err);
 int al_net_start(al_session *s, al_error *err);
 void al_net_stop(al_session *s);
+/* After a checkpoint restore: the relay drops its tunnels (they lead into the guest's past) and
+ * opens new ones; the restored agent has told the guest's forwarder to drop its own. */
+void al_net_reset(al_session *s);
 void al_net_reap(const char *session_dir);
 
 /* Holds the session's channel until the end of the enclosing block. */

@@ -17,6 +17,8 @@ import unittest
 import altest
 import netlab
 
+DRIVER = sys.argv.pop(1) if len(sys.argv) > 1 and not sys.argv[1].startswith("-") else ""
+
 ALLOW = ("web.test,secure.test,*.wild.test,pypi.test,repo.test,local.test,ten.test,meta.test,"
          "hostaddr.test")
 
@@ -298,6 +300,43 @@ class NetTest(unittest.TestCase):
         # And every later request gets the same answer.
         self.assertEqual(R["after"][0], 403, dump)
         self.assertIn("byte cap is used up", R["after"][2], dump)
+
+    @unittest.skipUnless(DRIVER, "needs the checkpoint driver (run through meson)")
+    def test_rollback_keeps_the_network_and_the_library_lists_requests(self):
+        env = dict(os.environ, CHECKPOINT_DRIVER_NET="web.test", **self.env)
+        p = subprocess.Popen([DRIVER, "debian"], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                             env=env)
+        self.addCleanup(lambda: (p.poll() is None and p.kill(), p.wait()))
+        name = json.loads(p.stdout.readline())["session"]
+
+        def call(req):
+            p.stdin.write((json.dumps(req) + "\n").encode())
+            p.stdin.flush()
+            return json.loads(p.stdout.readline())
+
+        get = ("python3 -c 'import sys, urllib.request\n"
+               "try:\n print(urllib.request.urlopen(sys.argv[1], timeout=30).status)\n"
+               "except Exception as e:\n print(getattr(e, \"code\", 0), repr(e))' ")
+        out = call({"op": "exec", "code": get + "http://web.test/hello.txt"})
+        self.assertEqual(out["stdout"].strip(), "200", out)
+        self.assertGreater(call({"op": "create", "name": "before"})["r"], 0)
+        out = call({"op": "exec", "code": get + "http://other.test/hello.txt"})
+        self.assertEqual(out["stdout"].split()[0], "403", out)
+        self.assertEqual(call({"op": "rollback", "id": 1})["r"], 0)
+        # The relay's tunnels from before the rollback are stale: new ones carry the request.
+        out = call({"op": "exec", "code": get + "http://web.test/hello.txt", "timeout": 60000})
+        self.assertEqual(out["stdout"].strip(), "200", out)
+        reqs = call({"op": "net"})["requests"]
+        self.assertIn({"method": "GET", "host": "web.test", "port": 80, "status": 200,
+                       "allowed": True, "why": ""},
+                      [{k: v for k, v in q.items() if k != "bytes"} for q in reqs])
+        denied = [q for q in reqs if not q["allowed"]]
+        self.assertEqual([(q["host"], q["why"]) for q in denied],
+                         [("other.test", "host other.test is not in the allowlist; ask the user "
+                                         "to allow it")], reqs)
+        p.stdin.close()
+        self.assertEqual(p.wait(timeout=60), 0)
+        self.assertEqual(squids_of(name), [])
 
     def test_net_none_has_no_nic(self):
         r = altest.run(["exec", "--image", "tiny", "--net", "none", "--", "ls", "/sys/class/net"])
