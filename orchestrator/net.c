@@ -747,6 +747,10 @@ int al_net_prepare(al_session *s, const al_session_opts *opts, struct al_vm_conf
     const al_net_opts *o = &opts->net;
     if (!o->allow || !o->allow[0])
         return 0;
+    /* Images reached over SSH do not run our init, so nothing in them would carry programs'
+     * connections to the tunnels. */
+    if (s->transport == AL_TRANSPORT_SSH)
+        return al_err(err, -ENOTSUP, "--net allow=... is not available over the SSH transport");
     struct al_net *n = calloc(1, sizeof(*n));
     if (!n)
         return al_err(err, -ENOMEM, "out of memory");
