@@ -13,6 +13,7 @@
  * configuration, logs and pid in the session's runtime dir; its access log is read back, with
  * bounds, into the session's list of requests. */
 #include "session.h"
+#include "transport/transport.h"
 
 #include <arpa/inet.h>
 #include <fcntl.h>
@@ -749,7 +750,7 @@ int al_net_prepare(al_session *s, const al_session_opts *opts, struct al_vm_conf
         return 0;
     /* Images reached over SSH do not run our init, so nothing in them would carry programs'
      * connections to the tunnels. */
-    if (s->transport == AL_TRANSPORT_SSH)
+    if (s->tport && s->tport->ops->kind == AL_TRANSPORT_SSH)
         return al_err(err, -ENOTSUP, "--net allow=... is not available over the SSH transport");
     struct al_net *n = calloc(1, sizeof(*n));
     if (!n)
