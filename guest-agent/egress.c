@@ -203,8 +203,14 @@ static _Noreturn void egress_run(void)
     int ltun = listen_on(EGRESS_ADDR, EGRESS_TUNNEL_PORT);
     if (pipe2(flush_pipe, O_CLOEXEC | O_NONBLOCK) < 0)
         _exit(1);
+    /* SIGUSR1 was blocked across the fork (egress_start): a flush asked for before now is
+     * delivered here, to the handler, instead of killing us. */
     struct sigaction sa = {.sa_handler = on_flush};
     sigaction(SIGUSR1, &sa, NULL);
+    sigset_t usr1;
+    sigemptyset(&usr1);
+    sigaddset(&usr1, SIGUSR1);
+    sigprocmask(SIG_UNBLOCK, &usr1, NULL);
     static struct pollfd pfd[3 + EGRESS_IDLE_MAX + 2 * EGRESS_PAIRS_MAX];
     for (;;) {
         while (nidle > 0 && nwaiting > 0)
@@ -269,9 +275,14 @@ static _Noreturn void egress_run(void)
 
 void egress_start(void)
 {
+    sigset_t usr1, old;
+    sigemptyset(&usr1);
+    sigaddset(&usr1, SIGUSR1);
+    sigprocmask(SIG_BLOCK, &usr1, &old);
     pid_t pid = fork();
     if (pid == 0)
         egress_run();
+    sigprocmask(SIG_SETMASK, &old, NULL);
     if (pid < 0) {
         agent_log("cannot start the egress forwarder: %s", strerror(errno));
         return;
