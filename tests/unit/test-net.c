@@ -34,6 +34,8 @@ static char *hosts(unsigned n)
 {
     size_t len = 8 + (size_t)n * 16;
     char *s = malloc(len), *p = s;
+    if (!s)
+        abort();
     p += sprintf(p, "allow=");
     for (unsigned i = 0; i < n; i++)
         p += sprintf(p, "%sh%u.test", i ? "," : "", i);
