@@ -12,6 +12,7 @@ import socket
 import subprocess
 import sys
 import threading
+import time
 import unittest
 
 import altest
@@ -308,6 +309,15 @@ class NetTest(unittest.TestCase):
                              env=env)
         self.addCleanup(lambda: (p.poll() is None and p.kill(), p.wait()))
         name = json.loads(p.stdout.readline())["session"]
+        net_dir = os.path.join(altest.runtime_sessions_dir(), name, "net")
+        with open(os.path.join(net_dir, "squid.conf")) as f:
+            port = int(re.search(r"^http_port 127\.0\.0\.1:(\d+)", f.read(), re.M).group(1))
+        st = os.stat(net_dir)
+        if os.geteuid() == 0:  # Squid runs as the proxy user, in a dir of its own
+            import pwd
+            self.assertEqual(pwd.getpwuid(st.st_uid).pw_name, "proxy")
+            self.assertTrue(all(pwd.getpwuid(int(open("/proc/%s/status" % pid).read().split(
+                "Uid:")[1].split()[0])).pw_name == "proxy" for pid in squids_of(name)))
 
         def call(req):
             p.stdin.write((json.dumps(req) + "\n").encode())
@@ -336,7 +346,63 @@ class NetTest(unittest.TestCase):
                                          "to allow it")], reqs)
         p.stdin.close()
         self.assertEqual(p.wait(timeout=60), 0)
+        # Nothing left: no Squid, no dir, its port closed.
         self.assertEqual(squids_of(name), [])
+        self.assertFalse(os.path.exists(net_dir))
+        with self.assertRaises(ConnectionRefusedError):
+            socket.create_connection(("127.0.0.1", port), timeout=5).close()
+
+    def test_chat_tells_the_user_and_the_model_and_lists_requests(self):
+        from test_chat import FakeModel, execute, tool_results
+        fm = FakeModel([
+            {"tool_calls": [execute("wget -q -O - http://web.test/hello.txt; "
+                                    "wget -q -O - http://other.test/hello.txt; echo done",
+                                    id="call_N")]},
+            {"text": "I need other.test; please allow it."},
+        ])
+        self.addCleanup(fm.close)
+        env = dict(fm.env, **self.env)
+        pdir = os.path.join(env["XDG_CONFIG_HOME"], "airlock", "profiles")
+        os.makedirs(pdir)
+        with open(os.path.join(pdir, "lab.yaml"), "w") as f:
+            f.write("net-preset-lab: web.test, *.wild.test\nnet: lab\n")
+        r = altest.run(["chat", "--plain", "-y", "--profile", "lab"] + fm.args(),
+                       input=b"fetch both\n%net\n", env=env)
+        out = (r.stdout + r.stderr).decode(errors="replace")
+        self.assertEqual(r.returncode, 0, out)
+        result = tool_results(fm.requests()[1])[0]["content"]
+        self.assertIn("hello from the test internet", result)
+        self.assertIn("blocked: host other.test is not in the allowlist; ask the user to allow "
+                      "it", result)
+        self.assertIn("blocked: host other.test is not in the allowlist", out)  # the user's
+        self.assertRegex(out, r"GET +web\.test:80 allowed \d+ bytes")
+        self.assertRegex(out, r"GET +other\.test:80 BLOCKED \d+ bytes: host other\.test is "
+                              r"not in the allowlist")
+
+    def test_gc_kills_the_proxy_of_a_killed_session(self):
+        p = altest.popen(["--debug", "exec", "--image", "tiny", "--net", "allow=web.test", "--",
+                          "sleep", "120"], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                         env=dict(os.environ, **self.env))
+        self.addCleanup(lambda: (p.poll() is None and p.kill(), p.wait(), p.stderr.close()))
+        name = None
+        for line in p.stderr:
+            m = altest.session_names(line)
+            if m:
+                name = m[0].decode()
+                break
+        self.assertIsNotNone(name)
+        self.assertTrue(squids_of(name))
+        p.kill()  # no cleanup of airlock's own: libvirtd ends the VM, Squid is orphaned
+        p.wait()
+        self.assertTrue(squids_of(name))
+        r = altest.run(["gc"])
+        self.assertEqual(r.returncode, 0, r.stderr)
+        for _ in range(50):
+            if not squids_of(name):
+                break
+            time.sleep(0.1)
+        self.assertEqual(squids_of(name), [])
+        self.assertFalse(os.path.exists(os.path.join(altest.runtime_sessions_dir(), name)))
 
     def test_net_none_has_no_nic(self):
         r = altest.run(["exec", "--image", "tiny", "--net", "none", "--", "ls", "/sys/class/net"])
