@@ -657,8 +657,30 @@ static void squid_why(const struct al_net *n, char *out, size_t len)
     al_printable(out);
 }
 
+/* squid's path: from PATH, then the sbin dirs a user's PATH often lacks (Debian installs it in
+ * /usr/sbin). A missing one is said before the VM boots, not after. */
+static bool squid_find(char *out, size_t len)
+{
+    const char *path = getenv("PATH");
+    char dirs[8192];
+    snprintf(dirs, sizeof(dirs), "%s:/usr/sbin:/sbin", path ? path : "/usr/bin:/bin");
+    for (const char *p = dirs; *p;) {
+        size_t dl = strcspn(p, ":");
+        if (dl > 0 && (size_t)snprintf(out, len, "%.*s/squid", (int)dl, p) < len &&
+            access(out, X_OK) == 0)
+            return true;
+        p += dl + (p[dl] == ':');
+    }
+    return false;
+}
+
 static int squid_start(struct al_net *n, al_error *err)
 {
+    char exe[4200];
+    if (!squid_find(exe, sizeof(exe)))
+        return al_err(err, -ENOENT,
+                      "the network proxy (squid) did not start: no squid in PATH or /usr/sbin "
+                      "(install the squid package)");
     int out = open(n->out, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
     if (out < 0)
         return al_err(err, -errno, "cannot start the network proxy: %s", strerror(errno));
@@ -673,7 +695,7 @@ static int squid_start(struct al_net *n, al_error *err)
         sigset_t none;
         sigemptyset(&none);
         sigprocmask(SIG_SETMASK, &none, NULL);
-        execlp("squid", "squid", "-N", "-f", n->conf, (char *)NULL);
+        execl(exe, "squid", "-N", "-f", n->conf, (char *)NULL);
         dprintf(2, "FATAL: cannot run squid: %s (install the squid package)\n", strerror(errno));
         _exit(127);
     }
