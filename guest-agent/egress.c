@@ -213,8 +213,11 @@ static _Noreturn void egress_run(void)
     sigprocmask(SIG_UNBLOCK, &usr1, NULL);
     static struct pollfd pfd[3 + EGRESS_IDLE_MAX + 2 * EGRESS_PAIRS_MAX];
     for (;;) {
-        while (nidle > 0 && nwaiting > 0)
-            pair_start(waiting[--nwaiting], idle[--nidle]);
+        /* First come, first served: the host caps the tunnels, so programs queue here. */
+        while (nidle > 0 && nwaiting > 0) {
+            pair_start(waiting[0], idle[--nidle]);
+            memmove(waiting, waiting + 1, (size_t)--nwaiting * sizeof(waiting[0]));
+        }
         size_t n = 0;
         pfd[n++] =
             (struct pollfd){.fd = nwaiting < EGRESS_WAITING_MAX ? lprog : -1, .events = POLLIN};

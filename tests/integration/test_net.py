@@ -87,6 +87,23 @@ for i in range(45):
     time.sleep(1)
 R["slowloris_ended_s"] = ended
 R["alive"] = get("http://web.test/hello.txt")
+# The connection cap (16 by default): 16 unfinished requests hold every tunnel, a 17th waits.
+held = []
+for i in range(16):
+    c = socket.create_connection(("127.0.0.1", 3128), timeout=10)
+    c.sendall(b"GET http://web.test/hello.txt HTTP/1.1\r\nHost: web.test\r\n")
+    held.append(c)
+time.sleep(1)
+t0 = time.time()
+try:
+    with urllib.request.urlopen("http://web.test/hello.txt", timeout=4) as r:
+        R["over_cap"] = [r.status, round(time.time() - t0, 1)]
+except Exception as e:
+    R["over_cap"] = [0, repr(e)[:100]]
+for c in held:
+    c.close()
+time.sleep(1)
+R["after_cap"] = get("http://web.test/hello.txt")
 # A hostile guest routes around the proxy: a default route to QEMU's gateway, then direct.
 def route_default():
     sa = lambda a: struct.pack("HH4s8x", socket.AF_INET, 0, socket.inet_aton(a))
@@ -268,6 +285,10 @@ class NetTest(unittest.TestCase):
         self.assertIsNotNone(R["slowloris_ended_s"], dump)
         self.assertLess(R["slowloris_ended_s"], 40, dump)
         self.assertEqual(R["alive"], [200, hello], dump)
+        # Connections at once: a 17th waits while 16 are held, and goes once they close.
+        self.assertEqual(R["over_cap"][0], 0, dump)
+        self.assertIn("timed out", R["over_cap"][1], dump)
+        self.assertEqual(R["after_cap"], [200, hello], dump)
         # No way around the proxy, even with a route: TCP and UDP to the lab by address, to
         # QEMU's gateway and DNS, to the host's own address.
         self.assertEqual(R["route"], "ok", dump)
