@@ -47,6 +47,8 @@
 /* Backoff between tunnel attempts while the guest's forwarder is not listening yet. */
 #define NET_RETRY_MIN_MS 20
 #define NET_RETRY_MAX_MS 500
+/* A tunnel the guest held this long was accepted by its forwarder. */
+#define NET_SETTLED_MS 1000
 
 struct half {
     char buf[NET_BUF];
@@ -57,7 +59,8 @@ struct half {
 struct tunnel {
     int g, p; /* QEMU's forward (the guest), Squid; -1 when unused / not yet */
     bool active;
-    struct half h[2]; /* guest to proxy, proxy to guest */
+    uint64_t opened_ms; /* when the relay connected it */
+    struct half h[2];   /* guest to proxy, proxy to guest */
 };
 
 struct al_net {
@@ -432,7 +435,7 @@ static void *relay_main(void *arg)
                 backoff = backoff * 2 > NET_RETRY_MAX_MS ? NET_RETRY_MAX_MS : backoff * 2;
                 break;
             }
-            n->tun[i] = (struct tunnel){.g = fd, .p = -1};
+            n->tun[i] = (struct tunnel){.g = fd, .p = -1, .opened_ms = now};
             idle++;
         }
         pfd[0] = (struct pollfd){.fd = n->stop[0], .events = POLLIN};
@@ -482,9 +485,16 @@ static void *relay_main(void *arg)
                 ssize_t r = read(t->g, t->h[0].buf, sizeof(t->h[0].buf));
                 if (r <= 0) {
                     if (r == 0 || (errno != EAGAIN && errno != EINTR)) {
+                        /* Dropped at once: nobody listens in the guest yet, back off. Dropped
+                         * after a while: the guest's forwarder flushed (a HELLO), replace it. */
+                        bool settled = al_now_ms() - t->opened_ms > NET_SETTLED_MS;
                         tunnel_close(t);
-                        retry_at = al_now_ms() + backoff;
-                        backoff = backoff * 2 > NET_RETRY_MAX_MS ? NET_RETRY_MAX_MS : backoff * 2;
+                        if (settled)
+                            backoff = NET_RETRY_MIN_MS;
+                        retry_at = al_now_ms() + (settled ? 0 : backoff);
+                        if (!settled)
+                            backoff =
+                                backoff * 2 > NET_RETRY_MAX_MS ? NET_RETRY_MAX_MS : backoff * 2;
                     }
                     continue;
                 }
