@@ -64,8 +64,8 @@ struct tunnel {
 };
 
 struct al_net {
-    char dir[4300]; /* the session's runtime dir /net */
-    char conf[4400], log[4400], out[4400];
+    char dir[AL_PATH_MAX]; /* the session's runtime dir /net */
+    char conf[AL_PATH_MAX], log[AL_PATH_MAX], out[AL_PATH_MAX];
     pid_t squid;
     unsigned squid_port, fwd_port;
     uint64_t bytes_max;
@@ -649,7 +649,7 @@ static void squid_why(const struct al_net *n, char *out, size_t len)
 {
     out[0] = '\0';
     const char *files[] = {n->out, NULL};
-    char cache[4400];
+    char cache[AL_PATH_MAX];
     if (al_pathf(cache, sizeof(cache), "%s/cache.log", n->dir) == 0)
         files[1] = cache;
     for (size_t k = 0; k < 2 && files[k]; k++) {
@@ -686,7 +686,7 @@ static bool squid_find(char *out, size_t len)
 
 static int squid_start(struct al_net *n, al_error *err)
 {
-    char exe[4200];
+    char exe[AL_PATH_MAX];
     if (!squid_find(exe, sizeof(exe)))
         return al_err(err, -ENOENT,
                       "the network proxy (squid) did not start: no squid in PATH or /usr/sbin "
@@ -906,7 +906,7 @@ void al_net_stop(al_session *s)
  * to be that session's Squid (its command line names the dir's configuration). */
 void al_net_reap(const char *session_dir)
 {
-    char pidf[4400], conf[4400], cmdf[64], cmd[4600];
+    char pidf[AL_PATH_MAX], conf[AL_PATH_MAX], cmdf[64], cmd[AL_PATH_MAX + 512];
     if (al_pathf(pidf, sizeof(pidf), "%s/net/squid.pid", session_dir) < 0 ||
         al_pathf(conf, sizeof(conf), "%s/net/squid.conf", session_dir) < 0)
         return;

@@ -9,9 +9,12 @@ import re
 TABLE_ENTRY = re.compile(r'\{\s*"([a-z][a-z0-9-]*)"\s*,\s*(?:no|required|optional)_argument\b')
 LITERAL = re.compile(r'"(--[a-z][a-z0-9-]*)"')
 # A whole string literal naming a variable: getenv's argument, or a helper's that calls it.
-# getopt's short options: the string given to getopt_long, inline or through a named constant.
+# getopt's short options: the string given to getopt_long, inline or through a named constant,
+# or the letters of a table's rows it is made from.
 SHORT_INLINE = re.compile(r'getopt_long\([^,]+,[^,]+,\s*"([^"]*)"')
 SHORT_CONST = re.compile(r'char\s+short_opts\[\]\s*=\s*"([^"]*)"')
+# A table the getopt tables are made from (cli/exec.c): {"name", x_argument, 'c', ...}.
+SHORT_ROW = re.compile(r'\{\s*"[a-z][a-z0-9-]*"\s*,\s*(?:no|required|optional)_argument\s*,\s*\'([a-zA-Z0-9])\'')
 GETENV = re.compile(r'"(AIRLOCK_[A-Z0-9_]+)"')
 SHELL_ENV = re.compile(r'\$\{?(AIRLOCK_[A-Z0-9_]+)')
 
@@ -60,4 +63,5 @@ def short_of(source_root, name):
     out = set()
     for spec in SHORT_INLINE.findall(text) + SHORT_CONST.findall(text):
         out |= {"-" + c for c in spec if c.isalnum()}
+    out |= {"-" + c for c in SHORT_ROW.findall(text)}
     return out
