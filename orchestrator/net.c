@@ -166,11 +166,11 @@ int al_net_spec_parse(const char *spec, char ***out, al_error *err)
     return al_net_allow_parse(spec + 6, out, err);
 }
 
-static bool host_allowed(const struct al_net *n, const char *host)
+static bool host_allowed(char *const *allow, const char *host)
 {
     size_t hl = strlen(host);
-    for (size_t i = 0; i < n->nallow; i++) {
-        const char *a = n->allow[i];
+    for (size_t i = 0; allow && allow[i]; i++) {
+        const char *a = allow[i];
         if (!strncmp(a, "*.", 2)) {
             /* Squid's .suffix matches the suffix itself and every name under it. */
             size_t sl = strlen(a + 1);
@@ -201,16 +201,17 @@ static void copy_field(char *dst, size_t len, const char *src)
 
 /* One line of our logformat: "%ts.%03tu %rm %>rd %>rP %>Hs %<st %>st %Ss %err_code". Squid
  * writes it, but the host and method are the guest's words: printable ASCII only, bounded. */
-static void parse_line(struct al_net *n, char *line)
+int al_net_log_line(char *const *allow, char *line, al_net_request *out)
 {
     char *f[9], *save = NULL;
     size_t k = 0;
     for (char *t = strtok_r(line, " ", &save); t && k < 9; t = strtok_r(NULL, " ", &save))
         f[k++] = t;
     if (k < 9)
-        return;
+        return 0;
     al_net_request r = {0};
-    r.time_ms = (int64_t)(strtod(f[0], NULL) * 1000.0);
+    double t = strtod(f[0], NULL);
+    r.time_ms = t > 0 && t < 1e12 ? (int64_t)(t * 1000.0) : 0; /* no float-to-int overflow */
     copy_field(r.method, sizeof(r.method), f[1]);
     copy_field(r.host, sizeof(r.host), f[2]);
     r.port = (unsigned)strtoul(f[3], NULL, 10);
@@ -221,7 +222,7 @@ static void parse_line(struct al_net *n, char *line)
     /* A connection that ended before it carried a request (an idle keep-alive, the relay
      * closing at the byte cap): not a request. */
     if (no_request && (!strcmp(code, "ERR_CLIENT_GONE") || !strcmp(code, "-")))
-        return;
+        return 0;
     bool denied = strstr(f[7], "DENIED") || !strcmp(code, "ERR_TOO_BIG") ||
                   !strcmp(code, "ERR_ACCESS_DENIED") || no_request;
     r.allowed = !denied;
@@ -235,7 +236,7 @@ static void parse_line(struct al_net *n, char *line)
                  code, r.status);
     else if (denied && r.port != 80 && r.port != 443)
         snprintf(r.why, sizeof(r.why), "port %u is not allowed (only 80 and 443)", r.port);
-    else if (denied && !host_allowed(n, r.host))
+    else if (denied && !host_allowed(allow, r.host))
         snprintf(r.why, sizeof(r.why), "host %s is not in the allowlist; ask the user to allow it",
                  r.host);
     else if (denied)
@@ -245,7 +246,9 @@ static void parse_line(struct al_net *n, char *line)
                  r.host);
     else if (strcmp(code, "-") != 0)
         snprintf(r.why, sizeof(r.why), "the request to %s failed (%s)", r.host, code);
-    record(n, &r);
+    al_printable(r.why); /* code and status are Squid's, but the line is only a file */
+    *out = r;
+    return 1;
 }
 
 /* Reads what Squid appended since the last call. Caller holds mu. */
@@ -277,7 +280,9 @@ static void log_read(struct al_net *n)
                 continue;
             }
             line[len - 1] = '\0';
-            parse_line(n, line);
+            al_net_request r;
+            if (al_net_log_line(n->allow, line, &r) > 0)
+                record(n, &r);
         }
     }
     fclose(f);

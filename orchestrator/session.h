@@ -84,6 +84,11 @@ void al_net_stop(al_session *s);
  * opens new ones; the restored agent has told the guest's forwarder to drop its own. */
 void al_net_reset(al_session *s);
 void al_net_reap(const char *session_dir);
+/* One line of the proxy's access log into *out: 1, or 0 for a line that is not a request (a
+ * connection that carried none, a malformed line). Method and host come out printable ASCII,
+ * every field bounded; allow (NULL-terminated) tells a name refused as unlisted from one refused
+ * for its address. Fuzzed by tests/fuzz/fuzz-netlog.c. */
+int al_net_log_line(char *const *allow, char *line, al_net_request *out);
 
 /* Holds the session's channel until the end of the enclosing block. */
 static inline void al_session_unlockp(al_session **s)
