@@ -495,6 +495,7 @@ static int net_resolve(struct chat_opts *o)
         return 2;
     }
     o->sess.net.allow = (const char *const *)o->net_allow;
+    o->cfg.net_allow = o->sess.net.allow;
     return 0;
 }
 

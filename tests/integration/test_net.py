@@ -391,6 +391,10 @@ class NetTest(unittest.TestCase):
                        input=b"fetch both\n%net\n", env=env)
         out = (r.stdout + r.stderr).decode(errors="replace")
         self.assertEqual(r.returncode, 0, out)
+        system = fm.requests()[0]["body"]["messages"][0]["content"]
+        self.assertIn("The VM reaches only these hosts", system)
+        self.assertIn("web.test, *.wild.test", system)
+        self.assertNotIn("no network access", system)
         result = tool_results(fm.requests()[1])[0]["content"]
         self.assertIn("hello from the test internet", result)
         self.assertIn("blocked: host other.test is not in the allowlist; ask the user to allow "
