@@ -191,7 +191,8 @@ bool al_net_host_pattern_ok(const char *pattern);
 /* Whether the session was opened with network. */
 bool al_session_net(const al_session *s);
 /* Calls fn for each request from *cursor on (NULL: all kept; the last 4096 are kept) and moves
- * *cursor past them. Returns how many; -ENOTSUP for a session without network. Thread-safe. */
+ * *cursor past them. Returns how many; -ENOTSUP for a session without network. Thread-safe;
+ * fn runs under the session's network lock and must not call al_net_* on the same session. */
 int al_net_requests(al_session *s, size_t *cursor, void (*fn)(void *ctx, const al_net_request *r),
                     void *ctx, al_error *err);
 
