@@ -90,7 +90,7 @@ def main():
         conf = open(os.path.join(run_dir, name, "net", "squid.conf")).read()
         port = int(re.search(r"^http_port 127\.0\.0\.1:(\d+)", conf, re.M).group(1))
         via_squid = ns["measure"](big, small, a.rounds, {"http": "http://127.0.0.1:%d" % port})
-        p.kill()
+        p.terminate()  # airlock closes the session: the VM and its Squid go
         p.wait()
     finally:
         lab.stop()

@@ -27,6 +27,7 @@
 #include <string.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -44,6 +45,8 @@
 #define NET_START_TIMEOUT_MS 20000
 /* After SIGTERM (shutdown_lifetime 0), then SIGKILL. */
 #define NET_STOP_GRACE_MS 3000
+/* How often the keeper looks whether Squid ended by itself. */
+#define NET_KEEPER_TICK_MS 200
 /* Backoff between tunnel attempts while the guest's forwarder is not listening yet. */
 #define NET_RETRY_MIN_MS 20
 #define NET_RETRY_MAX_MS 500
@@ -66,7 +69,8 @@ struct tunnel {
 struct al_net {
     char dir[AL_PATH_MAX]; /* the session's runtime dir /net */
     char conf[AL_PATH_MAX], log[AL_PATH_MAX], out[AL_PATH_MAX];
-    pid_t squid;
+    pid_t squid; /* the keeper, whose child Squid is */
+    int life;    /* the keeper's stdin: Squid lives while this is open */
     unsigned squid_port, fwd_port;
     uint64_t bytes_max;
     unsigned conns_max;
@@ -689,6 +693,51 @@ static bool squid_find(char *out, size_t len)
     return false;
 }
 
+/* The keeper: a child of ours that starts Squid and ends it when we end, however we end: its
+ * stdin is a pipe whose only write end is ours, so EOF there is al_net_stop or our death, even by
+ * SIGKILL (PR_SET_PDEATHSIG would not do: Squid drops privileges, which clears it). It exits
+ * when Squid does, so waiting for it is waiting for Squid. We may have threads: between fork and
+ * exec only async-signal-safe calls. */
+static _Noreturn void keeper_main(int life, int out, const char *exe, const char *conf)
+{
+    /* Its own process group, Squid's too: the terminal's Ctrl-C is airlock's to handle. */
+    setpgid(0, 0);
+    sigset_t none;
+    sigemptyset(&none);
+    sigprocmask(SIG_SETMASK, &none, NULL);
+    if (dup2(life, 0) < 0 || dup2(out, 1) < 0 || dup2(out, 2) < 0)
+        _exit(127);
+    syscall(SYS_close_range, 3u, ~0u, 0u); /* none of airlock's fds stay open in here */
+    pid_t squid = fork();
+    if (squid == 0) {
+        int in = open("/dev/null", O_RDONLY);
+        if (in < 0 || dup2(in, 0) < 0)
+            _exit(127);
+        execl(exe, "squid", "-N", "-f", conf, (char *)NULL);
+        dprintf(2, "FATAL: cannot run squid (install the squid package)\n");
+        _exit(127);
+    }
+    if (squid < 0)
+        _exit(127);
+    int st;
+    for (;;) {
+        if (waitpid(squid, &st, WNOHANG) == squid)
+            _exit(1); /* Squid ended by itself: a failed start, or a crash */
+        struct pollfd p = {.fd = 0, .events = POLLIN};
+        if (poll(&p, 1, NET_KEEPER_TICK_MS) > 0)
+            break; /* EOF: airlock is done with it */
+    }
+    kill(squid, SIGTERM);
+    for (int i = 0; i < NET_STOP_GRACE_MS / 10; i++) {
+        if (waitpid(squid, &st, WNOHANG) == squid)
+            _exit(0);
+        poll(NULL, 0, 10);
+    }
+    kill(squid, SIGKILL);
+    waitpid(squid, &st, 0);
+    _exit(0);
+}
+
 static int squid_start(struct al_net *n, al_error *err)
 {
     char exe[AL_PATH_MAX];
@@ -696,29 +745,28 @@ static int squid_start(struct al_net *n, al_error *err)
         return al_err(err, -ENOENT,
                       "the network proxy (squid) did not start: no squid in PATH or /usr/sbin "
                       "(install the squid package)");
-    int out = open(n->out, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-    if (out < 0)
+    int life[2];
+    if (pipe2(life, O_CLOEXEC) < 0)
         return al_err(err, -errno, "cannot start the network proxy: %s", strerror(errno));
-    pid_t pid = fork();
-    if (pid == 0) {
-        /* Its own process group: the terminal's Ctrl-C is airlock's to handle, not Squid's. */
-        setpgid(0, 0);
-        int in = open("/dev/null", O_RDONLY);
-        dup2(in, 0);
-        dup2(out, 1);
-        dup2(out, 2);
-        sigset_t none;
-        sigemptyset(&none);
-        sigprocmask(SIG_SETMASK, &none, NULL);
-        execl(exe, "squid", "-N", "-f", n->conf, (char *)NULL);
-        dprintf(2, "FATAL: cannot run squid: %s (install the squid package)\n", strerror(errno));
-        _exit(127);
+    int out = open(n->out, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    if (out < 0) {
+        int e = errno;
+        close(life[0]);
+        close(life[1]);
+        return al_err(err, -e, "cannot start the network proxy: %s", strerror(e));
     }
+    pid_t pid = fork();
+    if (pid == 0)
+        keeper_main(life[0], out, exe, n->conf);
     int e = errno;
     close(out);
-    if (pid < 0)
+    close(life[0]);
+    if (pid < 0) {
+        close(life[1]);
         return al_err(err, -e, "cannot start the network proxy: %s", strerror(e));
+    }
     n->squid = pid;
+    n->life = life[1];
     return 0;
 }
 
@@ -746,16 +794,18 @@ static int squid_wait_ready(struct al_net *n, al_error *err)
     }
 }
 
+/* Closing our end of the keeper's pipe makes it end Squid (SIGTERM, then SIGKILL after the
+ * grace) and exit; a keeper that outlasts that is killed with its process group. */
 static void squid_stop(struct al_net *n)
 {
+    fd_close(&n->life);
     if (n->squid <= 0)
         return;
-    kill(n->squid, SIGTERM);
-    uint64_t deadline = al_now_ms() + NET_STOP_GRACE_MS;
+    uint64_t deadline = al_now_ms() + NET_STOP_GRACE_MS + 2000;
     int st;
     while (waitpid(n->squid, &st, WNOHANG) == 0) {
         if (al_now_ms() > deadline) {
-            kill(n->squid, SIGKILL);
+            kill(-n->squid, SIGKILL);
             waitpid(n->squid, &st, 0);
             break;
         }
@@ -792,7 +842,7 @@ int al_net_prepare(al_session *s, const al_session_opts *opts, struct al_vm_conf
     struct al_net *n = calloc(1, sizeof(*n));
     if (!n)
         return al_err(err, -ENOMEM, "out of memory");
-    n->stop[0] = n->stop[1] = -1;
+    n->stop[0] = n->stop[1] = n->life = -1;
     pthread_mutex_init(&n->mu, NULL);
     s->net = n;
     for (const char *const *a = o->allow; *a; a++)
