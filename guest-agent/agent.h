@@ -334,4 +334,13 @@ void init_supervise(void);
 void init_common(void);
 void init_power_off(bool reboot_instead);
 
+/* egress.c: a session with network (a NIC present): the NIC's address and the proxy variables
+ * every process inherits; the forwarder that carries programs' proxy connections over the
+ * tunnels the host opens. */
+bool egress_present(void);
+void egress_setup(void);
+void egress_start(void);
+/* Tells the forwarder (if any) to drop every connection it holds: after a HELLO. */
+void egress_flush(void);
+
 #endif

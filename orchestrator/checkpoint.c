@@ -264,6 +264,7 @@ static int restore(al_session *s, uint32_t id, al_error *err)
     r = al_link_resync(s, RESYNC_MS, err);
     if (r == 0)
         s->poisoned = false; /* the agent is the one from before the run that broke it */
+    al_net_reset(s); /* network on request: no connection from before the restore survives */
     return r;
 }
 

@@ -95,6 +95,10 @@ struct al_vm_config {
     const char *ram_file;
     bool ram_shared;
     bool incoming;
+    /* Network on request (net.c): the same kind of NIC, with a forward from 127.0.0.1:net_port
+     * to net_guest_port, the guest's end of the proxy tunnels. net_port 0: none. */
+    unsigned net_port;
+    unsigned net_guest_port;
 };
 int al_vm_connect(const char *uri, virConnectPtr *out, al_error *err);
 int al_vm_start(virConnectPtr conn, const struct al_vm_config *cfg, virDomainPtr *out,

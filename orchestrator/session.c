@@ -447,7 +447,7 @@ static int session_prepare_vm(al_session *s, const al_session_opts *opts, enum a
         if (r < 0)
             return r;
     }
-    return 0;
+    return al_net_prepare(s, opts, cfg, err); /* network on request: the proxy, the NIC */
 }
 
 /* ---- warm starts (template.c) ---- */
@@ -564,6 +564,9 @@ int al_session_open_for(const al_session_opts *opts, const char *build_ram, al_s
     r = session_start_guest(s, &cfg, probe, &start, &started, err);
     if (r < 0)
         goto fail;
+    r = al_net_start(s, err);
+    if (r < 0)
+        goto fail;
     s->disk_budget = opts->disk_budget_bytes ? opts->disk_budget_bytes : AL_DISK_BUDGET_DEFAULT;
     r = al_budget_start(s, err);
     if (r < 0)
@@ -592,6 +595,7 @@ void al_session_close(al_session *s)
         virDomainDestroy(s->dom);
         virDomainFree(s->dom);
     }
+    al_net_stop(s); /* after the VM: its tunnels end with it */
     if (s->conn)
         virConnectClose(s->conn);
     if (s->console_to && s->dir_created) {

@@ -319,7 +319,7 @@ char *al_vm_xml(const struct al_vm_config *cfg)
     FILE *f = open_memstream(&buf, &len);
     if (!f)
         return NULL;
-    bool qemu_args = cfg->host_port || cfg->ram_file;
+    bool qemu_args = cfg->host_port || cfg->net_port || cfg->ram_file;
     fprintf(f, "<domain type='%s'%s>\n", cfg->kvm ? "kvm" : "qemu",
             qemu_args ? " xmlns:qemu='http://libvirt.org/schemas/domain/qemu/1.0'" : "");
     xml_elem(f, "  ", "name", cfg->name);
@@ -380,19 +380,24 @@ char *al_vm_xml(const struct al_vm_config *cfg)
     fputs("  </devices>\n", f);
     /* libvirt 9.0 has no port forwards for user-mode networking with slirp (only with passt),
      * so the NIC is passed to QEMU as is. restrict=on: the guest reaches neither the host's
-     * services nor the outside; only the forward below, bound to 127.0.0.1, comes in. The
-     * arguments come before libvirt's own devices, so the NIC takes a slot libvirt leaves
-     * free (its root ports start at slot 1). */
+     * services nor the outside; only the forwards below, bound to 127.0.0.1, come in (SSH's,
+     * and the tunnels to the session's proxy, net.c). The arguments come before libvirt's own
+     * devices, so the NIC takes a slot libvirt leaves free (its root ports start at slot 1). */
     if (qemu_args)
         fputs("  <qemu:commandline>\n", f);
-    if (cfg->host_port)
-        fprintf(f,
-                "    <qemu:arg value='-netdev'/>\n"
-                "    <qemu:arg value='user,id=alnet0,restrict=on,"
-                "hostfwd=tcp:127.0.0.1:%u-:%u'/>\n"
-                "    <qemu:arg value='-device'/>\n"
-                "    <qemu:arg value='virtio-net-pci,netdev=alnet0,bus=pcie.0,addr=0x10'/>\n",
-                cfg->host_port, cfg->guest_port);
+    if (cfg->host_port || cfg->net_port) {
+        fputs("    <qemu:arg value='-netdev'/>\n"
+              "    <qemu:arg value='user,id=alnet0,restrict=on",
+              f);
+        if (cfg->host_port)
+            fprintf(f, ",hostfwd=tcp:127.0.0.1:%u-:%u", cfg->host_port, cfg->guest_port);
+        if (cfg->net_port)
+            fprintf(f, ",hostfwd=tcp:127.0.0.1:%u-:%u", cfg->net_port, cfg->net_guest_port);
+        fputs("'/>\n"
+              "    <qemu:arg value='-device'/>\n"
+              "    <qemu:arg value='virtio-net-pci,netdev=alnet0,bus=pcie.0,addr=0x10'/>\n",
+              f);
+    }
     /* Warm starts (template.c): libvirt 9.0 cannot map a chosen file as guest RAM, so the RAM
      * backend is QEMU's own, named by a second -machine option that overrides the backend
      * libvirt made (which then stays unused: no memory is touched). Its id names the RAM block

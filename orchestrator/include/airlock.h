@@ -105,6 +105,22 @@ int al_image_remove(const char *name, al_error *err);
 
 typedef struct al_session al_session;
 
+/* Network on request (net.c, docs/SECURITY.md): HTTP and HTTPS to the allowed hosts only,
+ * through a proxy (Squid) of the session's own on the host. */
+#define AL_NET_ALLOW_MAX 256
+#define AL_NET_BYTES_MAX_DEFAULT (1ull << 30) /* both ways, all requests of the session */
+#define AL_NET_CONNS_MAX_DEFAULT 16
+#define AL_NET_CONNS_MAX_LIMIT 256
+typedef struct al_net_opts {
+    /* NULL-terminated host names ("pypi.org") and "*.suffix" patterns (which match the suffix
+     * itself and every name under it). NULL or empty: the VM has no network device at all. */
+    const char *const *allow;
+    uint64_t bytes_max;     /* 0: AL_NET_BYTES_MAX_DEFAULT; a hard cap on the session's bytes */
+    unsigned conns_max;     /* 0: AL_NET_CONNS_MAX_DEFAULT connections at once */
+    const char *hosts_file; /* tests: the proxy resolves only the names in this hosts(5) file;
+                               NULL: the host's resolver */
+} al_net_opts;
+
 typedef struct al_session_opts {
     const char *image;         /* name in the store; NULL: al_image_default() */
     const char *connect_uri;   /* NULL: --connect / LIBVIRT_DEFAULT_URI / system / session */
@@ -136,7 +152,8 @@ typedef struct al_session_opts {
      * same happens when the filesystem would fall below $AIRLOCK_FREE_FLOOR_MB (default 512)
      * free. 0: AL_DISK_BUDGET_DEFAULT. */
     uint64_t disk_budget_bytes;
-    int warm; /* enum al_warm: whether the session starts from a template (warm starts) */
+    int warm;        /* enum al_warm: whether the session starts from a template (warm starts) */
+    al_net_opts net; /* zeroed: no network (the default) */
 } al_session_opts;
 #define AL_DISK_BUDGET_DEFAULT (6ull << 30)
 #define AL_FREE_FLOOR_DEFAULT (512ull << 20)
@@ -151,6 +168,34 @@ const char *al_session_agent_version(const al_session *s);
 const char *al_session_languages(const al_session *s);
 bool al_session_kvm(const al_session *s);
 unsigned al_session_vcpus(const al_session *s);
+
+/* ---- network (net.c) ---- */
+
+/* One request the session's proxy saw (or the relay's byte cap stopped). */
+typedef struct al_net_request {
+    int64_t time_ms; /* unix time in ms, when it ended */
+    char method[16]; /* GET, CONNECT...; printable ASCII, from the guest */
+    char host[256];  /* the name asked for; printable ASCII, from the guest; "-" for the cap */
+    unsigned port;
+    unsigned status; /* HTTP status the proxy answered, 0 when none */
+    uint64_t bytes;  /* both ways, as the proxy counted */
+    bool allowed;
+    char why[400]; /* denied: why, one phrase ("host X is not in the allowlist; ask the user to
+                      allow it") */
+} al_net_request;
+/* "none" (no network) or "allow=HOST[,HOST...]" into a NULL-terminated allowlist (NULL for
+ * none; free with al_net_allow_free). Presets are the caller's (the CLI's profiles). */
+int al_net_spec_parse(const char *spec, char ***out, al_error *err);
+int al_net_allow_parse(const char *list, char ***out, al_error *err);
+void al_net_allow_free(char **allow);
+bool al_net_host_pattern_ok(const char *pattern);
+/* Whether the session was opened with network. */
+bool al_session_net(const al_session *s);
+/* Calls fn for each request from *cursor on (NULL: all kept; the last 4096 are kept) and moves
+ * *cursor past them. Returns how many; -ENOTSUP for a session without network. Thread-safe;
+ * fn runs under the session's network lock and must not call al_net_* on the same session. */
+int al_net_requests(al_session *s, size_t *cursor, void (*fn)(void *ctx, const al_net_request *r),
+                    void *ctx, al_error *err);
 
 /* Where the time to a ready session went. */
 typedef struct al_session_timing {
