@@ -8,6 +8,8 @@ PACKAGES=(
   gcc meson ninja-build pkg-config
   # host libraries
   libvirt-dev libcurl4-openssl-dev libcjson-dev libssh2-1-dev libarchive-dev libedit-dev libyaml-dev
+  # airlockd: its HTTP server (with GnuTLS) and its key store
+  libmicrohttpd-dev libsqlite3-dev
   # hypervisor
   libvirt-daemon-system libvirt-daemon-driver-qemu libvirt-clients qemu-system-x86 qemu-utils
   # the tiny image
