@@ -139,6 +139,7 @@ struct ad_create {
     unsigned memory_mib, vcpus;
     const char *transport;
     const char *checkpoint_policy;
+    bool checkpoints; /* allow checkpoints without a policy that takes them */
     unsigned idle_s, lifetime_s;
     cJSON *labels; /* borrowed; copied */
 };

@@ -81,6 +81,7 @@ static enum MHD_Result session_create(struct MHD_Connection *c, struct ad_req *q
         get_uint(q, "vcpus", &cr.vcpus, why, sizeof(why)) < 0 ||
         get_str(q, "transport", &cr.transport, why, sizeof(why)) < 0 ||
         get_str(q, "checkpoint_policy", &cr.checkpoint_policy, why, sizeof(why)) < 0 ||
+        get_bool(q, "checkpoints", &cr.checkpoints, why, sizeof(why)) < 0 ||
         get_uint(q, "idle_timeout_s", &cr.idle_s, why, sizeof(why)) < 0 ||
         get_uint(q, "lifetime_s", &cr.lifetime_s, why, sizeof(why)) < 0)
         return ad_reply_error(c, q, 400, "invalid", "%s", why);

@@ -349,7 +349,7 @@ int ad_session_create(const char *owner, const struct ad_limits *lim, const stru
         .quiet = true,
         .cancel_fd = pfd[0],
         .transport = transport,
-        .checkpoints = policy != AL_CHECKPOINT_NEVER,
+        .checkpoints = c->checkpoints || policy != AL_CHECKPOINT_NEVER,
         .disk_budget_bytes = lim->disk_budget_bytes,
     };
     uint64_t t0 = ad_now_ms();
