@@ -129,6 +129,13 @@ void ad_fail_from(struct ad_fail *f, int r, const al_error *err)
     case -EEXIST:
         ad_failf(f, 409, "exists", "%s", msg);
         break;
+    case -ENOTDIR:
+        ad_failf(f, 400, "not_a_directory", "%s", msg);
+        break;
+    case -ENOTEMPTY:
+    case -EISDIR:
+        ad_failf(f, 409, "not_empty", "%s", msg);
+        break;
     case -EFBIG:
         ad_failf(f, 413, "too_large", "%s", msg);
         break;

@@ -359,6 +359,103 @@ static enum MHD_Result file_get(struct MHD_Connection *c, struct ad_req *q)
     return ad_reply(c, q, 200, resp);
 }
 
+static const char *type_name(int t)
+{
+    return t == AL_ENTRY_FILE      ? "file"
+           : t == AL_ENTRY_DIR     ? "dir"
+           : t == AL_ENTRY_SYMLINK ? "symlink"
+                                   : "other";
+}
+
+static cJSON *stat_json(const al_file_info *st)
+{
+    cJSON *o = cJSON_CreateObject();
+    cJSON_AddStringToObject(o, "name", st->name);
+    cJSON_AddStringToObject(o, "type", type_name(st->type));
+    cJSON_AddNumberToObject(o, "size", (double)st->size);
+    cJSON_AddNumberToObject(o, "mode", st->mode);
+    cJSON_AddNumberToObject(o, "mtime", (double)st->mtime);
+    return o;
+}
+
+static bool flag(struct MHD_Connection *c, const char *k)
+{
+    const char *v = query(c, k);
+    return v && (!strcmp(v, "1") || !strcmp(v, "true"));
+}
+
+static enum MHD_Result file_stat(struct MHD_Connection *c, struct ad_req *q)
+{
+    enum MHD_Result ret;
+    const char *p = guest_path(c, q, &ret);
+    if (!p)
+        return ret;
+    al_file_info st;
+    al_error err = {0};
+    int r = al_file_stat(q->sess->s, p, &st, &err);
+    if (r < 0) {
+        struct ad_fail f;
+        ad_fail_from(&f, r, &err);
+        return ad_reply_fail(c, q, &f);
+    }
+    return ad_reply_json(c, q, 200, stat_json(&st));
+}
+
+static void list_entry(void *ctx, const al_file_info *st)
+{
+    cJSON_AddItemToArray(ctx, stat_json(st));
+}
+
+static enum MHD_Result file_list(struct MHD_Connection *c, struct ad_req *q)
+{
+    enum MHD_Result ret;
+    const char *p = guest_path(c, q, &ret);
+    if (!p)
+        return ret;
+    cJSON *o = cJSON_CreateObject(), *a = cJSON_AddArrayToObject(o, "entries");
+    al_error err = {0};
+    int r = al_file_list(q->sess->s, p, list_entry, a, &err);
+    if (r < 0) {
+        cJSON_Delete(o);
+        struct ad_fail f;
+        ad_fail_from(&f, r, &err);
+        return ad_reply_fail(c, q, &f);
+    }
+    return ad_reply_json(c, q, 200, o);
+}
+
+static enum MHD_Result file_delete(struct MHD_Connection *c, struct ad_req *q)
+{
+    enum MHD_Result ret;
+    const char *p = guest_path(c, q, &ret);
+    if (!p)
+        return ret;
+    al_error err = {0};
+    int r = al_file_remove(q->sess->s, p, flag(c, "recursive"), &err);
+    if (r < 0) {
+        struct ad_fail f;
+        ad_fail_from(&f, r, &err);
+        return ad_reply_fail(c, q, &f);
+    }
+    return ad_reply(c, q, 204, MHD_create_response_from_buffer(0, NULL, MHD_RESPMEM_PERSISTENT));
+}
+
+static enum MHD_Result file_mkdir(struct MHD_Connection *c, struct ad_req *q)
+{
+    enum MHD_Result ret;
+    const char *p = guest_path(c, q, &ret);
+    if (!p)
+        return ret;
+    al_error err = {0};
+    int r = al_file_mkdir(q->sess->s, p, flag(c, "parents"), &err);
+    if (r < 0) {
+        struct ad_fail f;
+        ad_fail_from(&f, r, &err);
+        return ad_reply_fail(c, q, &f);
+    }
+    return ad_reply(c, q, 201, MHD_create_response_from_buffer(0, NULL, MHD_RESPMEM_PERSISTENT));
+}
+
 /* ---- checkpoints ---- */
 
 static cJSON *checkpoint_json(const al_checkpoint_info *ci)
@@ -466,6 +563,10 @@ const struct ad_route ad_routes[] = {
     {"POST",   "/v1/sessions/{id}/runs/{run}/signal", AD_BODY_JSON, run_signal, "signal the run"},
     {"PUT",    "/v1/sessions/{id}/files", AD_BODY_SPOOL, file_put, "upload a file"},
     {"GET",    "/v1/sessions/{id}/files", 0, file_get, "download a file"},
+    {"DELETE", "/v1/sessions/{id}/files", 0, file_delete, "remove a file or directory"},
+    {"GET",    "/v1/sessions/{id}/files/stat", 0, file_stat, "a path's type, size, mode, mtime"},
+    {"GET",    "/v1/sessions/{id}/files/list", 0, file_list, "a directory's entries"},
+    {"POST",   "/v1/sessions/{id}/files/mkdir", 0, file_mkdir, "make a directory"},
     {"POST",   "/v1/sessions/{id}/checkpoints", AD_BODY_JSON, checkpoint_create, "take a checkpoint"},
     {"GET",    "/v1/sessions/{id}/checkpoints", 0, checkpoint_list, "the session's checkpoints"},
     {"POST",   "/v1/sessions/{id}/checkpoints/{cp}/rollback", 0, checkpoint_rollback, "roll back to it"},

@@ -419,6 +419,40 @@ class AirlockdTest(unittest.TestCase):
         with self.assertRaises(APIError) as e:
             self.sb.files.read("relative/path")
         self.assertEqual(e.exception.status, 400)
+        # list, stat, mkdir, remove; names the guest chose come back as they are
+        f = self.sb.files
+        f.make_dir("/tmp/d/e/f", parents=True)
+        with self.assertRaises(APIError) as e:
+            f.make_dir("/tmp/d")
+        self.assertEqual(e.exception.status, 409)
+        f.write("/tmp/d/a file", "12345")
+        self.sb.commands.run("ln -s /etc/passwd /tmp/d/link; touch '/tmp/d/new\nline'")
+        entries = {x["name"]: x for x in f.list("/tmp/d")}
+        self.assertEqual(set(entries), {"a file", "e", "link", "new\nline"})
+        self.assertEqual((entries["a file"]["type"], entries["a file"]["size"]), ("file", 5))
+        self.assertEqual(entries["e"]["type"], "dir")
+        self.assertEqual(entries["link"]["type"], "symlink")
+        self.assertEqual(f.stat("/tmp/d/e")["type"], "dir")
+        # A ../ path is the guest's business (it reads the guest's file); the agent does not
+        # follow a symlink; nothing reaches a host path but the spool's.
+        self.assertEqual(f.read("/tmp/d/../../etc/passwd"),
+                         self.sb.commands.run("cat /etc/passwd").stdout.encode())
+        with self.assertRaises(APIError) as e:
+            f.read("/tmp/d/link")
+        self.assertEqual(e.exception.status, 400)
+        with self.assertRaises(APIError) as e:
+            f.list("/tmp/d/a file")
+        self.assertEqual(e.exception.status, 400)
+        with self.assertRaises(APIError) as e:
+            f.remove("/tmp/d")
+        self.assertEqual(e.exception.status, 409)
+        f.remove("/tmp/d/a file")
+        self.assertFalse(f.exists("/tmp/d/a file"))
+        f.remove("/tmp/d", recursive=True)
+        self.assertFalse(f.exists("/tmp/d"))
+        with self.assertRaises(APIError) as e:
+            f.stat("/tmp/d")
+        self.assertEqual(e.exception.status, 404)
         self.assertEqual(os.listdir(os.path.join(self.d.dir, "spool")), [])
 
     # ---- sessions ----

@@ -297,6 +297,32 @@ class _Files:
         finally:
             c.close()
 
+    def stat(self, path):
+        """{"name", "type" (file, dir, symlink, other), "size", "mode", "mtime"}."""
+        return self._sb.client.request("GET", self._sb._path + "/files/stat?path=" + _q(path))
+
+    def exists(self, path):
+        try:
+            self.stat(path)
+            return True
+        except APIError as e:
+            if e.status == 404:
+                return False
+            raise
+
+    def list(self, path):
+        """The directory's entries, as stat() describes them."""
+        return self._sb.client.request(
+            "GET", self._sb._path + "/files/list?path=" + _q(path))["entries"]
+
+    def remove(self, path, recursive=False):
+        self._sb.client.request("DELETE", self._sb._path + "/files?path=" + _q(path) +
+                                ("&recursive=1" if recursive else ""))
+
+    def make_dir(self, path, parents=False):
+        self._sb.client.request("POST", self._sb._path + "/files/mkdir?path=" + _q(path) +
+                                ("&parents=1" if parents else ""))
+
 
 class Sandbox:
     """A session in airlockd. Sandbox(...) starts one; Sandbox.connect(id) comes back to one."""
