@@ -25,7 +25,7 @@ void ad_config_defaults(struct ad_config *c)
         .disk_budget_bytes = 0,
     };
     c->run_buffer_bytes = 1 << 20;
-    c->runs_kept = 8;
+    c->runs_kept = 4;
     c->heartbeat_s = 15;
     c->connection_timeout_s = 60;
     c->max_body_bytes = 1 << 20;

@@ -25,6 +25,8 @@ PACKAGES=(
   clang libclang-rt-14-dev python3 clang-format
   # tests of the agent's language kernels on this machine (python with matplotlib, bash, node)
   python3-matplotlib bash nodejs
+  # the check of docs/openapi.yaml against airlockd's routes
+  python3-yaml
 )
 
 missing=()
