@@ -257,6 +257,7 @@ static void *run_thread(void *arg)
     pthread_mutex_unlock(&r->mu);
     ad_session_touch(s);
     ad_session_put(s);
+    ad_run_put(r); /* the thread's reference */
     return NULL;
 }
 
