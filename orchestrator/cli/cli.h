@@ -14,7 +14,7 @@
 struct cli_globals {
     const char *connect_uri;
     const char *server;  /* --server: airlockd's URL (else $AIRLOCK_HOST) */
-    const char *api_key; /* --api-key (else $AIRLOCK_API_KEY) */
+    const char *api_key; /* --server-key (else $AIRLOCK_API_KEY) */
     bool debug;
     bool quiet;
 };

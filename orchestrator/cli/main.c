@@ -37,7 +37,7 @@ static const char usage[] =
     "  -q, --quiet         no notices\n"
     "  --server URL        exec, ps and session go to airlockd at URL (unix:/path,\n"
     "                      http(s)://host:port; default $AIRLOCK_HOST)\n"
-    "  --api-key KEY       airlockd's API key over TCP (default $AIRLOCK_API_KEY)\n"
+    "  --server-key KEY    airlockd's API key over TCP (better: $AIRLOCK_API_KEY)\n"
     "  -h, --help          this help; 'airlock COMMAND --help' for a command's\n"
     "  -V, --version       print the version\n";
 
@@ -75,9 +75,9 @@ static void ensure_std_fds(void)
 static bool is_global_opt(const char *a, bool *takes_value)
 {
     *takes_value = !strcmp(a, "-c") || !strcmp(a, "--connect") || !strcmp(a, "--server") ||
-                   !strcmp(a, "--api-key");
+                   !strcmp(a, "--server-key");
     return *takes_value || !strncmp(a, "--connect=", 10) || !strncmp(a, "--server=", 9) ||
-           !strncmp(a, "--api-key=", 10) || !strcmp(a, "-d") || !strcmp(a, "--debug") ||
+           !strncmp(a, "--server-key=", 13) || !strcmp(a, "-d") || !strcmp(a, "--debug") ||
            !strcmp(a, "-q") || !strcmp(a, "--quiet") || !strcmp(a, "-h") || !strcmp(a, "--help") ||
            !strcmp(a, "-V") || !strcmp(a, "--version");
 }
@@ -96,10 +96,14 @@ int main(int argc, char **argv)
         to_chat = false; /* -c without its value: let getopt say so */
     int global_argc = to_chat ? (end < argc ? end : argc) : argc;
     static const struct option opts[] = {
-        {"connect", required_argument, NULL, 'c'}, {"debug", no_argument, NULL, 'd'},
-        {"quiet", no_argument, NULL, 'q'},         {"help", no_argument, NULL, 'h'},
-        {"version", no_argument, NULL, 'V'},       {"server", required_argument, NULL, 'S'},
-        {"api-key", required_argument, NULL, 'K'}, {NULL, 0, NULL, 0},
+        {"connect", required_argument, NULL, 'c'},
+        {"debug", no_argument, NULL, 'd'},
+        {"quiet", no_argument, NULL, 'q'},
+        {"help", no_argument, NULL, 'h'},
+        {"version", no_argument, NULL, 'V'},
+        {"server", required_argument, NULL, 'S'},
+        {"server-key", required_argument, NULL, 'K'},
+        {NULL, 0, NULL, 0},
     };
     struct cli_globals g = {0};
     int c;

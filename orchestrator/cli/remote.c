@@ -321,7 +321,7 @@ static void usage_exec(FILE *f)
           "  -e, --env K=V       -w, --cwd DIR    -t, --timeout SECONDS\n"
           "  --raw               guest output to a terminal byte for byte\n"
           "Server: --server (or $AIRLOCK_HOST) unix:/path, http(s)://host:port; "
-          "default " DEFAULT_SOCKET "; --api-key (or $AIRLOCK_API_KEY) for TCP.\n",
+          "default " DEFAULT_SOCKET "; --server-key (or $AIRLOCK_API_KEY) for TCP.\n",
           f);
 }
 

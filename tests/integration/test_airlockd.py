@@ -545,7 +545,7 @@ class AirlockdTest(unittest.TestCase):
         self.assertEqual(r.returncode, 1)
         self.assertIn(b"no session", r.stderr)
         # Without --session, a fresh session over TCP with a key, ended afterwards.
-        r = altest.run(["--server", "http://127.0.0.1:%d" % self.d.port, "--api-key", self.key_b,
+        r = altest.run(["--server", "http://127.0.0.1:%d" % self.d.port, "--server-key", self.key_b,
                         "-d", "exec", "--", "echo", "fresh"])
         self.assertEqual((r.returncode, r.stdout), (0, b"fresh\n"), r.stderr)
         fresh = altest.session_names(r.stderr)
