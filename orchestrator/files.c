@@ -1,5 +1,5 @@
 /* Copying files into and out of the guest in streamed, flow-controlled chunks. */
-#include "session.h"
+#include "link.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -16,12 +16,17 @@ static int guest_path_ok(const char *p, al_error *err)
     return 0;
 }
 
+/* Before a copy, under the session's lock: a guest path we accept, a session ready for it. */
+static int file_begin(al_session *s, const char *guest_path, al_error *err)
+{
+    int r = guest_path_ok(guest_path, err);
+    return r < 0 ? r : al_link_ready(s, err);
+}
+
 int al_file_put(al_session *s, const char *host_path, const char *guest_path, al_error *err)
 {
     AL_SESSION_LOCKED(s);
-    int r = guest_path_ok(guest_path, err);
-    if (r == 0)
-        r = al_session_ready(s, err);
+    int r = file_begin(s, guest_path, err);
     if (r < 0)
         return r;
     _cleanup_close_ int fd = open(host_path, O_RDONLY | O_CLOEXEC);
@@ -31,7 +36,7 @@ int al_file_put(al_session *s, const char *host_path, const char *guest_path, al
     if (!S_ISREG(st.st_mode))
         return al_err(err, -EINVAL, "'%s' is not a regular file", host_path);
 
-    uint32_t id = (uint32_t)al_session_next_id(s);
+    uint32_t id = (uint32_t)al_link_next_id(s);
     struct al_msg m = {.type = AL_FILE_PUT, .id = id};
     m.u.file_put.mode = st.st_mode & 0777;
     m.u.file_put.size = (uint64_t)st.st_size;
@@ -61,7 +66,7 @@ int al_file_put(al_session *s, const char *host_path, const char *guest_path, al
             credit -= (uint64_t)n;
             eof_sent = flags & AL_FLAG_EOF;
         }
-        r = al_session_recv(s, id, &m, -1, err);
+        r = al_link_recv(s, id, &m, -1, err);
         if (r < 0)
             return r;
         if (r == 0)
@@ -74,11 +79,11 @@ int al_file_put(al_session *s, const char *host_path, const char *guest_path, al
         else if (m.type == AL_ERROR)
             return al_channel_guest_error(&m, guest_path, err);
         else
-            return al_session_check(s,
-                                    al_err(err, -EPROTO,
-                                           "guest sent an unexpected %s frame during a file copy",
-                                           al_type_name(m.type)),
-                                    err);
+            return al_link_check(s,
+                                 al_err(err, -EPROTO,
+                                        "guest sent an unexpected %s frame during a file copy",
+                                        al_type_name(m.type)),
+                                 err);
     }
 }
 
@@ -113,7 +118,7 @@ static int receive_file(al_session *s, uint32_t id, int fd, const char *guest_pa
     bool have_info = false, eof = false;
     uint64_t size = 0, got = 0;
     for (;;) {
-        int r = al_session_recv(s, id, &m, -1, err);
+        int r = al_link_recv(s, id, &m, -1, err);
         if (r < 0)
             return r;
         if (r == 0)
@@ -175,30 +180,29 @@ static int file_get(al_session *s, const char *guest_path, const char *host_path
                     uint64_t max_bytes, al_error *err)
 {
     AL_SESSION_LOCKED(s);
-    int r = guest_path_ok(guest_path, err);
-    if (r == 0)
-        r = al_session_ready(s, err);
+    int r = file_begin(s, guest_path, err);
     if (r < 0)
         return r;
-    char target[4096];
+    char target[AL_PATH_MAX];
     r = get_target(guest_path, host_path, target, sizeof(target), err);
     if (r < 0)
         return r;
-    char dir_copy[4096], tmp[4200];
-    snprintf(dir_copy, sizeof(dir_copy), "%s", target);
-    snprintf(tmp, sizeof(tmp), "%s/.airlock-get-XXXXXX", dirname(dir_copy));
+    char dir_copy[AL_PATH_MAX], tmp[AL_PATH_MAX];
+    snprintf(dir_copy, sizeof(dir_copy), "%s", target); /* the same size */
+    if (al_pathf(tmp, sizeof(tmp), "%s/.airlock-get-XXXXXX", dirname(dir_copy)) < 0)
+        return al_err(err, -ENAMETOOLONG, "host path too long: '%s'", target);
     _cleanup_close_ int fd = mkostemp(tmp, O_CLOEXEC);
     if (fd < 0)
         return al_err(err, -errno, "cannot create a file next to '%s': %s", target,
                       strerror(errno));
 
-    uint32_t id = (uint32_t)al_session_next_id(s);
+    uint32_t id = (uint32_t)al_link_next_id(s);
     struct al_msg m = {.type = AL_FILE_GET, .id = id};
     m.u.file_get.path = al_str_cstr(guest_path);
     uint32_t mode = 0600;
     r = al_channel_send(&s->ch, &m, err);
     if (r >= 0)
-        r = al_session_check(s, receive_file(s, id, fd, guest_path, max_bytes, &mode, err), err);
+        r = al_link_check(s, receive_file(s, id, fd, guest_path, max_bytes, &mode, err), err);
     /* Permission bits only, never set-id or sticky bits the guest asked for, and no more than
      * the user's umask lets a new file have, as cp would. */
     if (r >= 0 && fchmod(fd, mode & 0777 & ~al_umask()) < 0)

@@ -27,6 +27,11 @@ PACKAGES=(
   python3-matplotlib bash nodejs
   # the check of docs/openapi.yaml against airlockd's routes
   python3-yaml
+  # man pages (scdoc) and the docs tests that render them (man, groff); bash completion's
+  # directory (its pkg-config file)
+  scdoc man-db groff-base bash-completion
+  # the Debian package (packaging/debian) and its test
+  debhelper dpkg-dev lintian fakeroot
 )
 
 missing=()
