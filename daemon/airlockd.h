@@ -129,7 +129,8 @@ void ad_sessions_shutdown(void);
 struct ad_session *ad_session_get(const char *owner, const char *id);
 void ad_session_put(struct ad_session *s);
 void ad_session_touch(struct ad_session *s);
-/* Takes it out of the registry, cancels its run and waits for it to close. */
+/* Takes it out of the registry, cancels its runs and closes it once the caller's reference is
+ * the last; the caller's reference is gone either way (the reaper may be ending it already). */
 void ad_session_delete(struct ad_session *s);
 void ad_session_list(const char *owner, void (*fn)(void *ctx, struct ad_session *s), void *ctx);
 cJSON *ad_session_json(struct ad_session *s);

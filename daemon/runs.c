@@ -511,9 +511,18 @@ cJSON *ad_run_wait(struct ad_run *r, unsigned timeout_ms)
         ts.tv_nsec -= 1000000000L;
     }
     pthread_mutex_lock(&r->mu);
-    while (!r->done && !shutting_down)
-        if (pthread_cond_timedwait(&r->cv, &r->mu, &ts) == ETIMEDOUT)
+    /* In slices of a second, so that shutdown (which signals no run) is seen soon. */
+    while (!r->done && !shutting_down) {
+        struct timespec now, slice;
+        clock_gettime(CLOCK_REALTIME, &now);
+        slice = now;
+        slice.tv_sec += 1;
+        if (slice.tv_sec > ts.tv_sec || (slice.tv_sec == ts.tv_sec && slice.tv_nsec > ts.tv_nsec))
+            slice = ts;
+        if (now.tv_sec > ts.tv_sec || (now.tv_sec == ts.tv_sec && now.tv_nsec >= ts.tv_nsec))
             break;
+        pthread_cond_timedwait(&r->cv, &r->mu, &slice);
+    }
     cJSON *o = run_json_locked(r);
     pthread_mutex_unlock(&r->mu);
     return o;

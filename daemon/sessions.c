@@ -108,7 +108,9 @@ static void finish(struct ad_session *s, unsigned own)
 void ad_session_delete(struct ad_session *s)
 {
     pthread_mutex_lock(&lock);
-    if (s->gone) { /* someone else ends it: wait until they did */
+    if (s->gone) { /* the reaper ends it already; it waits for this reference */
+        s->refs--;
+        pthread_cond_broadcast(&cond);
         pthread_mutex_unlock(&lock);
         return;
     }
