@@ -50,6 +50,7 @@ struct ad_limits {
     unsigned max_exec_timeout_s; /* a run's timeout, also the default */
     uint64_t max_upload_bytes;   /* one file upload */
     uint64_t disk_budget_bytes;  /* each session's disk budget (the library's) */
+    unsigned requests_per_s;     /* requests per second, bursts up to twice that */
 };
 
 struct ad_config {

@@ -110,6 +110,8 @@ static int set(struct ad_config *c, const char *k, char *v)
         return parse_uint(v, &c->limits.max_exec_timeout_s);
     if (!strcmp(k, "max_upload_bytes"))
         return parse_u64(v, UINT64_MAX, &c->limits.max_upload_bytes);
+    if (!strcmp(k, "requests_per_s"))
+        return parse_uint(v, &c->limits.requests_per_s);
     if (!strcmp(k, "disk_budget_bytes"))
         return parse_u64(v, UINT64_MAX, &c->limits.disk_budget_bytes);
     if (!strcmp(k, "run_buffer_bytes")) {

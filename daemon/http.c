@@ -258,6 +258,48 @@ static enum MHD_Result authenticate(struct MHD_Connection *c, struct ad_req *q, 
     return MHD_YES;
 }
 
+/* ---- requests per second, per owner: a token bucket each ---- */
+
+#define BUCKETS_MAX 1024 /* owners tracked at once; the least recently seen makes room */
+
+struct bucket {
+    char owner[40];
+    double tokens;
+    uint64_t last_ms;
+};
+static struct bucket buckets[BUCKETS_MAX];
+static pthread_mutex_t buckets_lock = PTHREAD_MUTEX_INITIALIZER;
+
+static bool rate_ok(const char *owner, unsigned per_s)
+{
+    if (!per_s)
+        return true;
+    uint64_t now = ad_now_ms();
+    pthread_mutex_lock(&buckets_lock);
+    struct bucket *b = NULL, *oldest = &buckets[0];
+    for (size_t i = 0; i < BUCKETS_MAX && !b; i++) {
+        if (!strcmp(buckets[i].owner, owner))
+            b = &buckets[i];
+        else if (buckets[i].last_ms < oldest->last_ms)
+            oldest = &buckets[i];
+    }
+    if (!b) {
+        b = oldest;
+        snprintf(b->owner, sizeof(b->owner), "%s", owner);
+        b->tokens = 2.0 * per_s;
+        b->last_ms = now;
+    }
+    b->tokens += (double)(now - b->last_ms) * per_s / 1000.0;
+    if (b->tokens > 2.0 * per_s)
+        b->tokens = 2.0 * per_s;
+    b->last_ms = now;
+    bool ok = b->tokens >= 1.0;
+    if (ok)
+        b->tokens -= 1.0;
+    pthread_mutex_unlock(&buckets_lock);
+    return ok;
+}
+
 /* ---- the access handler ---- */
 
 static enum MHD_Result first_call(struct MHD_Connection *c, struct ad_req *q, const char *url,
@@ -285,6 +327,13 @@ static enum MHD_Result first_call(struct MHD_Connection *c, struct ad_req *q, co
         enum MHD_Result r = authenticate(c, q, &ok);
         if (!ok)
             return r;
+        if (!rate_ok(q->owner, q->lim.requests_per_s)) {
+            cJSON *o = cJSON_CreateObject(), *e = cJSON_AddObjectToObject(o, "error");
+            cJSON_AddStringToObject(e, "code", "quota_exceeded");
+            cJSON_AddStringToObject(e, "message", "too many requests per second");
+            cJSON_AddStringToObject(e, "limit", "requests_per_s");
+            return ad_reply_json(c, q, 429, o);
+        }
     }
     const char *cl = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Content-Length");
     uint64_t bound = q->route->flags & AD_BODY_SPOOL                  ? q->lim.max_upload_bytes

@@ -10,6 +10,7 @@ import random
 import shutil
 import signal
 import socket
+import ssl
 import subprocess
 import sys
 import tempfile
@@ -563,6 +564,67 @@ class AirlockdTest(unittest.TestCase):
         self.assertNotIn(self.key_a.split("_")[2], log)
         self.assertIn("key:%s GET /v1/sessions 200" % self.key_a.split("_")[1], log)
 
+
+class TlsAndRateTest(unittest.TestCase):
+    """A daemon with TLS on TCP and a request rate; no guest."""
+
+    def test_tls_and_requests_per_second(self):
+        tmp = tempfile.mkdtemp(prefix="airlockd-tls-")
+        cert, key = os.path.join(tmp, "cert.pem"), os.path.join(tmp, "key.pem")
+        subprocess.run(["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout", key,
+                        "-out", cert, "-days", "1", "-subj", "/CN=localhost", "-addext",
+                        "subjectAltName=IP:127.0.0.1"], check=True, stdout=subprocess.DEVNULL,
+                       stderr=subprocess.DEVNULL)
+        d = Daemon(tls_cert=cert, tls_key=key, requests_per_s=5)
+        try:
+            k = d.key("tls")
+            self.assertIn("listening on https", d.text())
+            ctx = ssl.create_default_context(cafile=cert)
+            c = Client("https://127.0.0.1:%d" % d.port, api_key=k, ssl_context=ctx)
+            self.assertEqual(c.health()["status"], "ok")
+            # Plain HTTP on the TLS port gets no answer an HTTP client could take.
+            self.assertEqual(status_of(raw(d.port, b"GET /v1/health HTTP/1.1\r\nHost: x\r\n\r\n")),
+                             0)
+            # A client that does not trust the certificate is refused by its own TLS.
+            with self.assertRaises(ssl.SSLError):
+                Client("https://127.0.0.1:%d" % d.port, api_key=k).sessions()
+            # 5 requests a second, bursts of 10: 30 at once are cut, with the limit named.
+            codes = []
+            for _ in range(30):
+                try:
+                    c.sessions()
+                    codes.append(200)
+                except APIError as e:
+                    codes.append((e.status, e.limit))
+            self.assertIn((429, "requests_per_s"), codes)
+            self.assertLessEqual(codes.count(200), 15)
+            self.assertGreaterEqual(codes.count(200), 8)
+            time.sleep(1.5)
+            self.assertEqual(c.sessions(), [])
+            # The unix socket's owner has a bucket of its own.
+            self.assertEqual(d.unix().sessions(), [])
+        finally:
+            self.assertEqual(d.stop(), 0)
+            shutil.rmtree(d.dir, ignore_errors=True)
+            shutil.rmtree(tmp, ignore_errors=True)
+
+    def test_config_errors_name_the_line(self):
+        tmp = tempfile.mkdtemp(prefix="airlockd-conf-")
+        try:
+            for text, want in [("# ok\nsockett = /x\n", ":2: unknown key 'sockett'"),
+                               ("max_sessions = lots\n", ":1: bad value for 'max_sessions'"),
+                               ("socket_mode = 777\n", ":1: bad value for 'socket_mode'"),
+                               ("tls_cert = /a.pem\n", "tls_cert and tls_key go together"),
+                               ("just words\n", ":1: expected 'key = value'")]:
+                conf = os.path.join(tmp, "c")
+                with open(conf, "w") as f:
+                    f.write(text)
+                r = subprocess.run([AIRLOCKD, "--config", conf], stderr=subprocess.PIPE,
+                                   timeout=30)
+                self.assertEqual(r.returncode, 1, text)
+                self.assertIn(want, r.stderr.decode(), text)
+        finally:
+            shutil.rmtree(tmp, ignore_errors=True)
 
 if __name__ == "__main__":
     altest.main()
