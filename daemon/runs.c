@@ -56,7 +56,7 @@ static pthread_mutex_t list_lock = PTHREAD_MUTEX_INITIALIZER;
 
 /* Runs not yet finished per session, and bytes of stdin given in the request itself (it must
  * fit the pipe so that starting a run never blocks). */
-#define ACTIVE_RUNS_MAX 4
+#define ACTIVE_RUNS_MAX 16
 #define STDIN_INLINE_MAX 65536
 
 static void strv_free(char **v)
@@ -97,8 +97,10 @@ void ad_run_put(struct ad_run *r)
 
 /* ---- the buffer ---- */
 
-/* Appends an event, waiting for room (see the top). -ECANCELED when the run is cancelled. */
-static int push(struct ad_run *r, const char *type, cJSON *data, bool wait)
+/* Appends an event, waiting for room (see the top). -ECANCELED when the run is cancelled. With
+ * result, the run's last event: the run is done in the same step (taking result), so that no
+ * reader sees the end before the run is counted as finished. */
+static int push_ex(struct ad_run *r, const char *type, cJSON *data, bool wait, cJSON *result)
 {
     char *json = cJSON_PrintUnformatted(data);
     if (!json)
@@ -141,9 +143,19 @@ static int push(struct ad_run *r, const char *type, cJSON *data, bool wait)
     r->tail = e;
     r->held += e->len;
     r->next_seq++;
+    if (result) {
+        r->result = result;
+        r->done = true;
+        r->running = false;
+    }
     pthread_cond_broadcast(&r->cv);
     pthread_mutex_unlock(&r->mu);
     return 0;
+}
+
+static int push(struct ad_run *r, const char *type, cJSON *data, bool wait)
+{
+    return push_ex(r, type, data, wait, NULL);
 }
 
 static int on_output(void *ctx, int stream, const uint8_t *data, size_t len)
@@ -243,12 +255,17 @@ static void *run_thread(void *arg)
         cJSON_AddBoolToObject(o, "interrupted", res.interrupted);
     }
     cJSON_AddStringToObject(o, "run", r->id);
-    push(r, type, o, false);
+    cJSON *result = cJSON_Duplicate(o, true);
+    cJSON_AddStringToObject(result, "type", type);
+    if (push_ex(r, type, o, false, result) < 0) { /* out of memory: end it all the same */
+        pthread_mutex_lock(&r->mu);
+        r->result = result;
+        r->done = true;
+        r->running = false;
+        pthread_mutex_unlock(&r->mu);
+    }
+    cJSON_Delete(o);
     pthread_mutex_lock(&r->mu);
-    cJSON_AddStringToObject(o, "type", type);
-    r->result = o;
-    r->done = true;
-    r->running = false;
     if (r->stdin_wr >= 0) {
         close(r->stdin_wr);
         r->stdin_wr = -1;

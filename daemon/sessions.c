@@ -155,12 +155,18 @@ static void *reap_loop(void *arg)
                 reap_one(s, "lifetime over");
                 break; /* the list changed; look again next round */
             }
+            s->refs++; /* kept while the lock is let go: a delete waits for it */
             pthread_mutex_unlock(&lock);
             bool busy = ad_runs_active(s);
             pthread_mutex_lock(&lock);
+            s->refs--;
+            pthread_cond_broadcast(&cond);
             if (s->gone)
-                break;
-            if (!busy && s->refs == 0 && s->idle_s && now - s->used_ms >= s->idle_s * 1000ull) {
+                break; /* being ended by a delete; the list changed */
+            /* now again: a request may have touched it while the lock was let go */
+            now = ad_now_ms();
+            if (!busy && s->refs == 0 && s->idle_s && now >= s->used_ms &&
+                now - s->used_ms >= s->idle_s * 1000ull) {
                 reap_one(s, "idle timeout");
                 break;
             }
