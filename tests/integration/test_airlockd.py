@@ -565,6 +565,33 @@ class AirlockdTest(unittest.TestCase):
         self.assertIn("key:%s GET /v1/sessions 200" % self.key_a.split("_")[1], log)
 
 
+class DiskBudgetTest(unittest.TestCase):
+    """The library's disk budget per session (config disk_budget_bytes) as the API's 507."""
+
+    def test_over_budget_is_507(self):
+        d = Daemon(disk_budget_bytes=16 << 20)
+        try:
+            sb = Sandbox(client=d.unix(), checkpoints=True)
+            self.assertEqual(sb.commands.run("echo ok").stdout, "ok\n")
+            codes = []
+            for _ in range(6):  # each checkpoint holds the guest's memory on the host's disk
+                try:
+                    sb.checkpoint()
+                    codes.append(201)
+                except APIError as e:
+                    codes.append((e.status, e.code))
+                    break
+            self.assertEqual(codes[-1], (507, "disk_budget"), codes)
+            time.sleep(1)  # the watcher pauses the VM once the budget is passed
+            r = sb.commands.run("echo no")
+            if r.error:  # paused: the run is refused with the same code
+                self.assertEqual(r.error["code"], "disk_budget", r.error)
+            sb.kill()
+            self.assertTrue(domain_gone(sb.id))
+        finally:
+            self.assertEqual(d.stop(), 0)
+            shutil.rmtree(d.dir, ignore_errors=True)
+
 class TlsAndRateTest(unittest.TestCase):
     """A daemon with TLS on TCP and a request rate; no guest."""
 
