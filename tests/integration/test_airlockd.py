@@ -592,6 +592,28 @@ class DiskBudgetTest(unittest.TestCase):
             self.assertEqual(d.stop(), 0)
             shutil.rmtree(d.dir, ignore_errors=True)
 
+class CrashTest(unittest.TestCase):
+    def test_killed_daemon_leaves_no_domain(self):
+        # SIGKILL: no cleanup runs; libvirt destroys the domains it started with AUTODESTROY
+        # when the daemon's connection goes, and the next session start's gc removes the files.
+        d = Daemon()
+        try:
+            sb = Sandbox(client=d.unix())
+            self.assertFalse(domain_gone(sb.id))
+            d.stop(signal.SIGKILL)
+            deadline = time.time() + 30
+            while time.time() < deadline and not domain_gone(sb.id):
+                time.sleep(0.5)
+            self.assertTrue(domain_gone(sb.id))
+            r = altest.run(["gc"])
+            self.assertEqual(r.returncode, 0, r.stderr)
+            self.assertFalse(os.path.exists(os.path.join(altest.state_sessions_dir(), sb.id)))
+            self.assertFalse(os.path.exists(os.path.join(altest.runtime_sessions_dir(), sb.id)))
+        finally:
+            if d.p.poll() is None:
+                d.stop(signal.SIGKILL)
+            shutil.rmtree(d.dir, ignore_errors=True)
+
 class TlsAndRateTest(unittest.TestCase):
     """A daemon with TLS on TCP and a request rate; no guest."""
 
