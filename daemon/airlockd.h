@@ -108,6 +108,7 @@ struct ad_session {
     unsigned memory_mib, vcpus;
     char transport[16];
     enum al_checkpoint_policy policy;
+    bool checkpoints; /* opened with checkpoints allowed */
     cJSON *labels;
     int64_t created; /* unix time */
     uint64_t created_ms, used_ms;

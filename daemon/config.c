@@ -180,6 +180,11 @@ int ad_config_load(struct ad_config *c, const char *path, char *why, size_t len)
             break;
     }
     fclose(f);
+    if (r == 0 && c->connection_timeout_s && c->heartbeat_s >= c->connection_timeout_s) {
+        /* an event stream with nothing to say would be cut as idle */
+        snprintf(why, len, "%s: heartbeat_s must be below connection_timeout_s", path);
+        r = -EINVAL;
+    }
     if (r == 0 && (!c->tls_cert[0]) != (!c->tls_key[0])) {
         snprintf(why, len, "%s: tls_cert and tls_key go together", path);
         r = -EINVAL;

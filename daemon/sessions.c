@@ -225,7 +225,11 @@ cJSON *ad_session_json(struct ad_session *s)
     cJSON_AddItemToObject(o, "labels", cJSON_Duplicate(s->labels, true));
     cJSON_AddNumberToObject(o, "created", (double)s->created);
     cJSON_AddNumberToObject(o, "idle_timeout_s", s->idle_s);
-    cJSON_AddNumberToObject(o, "expires", (double)wall_of(s->deadline_ms));
+    if (s->deadline_ms == UINT64_MAX)
+        cJSON_AddNullToObject(o, "expires");
+    else
+        cJSON_AddNumberToObject(o, "expires", (double)wall_of(s->deadline_ms));
+    cJSON_AddBoolToObject(o, "checkpoints", s->checkpoints);
     cJSON_AddBoolToObject(o, "kvm", al_session_kvm(s->s));
     cJSON_AddStringToObject(o, "languages", al_session_languages(s->s));
     return o;
@@ -397,6 +401,7 @@ int ad_session_create(const char *owner, const struct ad_limits *lim, const stru
     s->memory_mib = mem;
     s->vcpus = al_session_vcpus(as);
     s->policy = policy;
+    s->checkpoints = o.checkpoints;
     s->labels = c->labels ? cJSON_Duplicate(c->labels, true) : cJSON_CreateObject();
     s->created = time(NULL);
     s->created_ms = s->used_ms = ad_now_ms();

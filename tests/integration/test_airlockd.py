@@ -664,7 +664,9 @@ class TlsAndRateTest(unittest.TestCase):
                                ("max_sessions = lots\n", ":1: bad value for 'max_sessions'"),
                                ("socket_mode = 777\n", ":1: bad value for 'socket_mode'"),
                                ("tls_cert = /a.pem\n", "tls_cert and tls_key go together"),
-                               ("just words\n", ":1: expected 'key = value'")]:
+                               ("just words\n", ":1: expected 'key = value'"),
+                               ("heartbeat_s = 60\nconnection_timeout_s = 30\n",
+                                "heartbeat_s must be below connection_timeout_s")]:
                 conf = os.path.join(tmp, "c")
                 with open(conf, "w") as f:
                     f.write(text)
