@@ -325,6 +325,8 @@ int ad_session_create(const char *owner, const struct ad_limits *lim, const stru
         return r;
     }
     unsigned mem = c->memory_mib ? c->memory_mib : img.memory_mib ? img.memory_mib : 256;
+    enum al_transport img_transport = img.transport;
+    al_image_free(&img);
 
     struct slot *sl = calloc(1, sizeof(*sl));
     struct ad_session *s = calloc(1, sizeof(*s));
@@ -396,7 +398,7 @@ int ad_session_create(const char *owner, const struct ad_limits *lim, const stru
     snprintf(s->image, sizeof(s->image), "%s", image);
     snprintf(s->transport, sizeof(s->transport), "%s",
              transport == AL_TRANSPORT_IMAGE
-                 ? (img.transport == AL_TRANSPORT_SSH ? "ssh" : "virtio")
+                 ? (img_transport == AL_TRANSPORT_SSH ? "ssh" : "virtio")
                  : (transport == AL_TRANSPORT_SSH ? "ssh" : "virtio"));
     s->memory_mib = mem;
     s->vcpus = al_session_vcpus(as);

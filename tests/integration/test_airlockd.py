@@ -151,10 +151,10 @@ class AirlockdTest(unittest.TestCase):
         names = [s["id"] for s in cls.a.sessions()]
         rc = cls.d.stop()
         left = [n for n in names if not domain_gone(n)]
+        log = cls.d.text()[-3000:]
         shutil.rmtree(cls.d.dir, ignore_errors=True)
         if rc != 0 or left:
-            raise AssertionError("SIGTERM: exit %d, domains left %s\n%s" % (rc, left,
-                                                                            cls.d.text()[-3000:]))
+            raise AssertionError("SIGTERM: exit %d, domains left %s\n%s" % (rc, left, log))
 
     # ---- auth ----
 
@@ -639,14 +639,17 @@ class TlsAndRateTest(unittest.TestCase):
                 Client("https://127.0.0.1:%d" % d.port, api_key=k).sessions()
             # 5 requests a second, bursts of 10: 30 at once are cut, with the limit named.
             codes = []
+            t0 = time.time()
             for _ in range(30):
                 try:
                     c.sessions()
                     codes.append(200)
                 except APIError as e:
                     codes.append((e.status, e.limit))
+            took = time.time() - t0
             self.assertIn((429, "requests_per_s"), codes)
-            self.assertLessEqual(codes.count(200), 15)
+            # the burst, and what the rate refilled meanwhile (TLS handshakes take a while)
+            self.assertLessEqual(codes.count(200), 10 + 5 * took + 1, (took, codes))
             self.assertGreaterEqual(codes.count(200), 8)
             time.sleep(1.5)
             self.assertEqual(c.sessions(), [])
