@@ -83,15 +83,27 @@ struct ad_key {
     char name[64];
     int64_t created;
     bool revoked;
-    unsigned max_sessions;   /* 0: the config's */
-    unsigned max_memory_mib; /* 0: the config's */
+    struct ad_limits lim; /* this key's own; a 0 field: the config's */
 };
 
 int ad_keys_open(const char *path, char *why, size_t len);
 void ad_keys_close(void);
 /* Makes a key; secret (>= 80 bytes) gets the whole token, shown once. */
-int ad_keys_add(const char *name, unsigned max_sessions, unsigned max_memory_mib,
-                struct ad_key *out, char *secret, size_t len);
+int ad_keys_add(const char *name, const struct ad_limits *lim, struct ad_key *out, char *secret,
+                size_t len);
+/* The limits a key may carry: their names (as in the config and --max-... flags) and where
+ * each lives in struct ad_limits. */
+struct ad_limit_field {
+    const char *name;
+    size_t offset;
+    bool wide; /* uint64_t, else unsigned */
+};
+extern const struct ad_limit_field ad_limit_fields[];
+extern const size_t ad_nlimit_fields;
+uint64_t ad_limit_get(const struct ad_limits *l, const struct ad_limit_field *f);
+void ad_limit_set(struct ad_limits *l, const struct ad_limit_field *f, uint64_t v);
+/* Fields of over that are not 0 replace those of base. */
+void ad_limits_apply(struct ad_limits *base, const struct ad_limits *over);
 int ad_keys_list(void (*fn)(void *ctx, const struct ad_key *k), void *ctx);
 int ad_keys_revoke(const char *id);
 /* 0 and *out for a valid, unrevoked token; -EACCES otherwise. */

@@ -250,10 +250,7 @@ static enum MHD_Result authenticate(struct MHD_Connection *c, struct ad_req *q, 
         return ad_reply(c, q, 401, r);
     }
     snprintf(q->owner, sizeof(q->owner), "key:%s", k.id);
-    if (k.max_sessions)
-        q->lim.max_sessions = k.max_sessions;
-    if (k.max_memory_mib)
-        q->lim.max_memory_mib = k.max_memory_mib;
+    ad_limits_apply(&q->lim, &k.lim);
     *ok = true;
     return MHD_YES;
 }

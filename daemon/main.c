@@ -18,6 +18,9 @@ static void usage(FILE *f)
     fprintf(f, "usage: airlockd [--config FILE]                 serve (in the foreground)\n"
                "       airlockd [--config FILE] key add NAME [--max-sessions N] "
                "[--max-memory-mib M]\n"
+               "                [--max-lifetime-s S] [--max-idle-s S] [--max-exec-timeout-s S]\n"
+               "                [--max-upload-bytes B] [--disk-budget-bytes B] "
+               "[--requests-per-s N]\n"
                "       airlockd [--config FILE] key list\n"
                "       airlockd [--config FILE] key revoke ID\n"
                "       airlockd routes                          the API's routes\n"
@@ -68,8 +71,13 @@ static void print_key(void *ctx, const struct ad_key *k)
     time_t t = (time_t)k->created;
     struct tm tm;
     strftime(when, sizeof(when), "%Y-%m-%dT%H:%M:%SZ", gmtime_r(&t, &tm));
-    printf("%-14s %-20s %s %s max_sessions=%u max_memory_mib=%u\n", k->id, k->name, when,
-           k->revoked ? "revoked" : "active ", k->max_sessions, k->max_memory_mib);
+    printf("%-14s %-20s %s %s", k->id, k->name, when, k->revoked ? "revoked" : "active ");
+    for (size_t i = 0; i < ad_nlimit_fields; i++) {
+        uint64_t v = ad_limit_get(&k->lim, &ad_limit_fields[i]);
+        if (v)
+            printf(" %s=%llu", ad_limit_fields[i].name, (unsigned long long)v);
+    }
+    printf("\n");
 }
 
 static int cmd_key(int argc, char **argv)
@@ -82,21 +90,31 @@ static int cmd_key(int argc, char **argv)
         return 1;
     int rc = 0;
     if (!strcmp(argv[0], "add") && argc >= 2) {
-        unsigned ms = 0, mm = 0;
+        /* --max-sessions N, --requests-per-s N...: a limit's name with dashes */
+        struct ad_limits lim = {0};
         for (int i = 2; i < argc; i++) {
-            if (i + 1 < argc && !strcmp(argv[i], "--max-sessions"))
-                ms = (unsigned)strtoul(argv[++i], NULL, 10);
-            else if (i + 1 < argc && !strcmp(argv[i], "--max-memory-mib"))
-                mm = (unsigned)strtoul(argv[++i], NULL, 10);
-            else {
+            const struct ad_limit_field *f = NULL;
+            for (size_t j = 0; j < ad_nlimit_fields && !strncmp(argv[i], "--", 2); j++) {
+                char flag[64];
+                snprintf(flag, sizeof(flag), "%s", ad_limit_fields[j].name);
+                for (char *p = flag; *p; p++)
+                    *p = *p == '_' ? '-' : *p;
+                if (!strcmp(argv[i] + 2, flag))
+                    f = &ad_limit_fields[j];
+            }
+            char *end = NULL;
+            unsigned long long v = f && i + 1 < argc ? strtoull(argv[i + 1], &end, 10) : 0;
+            if (!f || !end || *end || end == argv[i + 1] || argv[i + 1][0] == '-') {
                 usage(stderr);
                 ad_keys_close();
                 return 2;
             }
+            ad_limit_set(&lim, f, v);
+            i++;
         }
         struct ad_key k;
         char secret[128];
-        if (ad_keys_add(argv[1], ms, mm, &k, secret, sizeof(secret)) < 0) {
+        if (ad_keys_add(argv[1], &lim, &k, secret, sizeof(secret)) < 0) {
             fprintf(stderr, "airlockd: cannot add key '%s'\n", argv[1]);
             rc = 1;
         } else {

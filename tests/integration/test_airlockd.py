@@ -467,8 +467,22 @@ class AirlockdTest(unittest.TestCase):
     # ---- sessions ----
 
     def test_quota_checkpoints_and_delete(self):
-        k = self.d.key("small", "--max-sessions", "1", "--max-memory-mib", "512")
+        k = self.d.key("small", "--max-sessions", "1", "--max-memory-mib", "512",
+                       "--max-lifetime-s", "600", "--max-exec-timeout-s", "30")
         c = self.d.tcp(k)
+        listing = subprocess.run([AIRLOCKD, "--config", self.d.conf, "key", "list"],
+                                 stdout=subprocess.PIPE, check=True).stdout.decode()
+        line = [l for l in listing.splitlines() if " small " in l][0]
+        for want in ["max_sessions=1", "max_memory_mib=512", "max_lifetime_s=600",
+                     "max_exec_timeout_s=30"]:
+            self.assertIn(want, line)
+        bad = subprocess.run([AIRLOCKD, "--config", self.d.conf, "key", "add", "x",
+                              "--max-nothing", "1"], stderr=subprocess.DEVNULL)
+        self.assertEqual(bad.returncode, 2)
+        # The key's own limits, before anything boots.
+        with self.assertRaises(APIError) as e:
+            Sandbox(client=c, lifetime_s=601)
+        self.assertEqual((e.exception.status, e.exception.limit), (429, "max_lifetime_s"))
         with self.assertRaises(APIError) as e:
             Sandbox(client=c, memory_mib=1024)
         self.assertEqual((e.exception.status, e.exception.limit), (429, "max_memory_mib"))
@@ -477,6 +491,9 @@ class AirlockdTest(unittest.TestCase):
             Sandbox(client=c)
         self.assertEqual((e.exception.status, e.exception.limit), (429, "max_sessions"))
         self.assertEqual(len(c.sessions()), 1)
+        with self.assertRaises(APIError) as e:
+            sb.commands.run("true", timeout=31)
+        self.assertEqual((e.exception.status, e.exception.limit), (429, "max_exec_timeout_s"))
         # checkpoints
         sb.files.write("/tmp/state", "before")
         cp = sb.checkpoint("one")
