@@ -315,6 +315,11 @@ class AirlockdTest(unittest.TestCase):
         self.assertEqual(r.stdout, "y /tmp\n")
         r = self.sb.commands.run("cat", stdin="from stdin")
         self.assertEqual(r.stdout, "from stdin")
+        seen = []
+        ex = self.sb.run_code("echo $((40 + 2)); echo oops >&2", language="sh",
+                              on_stdout=seen.append)
+        self.assertEqual((ex.stdout, ex.stderr, ex.exit_code), ("42\n", "oops\n", 0))
+        self.assertEqual("".join(seen), "42\n")
         r = self.sb.commands.run(["/no/such/program"])
         self.assertIsNotNone(r.error)
         self.assertEqual(r.error["code"], "not_found")
@@ -608,6 +613,33 @@ class DiskBudgetTest(unittest.TestCase):
         finally:
             self.assertEqual(d.stop(), 0)
             shutil.rmtree(d.dir, ignore_errors=True)
+
+class DebianTest(unittest.TestCase):
+    """Needs the debian image (registered only when it is built)."""
+
+    def test_kernels_and_checkpoint_policy(self):
+        d = Daemon()
+        try:
+            with Sandbox(image="debian", client=d.unix(), checkpoint_policy="auto") as sb:
+                self.assertIn("kernel:python", sb.info["languages"].split())
+                a = sb.run_code("x = 41", language="python")
+                b = sb.run_code("print(x + 1)", language="python")
+                self.assertEqual((a.exit_code, b.stdout, b.exit_code), (0, "42\n", 0))
+                c = sb.run_code("console.log([1, 2].map(v => v * 2).join())",
+                                language="javascript")
+                self.assertEqual(c.stdout, "2,4\n")
+                # auto: a checkpoint before each run that may change something, not before
+                # print(x + 1); rolling back to the first undoes x.
+                cps = sb.checkpoints()
+                self.assertGreaterEqual(len(cps), 1)
+                sb.rollback(cps[0]["id"])
+                e = sb.run_code("print(x)", language="python")
+                self.assertIn("NameError", e.stderr + e.stdout)
+            self.assertTrue(domain_gone(sb.id))
+        finally:
+            self.assertEqual(d.stop(), 0)
+            shutil.rmtree(d.dir, ignore_errors=True)
+
 
 class CrashTest(unittest.TestCase):
     def test_killed_daemon_leaves_no_domain(self):
