@@ -70,6 +70,8 @@ class Daemon:
                 raise RuntimeError("airlockd exited: " + text)
             time.sleep(0.05)
         else:
+            self.p.kill()
+            self.p.wait()
             raise RuntimeError("airlockd did not get ready: " + self.text())
 
     def key(self, name, *args):
