@@ -8,6 +8,8 @@ PACKAGES=(
   gcc meson ninja-build pkg-config
   # host libraries
   libvirt-dev libcurl4-openssl-dev libcjson-dev libssh2-1-dev libarchive-dev libedit-dev libyaml-dev
+  # airlockd: its HTTP server (with GnuTLS) and its key store
+  libmicrohttpd-dev libsqlite3-dev
   # hypervisor
   libvirt-daemon-system libvirt-daemon-driver-qemu libvirt-clients qemu-system-x86 qemu-utils
   # the tiny image
@@ -26,6 +28,8 @@ PACKAGES=(
   clang libclang-rt-14-dev python3 clang-format
   # tests of the agent's language kernels on this machine (python with matplotlib, bash, node)
   python3-matplotlib bash nodejs
+  # the check of docs/openapi.yaml against airlockd's routes
+  python3-yaml
   # man pages (scdoc) and the docs tests that render them (man, groff); bash completion's
   # directory (its pkg-config file)
   scdoc man-db groff-base bash-completion

@@ -581,6 +581,13 @@ out:
 
 int cmd_exec(struct cli_globals *g, int argc, char **argv)
 {
+    /* In a session of airlockd (--session ID), or in a fresh one of it (--server). */
+    for (int i = 1; i < argc && strcmp(argv[i], "--"); i++)
+        if (!strcmp(argv[i], "--session") || !strncmp(argv[i], "--session=", 10))
+            return cli_remote_exec(g, argc, argv);
+    if (cli_remote_wanted(g))
+        return cli_remote_exec(g, argc, argv);
+
     struct exec_args a = {
         .so = {.image = NULL, .connect_uri = g->connect_uri, .quiet = g->quiet},
         .eo = {.stdin_fd = 0, .stdout_fd = 1, .stderr_fd = 2},

@@ -264,6 +264,29 @@ int al_file_get(al_session *s, const char *guest_path, const char *host_path, al
 int al_file_get_max(al_session *s, const char *guest_path, const char *host_path,
                     uint64_t max_bytes, al_error *err);
 
+/* A guest path's metadata, as the guest reports it (hostile: bounded and checked, for display
+ * and decisions in the guest only; never used as a host path). */
+typedef struct al_file_info {
+    char name[256]; /* the last component ("/" for the root) */
+    int type;       /* enum al_entry_type */
+    uint64_t size;
+    unsigned mode; /* permission bits, 07777 at most */
+    int64_t mtime; /* unix time */
+} al_file_info;
+/* Entries al_file_list reports at most (more: -E2BIG). */
+#define AL_FILE_LIST_MAX 10000
+
+/* These run a small command in the guest (under the session's lock, like al_exec). Paths are
+ * absolute. -ENOENT when the path does not exist, -ENOTDIR when a listed path is not a
+ * directory, -EEXIST for mkdir of something there, -ENOTEMPTY for removing a directory that
+ * holds something without recursive. */
+int al_file_stat(al_session *s, const char *guest_path, al_file_info *out, al_error *err);
+/* Calls fn for each entry of the directory (not . and ..), unordered. Returns how many. */
+int al_file_list(al_session *s, const char *guest_dir,
+                 void (*fn)(void *ctx, const al_file_info *st), void *ctx, al_error *err);
+int al_file_remove(al_session *s, const char *guest_path, bool recursive, al_error *err);
+int al_file_mkdir(al_session *s, const char *guest_path, bool parents, al_error *err);
+
 /* ---- the user's directory in and out of /workspace ---- */
 
 /* Bound on the file data of a workdir either way, unless the caller sets another: checked before

@@ -3,7 +3,7 @@
 # The flag lists are checked against the CLI's option tables by the docs suite
 # (tests/docs/test-completion.py): a flag added or dropped there fails it until added here.
 
-_airlock_global_flags='--connect --debug --quiet --help --version'
+_airlock_global_flags='--connect --debug --quiet --help --version --server --server-key'
 _airlock_exec_flags='--image --transport --net --net-limit --lang --code --kernel --input-wait --env --cwd --timeout
  --output-limit --put --get --get-limit --memory --cpus --lifetime --boot-timeout --disk-budget
  --connect --debug --workdir --sync-back --sync-back-git --sync-back-exec --workdir-limit
@@ -18,7 +18,8 @@ _airlock_chat_flags="$_airlock_chat_common --resume"
 _airlock_run_flags="$_airlock_chat_common --json"
 _airlock_import_flags='--name --user --memory --force --help'
 _airlock_warm_flags='--memory --cpus --help'
-_airlock_commands='chat run conversations exec image doctor gc ps cp help'
+_airlock_commands='chat run conversations exec image doctor gc ps cp session rm help'
+_airlock_session_start_flags='--image --memory --cpus --idle-timeout --lifetime --checkpoints'
 
 # The first column of a listing, without its header line, up to its first blank line (image ls
 # lists the warm templates after one).
@@ -61,7 +62,8 @@ _airlock_value()
         --retries | --request-timeout | --max-turns | --max-output | --token-budget | \
         --run-timeout | --system-message | --instructions | -m | --memory | --cpus | \
         --disk-budget | --workdir-limit | --code | --input-wait | -e | --env | -t | --timeout | \
-        --output-limit | --get-limit | --lifetime | --boot-timeout | --linger | --name | --user) ;;
+        --output-limit | --get-limit | --lifetime | --boot-timeout | --linger | --name | --user | \
+        --server | --server-key | --session | --idle-timeout) ;;
     *) return 1 ;;
     esac
     return 0
@@ -77,8 +79,8 @@ _airlock()
     for ((i = 1; i < COMP_CWORD; i++)); do
         w=${COMP_WORDS[i]}
         case $w in
-        -c | --connect) ((i++)) ;;
-        -d | --debug | -q | --quiet | --connect=*) ;;
+        -c | --connect | --server | --server-key) ((i++)) ;;
+        -d | --debug | -q | --quiet | --connect=* | --server=* | --server-key=*) ;;
         -*) cmd=chat cmdi=$((i - 1)) && break ;;
         *) cmd=$w cmdi=$i && break ;;
         esac
@@ -108,6 +110,12 @@ _airlock()
     chat) _airlock_words "$_airlock_chat_flags" "$cur" ;;
     run) [[ $cur == -* ]] && _airlock_words "$_airlock_run_flags" "$cur" ;;
     exec) [[ $cur == -* ]] && _airlock_words "$_airlock_exec_flags" "$cur" ;;
+    session)
+        case ${args[0]:-} in
+        '') _airlock_words 'start ls stop extend' "$cur" ;;
+        start) [[ $cur == -* ]] && _airlock_words "$_airlock_session_start_flags" "$cur" ;;
+        esac
+        ;;
     image)
         case ${args[0]:-} in
         '') [[ $cur == -* ]] && _airlock_words '--help' "$cur" ||
