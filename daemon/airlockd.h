@@ -70,6 +70,10 @@ struct ad_config {
     unsigned connection_timeout_s;
     uint64_t max_body_bytes; /* a JSON request body */
     unsigned max_connections;
+    /* The warm pool (sessions.c): pool_size sessions of pool_image restored ahead of demand;
+     * 0: none. */
+    char pool_image[64];                             /* "": the default image */
+    unsigned pool_size, pool_memory_mib, pool_vcpus; /* 0 memory, vCPUs: the image's */
 };
 
 void ad_config_defaults(struct ad_config *c);
@@ -121,6 +125,7 @@ struct ad_session {
     char transport[16];
     enum al_checkpoint_policy policy;
     bool checkpoints; /* opened with checkpoints allowed */
+    bool pooled;      /* handed out by the warm pool (never returned to it) */
     cJSON *labels;
     int64_t created; /* unix time */
     uint64_t created_ms, used_ms;
@@ -139,6 +144,8 @@ struct ad_session {
 int ad_sessions_init(const struct ad_config *c);
 /* Ends every session (shutdown): runs cancelled, VMs destroyed. */
 void ad_sessions_shutdown(void);
+/* The warm pool's shape and how many sessions it holds ready now; NULL when there is none. */
+cJSON *ad_pool_json(void);
 /* A referenced session of owner, or NULL (404: another owner's look the same as none). */
 struct ad_session *ad_session_get(const char *owner, const char *id);
 void ad_session_put(struct ad_session *s);

@@ -131,6 +131,17 @@ static int set(struct ad_config *c, const char *k, char *v)
         return parse_u64(v, 64u << 20, &c->max_body_bytes);
     if (!strcmp(k, "max_connections"))
         return parse_uint(v, &c->max_connections);
+    if (!strcmp(k, "pool_image"))
+        return copy(c->pool_image, sizeof(c->pool_image), v);
+    if (!strcmp(k, "pool_size")) {
+        if ((r = parse_u64(v, AL_POOL_SIZE_MAX, &x)) == 0)
+            c->pool_size = (unsigned)x;
+        return r;
+    }
+    if (!strcmp(k, "pool_memory_mib"))
+        return parse_uint(v, &c->pool_memory_mib);
+    if (!strcmp(k, "pool_vcpus"))
+        return parse_uint(v, &c->pool_vcpus);
     return -ENOENT;
 }
 

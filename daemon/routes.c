@@ -64,6 +64,8 @@ static enum MHD_Result health(struct MHD_Connection *c, struct ad_req *q)
     cJSON *o = cJSON_CreateObject();
     cJSON_AddStringToObject(o, "status", "ok");
     cJSON_AddStringToObject(o, "version", AIRLOCK_VERSION);
+    cJSON *pool = ad_pool_json();
+    cJSON_AddItemToObject(o, "pool", pool ? pool : cJSON_CreateNull());
     return ad_reply_json(c, q, 200, o);
 }
 
