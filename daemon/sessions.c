@@ -124,8 +124,11 @@ static void *reap_loop(void *arg);
 int ad_sessions_init(const struct ad_config *c)
 {
     pool_start(c);
-    if (pthread_create(&reaper, NULL, reap_loop, NULL))
+    if (pthread_create(&reaper, NULL, reap_loop, NULL)) {
+        al_pool_destroy(pool);
+        pool = NULL;
         return -EAGAIN;
+    }
     reaper_started = true;
     return 0;
 }

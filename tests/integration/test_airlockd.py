@@ -648,6 +648,90 @@ class DebianTest(unittest.TestCase):
             shutil.rmtree(d.dir, ignore_errors=True)
 
 
+class PoolTest(unittest.TestCase):
+    """The warm pool (pool_image, pool_size) on the debian image. The daemon builds the template
+    itself (in a state dir of the test's own, so no other suite restores from it), then keeps two
+    sessions ready; a create of the pool's shape gets one, any other boots as before."""
+
+    def test_pool_hands_out_distinct_warm_sessions_and_refills(self):
+        state = tempfile.mkdtemp(prefix="airlockd-pool-test-", dir="/var/tmp")
+        os.chmod(state, 0o755)  # QEMU's user reaches the templates and session disks
+        saved = os.environ.get("AIRLOCK_STATE_DIR")
+        os.environ["AIRLOCK_STATE_DIR"] = state
+        try:
+            d = Daemon(pool_image="debian", pool_size=2)
+        finally:
+            if saved is None:
+                os.environ.pop("AIRLOCK_STATE_DIR")
+            else:
+                os.environ["AIRLOCK_STATE_DIR"] = saved
+        c = d.unix()
+        stopped = False
+        try:
+            pool = c.health()["pool"]
+            self.assertEqual((pool["image"], pool["memory_mib"], pool["size"]), ("debian", 512, 2))
+
+            def wait_ready(n, timeout=900):
+                deadline = time.time() + timeout
+                while time.time() < deadline:
+                    if c.health()["pool"]["ready"] >= n:
+                        return
+                    time.sleep(0.5)
+                self.fail("the pool never held %d ready: %s\n%s" % (n, c.health(),
+                                                                    d.text()[-3000:]))
+
+            wait_ready(2)  # the template built in the background, then two restores
+            a = Sandbox(image="debian", client=c)
+            b = Sandbox(client=c, image="debian")
+            self.assertEqual((a.info["pooled"], a.info["warm"]), (True, True), a.info)
+            self.assertEqual((b.info["pooled"], b.info["warm"]), (True, True), b.info)
+            self.assertNotEqual(a.id, b.id)
+            ra = a.commands.run("cat /proc/sys/kernel/random/boot_id; hostname")
+            rb = b.commands.run("cat /proc/sys/kernel/random/boot_id; hostname")
+            self.assertEqual((ra.exit_code, rb.exit_code), (0, 0), (ra.stderr, rb.stderr))
+            ida, hosta = ra.stdout.split()
+            idb, hostb = rb.stdout.split()
+            self.assertNotEqual(ida, idb, "two pooled sessions share a boot id")
+            self.assertNotEqual(hosta, hostb, "two pooled sessions share a hostname")
+            # The python kernel warmed in the template answers too.
+            self.assertEqual(a.run_code("print(6 * 7)").stdout, "42\n")
+            # Another shape never comes from the pool; it boots (or restores) as before.
+            cold = Sandbox(image="debian", memory_mib=384, client=c)
+            self.assertFalse(cold.info["pooled"], cold.info)
+            self.assertEqual(cold.commands.run("echo ok").stdout, "ok\n")
+            cold.kill()
+            # Handed-out sessions are the caller's: killing one does not return it; the pool
+            # refills with new sessions on its own.
+            a.kill()
+            self.assertTrue(domain_gone(a.id))
+            wait_ready(2, timeout=300)
+            c2 = Sandbox(image="debian", client=c)
+            self.assertTrue(c2.info["pooled"], c2.info)
+            self.assertNotIn(c2.id, (a.id, b.id))
+            self.assertEqual(c2.commands.run("echo ok").stdout, "ok\n")
+            wait_ready(2, timeout=300)
+            # SIGTERM: the sessions handed out and the two still ready all go, domains and
+            # session files (the state dir is this test's: every session in it is ours); only
+            # the template stays.
+            sdir = os.path.join(state, "sessions")
+            ours = [n for n in os.listdir(sdir) if n.startswith("airlock-")]
+            self.assertEqual(len(ours), 4, ours)  # b, c2 and two ready
+            self.assertIn(b.id, ours)
+            rc = d.stop()
+            stopped = True
+            self.assertEqual(rc, 0, d.text()[-3000:])
+            left = set(ours) & altest.virsh_names()
+            self.assertEqual(left, set(), "domains left after SIGTERM")
+            self.assertEqual([n for n in os.listdir(sdir) if n.startswith("airlock-")], [],
+                             "session files left after SIGTERM")
+            self.assertTrue(os.listdir(os.path.join(state, "templates")), "no template built")
+        finally:
+            if not stopped:
+                d.stop()
+            shutil.rmtree(d.dir, ignore_errors=True)
+            shutil.rmtree(state, ignore_errors=True)
+
+
 class CrashTest(unittest.TestCase):
     def test_killed_daemon_leaves_no_domain(self):
         # SIGKILL: no cleanup runs; libvirt destroys the domains it started with AUTODESTROY
