@@ -806,6 +806,7 @@ class TlsAndRateTest(unittest.TestCase):
             for text, want in [("# ok\nsockett = /x\n", ":2: unknown key 'sockett'"),
                                ("max_sessions = lots\n", ":1: bad value for 'max_sessions'"),
                                ("socket_mode = 777\n", ":1: bad value for 'socket_mode'"),
+                               ("pool_size = 65\n", ":1: bad value for 'pool_size'"),
                                ("tls_cert = /a.pem\n", "tls_cert and tls_key go together"),
                                ("just words\n", ":1: expected 'key = value'"),
                                ("heartbeat_s = 60\nconnection_timeout_s = 30\n",
