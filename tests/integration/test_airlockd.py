@@ -695,6 +695,14 @@ class PoolTest(unittest.TestCase):
             self.assertNotEqual(hosta, hostb, "two pooled sessions share a hostname")
             # The python kernel warmed in the template answers too.
             self.assertEqual(a.run_code("print(6 * 7)").stdout, "42\n")
+            # A pooled session was opened without the daemon's signal pipe: it got it at the
+            # hand-out, so a run's signal reaches the guest.
+            run = b.commands.start(["sleep", "100"])
+            time.sleep(1.5)
+            run.signal("INT")
+            res = run.wait(timeout=60)["result"]
+            self.assertTrue(res["interrupted"], res)
+            self.assertEqual((res["how"], res["value"]), ("signaled", signal.SIGINT))
             # Another shape never comes from the pool; it boots (or restores) as before.
             cold = Sandbox(image="debian", memory_mib=384, client=c)
             self.assertFalse(cold.info["pooled"], cold.info)
