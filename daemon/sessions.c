@@ -95,7 +95,9 @@ static void finish(struct ad_session *s, unsigned own)
         pthread_cond_wait(&cond, &lock);
     pthread_mutex_unlock(&lock);
     uint64_t t0 = ad_now_ms();
+    ad_metrics_closing();
     al_session_close(s->s);
+    ad_metrics_closed(ad_now_ms() - t0);
     ad_log("session %s of %s ended (%llums to close)", s->id, s->owner,
            (unsigned long long)(ad_now_ms() - t0));
     ad_runs_free(s);
@@ -367,8 +369,12 @@ int ad_session_create(const char *owner, const struct ad_limits *lim, const stru
         .disk_budget_bytes = lim->disk_budget_bytes,
     };
     uint64_t t0 = ad_now_ms();
+    ad_metrics_booting(1);
     al_session *as = pool_take ? pool_take(image, &o) : NULL;
+    bool restored = as != NULL;
     r = as ? 0 : al_session_open(&o, &as, &err);
+    ad_metrics_booting(-1);
+    ad_metrics_boot(r == 0, restored, ad_now_ms() - t0);
     pthread_mutex_lock(&lock);
     if (r < 0 || stopping) {
         for (struct slot **p = &slots; *p; p = &(*p)->next)
@@ -382,7 +388,9 @@ int ad_session_create(const char *owner, const struct ad_limits *lim, const stru
             if (f->status == 500)
                 ad_failf(f, 503, "boot_failed", "%s", err.msg);
         } else {
+            ad_metrics_closing();
             al_session_close(as);
+            ad_metrics_closed(ad_now_ms() - t0);
             ad_failf(f, 503, "stopping", "the daemon is stopping");
             r = -ESHUTDOWN;
         }

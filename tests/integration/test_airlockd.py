@@ -7,6 +7,7 @@ import hashlib
 import json
 import os
 import random
+import re
 import shutil
 import signal
 import socket
@@ -585,6 +586,179 @@ class AirlockdTest(unittest.TestCase):
         self.assertNotIn(self.key_a, log)
         self.assertNotIn(self.key_a.split("_")[2], log)
         self.assertIn("key:%s GET /v1/sessions 200" % self.key_a.split("_")[1], log)
+
+
+
+# ---- /metrics: the Prometheus text format, checked by a strict parser of its rules ----
+
+METRIC_NAME = re.compile(r"[a-zA-Z_:][a-zA-Z0-9_:]*\Z")
+LABEL = re.compile(r'([a-zA-Z_][a-zA-Z0-9_]*)="((?:[^"\\\n]|\\[\\"n])*)"')
+
+
+def parse_prometheus(text):
+    """{(name, frozenset(labels)): value} from a text exposition (format 0.0.4), raising
+    ValueError at the first line that breaks its rules: HELP/TYPE before a family's samples and
+    once each, known types, well-formed names, labels and values, the histogram's buckets
+    cumulative and ending in +Inf equal to _count, no sample twice."""
+    if not text.endswith("\n"):
+        raise ValueError("the text does not end in a newline")
+    types, helps, samples, seen_families = {}, set(), {}, []
+    for no, line in enumerate(text.split("\n")[:-1], 1):
+        if not line:
+            continue
+        if line.startswith("#"):
+            parts = line.split(" ", 3)
+            if len(parts) >= 3 and parts[1] in ("HELP", "TYPE"):
+                name = parts[2]
+                if not METRIC_NAME.match(name):
+                    raise ValueError("%d: bad name %r" % (no, name))
+                if parts[1] == "TYPE":
+                    if name in types or len(parts) != 4 or parts[3] not in (
+                            "counter", "gauge", "histogram", "summary", "untyped"):
+                        raise ValueError("%d: bad or repeated TYPE" % no)
+                    if any(f == name for f in seen_families):
+                        raise ValueError("%d: TYPE after samples of %s" % (no, name))
+                    types[name] = parts[3]
+                else:
+                    if name in helps:
+                        raise ValueError("%d: HELP twice" % no)
+                    helps.add(name)
+            continue
+        if "{" in line:
+            name, rest = line.split("{", 1)
+            body, _, value = rest.rpartition("} ")
+            labels, pos = {}, 0
+            while pos < len(body):
+                m = LABEL.match(body, pos)
+                if not m or m.group(1) in labels:
+                    raise ValueError("%d: bad labels %r" % (no, body))
+                labels[m.group(1)] = m.group(2)
+                pos = m.end()
+                if pos < len(body):
+                    if body[pos] != ",":
+                        raise ValueError("%d: bad labels %r" % (no, body))
+                    pos += 1
+        else:
+            name, _, value = line.partition(" ")
+            labels = {}
+        if not METRIC_NAME.match(name):
+            raise ValueError("%d: bad name %r" % (no, name))
+        v = float(value)  # ValueError for anything that is not a number
+        family = name
+        for suffix in ("_bucket", "_sum", "_count"):
+            if name.endswith(suffix) and types.get(name[:-len(suffix)]) == "histogram":
+                family = name[:-len(suffix)]
+        if family not in types:
+            raise ValueError("%d: sample of %s without a TYPE" % (no, family))
+        if types[family] == "counter" and v < 0:
+            raise ValueError("%d: negative counter" % no)
+        key = (name, frozenset(labels.items()))
+        if key in samples:
+            raise ValueError("%d: sample twice" % no)
+        samples[key] = v
+        seen_families.append(family)
+    # histograms: per label set, buckets cumulative, +Inf == _count
+    for fam, t in types.items():
+        if t != "histogram":
+            continue
+        groups = {}
+        for (name, labels), v in samples.items():
+            if name == fam + "_bucket":
+                rest = frozenset(kv for kv in labels if kv[0] != "le")
+                le = dict(labels)["le"]
+                groups.setdefault(rest, []).append((float(le), v))
+        for rest, buckets in groups.items():
+            buckets.sort()
+            if buckets[-1][0] != float("inf"):
+                raise ValueError("%s: no +Inf bucket" % fam)
+            if any(b[1] > c[1] for b, c in zip(buckets, buckets[1:])):
+                raise ValueError("%s: buckets not cumulative" % fam)
+            if samples.get((fam + "_count", rest)) != buckets[-1][1]:
+                raise ValueError("%s: +Inf bucket is not _count" % fam)
+            if (fam + "_sum", rest) not in samples:
+                raise ValueError("%s: no _sum" % fam)
+    return samples
+
+
+def metric(samples, name, **labels):
+    return samples.get((name, frozenset(labels.items())), 0.0)
+
+
+class MetricsTest(unittest.TestCase):
+    def scrape(self, client):
+        c, r = client.open("GET", "/metrics")
+        try:
+            data = r.read()
+        finally:
+            c.close()
+        self.assertEqual(r.status, 200, data[:300])
+        self.assertTrue(r.getheader("Content-Type").startswith("text/plain; version=0.0.4"))
+        return parse_prometheus(data.decode())
+
+    def test_metrics_move_after_a_session_and_runs(self):
+        d = Daemon()
+        try:
+            key = d.key("metrics")
+            # Same access rule as the API: TCP needs a key, the unix socket its peer rule.
+            with self.assertRaises(APIError) as e:
+                d.tcp().request("GET", "/metrics")
+            self.assertEqual(e.exception.status, 401)
+            before = self.scrape(d.tcp(key))
+            u = d.unix()
+            with self.assertRaises(APIError):
+                u.request("GET", "/v1/sessions/nope")
+            sb = Sandbox(client=u)
+            mid = self.scrape(u)
+            self.assertEqual(metric(mid, "airlockd_sessions", state="ready"), 1)
+            self.assertEqual(sb.commands.run("echo hi").stdout, "hi\n")
+            self.assertEqual(sb.run_code("echo $((1+1))", language="sh").stdout, "2\n")
+            r = sb.commands.run(["/no/such/program"])
+            self.assertIsNotNone(r.error)
+            sb.kill()
+            after = self.scrape(u)
+        finally:
+            d.stop()
+            shutil.rmtree(d.dir, ignore_errors=True)
+
+        def moved(name, by, **labels):
+            self.assertEqual(metric(after, name, **labels) - metric(before, name, **labels), by,
+                             "%s%s" % (name, labels))
+
+        moved("airlockd_session_boots_total", 1)
+        moved("airlockd_session_boot_seconds_count", 1)
+        self.assertGreater(metric(after, "airlockd_session_boot_seconds_sum"), 0)
+        moved("airlockd_sessions_closed_total", 1)
+        moved("airlockd_runs_total", 2, kind="command")
+        moved("airlockd_runs_total", 1, kind="code")
+        moved("airlockd_run_seconds_count", 3)
+        moved("airlockd_failures_total", 1, kind="run")
+        moved("airlockd_failures_total", 1, kind="api", code="not_found")
+        # the 401 came before the first scrape
+        self.assertEqual(metric(after, "airlockd_failures_total", kind="api", code="unauthorized"),
+                         1)
+        self.assertEqual(metric(after, "airlockd_sessions", state="ready"), 0)
+        self.assertEqual(metric(after, "airlockd_sessions", state="booting"), 0)
+        self.assertEqual(metric(after, "airlockd_runs_active"), 0)
+        self.assertEqual(metric(after, "airlockd_session_restores_total"), 0)  # no pool yet
+        moved("airlockd_requests_total", 1, method="POST", route="/v1/sessions", code="2xx")
+        moved("airlockd_requests_total", 1, method="DELETE", route="/v1/sessions/{id}",
+              code="2xx")
+        moved("airlockd_request_seconds_count", 1, method="POST", route="/v1/sessions")
+        # the scrapes themselves: `before` was answered before `after` counted it
+        self.assertGreaterEqual(metric(after, "airlockd_requests_total", method="GET",
+                                       route="/metrics", code="2xx"), 2)
+        self.assertGreaterEqual(metric(after, "airlockd_requests_total", method="GET",
+                                       route="/v1/sessions/{id}", code="4xx"), 1)
+
+    def test_parser_is_strict(self):
+        good = "# TYPE a counter\na 1\n"
+        self.assertEqual(parse_prometheus(good), {("a", frozenset()): 1.0})
+        for bad in ["a 1\n", "# TYPE a counter\na one\n", "# TYPE a counter\na{x=1} 1\n",
+                    "# TYPE a counter\na 1", "# TYPE a counter\na 1\na 1\n",
+                    "# TYPE h histogram\nh_bucket{le=\"1\"} 2\nh_bucket{le=\"+Inf\"} 1\n"
+                    "h_sum 1\nh_count 1\n"]:
+            with self.assertRaises(ValueError, msg=bad):
+                parse_prometheus(bad)
 
 
 class DiskBudgetTest(unittest.TestCase):
