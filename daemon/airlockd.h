@@ -274,7 +274,7 @@ void ad_metrics_request(const struct ad_route *route, unsigned status, uint64_t 
 /* An error reply with this JSON error code. */
 void ad_metrics_error(const char *code);
 void ad_metrics_booting(int delta);
-/* A session open ended: ok, and whether it came from the pool (a restore) or a boot. */
+/* A session open ended: ok, and whether it was restored (a warm start) or booted cold. */
 void ad_metrics_boot(bool ok, bool restored, uint64_t ms);
 void ad_metrics_closing(void);
 void ad_metrics_closed(uint64_t ms);

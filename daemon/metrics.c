@@ -216,15 +216,15 @@ char *ad_metrics_text(size_t *len)
     if (pool_depth)
         pool_depth(pool_ctx, pool_line, &o);
 
-    head(&o, "airlockd_session_boots_total", "counter", "Sessions booted from an image.");
+    head(&o, "airlockd_session_boots_total", "counter", "Sessions booted cold from an image.");
     put(&o, "airlockd_session_boots_total %llu\n", (unsigned long long)GET(&boots));
     head(&o, "airlockd_session_boot_seconds", "histogram", "Time to boot a session.");
     hist_lines(&o, "airlockd_session_boot_seconds", "", &boot_hist);
     head(&o, "airlockd_session_restores_total", "counter",
-         "Sessions taken from the warm pool (restored) instead of booted.");
+         "Sessions restored from a warm-start template (or taken from the pool) instead.");
     put(&o, "airlockd_session_restores_total %llu\n", (unsigned long long)GET(&restores));
     head(&o, "airlockd_session_restore_seconds", "histogram",
-         "Time to take a session from the pool.");
+         "Time to get a restored session (request to ready).");
     hist_lines(&o, "airlockd_session_restore_seconds", "", &restore_hist);
     head(&o, "airlockd_sessions_closed_total", "counter", "Sessions ended.");
     put(&o, "airlockd_sessions_closed_total %llu\n", (unsigned long long)GET(&closes));

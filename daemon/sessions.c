@@ -371,10 +371,10 @@ int ad_session_create(const char *owner, const struct ad_limits *lim, const stru
     uint64_t t0 = ad_now_ms();
     ad_metrics_booting(1);
     al_session *as = pool_take ? pool_take(image, &o) : NULL;
-    bool restored = as != NULL;
     r = as ? 0 : al_session_open(&o, &as, &err);
     ad_metrics_booting(-1);
-    ad_metrics_boot(r == 0, restored, ad_now_ms() - t0);
+    /* restored: from a warm-start template (the pool's sessions are), else booted cold */
+    ad_metrics_boot(r == 0, r == 0 && al_session_restored(as), ad_now_ms() - t0);
     pthread_mutex_lock(&lock);
     if (r < 0 || stopping) {
         for (struct slot **p = &slots; *p; p = &(*p)->next)
