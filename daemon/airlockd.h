@@ -58,6 +58,8 @@ struct ad_config {
     unsigned socket_mode;
     uid_t allow_uids[AD_ALLOW_UIDS_MAX]; /* unix peers allowed besides the daemon's own uid */
     size_t nallow;
+    gid_t allow_gid; /* unix peers in this group (primary or supplementary) too */
+    bool has_allow_gid;
     char tcp_listen[128]; /* "HOST:PORT", "" for none */
     char tls_cert[512];   /* PEM files; both or neither */
     char tls_key[512];

@@ -6,7 +6,9 @@
 #include <arpa/inet.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <grp.h>
 #include <netdb.h>
+#include <pwd.h>
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdio.h>
@@ -203,7 +205,7 @@ static bool match(const char *pattern, const char *url, char params[AD_PARAMS_MA
 
 /* ---- who asks ---- */
 
-static int peer_uid(struct MHD_Connection *c, uid_t *uid)
+static int peer_cred(struct MHD_Connection *c, uid_t *uid, gid_t *gid)
 {
     const union MHD_ConnectionInfo *ci =
         MHD_get_connection_info(c, MHD_CONNECTION_INFO_CONNECTION_FD);
@@ -214,7 +216,30 @@ static int peer_uid(struct MHD_Connection *c, uid_t *uid)
     if (getsockopt(ci->connect_fd, SOL_SOCKET, SO_PEERCRED, &cr, &len) < 0)
         return -errno;
     *uid = cr.uid;
+    *gid = cr.gid;
     return 0;
+}
+
+/* Whether the peer is in allow_group: its primary group, or the supplementary groups of its
+ * user as the group database says (SO_PEERCRED carries only the primary one). */
+static bool in_allowed_group(uid_t uid, gid_t gid)
+{
+    if (!ad_cfg.has_allow_gid)
+        return false;
+    if (gid == ad_cfg.allow_gid)
+        return true;
+    char buf[4096];
+    struct passwd pw, *res = NULL;
+    if (getpwuid_r(uid, &pw, buf, sizeof(buf), &res) != 0 || !res)
+        return false;
+    gid_t groups[256];
+    int n = (int)(sizeof(groups) / sizeof(groups[0]));
+    if (getgrouplist(res->pw_name, res->pw_gid, groups, &n) < 0)
+        return false;
+    for (int i = 0; i < n; i++)
+        if (groups[i] == ad_cfg.allow_gid)
+            return true;
+    return false;
 }
 
 static enum MHD_Result authenticate(struct MHD_Connection *c, struct ad_req *q, bool *ok)
@@ -223,11 +248,13 @@ static enum MHD_Result authenticate(struct MHD_Connection *c, struct ad_req *q, 
     q->lim = ad_cfg.limits;
     if (q->is_unix) {
         uid_t uid = (uid_t)-1;
-        if (peer_uid(c, &uid) < 0)
+        gid_t gid = (gid_t)-1;
+        if (peer_cred(c, &uid, &gid) < 0)
             return ad_reply_error(c, q, 403, "forbidden", "cannot read the peer's credentials");
         bool allowed = uid == getuid();
         for (size_t i = 0; i < ad_cfg.nallow; i++)
             allowed |= ad_cfg.allow_uids[i] == uid;
+        allowed = allowed || in_allowed_group(uid, gid);
         if (!allowed)
             return ad_reply_error(c, q, 403, "forbidden", "uid %u may not use this socket",
                                   (unsigned)uid);

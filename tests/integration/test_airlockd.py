@@ -773,6 +773,33 @@ class MetricsTest(unittest.TestCase):
                 parse_prometheus(bad)
 
 
+class AllowGroupTest(unittest.TestCase):
+    """allow_group: a peer whose group is the allowed one gets in (its own owner); one whose
+    group is not gets 403; a group name that does not exist stops the daemon at start."""
+
+    def _with(self, group):
+        d = Daemon(allow_group=group)
+        try:
+            fake = type("T", (), {"d": d})()
+            return AirlockdTest._as_nobody(fake)
+        finally:
+            d.stop()
+            shutil.rmtree(d.dir, ignore_errors=True)
+
+    def test_allow_group(self):
+        self.assertEqual(self._with("nogroup"), "200")  # nobody's primary group, by name
+        self.assertEqual(self._with(str(NOBODY)), "200")  # and by gid
+        self.assertEqual(self._with("root"), "403")
+        with tempfile.TemporaryDirectory() as t:
+            conf = os.path.join(t, "c.conf")
+            with open(conf, "w") as f:
+                f.write("socket = %s/s.sock\nallow_group = no-such-group-here\n" % t)
+            p = subprocess.run([AIRLOCKD, "--config", conf], stdout=subprocess.DEVNULL,
+                               stderr=subprocess.PIPE, text=True, timeout=30)
+        self.assertEqual(p.returncode, 1)
+        self.assertIn("c.conf:2: bad value for 'allow_group'", p.stderr)
+
+
 class DiskBudgetTest(unittest.TestCase):
     """The library's disk budget per session (config disk_budget_bytes) as the API's 507."""
 

@@ -156,7 +156,11 @@ daemon_runs() {
     local d=$tmp/daemon pid i
     mkdir -p "$d"
     sed -e "s|^socket = .*|socket = $d/airlockd.sock|" -e "s|^keys_db = .*|keys_db = $d/keys.db|" \
-        -e "s|^spool_dir = .*|spool_dir = $d/spool|" "$root/etc/airlock/airlockd.conf" >"$d/conf"
+        -e "s|^spool_dir = .*|spool_dir = $d/spool|" \
+        -e "s|^allow_group = airlock\$|allow_group = $(awk -F: '$1 == "airlock" {print $3}' "$root/etc/group")|" \
+        "$root/etc/airlock/airlockd.conf" >"$d/conf"
+    # (the group is the scratch root's: the daemon reads this machine's group database, so by gid)
+    grep -q "^allow_group = [0-9][0-9]*$" "$d/conf" || { echo "allow_group not set by gid"; return 1; }
     grep -q "^socket = $d/" "$d/conf" || { echo "the installed config has no socket line"; return 1; }
     LD_LIBRARY_PATH=$lib "$root/usr/sbin/airlockd" --config "$d/conf" >/dev/null 2>"$d/log" &
     pid=$!
