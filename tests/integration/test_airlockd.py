@@ -724,8 +724,10 @@ class MetricsTest(unittest.TestCase):
             sb.kill()
             after = self.scrape(u)
         finally:
-            d.stop()
+            rc = d.stop()
+            log = d.text()[-3000:]
             shutil.rmtree(d.dir, ignore_errors=True)
+        self.assertEqual(rc, 0, log)  # a clean stop (and, sanitized, no report)
 
         def moved(name, by, **labels):
             self.assertEqual(metric(after, name, **labels) - metric(before, name, **labels), by,
