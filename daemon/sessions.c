@@ -43,6 +43,17 @@ static struct {
     uint64_t disk_budget_bytes;
 } pool_shape;
 
+/* /metrics: the pool's depth (no series once shutdown took the pool away). */
+static void pool_depth(void *ctx, void (*line)(void *out, const char *image, unsigned depth),
+                       void *out)
+{
+    (void)ctx;
+    pthread_mutex_lock(&lock);
+    if (pool)
+        line(out, pool_shape.image, al_pool_ready(pool));
+    pthread_mutex_unlock(&lock);
+}
+
 static void pool_start(const struct ad_config *c)
 {
     if (!c->pool_size)
@@ -82,6 +93,7 @@ static void pool_start(const struct ad_config *c)
     }
     ad_log("warm pool: %u sessions of %s (%u MiB), refilled in the background", c->pool_size, image,
            pool_shape.memory_mib);
+    ad_metrics_pool_hook(pool_depth, NULL);
 }
 
 /* A ready session of the pool when o asks for exactly its shape, else NULL. Called with lock
@@ -184,7 +196,9 @@ static void finish(struct ad_session *s, unsigned own)
         pthread_cond_wait(&cond, &lock);
     pthread_mutex_unlock(&lock);
     uint64_t t0 = ad_now_ms();
+    ad_metrics_closing();
     al_session_close(s->s);
+    ad_metrics_closed(ad_now_ms() - t0);
     ad_log("session %s of %s ended (%llums to close)", s->id, s->owner,
            (unsigned long long)(ad_now_ms() - t0));
     ad_runs_free(s);
@@ -465,7 +479,11 @@ int ad_session_create(const char *owner, const struct ad_limits *lim, const stru
     al_session *as = stopping ? NULL : pool_take(&o, lim->disk_budget_bytes);
     pthread_mutex_unlock(&lock);
     bool pooled = as != NULL;
+    ad_metrics_booting(1);
     r = as ? 0 : al_session_open(&o, &as, &err);
+    ad_metrics_booting(-1);
+    /* restored: from a warm-start template (the pool's sessions are), else booted cold */
+    ad_metrics_boot(r == 0, r == 0 && al_session_restored(as), ad_now_ms() - t0);
     pthread_mutex_lock(&lock);
     if (r < 0 || stopping) {
         for (struct slot **p = &slots; *p; p = &(*p)->next)
@@ -479,7 +497,9 @@ int ad_session_create(const char *owner, const struct ad_limits *lim, const stru
             if (f->status == 500)
                 ad_failf(f, 503, "boot_failed", "%s", err.msg);
         } else {
+            ad_metrics_closing();
             al_session_close(as);
+            ad_metrics_closed(ad_now_ms() - t0);
             ad_failf(f, 503, "stopping", "the daemon is stopping");
             r = -ESHUTDOWN;
         }
