@@ -209,7 +209,7 @@ static void *run_thread(void *arg)
         if (c > 0)
             cJSON_AddNumberToObject(o, "id", ci.id);
         else
-            cJSON_AddStringToObject(o, "error", cerr.msg);
+            ad_json_add_text(o, "error", cerr.msg);
         push(r, "checkpoint", o, false);
         cJSON_Delete(o);
     }
@@ -249,7 +249,7 @@ static void *run_thread(void *arg)
         type = "error";
         cJSON_AddStringToObject(o, "code", rc == -ECANCELED ? "cancelled" : f.code);
         cJSON_AddNumberToObject(o, "status", f.status);
-        cJSON_AddStringToObject(o, "message", err.code ? err.msg : strerror(-rc));
+        ad_json_add_text(o, "message", err.code ? err.msg : strerror(-rc));
     } else {
         cJSON_AddStringToObject(o, "how", res.how == AL_EXEC_SIGNALED ? "signaled" : "exited");
         cJSON_AddNumberToObject(o, "value", res.value);
