@@ -421,6 +421,18 @@ class AirlockdTest(unittest.TestCase):
         self.assertEqual(res["state"], "done")
         self.assertEqual(self.sb.commands.run("echo alive").stdout, "alive\n")
 
+    def test_unread_flood_still_times_out(self):
+        # Output nobody streams fills the run's buffer and the daemon stops reading the guest;
+        # the run's timeout still ends it (the output past its time dropped, and counted).
+        t0 = time.monotonic()
+        run = self.sb.commands.start("yes flood", timeout=3)
+        res = run.wait(timeout=60)
+        self.assertEqual(res["state"], "done", res)
+        self.assertTrue(res["result"]["timed_out"], res)
+        self.assertGreater(res["result"]["output_dropped_bytes"], 0, res)
+        self.assertLess(time.monotonic() - t0, 45)
+        self.assertEqual(self.sb.commands.run("echo alive").stdout, "alive\n")
+
     # ---- files ----
 
     def test_files_up_and_down(self):
