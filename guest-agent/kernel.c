@@ -51,7 +51,7 @@ void kernel_init(struct agent *a)
         struct kernel *k = &a->kernels[i];
         memset(k, 0, sizeof(*k));
         k->lang = &table[i];
-        k->ctl_fd = k->out_fd[0] = k->out_fd[1] = -1;
+        k->ctl_fd = k->out_fd[0] = k->out_fd[1] = k->out_fd[2] = -1;
     }
 }
 
@@ -108,7 +108,7 @@ static void kernel_forget(struct agent *a, struct kernel *k)
 {
     closep(&k->ctl_fd);
     k->ctl_fd = -1;
-    for (int i = 0; i < 2; i++) {
+    for (int i = 0; i < REQ_OUTS; i++) {
         closep(&k->out_fd[i]);
         k->out_fd[i] = -1;
     }
@@ -140,6 +140,7 @@ static int kernel_start(struct agent *a, struct kernel *k, struct req *r, struct
     const struct kernel_lang *l = k->lang;
     char interp[PATH_MAX], script[PATH_MAX], dir[AL_PATH_MAX + 1];
     _cleanup_close_ int out_r = -1, out_w = -1, err_r = -1, err_w = -1, cg_fd = -1;
+    _cleanup_close_ int res_r = -1, res_w = -1;
     _cleanup_close_ int ctl = -1, child_ctl = -1;
     int sv[2], err = 0;
 
@@ -162,13 +163,14 @@ static int kernel_start(struct agent *a, struct kernel *k, struct req *r, struct
             err = -errno;
     }
     if (err < 0 || (err = pipe_pair(&out_r, &out_w, 0)) < 0 ||
-        (err = pipe_pair(&err_r, &err_w, 0)) < 0) {
+        (err = pipe_pair(&err_r, &err_w, 0)) < 0 || (err = pipe_pair(&res_r, &res_w, 0)) < 0) {
         agent_send_error(a, r->id, errno_class(-err), -err, "cannot create pipes: %s",
                          strerror(-err));
         return -1;
     }
     fcntl(out_r, F_SETPIPE_SZ, AGENT_PIPE_SIZE);
     fcntl(err_r, F_SETPIPE_SZ, AGENT_PIPE_SIZE);
+    fcntl(res_r, F_SETPIPE_SZ, AGENT_PIPE_SIZE);
     char prefix[AL_SHORT_STR_MAX];
     snprintf(prefix, sizeof(prefix), "kernel-%s", l->name);
     if (a->cgroup && (cg_fd = cgroup_new(a, k->cgroup, sizeof(k->cgroup), prefix)) < 0) {
@@ -193,9 +195,10 @@ static int kernel_start(struct agent *a, struct kernel *k, struct req *r, struct
     dir[cwd.len] = '\0';
     struct spawn sp = {argv, spawn_env((char *const *)l->env, nenv), cwd.len ? dir : "/"};
     /* bash reads its commands on stdin; a driver gets /dev/null there between runs. */
-    int fds[4] = {l->dialect == KERNEL_BASH ? child_ctl : a->null_fd, out_w, err_w, child_ctl};
+    int fds[5] = {l->dialect == KERNEL_BASH ? child_ctl : a->null_fd, out_w, err_w, child_ctl,
+                  res_w};
     int e[2];
-    pid_t pid = spawn_process(&sp, fds, 4, cg_fd, e);
+    pid_t pid = spawn_process(&sp, fds, 5, cg_fd, e);
     if (pid < 0) {
         spawn_error(a, r->id, e, &sp);
         cgroup_remove(a, k->cgroup);
@@ -205,6 +208,7 @@ static int kernel_start(struct agent *a, struct kernel *k, struct req *r, struct
     k->ctl_fd = steal_fd(&ctl);
     k->out_fd[0] = steal_fd(&out_r);
     k->out_fd[1] = steal_fd(&err_r);
+    k->out_fd[2] = steal_fd(&res_r);
     k->linelen = 0;
     agent_log("kernel %s started, pid %d", l->name, (int)pid);
     return 0;
@@ -240,7 +244,7 @@ static char *request_bash(const struct req *r, const struct al_msg *m, struct al
 {
     size_t cap = 128 + 4 * ((size_t)m->u.exec.argv[0].len + in.len);
     for (uint32_t i = 0; i < m->u.exec.envc; i++)
-        cap += 4 * (size_t)m->u.exec.env[i].len + 3;
+        cap += 12 * (size_t)m->u.exec.env[i].len + 16;
     char *p = malloc(cap), head[32];
     if (!p)
         return NULL;
@@ -248,7 +252,19 @@ static char *request_bash(const struct req *r, const struct al_msg *m, struct al
     snprintf(head, sizeof(head), "__al_id=%u; ", r->id);
     n += put_lit(p + n, head);
     if (m->u.exec.envc) {
-        n += put_lit(p + n, "export --");
+        /* The run's environment is the run's only: the prompt evaluates __al_undo, which
+         * unsets the names and declares again those that were set (even after a ^C). */
+        for (int pass = 0; pass < 2; pass++) {
+            n += put_lit(p + n, pass ? "; $(declare -p" : "__al_undo=\"unset -v");
+            for (uint32_t i = 0; i < m->u.exec.envc; i++) {
+                struct al_str e = m->u.exec.env[i];
+                const char *eq = memchr(e.p, '=', e.len);
+                p[n++] = ' ';
+                n += put_quoted(p + n, (struct al_str){e.p, (uint32_t)(eq - e.p)});
+            }
+            n += put_lit(p + n, " 2>/dev/null");
+        }
+        n += put_lit(p + n, ")\"; export --");
         for (uint32_t i = 0; i < m->u.exec.envc; i++) {
             p[n++] = ' ';
             n += put_quoted(p + n, m->u.exec.env[i]);
@@ -260,7 +276,7 @@ static char *request_bash(const struct req *r, const struct al_msg *m, struct al
     n += put_quoted(p + n, m->u.exec.argv[0]);
     n += put_lit(p + n, "; } 0<");
     n += put_quoted(p + n, in);
-    n += put_lit(p + n, " 3>&-\n");
+    n += put_lit(p + n, " 3>&- 4>&-\n");
     *len = n;
     return p;
 }
@@ -407,7 +423,7 @@ void kernel_exec(struct agent *a, struct req *r, const struct al_msg *m)
     }
 
     /* Output the kernel wrote between runs is nobody's: drop it before this run takes over. */
-    for (int i = 0; i < 2; i++)
+    for (int i = 0; i < REQ_OUTS; i++)
         kernel_drain(k, i);
     k->lost = false;
     k->run = r;
@@ -423,13 +439,15 @@ void kernel_exec(struct agent *a, struct req *r, const struct al_msg *m)
     if (r->timeout_ms)
         r->deadline_us =
             r->start_us + ((uint64_t)r->timeout_ms + (k->ready ? 0 : KERNEL_START_MAX_MS)) * 1000;
-    for (int i = 0; i < 2; i++)
-        r->out[i] = (struct ostream){.fd = k->out_fd[i],
-                                     .stream = (uint8_t)(AL_STREAM_STDOUT + i),
-                                     .credit = a->window,
-                                     .limit = m->u.exec.output_cap,
-                                     .borrowed = true,
-                                     .paused = !k->ready};
+    for (int i = 0; i < REQ_OUTS; i++)
+        r->out[i] =
+            (struct ostream){.fd = k->out_fd[i],
+                             .stream = (uint8_t)(i < 2 ? AL_STREAM_STDOUT + i : AL_STREAM_RESULT),
+                             .credit = a->window,
+                             /* results: the host bounds each record itself */
+                             .limit = i < 2 ? m->u.exec.output_cap : 0,
+                             .borrowed = true,
+                             .paused = !k->ready};
     struct al_msg started = {.type = AL_STARTED, .id = r->id};
     started.u.started.pid = (uint32_t)k->pid;
     agent_send(a, &started);
@@ -468,7 +486,7 @@ static void kernel_done(struct agent *a, struct kernel *k, uint32_t id, unsigned
     run_stdin_close(r);
     /* The kernel flushed before answering: what the pipes hold now is the rest of the block's
      * output, and what comes after belongs to no run. */
-    for (int i = 0; i < 2; i++) {
+    for (int i = 0; i < REQ_OUTS; i++) {
         struct ostream *o = &r->out[i];
         int n = 0;
         if (o->fd < 0)
@@ -486,7 +504,7 @@ static void kernel_done(struct agent *a, struct kernel *k, uint32_t id, unsigned
 static void kernel_ready(struct agent *a, struct kernel *k)
 {
     k->ready = true;
-    for (int i = 0; i < 2; i++) {
+    for (int i = 0; i < REQ_OUTS; i++) {
         kernel_drain(k, i);
         if (k->run)
             k->run->out[i].paused = false;
@@ -591,7 +609,7 @@ bool kernel_reaped(struct agent *a, pid_t pid, int status)
             }
             /* The run keeps the pipes it still reads, now as its own; a kernel that died
              * starting says why there. */
-            for (int j = 0; j < 2; j++)
+            for (int j = 0; j < REQ_OUTS; j++)
                 if (r->out[j].fd >= 0 && r->out[j].fd == k->out_fd[j]) {
                     r->out[j].borrowed = r->out[j].paused = false;
                     k->out_fd[j] = -1;

@@ -22,7 +22,7 @@ PACKAGES=(
   # tests: sanitizers and libFuzzer runtimes, python for the integration tests, the format check
   clang libclang-rt-14-dev python3 clang-format
   # tests of the agent's language kernels on this machine (python with matplotlib, bash, node)
-  python3-matplotlib bash nodejs
+  python3-matplotlib python3-ipython bash nodejs
 )
 
 missing=()
