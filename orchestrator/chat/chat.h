@@ -161,6 +161,9 @@ int al_outputs_prune(const char *dir, size_t keep_files, uint64_t keep_bytes, al
  * bounds above, checks its bytes, then prunes the directory. -ENOTSUP: not a figure's name;
  * -EFBIG, -EDQUOT: over a bound; -EINVAL: not the image it claims (deleted). */
 int al_figure_get(al_chat *c, const char *guest_path, char *host, size_t len, al_error *err);
+/* Writes an image result (image/png, image/jpeg, image/svg+xml) to the outputs directory
+ * within the same bounds; its name in host. */
+int al_figure_save(al_chat *c, const al_mime *m, char *host, size_t len, al_error *err);
 
 /* ---- conversations (saved as JSON under $XDG_DATA_HOME/airlock/conversations) ---- */
 /* $XDG_DATA_HOME/airlock/SUB (outputs, history live beside the conversations), created. */

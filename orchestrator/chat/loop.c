@@ -215,6 +215,65 @@ static int on_output(void *ctx, int stream, const uint8_t *data, size_t n)
     return 0;
 }
 
+/* Lines of a traceback the model gets after "name: value": its end says where it failed. */
+#define TRACEBACK_TAIL_LINES 12
+
+/* A result as text, for the model (inside the capture's head+tail bound) and for the user's
+ * terminal (as output): text/plain as the value; an image saved to the outputs directory and
+ * named; HTML and the rest as a short note; an error as "name: value" and the traceback's
+ * tail (stderr showed the user the whole of it). */
+static int on_result(void *ctx, const al_result *r)
+{
+    struct run_ctx *rc = ctx;
+    al_chat *c = rc->c;
+    char *text = NULL;
+    if (r->kind == AL_RESULT_REFUSED) {
+        if (asprintf(&text, "[result refused: %s]\n", r->why) < 0)
+            text = NULL;
+    } else if (r->kind == AL_RESULT_ERROR) {
+        const char *tb = r->traceback ? r->traceback : "";
+        const char *end = tb + strlen(tb), *tail = end;
+        for (int lines = 0; tail > tb; tail--)
+            if (tail[-1] == '\n' && tail != end && ++lines >= TRACEBACK_TAIL_LINES)
+                break;
+        if (asprintf(&text, "[error] %s: %s\n%s%s", r->name, r->value, tail > tb ? "..." : "",
+                     tail) < 0)
+            text = NULL;
+        if (text) {
+            al_capture_add(&rc->cap, text, strlen(text));
+            free(text);
+        }
+        return 0; /* the terminal has the traceback from stderr */
+    } else {
+        const al_mime *img = al_result_mime(r, "image/png");
+        if (!img)
+            img = al_result_mime(r, "image/jpeg");
+        if (!img)
+            img = al_result_mime(r, "image/svg+xml");
+        const al_mime *plain = al_result_mime(r, "text/plain");
+        char host[4200];
+        al_error fe = {0};
+        if (img && al_figure_save(c, img, host, sizeof(host), &fe) == 0) {
+            if (asprintf(&text, "[%s %ux%u saved: %s]\n", img->type, r->width, r->height, host) < 0)
+                text = NULL;
+        } else if (img) {
+            if (asprintf(&text, "[%s not saved: %s]\n", img->type, fe.msg) < 0)
+                text = NULL;
+        } else if (plain) {
+            if (asprintf(&text, "%s\n", (const char *)plain->data) < 0)
+                text = NULL;
+        } else if (asprintf(&text, "[%s result, %zu bytes]\n", r->mime[0].type, r->mime[0].len) <
+                   0) {
+            text = NULL;
+        }
+    }
+    if (!text)
+        return -ENOMEM;
+    int ret = on_output(rc, 1, (const uint8_t *)text, strlen(text));
+    free(text);
+    return ret;
+}
+
 /* Runs code and returns the text the model gets; *cancelled when Ctrl-C stopped it. */
 static char *run_code(al_chat *c, const char *lang, const char *code, bool *cancelled, bool *broken,
                       al_error *err)
@@ -235,6 +294,8 @@ static char *run_code(al_chat *c, const char *lang, const char *code, bool *canc
         .stderr_fd = -1,
         .output = on_output,
         .output_ctx = &rc,
+        .result = on_result,
+        .result_ctx = &rc,
         .kernel = c->kernels,
         /* A program waiting for input would hang the loop: nobody types into it. */
         .input_wait_ms = AL_CHAT_INPUT_WAIT_MS,
