@@ -138,7 +138,7 @@ int al_budget_start(al_session *s, al_error *err)
         return al_err(err, -r, "cannot start the disk budget watcher: %s", strerror(r));
     }
     s->budget_running = true;
-    /* The channel is up already; a later one gets these from al_session_channel_init. */
+    /* The channel is up already; a later one gets these from link.c (link_attach). */
     s->ch.alarm_fd = s->budget_alarm[0];
     s->ch.alarm_msg = s->budget_why;
     return 0;

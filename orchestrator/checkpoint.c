@@ -21,7 +21,8 @@
  * 'preserve', and a preserved crashed guest would leave the channel silent instead of closed.
  * The snapshots survive in the qcow2, so a rollback then starts QEMU again, paused, from the
  * same domain description and loads the checkpoint into it (about 1.5 s). */
-#include "session.h"
+#include "link.h"
+#include "transport/transport.h"
 
 #include <libvirt/libvirt-qemu.h>
 
@@ -34,11 +35,7 @@
 /* The scratch disk's virtual size: it only bounds what the guest can write to it; snapshots
  * are stored past its end and do not count. */
 #define SCRATCH_BYTES (64ull << 20)
-/* One HELLO's wait for its answer after a restore; then another HELLO with a fresh nonce, in
- * case the first reached an agent whose input was mid-frame. The restored guest runs its first
- * instructions slowly under emulation (its translated code is gone): about 0.3 s. */
-#define RESYNC_ATTEMPT_MS 3000
-/* The whole re-handshake after a restore. */
+/* The whole re-handshake after a restore (link.c). */
 #define RESYNC_MS 15000
 /* recover: how long a live agent has to answer a fresh handshake before the VM is rolled back. */
 #define PROBE_MS 3000
@@ -178,7 +175,7 @@ static bool domain_running(al_session *s)
  * input, so a snapshot taken now restores an agent idle at a frame boundary. */
 static int barrier(al_session *s, al_error *err)
 {
-    int r = al_session_ready(s, err);
+    int r = al_link_ready(s, err);
     if (r < 0)
         return r;
     uint64_t cookie = al_now_us();
@@ -196,69 +193,9 @@ static int barrier(al_session *s, al_error *err)
             return r;
         if (m.type == AL_PONG && m.u.ping.cookie == cookie)
             return 0;
-        if ((r = al_session_stray_frame(s, &m, "while idle", err)) < 0)
+        if ((r = al_link_stray_frame(s, &m, "while idle", err)) < 0)
             return r;
     }
-}
-
-/* Runs the handshake again with whatever agent the VM now holds: drops stale bytes, sends
- * HELLOs with fresh nonces and ignores everything but the HELLO_ACK echoing the last one. */
-static int resync(al_session *s, unsigned total_ms, al_error *err)
-{
-    uint64_t end = al_now_ms() + total_ms;
-    al_channel_discard(&s->ch);
-    while (al_now_ms() < end) {
-        uint64_t nonce = 0;
-        struct al_msg m;
-        int r = al_session_send_hello(s, &nonce, err);
-        if (r < 0)
-            return r;
-        uint64_t attempt_end = al_now_ms() + RESYNC_ATTEMPT_MS;
-        if (attempt_end > end)
-            attempt_end = end;
-        for (;;) {
-            al_error ignored = {0};
-            r = al_channel_recv(&s->ch, &m, attempt_end, -1, -1, &ignored);
-            if (r == 1 && m.type == AL_HELLO_ACK && m.u.hello_ack.nonce == nonce)
-                return al_session_hello_ack(s, &m, nonce, err);
-            if (r == 1)
-                continue; /* the past's frames, or the agent's complaint about them */
-            if (r == -ETIMEDOUT && ignored.code == 0)
-                break;
-            if (r == -ECONNRESET)
-                return al_err(err, r, "the guest channel closed after the restore");
-            /* Garbage or a stalled half frame: drop it and ask again. */
-            al_channel_discard(&s->ch);
-            break;
-        }
-    }
-    return al_err(err, -ETIMEDOUT, "the guest agent did not answer after the restore");
-}
-
-/* resync, connecting to the agent socket again first when our end of it is gone while QEMU
- * runs (someone else, libvirt's own snapshot revert for one, started a new QEMU). */
-static int resync_or_reconnect(al_session *s, unsigned total_ms, al_error *err)
-{
-    /* Over SSH the old connection belongs to the guest's abandoned future (or to a QEMU that
-     * is gone): always a new one, to the restored sshd and agent daemon. */
-    if (s->transport == AL_TRANSPORT_SSH) {
-        al_ssh_disconnect(s);
-        int r = al_ssh_connect(s, al_now_ms() + total_ms, err);
-        return r < 0 ? r : resync(s, total_ms, err);
-    }
-    al_error first = {0};
-    int r = s->have_ch ? resync(s, total_ms, &first) : -ENOTCONN;
-    if (r != -ECONNRESET && r != -EPIPE && r != -ENOTCONN) {
-        if (r < 0)
-            return al_err(err, r, "%s", first.msg);
-        return r;
-    }
-    if (s->have_ch) {
-        al_channel_destroy(&s->ch);
-        s->have_ch = false;
-    }
-    r = al_session_connect_agent(s, al_now_ms() + total_ms, err);
-    return r < 0 ? r : resync(s, total_ms, err);
 }
 
 /* Waits until QEMU has exited after a guest power-off or panic (destroying it if it hangs on),
@@ -278,10 +215,7 @@ static int restart(al_session *s, al_error *err)
         }
         usleep(20 * 1000);
     }
-    if (s->have_ch) {
-        al_channel_destroy(&s->ch);
-        s->have_ch = false;
-    }
+    al_link_detach(s);
     if (s->dom) {
         virDomainFree(s->dom);
         s->dom = NULL;
@@ -291,11 +225,13 @@ static int restart(al_session *s, al_error *err)
         virDomainCreateXML(s->conn, c->xml, VIR_DOMAIN_START_AUTODESTROY | VIR_DOMAIN_START_PAUSED);
     if (!s->dom)
         return al_err_virt(err, -EIO, "cannot start the VM again");
-    /* Over SSH, sshd must run first: resync_or_reconnect connects after the resume. */
-    if (s->transport == AL_TRANSPORT_SSH)
+    /* A connection into the guest (sshd) needs the guest running: al_link_resync makes it after
+     * the resume. */
+    if (s->tport->ops->guest_side)
         return 0;
-    /* Connected before the guest runs, so the restored port never sees its host leave. */
-    return al_session_connect_agent(s, al_now_ms() + RESTART_CONNECT_MS, err);
+    /* QEMU's socket: connected before the guest runs, so the restored port never sees its host
+     * leave. */
+    return al_link_connect(s, al_now_ms() + RESTART_CONNECT_MS, err);
 }
 
 /* Loads checkpoint id into the running QEMU, or into a new one when QEMU is gone, resumes the
@@ -324,7 +260,7 @@ static int restore(al_session *s, uint32_t id, al_error *err)
     if (virDomainGetState(s->dom, &state, &reason, 0) == 0 && state == VIR_DOMAIN_PAUSED &&
         virDomainResume(s->dom) < 0)
         return al_err_virt(err, -EIO, "cannot resume the VM after the restore");
-    r = resync_or_reconnect(s, RESYNC_MS, err);
+    r = al_link_resync(s, RESYNC_MS, err);
     if (r == 0)
         s->poisoned = false; /* the agent is the one from before the run that broke it */
     return r;
@@ -514,7 +450,7 @@ int al_checkpoint_recover(al_session *s, uint32_t *restored_id, al_error *err)
     /* A guest that broke the protocol is not asked whether it is fine. */
     if (domain_running(s) && !s->poisoned) {
         al_error probe = {0};
-        if (resync_or_reconnect(s, PROBE_MS, &probe) == 0)
+        if (al_link_resync(s, PROBE_MS, &probe) == 0)
             return 0; /* the agent answers: nothing to undo */
     }
     if (!c->current)

@@ -1,6 +1,6 @@
 /* Running one command in the guest: send EXEC, stream stdin in and stdout/stderr out, collect
  * the exit. */
-#include "session.h"
+#include "link.h"
 
 #include <errno.h>
 #include <poll.h>
@@ -194,7 +194,7 @@ int al_exec(al_session *s, const al_exec_opts *o, al_exec_result *out, al_error 
     if (r == 0)
         r = exec_locked(s, o, out, results, err);
     al_result_reader_free(results);
-    return al_session_check(s, r, err);
+    return al_link_check(s, r, err);
 }
 
 static int exec_locked(al_session *s, const al_exec_opts *o, al_exec_result *out,
@@ -210,11 +210,11 @@ static int exec_locked(al_session *s, const al_exec_opts *o, al_exec_result *out
     if (o->input_wait_ms > AL_INPUT_WAIT_MAX_MS)
         return al_err(err, -EINVAL, "the input wait is at most %d s", AL_INPUT_WAIT_MAX_MS / 1000);
 
-    int ready = al_session_ready(s, err);
+    int ready = al_link_ready(s, err);
     if (ready < 0)
         return ready;
     struct exec_state st = {
-        .s = s, .id = (uint32_t)al_session_next_id(s), .stdin_fd = -1, .results = results};
+        .s = s, .id = (uint32_t)al_link_next_id(s), .stdin_fd = -1, .results = results};
     struct al_msg m = {.type = AL_EXEC, .id = st.id};
     m.u.exec.flags = (o->stdin_fd >= 0 ? AL_EXEC_STDIN : 0) | (o->kernel ? AL_EXEC_KERNEL : 0);
     m.u.exec.timeout_ms = o->timeout_ms;
@@ -246,7 +246,7 @@ static int exec_locked(al_session *s, const al_exec_opts *o, al_exec_result *out
         if (o->timeout_ms && !st.killed)
             deadline = sent_ms + o->timeout_ms + grace;
         int extra = st.started && st.stdin_fd >= 0 && st.stdin_credit > 0 ? st.stdin_fd : -1;
-        r = al_session_recv_until(s, st.id, &m, extra, deadline, err);
+        r = al_link_recv_until(s, st.id, &m, extra, deadline, err);
         if (r == -ETIMEDOUT && err->code == 0) {
             r = on_host_deadline(&st, o, &deadline, err);
             if (r < 0)

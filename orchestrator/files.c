@@ -1,5 +1,5 @@
 /* Copying files into and out of the guest in streamed, flow-controlled chunks. */
-#include "session.h"
+#include "link.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -21,7 +21,7 @@ int al_file_put(al_session *s, const char *host_path, const char *guest_path, al
     AL_SESSION_LOCKED(s);
     int r = guest_path_ok(guest_path, err);
     if (r == 0)
-        r = al_session_ready(s, err);
+        r = al_link_ready(s, err);
     if (r < 0)
         return r;
     _cleanup_close_ int fd = open(host_path, O_RDONLY | O_CLOEXEC);
@@ -31,7 +31,7 @@ int al_file_put(al_session *s, const char *host_path, const char *guest_path, al
     if (!S_ISREG(st.st_mode))
         return al_err(err, -EINVAL, "'%s' is not a regular file", host_path);
 
-    uint32_t id = (uint32_t)al_session_next_id(s);
+    uint32_t id = (uint32_t)al_link_next_id(s);
     struct al_msg m = {.type = AL_FILE_PUT, .id = id};
     m.u.file_put.mode = st.st_mode & 0777;
     m.u.file_put.size = (uint64_t)st.st_size;
@@ -61,7 +61,7 @@ int al_file_put(al_session *s, const char *host_path, const char *guest_path, al
             credit -= (uint64_t)n;
             eof_sent = flags & AL_FLAG_EOF;
         }
-        r = al_session_recv(s, id, &m, -1, err);
+        r = al_link_recv(s, id, &m, -1, err);
         if (r < 0)
             return r;
         if (r == 0)
@@ -74,11 +74,11 @@ int al_file_put(al_session *s, const char *host_path, const char *guest_path, al
         else if (m.type == AL_ERROR)
             return al_channel_guest_error(&m, guest_path, err);
         else
-            return al_session_check(s,
-                                    al_err(err, -EPROTO,
-                                           "guest sent an unexpected %s frame during a file copy",
-                                           al_type_name(m.type)),
-                                    err);
+            return al_link_check(s,
+                                 al_err(err, -EPROTO,
+                                        "guest sent an unexpected %s frame during a file copy",
+                                        al_type_name(m.type)),
+                                 err);
     }
 }
 
@@ -113,7 +113,7 @@ static int receive_file(al_session *s, uint32_t id, int fd, const char *guest_pa
     bool have_info = false, eof = false;
     uint64_t size = 0, got = 0;
     for (;;) {
-        int r = al_session_recv(s, id, &m, -1, err);
+        int r = al_link_recv(s, id, &m, -1, err);
         if (r < 0)
             return r;
         if (r == 0)
@@ -177,7 +177,7 @@ static int file_get(al_session *s, const char *guest_path, const char *host_path
     AL_SESSION_LOCKED(s);
     int r = guest_path_ok(guest_path, err);
     if (r == 0)
-        r = al_session_ready(s, err);
+        r = al_link_ready(s, err);
     if (r < 0)
         return r;
     char target[4096];
@@ -192,13 +192,13 @@ static int file_get(al_session *s, const char *guest_path, const char *host_path
         return al_err(err, -errno, "cannot create a file next to '%s': %s", target,
                       strerror(errno));
 
-    uint32_t id = (uint32_t)al_session_next_id(s);
+    uint32_t id = (uint32_t)al_link_next_id(s);
     struct al_msg m = {.type = AL_FILE_GET, .id = id};
     m.u.file_get.path = al_str_cstr(guest_path);
     uint32_t mode = 0600;
     r = al_channel_send(&s->ch, &m, err);
     if (r >= 0)
-        r = al_session_check(s, receive_file(s, id, fd, guest_path, max_bytes, &mode, err), err);
+        r = al_link_check(s, receive_file(s, id, fd, guest_path, max_bytes, &mode, err), err);
     /* Permission bits only, never set-id or sticky bits the guest asked for, and no more than
      * the user's umask lets a new file have, as cp would. */
     if (r >= 0 && fchmod(fd, mode & 0777 & ~al_umask()) < 0)

@@ -179,6 +179,9 @@ int al_disk_scratch(virConnectPtr conn, bool kvm, const char *path, uint64_t siz
 /* Printable ASCII only: every byte outside 0x20..0x7e of s becomes '?' (short strings from the
  * guest or from QEMU's log that end up on a terminal as they are). */
 void al_printable(char *s);
+/* The last non-empty line of the serial console log at path, printable characters only, cut
+ * to len ("(empty)" when there is none): what a boot failure quotes. */
+void al_console_tail(const char *path, char *out, size_t len);
 
 /* ---- session dirs ---- */
 /* The directory session dirs live in (see util.c for where and why those modes), created if

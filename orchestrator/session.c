@@ -1,5 +1,6 @@
 /* A session: one disposable VM, its runtime directory and the agent channel into it. */
-#include "session.h"
+#include "link.h"
+#include "transport/transport.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -9,9 +10,7 @@
 #include <string.h>
 #include <sys/file.h>
 #include <sys/random.h>
-#include <sys/socket.h>
 #include <sys/stat.h>
-#include <sys/un.h>
 
 #define BOOT_TIMEOUT_MS_DEFAULT 60000
 #define MEMORY_MIB_DEFAULT 256
@@ -79,150 +78,6 @@ static int session_dir_create(al_session *s, al_error *err)
     return 0;
 }
 
-int al_session_channel_init(al_session *s, int fd, al_error *err)
-{
-    int r = al_channel_init(&s->ch, fd, s->stall_ms, s->cancel_fd, err);
-    if (r < 0)
-        return r;
-    s->ch.alarm_fd = s->budget_alarm[0];
-    s->ch.alarm_msg = s->budget_why;
-    return 0;
-}
-
-int al_session_connect_agent(al_session *s, uint64_t deadline, al_error *err)
-{
-    if (s->transport == AL_TRANSPORT_SSH)
-        return al_ssh_connect(s, deadline, err);
-    struct sockaddr_un sa = {.sun_family = AF_UNIX};
-    if (strlen(s->sock) >= sizeof(sa.sun_path))
-        return al_err(err, -ENAMETOOLONG, "socket path too long: %s", s->sock);
-    strcpy(sa.sun_path, s->sock);
-    for (;;) {
-        _cleanup_close_ int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
-        if (fd < 0)
-            return al_err(err, -errno, "socket: %s", strerror(errno));
-        if (connect(fd, (struct sockaddr *)&sa, sizeof(sa)) == 0) {
-            int r = al_session_channel_init(s, fd, err);
-            if (r < 0)
-                return r;
-            fd = -1; /* the channel owns it now */
-            s->have_ch = true;
-            return 0;
-        }
-        if ((errno != ENOENT && errno != ECONNREFUSED) || al_now_ms() >= deadline)
-            return al_err(err, -errno, "cannot connect to the agent socket: %s", strerror(errno));
-        usleep(5000);
-    }
-}
-
-/* The session dir goes away with the session, so a boot failure quotes the console itself:
- * its last non-empty line, printable characters only. */
-void al_session_console_tail(const al_session *s, char *out, size_t len)
-{
-    snprintf(out, len, "(empty)");
-    FILE *f = fopen(s->console, "r");
-    char line[1024];
-    while (f && fgets(line, sizeof(line), f)) {
-        line[strcspn(line, "\r\n")] = '\0';
-        if (!line[0])
-            continue;
-        al_printable(line);
-        size_t n = strlen(line) < len - 1 ? strlen(line) : len - 1; /* cut, on purpose */
-        memcpy(out, line, n);
-        out[n] = '\0';
-    }
-    if (f)
-        fclose(f);
-}
-
-int al_session_send_hello(al_session *s, uint64_t *nonce, al_error *err)
-{
-    uint64_t n = 0;
-    if (getrandom(&n, sizeof(n), 0) != sizeof(n))
-        n = al_now_us();
-    struct al_msg m = {.type = AL_HELLO};
-    m.u.hello.version = AL_PROTO_VERSION;
-    m.u.hello.nonce = n;
-    m.u.hello.window = AL_WINDOW_DEFAULT;
-    int r = al_channel_send(&s->ch, &m, err);
-    if (r < 0)
-        return r;
-    *nonce = n;
-    return 0;
-}
-
-/* Waits for the HELLO_ACK to the HELLO that carried nonce until deadline; -ETIMEDOUT with err
- * untouched when the deadline passed. */
-static int handshake_wait(al_session *s, uint64_t nonce, uint64_t deadline, al_error *err)
-{
-    struct al_msg m;
-    int r = al_channel_recv(&s->ch, &m, deadline, s->cancel_fd, -1, err);
-    if (r < 0)
-        return r;
-    if (r == 0)
-        return al_err(err, -ECANCELED, "cancelled while the VM was booting");
-    if (m.type == AL_ERROR && m.id == 0)
-        return al_channel_guest_error(&m, "the guest agent refused the handshake", err);
-    if (m.type != AL_HELLO_ACK)
-        return al_err(err, -EPROTO, "guest sent a %s frame before its handshake",
-                      al_type_name(m.type));
-    return al_session_hello_ack(s, &m, nonce, err);
-}
-
-static int boot_timed_out(al_session *s, al_error *err)
-{
-    char last[160];
-    al_session_console_tail(s, last, sizeof(last));
-    return al_err(err, -ETIMEDOUT,
-                  "the guest agent did not answer within %u s under %s (console's last line: "
-                  "%s); %s",
-                  s->boot_timeout_ms / 1000, s->kvm ? "KVM" : "software emulation", last,
-                  s->kvm ? "try AIRLOCK_ACCEL=tcg" : "a slow host may need --boot-timeout");
-}
-
-int al_session_handshake(al_session *s, uint64_t deadline, al_error *err)
-{
-    uint64_t nonce = 0;
-    int r = al_session_send_hello(s, &nonce, err);
-    if (r < 0)
-        return r;
-    r = handshake_wait(s, nonce, deadline, err);
-    if (r == -ETIMEDOUT && err->code == 0)
-        return boot_timed_out(s, err);
-    return r;
-}
-
-/* Checks the agent's HELLO_ACK against the HELLO that carried nonce and takes in what it
- * announces; also after a checkpoint restore (checkpoint.c). */
-int al_session_hello_ack(al_session *s, const struct al_msg *m, uint64_t nonce, al_error *err)
-{
-    const typeof(m->u.hello_ack) *a = &m->u.hello_ack;
-    if (a->version != AL_PROTO_VERSION)
-        return al_err(err, -EPROTONOSUPPORT,
-                      "the guest agent speaks protocol %u, this airlock speaks %u; rebuild the "
-                      "image",
-                      a->version, AL_PROTO_VERSION);
-    if (a->nonce != nonce)
-        return al_err(err, -EPROTO, "guest answered the handshake with a wrong nonce");
-    if (a->window < AL_WINDOW_MIN || a->window > AL_WINDOW_MAX)
-        return al_err(err, -EPROTO, "guest announced a window of %u bytes, out of range",
-                      a->window);
-    s->agent_window = a->window;
-    s->caps = a->caps;
-    snprintf(s->agent_version, sizeof(s->agent_version), "%.*s", (int)a->agent_version.len,
-             a->agent_version.p);
-    s->langs[0] = '\0';
-    for (uint32_t i = 0; i < a->nlangs; i++) {
-        size_t have = strlen(s->langs);
-        snprintf(s->langs + have, sizeof(s->langs) - have, "%s%.*s", have ? " " : "",
-                 (int)a->langs[i].len, a->langs[i].p);
-    }
-    /* Printable only: these strings end up on the user's terminal. */
-    al_printable(s->agent_version);
-    al_printable(s->langs);
-    return 0;
-}
-
 static void session_notice(al_session *s, const char *fmt, ...)
     __attribute__((format(printf, 2, 3)));
 static void session_notice(al_session *s, const char *fmt, ...)
@@ -264,17 +119,23 @@ static void kvm_start_evidence(const char *msg, char *out, size_t len)
     snprintf(out, len, "QEMU: %.*s", n > 120 ? 120 : n, e);
 }
 
-/* Starts the domain. The SSH forward's port was free when picked, but someone may have taken
- * it since: another is tried. A KVM that QEMU refuses ("failed to set MSR") falls back to
- * emulation, and the verdict is kept for later sessions. */
+/* Starts the domain. A start that failed for the transport's reasons (a forwarded port taken
+ * since it was picked) is tried again as it says. A KVM that QEMU refuses ("failed to set
+ * MSR") falls back to emulation, and the verdict is kept for later sessions. */
 static int vm_start(al_session *s, struct al_vm_config *cfg, al_error *err)
 {
     int r = al_vm_start(s->conn, cfg, &s->dom, err);
-    for (int i = 0; i < 3 && r < 0 && cfg->host_port && strstr(err->msg, "forwarding"); i++) {
+    const struct al_transport_ops *ops = s->tport->ops;
+    for (int i = 0; i < 3 && r < 0 && ops->retry_start; i++) {
+        al_error why = *err;
         *err = (al_error){0};
-        r = al_ssh_pick_port(s, err);
-        cfg->host_port = s->host_port;
-        if (r == 0)
+        r = ops->retry_start(s->tport, cfg, why.msg, err);
+        if (r == 0) {
+            *err = why;
+            r = why.code;
+            break;
+        }
+        if (r > 0)
             r = al_vm_start(s->conn, cfg, &s->dom, err);
     }
     if (r < 0 && cfg->kvm && !accel_forced()) {
@@ -315,32 +176,35 @@ static int wait_guest(al_session *s, uint64_t deadline, uint64_t probe_deadline,
                       size_t evlen, al_error *err)
 {
     if (!probe_deadline) {
-        int r = al_session_connect_agent(s, deadline, err);
-        return r < 0 ? r : al_session_handshake(s, deadline, err);
+        int r = al_link_connect(s, deadline, err);
+        return r < 0 ? r : al_link_handshake(s, deadline, err);
     }
     if (probe_deadline > deadline)
         probe_deadline = deadline;
     unsigned probe_s = (unsigned)((probe_deadline - al_now_ms() + 999) / 1000);
-    if (s->transport == AL_TRANSPORT_SSH) {
-        int r = al_ssh_connect(s, probe_deadline, err);
+    if (s->tport->ops->guest_side) {
+        /* Connecting succeeds only once the guest runs: the connection is the proof. */
+        int r = al_link_connect(s, probe_deadline, err);
         if (r < 0 && r != -ECANCELED &&
             (domain_stopped(s, ev, evlen) || al_now_ms() + 500 >= probe_deadline)) {
             if (!ev[0])
-                snprintf(ev, evlen, "the guest's sshd did not answer within %u s", probe_s);
+                snprintf(ev, evlen, "the guest's %s did not answer within %u s",
+                         s->tport->ops->peer, probe_s);
             *err = (al_error){0};
             return -EAGAIN;
         }
-        return r < 0 ? r : al_session_handshake(s, deadline, err);
+        return r < 0 ? r : al_link_handshake(s, deadline, err);
     }
-    int r = al_session_connect_agent(s, deadline, err);
+    /* QEMU's socket answers before the guest runs: the handshake is the proof. */
+    int r = al_link_connect(s, deadline, err);
     uint64_t nonce = 0;
     if (r == 0)
-        r = al_session_send_hello(s, &nonce, err);
+        r = al_link_send_hello(s, &nonce, err);
     if (r < 0)
         return r;
     for (;;) {
         uint64_t slice = al_now_ms() + 250;
-        r = handshake_wait(s, nonce, slice < probe_deadline ? slice : probe_deadline, err);
+        r = al_link_hello_wait(s, nonce, slice < probe_deadline ? slice : probe_deadline, err);
         if (r == 0)
             return 0;
         bool timed_out = r == -ETIMEDOUT && err->code == 0;
@@ -370,11 +234,7 @@ static int fall_back_to_emulation(al_session *s, struct al_vm_config *cfg, const
     virDomainDestroy(s->dom);
     virDomainFree(s->dom);
     s->dom = NULL;
-    al_ssh_disconnect(s);
-    if (s->have_ch) {
-        al_channel_destroy(&s->ch);
-        s->have_ch = false;
-    }
+    al_link_detach(s);
     al_kvm_record(false, ev);
     session_notice(s,
                    "KVM did not run the guest (%s); running it in software emulation (slower). "
@@ -418,7 +278,9 @@ static int boot_guest(al_session *s, struct al_vm_config *cfg, bool probe, uint6
         return r;
     *started = al_now_ms();
     probe = probe && (cfg->kvm || test_lie); /* a KVM refused at start fell back already */
-    uint64_t probe_ms = (s->transport == AL_TRANSPORT_SSH || !s->img.kernel[0] ? 20000 : 6000);
+    /* An image booted by its own boot loader gets longer, as does a transport that needs more
+     * of the guest up before it answers. */
+    uint64_t probe_ms = !s->img.kernel[0] ? 20000 : s->tport->ops->probe_ms;
     const char *env = getenv("AIRLOCK_KVM_PROBE_S");
     if (env && atoi(env) > 0)
         probe_ms = (uint64_t)atoi(env) * 1000u;
@@ -469,13 +331,15 @@ static al_session *session_new(const al_session_opts *opts)
     return s;
 }
 
-/* Loads the image and settles the transport: the image's, or the one asked for if it has it. */
-static int session_load_image(al_session *s, const al_session_opts *opts, al_error *err)
+/* Loads the image and settles the transport (into kind): the image's, or the one asked for if
+ * it has it. */
+static int session_load_image(al_session *s, const al_session_opts *opts, enum al_transport *kind,
+                              al_error *err)
 {
     int r = al_image_load(opts->image ? opts->image : al_image_default(), &s->img, err);
     if (r < 0)
         return r;
-    s->transport = s->img.transport;
+    *kind = s->img.transport;
     if (opts->transport != AL_TRANSPORT_IMAGE && opts->transport != AL_TRANSPORT_VIRTIO &&
         opts->transport != AL_TRANSPORT_SSH)
         return al_err(err, -EINVAL, "unknown transport %d (virtio or ssh)", (int)opts->transport);
@@ -526,11 +390,22 @@ static bool session_choose_accel(al_session *s)
 }
 
 /* The disk overlay (into disk, which cfg then points at) and the domain's configuration, with
- * what the transport and checkpoints add to it. */
-static int session_prepare_vm(al_session *s, const al_session_opts *opts, char *disk,
-                              size_t disklen, struct al_vm_config *cfg, al_error *err)
+ * what the transport (of kind) and checkpoints add to it. */
+static int session_prepare_vm(al_session *s, const al_session_opts *opts, enum al_transport kind,
+                              char *disk, size_t disklen, struct al_vm_config *cfg, al_error *err)
 {
-    int r;
+    struct al_transport_env env = {
+        .name = s->name,
+        .dir = s->dir,
+        .agent_sock = s->sock,
+        .console = s->console,
+        .img = &s->img,
+        .conn = s->conn,
+        .cancel_fd = s->cancel_fd,
+    };
+    int r = al_transport_new(kind, &env, &s->tport, err);
+    if (r < 0)
+        return r;
     if (s->img.disk[0]) {
         /* In the session dir: removed with it, by close or by gc after a crash. */
         if (al_pathf(disk, disklen, "%s/disk.qcow2", s->state_dir) < 0)
@@ -548,17 +423,14 @@ static int session_prepare_vm(al_session *s, const al_session_opts *opts, char *
                                           : MEMORY_MIB_DEFAULT,
         .vcpus = opts->vcpus ? opts->vcpus : VCPUS_DEFAULT,
         .kvm = s->kvm,
-        .agent_sock = s->sock,
         .console_path = s->console,
         .disk = s->img.disk[0] ? disk : NULL,
         .raw_sock = s->raw_port[0] ? s->raw_sock : NULL,
         .raw_port_name = s->raw_port,
     };
-    if (s->transport == AL_TRANSPORT_SSH) {
-        r = al_ssh_prepare(s, cfg, err);
-        if (r < 0)
-            return r;
-    }
+    r = s->tport->ops->prepare(s->tport, cfg, s->kvm, err);
+    if (r < 0)
+        return r;
     if (opts->checkpoints) {
         r = al_checkpoints_prepare(s, cfg, err);
         if (r < 0)
@@ -574,7 +446,8 @@ int al_session_open(const al_session_opts *opts, al_session **out, al_error *err
     if (!s)
         return al_err(err, -ENOMEM, "out of memory");
 
-    int r = session_load_image(s, opts, err);
+    enum al_transport kind;
+    int r = session_load_image(s, opts, &kind, err);
     if (r < 0)
         goto fail;
     r = al_vm_connect(opts->connect_uri, &s->conn, err);
@@ -589,7 +462,7 @@ int al_session_open(const al_session_opts *opts, al_session **out, al_error *err
     bool probe = session_choose_accel(s);
     char disk[4300];
     struct al_vm_config cfg;
-    r = session_prepare_vm(s, opts, disk, sizeof(disk), &cfg, err);
+    r = session_prepare_vm(s, opts, kind, disk, sizeof(disk), &cfg, err);
     if (r < 0)
         goto fail;
 
@@ -621,9 +494,8 @@ void al_session_close(al_session *s)
         return;
     al_budget_stop(s);
     al_control_stop(s);
-    al_ssh_disconnect(s);
-    if (s->have_ch)
-        al_channel_destroy(&s->ch);
+    al_link_detach(s);
+    al_transport_free(s->tport);
     if (s->dom) {
         virDomainDestroy(s->dom);
         virDomainFree(s->dom);
@@ -690,72 +562,4 @@ unsigned al_session_vcpus(const al_session *s)
 bool al_session_kvm(const al_session *s)
 {
     return s->kvm;
-}
-
-int al_session_check(al_session *s, int r, const al_error *err)
-{
-    if ((r == -EPROTO || r == -EMSGSIZE) && !s->poisoned) {
-        s->poisoned = true;
-        snprintf(s->poison_why, sizeof(s->poison_why), "%.200s", err->msg);
-    }
-    return r;
-}
-
-int al_session_ready(al_session *s, al_error *err)
-{
-    int r = al_budget_refuse(s, err);
-    if (r < 0)
-        return r;
-    if (s->poisoned)
-        return al_err(err, -EPROTO,
-                      "the guest broke the protocol earlier (%s); the session takes no more "
-                      "requests",
-                      s->poison_why);
-    if (s->transport != AL_TRANSPORT_SSH || !al_ssh_lost(s))
-        return 0;
-    return al_ssh_reconnect(s, err);
-}
-
-int al_session_next_id(al_session *s)
-{
-    return (int)(s->next_id++ & 0x7fffffff);
-}
-
-int al_session_stray_frame(al_session *s, const struct al_msg *m, const char *when, al_error *err)
-{
-    if (m->type == AL_ERROR && m->id == 0)
-        return al_channel_guest_error(m, "guest agent reported a protocol error", err);
-    /* Late frames of a request that already ended (the agent answering stray data) are
-     * dropped. */
-    if (m->id != 0 && m->id < s->next_id)
-        return 0;
-    if (when)
-        return al_err(err, -EPROTO, "guest sent a %s frame %s", al_type_name(m->type), when);
-    return al_err(err, -EPROTO, "guest sent a %s frame for unknown request %u",
-                  al_type_name(m->type), m->id);
-}
-
-int al_session_recv(al_session *s, uint32_t id, struct al_msg *m, int extra_fd, al_error *err)
-{
-    return al_session_recv_until(s, id, m, extra_fd, 0, err);
-}
-
-int al_session_recv_until(al_session *s, uint32_t id, struct al_msg *m, int extra_fd,
-                          uint64_t deadline, al_error *err)
-{
-    for (;;) {
-        bool ours = deadline && (!s->expires_ms || deadline < s->expires_ms);
-        int r = al_channel_recv(&s->ch, m, ours ? deadline : s->expires_ms, s->cancel_fd, extra_fd,
-                                err);
-        if (r == -ETIMEDOUT && err->code == 0 && ours)
-            return r;
-        if (r == -ETIMEDOUT && err->code == 0)
-            return al_err(err, -ETIME, "session lifetime exceeded");
-        if (r <= 0)
-            return r;
-        if (m->id == id && !(m->type == AL_ERROR && m->id == 0))
-            return 1;
-        if ((r = al_session_stray_frame(s, m, NULL, err)) < 0)
-            return r;
-    }
 }

@@ -40,12 +40,7 @@ struct al_session {
     struct al_checkpoints *ckpt; /* checkpoint.c's state; NULL without opts.checkpoints */
     struct al_channel ch;
     bool have_ch;
-    enum al_transport transport;
-    struct al_ssh *ssh; /* ssh.c's connection while there is one */
-    char ssh_dir[4300]; /* the session's keys */
-    char seed[4300];    /* the cloud-init seed ISO */
-    char host_pub[256]; /* the host key given to the guest, pinned */
-    unsigned host_port; /* 127.0.0.1 port forwarded to the guest's sshd */
+    struct al_tport *tport; /* how the agent is reached (transport/); NULL until prepared */
     unsigned stall_ms;
     unsigned boot_timeout_ms;
     uint64_t expires_ms;   /* monotonic end of the session's lifetime, 0: none */
@@ -61,47 +56,7 @@ struct al_session {
     char langs[AL_LANGS_MAX * (AL_SHORT_STR_MAX + 1) + 1];
 };
 
-int al_session_next_id(al_session *s);
-/* A frame that is not the one awaited: the agent's protocol error (id 0) fails; a late frame of a
- * request that already ended (or was abandoned) is dropped (0: read on); anything else is the
- * guest speaking out of turn: -EPROTO, "guest sent a TYPE frame " and when (NULL: "for unknown
- * request ID"). */
-int al_session_stray_frame(al_session *s, const struct al_msg *m, const char *when, al_error *err);
-/* The next frame for request id, dropping late frames of finished requests. 0 when cancel_fd
- * or extra_fd became readable. */
-int al_session_recv(al_session *s, uint32_t id, struct al_msg *m, int extra_fd, al_error *err);
-/* The same with a deadline of the caller's (0: none): -ETIMEDOUT with err untouched when it
- * passes before the session's lifetime ends. */
-int al_session_recv_until(al_session *s, uint32_t id, struct al_msg *m, int extra_fd,
-                          uint64_t deadline, al_error *err);
 int al_gc_conn(virConnectPtr conn, al_error *err);
-/* Sets up s->ch on fd (the agent's socket, or the SSH pump's end) for this session: its
- * cancel pipe wakes a waiting write, its disk budget watcher (budget.c) fails a waiting read. */
-int al_session_channel_init(al_session *s, int fd, al_error *err);
-/* Connects s->ch to the agent's socket, retrying until deadline while QEMU creates it. */
-int al_session_connect_agent(al_session *s, uint64_t deadline, al_error *err);
-/* The console's last non-empty line, printable characters only, for boot errors. */
-void al_session_console_tail(const al_session *s, char *out, size_t len);
-/* Sends HELLO and waits for the HELLO_ACK until deadline. */
-int al_session_handshake(al_session *s, uint64_t deadline, al_error *err);
-/* Before a request: refuses a session whose guest broke the protocol; over SSH, reconnects
- * when the connection dropped. */
-int al_session_ready(al_session *s, al_error *err);
-/* Returns r; when r says the guest broke the protocol (-EPROTO, or -EMSGSIZE for data past a
- * cap), the session takes no more requests until a checkpoint restore: its agent is not ours. */
-int al_session_check(al_session *s, int r, const al_error *err);
-/* ssh.c: keys, seed and port for a session being opened (fills cfg's network and seed);
- * connecting until deadline (the pinned host key, login, agent copy, relay); closing. */
-int al_ssh_prepare(al_session *s, struct al_vm_config *cfg, al_error *err);
-int al_ssh_pick_port(al_session *s, al_error *err);
-int al_ssh_connect(al_session *s, uint64_t deadline, al_error *err);
-int al_ssh_reconnect(al_session *s, al_error *err);
-void al_ssh_disconnect(al_session *s);
-bool al_ssh_lost(const al_session *s);
-/* Sends a HELLO with a fresh random nonce, written to *nonce. */
-int al_session_send_hello(al_session *s, uint64_t *nonce, al_error *err);
-/* Checks a HELLO_ACK against the HELLO sent with nonce and records what the agent announced. */
-int al_session_hello_ack(al_session *s, const struct al_msg *m, uint64_t nonce, al_error *err);
 /* checkpoint.c: sets up checkpoints for a session being opened (a scratch disk for images
  * without one, in cfg), and frees that state at close. */
 int al_checkpoints_prepare(al_session *s, struct al_vm_config *cfg, al_error *err);

@@ -67,13 +67,6 @@ static int runtime_dir_check(const char *path, bool private, al_error *err)
     return 0;
 }
 
-/* Where session directories live: /run/airlock for root, else $XDG_RUNTIME_DIR/airlock, else
- * /tmp/airlock-UID; $AIRLOCK_RUNTIME_DIR overrides. Each is checked by runtime_dir_check.
- * Modes: root's is 0755 because QEMU runs as libvirt's unprivileged user under qemu:///system
- * and must traverse it to bind agent.sock in the session dir (0755 too, session.c); /run is
- * root's alone, and the check still refuses a foreign owner or a write bit for others. Other
- * users' QEMU runs as themselves (qemu:///session), so theirs is 0700, made so if an older
- * airlock left it 0755. */
 void al_printable(char *s)
 {
     for (unsigned char *p = (unsigned char *)s; *p; p++)
@@ -81,6 +74,33 @@ void al_printable(char *s)
             *p = '?';
 }
 
+/* The session dir goes away with the session, so a boot failure quotes the console itself:
+ * its last non-empty line, printable characters only. */
+void al_console_tail(const char *path, char *out, size_t len)
+{
+    snprintf(out, len, "(empty)");
+    FILE *f = fopen(path, "re");
+    char line[1024];
+    while (f && fgets(line, sizeof(line), f)) {
+        line[strcspn(line, "\r\n")] = '\0';
+        if (!line[0])
+            continue;
+        al_printable(line);
+        size_t n = strlen(line) < len - 1 ? strlen(line) : len - 1; /* cut, on purpose */
+        memcpy(out, line, n);
+        out[n] = '\0';
+    }
+    if (f)
+        fclose(f);
+}
+
+/* Where session directories live: /run/airlock for root, else $XDG_RUNTIME_DIR/airlock, else
+ * /tmp/airlock-UID; $AIRLOCK_RUNTIME_DIR overrides. Each is checked by runtime_dir_check.
+ * Modes: root's is 0755 because QEMU runs as libvirt's unprivileged user under qemu:///system
+ * and must traverse it to bind agent.sock in the session dir (0755 too, session.c); /run is
+ * root's alone, and the check still refuses a foreign owner or a write bit for others. Other
+ * users' QEMU runs as themselves (qemu:///session), so theirs is 0700, made so if an older
+ * airlock left it 0755. */
 int al_runtime_dir(char *buf, size_t len, al_error *err)
 {
     const char *over = getenv("AIRLOCK_RUNTIME_DIR");

@@ -191,8 +191,8 @@ def bundle(data):
         if mime in MIME_BINARY:
             if isinstance(value, bytes):
                 value = base64.b64encode(value).decode('ascii')
-            if isinstance(value, str):
-                out[mime] = value
+            if isinstance(value, str):  # IPython's own base64 has line breaks: none go out
+                out[mime] = ''.join(value.split())
         elif mime in MIME_TEXT:
             if isinstance(value, bytes):
                 value = value.decode('utf-8', 'replace')

@@ -11,9 +11,9 @@
  *
  * The rest of the library speaks frames on a socket: a pump thread moves bytes between the SSH
  * channel and one end of a socketpair, and the session's channel (channel.c) gets the other
- * end. When the connection drops, the pump closes its end: the channel sees EOF, and the next
- * request reconnects (al_session_ready). */
-#include "session.h"
+ * end. When the connection drops, the pump closes its end: the channel sees EOF, lost() says
+ * so, and the next request reconnects (al_link_ready in link.c). */
+#include "transport.h"
 
 #include <libssh2.h>
 #include <libssh2_sftp.h>
@@ -25,6 +25,7 @@
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <poll.h>
+#include <pthread.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <string.h>
@@ -38,6 +39,8 @@
 #define ATTEMPT_MS 8000
 /* Reconnecting after a dropped connection: waits between attempts, then give up. */
 static const unsigned reconnect_wait_ms[] = {0, 250, 500, 1000, 2000, 4000};
+/* Under emulation an image reached over SSH boots further before it answers. */
+#define PROBE_MS 20000
 #define PUMP_BUF (256 * 1024)
 #define KEEPALIVE_S 10
 #define SFTP_CHUNK (1024 * 1024)
@@ -55,6 +58,21 @@ struct al_ssh {
     bool err_nl;        /* the relay's stderr ended a line */
     char err_tail[160]; /* the last line the relay wrote on stderr (sudo refusing, say) */
 };
+
+/* The transport: the session's keys, seed and forwarded port, and the connection. */
+struct ssh_tport {
+    struct al_tport t;
+    char keys[4300];    /* the session's keys */
+    char seed[4300];    /* the cloud-init seed ISO */
+    char host_pub[256]; /* the host key given to the guest, pinned */
+    unsigned host_port; /* 127.0.0.1 port forwarded to the guest's sshd */
+    struct al_ssh *c;   /* the connection while there is one */
+};
+
+static struct ssh_tport *ssh_of(struct al_tport *t)
+{
+    return (struct ssh_tport *)t;
+}
 
 static pthread_once_t ssh_once = PTHREAD_ONCE_INIT;
 static int ssh_init_rc;
@@ -102,17 +120,12 @@ static int free_port(unsigned *port, al_error *err)
     return 0;
 }
 
-int al_ssh_pick_port(al_session *s, al_error *err)
-{
-    return free_port(&s->host_port, err);
-}
-
 /* Writes the seed's two files: the login key for the image's user, the host key pinned. */
-static int write_seed_files(al_session *s, const char *dir, al_error *err)
+static int write_seed_files(struct ssh_tport *s, const char *dir, al_error *err)
 {
     char path[4300], priv_path[4300];
-    if (al_pathf(path, sizeof(path), "%s/id_ed25519.pub", s->ssh_dir) < 0 ||
-        al_pathf(priv_path, sizeof(priv_path), "%s/host_ed25519", s->ssh_dir) < 0)
+    if (al_pathf(path, sizeof(path), "%s/id_ed25519.pub", s->keys) < 0 ||
+        al_pathf(priv_path, sizeof(priv_path), "%s/host_ed25519", s->keys) < 0)
         return al_err(err, -ENAMETOOLONG, "session path too long");
     _cleanup_free_ char *user_pub = read_text(path, 4096);
     _cleanup_free_ char *host_priv = read_text(priv_path, 8192);
@@ -138,7 +151,7 @@ static int write_seed_files(al_session *s, const char *dir, al_error *err)
             "ssh_keys:\n"
             "  ed25519_public: %s\n"
             "  ed25519_private: |\n",
-            strcmp(s->img.ssh_user, "root") ? "true" : "false", user_pub, s->host_pub);
+            strcmp(s->t.env.img->ssh_user, "root") ? "true" : "false", user_pub, s->host_pub);
     for (char *line = strtok(host_priv, "\n"); line; line = strtok(NULL, "\n"))
         fprintf(f, "    %s\n", line);
     if (fclose(f) != 0)
@@ -149,22 +162,24 @@ static int write_seed_files(al_session *s, const char *dir, al_error *err)
     f = fopen(path, "we");
     if (!f)
         return al_err(err, -errno, "cannot write the seed: %s", strerror(errno));
-    fprintf(f, "instance-id: %s\nlocal-hostname: %s\n", s->name, s->name);
+    fprintf(f, "instance-id: %s\nlocal-hostname: %s\n", s->t.env.name, s->t.env.name);
     return fclose(f) == 0 ? 0 : al_err(err, -EIO, "cannot write the seed");
 }
 
-int al_ssh_prepare(al_session *s, struct al_vm_config *cfg, al_error *err)
+/* Keys, seed and port for a session being opened: cfg gets the NIC and the seed. */
+static int ssh_prepare(struct al_tport *t, struct al_vm_config *cfg, bool kvm, al_error *err)
 {
-    if (al_pathf(s->ssh_dir, sizeof(s->ssh_dir), "%s/ssh", s->dir) < 0)
+    struct ssh_tport *s = ssh_of(t);
+    if (al_pathf(s->keys, sizeof(s->keys), "%s/ssh", t->env.dir) < 0)
         return al_err(err, -ENAMETOOLONG, "session path too long");
-    if (mkdir(s->ssh_dir, 0700) < 0)
-        return al_err(err, -errno, "cannot create '%s': %s", s->ssh_dir, strerror(errno));
+    if (mkdir(s->keys, 0700) < 0)
+        return al_err(err, -errno, "cannot create '%s': %s", s->keys, strerror(errno));
     char user_key[4300], host_key[4300], pub[4300], seed_dir[4300];
-    if (al_pathf(user_key, sizeof(user_key), "%s/id_ed25519", s->ssh_dir) < 0 ||
-        al_pathf(host_key, sizeof(host_key), "%s/host_ed25519", s->ssh_dir) < 0 ||
-        al_pathf(pub, sizeof(pub), "%s/host_ed25519.pub", s->ssh_dir) < 0 ||
-        al_pathf(seed_dir, sizeof(seed_dir), "%s/seed", s->ssh_dir) < 0 ||
-        al_pathf(s->seed, sizeof(s->seed), "%s/seed.iso", s->dir) < 0)
+    if (al_pathf(user_key, sizeof(user_key), "%s/id_ed25519", s->keys) < 0 ||
+        al_pathf(host_key, sizeof(host_key), "%s/host_ed25519", s->keys) < 0 ||
+        al_pathf(pub, sizeof(pub), "%s/host_ed25519.pub", s->keys) < 0 ||
+        al_pathf(seed_dir, sizeof(seed_dir), "%s/seed", s->keys) < 0 ||
+        al_pathf(s->seed, sizeof(s->seed), "%s/seed.iso", t->env.dir) < 0)
         return al_err(err, -ENAMETOOLONG, "session path too long");
     int r = keygen(user_key, err);
     if (r < 0)
@@ -191,7 +206,7 @@ int al_ssh_prepare(al_session *s, struct al_vm_config *cfg, al_error *err)
     if (r < 0)
         return r;
     /* It holds the host's private key: readable by QEMU's user only. */
-    r = al_disk_give(s->conn, s->kvm, s->seed, err);
+    r = al_disk_give(t->env.conn, kvm, s->seed, err);
     if (r < 0)
         return r;
     al_rmtree(seed_dir);
@@ -199,10 +214,23 @@ int al_ssh_prepare(al_session *s, struct al_vm_config *cfg, al_error *err)
     if (r < 0)
         return r;
     cfg->host_port = s->host_port;
-    cfg->guest_port = s->img.ssh_port;
+    cfg->guest_port = t->env.img->ssh_port;
     cfg->seed = s->seed;
     cfg->agent_sock = NULL;
     return 0;
+}
+
+/* The forward's port was free when picked, but someone may have taken it since QEMU failed to
+ * bind it: another one. */
+static int ssh_retry_start(struct al_tport *t, struct al_vm_config *cfg, const char *msg,
+                           al_error *err)
+{
+    struct ssh_tport *s = ssh_of(t);
+    if (!cfg->host_port || !strstr(msg, "forwarding"))
+        return 0;
+    int r = free_port(&s->host_port, err);
+    cfg->host_port = s->host_port;
+    return r < 0 ? r : 1;
 }
 
 /* ---- connecting ---- */
@@ -274,7 +302,7 @@ static int tcp_connect(unsigned port, int *out, al_error *err)
 }
 
 /* The key the guest shows must be the one we gave it, before we send a credential. */
-static int check_host_key(al_session *s, struct al_ssh *c, al_error *err)
+static int check_host_key(const struct ssh_tport *s, struct al_ssh *c, al_error *err)
 {
     size_t len = 0;
     int type = 0;
@@ -466,8 +494,10 @@ static void *pump(void *arg);
 
 /* One attempt: TCP, SSH handshake, host key, login, agent copy, relay, pump. timeout_ms bounds
  * each blocking step. */
-static int connect_once(al_session *s, unsigned timeout_ms, struct al_ssh **out, al_error *err)
+static int connect_once(struct ssh_tport *s, unsigned timeout_ms, struct al_transport_conn *out,
+                        al_error *err)
 {
+    const char *user = s->t.env.img->ssh_user;
     struct al_ssh *c = calloc(1, sizeof(*c));
     if (!c)
         return al_err(err, -ENOMEM, "out of memory");
@@ -496,14 +526,14 @@ static int connect_once(al_session *s, unsigned timeout_ms, struct al_ssh **out,
     if (r < 0)
         goto fail;
     char pub[4400], priv[4400];
-    if (al_pathf(pub, sizeof(pub), "%s/id_ed25519.pub", s->ssh_dir) < 0 ||
-        al_pathf(priv, sizeof(priv), "%s/id_ed25519", s->ssh_dir) < 0) {
+    if (al_pathf(pub, sizeof(pub), "%s/id_ed25519.pub", s->keys) < 0 ||
+        al_pathf(priv, sizeof(priv), "%s/id_ed25519", s->keys) < 0) {
         r = al_err(err, -ENAMETOOLONG, "session path too long");
         goto fail;
     }
-    if (libssh2_userauth_publickey_fromfile(c->sess, s->img.ssh_user, pub, priv, NULL) != 0) {
-        r = al_err(err, -EACCES, "the guest refused the session key for user '%s': %s",
-                   s->img.ssh_user, ssh_errmsg(c->sess));
+    if (libssh2_userauth_publickey_fromfile(c->sess, user, pub, priv, NULL) != 0) {
+        r = al_err(err, -EACCES, "the guest refused the session key for user '%s': %s", user,
+                   ssh_errmsg(c->sess));
         goto fail;
     }
     char dir[700];
@@ -518,7 +548,7 @@ static int connect_once(al_session *s, unsigned timeout_ms, struct al_ssh **out,
     char cmd[2000];
     snprintf(cmd, sizeof(cmd),
              "exec %s%s/airlock-agent --relay " GUEST_SOCKET " --kernels %s/kernels",
-             strcmp(s->img.ssh_user, "root") ? "sudo -n " : "", dir, dir);
+             strcmp(user, "root") ? "sudo -n " : "", dir, dir);
     if (libssh2_channel_exec(c->chan, cmd) != 0) {
         r = al_err(err, -EIO, "cannot start the agent in the guest: %s", ssh_errmsg(c->sess));
         goto fail;
@@ -534,107 +564,94 @@ static int connect_once(al_session *s, unsigned timeout_ms, struct al_ssh **out,
     fcntl(sp[0], F_SETFL, O_NONBLOCK);
     libssh2_session_set_blocking(c->sess, 0);
     libssh2_keepalive_config(c->sess, 1, KEEPALIVE_S);
-    r = al_session_channel_init(s, sp[0], err);
-    if (r < 0) {
-        close(sp[0]);
-        goto fail;
-    }
-    s->ch.eof_msg = c->why; /* complete once the channel reads EOF: see pump_end */
-    s->have_ch = true;
     if ((r = -pthread_create(&c->thread, NULL, pump, c)) != 0) {
-        al_channel_destroy(&s->ch);
-        s->have_ch = false;
+        close(sp[0]);
         r = al_err(err, r, "cannot start the SSH pump: %s", strerror(-r));
         goto fail;
     }
     c->thread_started = true;
-    *out = c;
+    s->c = c;
+    /* why is complete once the session's end reads EOF: see pump_end */
+    *out = (struct al_transport_conn){.fd = sp[0], .eof_msg = c->why};
     return 0;
 fail:
     ssh_free(c);
     return r;
 }
 
-int al_ssh_connect(al_session *s, uint64_t deadline, al_error *err)
+static void ssh_disconnect(struct al_tport *t)
 {
-    pthread_once(&ssh_once, ssh_global_init);
-    if (ssh_init_rc != 0)
-        return al_err(err, -EIO, "libssh2 failed to initialise");
-    al_ssh_disconnect(s);
-    /* While the guest boots, slirp holds our connection open until the guest answers its SYN,
-     * which may be never: short waits for the banner at first, longer ones after each miss
-     * (a loaded guest may be slow to finish the key exchange). */
-    unsigned banner_ms = 1000;
-    for (;;) {
-        al_error e = {0};
-        int r = connect_once(s, banner_ms, &s->ssh, &e);
-        if (r == 0)
-            return 0;
-        if (r == -ETIMEDOUT && banner_ms < ATTEMPT_MS)
-            banner_ms *= 2;
-        /* A wrong host key or a refused login will not get better by asking again. */
-        if (r == -EKEYREJECTED || r == -EACCES || al_now_ms() + 250 >= deadline ||
-            (s->dom && !virDomainIsActive(s->dom))) {
-            if (r == -EKEYREJECTED || r == -EACCES)
-                return al_err(err, r, "%s", e.msg);
-            char last[160];
-            al_session_console_tail(s, last, sizeof(last));
-            return al_err(err, r, "%s (console's last line: %s)", e.msg, last);
-        }
-        struct pollfd p = {s->cancel_fd, POLLIN, 0};
-        if (poll(&p, 1, 250) > 0)
-            return al_err(err, -ECANCELED, "cancelled while connecting to the guest");
-    }
-}
-
-void al_ssh_disconnect(al_session *s)
-{
-    struct al_ssh *c = s->ssh;
+    struct ssh_tport *s = ssh_of(t);
+    struct al_ssh *c = s->c;
     if (!c)
         return;
     if (c->thread_started) {
         (void)!write(c->stop[1], "x", 1);
         pthread_join(c->thread, NULL);
     }
-    if (s->have_ch) {
-        al_channel_destroy(&s->ch);
-        s->have_ch = false;
-    }
     ssh_free(c);
-    s->ssh = NULL;
+    s->c = NULL;
 }
 
-bool al_ssh_lost(const al_session *s)
+static int ssh_connect(struct al_tport *t, virDomainPtr dom, uint64_t deadline,
+                       struct al_transport_conn *out, al_error *err)
 {
-    return !s->ssh || atomic_load(&s->ssh->done);
-}
-
-/* Reconnects after the connection dropped, with growing waits, and handshakes again. The agent
- * daemon in the guest kept running: its kernels keep their state. */
-int al_ssh_reconnect(al_session *s, al_error *err)
-{
-    al_error last = {0};
-    for (size_t i = 0; i < sizeof(reconnect_wait_ms) / sizeof(reconnect_wait_ms[0]); i++) {
-        struct pollfd p = {s->cancel_fd, POLLIN, 0};
-        if (poll(&p, 1, (int)reconnect_wait_ms[i]) > 0)
-            return al_err(err, -ECANCELED, "cancelled while reconnecting to the guest");
-        if (s->dom && !virDomainIsActive(s->dom))
-            return al_err(err, -ECONNRESET, "the VM is gone");
-        last = (al_error){0};
-        /* One attempt each round: a dead sshd fails it at once (the guest resets the
-         * connection), a slow guest gets a longer wait for the banner each time. */
-        al_ssh_disconnect(s);
-        unsigned banner_ms = 2000u << (i < 2 ? i : 2);
-        int r = connect_once(s, banner_ms, &s->ssh, &last);
-        if (r == 0)
-            r = al_session_handshake(s, al_now_ms() + ATTEMPT_MS, &last);
+    struct ssh_tport *s = ssh_of(t);
+    pthread_once(&ssh_once, ssh_global_init);
+    if (ssh_init_rc != 0)
+        return al_err(err, -EIO, "libssh2 failed to initialise");
+    ssh_disconnect(t);
+    /* While the guest boots, slirp holds our connection open until the guest answers its SYN,
+     * which may be never: short waits for the banner at first, longer ones after each miss
+     * (a loaded guest may be slow to finish the key exchange). */
+    unsigned banner_ms = 1000;
+    for (;;) {
+        al_error e = {0};
+        int r = connect_once(s, banner_ms, out, &e);
         if (r == 0)
             return 0;
-        if (r == -EKEYREJECTED || r == -EACCES)
-            break;
+        if (r == -ETIMEDOUT && banner_ms < ATTEMPT_MS)
+            banner_ms *= 2;
+        /* A wrong host key or a refused login will not get better by asking again. */
+        if (r == -EKEYREJECTED || r == -EACCES || al_now_ms() + 250 >= deadline ||
+            (dom && !virDomainIsActive(dom))) {
+            if (r == -EKEYREJECTED || r == -EACCES)
+                return al_err(err, r, "%s", e.msg);
+            char last[160];
+            al_console_tail(t->env.console, last, sizeof(last));
+            return al_err(err, r, "%s (console's last line: %s)", e.msg, last);
+        }
+        struct pollfd p = {t->env.cancel_fd, POLLIN, 0};
+        if (poll(&p, 1, 250) > 0)
+            return al_err(err, -ECANCELED, "cancelled while connecting to the guest");
     }
-    return al_err(err, last.code ? last.code : -ECONNRESET,
-                  "the SSH connection to the guest was lost and reconnecting failed: %s", last.msg);
+}
+
+static bool ssh_lost(struct al_tport *t)
+{
+    struct ssh_tport *s = ssh_of(t);
+    return !s->c || atomic_load(&s->c->done);
+}
+
+/* One attempt each round of a reconnect: a dead sshd fails it at once (the guest resets the
+ * connection), a slow guest gets a longer wait for the banner each time. The agent daemon in
+ * the guest kept running: its kernels keep their state. */
+static int ssh_reconnect(struct al_tport *t, unsigned attempt, struct al_transport_conn *out,
+                         al_error *err)
+{
+    ssh_disconnect(t);
+    unsigned banner_ms = 2000u << (attempt < 2 ? attempt : 2);
+    return connect_once(ssh_of(t), banner_ms, out, err);
+}
+
+static struct al_tport *ssh_create(void)
+{
+    return calloc(1, sizeof(struct ssh_tport));
+}
+
+static void ssh_destroy(struct al_tport *t)
+{
+    free(ssh_of(t));
 }
 
 /* ---- the pump ---- */
@@ -793,3 +810,21 @@ done:
     free(out.p);
     return NULL;
 }
+
+const struct al_transport_ops al_transport_ssh = {
+    .kind = AL_TRANSPORT_SSH,
+    .label = "SSH",
+    .peer = "sshd",
+    .guest_side = true,
+    .probe_ms = PROBE_MS,
+    .reconnect_wait_ms = reconnect_wait_ms,
+    .reconnect_tries = sizeof(reconnect_wait_ms) / sizeof(reconnect_wait_ms[0]),
+    .create = ssh_create,
+    .destroy = ssh_destroy,
+    .prepare = ssh_prepare,
+    .retry_start = ssh_retry_start,
+    .connect = ssh_connect,
+    .reconnect = ssh_reconnect,
+    .lost = ssh_lost,
+    .disconnect = ssh_disconnect,
+};
