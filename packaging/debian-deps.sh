@@ -8,6 +8,7 @@ PACKAGES=(
   gcc meson ninja-build pkg-config
   # host libraries
   libvirt-dev libcurl4-openssl-dev libcjson-dev libssh2-1-dev libarchive-dev libedit-dev libyaml-dev
+  libpng-dev
   # hypervisor
   libvirt-daemon-system libvirt-daemon-driver-qemu libvirt-clients qemu-system-x86 qemu-utils
   # the tiny image

@@ -425,6 +425,8 @@ class IPythonKernel(Kernel):
             system = InteractiveShell.system_raw
 
             def _showtraceback(self, etype, evalue, stb):
+                if kernel.quiet_interrupt and etype is KeyboardInterrupt:
+                    stb = ['KeyboardInterrupt']  # not the block's: no traceback to show
                 text = self.InteractiveTB.stb2text(stb)
                 if not text.endswith('\n'):
                     text += '\n'
@@ -440,6 +442,7 @@ class IPythonKernel(Kernel):
                     try:
                         # As in Kernel.execute: a held interrupt stops the cell here.
                         if kernel.pending:
+                            kernel.quiet_interrupt = True
                             raise KeyboardInterrupt
                         if async_:
                             await eval(code_obj, self.user_global_ns, self.user_ns)
@@ -467,15 +470,41 @@ class IPythonKernel(Kernel):
         config.HistoryManager.enabled = False
         config.InteractiveShell.colors = 'NoColor'
         config.InteractiveShell.autoindent = False
+        # A figure's PNG is its size times its dpi, not cropped to what was drawn.
+        config.InlineBackend.print_figure_kwargs = {'bbox_inches': None}
+        self.in_cell = False
+        self.quiet_interrupt = False
         self.shell = Shell.instance(config=config)
         self.shell.display_formatter.active_types = list(self.shell.display_formatter.formatters)
         self.exit = None
+
+    def on_sigint(self, signo, frame):
+        # IPython's own work on the cell (transforming, parsing, compiling a big one takes
+        # seconds under emulation) is interrupted too, as in a notebook; only this driver's
+        # code holds the interrupt.
+        if self.in_cell and not self.running:
+            self.quiet_interrupt = True
+            signal.default_int_handler(signo, frame)
+        Kernel.on_sigint(self, signo, frame)
 
     def execute(self, code):
         shell = self.shell
         self.results.send({'type': 'count', 'execution_count': shell.execution_count})
         self.exit = None
-        result = shell.run_cell(code, store_history=True)
+        self.quiet_interrupt = False
+        result = None
+        try:
+            try:
+                self.in_cell = True
+                result = shell.run_cell(code, store_history=True)
+            finally:
+                self.in_cell = False
+        except KeyboardInterrupt:  # it came in IPython's code outside the cell's try
+            pass
+        if result is None:
+            sys.stderr.write('KeyboardInterrupt\n')
+            self.results.error('KeyboardInterrupt', '', 'KeyboardInterrupt\n')
+            return 130
         if self.exit is not None:
             return exit_status(self.exit)
         err = result.error_before_exec or result.error_in_exec

@@ -86,6 +86,8 @@ int al_chat_init(al_chat *c, const al_chat_cfg *cfg, const al_chat_ui *ui, al_se
 
 void al_chat_free(al_chat *c)
 {
+    cJSON_Delete(c->images);
+    c->images = NULL;
     cJSON_Delete(c->messages);
     free(c->system);
     free(c->save_path);
@@ -215,6 +217,41 @@ static int on_output(void *ctx, int stream, const uint8_t *data, size_t n)
     return 0;
 }
 
+/* A PNG result for the model to see, within AL_VISION_IMAGES_MAX per run; note says so. */
+static void vision_add(al_chat *c, const al_mime *img, char *note, size_t cap)
+{
+    if (!c->images)
+        c->images = cJSON_CreateArray();
+    if (!c->images || cJSON_GetArraySize(c->images) >= AL_VISION_IMAGES_MAX)
+        return;
+    char *b64 = NULL;
+    unsigned w, h;
+    al_error e = {0};
+    if (al_vision_png(img->data, img->len, &b64, &w, &h, &e) < 0) {
+        snprintf(note, cap, "; not sent as an image: %.48s", e.msg);
+        return;
+    }
+    cJSON *o = cJSON_CreateObject();
+    if (o && cJSON_AddStringToObject(o, "media_type", "image/png") &&
+        cJSON_AddStringToObject(o, "data", b64) && cJSON_AddItemToArray(c->images, o))
+        snprintf(note, cap, "; attached as an image, %ux%u", w, h);
+    else
+        cJSON_Delete(o);
+    free(b64);
+}
+
+/* The run's images go with the message that carries its result. */
+static cJSON *with_images(al_chat *c, cJSON *m)
+{
+    if (m && c->images && cJSON_GetArraySize(c->images) > 0) {
+        cJSON_AddItemToObject(m, "images", c->images);
+        c->images = NULL;
+    }
+    cJSON_Delete(c->images);
+    c->images = NULL;
+    return m;
+}
+
 /* Lines of a traceback the model gets after "name: value": its end says where it failed. */
 #define TRACEBACK_TAIL_LINES 12
 
@@ -227,6 +264,8 @@ static int on_result(void *ctx, const al_result *r)
     struct run_ctx *rc = ctx;
     al_chat *c = rc->c;
     char *text = NULL;
+    if (c->ui.result)
+        c->ui.result(c->ui.ctx, r);
     if (r->kind == AL_RESULT_REFUSED) {
         if (asprintf(&text, "[result refused: %s]\n", r->why) < 0)
             text = NULL;
@@ -251,10 +290,13 @@ static int on_result(void *ctx, const al_result *r)
         if (!img)
             img = al_result_mime(r, "image/svg+xml");
         const al_mime *plain = al_result_mime(r, "text/plain");
-        char host[4200];
+        char host[4200], sent[96] = "";
         al_error fe = {0};
+        if (img && c->cfg.vision && !strcmp(img->type, "image/png"))
+            vision_add(c, img, sent, sizeof(sent));
         if (img && al_figure_save(c, img, host, sizeof(host), &fe) == 0) {
-            if (asprintf(&text, "[%s %ux%u saved: %s]\n", img->type, r->width, r->height, host) < 0)
+            if (asprintf(&text, "[%s %ux%u saved: %s%s]\n", img->type, r->width, r->height, host,
+                         sent) < 0)
                 text = NULL;
         } else if (img) {
             if (asprintf(&text, "[%s not saved: %s]\n", img->type, fe.msg) < 0)
@@ -888,7 +930,7 @@ static int tool_call_step(al_chat *c, const al_tool_call *call, struct seen_runs
                 return r;
         }
     }
-    add_message(c, tool_result(call, result ? result : ""));
+    add_message(c, with_images(c, tool_result(call, result ? result : "")));
     return 0;
 }
 
@@ -923,7 +965,7 @@ static int fenced_step(al_chat *c, const char *text, struct seen_runs *seen, enu
     }
     if (asprintf(&msg, "Output of the code:\n```\n%s\n```", result ? result : "") < 0)
         msg = NULL;
-    cJSON *om = user_msg(msg ? msg : "");
+    cJSON *om = with_images(c, user_msg(msg ? msg : ""));
     cJSON_AddStringToObject(om, "kind", "run-output");
     add_message(c, om);
     *ran = true;

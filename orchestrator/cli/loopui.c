@@ -236,6 +236,22 @@ static int ui_output(void *ctx, int stream, const uint8_t *data, size_t n)
     return r == -EPIPE ? -EPIPE : 0; /* the screen going away must not end the run */
 }
 
+/* --json: each result of a kernel run as {"role": "computer", "type": "result", "content":
+ * al_result_json's object}. */
+static void ui_result(void *ctx, const al_result *r)
+{
+    struct loopui *u = ctx;
+    if (!u->json)
+        return;
+    char *text = al_result_json(r);
+    cJSON *j = json_event("computer", "result", NULL);
+    cJSON *content = text ? cJSON_Parse(text) : NULL;
+    free(text);
+    if (content)
+        cJSON_ReplaceItemInObject(j, "content", content);
+    json_line(j);
+}
+
 static void ui_run_end(void *ctx, const al_exec_result *r, const char *summary)
 {
     struct loopui *u = ctx;
@@ -361,6 +377,7 @@ int loopui_open(struct loopui *u, struct chat_opts *o, struct cli_globals *g)
         .confirm = ui_confirm,
         .output = ui_output,
         .run_end = ui_run_end,
+        .result = ui_result,
         .notice = ui_notice,
         .message = ui_message,
     };

@@ -2,7 +2,9 @@
 """The model loop end to end: the real airlock binary, real VMs (the tiny image) through libvirt,
 and a fake model server (tests/fakemodel) that speaks the OpenAI and Anthropic wire formats,
 replays a script and records every request it gets."""
+import base64
 import json
+import struct
 import os
 import pty
 import select
@@ -511,30 +513,46 @@ class ChatTest(unittest.TestCase):
         self.assertEqual(b1["model"], "flag-model")
 
     def test_debian_kernels_keep_state_and_figures_come_back(self):
-        fig = ("import matplotlib\nmatplotlib.use('Agg')\nimport matplotlib.pyplot as plt\n"
+        # A figure is an image/png result: saved to the outputs directory, named in the tool
+        # result, and with --vision sent to the model as an image, scaled to 1024 px a side.
+        fig = ("import matplotlib.pyplot as plt\nplt.figure(figsize=(24, 12), dpi=100)\n"
                "plt.plot([1, 2, 3], [x, x + 1, x + 2])\nplt.show()")
         fm = self.fake([
             {"tool_calls": [execute("x = 41", lang="python")]},
-            {"tool_calls": [execute("print(x + 1)", lang="python")]},
+            {"tool_calls": [execute("x + 1", lang="python")]},
             {"tool_calls": [execute(fig, lang="python")]},
             {"tool_calls": [execute("cd /tmp && export V=7", lang="shell")]},
             {"tool_calls": [execute("echo $PWD $V", lang="shell")]},
             {"text": "done"},
         ])
-        args = [a if a != "tiny" else "debian" for a in fm.args()]
+        args = [a if a != "tiny" else "debian" for a in fm.args("--vision")]
         r = self.run_airlock(fm, ["run", "-y"] + args + ["t"], timeout=600)
         self.assertEqual(r.returncode, 0, r.stderr)
         reqs = fm.requests()
         enum = reqs[0]["body"]["tools"][0]["function"]["parameters"]["properties"]["language"]["enum"]
         self.assertEqual(sorted(enum), ["javascript", "python", "shell"])
         self.assertIn("42", tool_results(reqs[2])[-1]["content"])
-        self.assertIn("/tmp/airlock-outputs/figure-1.png", tool_results(reqs[3])[-1]["content"])
-        self.assertIn("/tmp 7", tool_results(reqs[5])[-1]["content"])
         outs = os.path.join(fm.env["XDG_DATA_HOME"], "airlock", "outputs")
         pngs = os.listdir(outs)
         self.assertEqual(len(pngs), 1)
+        content = tool_results(reqs[3])[-1]["content"]
+        self.assertIn("[image/png 2400x1200 saved: %s" % os.path.join(outs, pngs[0]), content)
+        self.assertIn("attached as an image, 1024x512", content)
         with open(os.path.join(outs, pngs[0]), "rb") as f:
-            self.assertEqual(f.read(8), b"\x89PNG\r\n\x1a\n")
+            self.assertEqual(f.read(24)[16:24], struct.pack(">II", 2400, 1200))
+        # The image follows the tool result as a user message with a data URL, scaled down.
+        msgs = reqs[3]["body"]["messages"]
+        self.assertEqual(msgs[-1]["role"], "user", msgs[-1])
+        urls = [p["image_url"]["url"] for p in msgs[-1]["content"] if p["type"] == "image_url"]
+        self.assertEqual(len(urls), 1)
+        self.assertTrue(urls[0].startswith("data:image/png;base64,"))
+        sent = base64.b64decode(urls[0].split(",", 1)[1])
+        self.assertEqual(sent[:8], b"\x89PNG\r\n\x1a\n")
+        self.assertEqual(struct.unpack(">II", sent[16:24]), (1024, 512))
+        # Not again in the next request's new messages: only that run's result carries it.
+        self.assertEqual(sum(1 for m in reqs[4]["body"]["messages"]
+                             if isinstance(m.get("content"), list)), 1)
+        self.assertIn("/tmp 7", tool_results(reqs[5])[-1]["content"])
 
     def test_figures_are_bounded_and_checked(self):
         # What a run leaves in the figures directory comes out only as a real image of its
