@@ -18,7 +18,7 @@ class CliTest(unittest.TestCase):
     def test_version(self):
         r = altest.run(["--version"])
         self.assertEqual(r.returncode, 0)
-        self.assertRegex(r.stdout, rb"^airlock \d+\.\d+\.\d+ \(protocol 2\)\n$")
+        self.assertRegex(r.stdout, rb"^airlock \d+\.\d+\.\d+ \(protocol 3\)\n$")
 
     def test_unknown_command(self):
         r = altest.run(["frobnicate"])
