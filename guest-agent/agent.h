@@ -50,6 +50,9 @@
 #define KERNEL_START_MAX_MS 60000
 /* Languages with a kernel (python, shell, javascript). */
 #define KERNEL_LANGS 3
+/* Kernels at once, all languages and contexts together: each is an interpreter (tens of MiB
+ * for python), so a few contexts per language is the use, not hundreds. */
+#define KERNEL_MAX 12
 /* Output streams of a request: stdout, stderr and a kernel run's results (out[2]). */
 #define REQ_OUTS 3
 
@@ -174,9 +177,10 @@ struct kernel_lang {
 /* A long-lived interpreter: one per language, started by its first run; it lasts as long as the
  * connection, or on a unix socket (behind --relay) as long as the agent. */
 struct kernel {
-    const struct kernel_lang *lang;
-    pid_t pid;            /* 0 while not running; also its process group */
-    int ctl_fd;           /* control socket: runs out, "done" lines in */
+    const struct kernel_lang *lang; /* NULL: a free slot */
+    char ctx[AL_CONTEXT_MAX + 1];   /* its context, "default" unless EXEC.lang named one */
+    pid_t pid;                      /* 0 while not running; also its process group */
+    int ctl_fd;                     /* control socket: runs out, "done" lines in */
     int out_fd[REQ_OUTS]; /* read ends of the kernel's stdout, stderr and results pipe (its
                              fd 4), for its whole life */
     char cgroup[48];      /* under CGROUP_BASE; "" when none */
@@ -217,7 +221,7 @@ struct agent {
     char spare[48];          /* an empty cgroup ready for the next exec */
     int spare_fd;            /* O_PATH on it; -1 when none */
     const char *kernels_dir; /* driver scripts of the language kernels */
-    struct kernel kernels[KERNEL_LANGS];
+    struct kernel kernels[KERNEL_MAX];
     struct req reqs[AGENT_REQ_MAX];
     uint8_t inbuf[AL_FRAME_HEADER_SIZE + AL_FRAME_PAYLOAD_MAX];
     uint8_t outq[AGENT_OUTQ_CAP];

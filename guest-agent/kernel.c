@@ -47,10 +47,9 @@ void kernel_init(struct agent *a)
 {
     if (!a->kernels_dir)
         a->kernels_dir = KERNELS_DIR;
-    for (size_t i = 0; i < KERNEL_LANGS; i++) {
+    for (size_t i = 0; i < KERNEL_MAX; i++) {
         struct kernel *k = &a->kernels[i];
         memset(k, 0, sizeof(*k));
-        k->lang = &table[i];
         k->ctl_fd = k->out_fd[0] = k->out_fd[1] = k->out_fd[2] = -1;
     }
 }
@@ -90,17 +89,57 @@ int kernel_langs(struct agent *a, struct al_str *out, size_t max)
     return (int)n;
 }
 
-static struct kernel *kernel_find(struct agent *a, struct al_str name)
+static const struct kernel_lang *lang_find(struct al_str name)
 {
     for (size_t i = 0; i < KERNEL_LANGS; i++) {
         const struct kernel_lang *l = &table[i];
         if (al_str_eq(name, l->name))
-            return &a->kernels[i];
+            return l;
         for (size_t j = 0; j < sizeof(l->aliases) / sizeof(l->aliases[0]) && l->aliases[j]; j++)
             if (al_str_eq(name, l->aliases[j]))
-                return &a->kernels[i];
+                return l;
     }
     return NULL;
+}
+
+/* EXEC.lang as "LANG" or "LANG@CONTEXT": the language, and the context ("default" when none)
+ * in ctx; NULL for an unknown language or a bad context name. */
+static const struct kernel_lang *lang_parse(struct al_str name, char ctx[AL_CONTEXT_MAX + 1])
+{
+    const char *at = name.len ? memchr(name.p, '@', name.len) : NULL;
+    struct al_str lang = {name.p, at ? (uint32_t)(at - name.p) : name.len};
+    struct al_str c =
+        at ? (struct al_str){at + 1, name.len - lang.len - 1} : al_str_cstr("default");
+    if (!c.len || c.len > AL_CONTEXT_MAX)
+        return NULL;
+    for (uint32_t i = 0; i < c.len; i++) {
+        char ch = c.p[i];
+        if (!((ch >= 'a' && ch <= 'z') || (ch >= 'A' && ch <= 'Z') || (ch >= '0' && ch <= '9') ||
+              ch == '_' || ch == '-' || ch == '.'))
+            return NULL;
+    }
+    memcpy(ctx, c.p, c.len);
+    ctx[c.len] = '\0';
+    return lang_find(lang);
+}
+
+/* The kernel of a language's context; with create, a free slot becomes it. */
+static struct kernel *kernel_find(struct agent *a, const struct kernel_lang *l, const char *ctx,
+                                  bool create)
+{
+    struct kernel *free_slot = NULL;
+    for (size_t i = 0; i < KERNEL_MAX; i++) {
+        struct kernel *k = &a->kernels[i];
+        if (k->lang == l && !strcmp(k->ctx, ctx))
+            return k;
+        if (!k->lang && !free_slot)
+            free_slot = k;
+    }
+    if (!create || !free_slot)
+        return NULL;
+    free_slot->lang = l;
+    snprintf(free_slot->ctx, sizeof(free_slot->ctx), "%s", ctx);
+    return free_slot;
 }
 
 /* Closes what the kernel holds; its process, if any, is reaped as an orphan. */
@@ -377,18 +416,86 @@ static void ctl_flush(struct agent *a, struct kernel *k)
     k->wlen = k->woff = 0;
 }
 
+/* A request that ends at once: stdout text (may be empty), EOF on stdout and stderr, exit 0. */
+static void answer_now(struct agent *a, struct req *r, const char *text, size_t len)
+{
+    struct al_msg m = {.type = AL_STARTED, .id = r->id};
+    agent_send(a, &m);
+    for (uint8_t s = AL_STREAM_STDOUT; s <= AL_STREAM_STDERR; s++) {
+        m = (struct al_msg){.type = AL_DATA, .id = r->id, .flags = AL_FLAG_EOF};
+        m.u.data.stream = s;
+        m.u.data.data = (const uint8_t *)text;
+        m.u.data.len = s == AL_STREAM_STDOUT ? (uint32_t)len : 0;
+        agent_send(a, &m);
+    }
+    m = (struct al_msg){.type = AL_EXIT, .id = r->id};
+    agent_send(a, &m);
+    req_free(a, r);
+}
+
+/* "stop": the context's kernel is killed and the context forgotten (its next run starts a
+ * fresh kernel, without the "state lost" note); "list": one line per context, "LANG CONTEXT
+ * running|stopped" (stopped: its kernel died; the next run says the state was lost). */
+static void kernel_op(struct agent *a, struct req *r, const struct al_msg *m,
+                      const struct kernel_lang *l, const char *ctx)
+{
+    struct al_str op = m->u.exec.argv[0];
+    if (al_str_eq(op, "list")) {
+        char text[KERNEL_MAX * (AL_SHORT_STR_MAX + AL_CONTEXT_MAX + 16)];
+        size_t n = 0;
+        for (size_t i = 0; i < KERNEL_MAX; i++) {
+            struct kernel *k = &a->kernels[i];
+            if (k->lang && (k->pid || k->lost))
+                n += (size_t)snprintf(text + n, sizeof(text) - n, "%s %s %s\n", k->lang->name,
+                                      k->ctx, k->pid ? "running" : "stopped");
+        }
+        answer_now(a, r, text, n);
+        return;
+    }
+    if (!al_str_eq(op, "stop") || m->u.exec.argc != 1) {
+        agent_send_error(a, r->id, AL_ERR_INVALID, 0, "kernel operations: stop, list");
+        req_free(a, r);
+        return;
+    }
+    struct kernel *k = kernel_find(a, l, ctx, false);
+    if (k && k->run) {
+        agent_send_error(a, r->id, AL_ERR_LIMIT, EBUSY, "the %s kernel %s is busy with request %u",
+                         l->name, ctx, k->run->id);
+        req_free(a, r);
+        return;
+    }
+    if (k) {
+        agent_log("kernel %s@%s stopped by the host", l->name, ctx);
+        kernel_kill(a, k);
+        kernel_forget(a, k); /* its process is reaped as an orphan */
+        k->lost = false;
+        k->lang = NULL;
+    }
+    answer_now(a, r, "", 0);
+}
+
 void kernel_exec(struct agent *a, struct req *r, const struct al_msg *m)
 {
-    char in_path[64], tmp[AL_SHORT_STR_MAX + 1];
-    struct kernel *k = kernel_find(a, m->u.exec.lang);
+    char in_path[64], tmp[AL_SHORT_STR_MAX + 1], ctx[AL_CONTEXT_MAX + 1];
+    const struct kernel_lang *l = lang_parse(m->u.exec.lang, ctx);
     const char *bad = request_invalid(m);
 
-    if (!k || bad) {
-        if (k)
+    if (!l || bad) {
+        if (l)
             agent_send_error(a, r->id, AL_ERR_INVALID, 0, "%s", bad);
         else
             agent_send_error(a, r->id, AL_ERR_UNSUPPORTED, 0, "no language kernel %s",
                              printable(m->u.exec.lang, tmp, sizeof(tmp)));
+        req_free(a, r);
+        return;
+    }
+    if (m->u.exec.flags & AL_EXEC_KERNEL_OP) {
+        kernel_op(a, r, m, l, ctx);
+        return;
+    }
+    struct kernel *k = kernel_find(a, l, ctx, true);
+    if (!k) {
+        agent_send_error(a, r->id, AL_ERR_LIMIT, 0, "too many kernels (at most %d)", KERNEL_MAX);
         req_free(a, r);
         return;
     }
@@ -589,7 +696,7 @@ void kernel_drain(struct kernel *k, int i)
 
 bool kernel_reaped(struct agent *a, pid_t pid, int status)
 {
-    for (size_t i = 0; i < KERNEL_LANGS; i++) {
+    for (size_t i = 0; i < KERNEL_MAX; i++) {
         struct kernel *k = &a->kernels[i];
         if (!k->pid || k->pid != pid)
             continue;
@@ -643,7 +750,7 @@ void kernel_signal(struct agent *a, struct req *r, int signo)
 
 void kernel_reset_all(struct agent *a)
 {
-    for (size_t i = 0; i < KERNEL_LANGS; i++) {
+    for (size_t i = 0; i < KERNEL_MAX; i++) {
         struct kernel *k = &a->kernels[i];
         if (k->run) {
             k->run->kernel = NULL;
@@ -651,6 +758,7 @@ void kernel_reset_all(struct agent *a)
         }
         kernel_kill(a, k);
         kernel_forget(a, k);
-        k->lost = false; /* a new connection starts with no state to lose */
+        k->lost = false; /* a new connection starts with no state to lose, and no contexts */
+        k->lang = NULL;
     }
 }

@@ -653,7 +653,7 @@ enum poll_role {
 
 /* Slots in the poll set: signals, the channel (two fds, or one socket and the listening one),
  * per request its outputs and stdin, per kernel its control socket and outputs. */
-#define POLL_MAX (3 + (REQ_OUTS + 1) * AGENT_REQ_MAX + (REQ_OUTS + 1) * KERNEL_LANGS)
+#define POLL_MAX (3 + (REQ_OUTS + 1) * AGENT_REQ_MAX + (REQ_OUTS + 1) * KERNEL_MAX)
 
 /* The poll set of one round, each slot tagged with what it is for. */
 struct poll_set {
@@ -742,7 +742,7 @@ static uint64_t poll_build(struct agent *a, struct poll_set *ps, uint64_t now)
     for (size_t i = 0; i < AGENT_REQ_MAX; i++)
         if (a->reqs[i].used)
             poll_add_req(a, ps, &a->reqs[i], now, &next);
-    for (size_t i = 0; i < KERNEL_LANGS; i++) {
+    for (size_t i = 0; i < KERNEL_MAX; i++) {
         struct kernel *k = &a->kernels[i];
         if (k->ctl_fd >= 0)
             poll_add(ps, k->ctl_fd, POLLIN | (k->wbuf && k->ready ? POLLOUT : 0), NULL, k,

@@ -184,21 +184,104 @@ static int on_host_deadline(struct exec_state *st, const al_exec_opts *o, uint64
 }
 
 static int exec_locked(al_session *s, const al_exec_opts *o, al_exec_result *out,
-                       al_result_reader *results, al_error *err);
+                       al_result_reader *results, uint32_t op, al_error *err);
 
-int al_exec(al_session *s, const al_exec_opts *o, al_exec_result *out, al_error *err)
+static int exec_with(al_session *s, const al_exec_opts *o, al_exec_result *out, uint32_t op,
+                     al_error *err)
 {
     AL_SESSION_LOCKED(s);
     al_result_reader *results = NULL;
     int r = o->kernel ? al_result_reader_new(&results, err) : 0;
     if (r == 0)
-        r = exec_locked(s, o, out, results, err);
+        r = exec_locked(s, o, out, results, op, err);
     al_result_reader_free(results);
     return al_link_check(s, r, err);
 }
 
+int al_exec(al_session *s, const al_exec_opts *o, al_exec_result *out, al_error *err)
+{
+    return exec_with(s, o, out, 0, err);
+}
+
+struct text_buf {
+    char *buf;
+    size_t len, cap;
+};
+
+static int to_buf(void *ctx, int stream, const uint8_t *data, size_t n)
+{
+    struct text_buf *t = ctx;
+    if (stream != 1 || !t->cap)
+        return 0;
+    size_t take = t->cap - 1 - t->len < n ? t->cap - 1 - t->len : n;
+    memcpy(t->buf + t->len, data, take);
+    t->len += take;
+    t->buf[t->len] = '\0';
+    return 0;
+}
+
+/* A kernel operation (AL_EXEC_KERNEL_OP): stop or list, answered at once by the agent. */
+static int kernel_op(al_session *s, const char *lang, const char *context, const char *op,
+                     struct text_buf *t, al_error *err)
+{
+    const char *argv[] = {op, NULL};
+    al_exec_opts o = {.argv = argv,
+                      .lang = lang,
+                      .kernel = true,
+                      .context = context,
+                      .stdin_fd = -1,
+                      .stdout_fd = -1,
+                      .stderr_fd = -1,
+                      .output = to_buf,
+                      .output_ctx = t};
+    al_exec_result res;
+    int r = exec_with(s, &o, &res, AL_EXEC_KERNEL_OP, err);
+    if (r == 0 && (res.how != AL_EXEC_EXITED || res.value != 0))
+        return al_err(err, -EPROTO, "the guest answered a kernel %s with status %d", op, res.value);
+    return r;
+}
+
+int al_kernel_stop(al_session *s, const char *lang, const char *context, al_error *err)
+{
+    struct text_buf t = {0};
+    return kernel_op(s, lang, context, "stop", &t, err);
+}
+
+int al_kernel_list(al_session *s, char *buf, size_t len, al_error *err)
+{
+    struct text_buf t = {buf, 0, len};
+    if (len)
+        buf[0] = '\0';
+    int r = kernel_op(s, "python", NULL, "list", &t, err);
+    if (r < 0)
+        return r;
+    int lines = 0;
+    for (size_t i = 0; i < t.len; i++)
+        lines += buf[i] == '\n';
+    return lines;
+}
+
+/* EXEC.lang for a kernel run: "LANG", or "LANG@CONTEXT" for a context other than the default. */
+static int kernel_lang(const al_exec_opts *o, char *out, size_t cap, al_error *err)
+{
+    const char *c = o->context;
+    if (!c || !strcmp(c, "default") || !o->kernel) {
+        snprintf(out, cap, "%s", o->lang ? o->lang : "");
+        return 0;
+    }
+    size_t n = strlen(c);
+    if (n == 0 || n > AL_CONTEXT_MAX ||
+        strspn(c, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ"
+                  "0123456789_-.") != n)
+        return al_err(err, -EINVAL, "a context name is 1 to %d letters, digits, '_', '-' or '.'",
+                      AL_CONTEXT_MAX);
+    if (snprintf(out, cap, "%s@%s", o->lang, c) >= (int)cap)
+        return al_err(err, -EINVAL, "language name too long");
+    return 0;
+}
+
 static int exec_locked(al_session *s, const al_exec_opts *o, al_exec_result *out,
-                       al_result_reader *results, al_error *err)
+                       al_result_reader *results, uint32_t op, al_error *err)
 {
     size_t argc = count(o->argv), envc = count(o->env);
     if (argc == 0 || argc > AL_ARGV_MAX)
@@ -210,17 +293,21 @@ static int exec_locked(al_session *s, const al_exec_opts *o, al_exec_result *out
     if (o->input_wait_ms > AL_INPUT_WAIT_MAX_MS)
         return al_err(err, -EINVAL, "the input wait is at most %d s", AL_INPUT_WAIT_MAX_MS / 1000);
 
+    char lang[AL_SHORT_STR_MAX + AL_CONTEXT_MAX + 2];
+    int lr = kernel_lang(o, lang, sizeof(lang), err);
+    if (lr < 0)
+        return lr;
     int ready = al_link_ready(s, err);
     if (ready < 0)
         return ready;
     struct exec_state st = {
         .s = s, .id = (uint32_t)al_link_next_id(s), .stdin_fd = -1, .results = results};
     struct al_msg m = {.type = AL_EXEC, .id = st.id};
-    m.u.exec.flags = (o->stdin_fd >= 0 ? AL_EXEC_STDIN : 0) | (o->kernel ? AL_EXEC_KERNEL : 0);
+    m.u.exec.flags = (o->stdin_fd >= 0 ? AL_EXEC_STDIN : 0) | (o->kernel ? AL_EXEC_KERNEL : 0) | op;
     m.u.exec.timeout_ms = o->timeout_ms;
     m.u.exec.input_wait_ms = o->input_wait_ms;
     m.u.exec.output_cap = o->output_cap;
-    m.u.exec.lang = al_str_cstr(o->lang ? o->lang : "");
+    m.u.exec.lang = al_str_cstr(lang);
     m.u.exec.cwd = al_str_cstr(o->cwd ? o->cwd : "");
     m.u.exec.argc = (uint32_t)argc;
     for (size_t i = 0; i < argc; i++)

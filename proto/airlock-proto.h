@@ -87,10 +87,14 @@ enum al_caps {
 };
 
 enum al_exec_flags {
-    AL_EXEC_STDIN = 1 << 0,  /* host will send stdin; otherwise the process gets /dev/null */
-    AL_EXEC_KERNEL = 1 << 1, /* argv[0] is a code block for lang's long-lived kernel */
+    AL_EXEC_STDIN = 1 << 0,     /* host will send stdin; otherwise the process gets /dev/null */
+    AL_EXEC_KERNEL = 1 << 1,    /* argv[0] is a code block for lang's long-lived kernel */
+    AL_EXEC_KERNEL_OP = 1 << 2, /* with AL_EXEC_KERNEL: argv[0] is "stop" or "list", see
+                                   docs/PROTOCOL.md, "Contexts" */
 };
-#define AL_EXEC_FLAGS_KNOWN (AL_EXEC_STDIN | AL_EXEC_KERNEL)
+#define AL_EXEC_FLAGS_KNOWN (AL_EXEC_STDIN | AL_EXEC_KERNEL | AL_EXEC_KERNEL_OP)
+/* A kernel context's name in EXEC.lang ("python@NAME"): letters, digits, '_', '-', '.'. */
+#define AL_CONTEXT_MAX 32
 
 enum al_exit_how {
     AL_EXIT_CODE = 0,   /* value is the exit status 0..255 */

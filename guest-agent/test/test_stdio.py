@@ -307,6 +307,7 @@ have = {'python': shutil.which('python3', path='/usr/bin:/bin:/usr/local/bin'),
 check('hello-ack announces the kernels found here',
       all(('kernel:' + n in d['langs']) == bool(x) for n, x in have.items()), (d['langs'], have))
 fid = [1000]
+EXEC_KERNEL_OP = 4
 
 
 def krun(lang, code, **kw):
@@ -421,7 +422,10 @@ if have['python']:
     rid = kstart('python', 'import time\ntime.sleep(5)')
     fid[0] += 1
     c.send(exec_(fid[0], ['1'], lang='python', flags=EXEC_KERNEL))
-    t, _, i, d = c.expect(ERROR)
+    f = c.recv(10)
+    while f and f[0] == DATA:  # the running block's result records may come first
+        f = c.recv(10)
+    t, _, i, d = f
     check('python: a busy kernel refuses a second run', i == fid[0] and d['klass'] == ERR['LIMIT'],
           d)
     d, *_ = kfinish(rid, sig=2)
@@ -506,6 +510,31 @@ if have['python']:
     check('python: a repr that raises is reported and the kernel lives on',
           ok_exit(d) and b'OSError' in err and ok_exit(d2) and shown(out2) == b'42\n',
           (d, err, d2, out2))
+
+    # Contexts: "python@NAME" is a kernel of its own, with its own state and cwd.
+    krun('python@a', 'ctx = "a"\nimport os\nos.chdir("/tmp")')
+    krun('python@b', 'ctx = "b"')
+    d, out, err, _ = krun('python@a', 'ctx, os.getcwd()')
+    a_val = shown(out)
+    d2, out2, err2, _ = krun('python@b', 'import os\nctx, os.getcwd() == "/tmp"')
+    check('python: two contexts keep their own variables and cwd',
+          a_val == b"('a', '/tmp')\n" and shown(out2) == b"('b', False)\n", (a_val, out2, err2))
+    d, out, err, _ = krun('python', 'list', flags=EXEC_KERNEL_OP)
+    check('contexts: list names each running context', ok_exit(d) and
+          b'python a running\n' in out and b'python b running\n' in out, (d, out))
+    d, out, err, _ = krun('python@a', 'stop', flags=EXEC_KERNEL_OP)
+    d2, out2, err2, _ = krun('python', 'list', flags=EXEC_KERNEL_OP)
+    d3, out3, err3, _ = krun('python@a', 'ctx')
+    check('contexts: stop ends one; the next run there starts afresh, the other keeps its state',
+          ok_exit(d) and b'python a ' not in out2 and b'python b running' in out2 and
+          ok_exit(d3, 1) and b'NameError' in err3 and b'state lost' not in err3 and
+          shown(krun('python@b', 'ctx')[1]) == b"'b'\n", (d, out2, d3, err3))
+    krun('python@a', 'stop', flags=EXEC_KERNEL_OP)
+    krun('python@b', 'stop', flags=EXEC_KERNEL_OP)
+    fid[0] += 1
+    c.send(exec_(fid[0], ['x'], lang='python@bad/name', flags=EXEC_KERNEL))
+    t, _, i, d = c.expect(ERROR)
+    check('contexts: a bad context name is refused', d['klass'] == ERR['UNSUPPORTED'], d)
 
 if have['shell']:
     d, out, err, _ = krun('shell', 'cd /tmp && v=5 && greet() { echo "hi $1"; }; false')

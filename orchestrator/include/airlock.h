@@ -241,6 +241,10 @@ typedef struct al_exec_opts {
     /* A kernel run's results, each as it arrives (NULL: read, checked and dropped). */
     al_result_fn result;
     void *result_ctx;
+    /* A kernel run's context: NULL or "default" for the language's default kernel; another
+     * name (letters, digits, '_', '-', '.', at most 32) is a kernel of its own, with its own
+     * state and cwd, started by its first run. */
+    const char *context;
 } al_exec_opts;
 
 typedef struct al_exec_result {
@@ -260,6 +264,14 @@ typedef struct al_exec_result {
 /* Runs one command and streams its output. A command that cannot be started fails with
  * -ENOENT (not found) or -EACCES. */
 int al_exec(al_session *s, const al_exec_opts *opts, al_exec_result *out, al_error *err);
+
+/* Kernel contexts. al_kernel_stop ends a context's kernel and forgets the context (restart:
+ * the next run there starts afresh; remove: no run comes); -EBUSY while it runs a block.
+ * al_kernel_list writes one line per context the guest holds, "LANG CONTEXT running" or
+ * "LANG CONTEXT stopped" (its kernel died: the next run starts afresh and says the state was
+ * lost), NUL-terminated and cut to len; returns the line count. */
+int al_kernel_stop(al_session *s, const char *lang, const char *context, al_error *err);
+int al_kernel_list(al_session *s, char *buf, size_t len, al_error *err);
 
 /* ---- files ---- */
 

@@ -8,7 +8,8 @@
  * "interrupt_on_wait", "timeout_ms", "sigint_after_ms" (send SIGINT that long after the start)}
  * answered {"r", "how", "value", "stdout", "stderr", "waited_input", "timed_out", "ms",
  * "results" (al_result_json's objects, in order), "execution_count", "raised"}; "env" (a list
- * of KEY=VALUE) is the run's environment;
+ * of KEY=VALUE) is the run's environment, "context" its kernel context; {"op": "stop", "lang",
+ * "context"} answered {"r"}; {"op": "list"} answered {"r", "list"};
  * {"op": "get", "guest", "host"} answered {"r"}. On failure an answer also has "error". */
 #include "airlock.h"
 #include "capture.h"
@@ -78,7 +79,8 @@ static cJSON *do_exec(al_session *s, const cJSON *req)
                       .output_ctx = &cap,
                       .result = capture_result,
                       .result_ctx = results,
-                      .env = nenv ? env : NULL};
+                      .env = nenv ? env : NULL,
+                      .context = json_str(req, "context")};
     o.kernel = cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(req, "kernel"));
     o.interrupt_on_wait = cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(req, "interrupt_on_wait"));
     o.input_wait_ms = num(req, "input_wait_ms");
@@ -112,6 +114,21 @@ static cJSON *do_exec(al_session *s, const cJSON *req)
     }
     capture_add_output(ans, &cap);
     cJSON_AddItemToObject(ans, "results", results);
+    return ans;
+}
+
+static cJSON *do_kernel_op(al_session *s, const cJSON *req, bool list)
+{
+    cJSON *ans = cJSON_CreateObject();
+    al_error err = {0};
+    char buf[4096];
+    int r = list ? al_kernel_list(s, buf, sizeof(buf), &err)
+                 : al_kernel_stop(s, json_str(req, "lang"), json_str(req, "context"), &err);
+    cJSON_AddNumberToObject(ans, "r", r);
+    if (r < 0)
+        cJSON_AddStringToObject(ans, "error", err.msg);
+    else if (list)
+        cJSON_AddStringToObject(ans, "list", buf);
     return ans;
 }
 
@@ -156,8 +173,11 @@ int main(int argc, char **argv)
         cJSON *ans = !op                   ? cJSON_CreateObject()
                      : !strcmp(op, "exec") ? do_exec(s, req)
                      : !strcmp(op, "get")  ? do_get(s, req)
+                     : !strcmp(op, "stop") ? do_kernel_op(s, req, false)
+                     : !strcmp(op, "list") ? do_kernel_op(s, req, true)
                                            : cJSON_CreateObject();
-        if (!op || (strcmp(op, "exec") && strcmp(op, "get")))
+        if (!op || (strcmp(op, "exec") && strcmp(op, "get") && strcmp(op, "stop") &&
+                    strcmp(op, "list")))
             cJSON_AddStringToObject(ans, "error", "unknown request");
         char *text = cJSON_PrintUnformatted(ans);
         printf("%s\n", text);

@@ -180,6 +180,30 @@ class KernelTest(unittest.TestCase):
         self.assertEqual(self.value(r), "7", r)
         self.assertEqual(self.value(d.run("python", "x + 1")), "6")
 
+    def test_contexts(self):
+        # Contexts of a language are kernels of their own: state and cwd not shared; listed;
+        # stopped (restart and remove) one at a time.
+        d = self.d
+        d.run("python", "v = 'one'\nimport os\nos.chdir('/tmp')", context="one")
+        d.run("python", "v = 'two'", context="two")
+        self.assertEqual(self.value(d.run("python", "v, os.getcwd()", context="one")),
+                         "('one', '/tmp')")
+        self.assertEqual(self.value(d.run("python", "import os\nv, os.getcwd() == '/tmp'",
+                                          context="two")), "('two', False)")
+        self.assertNotIn("'one'", str(self.value(d.run("python", "globals().get('v')"))))
+        l = d.call("list")
+        self.assertEqual(l["r"], l["list"].count("\n"), l)
+        self.assertIn("python one running\n", l["list"])
+        self.assertIn("python two running\n", l["list"])
+        self.assertEqual(d.call("stop", lang="python", context="one")["r"], 0)
+        self.assertNotIn("python one", d.call("list")["list"])
+        r = d.call("exec", lang="python", code="v", kernel=True, context="one", timeout_ms=120000)
+        self.assertEqual((r["how"], r["value"]), (0, 1), r)
+        self.assertIn("NameError", r["stderr"])
+        self.assertEqual(self.value(d.run("python", "v", context="two")), "'two'")
+        self.assertEqual(d.call("stop", lang="python", context="two")["r"], 0)
+        self.assertEqual(d.call("stop", lang="python", context="one")["r"], 0)
+
     def test_shell(self):
         d = self.d
         r = d.run("shell", "cd /tmp && v=7 && greet() { echo \"hi $1\"; }; false")
