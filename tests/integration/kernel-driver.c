@@ -176,8 +176,8 @@ int main(int argc, char **argv)
                      : !strcmp(op, "stop") ? do_kernel_op(s, req, false)
                      : !strcmp(op, "list") ? do_kernel_op(s, req, true)
                                            : cJSON_CreateObject();
-        if (!op || (strcmp(op, "exec") && strcmp(op, "get") && strcmp(op, "stop") &&
-                    strcmp(op, "list")))
+        if (!op ||
+            (strcmp(op, "exec") && strcmp(op, "get") && strcmp(op, "stop") && strcmp(op, "list")))
             cJSON_AddStringToObject(ans, "error", "unknown request");
         char *text = cJSON_PrintUnformatted(ans);
         printf("%s\n", text);
