@@ -523,10 +523,11 @@ class ChatTest(unittest.TestCase):
             {"tool_calls": [execute(fig, lang="python")]},
             {"tool_calls": [execute("cd /tmp && export V=7", lang="shell")]},
             {"tool_calls": [execute("echo $PWD $V", lang="shell")]},
+            {"tool_calls": [execute("def f():\n    return 1 / 0\nf()", lang="python")]},
             {"text": "done"},
         ])
         args = [a if a != "tiny" else "debian" for a in fm.args("--vision")]
-        r = self.run_airlock(fm, ["run", "-y"] + args + ["t"], timeout=600)
+        r = self.run_airlock(fm, ["run", "-y", "--json"] + args + ["t"], timeout=600)
         self.assertEqual(r.returncode, 0, r.stderr)
         reqs = fm.requests()
         enum = reqs[0]["body"]["tools"][0]["function"]["parameters"]["properties"]["language"]["enum"]
@@ -553,6 +554,16 @@ class ChatTest(unittest.TestCase):
         self.assertEqual(sum(1 for m in reqs[4]["body"]["messages"]
                              if isinstance(m.get("content"), list)), 1)
         self.assertIn("/tmp 7", tool_results(reqs[5])[-1]["content"])
+        # An exception: "name: value" and the traceback's end, for the model.
+        self.assertIn("[error] ZeroDivisionError: division by zero\n",
+                      tool_results(reqs[6])[-1]["content"])
+        self.assertIn("return 1 / 0", tool_results(reqs[6])[-1]["content"])
+        # run --json carries the structured results.
+        events = [json.loads(l) for l in r.stdout.splitlines() if l.strip()]
+        results = [e["content"] for e in events if e["type"] == "result"]
+        self.assertIn({"type": "result", "kind": "value", "execution_count": 2,
+                       "data": {"text/plain": "42"}}, results)
+        self.assertIn("ZeroDivisionError", [x.get("name") for x in results])
 
     def test_figures_are_bounded_and_checked(self):
         # What a run leaves in the figures directory comes out only as a real image of its
