@@ -1,22 +1,27 @@
 #!/bin/bash
-# Installs Airlock on Debian 12: packages, build, the images, the libvirt daemons; then
-# runs a command in a disposable VM to show it works and, on a terminal, starts the chat with
-# the arguments given (./install.sh --local, ./install.sh --model gpt-4o ...). Run as root.
+# Installs Airlock on Debian 12 through its Debian packages: the build dependencies, the packages
+# built from this tree (packaging/build-deb.sh, into build-deb/) installed with apt-get, the
+# images, the libvirt daemons; then runs a command in a disposable VM to show it works and, on a
+# terminal, starts the chat with the arguments given (./install.sh --local, ./install.sh --model
+# gpt-4o ...). Run as root. Remove it with: apt-get purge airlock (images and all).
 set -euo pipefail
 cd "$(dirname "$0")"
 packaging/debian-deps.sh
-meson setup build --buildtype=release --prefix=/usr/local >/dev/null 2>&1 ||
-  meson setup build --reconfigure --buildtype=release --prefix=/usr/local >/dev/null
-ninja -C build >/dev/null
-ninja -C build install >/dev/null
-ldconfig
-store=/var/lib/airlock/images
-mkdir -p "$store"
-rm -rf "$store/tiny.new"
-cp -r build/images/tiny "$store/tiny.new"
-rm -rf "$store/tiny"
-mv "$store/tiny.new" "$store/tiny"
-chmod -R a+rX /var/lib/airlock
+packaging/build-deb.sh build-deb >/dev/null
+# An older install.sh installed into /usr/local, which comes first in PATH: remove that copy.
+if [ -e /usr/local/bin/airlock ]; then
+  # Its libairlock.so.0 would also be found before the package's (ld.so looks in /usr/local first).
+  rm -rf /usr/local/bin/airlock /usr/local/lib/x86_64-linux-gnu/libairlock.so* \
+    /usr/local/lib/x86_64-linux-gnu/pkgconfig/airlock.pc /usr/local/include/airlock.h \
+    /usr/local/libexec/airlock /usr/local/share/airlock /usr/local/share/man/man1/airlock.1 \
+    /usr/local/share/man/man5/airlock-profiles.5 /usr/local/share/bash-completion/completions/airlock
+  ldconfig
+fi
+# --reinstall: a tree rebuilt without a new version is installed all the same.
+DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --reinstall \
+  ./build-deb/airlock_*.deb ./build-deb/airlock-guest_*.deb ./build-deb/libairlock-dev_*.deb \
+  >/dev/null
+airlock image build tiny
 # The main image. Its root disk takes a few minutes the first time (mmdebstrap from Debian's
 # archive) and is cached in /var/cache/airlock; without it airlock still works with tiny.
 airlock image build debian ||

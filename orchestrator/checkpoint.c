@@ -57,8 +57,8 @@ struct ckpt {
 };
 
 struct al_checkpoints {
-    char disk[4300]; /* the qcow2 holding the snapshots */
-    char *xml;       /* the running domain's description, to start QEMU again after it exited */
+    char disk[AL_PATH_MAX]; /* the qcow2 holding the snapshots */
+    char *xml; /* the running domain's description, to start QEMU again after it exited */
     struct ckpt list[AL_CHECKPOINTS_MAX]; /* oldest first */
     size_t n;
     uint32_t next_id;
@@ -95,11 +95,12 @@ void al_checkpoints_free(al_session *s)
     s->ckpt = NULL;
 }
 
-static int need_checkpoints(al_session *s, al_error *err)
+/* The session's checkpoints, or NULL (err says why) when it was opened without them. */
+static struct al_checkpoints *checkpoints(al_session *s, al_error *err)
 {
     if (!s->ckpt)
-        return al_err(err, -ENOTSUP, "checkpoints are not enabled for this session");
-    return 0;
+        al_err(err, -ENOTSUP, "checkpoints are not enabled for this session");
+    return s->ckpt;
 }
 
 static struct ckpt *find_id(struct al_checkpoints *c, uint32_t id)
@@ -305,10 +306,9 @@ static int drop(al_session *s, struct ckpt *k, al_error *err)
 int al_checkpoint_create(al_session *s, const char *name, al_checkpoint_info *out, al_error *err)
 {
     AL_SESSION_LOCKED(s);
-    int r = need_checkpoints(s, err);
-    if (r < 0)
-        return r;
-    struct al_checkpoints *c = s->ckpt;
+    struct al_checkpoints *c = checkpoints(s, err);
+    if (!c)
+        return -ENOTSUP;
     if (name && !name_ok(name))
         return al_err(err, -EINVAL,
                       "a checkpoint name is 1 to %d printable characters without spaces, not "
@@ -317,7 +317,7 @@ int al_checkpoint_create(al_session *s, const char *name, al_checkpoint_info *ou
     for (size_t i = 0; name && i < c->n; i++)
         if (!strcmp(c->list[i].info.name, name))
             return al_err(err, -EEXIST, "a checkpoint named '%s' exists already", name);
-    r = al_budget_refuse(s, err);
+    int r = al_budget_refuse(s, err);
     if (r == 0)
         r = al_budget_room_for_checkpoint(s, err);
     if (r < 0)
@@ -377,10 +377,9 @@ int al_checkpoint_list(al_session *s, void (*fn)(void *ctx, const al_checkpoint_
                        al_error *err)
 {
     AL_SESSION_LOCKED(s);
-    int r = need_checkpoints(s, err);
-    if (r < 0)
-        return r;
-    struct al_checkpoints *c = s->ckpt;
+    struct al_checkpoints *c = checkpoints(s, err);
+    if (!c)
+        return -ENOTSUP;
     for (size_t i = 0; i < c->n; i++) {
         al_checkpoint_info info = c->list[i].info;
         info.current = info.id == c->current;
@@ -393,10 +392,9 @@ int al_checkpoint_find(al_session *s, const char *id_or_name, al_checkpoint_info
                        al_error *err)
 {
     AL_SESSION_LOCKED(s);
-    int r = need_checkpoints(s, err);
-    if (r < 0)
-        return r;
-    struct al_checkpoints *c = s->ckpt;
+    struct al_checkpoints *c = checkpoints(s, err);
+    if (!c)
+        return -ENOTSUP;
     char *end = NULL;
     unsigned long id = strtoul(id_or_name, &end, 10);
     bool numeric = *id_or_name && !*end && isdigit((unsigned char)*id_or_name);
@@ -414,25 +412,25 @@ int al_checkpoint_find(al_session *s, const char *id_or_name, al_checkpoint_info
 int al_checkpoint_rollback(al_session *s, uint32_t id, al_error *err)
 {
     AL_SESSION_LOCKED(s);
-    int r = need_checkpoints(s, err);
-    if (r < 0)
-        return r;
-    if (!find_id(s->ckpt, id))
+    struct al_checkpoints *c = checkpoints(s, err);
+    if (!c)
+        return -ENOTSUP;
+    if (!find_id(c, id))
         return al_err(err, -ENOENT, "no checkpoint %u", id);
-    r = restore(s, id, err);
+    int r = restore(s, id, err);
     if (r < 0)
         return r;
-    s->ckpt->current = id;
+    c->current = id;
     return 0;
 }
 
 int al_checkpoint_delete(al_session *s, uint32_t id, al_error *err)
 {
     AL_SESSION_LOCKED(s);
-    int r = need_checkpoints(s, err);
-    if (r < 0)
-        return r;
-    struct ckpt *k = find_id(s->ckpt, id);
+    struct al_checkpoints *c = checkpoints(s, err);
+    if (!c)
+        return -ENOTSUP;
+    struct ckpt *k = find_id(c, id);
     if (!k)
         return al_err(err, -ENOENT, "no checkpoint %u", id);
     if (!domain_running(s))
@@ -443,10 +441,9 @@ int al_checkpoint_delete(al_session *s, uint32_t id, al_error *err)
 int al_checkpoint_recover(al_session *s, uint32_t *restored_id, al_error *err)
 {
     AL_SESSION_LOCKED(s);
-    int r = need_checkpoints(s, err);
-    if (r < 0)
-        return r;
-    struct al_checkpoints *c = s->ckpt;
+    struct al_checkpoints *c = checkpoints(s, err);
+    if (!c)
+        return -ENOTSUP;
     /* A guest that broke the protocol is not asked whether it is fine. */
     if (domain_running(s) && !s->poisoned) {
         al_error probe = {0};
@@ -457,7 +454,7 @@ int al_checkpoint_recover(al_session *s, uint32_t *restored_id, al_error *err)
         return al_err(err, -ENOENT,
                       "the VM stopped answering and there is no checkpoint to "
                       "go back to");
-    r = restore(s, c->current, err);
+    int r = restore(s, c->current, err);
     if (r < 0)
         return r;
     *restored_id = c->current;

@@ -38,7 +38,7 @@ struct al_control {
     int cancel_pipe[2]; /* the session's cancel fd while a request of ours runs */
     atomic_bool stopping;
     pthread_t thread;
-    char path[4300];
+    char path[AL_PATH_MAX];
 };
 
 /* Sends len bytes from off on; a peer gone is an error, not a SIGPIPE. */
@@ -253,7 +253,7 @@ static int write_info(al_session *s, al_error *err)
         !cJSON_AddNumberToObject(j, "pid", (double)getpid()))
         return al_err(err, -ENOMEM, "out of memory");
     _cleanup_free_ char *text = cJSON_PrintUnformatted(j);
-    char path[4300], tmp[4300];
+    char path[AL_PATH_MAX], tmp[AL_PATH_MAX];
     if (!text || al_pathf(path, sizeof(path), "%s/" INFO_FILE, s->dir) < 0 ||
         al_pathf(tmp, sizeof(tmp), "%s/." INFO_FILE, s->dir) < 0)
         return al_err(err, -ENOMEM, "cannot describe the session");
@@ -341,7 +341,7 @@ void al_control_stop(al_session *s)
 
 static int sessions_dir(char *buf, size_t len, al_error *err)
 {
-    char run[4096];
+    char run[AL_PATH_MAX];
     int r = al_runtime_dir(run, sizeof(run), err);
     if (r < 0)
         return r;
@@ -353,7 +353,7 @@ static int sessions_dir(char *buf, size_t len, al_error *err)
 /* A live session: its lock held by its owner, its info readable. */
 static bool session_info(const char *sessions, const char *name, al_session_info *out)
 {
-    char path[4400];
+    char path[AL_PATH_MAX];
     if (al_pathf(path, sizeof(path), "%s/%s/lock", sessions, name) < 0)
         return false;
     _cleanup_close_ int lfd = open(path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
@@ -380,7 +380,7 @@ static bool session_info(const char *sessions, const char *name, al_session_info
 
 int al_session_list(void (*fn)(void *ctx, const al_session_info *info), void *ctx, al_error *err)
 {
-    char sessions[4200];
+    char sessions[AL_PATH_MAX];
     int r = sessions_dir(sessions, sizeof(sessions), err);
     if (r < 0)
         return r;
@@ -407,7 +407,7 @@ int al_session_list(void (*fn)(void *ctx, const al_session_info *info), void *ct
 
 struct al_remote {
     char name[64];
-    char sock[4400];
+    char sock[AL_PATH_MAX];
 };
 
 struct only_one {
@@ -449,7 +449,7 @@ int al_remote_open(const char *name, al_remote **out, al_error *err)
     al_remote *r = calloc(1, sizeof(*r));
     if (!r)
         return al_err(err, -ENOMEM, "out of memory");
-    char sessions[4200];
+    char sessions[AL_PATH_MAX];
     int ret = sessions_dir(sessions, sizeof(sessions), err);
     al_session_info info;
     if (ret == 0 && !session_info(sessions, name, &info))
@@ -665,7 +665,7 @@ int al_remote_put(al_remote *r, const char *host_path, const char *guest_path, a
 /* A guest file into a temporary file next to target, renamed over it once complete. */
 static int get_file(al_remote *r, const char *guest_path, const char *target, al_error *err)
 {
-    char tmp[4200];
+    char tmp[AL_PATH_MAX];
     const char *slash = strrchr(target, '/');
     int dlen = slash ? (int)(slash - target) : 1;
     if (al_pathf(tmp, sizeof(tmp), "%.*s/.airlock-cp-XXXXXX", dlen, slash ? target : ".") < 0)
@@ -700,7 +700,7 @@ static int get_file(al_remote *r, const char *guest_path, const char *target, al
 
 int al_remote_get(al_remote *r, const char *guest_path, const char *host_path, al_error *err)
 {
-    char name[256], target[4400];
+    char name[256], target[AL_PATH_MAX];
     if (guest_path[0] != '/' || last_name(guest_path, name, sizeof(name)) < 0)
         return al_err(err, -EINVAL, "bad guest path '%s' (absolute, naming a file)", guest_path);
     struct stat st;

@@ -1,7 +1,6 @@
 /* The one error convention: the first failure fills al_error, callers pass it up unchanged. */
-#include "internal.h"
+#include "util.h"
 
-#include <libvirt/virterror.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -26,16 +25,6 @@ int al_err(al_error *err, int code, const char *fmt, ...)
     va_list ap;
     va_start(ap, fmt);
     verr(err, code, NULL, fmt, ap);
-    va_end(ap);
-    return code;
-}
-
-int al_err_virt(al_error *err, int code, const char *fmt, ...)
-{
-    virErrorPtr e = virGetLastError();
-    va_list ap;
-    va_start(ap, fmt);
-    verr(err, code, e && e->message ? e->message : "unknown libvirt error", fmt, ap);
     va_end(ap);
     return code;
 }

@@ -16,12 +16,17 @@ static int guest_path_ok(const char *p, al_error *err)
     return 0;
 }
 
+/* Before a copy, under the session's lock: a guest path we accept, a session ready for it. */
+static int file_begin(al_session *s, const char *guest_path, al_error *err)
+{
+    int r = guest_path_ok(guest_path, err);
+    return r < 0 ? r : al_link_ready(s, err);
+}
+
 int al_file_put(al_session *s, const char *host_path, const char *guest_path, al_error *err)
 {
     AL_SESSION_LOCKED(s);
-    int r = guest_path_ok(guest_path, err);
-    if (r == 0)
-        r = al_link_ready(s, err);
+    int r = file_begin(s, guest_path, err);
     if (r < 0)
         return r;
     _cleanup_close_ int fd = open(host_path, O_RDONLY | O_CLOEXEC);
@@ -175,18 +180,17 @@ static int file_get(al_session *s, const char *guest_path, const char *host_path
                     uint64_t max_bytes, al_error *err)
 {
     AL_SESSION_LOCKED(s);
-    int r = guest_path_ok(guest_path, err);
-    if (r == 0)
-        r = al_link_ready(s, err);
+    int r = file_begin(s, guest_path, err);
     if (r < 0)
         return r;
-    char target[4096];
+    char target[AL_PATH_MAX];
     r = get_target(guest_path, host_path, target, sizeof(target), err);
     if (r < 0)
         return r;
-    char dir_copy[4096], tmp[4200];
-    snprintf(dir_copy, sizeof(dir_copy), "%s", target);
-    snprintf(tmp, sizeof(tmp), "%s/.airlock-get-XXXXXX", dirname(dir_copy));
+    char dir_copy[AL_PATH_MAX], tmp[AL_PATH_MAX];
+    snprintf(dir_copy, sizeof(dir_copy), "%s", target); /* the same size */
+    if (al_pathf(tmp, sizeof(tmp), "%s/.airlock-get-XXXXXX", dirname(dir_copy)) < 0)
+        return al_err(err, -ENAMETOOLONG, "host path too long: '%s'", target);
     _cleanup_close_ int fd = mkostemp(tmp, O_CLOEXEC);
     if (fd < 0)
         return al_err(err, -errno, "cannot create a file next to '%s': %s", target,

@@ -12,7 +12,7 @@
 /* True when no live process holds the lock in a session dir (or the dir is gone). */
 static bool dir_dead(const char *dir)
 {
-    char lock[4400];
+    char lock[AL_PATH_MAX];
     if (al_pathf(lock, sizeof(lock), "%s/lock", dir) < 0)
         return false;
     _cleanup_close_ int fd = open(lock, O_RDWR | O_CLOEXEC | O_NOFOLLOW);
@@ -23,7 +23,7 @@ static bool dir_dead(const char *dir)
 
 static bool session_dead(const char *sessions, const char *name)
 {
-    char dir[4400];
+    char dir[AL_PATH_MAX];
     return al_pathf(dir, sizeof(dir), "%s/%s", sessions, name) == 0 && dir_dead(dir);
 }
 
@@ -43,9 +43,9 @@ static bool domain_dead(virDomainPtr d, const char *sessions)
     const char *start = open_tag ? open_tag + strlen("<dir>") : NULL;
     const char *end = start ? strchr(start, '<') : NULL;
     if (!end || end == start || *start != '/' || memchr(start, '&', (size_t)(end - start)) ||
-        (size_t)(end - start) >= 4096)
+        (size_t)(end - start) >= AL_PATH_MAX)
         return session_dead(sessions, name);
-    char dir[4096];
+    char dir[AL_PATH_MAX];
     memcpy(dir, start, (size_t)(end - start));
     dir[end - start] = '\0';
     return dir_dead(dir);
@@ -55,7 +55,7 @@ static int reap_dirs(const char *sessions);
 
 int al_gc_conn(virConnectPtr conn, al_error *err)
 {
-    char run[4096], sessions[4200];
+    char run[AL_PATH_MAX], sessions[AL_PATH_MAX];
     int r = al_runtime_dir(run, sizeof(run), err);
     if (r < 0)
         return r;
@@ -76,7 +76,7 @@ int al_gc_conn(virConnectPtr conn, al_error *err)
 
     reaped += reap_dirs(sessions);
     /* The disk-backed halves (budget.c's state dirs) hold the same lock. */
-    char state[4096], state_sessions[4200];
+    char state[AL_PATH_MAX], state_sessions[AL_PATH_MAX];
     al_error ignored = {0};
     if (al_state_dir(state, sizeof(state), &ignored) == 0 &&
         al_pathf(state_sessions, sizeof(state_sessions), "%s/sessions", state) == 0)
@@ -97,7 +97,7 @@ static int reap_dirs(const char *sessions)
             continue;
         /* Check the lock again right before removing: a dir being created holds it. */
         if (session_dead(sessions, e->d_name)) {
-            char path[4400];
+            char path[AL_PATH_MAX];
             if (al_pathf(path, sizeof(path), "%s/%s", sessions, e->d_name) == 0 &&
                 al_rmtree(path) == 0)
                 reaped++;

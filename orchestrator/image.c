@@ -17,7 +17,7 @@ int al_image_store_dir(char *buf, size_t len, al_error *err)
     const char *xdg = getenv("XDG_DATA_HOME");
     const char *home = getenv("HOME");
     int n;
-    char cwd[4096];
+    char cwd[AL_PATH_MAX];
     if (over && *over == '/')
         n = snprintf(buf, len, "%s", over);
     else if (over && *over) /* libvirt and qemu-img resolve paths elsewhere: make it absolute */
@@ -123,7 +123,7 @@ int al_transport_parse(const char *s, enum al_transport *out, al_error *err)
 
 int al_image_load(const char *name, al_image *out, al_error *err)
 {
-    char store[4096];
+    char store[AL_PATH_MAX];
     int r = al_image_store_dir(store, sizeof(store), err);
     if (r < 0)
         return r;
@@ -132,12 +132,15 @@ int al_image_load(const char *name, al_image *out, al_error *err)
 
     al_image img;
     memset(&img, 0, sizeof(img));
+    /* The paths are built here and copied out once the image checks out. */
+    struct {
+        char dir[AL_PATH_MAX], kernel[AL_PATH_MAX], initrd[AL_PATH_MAX], disk[AL_PATH_MAX];
+    } p = {0};
     snprintf(img.name, sizeof(img.name), "%s", name);
-    if (snprintf(img.dir, sizeof(img.dir), "%s/%s", store, name) >= (int)sizeof(img.dir))
+    char path[AL_PATH_MAX];
+    if (al_pathf(p.dir, sizeof(p.dir), "%s/%s", store, name) < 0 ||
+        al_pathf(path, sizeof(path), "%s/manifest.json", p.dir) < 0)
         return al_err(err, -ENAMETOOLONG, "image path too long");
-
-    char path[4200];
-    snprintf(path, sizeof(path), "%s/manifest.json", img.dir);
     int ferr = 0;
     _cleanup_free_ char *text = read_small_file(path, &ferr);
     if (!text) {
@@ -190,21 +193,21 @@ int al_image_load(const char *name, al_image *out, al_error *err)
      * else would start an agent). */
     const cJSON *kern = cJSON_GetObjectItemCaseSensitive(j, "kernel");
     if ((!kern || cJSON_IsNull(kern)) && img.transport == AL_TRANSPORT_SSH) {
-        r = image_part(j, "disk", img.dir, img.disk, sizeof(img.disk), name, err);
+        r = image_part(j, "disk", p.dir, p.disk, sizeof(p.disk), name, err);
         if (r < 0)
             return r;
         goto rest;
     }
-    r = image_part(j, "kernel", img.dir, img.kernel, sizeof(img.kernel), name, err);
+    r = image_part(j, "kernel", p.dir, p.kernel, sizeof(p.kernel), name, err);
     if (r < 0)
         return r;
-    r = image_part(j, "initrd", img.dir, img.initrd, sizeof(img.initrd), name, err);
+    r = image_part(j, "initrd", p.dir, p.initrd, sizeof(p.initrd), name, err);
     if (r < 0)
         return r;
     /* A root disk is optional (tiny has none); when named it obeys the same rules. */
     const cJSON *disk = cJSON_GetObjectItemCaseSensitive(j, "disk");
     if (disk && !cJSON_IsNull(disk)) {
-        r = image_part(j, "disk", img.dir, img.disk, sizeof(img.disk), name, err);
+        r = image_part(j, "disk", p.dir, p.disk, sizeof(p.disk), name, err);
         if (r < 0)
             return r;
     }
@@ -229,8 +232,25 @@ rest:;
         snprintf(img.languages + have, sizeof(img.languages) - have, "%s%s", have ? " " : "",
                  l->valuestring);
     }
+    img.dir = strdup(p.dir);
+    img.kernel = strdup(p.kernel);
+    img.initrd = strdup(p.initrd);
+    img.disk = strdup(p.disk);
+    if (!img.dir || !img.kernel || !img.initrd || !img.disk) {
+        al_image_free(&img);
+        return al_err(err, -ENOMEM, "out of memory");
+    }
     *out = img;
     return 0;
+}
+
+void al_image_free(al_image *img)
+{
+    free(img->dir);
+    free(img->kernel);
+    free(img->initrd);
+    free(img->disk);
+    img->dir = img->kernel = img->initrd = img->disk = NULL;
 }
 
 static int cmp_names(const void *a, const void *b)
@@ -241,7 +261,7 @@ static int cmp_names(const void *a, const void *b)
 int al_image_list(void (*fn)(void *ctx, const al_image *img, const char *name, const char *why),
                   void *ctx, al_error *err)
 {
-    char store[4096];
+    char store[AL_PATH_MAX];
     int r = al_image_store_dir(store, sizeof(store), err);
     if (r < 0)
         return r;
@@ -256,7 +276,7 @@ int al_image_list(void (*fn)(void *ctx, const al_image *img, const char *name, c
     struct dirent *e;
     /* A directory without a manifest is no image (a build dir's image not built yet). */
     while ((e = readdir(d)) && n < sizeof(names) / sizeof(names[0])) {
-        char m[4400];
+        char m[AL_PATH_MAX];
         if (e->d_name[0] == '.' ||
             al_pathf(m, sizeof(m), "%s/%s/manifest.json", store, e->d_name) < 0 ||
             access(m, F_OK) < 0)
@@ -267,12 +287,13 @@ int al_image_list(void (*fn)(void *ctx, const al_image *img, const char *name, c
     closedir(d);
     qsort(names, n, sizeof(names[0]), cmp_names);
     for (size_t i = 0; i < n; i++) {
-        al_image img;
+        al_image img = {0};
         al_error e2 = {0};
         if (al_image_load(names[i], &img, &e2) < 0)
             fn(ctx, NULL, names[i], e2.msg);
         else
             fn(ctx, &img, names[i], NULL);
+        al_image_free(&img);
         free(names[i]);
     }
     return (int)n;
@@ -283,7 +304,7 @@ const char *al_image_default(void)
     const char *env = getenv("AIRLOCK_IMAGE");
     if (env && *env)
         return env;
-    char store[4096], path[4200];
+    char store[AL_PATH_MAX], path[AL_PATH_MAX];
     al_error ignored = {0};
     struct stat st;
     if (al_image_store_dir(store, sizeof(store), &ignored) == 0 &&
@@ -294,7 +315,7 @@ const char *al_image_default(void)
 
 int al_image_remove(const char *name, al_error *err)
 {
-    char store[4096], dir[4200], manifest[4300];
+    char store[AL_PATH_MAX], dir[AL_PATH_MAX], manifest[AL_PATH_MAX];
     int r = al_image_store_dir(store, sizeof(store), err);
     if (r < 0)
         return r;
@@ -308,7 +329,7 @@ int al_image_remove(const char *name, al_error *err)
     if (lstat(dir, &st) < 0 || !S_ISDIR(st.st_mode) || lstat(manifest, &st) < 0)
         return al_err(err, -ENOENT, "no image '%s' in %s", name, store);
     /* Renamed away first, so a session starting meanwhile sees no half-removed image. */
-    char gone[4300];
+    char gone[AL_PATH_MAX];
     if (al_pathf(gone, sizeof(gone), "%s/.%s.removed-%ld", store, name, (long)getpid()) < 0)
         return al_err(err, -ENAMETOOLONG, "image path too long");
     if (rename(dir, gone) < 0)

@@ -170,7 +170,7 @@ static int qemu_img(const char *const *argv, const struct al_spawn_limits *lim,
 static int check_info(const char *scratch, const char *src, const char *fmt, const char *file,
                       al_error *err)
 {
-    char out_path[4400], err_path[4400];
+    char out_path[AL_PATH_MAX], err_path[AL_PATH_MAX];
     if (al_pathf(out_path, sizeof(out_path), "%s/info.json", scratch) < 0 ||
         al_pathf(err_path, sizeof(err_path), "%s/qemu-img.err", scratch) < 0)
         return al_err(err, -ENAMETOOLONG, "image path too long");
@@ -273,7 +273,7 @@ static int write_manifest(const char *scratch, const al_image_import_opts *o, co
         !cJSON_AddStringToObject(j, "imported_from", basename(from)))
         return al_err(err, -ENOMEM, "out of memory");
     _cleanup_free_ char *text = cJSON_Print(j);
-    char path[4400];
+    char path[AL_PATH_MAX];
     if (!text)
         return al_err(err, -ENOMEM, "out of memory");
     if (al_pathf(path, sizeof(path), "%s/manifest.json", scratch) < 0)
@@ -292,7 +292,7 @@ static int write_manifest(const char *scratch, const al_image_import_opts *o, co
 static int existing(const char *dst, const char *name, bool force, al_error *err)
 {
     struct stat st;
-    char manifest[4400];
+    char manifest[AL_PATH_MAX];
     if (lstat(dst, &st) < 0)
         return errno == ENOENT ? 0
                                : al_err(err, -errno, "cannot read '%s': %s", dst, strerror(errno));
@@ -331,7 +331,8 @@ int al_image_import(const al_image_import_opts *opts, al_error *err)
         return al_err(err, -EFBIG, "'%s' is %lld bytes, over the import limit of %llu GiB",
                       opts->path, (long long)st.st_size, IMPORT_SIZE_MAX >> 30);
 
-    char store[4096], dst[4200], tmp[4300], src[4400], disk[4400];
+    char store[AL_PATH_MAX], dst[AL_PATH_MAX], tmp[AL_PATH_MAX], src[AL_PATH_MAX],
+        disk[AL_PATH_MAX];
     int r = al_image_store_dir(store, sizeof(store), err);
     if (r < 0)
         return r;
@@ -369,7 +370,7 @@ int al_image_import(const al_image_import_opts *opts, al_error *err)
     r = check_info(tmp, src, fmt, opts->path, err);
     if (r < 0)
         return r;
-    char err_path[4400];
+    char err_path[AL_PATH_MAX];
     if (al_pathf(err_path, sizeof(err_path), "%s/qemu-img.err", tmp) < 0)
         return al_err(err, -ENAMETOOLONG, "image path too long");
     /* Always a qcow2: sessions put their overlays on it (al_disk_overlay names it qcow2). */

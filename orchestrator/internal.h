@@ -4,6 +4,7 @@
 
 #include "airlock-proto.h"
 #include "airlock.h"
+#include "util.h"
 
 #include <cjson/cJSON.h>
 #include <errno.h>
@@ -13,23 +14,7 @@
 #include <sys/types.h>
 #include <unistd.h>
 
-/* ---- cleanup attributes ---- */
-static inline void al_freep(void *p)
-{
-    free(*(void **)p);
-}
-static inline void al_closep(int *fd)
-{
-    if (*fd >= 0) {
-        int saved = errno;
-        close(*fd);
-        errno = saved;
-    }
-}
-static inline void al_cjsonp(cJSON **j)
-{
-    cJSON_Delete(*j);
-}
+/* ---- libvirt handles and errors (vm.c) ---- */
 static inline void al_virconnp(virConnectPtr *c)
 {
     if (*c)
@@ -40,37 +25,11 @@ static inline void al_virdomp(virDomainPtr *d)
     if (*d)
         virDomainFree(*d);
 }
-#define _cleanup_free_ __attribute__((cleanup(al_freep)))
-#define _cleanup_close_ __attribute__((cleanup(al_closep)))
-#define _cleanup_cjson_ __attribute__((cleanup(al_cjsonp)))
 #define _cleanup_virconn_ __attribute__((cleanup(al_virconnp)))
 #define _cleanup_virdom_ __attribute__((cleanup(al_virdomp)))
-
-static inline void *al_steal(void *pp)
-{
-    void **p = pp;
-    void *v = *p;
-    *p = NULL;
-    return v;
-}
-#define TAKE_PTR(p) ((__typeof__(p))al_steal(&(p)))
-static inline int al_take_fd(int *fd)
-{
-    int v = *fd;
-    *fd = -1;
-    return v;
-}
-
-/* ---- errors ---- */
-/* Sets err (first failure wins) and returns code, which must be negative. */
-int al_err(al_error *err, int code, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
-/* The same, with the libvirt's last error message appended. */
+/* al_err, with the libvirt's last error message appended. */
 int al_err_virt(al_error *err, int code, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
-
-/* ---- time ---- */
-uint64_t al_now_ms(void);
-uint64_t al_now_us(void);
 
 /* ---- channel: frames over a connected socket to the agent ---- */
 struct al_channel {
@@ -196,7 +155,5 @@ int al_file_create_private(const char *path, int flags);
 /* The process's umask, read without changing it (modes for files copied from the guest). */
 mode_t al_umask(void);
 int al_rmtree(const char *path);
-/* snprintf for paths: -ENAMETOOLONG instead of a silently cut path. */
-int al_pathf(char *buf, size_t len, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
 
 #endif

@@ -31,7 +31,7 @@ static const struct recipe_place installed = {AIRLOCK_DATADIR "/images",
  * installed copies (the tree it came from may be gone or have moved on). */
 static bool running_from_build_tree(void)
 {
-    char exe[PATH_MAX];
+    char exe[AL_PATH_MAX];
     ssize_t n = readlink("/proc/self/exe", exe, sizeof(exe) - 1);
     if (n <= 0)
         return false;
@@ -87,7 +87,8 @@ int al_image_build(const al_image_build_opts *opts, al_error *err)
 {
     if (!al_image_name_ok(opts->name))
         return al_err(err, -EINVAL, "bad image name '%s'", opts->name);
-    char recipe[4200], agent[4200], store[4096], dst[4200], tmp[4300];
+    char recipe[AL_PATH_MAX], agent[AL_PATH_MAX], store[AL_PATH_MAX], dst[AL_PATH_MAX],
+        tmp[AL_PATH_MAX];
     int r = find_recipe(opts->name, recipe, sizeof(recipe), agent, sizeof(agent), err);
     if (r < 0)
         return r;

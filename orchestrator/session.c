@@ -26,7 +26,7 @@
 static int locked_dir_create(const char *parent, const char *name, char *out, size_t outlen,
                              int *lock_fd, al_error *err)
 {
-    char sessions[4200], tmp[4300], lock[4400];
+    char sessions[AL_PATH_MAX], tmp[AL_PATH_MAX], lock[AL_PATH_MAX];
     if (al_pathf(sessions, sizeof(sessions), "%s/sessions", parent) < 0 ||
         al_pathf(out, outlen, "%s/%s", sessions, name) < 0 ||
         al_pathf(tmp, sizeof(tmp), "%s/.%s", sessions, name) < 0 ||
@@ -53,7 +53,7 @@ static int locked_dir_create(const char *parent, const char *name, char *out, si
  * in the runtime dir (tmpfs: the host's RAM). No session starts below the free-space floor. */
 static int session_dir_create(al_session *s, al_error *err)
 {
-    char run[4096], state[4096], why[400];
+    char run[AL_PATH_MAX], state[AL_PATH_MAX], why[400];
     int r = al_runtime_dir(run, sizeof(run), err);
     if (r == 0)
         r = locked_dir_create(run, s->name, s->dir, sizeof(s->dir), &s->lock_fd, err);
@@ -71,11 +71,17 @@ static int session_dir_create(al_session *s, al_error *err)
     if (r < 0)
         return r;
     s->state_created = true;
-    snprintf(s->sock, sizeof(s->sock), "%s/agent.sock", s->dir);
-    snprintf(s->console, sizeof(s->console), "%s/console.log", s->dir);
-    if (s->raw_port[0])
-        snprintf(s->raw_sock, sizeof(s->raw_sock), "%s/raw.sock", s->dir);
+    if (al_pathf(s->sock, sizeof(s->sock), "%s/agent.sock", s->dir) < 0 ||
+        al_pathf(s->console, sizeof(s->console), "%s/console.log", s->dir) < 0 ||
+        (s->raw_port[0] && al_pathf(s->raw_sock, sizeof(s->raw_sock), "%s/raw.sock", s->dir) < 0))
+        return al_err(err, -ENAMETOOLONG, "session path too long");
     return 0;
+}
+
+/* Notices to the caller's FILE (al_session_opts.notice). */
+static void notice_to_file(void *f, const char *msg)
+{
+    fprintf(f, "airlock: notice: %s\n", msg);
 }
 
 static void session_notice(al_session *s, const char *fmt, ...)
@@ -84,16 +90,14 @@ static void session_notice(al_session *s, const char *fmt, ...)
 {
     if (s->quiet)
         return;
-    char msg[768];
     va_list ap;
     va_start(ap, fmt);
-    vsnprintf(msg, sizeof(msg), fmt, ap);
-    va_end(ap);
     /* The library never prints on its own: the caller's callback, else the caller's FILE. */
     if (s->on_notice)
-        s->on_notice(s->notice_ctx, msg);
-    else if (s->notice)
-        fprintf(s->notice, "airlock: notice: %s\n", msg);
+        al_vnotify(s->on_notice, s->notice_ctx, fmt, ap);
+    else
+        al_vnotify(s->notice ? notice_to_file : NULL, s->notice, fmt, ap);
+    va_end(ap);
 }
 
 static bool accel_forced(void)
@@ -460,7 +464,7 @@ int al_session_open(const al_session_opts *opts, al_session **out, al_error *err
     if (r < 0)
         goto fail;
     bool probe = session_choose_accel(s);
-    char disk[4300];
+    char disk[AL_PATH_MAX];
     struct al_vm_config cfg;
     r = session_prepare_vm(s, opts, kind, disk, sizeof(disk), &cfg, err);
     if (r < 0)
@@ -520,6 +524,7 @@ void al_session_close(al_session *s)
         al_rmtree(s->state_dir);
     al_closep(&s->lock_fd);
     al_closep(&s->state_lock_fd);
+    al_image_free(&s->img);
     pthread_mutex_destroy(&s->lock);
     free(s);
 }

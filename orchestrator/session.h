@@ -10,15 +10,15 @@ struct al_session {
     virConnectPtr conn;
     virDomainPtr dom;
     al_image img;
-    char name[64];       /* airlock-<12 hex>: the domain and the runtime dir */
-    char dir[4096];      /* runtime dir of this session */
-    char sock[4200];     /* agent channel socket */
-    char console[4200];  /* serial console log */
-    char raw_sock[4200]; /* benchmark port socket, or empty */
-    char raw_port[64];   /* benchmark port name, or empty */
+    char name[64];              /* airlock-<12 hex>: the domain and the runtime dir */
+    char dir[AL_PATH_MAX];      /* runtime dir of this session */
+    char sock[AL_PATH_MAX];     /* agent channel socket */
+    char console[AL_PATH_MAX];  /* serial console log */
+    char raw_sock[AL_PATH_MAX]; /* benchmark port socket, or empty */
+    char raw_port[64];          /* benchmark port name, or empty */
     bool dir_created;
-    int lock_fd;          /* flock held while the session lives; gc skips locked dirs */
-    char state_dir[4096]; /* disk-backed: the root disk overlay, checkpoints (budget.c) */
+    int lock_fd;                 /* flock held while the session lives; gc skips locked dirs */
+    char state_dir[AL_PATH_MAX]; /* disk-backed: the root disk overlay, checkpoints (budget.c) */
     bool state_created;
     int state_lock_fd;    /* the same flock, in the state dir */
     uint64_t disk_budget; /* bytes the state dir's files may occupy; 0: no limit */

@@ -36,7 +36,7 @@ int al_spawn_wait_limited(const char *const *argv, int out_fd, int err_fd,
 {
     if (!lim)
         return al_spawn_wait(argv, out_fd, err_fd, status);
-    char prog[4096];
+    char prog[AL_PATH_MAX];
     int r = path_find(argv[0], prog, sizeof(prog));
     if (r < 0)
         return r;

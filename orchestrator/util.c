@@ -4,6 +4,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <ftw.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -23,7 +24,7 @@ uint64_t al_now_ms(void)
 
 static int mkdir_p(const char *path, mode_t mode)
 {
-    char tmp[4096];
+    char tmp[AL_PATH_MAX];
     if (snprintf(tmp, sizeof(tmp), "%s", path) >= (int)sizeof(tmp))
         return -ENAMETOOLONG;
     for (char *p = tmp + 1; *p; p++) {
@@ -65,6 +66,15 @@ static int runtime_dir_check(const char *path, bool private, al_error *err)
         return al_err(err, -errno, "cannot make runtime directory '%s' private: %s", path,
                       strerror(errno));
     return 0;
+}
+
+void al_vnotify(void (*fn)(void *ctx, const char *msg), void *ctx, const char *fmt, va_list ap)
+{
+    if (!fn)
+        return;
+    char msg[1024];
+    vsnprintf(msg, sizeof(msg), fmt, ap);
+    fn(ctx, msg);
 }
 
 void al_printable(char *s)

@@ -5,11 +5,30 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <string.h>
 #include <sys/stat.h>
 #include <sys/utsname.h>
 #include <unistd.h>
+
+int al_err_virt(al_error *err, int code, const char *fmt, ...)
+{
+    if (!err || err->code != 0)
+        return code;
+    virErrorPtr e = virGetLastError();
+    char what[sizeof(err->msg)];
+    va_list ap;
+    va_start(ap, fmt);
+    int n = vsnprintf(what, sizeof(what), fmt, ap);
+    va_end(ap);
+    /* As al_err words it, with libvirt's reason after; a message already too long for err
+     * goes without it. */
+    if (n < 0 || (size_t)n >= sizeof(what))
+        return al_err(err, code, "%s", what);
+    return al_err(err, code, "%s: %s", what,
+                  e && e->message ? e->message : "unknown libvirt error");
+}
 
 static void silent_virt_error(void *ctx, virErrorPtr e)
 {
@@ -65,7 +84,7 @@ int al_vm_connect(const char *requested, virConnectPtr *out, al_error *err)
 
 static int kvm_verdict_path(char *buf, size_t len)
 {
-    char run[4096];
+    char run[AL_PATH_MAX];
     al_error ignored = {0};
     if (al_runtime_dir(run, sizeof(run), &ignored) < 0)
         return -1;
@@ -95,7 +114,7 @@ static void kvm_key(char *buf, size_t len)
  * none. Never follows a symlink; a file not ours or writable by others is ignored. */
 static int kvm_verdict(char *ev, size_t evlen)
 {
-    char path[4200], key[256], buf[1024];
+    char path[AL_PATH_MAX], key[256], buf[1024];
     if (kvm_verdict_path(path, sizeof(path)) < 0)
         return -1;
     int fd = open(path, O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
@@ -122,7 +141,7 @@ static int kvm_verdict(char *ev, size_t evlen)
 /* Written beside and renamed over the old one: never through a symlink someone planted. */
 void al_kvm_record(bool works, const char *evidence)
 {
-    char path[4200], tmp[4300], key[256];
+    char path[AL_PATH_MAX], tmp[AL_PATH_MAX], key[256];
     if (kvm_verdict_path(path, sizeof(path)) < 0 ||
         al_pathf(tmp, sizeof(tmp), "%s.%ld", path, (long)getpid()) < 0)
         return;
@@ -197,7 +216,7 @@ bool al_kvm_usable(void)
 void al_vm_kvm_log_evidence(virConnectPtr conn, const char *name, char *out, size_t len)
 {
     out[0] = '\0';
-    char path[4200];
+    char path[AL_PATH_MAX];
     const char *uri = virConnectGetURI(conn);
     bool session = uri && strstr(uri, "/session");
     free((void *)uri);

@@ -30,7 +30,7 @@ static int spool_open(const char *dir, al_error *err)
     int fd = open(dir, O_TMPFILE | O_RDWR | O_CLOEXEC, 0600);
     if (fd >= 0)
         return fd;
-    char tmpl[4200];
+    char tmpl[AL_PATH_MAX];
     if (al_pathf(tmpl, sizeof(tmpl), "%s/.spool-XXXXXX", dir) < 0)
         return al_err(err, -ENAMETOOLONG, "spool path too long");
     fd = mkostemp(tmpl, O_CLOEXEC);

@@ -24,6 +24,11 @@ PACKAGES=(
   clang libclang-rt-14-dev python3 clang-format
   # tests of the agent's language kernels on this machine (python with matplotlib, bash, node)
   python3-matplotlib python3-ipython bash nodejs
+  # man pages (scdoc) and the docs tests that render them (man, groff); bash completion's
+  # directory (its pkg-config file)
+  scdoc man-db groff-base bash-completion
+  # the Debian package (packaging/debian) and its test
+  debhelper dpkg-dev lintian fakeroot
 )
 
 missing=()

@@ -14,7 +14,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "internal.h"
+#include "util.h"
 
 #define CONV_FILE_MAX (64u << 20) /* a conversation larger than this is not one we wrote */
 #define CONV_VERSION 1
@@ -105,7 +105,7 @@ static cJSON *conv_json(const al_chat *c)
 /* Temp file in the same directory, fsync, rename: readers see the old or the new file. */
 static int write_atomic(const char *path, const char *text, al_error *err)
 {
-    char tmp[4200];
+    char tmp[AL_PATH_MAX];
     if (snprintf(tmp, sizeof(tmp), "%s.tmp.%d", path, (int)getpid()) >= (int)sizeof(tmp))
         return al_err(err, -ENAMETOOLONG, "path too long: %s", path);
     int fd = open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
@@ -148,7 +148,7 @@ int al_conv_save_file(const al_chat *c, const char *path, al_error *err)
 int al_conv_save(al_chat *c, al_error *err)
 {
     if (!c->save_path) {
-        char dir[4096];
+        char dir[AL_PATH_MAX];
         int r = al_conv_dir(dir, sizeof(dir), err);
         if (r < 0)
             return r;
@@ -266,7 +266,7 @@ int al_conv_load(al_chat *c, const char *id, al_error *err)
     }
     if (!valid_id(id))
         return al_err(err, -EINVAL, "'%s' is not a conversation id", id);
-    char dir[4096];
+    char dir[AL_PATH_MAX];
     int r = al_conv_dir(dir, sizeof(dir), err);
     if (r < 0)
         return r;
@@ -300,7 +300,7 @@ static int name_cmp(const struct dirent **a, const struct dirent **b)
 
 int al_conv_list(void (*fn)(void *ctx, const al_conv_info *ci), void *ctx, al_error *err)
 {
-    char dir[4096];
+    char dir[AL_PATH_MAX];
     int r = al_conv_dir(dir, sizeof(dir), err);
     if (r < 0)
         return r;
@@ -314,10 +314,11 @@ int al_conv_list(void (*fn)(void *ctx, const al_conv_info *ci), void *ctx, al_er
         size_t l = strlen(name);
         if (l > 5 && !strcmp(name + l - 5, ".json")) {
             name[l - 5] = '\0';
-            char path[4200];
-            snprintf(path, sizeof(path), "%s/%s.json", dir, name);
+            char path[AL_PATH_MAX];
             al_error e = {0};
-            cJSON *j = valid_id(name) ? read_json(path, &e) : NULL;
+            cJSON *j = valid_id(name) && al_pathf(path, sizeof(path), "%s/%s.json", dir, name) == 0
+                           ? read_json(path, &e)
+                           : NULL;
             if (j) {
                 al_conv_info ci = {0};
                 snprintf(ci.id, sizeof(ci.id), "%s", name);

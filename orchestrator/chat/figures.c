@@ -13,7 +13,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "internal.h"
+#include "util.h"
 
 struct kind {
     const char *ext;   /* with the dot, compared without case */
@@ -135,7 +135,7 @@ int al_figure_get(al_chat *c, const char *guest_path, char *host, size_t len, al
                       AL_FIGURES_SESSION_BYTES_MAX >> 20);
     uint64_t left = AL_FIGURES_SESSION_BYTES_MAX - c->out_bytes;
     uint64_t max = left < AL_FIGURE_BYTES_MAX ? left : AL_FIGURE_BYTES_MAX;
-    char dir[4096];
+    char dir[AL_PATH_MAX];
     int r = al_data_dir("outputs", dir, sizeof(dir), err);
     if (r < 0)
         return r;

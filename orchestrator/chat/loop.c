@@ -11,7 +11,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "internal.h"
+#include "util.h"
 
 const char *al_chat_outcome_str(enum al_chat_outcome o)
 {
@@ -35,14 +35,10 @@ const char *al_chat_outcome_str(enum al_chat_outcome o)
 static void notice(al_chat *c, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 static void notice(al_chat *c, const char *fmt, ...)
 {
-    if (!c->ui.notice)
-        return;
-    char buf[1024];
     va_list ap;
     va_start(ap, fmt);
-    vsnprintf(buf, sizeof(buf), fmt, ap);
+    al_vnotify(c->ui.notice, c->ui.ctx, fmt, ap);
     va_end(ap);
-    c->ui.notice(c->ui.ctx, buf);
 }
 
 int al_chat_init(al_chat *c, const al_chat_cfg *cfg, const al_chat_ui *ui, al_session *s,
@@ -473,7 +469,7 @@ static bool report_files(al_chat *c, char **text)
         fprintf(f, "%s\n", line);
         if (strncmp(line, OUTPUTS_GUEST_DIR "/", sizeof(OUTPUTS_GUEST_DIR)))
             continue;
-        char host[4300];
+        char host[AL_PATH_MAX];
         al_error fe = {0};
         int fr = al_figure_get(c, line, host, sizeof(host), &fe); /* bounded, checked: figures.c */
         if (fr == 0)

@@ -9,27 +9,29 @@
 #include <unistd.h>
 #include <yaml.h>
 
-#include "internal.h"
+#include "util.h"
 
 #define PROFILE_KEYS_MAX 64 /* far more settings than exist; bounds a hostile file's work */
 
 static int find_profile(const char *name, char *path, size_t len, al_error *err)
 {
     if (strchr(name, '/')) {
-        snprintf(path, len, "%s", name);
+        if (al_pathf(path, len, "%s", name) < 0)
+            return al_err(err, -ENAMETOOLONG, "profile path too long");
         return 0;
     }
     for (const char *p = name; *p; p++)
         if (!((*p >= 'a' && *p <= 'z') || (*p >= 'A' && *p <= 'Z') || (*p >= '0' && *p <= '9') ||
               *p == '-' || *p == '_' || *p == '.'))
             return al_err(err, -EINVAL, "'%s' is not a profile name", name);
-    char dir[4096];
+    char dir[AL_PATH_MAX];
     int r = al_profile_dir(dir, sizeof(dir), err);
     if (r < 0)
         return r;
     static const char *const ext[] = {".yaml", ".yml"};
     for (size_t i = 0; i < 2; i++) {
-        snprintf(path, len, "%s/%s%s", dir, name, ext[i]);
+        if (al_pathf(path, len, "%s/%s%s", dir, name, ext[i]) < 0)
+            return al_err(err, -ENAMETOOLONG, "profile path too long");
         if (access(path, F_OK) == 0)
             return 0;
     }
@@ -40,7 +42,7 @@ int al_profile_load(const char *name_or_path,
                     int (*fn)(void *ctx, const char *key, const char *value, al_error *err),
                     void *ctx, al_error *err)
 {
-    char path[4200];
+    char path[AL_PATH_MAX];
     int r = find_profile(name_or_path, path, sizeof(path), err);
     if (r < 0)
         return r;

@@ -49,7 +49,7 @@ struct repl {
     struct cli_globals *g;
     EditLine *el;
     History *hist;
-    char hist_path[4200];
+    char hist_path[AL_PATH_MAX];
     bool tty;
 };
 
@@ -158,12 +158,11 @@ static void setup_editline(struct repl *rp, const char *argv0)
     el_set(rp->el, EL_EDITOR, "emacs");
     el_set(rp->el, EL_GETCFN, chat_getc);
     el_source(rp->el, NULL); /* the user's ~/.editrc */
-    char dir[4096];
+    char dir[AL_PATH_MAX];
     al_error e = {0};
-    if (al_data_dir("", dir, sizeof(dir), &e) == 0) {
-        snprintf(rp->hist_path, sizeof(rp->hist_path), "%shistory", dir);
+    if (al_data_dir("", dir, sizeof(dir), &e) == 0 &&
+        al_pathf(rp->hist_path, sizeof(rp->hist_path), "%shistory", dir) == 0)
         history(rp->hist, &ev, H_LOAD, rp->hist_path);
-    }
 }
 
 static void save_conversation(struct repl *rp)

@@ -537,15 +537,13 @@ int chat_opts_parse(struct chat_opts *o, struct cli_globals *g, int argc, char *
     optind = 0;
     opterr = 1;
     const char *profile = o->profile;
-    char dflt[4200];
+    char dflt[AL_PATH_MAX];
     if (!profile) {
         al_error e = {0};
-        char dir[4096];
-        if (al_profile_dir(dir, sizeof(dir), &e) == 0) {
-            snprintf(dflt, sizeof(dflt), "%s/default.yaml", dir);
-            if (access(dflt, F_OK) == 0)
-                profile = dflt;
-        }
+        char dir[AL_PATH_MAX];
+        if (al_profile_dir(dir, sizeof(dir), &e) == 0 &&
+            al_pathf(dflt, sizeof(dflt), "%s/default.yaml", dir) == 0 && access(dflt, F_OK) == 0)
+            profile = dflt;
     }
     if (profile) {
         al_error e = {0};

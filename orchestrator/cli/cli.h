@@ -3,6 +3,7 @@
 #define AIRLOCK_CLI_H
 
 #include "airlock.h"
+#include "util.h" /* al_pathf */
 
 /* Exit statuses of airlock itself, chosen not to collide with a command's own (as timeout(1)
  * and container runtimes do): the command's status passes through otherwise. */

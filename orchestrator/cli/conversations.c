@@ -29,7 +29,7 @@ int cmd_conversations(struct cli_globals *g, int argc, char **argv)
         fputs("Usage: airlock conversations\n", stderr);
         return 2;
     }
-    char dir[4096];
+    char dir[AL_PATH_MAX];
     al_error e = {0};
     if (al_conv_dir(dir, sizeof(dir), &e) < 0) {
         cli_error(&e);

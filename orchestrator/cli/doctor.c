@@ -15,12 +15,11 @@ struct doctor {
 static bool in_path(const char *prog)
 {
     const char *path = getenv("PATH");
-    char dir[4096], full[4200];
+    char full[AL_PATH_MAX];
     for (const char *p = path ? path : "/usr/bin:/bin"; *p;) {
-        size_t n = strcspn(p, ":");
-        snprintf(dir, sizeof(dir), "%.*s", (int)n, p);
-        snprintf(full, sizeof(full), "%s/%s", dir[0] ? dir : ".", prog);
-        if (access(full, X_OK) == 0)
+        int n = (int)strcspn(p, ":");
+        if (al_pathf(full, sizeof(full), "%.*s/%s", n ? n : 1, n ? p : ".", prog) == 0 &&
+            access(full, X_OK) == 0)
             return true;
         p += n + (p[n] == ':');
     }
@@ -117,7 +116,7 @@ int cmd_doctor(struct cli_globals *g, int argc, char **argv)
         }
     }
     doctor_kvm(g, &d);
-    char store[4096];
+    char store[AL_PATH_MAX];
     if (al_image_store_dir(store, sizeof(store), &err) < 0) {
         printf("FAIL  %s\n", err.msg);
         d.errors++;

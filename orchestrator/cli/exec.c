@@ -9,6 +9,7 @@
 #include <openssl/evp.h>
 #include <poll.h>
 #include <signal.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -169,188 +170,202 @@ struct exec_args {
     const char *code_argv[2]; /* eo.argv for --lang */
 };
 
+/* How an exec option's value is stored: most go straight into a field of exec_args. */
+enum opt_kind {
+    OPT_STRING, /* const char *: the value */
+    OPT_TRUE,   /* bool: true */
+    OPT_UINT,   /* unsigned: a number up to max, times scale */
+    OPT_U64,    /* uint64_t: a number up to max, times scale */
+    OPT_CALL,   /* call(a, value): -1 to go on, else the exit status */
+};
+
+struct exec_option {
+    const char *name;
+    int has_arg; /* getopt's no_argument or required_argument */
+    char letter; /* the short form, or 0 */
+    enum opt_kind kind;
+    size_t off; /* offsetof(struct exec_args, FIELD) for all but OPT_CALL */
+    unsigned long max;
+    unsigned long scale;
+    int (*call)(struct exec_args *a, char *value);
+};
+
+static int opt_transport(struct exec_args *a, char *value)
+{
+    al_error terr = {0};
+    if (al_transport_parse(value, &a->so.transport, &terr) < 0) {
+        cli_error(&terr);
+        return 2;
+    }
+    return -1;
+}
+
+static int opt_input_wait(struct exec_args *a, char *value)
+{
+    a->eo.input_wait_ms =
+        (unsigned)cli_number("--input-wait", value, AL_INPUT_WAIT_MAX_MS / 1000) * 1000u;
+    a->eo.interrupt_on_wait = true;
+    return -1;
+}
+
+static int opt_env(struct exec_args *a, char *value)
+{
+    if (!strchr(value, '=') || a->nenv >= AL_ENV_MAX) {
+        fprintf(stderr, "airlock: --env wants KEY=VALUE (at most %d)\n", AL_ENV_MAX);
+        return 2;
+    }
+    a->env[a->nenv++] = value;
+    return -1;
+}
+
+static int opt_copy(const char *name, char *(*slots)[2], size_t *n, char *value)
+{
+    char *x, *y;
+    if (*n >= COPIES_MAX || !split_pair(value, &x, &y)) {
+        fprintf(stderr, "airlock: --%s wants SOURCE:DEST\n", name);
+        return 2;
+    }
+    slots[*n][0] = x;
+    slots[*n][1] = y;
+    (*n)++;
+    return -1;
+}
+
+static int opt_put(struct exec_args *a, char *value)
+{
+    return opt_copy("put", a->puts_, &a->nput, value);
+}
+
+static int opt_get(struct exec_args *a, char *value)
+{
+    return opt_copy("get", a->gets_, &a->nget, value);
+}
+
+static int opt_sync(struct exec_args *a, char *value)
+{
+    if (!strcmp(value, "ask") || !strcmp(value, "yes") || !strcmp(value, "no")) {
+        a->sync = value[0] == 'a' ? CLI_SYNC_ASK : value[0] == 'y' ? CLI_SYNC_YES : CLI_SYNC_NO;
+        return -1;
+    }
+    fprintf(stderr, "airlock: --sync-back wants ask, yes or no\n");
+    return 2;
+}
+
+static int opt_sync_git(struct exec_args *a, char *value)
+{
+    (void)value;
+    a->sync_allow |= AL_APPLY_VCS;
+    return -1;
+}
+
+static int opt_sync_exec(struct exec_args *a, char *value)
+{
+    (void)value;
+    a->sync_allow |= AL_APPLY_EXEC;
+    return -1;
+}
+
+static int opt_help(struct exec_args *a, char *value)
+{
+    (void)a, (void)value;
+    fputs(usage, stdout);
+    return 0;
+}
+
+#define FIELD(f) offsetof(struct exec_args, f)
+// clang-format off
+static const struct exec_option exec_options[] = {
+    {"image",          required_argument, 'i', OPT_STRING, FIELD(so.image),             0,         0,        NULL},
+    {"transport",      required_argument, 0,   OPT_CALL,   0,                           0,         0,        opt_transport},
+    {"lang",           required_argument, 'l', OPT_STRING, FIELD(eo.lang),              0,         0,        NULL},
+    {"code",           required_argument, 'c', OPT_STRING, FIELD(code),                 0,         0,        NULL},
+    {"kernel",         no_argument,       'k', OPT_TRUE,   FIELD(eo.kernel),            0,         0,        NULL},
+    {"input-wait",     required_argument, 0,   OPT_CALL,   0,                           0,         0,        opt_input_wait},
+    {"env",            required_argument, 'e', OPT_CALL,   0,                           0,         0,        opt_env},
+    {"cwd",            required_argument, 'w', OPT_STRING, FIELD(eo.cwd),               0,         0,        NULL},
+    {"timeout",        required_argument, 't', OPT_UINT,   FIELD(eo.timeout_ms),        4000000,   1000,     NULL},
+    {"output-limit",   required_argument, 0,   OPT_U64,    FIELD(eo.output_cap),        ~0ul >> 1, 1,        NULL},
+    {"put",            required_argument, 0,   OPT_CALL,   0,                           0,         0,        opt_put},
+    {"get",            required_argument, 0,   OPT_CALL,   0,                           0,         0,        opt_get},
+    {"get-limit",      required_argument, 0,   OPT_U64,    FIELD(get_limit),            ~0ul >> 1, 1,        NULL},
+    {"memory",         required_argument, 'm', OPT_UINT,   FIELD(so.memory_mib),        1048576,   1,        NULL},
+    {"cpus",           required_argument, 0,   OPT_UINT,   FIELD(so.vcpus),             64,        1,        NULL},
+    {"lifetime",       required_argument, 0,   OPT_UINT,   FIELD(so.lifetime_s),        4000000,   1,        NULL},
+    {"boot-timeout",   required_argument, 0,   OPT_UINT,   FIELD(so.boot_timeout_ms),   4000000,   1000,     NULL},
+    {"disk-budget",    required_argument, 0,   OPT_U64,    FIELD(so.disk_budget_bytes), 1u << 24,  1u << 20, NULL},
+    {"connect",        required_argument, 0,   OPT_STRING, FIELD(so.connect_uri),       0,         0,        NULL},
+    {"debug",          no_argument,       0,   OPT_TRUE,   FIELD(debug),                0,         0,        NULL},
+    {"workdir",        required_argument, 0,   OPT_STRING, FIELD(workdir),              0,         0,        NULL},
+    {"sync-back",      required_argument, 0,   OPT_CALL,   0,                           0,         0,        opt_sync},
+    {"sync-back-git",  no_argument,       0,   OPT_CALL,   0,                           0,         0,        opt_sync_git},
+    {"sync-back-exec", no_argument,       0,   OPT_CALL,   0,                           0,         0,        opt_sync_exec},
+    {"workdir-limit",  required_argument, 0,   OPT_U64,    FIELD(wo.bytes_max),         ~0ul >> 1, 1,        NULL},
+    {"linger",         required_argument, 0,   OPT_UINT,   FIELD(linger_s),             4000000,   1,        NULL},
+    {"raw",            no_argument,       0,   OPT_TRUE,   FIELD(raw),                  0,         0,        NULL},
+    {"json",           no_argument,       0,   OPT_TRUE,   FIELD(json),                 0,         0,        NULL},
+    {"quiet",          no_argument,       'q', OPT_TRUE,   FIELD(so.quiet),             0,         0,        NULL},
+    {"help",           no_argument,       'h', OPT_CALL,   0,                           0,         0,        opt_help},
+};
+// clang-format on
+#define EXEC_OPTIONS (sizeof(exec_options) / sizeof(exec_options[0]))
+
+/* Stores one option's value as its row says; -1 to go on, else the exit status. */
+static int exec_option_apply(struct exec_args *a, const struct exec_option *o, char *value)
+{
+    char *field = (char *)a + o->off;
+    char flag[32];
+    snprintf(flag, sizeof(flag), "--%s", o->name);
+    switch (o->kind) {
+    case OPT_STRING:
+        *(const char **)field = value;
+        break;
+    case OPT_TRUE:
+        *(bool *)field = true;
+        break;
+    case OPT_UINT:
+        *(unsigned *)field = (unsigned)cli_number(flag, value, o->max) * (unsigned)o->scale;
+        break;
+    case OPT_U64:
+        *(uint64_t *)field = (uint64_t)cli_number(flag, value, o->max) * o->scale;
+        break;
+    case OPT_CALL:
+        return o->call(a, value);
+    }
+    return -1;
+}
+
 /* Parses the options into a; -1 to go on, else the exit status to return at once. */
 static int exec_parse_args(int argc, char **argv, struct exec_args *a)
 {
-    enum {
-        OPT_OUTPUT_LIMIT = 256,
-        OPT_PUT,
-        OPT_GET,
-        OPT_CPUS,
-        OPT_LIFETIME,
-        OPT_DISK_BUDGET,
-        OPT_BOOT,
-        OPT_CONNECT,
-        OPT_DEBUG,
-        OPT_WORKDIR,
-        OPT_SYNC,
-        OPT_WORKDIR_LIMIT,
-        OPT_LINGER,
-        OPT_INPUT_WAIT,
-        OPT_TRANSPORT,
-        OPT_SYNC_GIT,
-        OPT_SYNC_EXEC,
-        OPT_RAW,
-        OPT_GET_LIMIT,
-        OPT_JSON
-    };
-    static const struct option opts[] = {
-        {"image", required_argument, NULL, 'i'},
-        {"transport", required_argument, NULL, OPT_TRANSPORT},
-        {"lang", required_argument, NULL, 'l'},
-        {"code", required_argument, NULL, 'c'},
-        {"kernel", no_argument, NULL, 'k'},
-        {"input-wait", required_argument, NULL, OPT_INPUT_WAIT},
-        {"env", required_argument, NULL, 'e'},
-        {"cwd", required_argument, NULL, 'w'},
-        {"timeout", required_argument, NULL, 't'},
-        {"output-limit", required_argument, NULL, OPT_OUTPUT_LIMIT},
-        {"put", required_argument, NULL, OPT_PUT},
-        {"get", required_argument, NULL, OPT_GET},
-        {"get-limit", required_argument, NULL, OPT_GET_LIMIT},
-        {"memory", required_argument, NULL, 'm'},
-        {"cpus", required_argument, NULL, OPT_CPUS},
-        {"lifetime", required_argument, NULL, OPT_LIFETIME},
-        {"boot-timeout", required_argument, NULL, OPT_BOOT},
-        {"disk-budget", required_argument, NULL, OPT_DISK_BUDGET},
-        {"connect", required_argument, NULL, OPT_CONNECT},
-        {"debug", no_argument, NULL, OPT_DEBUG},
-        {"workdir", required_argument, NULL, OPT_WORKDIR},
-        {"sync-back", required_argument, NULL, OPT_SYNC},
-        {"sync-back-git", no_argument, NULL, OPT_SYNC_GIT},
-        {"sync-back-exec", no_argument, NULL, OPT_SYNC_EXEC},
-        {"workdir-limit", required_argument, NULL, OPT_WORKDIR_LIMIT},
-        {"linger", required_argument, NULL, OPT_LINGER},
-        {"raw", no_argument, NULL, OPT_RAW},
-        {"json", no_argument, NULL, OPT_JSON},
-        {"quiet", no_argument, NULL, 'q'},
-        {"help", no_argument, NULL, 'h'},
-        {NULL, 0, NULL, 0},
-    };
-    al_session_opts *so = &a->so;
-    al_exec_opts *eo = &a->eo;
+    /* getopt_long's tables, made from exec_options: a short form returns its letter, a long
+     * one 256 + its row. */
+    struct option longs[EXEC_OPTIONS + 1];
+    char shorts[2 * EXEC_OPTIONS + 2] = "+";
+    size_t ns = 1;
+    for (size_t i = 0; i < EXEC_OPTIONS; i++) {
+        const struct exec_option *o = &exec_options[i];
+        longs[i] = (struct option){o->name, o->has_arg, NULL, o->letter ? o->letter : 256 + (int)i};
+        if (o->letter) {
+            shorts[ns++] = o->letter;
+            if (o->has_arg == required_argument)
+                shorts[ns++] = ':';
+        }
+    }
+    longs[EXEC_OPTIONS] = (struct option){0};
+    shorts[ns] = '\0';
     int c;
-    while ((c = getopt_long(argc, argv, "+i:l:c:e:w:t:m:kqh", opts, NULL)) != -1) {
-        switch (c) {
-        case 'i':
-            so->image = optarg;
-            break;
-        case OPT_TRANSPORT: {
-            al_error terr = {0};
-            if (al_transport_parse(optarg, &so->transport, &terr) < 0) {
-                cli_error(&terr);
-                return 2;
-            }
-            break;
-        }
-        case 'l':
-            eo->lang = optarg;
-            break;
-        case 'c':
-            a->code = optarg;
-            break;
-        case 'k':
-            eo->kernel = true;
-            break;
-        case OPT_JSON:
-            a->json = true;
-            break;
-        case OPT_INPUT_WAIT:
-            eo->input_wait_ms =
-                (unsigned)cli_number("--input-wait", optarg, AL_INPUT_WAIT_MAX_MS / 1000) * 1000u;
-            eo->interrupt_on_wait = true;
-            break;
-        case 'e':
-            if (!strchr(optarg, '=') || a->nenv >= AL_ENV_MAX) {
-                fprintf(stderr, "airlock: --env wants KEY=VALUE (at most %d)\n", AL_ENV_MAX);
-                return 2;
-            }
-            a->env[a->nenv++] = optarg;
-            break;
-        case 'w':
-            eo->cwd = optarg;
-            break;
-        case 't':
-            eo->timeout_ms = (unsigned)cli_number("--timeout", optarg, 4000000) * 1000u;
-            break;
-        case OPT_GET_LIMIT:
-            a->get_limit = cli_number("--get-limit", optarg, ~0ul >> 1);
-            break;
-        case OPT_OUTPUT_LIMIT:
-            eo->output_cap = cli_number("--output-limit", optarg, ~0ul >> 1);
-            break;
-        case OPT_PUT:
-        case OPT_GET: {
-            char *x, *y;
-            size_t *n = c == OPT_PUT ? &a->nput : &a->nget;
-            if (*n >= COPIES_MAX || !split_pair(optarg, &x, &y)) {
-                fprintf(stderr, "airlock: --%s wants SOURCE:DEST\n", c == OPT_PUT ? "put" : "get");
-                return 2;
-            }
-            char *(*slot)[2] = c == OPT_PUT ? &a->puts_[*n] : &a->gets_[*n];
-            (*slot)[0] = x;
-            (*slot)[1] = y;
-            (*n)++;
-            break;
-        }
-        case 'm':
-            so->memory_mib = (unsigned)cli_number("--memory", optarg, 1048576);
-            break;
-        case OPT_CPUS:
-            so->vcpus = (unsigned)cli_number("--cpus", optarg, 64);
-            break;
-        case OPT_LIFETIME:
-            so->lifetime_s = (unsigned)cli_number("--lifetime", optarg, 4000000);
-            break;
-        case OPT_BOOT:
-            so->boot_timeout_ms = (unsigned)cli_number("--boot-timeout", optarg, 4000000) * 1000u;
-            break;
-        case OPT_DISK_BUDGET:
-            so->disk_budget_bytes = (uint64_t)cli_number("--disk-budget", optarg, 1u << 24) << 20;
-            break;
-        case OPT_CONNECT:
-            so->connect_uri = optarg;
-            break;
-        case OPT_DEBUG:
-            a->debug = true;
-            break;
-        case OPT_WORKDIR:
-            a->workdir = optarg;
-            break;
-        case OPT_SYNC:
-            if (!strcmp(optarg, "ask") || !strcmp(optarg, "yes") || !strcmp(optarg, "no")) {
-                a->sync = optarg[0] == 'a'   ? CLI_SYNC_ASK
-                          : optarg[0] == 'y' ? CLI_SYNC_YES
-                                             : CLI_SYNC_NO;
-                break;
-            }
-            fprintf(stderr, "airlock: --sync-back wants ask, yes or no\n");
-            return 2;
-        case OPT_SYNC_GIT:
-            a->sync_allow |= AL_APPLY_VCS;
-            break;
-        case OPT_SYNC_EXEC:
-            a->sync_allow |= AL_APPLY_EXEC;
-            break;
-        case OPT_WORKDIR_LIMIT:
-            a->wo.bytes_max = cli_number("--workdir-limit", optarg, ~0ul >> 1);
-            break;
-        case OPT_LINGER:
-            a->linger_s = (unsigned)cli_number("--linger", optarg, 4000000);
-            break;
-        case OPT_RAW:
-            a->raw = true;
-            break;
-        case 'q':
-            so->quiet = true;
-            break;
-        case 'h':
-            fputs(usage, stdout);
-            return 0;
-        default:
+    while ((c = getopt_long(argc, argv, shorts, longs, NULL)) != -1) {
+        const struct exec_option *o = NULL;
+        for (size_t i = 0; i < EXEC_OPTIONS && !o; i++)
+            if (c == (exec_options[i].letter ? exec_options[i].letter : 256 + (int)i))
+                o = &exec_options[i];
+        if (!o) {
             fputs(usage, stderr);
             return 2;
         }
+        int r = exec_option_apply(a, o, optarg);
+        if (r >= 0)
+            return r;
     }
     a->cmd = argv + optind;
     a->ncmd = argc - optind;

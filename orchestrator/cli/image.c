@@ -47,7 +47,7 @@ static void print_image(void *ctx, const al_image *img, const char *name, const 
 
 static int image_ls(void)
 {
-    char store[4096];
+    char store[AL_PATH_MAX];
     al_error err = {0};
     if (al_image_store_dir(store, sizeof(store), &err) < 0) {
         cli_error(&err);

@@ -77,15 +77,16 @@ static void change_line(FILE *f, const al_change *c)
 }
 
 /* Where the whole list went when the terminal got only part of it ("" when it got all). */
-static char full_list[4200];
+static char full_list[AL_PATH_MAX];
 
 /* The whole list into a private file the user can read at leisure. */
 static void full_list_write(const al_workdir_diff *d)
 {
     const char *tmp = getenv("TMPDIR");
-    snprintf(full_list, sizeof(full_list), "%s/airlock-changes-XXXXXX",
-             tmp && tmp[0] == '/' ? tmp : "/tmp");
-    int fd = mkstemp(full_list);
+    int fd = al_pathf(full_list, sizeof(full_list), "%s/airlock-changes-XXXXXX",
+                      tmp && tmp[0] == '/' ? tmp : "/tmp") < 0
+                 ? -1
+                 : mkstemp(full_list);
     FILE *f = fd < 0 ? NULL : fdopen(fd, "w");
     if (!f) {
         if (fd >= 0)
@@ -179,7 +180,7 @@ static bool ask(const char *dir)
                 dir);
         return false;
     }
-    char q[4200], line[64];
+    char q[AL_PATH_MAX + 100], line[64]; /* a question quoting a path */
     snprintf(q, sizeof(q), "Apply these changes to %s? [y/N] ", dir);
     return answer(q, line, sizeof(line)) && (line[0] == 'y' || line[0] == 'Y');
 }

@@ -36,14 +36,20 @@ enum al_transport {
  * or AL_TRANSPORT_SSH; else -EINVAL and "unknown transport 'X' (virtio or ssh)" in err. */
 int al_transport_parse(const char *s, enum al_transport *out, al_error *err);
 
+/* The longest path airlock builds or accepts, with its NUL: the kernel's PATH_MAX, what one
+ * system call takes. Paths are built checked (a longer one fails with ENAMETOOLONG, never
+ * cut). */
+#define AL_PATH_MAX 4096
+
 typedef struct al_image {
     char name[64];
-    char dir[4096];    /* the image's directory in the store */
-    char kernel[4096]; /* absolute paths, checked to be inside dir; both empty for an
-                          image that boots from its disk through the firmware (imported) */
-    char initrd[4096];
-    char disk[4096]; /* root disk base image (qcow2), inside dir; empty when none. Never
-                        written: each session boots on an overlay of its own */
+    /* Paths, owned (al_image_free), never NULL once loaded: "" for a part the image lacks. */
+    char *dir;    /* the image's directory in the store */
+    char *kernel; /* absolute paths, checked to be inside dir; both empty for an image that
+                     boots from its disk through the firmware (imported) */
+    char *initrd;
+    char *disk; /* root disk base image (qcow2), inside dir; empty when none. Never written:
+                   each session boots on an overlay of its own */
     char cmdline[1024];
     unsigned agent_protocol;
     unsigned memory_mib;         /* suggested memory; 0 when the manifest names none */
@@ -57,6 +63,8 @@ typedef struct al_image {
  * $XDG_DATA_HOME/airlock/images. Writes into buf. */
 int al_image_store_dir(char *buf, size_t len, al_error *err);
 int al_image_load(const char *name, al_image *out, al_error *err);
+/* Frees what al_image_load put in img (a zeroed img is fine). */
+void al_image_free(al_image *img);
 /* Calls fn for every valid image in the store, in name order; invalid ones are reported via
  * fn with img == NULL and why set. */
 int al_image_list(void (*fn)(void *ctx, const al_image *img, const char *name, const char *why),

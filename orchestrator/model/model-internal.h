@@ -2,8 +2,8 @@
 #ifndef AL_MODEL_INTERNAL_H
 #define AL_MODEL_INTERNAL_H
 
-#include "internal.h"
 #include "model.h"
+#include "util.h"
 
 #include <stdbool.h>
 #include <stddef.h>

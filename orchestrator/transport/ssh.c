@@ -44,6 +44,9 @@ static const unsigned reconnect_wait_ms[] = {0, 250, 500, 1000, 2000, 4000};
 #define PUMP_BUF (256 * 1024)
 #define KEEPALIVE_S 10
 #define SFTP_CHUNK (1024 * 1024)
+/* The longest home directory in the guest we copy the agent under; the guest paths built from
+ * it (cache dir, agent, kernels and their .part files) are sized from it and fit. */
+#define GUEST_HOME_MAX 400
 
 struct al_ssh {
     int sock; /* TCP to the forward on 127.0.0.1 */
@@ -62,11 +65,11 @@ struct al_ssh {
 /* The transport: the session's keys, seed and forwarded port, and the connection. */
 struct ssh_tport {
     struct al_tport t;
-    char keys[4300];    /* the session's keys */
-    char seed[4300];    /* the cloud-init seed ISO */
-    char host_pub[256]; /* the host key given to the guest, pinned */
-    unsigned host_port; /* 127.0.0.1 port forwarded to the guest's sshd */
-    struct al_ssh *c;   /* the connection while there is one */
+    char keys[AL_PATH_MAX]; /* the session's keys */
+    char seed[AL_PATH_MAX]; /* the cloud-init seed ISO */
+    char host_pub[256];     /* the host key given to the guest, pinned */
+    unsigned host_port;     /* 127.0.0.1 port forwarded to the guest's sshd */
+    struct al_ssh *c;       /* the connection while there is one */
 };
 
 static struct ssh_tport *ssh_of(struct al_tport *t)
@@ -123,7 +126,7 @@ static int free_port(unsigned *port, al_error *err)
 /* Writes the seed's two files: the login key for the image's user, the host key pinned. */
 static int write_seed_files(struct ssh_tport *s, const char *dir, al_error *err)
 {
-    char path[4300], priv_path[4300];
+    char path[AL_PATH_MAX], priv_path[AL_PATH_MAX];
     if (al_pathf(path, sizeof(path), "%s/id_ed25519.pub", s->keys) < 0 ||
         al_pathf(priv_path, sizeof(priv_path), "%s/host_ed25519", s->keys) < 0)
         return al_err(err, -ENAMETOOLONG, "session path too long");
@@ -174,7 +177,7 @@ static int ssh_prepare(struct al_tport *t, struct al_vm_config *cfg, bool kvm, a
         return al_err(err, -ENAMETOOLONG, "session path too long");
     if (mkdir(s->keys, 0700) < 0)
         return al_err(err, -errno, "cannot create '%s': %s", s->keys, strerror(errno));
-    char user_key[4300], host_key[4300], pub[4300], seed_dir[4300];
+    char user_key[AL_PATH_MAX], host_key[AL_PATH_MAX], pub[AL_PATH_MAX], seed_dir[AL_PATH_MAX];
     if (al_pathf(user_key, sizeof(user_key), "%s/id_ed25519", s->keys) < 0 ||
         al_pathf(host_key, sizeof(host_key), "%s/host_ed25519", s->keys) < 0 ||
         al_pathf(pub, sizeof(pub), "%s/host_ed25519.pub", s->keys) < 0 ||
@@ -197,9 +200,10 @@ static int ssh_prepare(struct al_tport *t, struct al_vm_config *cfg, bool kvm, a
     r = write_seed_files(s, seed_dir, err);
     if (r < 0)
         return r;
-    char ud[4400], md[4400];
-    snprintf(ud, sizeof(ud), "%s/user-data", seed_dir);
-    snprintf(md, sizeof(md), "%s/meta-data", seed_dir);
+    char ud[AL_PATH_MAX], md[AL_PATH_MAX];
+    if (al_pathf(ud, sizeof(ud), "%s/user-data", seed_dir) < 0 ||
+        al_pathf(md, sizeof(md), "%s/meta-data", seed_dir) < 0)
+        return al_err(err, -ENAMETOOLONG, "session path too long");
     const char *argv[] = {"genisoimage", "-quiet", "-output", s->seed, "-volid", "cidata",
                           "-joliet",     "-rock",  ud,        md,      NULL};
     r = al_spawn_quiet(argv, "make the cloud-init seed", err);
@@ -328,8 +332,8 @@ static int check_host_key(const struct ssh_tport *s, struct al_ssh *c, al_error 
 
 /* Files the guest needs from this build: the agent and its language kernels. */
 struct payload {
-    char agent[4200];
-    char kernels[4200];
+    char agent[AL_PATH_MAX];
+    char kernels[AL_PATH_MAX];
     char tag[17]; /* a hash of all of them: the guest dir they go in */
 };
 
@@ -363,7 +367,7 @@ static int payload_find(struct payload *p, al_error *err)
     DIR *d = opendir(p->kernels);
     struct dirent *e;
     while (r == 0 && d && (e = readdir(d))) {
-        char path[4500];
+        char path[AL_PATH_MAX];
         if (!kernel_file(e) || al_pathf(path, sizeof(path), "%s/%s", p->kernels, e->d_name) < 0)
             continue;
         EVP_DigestUpdate(md, e->d_name, strlen(e->d_name) + 1);
@@ -455,7 +459,7 @@ static int upload_agent(struct al_ssh *c, char *dir, size_t dlen, al_error *err)
         return al_err(err, -EIO, "cannot find the home directory in the guest");
     }
     home[n] = '\0';
-    if (!guest_path_ok(home) || strlen(home) > 400) {
+    if (!guest_path_ok(home) || strlen(home) > GUEST_HOME_MAX) {
         libssh2_sftp_shutdown(sftp);
         return al_err(err, -EINVAL, "the guest's home directory has an unusable name");
     }
@@ -476,7 +480,7 @@ static int upload_agent(struct al_ssh *c, char *dir, size_t dlen, al_error *err)
     DIR *d = opendir(p.kernels);
     struct dirent *e;
     while (r == 0 && d && (e = readdir(d))) {
-        char src[4500], dst[1100];
+        char src[AL_PATH_MAX], dst[1100];
         if (!kernel_file(e) || al_pathf(src, sizeof(src), "%s/%s", p.kernels, e->d_name) < 0)
             continue;
         snprintf(dst, sizeof(dst), "%s/%s", kdir, e->d_name);
@@ -525,7 +529,7 @@ static int connect_once(struct ssh_tport *s, unsigned timeout_ms, struct al_tran
     r = check_host_key(s, c, err);
     if (r < 0)
         goto fail;
-    char pub[4400], priv[4400];
+    char pub[AL_PATH_MAX], priv[AL_PATH_MAX];
     if (al_pathf(pub, sizeof(pub), "%s/id_ed25519.pub", s->keys) < 0 ||
         al_pathf(priv, sizeof(priv), "%s/id_ed25519", s->keys) < 0) {
         r = al_err(err, -ENAMETOOLONG, "session path too long");

@@ -57,13 +57,6 @@ static struct blob make_tar(const struct ent *v)
     return (struct blob){buf, used};
 }
 
-/* workdir.c's own sessions are not used here. */
-int al_exec(al_session *s, const al_exec_opts *o, al_exec_result *out, al_error *err)
-{
-    (void)s, (void)o, (void)out, (void)err;
-    abort();
-}
-
 /* The stand-in guest: "tar -c" writes the blob to stdout. */
 static int fake_exec(void *ctx, const al_exec_opts *o, al_exec_result *out, al_error *err)
 {

@@ -1,0 +1,68 @@
+/* The library's helpers that need only libc and cJSON: cleanup attributes, the error
+ * convention, time, paths. What the model clients and the chat loop use of the library's
+ * insides; the rest of the library gets it through internal.h. */
+#ifndef AIRLOCK_UTIL_H
+#define AIRLOCK_UTIL_H
+
+#include "airlock.h"
+
+#include <cjson/cJSON.h>
+#include <errno.h>
+#include <stdarg.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <unistd.h>
+
+/* ---- cleanup attributes ---- */
+static inline void al_freep(void *p)
+{
+    free(*(void **)p);
+}
+static inline void al_closep(int *fd)
+{
+    if (*fd >= 0) {
+        int saved = errno;
+        close(*fd);
+        errno = saved;
+    }
+}
+static inline void al_cjsonp(cJSON **j)
+{
+    cJSON_Delete(*j);
+}
+#define _cleanup_free_ __attribute__((cleanup(al_freep)))
+#define _cleanup_close_ __attribute__((cleanup(al_closep)))
+#define _cleanup_cjson_ __attribute__((cleanup(al_cjsonp)))
+
+static inline void *al_steal(void *pp)
+{
+    void **p = pp;
+    void *v = *p;
+    *p = NULL;
+    return v;
+}
+#define TAKE_PTR(p) ((__typeof__(p))al_steal(&(p)))
+static inline int al_take_fd(int *fd)
+{
+    int v = *fd;
+    *fd = -1;
+    return v;
+}
+
+/* ---- errors ---- */
+/* Sets err (first failure wins) and returns code, which must be negative. */
+int al_err(al_error *err, int code, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+
+/* ---- time ---- */
+uint64_t al_now_ms(void);
+uint64_t al_now_us(void);
+
+/* Formats a one-line notice into a bounded buffer and hands it to fn (nothing when fn is NULL):
+ * how the library tells its caller something without printing. */
+void al_vnotify(void (*fn)(void *ctx, const char *msg), void *ctx, const char *fmt, va_list ap)
+    __attribute__((format(printf, 3, 0)));
+
+/* snprintf for paths: -ENAMETOOLONG instead of a silently cut path. */
+int al_pathf(char *buf, size_t len, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+
+#endif

@@ -1,0 +1,156 @@
+#!/usr/bin/env python3
+"""The man pages against the CLI (TAP): every long flag and short option the CLI accepts is
+described in airlock(1), under its command's section, and the page names no long flag the CLI
+does not accept;
+the ENVIRONMENT section lists exactly the AIRLOCK_* variables the code and the image recipes
+read; airlock-profiles(5) lists as keys exactly the chat options a profile accepts (asked of the
+built binary, one key at a time) and as refused the ones it refuses.
+
+    test-man.py SOURCE_ROOT        (AIRLOCK_BIN: the built airlock)
+"""
+import os
+import re
+import subprocess
+import sys
+import tempfile
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import cliflags  # noqa: E402
+
+# Where each CLI source's flags are described in airlock(1): a level-1 heading, or
+# "COMMANDS/<command>". A source not named here that accepts more than --help fails the test
+# until it is given its section (and the page describes its flags).
+SECTIONS = {
+    "main.c": ["GLOBAL OPTIONS"],
+    "exec.c": ["COMMANDS/exec"],
+    "image.c": ["COMMANDS/image"],
+    "chatopts.c": ["CHAT OPTIONS", "COMMANDS/chat", "COMMANDS/run"],
+}
+FLAG = re.compile(r"(?<![\w-])--[a-z][a-z0-9-]*")
+SHORT = re.compile(r"(?<![\w-])-[a-zA-Z0-9](?![\w-])")
+
+results = []
+
+
+def check(ok, what, detail=""):
+    results.append((ok, what, detail))
+
+
+def parse_scd(path):
+    """(terms, text): terms maps (h1, h2) to the flags and names on its definition lines (a line
+    followed by a tab-indented one), text is the whole page."""
+    lines = open(path, encoding="utf-8").read().split("\n")
+    terms = {}
+    h1 = h2 = ""
+    for i, line in enumerate(lines):
+        if line.startswith("## "):
+            h2 = line[3:].strip()
+        elif line.startswith("# "):
+            h1, h2 = line[2:].strip(), ""
+        elif line and not line.startswith("\t") and i + 1 < len(lines) and \
+                lines[i + 1].startswith("\t"):
+            terms.setdefault((h1, h2), []).append(line)
+    return terms, "\n".join(lines)
+
+
+def defined_in(terms, section, pattern=FLAG):
+    h1, _, h2 = section.partition("/")
+    out = set()
+    for (a, b), ls in terms.items():
+        if a == h1 and (not h2 or b == h2):
+            for line in ls:
+                out |= set(pattern.findall(line))
+    return out
+
+
+def profile_verdicts(binary, names):
+    """{name: True if a profile may set it} from the built airlock itself."""
+    verdict = {}
+    with tempfile.TemporaryDirectory() as home:
+        prof = os.path.join(home, "p.yaml")
+        env = dict(os.environ, HOME=home, XDG_CONFIG_HOME=os.path.join(home, "cfg"))
+        for name in sorted(names):
+            with open(prof, "w") as f:
+                f.write("%s: x\n" % name)
+            p = subprocess.run([binary, "run", "--profile", prof, "--help"], env=env,
+                               stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+                               timeout=60)
+            verdict[name] = "unknown setting" not in p.stderr
+    return verdict
+
+
+def main():
+    src = sys.argv[1]
+    man = os.path.join(src, "docs", "man")
+    by_file = cliflags.flags_by_file(src)
+    accepted = set().union(*by_file.values())
+    terms, text = parse_scd(os.path.join(man, "airlock.1.scd"))
+
+    for name, flags in sorted(by_file.items()):
+        sections = SECTIONS.get(name)
+        if sections is None:
+            check(flags <= {"--help"}, "orchestrator/cli/%s has a section in airlock(1)" % name,
+                  "it accepts %s: add it to SECTIONS in %s and describe them" %
+                  (" ".join(sorted(flags)), sys.argv[0]))
+            continue
+        described = set().union(*(defined_in(terms, s) for s in sections))
+        missing = sorted(flags - described)
+        check(not missing, "airlock(1) describes every flag of %s under %s" %
+              (name, " or ".join(sections)), "missing: " + " ".join(missing))
+        shorts = cliflags.short_of(src, name)
+        described = set().union(*(defined_in(terms, s, SHORT) for s in sections))
+        missing = sorted(shorts - described)
+        check(not missing, "airlock(1) describes every short option of %s under %s" %
+              (name, " or ".join(sections)), "missing: " + " ".join(missing))
+
+    pages = sorted(f for f in os.listdir(man) if f.endswith(".scd"))
+    for page in pages:
+        named = set(FLAG.findall(open(os.path.join(man, page), encoding="utf-8").read()))
+        unknown = sorted(named - accepted)
+        check(not unknown, "%s names only flags the CLI accepts" % page,
+              "not accepted by any getopt table or comparison in orchestrator/cli: " +
+              " ".join(unknown))
+
+    env_terms = set()
+    for line in terms.get(("ENVIRONMENT", ""), []):
+        env_terms |= set(re.findall(r"AIRLOCK_[A-Z0-9_]+", line))
+    read = cliflags.env_vars(src)
+    check(not read - env_terms, "airlock(1) ENVIRONMENT lists every AIRLOCK_* variable read",
+          "missing: " + " ".join(sorted(read - env_terms)))
+    check(not env_terms - read, "airlock(1) ENVIRONMENT lists only variables that are read",
+          "read nowhere: " + " ".join(sorted(env_terms - read)))
+
+    # Profiles: the chat table's names, each tried in a profile with the built binary.
+    binary = os.environ.get("AIRLOCK_BIN")
+    names = {f[2:] for f in cliflags.table_of(src, "chatopts.c")}
+    if not binary:
+        check(False, "AIRLOCK_BIN is set", "the profile keys are asked of the built airlock")
+    else:
+        verdict = profile_verdicts(binary, names)
+        pterms, ptext = parse_scd(os.path.join(man, "airlock-profiles.5.scd"))
+        keys_part = ptext.split("\n# KEYS\n", 1)[-1].split("\n# KEYS REFUSED\n", 1)[0]
+        listed = set(re.findall(r"\*([a-z][a-z0-9-]*)\*", keys_part)) & names
+        refused_listed = set()
+        for line in pterms.get(("KEYS REFUSED", ""), []):
+            refused_listed |= set(re.findall(r"\*([a-z][a-z0-9-]*)\*", line)) & names
+        ok_keys = {n for n in names if verdict[n]}
+        check(listed == ok_keys, "airlock-profiles(5) KEYS lists exactly what a profile accepts",
+              "not listed: %s; listed but refused: %s" % (
+                  " ".join(sorted(ok_keys - listed)), " ".join(sorted(listed - ok_keys))))
+        check(refused_listed == names - ok_keys,
+              "airlock-profiles(5) KEYS REFUSED lists exactly what a profile refuses",
+              "expected: %s; listed: %s" % (" ".join(sorted(names - ok_keys)),
+                                           " ".join(sorted(refused_listed))))
+        check(len(ok_keys) > 20 and verdict.get("model"), "the binary accepts profile keys",
+              "accepted only: " + " ".join(sorted(ok_keys)))
+
+    print("1..%d" % len(results))
+    for i, (ok, what, detail) in enumerate(results, 1):
+        print("%s %d - %s" % ("ok" if ok else "not ok", i, what))
+        if not ok and detail:
+            print("# " + detail)
+    return 0 if all(r[0] for r in results) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,179 @@
+#!/bin/bash
+# The Debian packages, built, linted, installed into a scratch root, upgraded, removed and
+# purged (TAP). Run as root (dpkg --root writes owners); this machine's own dpkg database, files
+# and groups are never touched: the maintainer scripts run with DPKG_ROOT set to the scratch
+# root (dpkg --force-script-chrootless), the way they would for a chrootless bootstrap.
+#   test-package.sh SOURCE_ROOT VERSION
+set -uo pipefail
+src=$1
+version=$2
+tmp=$(mktemp -d "${TMPDIR:-/tmp}/airlock-package.XXXXXX")
+trap 'rm -rf "$tmp"' EXIT
+n=0
+failed=0
+ok() { # ok DESCRIPTION COMMAND...: one TAP line; the command's output only when it fails
+    local what=$1 log
+    shift
+    n=$((n + 1))
+    if log=$("$@" 2>&1); then
+        echo "ok $n - $what"
+    else
+        echo "not ok $n - $what"
+        sed 's/^/# /' <<<"$log" | tail -30
+        failed=$((failed + 1))
+    fi
+}
+finish() {
+    echo "1..$n"
+    exit $((failed > 0))
+}
+if [ "$(id -u)" != 0 ]; then
+    ok "runs as root (dpkg --root)" false
+    finish
+fi
+
+# ---- build and lint ----
+t0=$SECONDS
+out=$tmp/out
+ok "packaging/build-deb.sh builds the packages" \
+    env DEB_BUILD_OPTIONS=noddebs AIRLOCK_DEB_JOBS=2 nice "$src/packaging/build-deb.sh" "$out"
+echo "# built in $((SECONDS - t0)) s"
+debs=("$out"/airlock_*.deb "$out"/airlock-guest_*.deb "$out"/libairlock-dev_*.deb)
+ok "three packages: airlock, airlock-guest, libairlock-dev" ls "${debs[@]}"
+[ -e "${debs[0]}" ] || finish
+ok "the package version is the project's ($version)" \
+    bash -c "dpkg-deb -f '${debs[0]}' Version | grep -qx '$version\(-.*\)\?'"
+lint() {
+    lintian --fail-on error "$out"/*.changes >"$tmp/lintian" 2>&1
+    local rc=$?
+    cat "$tmp/lintian"
+    ! grep -q '^E:' "$tmp/lintian" && [ $rc -eq 0 ]
+}
+ok "lintian reports no errors" lint
+sed 's/^/# lintian: /' "$tmp/lintian"
+
+# ---- a scratch root with an empty dpkg database and the base accounts ----
+root=$tmp/root
+mkdir -p "$root"/var/lib/dpkg/{info,updates,triggers} "$root/etc" "$root/var/log" "$root/var/cache" \
+    "$root/run"
+touch "$root/var/lib/dpkg/status" "$root/var/lib/dpkg/available"
+printf 'root:x:0:\n' >"$root/etc/group"
+printf 'root:*::\n' >"$root/etc/gshadow"
+printf 'root:x:0:0:root:/root:/bin/sh\n' >"$root/etc/passwd"
+chmod 0640 "$root/etc/gshadow"
+snapshot() { # every path but dpkg's own records and the backups groupadd keeps (etc/group-)
+    (cd "$root" && find . -path ./var/lib/dpkg -prune -o -path './etc/*-' -prune -o \
+        -printf '%y %m %p\n' | sort)
+}
+etc_before=$(cat "$root/etc/group" "$root/etc/gshadow")
+snapshot >"$tmp/before"
+dpkg_root() {
+    dpkg --root="$root" --force-script-chrootless --force-depends --log=/dev/null "$@"
+}
+ok "dpkg installs the three packages into the scratch root" dpkg_root -i "${debs[@]}"
+
+# ---- what landed ----
+lib=$root/usr/lib/x86_64-linux-gnu
+run() { LD_LIBRARY_PATH=$lib "$@"; }
+files=(usr/bin/airlock usr/lib/x86_64-linux-gnu/libairlock.so.0
+    usr/share/man/man1/airlock.1.gz usr/share/man/man5/airlock-profiles.5.gz
+    usr/share/bash-completion/completions/airlock usr/libexec/airlock/airlock-agent
+    usr/share/airlock/images/build-tiny.sh usr/share/airlock/images/build-debian.sh
+    usr/share/airlock/images/lib/boot.sh usr/share/airlock/guest-agent/kernels/python.py
+    usr/include/airlock.h usr/lib/x86_64-linux-gnu/pkgconfig/airlock.pc)
+missing() { for f in "${files[@]}"; do [ -e "$root/$f" ] || echo "missing: $f"; done | grep . && return 1 || return 0; }
+ok "the files land where they belong" missing
+ok "the installed airlock --version says $version" \
+    bash -c "LD_LIBRARY_PATH='$lib' '$root/usr/bin/airlock' --version | grep -q '^airlock $version '"
+ok "the installed airlock --help and exec --help work" \
+    bash -c "LD_LIBRARY_PATH='$lib' '$root/usr/bin/airlock' --help | grep -q exec &&
+             LD_LIBRARY_PATH='$lib' '$root/usr/bin/airlock' exec --help | grep -q -- --disk-budget"
+ok "the installed agent is static and runs (--version)" \
+    bash -c "'$root/usr/libexec/airlock/airlock-agent' --version && ! ldd '$root/usr/libexec/airlock/airlock-agent' 2>/dev/null | grep -q '=>'"
+# The library looks for recipes and the agent at the paths it was built with: those must be the
+# paths the packages put them at.
+paths() {
+    local p
+    for p in /usr/share/airlock/images /usr/libexec/airlock/airlock-agent \
+        /usr/share/airlock/guest-agent/kernels; do
+        grep -qaF "$p" "$lib/libairlock.so.0" || { echo "libairlock does not name $p"; return 1; }
+        [ -e "$root$p" ] || { echo "$p is not in the packages"; return 1; }
+    done
+}
+ok "the recipe, agent and kernel paths built in are the installed ones" paths
+render() {
+    local page warn
+    for page in "$root"/usr/share/man/man1/airlock.1.gz "$root"/usr/share/man/man5/airlock-profiles.5.gz; do
+        warn=$(LC_ALL=C.UTF-8 MANWIDTH=80 man --warnings=w -l "$page" 2>&1 >"$tmp/page") || return 1
+        [ -z "$warn" ] || { echo "$warn"; return 1; }
+        grep -q '^NAME' "$tmp/page" || return 1
+    done
+}
+ok "man -l renders the installed pages without warnings" render
+ok "the installed completion loads and completes 'airlock ex'" bash --norc -c "
+    source '$root/usr/share/bash-completion/completions/airlock'
+    complete -p airlock | grep -q -- '-F _airlock' &&
+    COMP_WORDS=(airlock ex) COMP_CWORD=1 && _airlock && [ \"\${COMPREPLY[*]}\" = exec ]"
+# libairlock-dev: a program built with pkg-config against the scratch root (its prefix moved
+# there; what it requires is this machine's), run against it.
+cat >"$tmp/embed.c" <<'C'
+#include <airlock.h>
+#include <stdio.h>
+int main(void)
+{
+    char dir[4096];
+    al_error err = {0};
+    if (al_image_store_dir(dir, sizeof(dir), &err) < 0)
+        return 1;
+    puts(dir);
+    return 0;
+}
+C
+embed() {
+    local flags
+    flags=$(PKG_CONFIG_PATH=$lib/pkgconfig pkg-config --define-variable=prefix="$root/usr" \
+        --cflags --libs airlock) &&
+        cc -o "$tmp/embed" "$tmp/embed.c" $flags &&
+        [ "$(AIRLOCK_IMAGE_DIR=/nowhere/x LD_LIBRARY_PATH=$lib "$tmp/embed")" = /nowhere/x ]
+}
+ok "a program builds with pkg-config airlock and runs against libairlock" embed
+# The installed recipes and agent build an image (tiny: no download, a few seconds).
+build_tiny() {
+    AIRLOCK_RECIPE_DIR=$root/usr/share/airlock/images \
+        AIRLOCK_AGENT_BIN=$root/usr/libexec/airlock/airlock-agent \
+        AIRLOCK_IMAGE_DIR=$tmp/store run "$root/usr/bin/airlock" image build tiny &&
+        AIRLOCK_IMAGE_DIR=$tmp/store run "$root/usr/bin/airlock" image ls | grep -q '^tiny '
+}
+ok "the installed recipes and agent build the tiny image" build_tiny
+
+# ---- the maintainer scripts ----
+dirs() {
+    local d
+    for d in var/lib/airlock var/lib/airlock/images var/lib/airlock/state var/cache/airlock; do
+        [ "$(stat -c '%a %U' "$root/$d")" = "755 root" ] || { echo "$d: $(stat -c '%a %U' "$root/$d" 2>&1)"; return 1; }
+    done
+}
+ok "postinst made the image store, state and cache dirs (0755, root's)" dirs
+ok "postinst made the airlock group" grep -q '^airlock:x:[0-9]*:$' "$root/etc/group"
+mkdir -p "$root/var/lib/airlock/images/mine" "$root/var/lib/airlock/state/airlock-s1"
+echo '{}' >"$root/var/lib/airlock/images/mine/manifest.json"
+echo data >"$root/var/lib/airlock/state/airlock-s1/disk.qcow2"
+echo cached >"$root/var/cache/airlock/debian-0.qcow2"
+gid=$(grep '^airlock:' "$root/etc/group")
+kept() {
+    [ -s "$root/var/lib/airlock/images/mine/manifest.json" ] &&
+        [ -s "$root/var/lib/airlock/state/airlock-s1/disk.qcow2" ] &&
+        [ -s "$root/var/cache/airlock/debian-0.qcow2" ] &&
+        [ "$(grep '^airlock:' "$root/etc/group")" = "$gid" ]
+}
+ok "an upgrade (the packages installed again) succeeds" dpkg_root -i "${debs[@]}"
+ok "an upgrade keeps images, sessions' state, the cache and the group" kept
+ok "remove succeeds" dpkg_root -r libairlock-dev airlock-guest airlock
+ok "remove keeps images, sessions' state, the cache and the group" kept
+ok "purge succeeds" dpkg_root -P libairlock-dev airlock-guest airlock
+snapshot >"$tmp/after"
+ok "purge leaves no file behind" diff "$tmp/before" "$tmp/after"
+ok "purge removes the airlock group" \
+    bash -c "[ \"\$(cat '$root/etc/group' '$root/etc/gshadow')\" = '$etc_before' ]"
+echo "# took $((SECONDS - t0)) s"
+finish
