@@ -393,6 +393,14 @@ class IPythonKernel(Kernel):
         # Figures are shown as image/png results after each cell (and by plt.show()); savefig
         # still writes the files asked for. The backend is loaded with pyplot, not now.
         os.environ['MPLBACKEND'] = 'module://matplotlib_inline.backend_inline'
+        # This kernel uses neither IPython's terminal (prompt_toolkit, which IPython's package
+        # imports for embed()) nor completion (jedi): kept out while IPython loads, they cost
+        # 40% of its start, seconds under emulation. A cell may still import them afterwards.
+        held = {'IPython.terminal.embed': types.ModuleType('IPython.terminal.embed'),
+                'jedi': None}
+        held['IPython.terminal.embed'].embed = None
+        for name, module in held.items():
+            sys.modules.setdefault(name, module)
         from IPython.core.displayhook import DisplayHook
         from IPython.core.displaypub import DisplayPublisher
         from IPython.core.interactiveshell import InteractiveShell
@@ -475,6 +483,9 @@ class IPythonKernel(Kernel):
         self.in_cell = False
         self.quiet_interrupt = False
         self.shell = Shell.instance(config=config)
+        for name, module in held.items():
+            if sys.modules.get(name, False) is module:
+                del sys.modules[name]
         self.shell.display_formatter.active_types = list(self.shell.display_formatter.formatters)
         self.exit = None
 
