@@ -126,12 +126,25 @@ int al_chat_undo(al_chat *c)
 
 /* ---- context window ---- */
 
+/* What an API bills for an image of at most 1024 px a side: OpenAI 765 tokens for 1024x1024 at
+ * high detail, Anthropic width x height / 750, about 1400; rounded up. */
+#define VISION_IMAGE_TOKENS 1600
+
 unsigned al_chat_estimate(const cJSON *msg)
 {
-    char *s = cJSON_PrintUnformatted(msg);
+    const cJSON *images = cJSON_GetObjectItemCaseSensitive(msg, "images");
+    int nimg = cJSON_GetArraySize(images);
+    cJSON *text_only = NULL;
+    if (nimg > 0) { /* their base64 is not text the model reads */
+        text_only = cJSON_Duplicate(msg, true);
+        cJSON_DeleteItemFromObjectCaseSensitive(text_only, "images");
+    }
+    char *s = cJSON_PrintUnformatted(text_only ? text_only : msg);
     size_t n = s ? strlen(s) : 0;
     free(s);
-    return (unsigned)(n / 4 + 4); /* ~4 bytes a token in English and code, plus framing */
+    cJSON_Delete(text_only);
+    /* ~4 bytes a token in English and code, plus framing */
+    return (unsigned)(n / 4 + 4) + (unsigned)nimg * VISION_IMAGE_TOKENS;
 }
 
 cJSON *al_chat_fit(const cJSON *messages, const char *system, unsigned window, al_error *err)
