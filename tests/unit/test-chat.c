@@ -492,6 +492,10 @@ static void test_vision(void)
        "Anthropic: the image is an image block inside the tool result");
     free(body);
     cJSON_Delete(b);
+    unsigned est = al_chat_estimate(cJSON_GetArrayItem(msgs, 2));
+    ok(strlen(b64) / 4 > 1000 && est > 1600 && est < 1700,
+       "a message's image counts as 1600 tokens, not its %zu bytes of base64 (%u)", strlen(b64),
+       est);
     cJSON_Delete(msgs);
     free(b64);
 }
