@@ -671,6 +671,42 @@ class ChatTest(unittest.TestCase):
         self.assertIn("42", tool_results(reqs[2])[-1]["content"])
         self.assertIn("/tmp 7", tool_results(reqs[4])[-1]["content"])
 
+    def test_debian_image_results_shown_inline_on_kitty(self):
+        # On a terminal that says it is kitty, a PNG result is shown inline (the graphics
+        # protocol, base64 only) before the line that names where it was saved.
+        png = ("iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mP8z8DwHwAFBQIAX8jx0gAAAABJRU"
+               "5ErkJggg==")
+        code = ("import base64\nfrom IPython.display import Image\n"
+                "display(Image(data=base64.b64decode('%s')))" % png)
+        fm = self.fake([{"tool_calls": [execute(code, lang="python")]}, {"text": "done"}])
+        env = dict(os.environ)
+        env.update(fm.env)
+        env["AIRLOCK_IMAGE_DIR"] = altest.IMAGE_DIR
+        env.update(TERM="xterm-kitty", KITTY_WINDOW_ID="1")
+        env.pop("TMUX", None)
+        args = [a if a != "tiny" else "debian" for a in fm.args()]
+        pid, fd = pty.fork()
+        if pid == 0:
+            os.execve(altest.AIRLOCK, [altest.AIRLOCK, "run", "-y"] + args + ["t"], env)
+        out = b""
+        end = time.time() + 300
+        while time.time() < end:
+            if select.select([fd], [], [], 1)[0]:
+                try:
+                    b = os.read(fd, 65536)
+                except OSError:
+                    break
+                if not b:
+                    break
+                out += b
+        _, status = os.waitpid(pid, 0)
+        os.close(fd)
+        self.assertEqual(os.waitstatus_to_exitcode(status), 0, out[-2000:])
+        shown = out.find(b"\x1b_Gf=100,a=T,m=0;" + png.encode() + b"\x1b\\")
+        saved = out.find(b"[image/png 1x1 saved: ")
+        self.assertGreaterEqual(shown, 0, out[-2000:])
+        self.assertGreater(saved, shown, out[-2000:])
+
     def test_ctrl_c_interrupts_the_guest_and_returns_to_the_prompt(self):
         fm = self.fake([
             {"tool_calls": [execute("echo started; sleep 100; echo not-reached")]},
