@@ -28,7 +28,7 @@ class CliTest(unittest.TestCase):
     def test_image_ls(self):
         r = altest.run(["image", "ls"])
         self.assertEqual(r.returncode, 0, r.stderr)
-        self.assertRegex(r.stdout, rb"\ntiny +2 +virtio +sh ")
+        self.assertRegex(r.stdout, rb"\ntiny +3 +virtio +sh ")
 
     def test_image_ls_reports_a_broken_image(self):
         store = altest.Store()
