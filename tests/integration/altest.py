@@ -41,6 +41,34 @@ def popen(args, image_dir=None, env=None, **kw):
     return subprocess.Popen([AIRLOCK] + args, env=e, **kw)
 
 
+def popen_sh(code, debug=False):
+    """`airlock -q exec --lang sh -c CODE` (with --debug first when asked), its stdout and
+    stderr piped, stdin closed."""
+    return popen((["--debug"] if debug else []) + ["-q", "exec", "--lang", "sh", "-c", code],
+                 stdout=subprocess.PIPE, stderr=subprocess.PIPE, stdin=subprocess.DEVNULL)
+
+
+def reap_pty(pid, fd):
+    """Ends a child forked on a pseudo-terminal (pty.fork) if it still runs, and closes the
+    terminal's end."""
+    try:
+        os.kill(pid, 9)
+        os.waitpid(pid, 0)
+    except (ProcessLookupError, ChildProcessError):
+        pass
+    os.close(fd)
+
+
+def random_file(path, size, mode=None):
+    """Writes size random bytes to path (chmod mode when given); returns them."""
+    data = os.urandom(size)
+    with open(path, "wb") as f:
+        f.write(data)
+    if mode is not None:
+        os.chmod(path, mode)
+    return data
+
+
 def virsh_names():
     out = subprocess.run(["virsh", "-c", "qemu:///system", "list", "--all", "--name"],
                          stdout=subprocess.PIPE, check=True).stdout.decode()

@@ -652,8 +652,9 @@ class ChatTest(unittest.TestCase):
             self.assertEqual(f.read(), "from python\n")
 
     def test_chat_over_ssh_keeps_kernel_state(self):
-        # The sshd image has no agent: the chat reaches it over SSH (orchestrator/ssh.c), and
-        # the languages the model is offered come from the agent copied in.
+        # The sshd image has no agent: the chat reaches it over SSH
+        # (orchestrator/transport/ssh.c), and the languages the model is offered come from the
+        # agent copied in.
         fm = self.fake([
             {"tool_calls": [execute("x = 41", lang="python")]},
             {"tool_calls": [execute("print(x + 1)", lang="python")]},
@@ -774,12 +775,7 @@ class ChatTest(unittest.TestCase):
                     pass
             self.assertEqual(os.waitstatus_to_exitcode(status), 0, out[mark:])
         finally:
-            try:
-                os.kill(pid, 9)
-                os.waitpid(pid, 0)
-            except (ProcessLookupError, ChildProcessError):
-                pass
-            os.close(fd)
+            altest.reap_pty(pid, fd)
         reqs = fm.requests()
         self.assertEqual(len(reqs), 3)
         interrupted = tool_results(reqs[1])[0]["content"]

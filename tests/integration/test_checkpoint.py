@@ -5,10 +5,8 @@ Most cases share one tiny session with the scratch disk that holds the snapshots
 own checkpoint first, breaks the guest, rolls back and checks. The python-variable case boots the
 debian image when it is built. Usage: test_checkpoint.py DRIVER [unittest args].
 """
-import json
 import os
 import re
-import subprocess
 import sys
 import time
 import unittest
@@ -20,25 +18,10 @@ MAX_CHECKPOINTS = 32
 DRIVER = sys.argv.pop(1) if len(sys.argv) > 1 and not sys.argv[1].startswith("-") else ""
 
 
-class Driver:
+class Driver(altest.JsonDriver):
     def __init__(self, image, memory_mib=0):
-        e = dict(os.environ)
-        e["AIRLOCK_IMAGE_DIR"] = altest.IMAGE_DIR
-        self.p = subprocess.Popen([DRIVER, image, str(memory_mib)], stdin=subprocess.PIPE,
-                                  stdout=subprocess.PIPE, env=e, text=True)
-        first = self.p.stdout.readline()
-        if not first:
-            raise RuntimeError("checkpoint-driver could not open a session")
-        self.session = json.loads(first)["session"]
-
-    def call(self, op, **kw):
-        kw["op"] = op
-        self.p.stdin.write(json.dumps(kw) + "\n")
-        self.p.stdin.flush()
-        line = self.p.stdout.readline()
-        if not line:
-            raise RuntimeError("checkpoint-driver died")
-        return json.loads(line)
+        super().__init__([DRIVER, image, str(memory_mib)], "checkpoint-driver")
+        self.session = self.hello["session"]
 
     def sh(self, code, timeout=60000):
         return self.call("exec", code=code, lang="sh", timeout=timeout)

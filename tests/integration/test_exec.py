@@ -15,8 +15,7 @@ class ExecTest(unittest.TestCase):
     def test_stdout_stderr_separated_and_in_order(self):
         code = ("echo out1; echo err1 >&2; sleep 0.3; echo out2; sleep 0.3; "
                 "echo err2 >&2; sleep 0.3; echo out3")
-        p = altest.popen(["-q", "exec", "--lang", "sh", "-c", code], stdout=subprocess.PIPE,
-                         stderr=subprocess.PIPE, stdin=subprocess.DEVNULL)
+        p = altest.popen_sh(code)
         # Record the order in which lines arrive across both pipes: streaming keeps it.
         order, bufs = [], {p.stdout.fileno(): b"", p.stderr.fileno(): b""}
         names = {p.stdout.fileno(): "out", p.stderr.fileno(): "err"}
@@ -99,10 +98,7 @@ class ExecTest(unittest.TestCase):
         self.assertLess(time.monotonic() - t, 900)
 
     def test_interrupt_stops_busy_loop(self):
-        p = altest.popen(["-q", "exec", "--lang", "sh", "-c",
-                          "echo started; while :; do :; done"],
-                         stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                         stdin=subprocess.DEVNULL)
+        p = altest.popen_sh("echo started; while :; do :; done")
         self.assertEqual(p.stdout.readline(), b"started\n")
         p.send_signal(signal.SIGINT)
         self.assertEqual(p.wait(timeout=60), 128 + signal.SIGINT)

@@ -131,12 +131,7 @@ class FirstContactTest(unittest.TestCase):
                                 "notice shares a line: %r" % out[max(0, m.start() - 80):m.end()])
             os.write(fd, b"\x04")
         finally:
-            try:
-                os.kill(pid, 9)
-                os.waitpid(pid, 0)
-            except (ProcessLookupError, ChildProcessError):
-                pass
-            os.close(fd)
+            altest.reap_pty(pid, fd)
 
     def test_a_failed_get_keeps_the_commands_status(self):
         d = tempfile.mkdtemp(prefix="airlock-get-")

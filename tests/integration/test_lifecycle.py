@@ -17,10 +17,7 @@ class LifecycleTest(unittest.TestCase):
     def test_file_round_trip(self):
         with tempfile.TemporaryDirectory() as d:
             src = os.path.join(d, "in.bin")
-            data = os.urandom(3 * 1024 * 1024 + 123)
-            with open(src, "wb") as f:
-                f.write(data)
-            os.chmod(src, 0o640)
+            data = altest.random_file(src, 3 * 1024 * 1024 + 123, 0o640)
             r = altest.run(["-q", "exec", "--put", src + ":/tmp/in.bin",
                             "--get", "/tmp/out.bin:" + d, "--", "sh", "-c",
                             "sha256sum /tmp/in.bin; cp /tmp/in.bin /tmp/out.bin; "
@@ -58,10 +55,7 @@ class LifecycleTest(unittest.TestCase):
     def test_killed_airlock_is_reaped(self):
         # SIGKILL leaves no chance to clean up: libvirt's autodestroy takes the VM, and the
         # next start (or airlock gc) removes the session directory.
-        p = altest.popen(["--debug", "-q", "exec", "--lang", "sh", "-c",
-                          "echo up; sleep 1000"],
-                         stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                         stdin=subprocess.DEVNULL)
+        p = altest.popen_sh("echo up; sleep 1000", debug=True)
         self.assertEqual(p.stdout.readline(), b"up\n")
         p.kill()
         p.wait()
@@ -104,10 +98,7 @@ class LifecycleTest(unittest.TestCase):
         p.stderr.close()
 
     def test_sigterm_tears_down(self):
-        p = altest.popen(["--debug", "-q", "exec", "--lang", "sh", "-c",
-                          "echo up; sleep 1000"],
-                         stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                         stdin=subprocess.DEVNULL)
+        p = altest.popen_sh("echo up; sleep 1000", debug=True)
         self.assertEqual(p.stdout.readline(), b"up\n")
         p.send_signal(signal.SIGTERM)
         self.assertEqual(p.wait(timeout=60), 128 + signal.SIGTERM)

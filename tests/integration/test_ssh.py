@@ -1,5 +1,5 @@
-"""The SSH transport (orchestrator/ssh.c) on real VMs of the `sshd` image: an image without the
-agent, reached through sshd, configured by a cloud-init NoCloud seed. Through
+"""The SSH transport (orchestrator/transport/ssh.c) on real VMs of the `sshd` image: an image
+without the agent, reached through sshd, configured by a cloud-init NoCloud seed. Through
 tests/integration/checkpoint-driver (one session, JSON lines), whose session gets checkpoints.
 
 The foundation's exec tests also run over SSH: integration-exec-ssh (test_exec.py with
@@ -186,9 +186,7 @@ class SshCli(unittest.TestCase):
         import tempfile
         with tempfile.TemporaryDirectory() as tmp:
             src = os.path.join(tmp, "in.bin")
-            data = os.urandom(3 * 1024 * 1024 + 17)
-            with open(src, "wb") as f:
-                f.write(data)
+            data = altest.random_file(src, 3 * 1024 * 1024 + 17)
             work = os.path.join(tmp, "work")
             os.mkdir(work)
             with open(os.path.join(work, "a.txt"), "w") as f:
