@@ -689,19 +689,21 @@ class ChatTest(unittest.TestCase):
         pid, fd = pty.fork()
         if pid == 0:
             os.execve(altest.AIRLOCK, [altest.AIRLOCK, "run", "-y"] + args + ["t"], env)
-        out = b""
-        end = time.time() + 300
-        while time.time() < end:
-            if select.select([fd], [], [], 1)[0]:
-                try:
-                    b = os.read(fd, 65536)
-                except OSError:
-                    break
-                if not b:
-                    break
-                out += b
-        _, status = os.waitpid(pid, 0)
-        os.close(fd)
+        out, status = b"", None
+        try:
+            end = time.time() + 300
+            while time.time() < end:
+                if select.select([fd], [], [], 1)[0]:
+                    try:
+                        b = os.read(fd, 65536)
+                    except OSError:
+                        break
+                    if not b:
+                        break
+                    out += b
+            _, status = os.waitpid(pid, 0)
+        finally:
+            altest.reap_pty(pid, fd)
         self.assertEqual(os.waitstatus_to_exitcode(status), 0, out[-2000:])
         shown = out.find(b"\x1b_Gf=100,a=T,m=0;" + png.encode() + b"\x1b\\")
         saved = out.find(b"[image/png 1x1 saved: ")
