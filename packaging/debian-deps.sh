@@ -9,6 +9,8 @@ PACKAGES=(
   # host libraries
   libvirt-dev libcurl4-openssl-dev libcjson-dev libssh2-1-dev libarchive-dev libedit-dev libyaml-dev
   libpng-dev
+  # airlockd: its HTTP server (with GnuTLS) and its key store
+  libmicrohttpd-dev libsqlite3-dev
   # hypervisor
   libvirt-daemon-system libvirt-daemon-driver-qemu libvirt-clients qemu-system-x86 qemu-utils
   # the tiny image
@@ -18,12 +20,17 @@ PACKAGES=(
   mmdebstrap e2fsprogs libxml2-dev
   # the SSH transport: session keys (ssh-keygen), the cloud-init seed ISO, ss in its tests
   openssh-client genisoimage iproute2 libssl-dev
+  # network on request (--net allow=...): each session's proxy (run by airlock, not the
+  # package's service); openssl makes the network test's certificate authority
+  squid openssl
   # a prompt zombie reaper for libvirtd where PID 1 is not an init (containers, sandboxes)
   tini
   # tests: sanitizers and libFuzzer runtimes, python for the integration tests, the format check
   clang libclang-rt-14-dev python3 clang-format
   # tests of the agent's language kernels on this machine (python with matplotlib, bash, node)
   python3-matplotlib python3-ipython bash nodejs
+  # the check of docs/openapi.yaml against airlockd's routes
+  python3-yaml
   # man pages (scdoc) and the docs tests that render them (man, groff); bash completion's
   # directory (its pkg-config file)
   scdoc man-db groff-base bash-completion

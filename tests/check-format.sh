@@ -4,7 +4,7 @@
 #   git ls-files '*.c' '*.h' | xargs clang-format -i
 set -uo pipefail
 cd "$(dirname "$0")/.."
-mapfile -t files < <(find orchestrator guest-agent proto tests bench -name '*.[ch]' -type f | sort)
+mapfile -t files < <(find orchestrator guest-agent proto daemon tests bench -name '*.[ch]' -type f | sort)
 if ((${#files[@]} == 0)); then
   echo "check-format: no sources found" >&2
   exit 1

@@ -14,6 +14,8 @@
 
 struct cli_globals {
     const char *connect_uri;
+    const char *server;  /* --server: airlockd's URL (else $AIRLOCK_HOST) */
+    const char *api_key; /* --server-key (else $AIRLOCK_API_KEY) */
     bool debug;
     bool quiet;
 };
@@ -27,6 +29,12 @@ int cmd_ps(struct cli_globals *g, int argc, char **argv);
 int cmd_chat(struct cli_globals *g, int argc, char **argv);
 int cmd_run(struct cli_globals *g, int argc, char **argv);
 int cmd_conversations(struct cli_globals *g, int argc, char **argv);
+
+/* airlockd's client (cli/remote.c): exec in a session of the daemon, `airlock session ...`; and
+ * whether exec and ps go to a daemon (--server or $AIRLOCK_HOST). */
+int cli_remote_exec(struct cli_globals *g, int argc, char **argv);
+int cli_remote_session(struct cli_globals *g, int argc, char **argv);
+bool cli_remote_wanted(const struct cli_globals *g);
 
 /* The workdir (cli/workdir.c): copy in with warnings, print the change list, ask and apply. */
 enum cli_sync { CLI_SYNC_ASK, CLI_SYNC_YES, CLI_SYNC_NO };

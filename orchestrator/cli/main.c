@@ -27,12 +27,17 @@ static const char usage[] =
     "  ps                               list the running sessions\n"
     "  cp SRC DST                       copy into or out of a running session\n"
     "                                   (one side SESSION:/path, or :/path)\n"
+    "  session start|ls|stop|extend     sessions of airlockd that outlive a command; then\n"
+    "                                   'exec --session ID'; rm ID is session stop\n"
     "\n"
     "Options:\n"
     "  -c, --connect URI   libvirt URI (default: $LIBVIRT_DEFAULT_URI, else qemu:///system\n"
     "                      when reachable, else qemu:///session)\n"
     "  -d, --debug         show the session's name and the guest console\n"
     "  -q, --quiet         no notices\n"
+    "  --server URL        exec, ps and session go to airlockd at URL (unix:/path,\n"
+    "                      http(s)://host:port; default $AIRLOCK_HOST)\n"
+    "  --server-key KEY    airlockd's API key over TCP (better: $AIRLOCK_API_KEY)\n"
     "  -h, --help          this help; 'airlock COMMAND --help' for a command's\n"
     "  -V, --version       print the version\n";
 
@@ -69,10 +74,12 @@ static void ensure_std_fds(void)
 
 static bool is_global_opt(const char *a, bool *takes_value)
 {
-    *takes_value = !strcmp(a, "-c") || !strcmp(a, "--connect");
-    return *takes_value || !strncmp(a, "--connect=", 10) || !strcmp(a, "-d") ||
-           !strcmp(a, "--debug") || !strcmp(a, "-q") || !strcmp(a, "--quiet") || !strcmp(a, "-h") ||
-           !strcmp(a, "--help") || !strcmp(a, "-V") || !strcmp(a, "--version");
+    *takes_value = !strcmp(a, "-c") || !strcmp(a, "--connect") || !strcmp(a, "--server") ||
+                   !strcmp(a, "--server-key");
+    return *takes_value || !strncmp(a, "--connect=", 10) || !strncmp(a, "--server=", 9) ||
+           !strncmp(a, "--server-key=", 13) || !strcmp(a, "-d") || !strcmp(a, "--debug") ||
+           !strcmp(a, "-q") || !strcmp(a, "--quiet") || !strcmp(a, "-h") || !strcmp(a, "--help") ||
+           !strcmp(a, "-V") || !strcmp(a, "--version");
 }
 
 int main(int argc, char **argv)
@@ -89,9 +96,14 @@ int main(int argc, char **argv)
         to_chat = false; /* -c without its value: let getopt say so */
     int global_argc = to_chat ? (end < argc ? end : argc) : argc;
     static const struct option opts[] = {
-        {"connect", required_argument, NULL, 'c'}, {"debug", no_argument, NULL, 'd'},
-        {"quiet", no_argument, NULL, 'q'},         {"help", no_argument, NULL, 'h'},
-        {"version", no_argument, NULL, 'V'},       {NULL, 0, NULL, 0},
+        {"connect", required_argument, NULL, 'c'},
+        {"debug", no_argument, NULL, 'd'},
+        {"quiet", no_argument, NULL, 'q'},
+        {"help", no_argument, NULL, 'h'},
+        {"version", no_argument, NULL, 'V'},
+        {"server", required_argument, NULL, 'S'},
+        {"server-key", required_argument, NULL, 'K'},
+        {NULL, 0, NULL, 0},
     };
     struct cli_globals g = {0};
     int c;
@@ -103,6 +115,12 @@ int main(int argc, char **argv)
             break;
         case 'd':
             g.debug = true;
+            break;
+        case 'S':
+            g.server = optarg;
+            break;
+        case 'K':
+            g.api_key = optarg;
             break;
         case 'q':
             g.quiet = true;
@@ -144,7 +162,14 @@ int main(int argc, char **argv)
     if (!strcmp(cmd, "cp"))
         return cmd_cp(&g, sub_argc, sub_argv);
     if (!strcmp(cmd, "ps"))
-        return cmd_ps(&g, sub_argc, sub_argv);
+        return cli_remote_wanted(&g) ? cli_remote_session(&g, 2, (char *[]){"session", "ls", NULL})
+                                     : cmd_ps(&g, sub_argc, sub_argv);
+    if (!strcmp(cmd, "session"))
+        return cli_remote_session(&g, sub_argc, sub_argv);
+    if (!strcmp(cmd, "rm")) {
+        sub_argv[0] = (char *)"stop"; /* airlock rm ID... is airlock session stop ID... */
+        return cli_remote_session(&g, sub_argc + 1, sub_argv - 1);
+    }
     if (!strcmp(cmd, "chat"))
         return cmd_chat(&g, sub_argc, sub_argv);
     if (!strcmp(cmd, "run"))

@@ -1,0 +1,420 @@
+"""A client for airlockd (docs/API.md), standard library only.
+
+    from airlock import Sandbox
+    with Sandbox(image="debian") as sb:
+        r = sb.commands.run("echo hi")
+        print(r.stdout, r.exit_code)
+        ex = sb.run_code("x = 1\\nprint(x + 1)", language="python")
+        sb.files.write("/tmp/a.txt", b"data")
+        cp = sb.checkpoint()
+        sb.rollback(cp)
+
+Where the daemon is: the `url` argument, else $AIRLOCK_HOST, else the unix socket
+/run/airlock/airlockd.sock. A URL is "unix:/path/to.sock", a path, "http://host:port" or
+"https://host:port"; over TCP an API key is needed ($AIRLOCK_API_KEY or `api_key`).
+"""
+import base64
+import http.client
+import json
+import os
+import socket
+import ssl
+import urllib.parse
+
+__all__ = ["Client", "Sandbox", "Run", "Event", "APIError", "CommandResult", "Execution"]
+
+DEFAULT_SOCKET = "/run/airlock/airlockd.sock"
+
+
+class APIError(Exception):
+    """An error answer: status (HTTP), code (e.g. "quota_exceeded"), limit (a quota's name)."""
+
+    def __init__(self, status, code, message, limit=None):
+        super().__init__("%s (%d %s)" % (message, status, code))
+        self.status = status
+        self.code = code
+        self.message = message
+        self.limit = limit
+
+
+class _UnixConnection(http.client.HTTPConnection):
+    def __init__(self, path, timeout):
+        super().__init__("localhost", timeout=timeout)
+        self._path = path
+
+    def connect(self):
+        s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        s.settimeout(self.timeout)
+        s.connect(self._path)
+        self.sock = s
+
+
+class Client:
+    """One daemon. Each request opens its own connection, so a Client is safe across threads."""
+
+    def __init__(self, url=None, api_key=None, timeout=600, ssl_context=None):
+        url = url or os.environ.get("AIRLOCK_HOST") or DEFAULT_SOCKET
+        self.api_key = api_key or os.environ.get("AIRLOCK_API_KEY")
+        self.timeout = timeout
+        self._ssl = ssl_context
+        if url.startswith("unix:"):
+            url = url[5:]
+        if url.startswith("/"):
+            self._unix = url
+        else:
+            u = urllib.parse.urlsplit(url)
+            if u.scheme not in ("http", "https") or not u.hostname:
+                raise ValueError("airlockd URL: unix:/path, http://host:port or https://host:port")
+            self._unix = None
+            self._scheme, self._host, self._port = u.scheme, u.hostname, u.port
+
+    def connection(self, timeout=None):
+        t = self.timeout if timeout is None else timeout
+        if self._unix:
+            return _UnixConnection(self._unix, t)
+        if self._scheme == "https":
+            return http.client.HTTPSConnection(self._host, self._port, timeout=t,
+                                               context=self._ssl or ssl.create_default_context())
+        return http.client.HTTPConnection(self._host, self._port, timeout=t)
+
+    def _headers(self, extra=None):
+        h = {}
+        if self.api_key:
+            h["Authorization"] = "Bearer " + self.api_key
+        if extra:
+            h.update(extra)
+        return h
+
+    def open(self, method, path, body=None, headers=None, timeout=None):
+        """Sends a request; returns (connection, response) with the body unread."""
+        c = self.connection(timeout)
+        h = self._headers(headers)
+        if isinstance(body, (dict, list)):
+            body = json.dumps(body).encode()
+            h["Content-Type"] = "application/json"
+        try:
+            c.request(method, path, body=body, headers=h)
+        except (BrokenPipeError, ConnectionResetError):
+            # Refused before the whole body went (413): the answer is there to read.
+            pass
+        return c, c.getresponse()
+
+    def request(self, method, path, body=None, headers=None, timeout=None):
+        """Sends a request; returns the decoded JSON answer (None when empty); raises APIError."""
+        c, r = self.open(method, path, body, headers, timeout)
+        try:
+            data = r.read()
+        finally:
+            c.close()
+        return _decode(r, data)
+
+    def sessions(self):
+        return self.request("GET", "/v1/sessions")["sessions"]
+
+    def health(self):
+        return self.request("GET", "/v1/health")
+
+
+def _decode(r, data):
+    if r.status >= 400:
+        try:
+            e = json.loads(data)["error"]
+        except (ValueError, KeyError, TypeError):
+            raise APIError(r.status, "http_error", data.decode(errors="replace")[:200])
+        raise APIError(r.status, e.get("code", "?"), e.get("message", ""), e.get("limit"))
+    if not data:
+        return None
+    return json.loads(data)
+
+
+def _q(s):
+    return urllib.parse.quote(s, safe="")
+
+
+class Event:
+    """One event of a run: id (its sequence number), type ("start", "output", "checkpoint",
+    "exit", "error") and data (a dict; output's bytes are in .bytes)."""
+
+    def __init__(self, id, type, data):
+        self.id = id
+        self.type = type
+        self.data = data
+
+    @property
+    def stream(self):
+        return self.data.get("stream")
+
+    @property
+    def bytes(self):
+        return base64.b64decode(self.data.get("data_b64", ""))
+
+    def __repr__(self):
+        return "Event(%r, %r, %r)" % (self.id, self.type, self.data)
+
+
+class Run:
+    """A run in a session: its events as a stream (resumable), its stdin, signals, its end."""
+
+    def __init__(self, sandbox, info):
+        self.sandbox = sandbox
+        self.id = info["id"]
+        self.info = info
+        self.last_event_id = 0
+
+    @property
+    def _path(self):
+        return "/v1/sessions/%s/runs/%s" % (self.sandbox.id, _q(self.id))
+
+    def events(self, last_event_id=None, timeout=None):
+        """Yields Events after last_event_id (default: the last one this object yielded), until
+        the run's end. A dropped connection can be resumed by calling this again."""
+        last = self.last_event_id if last_event_id is None else last_event_id
+        c, r = self.sandbox.client.open("GET", self._path + "/events",
+                                        headers={"Last-Event-ID": str(last)}, timeout=timeout)
+        try:
+            if r.status != 200:
+                _decode(r, r.read())
+            ev_id, ev_type, data = None, "message", []
+            while True:
+                line = r.readline()
+                if not line:
+                    return
+                line = line.rstrip(b"\r\n").decode()
+                if not line:
+                    if ev_id is not None:
+                        self.last_event_id = ev_id
+                        yield Event(ev_id, ev_type, json.loads("\n".join(data)))
+                    ev_id, ev_type, data = None, "message", []
+                    continue
+                if line.startswith(":"):
+                    continue
+                k, _, v = line.partition(":")
+                v = v[1:] if v.startswith(" ") else v
+                if k == "id":
+                    ev_id = int(v)
+                elif k == "event":
+                    ev_type = v
+                elif k == "data":
+                    data.append(v)
+        finally:
+            c.close()
+
+    def wait(self, timeout=600):
+        """The run's state once it ended (or after timeout seconds): its "result" holds the exit."""
+        while True:
+            step = min(timeout, 600)
+            o = self.sandbox.client.request("GET", self._path + "/wait?timeout_s=%d" % step,
+                                            timeout=step + 30)
+            timeout -= step
+            if o["state"] == "done" or timeout <= 0:
+                return o
+
+    def send_stdin(self, data, eof=False):
+        if isinstance(data, str):
+            data = data.encode()
+        self.sandbox.client.request("POST", self._path + "/stdin" + ("?eof=1" if eof else ""),
+                                    body=data,
+                                    headers={"Content-Type": "application/octet-stream"})
+
+    def signal(self, sig="INT"):
+        self.sandbox.client.request("POST", self._path + "/signal", body={"signal": sig})
+
+    def get(self):
+        return self.sandbox.client.request("GET", self._path)
+
+
+class CommandResult:
+    def __init__(self, stdout, stderr, result):
+        self.stdout = stdout
+        self.stderr = stderr
+        self.result = result or {}
+        self.error = self.result if self.result.get("type") == "error" else None
+        self.exit_code = self.result.get("value") if self.result.get("how") == "exited" else None
+        self.signal = self.result.get("value") if self.result.get("how") == "signaled" else None
+
+    def __repr__(self):
+        return "CommandResult(exit_code=%r, stdout=%r, stderr=%r)" % (self.exit_code,
+                                                                      self.stdout, self.stderr)
+
+
+class Execution(CommandResult):
+    """What run_code returns: stdout, stderr (text), exit_code, error (the error event's data)."""
+
+
+class _Commands:
+    def __init__(self, sb):
+        self._sb = sb
+
+    def start(self, cmd, env=None, cwd=None, stdin=None, stdin_open=False, timeout=None,
+              code=None, language=None, kernel=False):
+        body = {}
+        if code is not None:
+            body.update(code=code, language=language, kernel=kernel)
+        else:
+            body["argv"] = ["sh", "-c", cmd] if isinstance(cmd, str) else list(cmd)
+        if env:
+            body["env"] = env
+        if cwd:
+            body["cwd"] = cwd
+        if stdin is not None:
+            body["stdin"] = stdin
+        if stdin_open:
+            body["stdin_open"] = True
+        if timeout:
+            body["timeout_s"] = int(timeout)
+        return Run(self._sb, self._sb.client.request("POST", self._sb._path + "/runs", body=body))
+
+    def run(self, cmd, on_stdout=None, on_stderr=None, **kw):
+        """Runs cmd (a string for sh -c, or an argv list) to its end; returns a CommandResult."""
+        return self._sb._collect(self.start(cmd, **kw), on_stdout, on_stderr, CommandResult)
+
+
+class _Files:
+    def __init__(self, sb):
+        self._sb = sb
+
+    def write(self, path, data):
+        """Writes bytes, text or a binary file object to path in the guest."""
+        if isinstance(data, str):
+            data = data.encode()
+        return self._sb.client.request(
+            "PUT", self._sb._path + "/files?path=" + _q(path), body=data,
+            headers={"Content-Type": "application/octet-stream"})
+
+    def read(self, path, to=None):
+        """The file's bytes; with `to` (a binary file object) streamed into it instead."""
+        c, r = self._sb.client.open("GET", self._sb._path + "/files?path=" + _q(path))
+        try:
+            if r.status != 200:
+                _decode(r, r.read())
+            if to is None:
+                return r.read()
+            while True:
+                b = r.read(1 << 16)
+                if not b:
+                    return None
+                to.write(b)
+        finally:
+            c.close()
+
+    def stat(self, path):
+        """{"name", "type" (file, dir, symlink, other), "size", "mode", "mtime"}."""
+        return self._sb.client.request("GET", self._sb._path + "/files/stat?path=" + _q(path))
+
+    def exists(self, path):
+        try:
+            self.stat(path)
+            return True
+        except APIError as e:
+            if e.status == 404:
+                return False
+            raise
+
+    def list(self, path):
+        """The directory's entries, as stat() describes them."""
+        return self._sb.client.request(
+            "GET", self._sb._path + "/files/list?path=" + _q(path))["entries"]
+
+    def remove(self, path, recursive=False):
+        self._sb.client.request("DELETE", self._sb._path + "/files?path=" + _q(path) +
+                                ("&recursive=1" if recursive else ""))
+
+    def make_dir(self, path, parents=False):
+        self._sb.client.request("POST", self._sb._path + "/files/mkdir?path=" + _q(path) +
+                                ("&parents=1" if parents else ""))
+
+
+class Sandbox:
+    """A session in airlockd. Sandbox(...) starts one; Sandbox.connect(id) comes back to one."""
+
+    def __init__(self, image=None, memory_mib=None, vcpus=None, transport=None,
+                 checkpoint_policy=None, checkpoints=None, idle_timeout_s=None, lifetime_s=None,
+                 labels=None, client=None, url=None, api_key=None, _info=None):
+        self.client = client or Client(url, api_key)
+        if _info is None:
+            body = {k: v for k, v in dict(
+                image=image, memory_mib=memory_mib, vcpus=vcpus, transport=transport,
+                checkpoint_policy=checkpoint_policy, checkpoints=checkpoints,
+                idle_timeout_s=idle_timeout_s, lifetime_s=lifetime_s,
+                labels=labels).items() if v is not None}
+            _info = self.client.request("POST", "/v1/sessions", body=body)
+        self.info = _info
+        self.id = _info["id"]
+        self.commands = _Commands(self)
+        self.files = _Files(self)
+
+    @classmethod
+    def connect(cls, id, client=None, url=None, api_key=None):
+        client = client or Client(url, api_key)
+        return cls(client=client, _info=client.request("GET", "/v1/sessions/" + _q(id)))
+
+    @property
+    def _path(self):
+        return "/v1/sessions/" + _q(self.id)
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.kill()
+
+    def refresh(self):
+        self.info = self.client.request("GET", self._path)
+        return self.info
+
+    def kill(self):
+        """Ends the session (the VM is destroyed). Ending one already gone is not an error."""
+        try:
+            self.client.request("DELETE", self._path)
+        except APIError as e:
+            if e.status != 404:
+                raise
+
+    def extend(self, seconds):
+        self.info = self.client.request("POST", self._path + "/extend",
+                                        body={"seconds": int(seconds)})
+        return self.info
+
+    def _collect(self, run, on_stdout, on_stderr, kind):
+        out, err = [], []
+        result = None
+        for ev in run.events():
+            if ev.type == "output":
+                text = ev.bytes.decode(errors="replace")
+                (out if ev.stream == "stdout" else err).append(text)
+                cb = on_stdout if ev.stream == "stdout" else on_stderr
+                if cb:
+                    cb(text)
+            elif ev.type in ("exit", "error"):
+                result = dict(ev.data, type=ev.type)
+        if result is None:
+            result = run.wait().get("result")
+        return kind("".join(out), "".join(err), result)
+
+    def run_code(self, code, language="python", on_stdout=None, on_stderr=None, timeout=None,
+                 kernel=None):
+        """Runs code in language; in the session's kernel for it (state kept between calls)
+        when the image has one, unless kernel=False."""
+        if kernel is None:
+            kernel = ("kernel:" + language) in self.info.get("languages", "").split()
+        run = self.commands.start(None, code=code, language=language, kernel=kernel,
+                                  timeout=timeout)
+        return self._collect(run, on_stdout, on_stderr, Execution)
+
+    def runs(self):
+        return self.client.request("GET", self._path + "/runs")["runs"]
+
+    def checkpoint(self, name=None):
+        """Takes a checkpoint (needs checkpoints=True or a checkpoint_policy); returns its id."""
+        body = {"name": name} if name else {}
+        return self.client.request("POST", self._path + "/checkpoints", body=body)["id"]
+
+    def checkpoints(self):
+        return self.client.request("GET", self._path + "/checkpoints")["checkpoints"]
+
+    def rollback(self, checkpoint):
+        return self.client.request(
+            "POST", self._path + "/checkpoints/%s/rollback" % _q(str(checkpoint)))
+
+    def delete_checkpoint(self, checkpoint):
+        self.client.request("DELETE", self._path + "/checkpoints/%s" % _q(str(checkpoint)))

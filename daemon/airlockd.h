@@ -1,0 +1,273 @@
+/* airlockd: libairlock behind an HTTP/1.1 + JSON API (libmicrohttpd). A thin front like the CLI:
+ * sessions, runs, files and checkpoints are the library's; this holds who owns what, how long it
+ * lives, and the event buffers between a run and its readers. */
+#ifndef AIRLOCKD_H
+#define AIRLOCKD_H
+
+#include <airlock.h>
+#include <cjson/cJSON.h>
+#include <microhttpd.h>
+#include <pthread.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <sys/types.h>
+#include <unistd.h>
+
+/* ---- small helpers ---- */
+
+static inline void ad_freep(void *p)
+{
+    free(*(void **)p);
+}
+static inline void ad_closep(int *fd)
+{
+    if (*fd >= 0)
+        close(*fd);
+}
+static inline void ad_cjsonp(cJSON **j)
+{
+    cJSON_Delete(*j);
+}
+#define _ad_free_ __attribute__((cleanup(ad_freep)))
+#define _ad_close_ __attribute__((cleanup(ad_closep)))
+#define _ad_cjson_ __attribute__((cleanup(ad_cjsonp)))
+
+uint64_t ad_now_ms(void);
+/* One log line on stderr, prefixed with the time; never a secret. */
+void ad_log(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+
+/* ---- config (config.c; the format is documented in packaging/airlockd.conf) ---- */
+
+#define AD_ALLOW_UIDS_MAX 16
+
+/* What one owner (an API key, or a unix peer uid) may hold at once. 0: no limit where noted. */
+struct ad_limits {
+    unsigned max_sessions;       /* concurrent sessions */
+    unsigned max_memory_mib;     /* total guest memory of those sessions */
+    unsigned max_lifetime_s;     /* a session's lifetime, also the default */
+    unsigned max_idle_s;         /* a session's idle timeout, also the default */
+    unsigned max_exec_timeout_s; /* a run's timeout, also the default */
+    uint64_t max_upload_bytes;   /* one file upload */
+    uint64_t disk_budget_bytes;  /* each session's disk budget (the library's) */
+    unsigned requests_per_s;     /* requests per second, bursts up to twice that */
+};
+
+struct ad_config {
+    char socket_path[512];
+    unsigned socket_mode;
+    uid_t allow_uids[AD_ALLOW_UIDS_MAX]; /* unix peers allowed besides the daemon's own uid */
+    size_t nallow;
+    char tcp_listen[128]; /* "HOST:PORT", "" for none */
+    char tls_cert[512];   /* PEM files; both or neither */
+    char tls_key[512];
+    char keys_db[512];
+    char spool_dir[512]; /* uploads and downloads pass through here, never memory */
+    struct ad_limits limits;
+    uint64_t run_buffer_bytes; /* a run's event replay buffer */
+    unsigned runs_kept;        /* finished runs kept per session for late readers */
+    unsigned heartbeat_s;
+    unsigned connection_timeout_s;
+    uint64_t max_body_bytes; /* a JSON request body */
+    unsigned max_connections;
+};
+
+void ad_config_defaults(struct ad_config *c);
+/* Reads path over c; on failure returns -errno with "path:line: why" in why. */
+int ad_config_load(struct ad_config *c, const char *path, char *why, size_t len);
+
+/* ---- API keys (keys.c): sqlite, WAL, only SHA-256 hashes of secrets stored ---- */
+
+struct ad_key {
+    char id[24];
+    char name[64];
+    int64_t created;
+    bool revoked;
+    struct ad_limits lim; /* this key's own; a 0 field: the config's */
+};
+
+int ad_keys_open(const char *path, char *why, size_t len);
+void ad_keys_close(void);
+/* Makes a key; secret (>= 80 bytes) gets the whole token, shown once. */
+int ad_keys_add(const char *name, const struct ad_limits *lim, struct ad_key *out, char *secret,
+                size_t len);
+/* The limits a key may carry: their names (as in the config and --max-... flags) and where
+ * each lives in struct ad_limits. */
+struct ad_limit_field {
+    const char *name;
+    size_t offset;
+    bool wide; /* uint64_t, else unsigned */
+};
+extern const struct ad_limit_field ad_limit_fields[];
+extern const size_t ad_nlimit_fields;
+uint64_t ad_limit_get(const struct ad_limits *l, const struct ad_limit_field *f);
+void ad_limit_set(struct ad_limits *l, const struct ad_limit_field *f, uint64_t v);
+/* Fields of over that are not 0 replace those of base. */
+void ad_limits_apply(struct ad_limits *base, const struct ad_limits *over);
+int ad_keys_list(void (*fn)(void *ctx, const struct ad_key *k), void *ctx);
+int ad_keys_revoke(const char *id);
+/* 0 and *out for a valid, unrevoked token; -EACCES otherwise. */
+int ad_keys_check(const char *token, struct ad_key *out);
+
+/* ---- sessions (sessions.c) ---- */
+
+struct ad_run;
+
+struct ad_session {
+    char id[64];    /* the library's session name */
+    char owner[40]; /* "key:ID" or "uid:N" */
+    char image[64];
+    unsigned memory_mib, vcpus;
+    char transport[16];
+    enum al_checkpoint_policy policy;
+    bool checkpoints; /* opened with checkpoints allowed */
+    cJSON *labels;
+    int64_t created; /* unix time */
+    uint64_t created_ms, used_ms;
+    unsigned idle_s, lifetime_s;
+    uint64_t deadline_ms; /* created + lifetime, moved by extend */
+    al_session *s;
+    int cancel_wr; /* the session's cancel pipe (al_session_opts.cancel_fd) */
+    int cancel_rd;
+    /* under the registry lock: */
+    unsigned refs;
+    bool gone;           /* out of the registry; closed when refs drop to 0 */
+    struct ad_run *runs; /* newest first */
+    unsigned next_run;
+};
+
+int ad_sessions_init(const struct ad_config *c);
+/* Ends every session (shutdown): runs cancelled, VMs destroyed. */
+void ad_sessions_shutdown(void);
+/* A referenced session of owner, or NULL (404: another owner's look the same as none). */
+struct ad_session *ad_session_get(const char *owner, const char *id);
+void ad_session_put(struct ad_session *s);
+void ad_session_touch(struct ad_session *s);
+/* Takes it out of the registry, cancels its runs and closes it once the caller's reference is
+ * the last; the caller's reference is gone either way (the reaper may be ending it already). */
+void ad_session_delete(struct ad_session *s);
+void ad_session_list(const char *owner, void (*fn)(void *ctx, struct ad_session *s), void *ctx);
+cJSON *ad_session_json(struct ad_session *s);
+
+struct ad_create {
+    const char *image;
+    unsigned memory_mib, vcpus;
+    const char *transport;
+    const char *checkpoint_policy;
+    bool checkpoints; /* allow checkpoints without a policy that takes them */
+    unsigned idle_s, lifetime_s;
+    cJSON *labels; /* borrowed; copied */
+};
+/* The HTTP status and error code on failure. */
+struct ad_fail {
+    int status;
+    const char *code;
+    const char *limit; /* a quota's name for 429 */
+    char msg[512];
+};
+int ad_session_create(const char *owner, const struct ad_limits *lim, const struct ad_create *c,
+                      struct ad_session **out, struct ad_fail *f);
+/* Moves the end of its lifetime to seconds from now, within lim's max_lifetime_s of its start. */
+int ad_session_extend(struct ad_session *s, unsigned seconds, const struct ad_limits *lim,
+                      struct ad_fail *f);
+
+/* ---- runs (runs.c) ---- */
+
+struct ad_exec_req {
+    cJSON *argv;      /* array of strings, or NULL with code */
+    const char *code; /* code in language */
+    const char *language;
+    bool kernel;
+    cJSON *env; /* object of strings */
+    const char *cwd;
+    const char *stdin_data; /* written then closed, unless stdin_open */
+    bool stdin_open;
+    unsigned timeout_s;
+};
+int ad_run_start(struct ad_session *s, const struct ad_exec_req *r, const struct ad_limits *lim,
+                 cJSON **out, struct ad_fail *f);
+/* The run rid of s with a reference (ad_run_put), or NULL. */
+struct ad_run *ad_run_get(struct ad_session *s, const char *rid);
+void ad_run_put(struct ad_run *r);
+cJSON *ad_run_json(struct ad_run *r);
+void ad_run_list(struct ad_session *s, cJSON *arr);
+/* An SSE response from after event last_id (0: from the first). NULL with f set when those
+ * events were already dropped. */
+struct MHD_Response *ad_run_events(struct ad_run *r, uint64_t last_id, struct ad_fail *f);
+int ad_run_stdin(struct ad_run *r, const void *data, size_t len, bool eof, struct ad_fail *f);
+int ad_run_signal(struct ad_run *r, int signo, struct ad_fail *f);
+/* Waits up to timeout_ms for the end; returns the run's JSON (done or not). */
+cJSON *ad_run_wait(struct ad_run *r, unsigned timeout_ms);
+/* Cancels every run of s (delete, reaping, shutdown) and waits for their threads. */
+void ad_runs_cancel(struct ad_session *s);
+void ad_runs_free(struct ad_session *s);
+bool ad_runs_active(struct ad_session *s);
+/* Set on shutdown: event streams end. */
+void ad_runs_shutdown(void);
+
+/* ---- HTTP (http.c, routes.c) ---- */
+
+struct ad_req;
+typedef enum MHD_Result (*ad_handler)(struct MHD_Connection *c, struct ad_req *q);
+
+enum ad_route_flags {
+    AD_BODY_JSON = 1 << 0,  /* a JSON body, at most max_body_bytes, in memory */
+    AD_BODY_RAW = 1 << 1,   /* raw bytes, at most max_body_bytes, in memory (stdin) */
+    AD_BODY_SPOOL = 1 << 2, /* streamed to a spool file, at most max_upload_bytes */
+    AD_NO_SESSION = 1 << 3, /* no {id} to resolve */
+};
+
+struct ad_route {
+    const char *method;
+    const char *pattern; /* "/v1/sessions/{id}/runs/{run}" */
+    unsigned flags;
+    ad_handler fn;
+    const char *summary;
+};
+extern const struct ad_route ad_routes[];
+extern const size_t ad_nroutes;
+
+#define AD_PARAMS_MAX 2
+struct ad_req {
+    const struct ad_route *route;
+    char params[AD_PARAMS_MAX][128];
+    char owner[40];
+    struct ad_limits lim;
+    bool is_unix;
+    /* body */
+    char *body;
+    size_t body_len;
+    bool body_over;
+    int spool_fd;
+    uint64_t spool_len;
+    cJSON *json;
+    struct ad_session *sess; /* resolved {id}, referenced */
+    /* log */
+    uint64_t start_ms;
+    unsigned status;
+    char method[8];
+    bool started;
+};
+
+extern struct ad_config ad_cfg;
+
+enum MHD_Result ad_reply_json(struct MHD_Connection *c, struct ad_req *q, unsigned status,
+                              cJSON *body);
+enum MHD_Result ad_reply_error(struct MHD_Connection *c, struct ad_req *q, unsigned status,
+                               const char *code, const char *fmt, ...)
+    __attribute__((format(printf, 5, 6)));
+enum MHD_Result ad_reply_fail(struct MHD_Connection *c, struct ad_req *q, const struct ad_fail *f);
+enum MHD_Result ad_reply(struct MHD_Connection *c, struct ad_req *q, unsigned status,
+                         struct MHD_Response *r);
+/* A library error as an API error: status and code by errno. */
+void ad_fail_from(struct ad_fail *f, int r, const al_error *err);
+void ad_failf(struct ad_fail *f, int status, const char *code, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
+
+int ad_http_start(char *why, size_t len);
+void ad_http_stop(void);
+
+/* The route table as text (airlockd routes): "METHOD PATTERN" lines. */
+void ad_routes_print(void);
+
+#endif

@@ -1,0 +1,193 @@
+/* airlockd.conf: "key = value" lines, '#' comments, blank lines. Hand-edited by people, so every
+ * unknown key and every bad value is an error naming its line. */
+#include "airlockd.h"
+
+#include <ctype.h>
+#include <errno.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <string.h>
+
+void ad_config_defaults(struct ad_config *c)
+{
+    memset(c, 0, sizeof(*c));
+    snprintf(c->socket_path, sizeof(c->socket_path), "/run/airlock/airlockd.sock");
+    c->socket_mode = 0660;
+    snprintf(c->keys_db, sizeof(c->keys_db), "/var/lib/airlock/airlockd/keys.db");
+    snprintf(c->spool_dir, sizeof(c->spool_dir), "/var/lib/airlock/airlockd/spool");
+    c->limits = (struct ad_limits){
+        .max_sessions = 8,
+        .max_memory_mib = 8192,
+        .max_lifetime_s = 24 * 3600,
+        .max_idle_s = 1800,
+        .max_exec_timeout_s = 3600,
+        .max_upload_bytes = 1ull << 30,
+        .disk_budget_bytes = 0,
+    };
+    c->run_buffer_bytes = 1 << 20;
+    c->runs_kept = 4;
+    c->heartbeat_s = 15;
+    c->connection_timeout_s = 60;
+    c->max_body_bytes = 1 << 20;
+    c->max_connections = 256;
+}
+
+static int parse_u64(const char *v, uint64_t max, uint64_t *out)
+{
+    if (!isdigit((unsigned char)v[0]))
+        return -EINVAL;
+    errno = 0;
+    char *end;
+    unsigned long long x = strtoull(v, &end, 0);
+    if (errno || *end || x > max)
+        return -ERANGE;
+    *out = x;
+    return 0;
+}
+
+static int parse_uint(const char *v, unsigned *out)
+{
+    uint64_t x;
+    int r = parse_u64(v, 0xffffffffu, &x);
+    if (r == 0)
+        *out = (unsigned)x;
+    return r;
+}
+
+static int copy(char *dst, size_t len, const char *v)
+{
+    if (strlen(v) >= len)
+        return -ENAMETOOLONG;
+    snprintf(dst, len, "%s", v);
+    return 0;
+}
+
+static int parse_uids(struct ad_config *c, char *v)
+{
+    c->nallow = 0;
+    for (char *save, *t = strtok_r(v, " ,", &save); t; t = strtok_r(NULL, " ,", &save)) {
+        unsigned u = 0;
+        if (c->nallow == AD_ALLOW_UIDS_MAX || parse_uint(t, &u) < 0)
+            return -EINVAL;
+        c->allow_uids[c->nallow++] = (uid_t)u;
+    }
+    return 0;
+}
+
+static int set(struct ad_config *c, const char *k, char *v)
+{
+    uint64_t x;
+    int r;
+    if (!strcmp(k, "socket"))
+        return copy(c->socket_path, sizeof(c->socket_path), v);
+    if (!strcmp(k, "socket_mode")) {
+        if (v[0] != '0' || (r = parse_u64(v, 0777, &x)) < 0)
+            return -EINVAL;
+        c->socket_mode = (unsigned)x;
+        return 0;
+    }
+    if (!strcmp(k, "allow_uids"))
+        return parse_uids(c, v);
+    if (!strcmp(k, "tcp"))
+        return copy(c->tcp_listen, sizeof(c->tcp_listen), v);
+    if (!strcmp(k, "tls_cert"))
+        return copy(c->tls_cert, sizeof(c->tls_cert), v);
+    if (!strcmp(k, "tls_key"))
+        return copy(c->tls_key, sizeof(c->tls_key), v);
+    if (!strcmp(k, "keys_db"))
+        return copy(c->keys_db, sizeof(c->keys_db), v);
+    if (!strcmp(k, "spool_dir"))
+        return copy(c->spool_dir, sizeof(c->spool_dir), v);
+    if (!strcmp(k, "max_sessions"))
+        return parse_uint(v, &c->limits.max_sessions);
+    if (!strcmp(k, "max_memory_mib"))
+        return parse_uint(v, &c->limits.max_memory_mib);
+    if (!strcmp(k, "max_lifetime_s"))
+        return parse_uint(v, &c->limits.max_lifetime_s);
+    if (!strcmp(k, "max_idle_s"))
+        return parse_uint(v, &c->limits.max_idle_s);
+    if (!strcmp(k, "max_exec_timeout_s"))
+        return parse_uint(v, &c->limits.max_exec_timeout_s);
+    if (!strcmp(k, "max_upload_bytes"))
+        return parse_u64(v, UINT64_MAX, &c->limits.max_upload_bytes);
+    if (!strcmp(k, "requests_per_s"))
+        return parse_uint(v, &c->limits.requests_per_s);
+    if (!strcmp(k, "disk_budget_bytes"))
+        return parse_u64(v, UINT64_MAX, &c->limits.disk_budget_bytes);
+    if (!strcmp(k, "run_buffer_bytes")) {
+        /* At least a few output chunks (64 KiB each, base64 in an event). */
+        if ((r = parse_u64(v, 1ull << 30, &x)) < 0 || x < (256u << 10))
+            return -ERANGE;
+        c->run_buffer_bytes = x;
+        return 0;
+    }
+    if (!strcmp(k, "runs_kept"))
+        return parse_uint(v, &c->runs_kept);
+    if (!strcmp(k, "heartbeat_s"))
+        return (r = parse_uint(v, &c->heartbeat_s)) < 0 ? r : c->heartbeat_s ? 0 : -ERANGE;
+    if (!strcmp(k, "connection_timeout_s"))
+        return parse_uint(v, &c->connection_timeout_s);
+    if (!strcmp(k, "max_body_bytes"))
+        return parse_u64(v, 64u << 20, &c->max_body_bytes);
+    if (!strcmp(k, "max_connections"))
+        return parse_uint(v, &c->max_connections);
+    return -ENOENT;
+}
+
+static char *trim(char *s)
+{
+    while (isspace((unsigned char)*s))
+        s++;
+    size_t n = strlen(s);
+    while (n && isspace((unsigned char)s[n - 1]))
+        s[--n] = 0;
+    return s;
+}
+
+int ad_config_load(struct ad_config *c, const char *path, char *why, size_t len)
+{
+    FILE *f = fopen(path, "re");
+    if (!f) {
+        int e = errno;
+        snprintf(why, len, "%s: %s", path, strerror(e));
+        return -e;
+    }
+    char line[1024];
+    int r = 0;
+    for (unsigned no = 1; fgets(line, sizeof(line), f); no++) {
+        if (!strchr(line, '\n') && !feof(f)) {
+            snprintf(why, len, "%s:%u: line too long", path, no);
+            r = -EINVAL;
+            break;
+        }
+        char *l = trim(line);
+        if (!*l || *l == '#')
+            continue;
+        char *eq = strchr(l, '=');
+        if (!eq) {
+            snprintf(why, len, "%s:%u: expected 'key = value'", path, no);
+            r = -EINVAL;
+            break;
+        }
+        *eq = 0;
+        char *k = trim(l), *v = trim(eq + 1);
+        r = set(c, k, v);
+        if (r == -ENOENT)
+            snprintf(why, len, "%s:%u: unknown key '%s'", path, no, k);
+        else if (r < 0)
+            snprintf(why, len, "%s:%u: bad value for '%s': '%s'", path, no, k, v);
+        if (r < 0)
+            break;
+    }
+    fclose(f);
+    if (r == 0 && c->connection_timeout_s && c->heartbeat_s >= c->connection_timeout_s) {
+        /* an event stream with nothing to say would be cut as idle */
+        snprintf(why, len, "%s: heartbeat_s must be below connection_timeout_s", path);
+        r = -EINVAL;
+    }
+    if (r == 0 && (!c->tls_cert[0]) != (!c->tls_key[0])) {
+        snprintf(why, len, "%s: tls_cert and tls_key go together", path);
+        r = -EINVAL;
+    }
+    return r;
+}

@@ -1,0 +1,698 @@
+/* The HTTP side: listeners (a unix socket, optionally TCP with TLS), routing against the route
+ * table, who is asking (peer uid or API key), bounded request bodies, one log line per request.
+ * libmicrohttpd runs a thread per connection, so a handler or an event stream may block. */
+#include "airlockd.h"
+
+#include <arpa/inet.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <netdb.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/un.h>
+#include <time.h>
+
+struct listener {
+    bool is_unix;
+    struct MHD_Daemon *d;
+};
+static struct listener unix_l = {.is_unix = true}, tcp_l;
+
+/* Headers and the request line together: anything larger is refused by libmicrohttpd (431). */
+#define CONNECTION_MEMORY 65536
+
+uint64_t ad_now_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
+}
+
+void ad_log(const char *fmt, ...)
+{
+    char buf[1024], ts[32];
+    time_t now = time(NULL);
+    struct tm tm;
+    strftime(ts, sizeof(ts), "%Y-%m-%dT%H:%M:%SZ", gmtime_r(&now, &tm));
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(buf, sizeof(buf), fmt, ap);
+    va_end(ap);
+    fprintf(stderr, "%s airlockd: %s\n", ts, buf);
+}
+
+/* ---- replies ---- */
+
+enum MHD_Result ad_reply(struct MHD_Connection *c, struct ad_req *q, unsigned status,
+                         struct MHD_Response *r)
+{
+    if (!r)
+        return MHD_NO;
+    q->status = status;
+    enum MHD_Result ret = MHD_queue_response(c, status, r);
+    MHD_destroy_response(r);
+    return ret;
+}
+
+enum MHD_Result ad_reply_json(struct MHD_Connection *c, struct ad_req *q, unsigned status,
+                              cJSON *body)
+{
+    char *text = body ? cJSON_PrintUnformatted(body) : NULL;
+    cJSON_Delete(body);
+    if (!text)
+        return MHD_NO;
+    size_t n = strlen(text);
+    text = realloc(text, n + 2);
+    text[n] = '\n';
+    struct MHD_Response *r = MHD_create_response_from_buffer(n + 1, text, MHD_RESPMEM_MUST_FREE);
+    if (!r) {
+        free(text);
+        return MHD_NO;
+    }
+    MHD_add_response_header(r, "Content-Type", "application/json");
+    return ad_reply(c, q, status, r);
+}
+
+static enum MHD_Result reply_error_v(struct MHD_Connection *c, struct ad_req *q, unsigned status,
+                                     const char *code, const char *limit, const char *msg)
+{
+    cJSON *o = cJSON_CreateObject(), *e = cJSON_AddObjectToObject(o, "error");
+    cJSON_AddStringToObject(e, "code", code);
+    cJSON_AddStringToObject(e, "message", msg);
+    if (limit)
+        cJSON_AddStringToObject(e, "limit", limit);
+    return ad_reply_json(c, q, status, o);
+}
+
+enum MHD_Result ad_reply_error(struct MHD_Connection *c, struct ad_req *q, unsigned status,
+                               const char *code, const char *fmt, ...)
+{
+    char msg[512];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof(msg), fmt, ap);
+    va_end(ap);
+    return reply_error_v(c, q, status, code, NULL, msg);
+}
+
+enum MHD_Result ad_reply_fail(struct MHD_Connection *c, struct ad_req *q, const struct ad_fail *f)
+{
+    return reply_error_v(c, q, (unsigned)f->status, f->code, f->limit, f->msg);
+}
+
+void ad_failf(struct ad_fail *f, int status, const char *code, const char *fmt, ...)
+{
+    f->status = status;
+    f->code = code;
+    f->limit = NULL;
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(f->msg, sizeof(f->msg), fmt, ap);
+    va_end(ap);
+}
+
+void ad_fail_from(struct ad_fail *f, int r, const al_error *err)
+{
+    const char *msg = err && err->code ? err->msg : strerror(-r);
+    switch (r) {
+    case -ENOENT:
+        ad_failf(f, 404, "not_found", "%s", msg);
+        break;
+    case -EINVAL:
+    case -E2BIG:
+    case -ENAMETOOLONG:
+        ad_failf(f, 400, "invalid", "%s", msg);
+        break;
+    case -EEXIST:
+        ad_failf(f, 409, "exists", "%s", msg);
+        break;
+    case -ENOTDIR:
+        ad_failf(f, 400, "not_a_directory", "%s", msg);
+        break;
+    case -ENOTEMPTY:
+    case -EISDIR:
+        ad_failf(f, 409, "not_empty", "%s", msg);
+        break;
+    case -EFBIG:
+        ad_failf(f, 413, "too_large", "%s", msg);
+        break;
+    case -ENOTSUP:
+        ad_failf(f, 409, "not_supported", "%s", msg);
+        break;
+    case -ENOSPC:
+        /* The library's disk budget (or the host's free-space floor) paused the VM. */
+        ad_failf(f, 507, "disk_budget", "%s", msg);
+        break;
+    case -EPROTO:
+    case -EMSGSIZE:
+        /* al_session_check poisoned the session: its agent broke the protocol. */
+        ad_failf(f, 502, "session_poisoned", "%s", msg);
+        break;
+    case -EACCES:
+    case -EPERM:
+        ad_failf(f, 403, "forbidden", "%s", msg);
+        break;
+    case -ETIMEDOUT:
+        ad_failf(f, 504, "timeout", "%s", msg);
+        break;
+    default:
+        ad_failf(f, 500, "internal", "%s", msg);
+    }
+}
+
+/* ---- routing ---- */
+
+static bool seg_ok(const char *s, size_t n)
+{
+    if (n == 0 || n >= 128)
+        return false;
+    for (size_t i = 0; i < n; i++)
+        if (!(s[i] == '-' || s[i] == '_' || s[i] == '.' || (s[i] >= '0' && s[i] <= '9') ||
+              (s[i] >= 'a' && s[i] <= 'z') || (s[i] >= 'A' && s[i] <= 'Z')))
+            return false;
+    return true;
+}
+
+/* Matches url against pattern, filling params. */
+static bool match(const char *pattern, const char *url, char params[AD_PARAMS_MAX][128])
+{
+    const char *p = pattern, *u = url;
+    size_t np = 0;
+    while (*p && *u) {
+        if (*p != '/' || *u != '/')
+            return false;
+        p++, u++;
+        size_t pl = strcspn(p, "/"), ul = strcspn(u, "/");
+        if (p[0] == '{') {
+            if (np == AD_PARAMS_MAX || !seg_ok(u, ul))
+                return false;
+            memcpy(params[np], u, ul);
+            params[np++][ul] = 0;
+        } else if (pl != ul || memcmp(p, u, pl)) {
+            return false;
+        }
+        p += pl, u += ul;
+    }
+    return !*p && !*u;
+}
+
+/* ---- who asks ---- */
+
+static int peer_uid(struct MHD_Connection *c, uid_t *uid)
+{
+    const union MHD_ConnectionInfo *ci =
+        MHD_get_connection_info(c, MHD_CONNECTION_INFO_CONNECTION_FD);
+    if (!ci)
+        return -EIO;
+    struct ucred cr;
+    socklen_t len = sizeof(cr);
+    if (getsockopt(ci->connect_fd, SOL_SOCKET, SO_PEERCRED, &cr, &len) < 0)
+        return -errno;
+    *uid = cr.uid;
+    return 0;
+}
+
+static enum MHD_Result authenticate(struct MHD_Connection *c, struct ad_req *q, bool *ok)
+{
+    *ok = false;
+    q->lim = ad_cfg.limits;
+    if (q->is_unix) {
+        uid_t uid = (uid_t)-1;
+        if (peer_uid(c, &uid) < 0)
+            return ad_reply_error(c, q, 403, "forbidden", "cannot read the peer's credentials");
+        bool allowed = uid == getuid();
+        for (size_t i = 0; i < ad_cfg.nallow; i++)
+            allowed |= ad_cfg.allow_uids[i] == uid;
+        if (!allowed)
+            return ad_reply_error(c, q, 403, "forbidden", "uid %u may not use this socket",
+                                  (unsigned)uid);
+        snprintf(q->owner, sizeof(q->owner), "uid:%u", (unsigned)uid);
+        *ok = true;
+        return MHD_YES;
+    }
+    const char *h = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Authorization");
+    struct ad_key k;
+    if (!h || strncasecmp(h, "Bearer ", 7) || ad_keys_check(h + 7, &k) < 0) {
+        struct MHD_Response *r;
+        q->status = 401;
+        cJSON *o = cJSON_CreateObject(), *e = cJSON_AddObjectToObject(o, "error");
+        cJSON_AddStringToObject(e, "code", "unauthorized");
+        cJSON_AddStringToObject(e, "message",
+                                h ? "API key not valid" : "an API key is needed (Bearer)");
+        char *text = cJSON_PrintUnformatted(o);
+        cJSON_Delete(o);
+        r = MHD_create_response_from_buffer(strlen(text), text, MHD_RESPMEM_MUST_FREE);
+        MHD_add_response_header(r, "Content-Type", "application/json");
+        MHD_add_response_header(r, "WWW-Authenticate", "Bearer");
+        return ad_reply(c, q, 401, r);
+    }
+    snprintf(q->owner, sizeof(q->owner), "key:%s", k.id);
+    ad_limits_apply(&q->lim, &k.lim);
+    *ok = true;
+    return MHD_YES;
+}
+
+/* ---- requests per second, per owner: a token bucket each ---- */
+
+#define BUCKETS_MAX 1024 /* owners tracked at once; the least recently seen makes room */
+
+struct bucket {
+    char owner[40];
+    double tokens;
+    uint64_t last_ms;
+};
+static struct bucket buckets[BUCKETS_MAX];
+static pthread_mutex_t buckets_lock = PTHREAD_MUTEX_INITIALIZER;
+
+static bool rate_ok(const char *owner, unsigned per_s)
+{
+    if (!per_s)
+        return true;
+    uint64_t now = ad_now_ms();
+    pthread_mutex_lock(&buckets_lock);
+    struct bucket *b = NULL, *oldest = &buckets[0];
+    for (size_t i = 0; i < BUCKETS_MAX && !b; i++) {
+        if (!strcmp(buckets[i].owner, owner))
+            b = &buckets[i];
+        else if (buckets[i].last_ms < oldest->last_ms)
+            oldest = &buckets[i];
+    }
+    if (!b) {
+        b = oldest;
+        snprintf(b->owner, sizeof(b->owner), "%s", owner);
+        b->tokens = 2.0 * per_s;
+        b->last_ms = now;
+    }
+    b->tokens += (double)(now - b->last_ms) * per_s / 1000.0;
+    if (b->tokens > 2.0 * per_s)
+        b->tokens = 2.0 * per_s;
+    b->last_ms = now;
+    bool ok = b->tokens >= 1.0;
+    if (ok)
+        b->tokens -= 1.0;
+    pthread_mutex_unlock(&buckets_lock);
+    return ok;
+}
+
+/* ---- the access handler ---- */
+
+static enum MHD_Result first_call(struct MHD_Connection *c, struct ad_req *q, const char *url,
+                                  const char *method)
+{
+    bool path_known = false;
+    for (size_t i = 0; i < ad_nroutes; i++) {
+        char params[AD_PARAMS_MAX][128];
+        if (!match(ad_routes[i].pattern, url, params))
+            continue;
+        path_known = true;
+        if (strcmp(ad_routes[i].method, method))
+            continue;
+        q->route = &ad_routes[i];
+        memcpy(q->params, params, sizeof(params));
+        break;
+    }
+    if (!q->route)
+        return path_known ? ad_reply_error(c, q, 405, "method_not_allowed",
+                                           "%s is not allowed here", method)
+                          : ad_reply_error(c, q, 404, "not_found", "no such route");
+    /* Health says only that the daemon answers: no key needed. */
+    if (strcmp(q->route->pattern, "/v1/health")) {
+        bool ok;
+        enum MHD_Result r = authenticate(c, q, &ok);
+        if (!ok)
+            return r;
+        if (!rate_ok(q->owner, q->lim.requests_per_s)) {
+            cJSON *o = cJSON_CreateObject(), *e = cJSON_AddObjectToObject(o, "error");
+            cJSON_AddStringToObject(e, "code", "quota_exceeded");
+            cJSON_AddStringToObject(e, "message", "too many requests per second");
+            cJSON_AddStringToObject(e, "limit", "requests_per_s");
+            return ad_reply_json(c, q, 429, o);
+        }
+    }
+    const char *cl = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Content-Length");
+    uint64_t bound = q->route->flags & AD_BODY_SPOOL                  ? q->lim.max_upload_bytes
+                     : q->route->flags & (AD_BODY_JSON | AD_BODY_RAW) ? ad_cfg.max_body_bytes
+                                                                      : 0;
+    if (cl && strtoull(cl, NULL, 10) > bound)
+        return ad_reply_error(c, q, 413, "too_large", "request body over %llu bytes",
+                              (unsigned long long)bound);
+    if (q->route->flags & AD_BODY_JSON) {
+        const char *ct = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Content-Type");
+        bool has_body = (cl && strcmp(cl, "0")) ||
+                        MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Transfer-Encoding");
+        if (has_body && (!ct || strncasecmp(ct, "application/json", 16) ||
+                         (ct[16] && ct[16] != ';' && ct[16] != ' ')))
+            return ad_reply_error(c, q, 415, "unsupported_media_type",
+                                  "the body must be application/json");
+    }
+    if (q->route->flags & AD_BODY_SPOOL) {
+        q->spool_fd = open(ad_cfg.spool_dir, O_TMPFILE | O_RDWR | O_CLOEXEC, 0600);
+        if (q->spool_fd < 0)
+            return ad_reply_error(c, q, 500, "internal", "cannot make a spool file: %s",
+                                  strerror(errno));
+    }
+    return MHD_YES;
+}
+
+static int take_body(struct ad_req *q, const char *data, size_t n)
+{
+    if (q->route->flags & AD_BODY_SPOOL) {
+        if (q->spool_len + n > q->lim.max_upload_bytes) {
+            q->body_over = true;
+            return 0;
+        }
+        for (size_t done = 0; done < n;) {
+            ssize_t w = write(q->spool_fd, data + done, n - done);
+            if (w < 0 && errno == EINTR)
+                continue;
+            if (w < 0)
+                return -errno;
+            done += (size_t)w;
+        }
+        q->spool_len += n;
+        return 0;
+    }
+    if (!(q->route->flags & (AD_BODY_JSON | AD_BODY_RAW)) ||
+        q->body_len + n > ad_cfg.max_body_bytes) {
+        q->body_over = true;
+        return 0;
+    }
+    char *b = realloc(q->body, q->body_len + n + 1);
+    if (!b)
+        return -ENOMEM;
+    q->body = b;
+    memcpy(b + q->body_len, data, n);
+    q->body_len += n;
+    b[q->body_len] = 0;
+    return 0;
+}
+
+static enum MHD_Result last_call(struct MHD_Connection *c, struct ad_req *q)
+{
+    if (q->body_over) {
+        uint64_t bound =
+            q->route->flags & AD_BODY_SPOOL ? q->lim.max_upload_bytes : ad_cfg.max_body_bytes;
+        if (!(q->route->flags & (AD_BODY_SPOOL | AD_BODY_JSON | AD_BODY_RAW)))
+            return ad_reply_error(c, q, 400, "invalid", "this route takes no body");
+        return ad_reply_error(c, q, 413, "too_large", "request body over %llu bytes",
+                              (unsigned long long)bound);
+    }
+    if (q->route->flags & AD_BODY_JSON) {
+        if (q->body_len) {
+            q->json = cJSON_ParseWithLength(q->body, q->body_len);
+            if (!q->json)
+                return ad_reply_error(c, q, 400, "bad_json", "the body is not valid JSON");
+        } else {
+            q->json = cJSON_CreateObject();
+        }
+        if (!cJSON_IsObject(q->json))
+            return ad_reply_error(c, q, 400, "bad_json", "the body must be a JSON object");
+    }
+    if (!(q->route->flags & AD_NO_SESSION)) {
+        q->sess = ad_session_get(q->owner, q->params[0]);
+        if (!q->sess)
+            return ad_reply_error(c, q, 404, "not_found", "no session '%s'", q->params[0]);
+        ad_session_touch(q->sess);
+    }
+    return q->route->fn(c, q);
+}
+
+static enum MHD_Result handle(void *cls, struct MHD_Connection *c, const char *url,
+                              const char *method, const char *version, const char *upload,
+                              size_t *upload_size, void **con_cls)
+{
+    (void)version;
+    struct listener *l = cls;
+    struct ad_req *q = *con_cls;
+    if (!q) {
+        q = calloc(1, sizeof(*q));
+        if (!q)
+            return MHD_NO;
+        *con_cls = q;
+        q->start_ms = ad_now_ms();
+        q->spool_fd = -1;
+        q->is_unix = l->is_unix;
+        snprintf(q->method, sizeof(q->method), "%s", method);
+        q->started = true;
+        return first_call(c, q, url, method);
+    }
+    if (q->status) { /* answered already: drop the rest of the body */
+        *upload_size = 0;
+        return MHD_YES;
+    }
+    if (*upload_size) {
+        int r = take_body(q, upload, *upload_size);
+        *upload_size = 0;
+        if (r < 0)
+            return ad_reply_error(c, q, 500, "internal", "cannot take the body: %s", strerror(-r));
+        return MHD_YES;
+    }
+    return last_call(c, q);
+}
+
+static void completed(void *cls, struct MHD_Connection *c, void **con_cls,
+                      enum MHD_RequestTerminationCode toe)
+{
+    (void)cls, (void)c;
+    struct ad_req *q = *con_cls;
+    if (!q)
+        return;
+    *con_cls = NULL;
+    ad_log("%s %s %s %u %llums%s", q->owner[0] ? q->owner : "-", q->method,
+           q->route ? q->route->pattern : "?", q->status,
+           (unsigned long long)(ad_now_ms() - q->start_ms),
+           toe == MHD_REQUEST_TERMINATED_COMPLETED_OK ? "" : " (cut)");
+    if (q->sess)
+        ad_session_put(q->sess);
+    if (q->spool_fd >= 0)
+        close(q->spool_fd);
+    cJSON_Delete(q->json);
+    free(q->body);
+    free(q);
+}
+
+static void mhd_log(void *cls, const char *fmt, va_list ap)
+{
+    (void)cls;
+    char buf[512];
+    vsnprintf(buf, sizeof(buf), fmt, ap);
+    buf[strcspn(buf, "\n")] = 0;
+    ad_log("http: %s", buf);
+}
+
+/* ---- listeners ---- */
+
+static int listen_unix(char *why, size_t len)
+{
+    const char *path = ad_cfg.socket_path;
+    struct sockaddr_un a = {.sun_family = AF_UNIX};
+    if (strlen(path) >= sizeof(a.sun_path)) {
+        snprintf(why, len, "socket path '%s' too long", path);
+        return -ENAMETOOLONG;
+    }
+    memcpy(a.sun_path, path, strlen(path));
+    char dir[sizeof(ad_cfg.socket_path)];
+    snprintf(dir, sizeof(dir), "%s", path);
+    char *slash = strrchr(dir, '/');
+    if (slash && slash != dir) {
+        *slash = 0;
+        if (mkdir(dir, 0755) < 0 && errno != EEXIST) {
+            snprintf(why, len, "cannot make '%s': %s", dir, strerror(errno));
+            return -errno;
+        }
+    }
+    int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    if (fd < 0)
+        return -errno;
+    /* A socket left by a daemon that died is replaced; one a live daemon answers is not. */
+    struct stat st;
+    if (lstat(path, &st) == 0) {
+        if (!S_ISSOCK(st.st_mode)) {
+            close(fd);
+            snprintf(why, len, "'%s' exists and is not a socket", path);
+            return -EEXIST;
+        }
+        if (connect(fd, (struct sockaddr *)&a, sizeof(a)) == 0) {
+            close(fd);
+            snprintf(why, len, "another airlockd answers on '%s'", path);
+            return -EADDRINUSE;
+        }
+        unlink(path);
+    }
+    mode_t old = umask(0177);
+    int r = bind(fd, (struct sockaddr *)&a, sizeof(a));
+    umask(old);
+    if (r < 0 || chmod(path, ad_cfg.socket_mode) < 0 || listen(fd, 128) < 0) {
+        int e = errno;
+        close(fd);
+        snprintf(why, len, "cannot listen on '%s': %s", path, strerror(e));
+        return -e;
+    }
+    return fd;
+}
+
+static int listen_tcp(char *why, size_t len)
+{
+    char host[128];
+    snprintf(host, sizeof(host), "%s", ad_cfg.tcp_listen);
+    char *colon = strrchr(host, ':');
+    if (!colon) {
+        snprintf(why, len, "tcp '%s': expected HOST:PORT", ad_cfg.tcp_listen);
+        return -EINVAL;
+    }
+    *colon = 0;
+    char *h = host;
+    if (h[0] == '[' && h[strlen(h) - 1] == ']') {
+        h++;
+        h[strlen(h) - 1] = 0;
+    }
+    struct addrinfo hints = {.ai_flags = AI_NUMERICHOST | AI_NUMERICSERV | AI_PASSIVE,
+                             .ai_socktype = SOCK_STREAM},
+                    *ai;
+    int g = getaddrinfo(h, colon + 1, &hints, &ai);
+    if (g) {
+        snprintf(why, len, "tcp '%s': %s", ad_cfg.tcp_listen, gai_strerror(g));
+        return -EINVAL;
+    }
+    int fd = socket(ai->ai_family, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    int one = 1;
+    if (fd >= 0)
+        setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
+    if (fd < 0 || bind(fd, ai->ai_addr, ai->ai_addrlen) < 0 || listen(fd, 128) < 0) {
+        int e = errno;
+        if (fd >= 0)
+            close(fd);
+        freeaddrinfo(ai);
+        snprintf(why, len, "cannot listen on '%s': %s", ad_cfg.tcp_listen, strerror(e));
+        return -e;
+    }
+    freeaddrinfo(ai);
+    struct sockaddr_storage ss;
+    socklen_t sl = sizeof(ss);
+    char addr[INET6_ADDRSTRLEN] = "?";
+    unsigned port = 0;
+    if (getsockname(fd, (struct sockaddr *)&ss, &sl) == 0) {
+        if (ss.ss_family == AF_INET) {
+            struct sockaddr_in *s4 = (struct sockaddr_in *)&ss;
+            inet_ntop(AF_INET, &s4->sin_addr, addr, sizeof(addr));
+            port = ntohs(s4->sin_port);
+        } else {
+            struct sockaddr_in6 *s6 = (struct sockaddr_in6 *)&ss;
+            inet_ntop(AF_INET6, &s6->sin6_addr, addr, sizeof(addr));
+            port = ntohs(s6->sin6_port);
+        }
+    }
+    ad_log("listening on %s %s port %u", ad_cfg.tls_cert[0] ? "https" : "http", addr, port);
+    return fd;
+}
+
+static char *slurp(const char *path)
+{
+    FILE *f = fopen(path, "re");
+    if (!f)
+        return NULL;
+    char *buf = NULL;
+    size_t cap = 0, n = 0;
+    for (;;) {
+        if (n + 4096 + 1 > cap) {
+            if (cap > (1 << 20)) { /* a PEM file is small */
+                free(buf);
+                fclose(f);
+                return NULL;
+            }
+            cap = cap ? 2 * cap : 8192;
+            char *b = realloc(buf, cap);
+            if (!b) {
+                free(buf);
+                fclose(f);
+                return NULL;
+            }
+            buf = b;
+        }
+        size_t k = fread(buf + n, 1, 4096, f);
+        n += k;
+        if (k == 0)
+            break;
+    }
+    fclose(f);
+    buf[n] = 0;
+    return buf;
+}
+
+static char *tls_cert, *tls_key;
+
+static struct MHD_Daemon *start(struct listener *l, int fd, bool tls)
+{
+    unsigned flags = MHD_USE_THREAD_PER_CONNECTION | MHD_USE_INTERNAL_POLLING_THREAD |
+                     MHD_USE_ERROR_LOG | MHD_USE_ITC | (tls ? MHD_USE_TLS : 0);
+    if (tls)
+        return MHD_start_daemon(
+            flags, 0, NULL, NULL, handle, l, MHD_OPTION_EXTERNAL_LOGGER, mhd_log, NULL,
+            MHD_OPTION_LISTEN_SOCKET, fd, MHD_OPTION_CONNECTION_TIMEOUT,
+            ad_cfg.connection_timeout_s, MHD_OPTION_CONNECTION_LIMIT, ad_cfg.max_connections,
+            MHD_OPTION_CONNECTION_MEMORY_LIMIT, (size_t)CONNECTION_MEMORY,
+            MHD_OPTION_NOTIFY_COMPLETED, completed, NULL, MHD_OPTION_HTTPS_MEM_CERT, tls_cert,
+            MHD_OPTION_HTTPS_MEM_KEY, tls_key, MHD_OPTION_END);
+    return MHD_start_daemon(
+        flags, 0, NULL, NULL, handle, l, MHD_OPTION_EXTERNAL_LOGGER, mhd_log, NULL,
+        MHD_OPTION_LISTEN_SOCKET, fd, MHD_OPTION_CONNECTION_TIMEOUT, ad_cfg.connection_timeout_s,
+        MHD_OPTION_CONNECTION_LIMIT, ad_cfg.max_connections, MHD_OPTION_CONNECTION_MEMORY_LIMIT,
+        (size_t)CONNECTION_MEMORY, MHD_OPTION_NOTIFY_COMPLETED, completed, NULL, MHD_OPTION_END);
+}
+
+int ad_http_start(char *why, size_t len)
+{
+    int fd = listen_unix(why, len);
+    if (fd < 0)
+        return fd;
+    unix_l.d = start(&unix_l, fd, false);
+    if (!unix_l.d) {
+        close(fd);
+        snprintf(why, len, "cannot start the HTTP server on '%s'", ad_cfg.socket_path);
+        return -EIO;
+    }
+    ad_log("listening on %s (mode %04o)", ad_cfg.socket_path, ad_cfg.socket_mode);
+    if (!ad_cfg.tcp_listen[0])
+        return 0;
+    bool tls = ad_cfg.tls_cert[0];
+    if (tls) {
+        tls_cert = slurp(ad_cfg.tls_cert);
+        tls_key = slurp(ad_cfg.tls_key);
+        if (!tls_cert || !tls_key) {
+            snprintf(why, len, "cannot read tls_cert '%s' or tls_key '%s'", ad_cfg.tls_cert,
+                     ad_cfg.tls_key);
+            return -EIO;
+        }
+    }
+    fd = listen_tcp(why, len);
+    if (fd < 0)
+        return fd;
+    tcp_l.d = start(&tcp_l, fd, tls);
+    if (!tcp_l.d) {
+        close(fd);
+        snprintf(why, len, "cannot start the HTTP server on '%s'%s", ad_cfg.tcp_listen,
+                 tls ? " (TLS: is the key and certificate pair valid?)" : "");
+        return -EIO;
+    }
+    return 0;
+}
+
+void ad_http_stop(void)
+{
+    /* Quiesce first: no new connections while the open ones finish. */
+    if (tcp_l.d)
+        MHD_quiesce_daemon(tcp_l.d);
+    if (unix_l.d)
+        MHD_quiesce_daemon(unix_l.d);
+    if (tcp_l.d)
+        MHD_stop_daemon(tcp_l.d);
+    if (unix_l.d)
+        MHD_stop_daemon(unix_l.d);
+    tcp_l.d = unix_l.d = NULL;
+    unlink(ad_cfg.socket_path);
+    free(tls_cert);
+    free(tls_key);
+}

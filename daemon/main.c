@@ -1,0 +1,228 @@
+/* airlockd: serve (the default), manage API keys, print the route table. */
+#include "airlockd.h"
+
+#include <errno.h>
+#include <getopt.h>
+#include <signal.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+
+struct ad_config ad_cfg;
+
+#define DEFAULT_CONFIG "/etc/airlock/airlockd.conf"
+
+static void usage(FILE *f)
+{
+    fprintf(f, "usage: airlockd [--config FILE]                 serve (in the foreground)\n"
+               "       airlockd [--config FILE] key add NAME [--max-sessions N] "
+               "[--max-memory-mib M]\n"
+               "                [--max-lifetime-s S] [--max-idle-s S] [--max-exec-timeout-s S]\n"
+               "                [--max-upload-bytes B] [--disk-budget-bytes B] "
+               "[--requests-per-s N]\n"
+               "       airlockd [--config FILE] key list\n"
+               "       airlockd [--config FILE] key revoke ID\n"
+               "       airlockd routes                          the API's routes\n"
+               "config: " DEFAULT_CONFIG " when it exists (see packaging/airlockd.conf)\n");
+}
+
+/* mkdir -p with mode for the last parts that are missing. */
+static int mkdirs(const char *path, mode_t mode)
+{
+    char buf[512];
+    snprintf(buf, sizeof(buf), "%s", path);
+    for (char *p = buf + 1; *p; p++) {
+        if (*p != '/')
+            continue;
+        *p = 0;
+        if (mkdir(buf, 0755) < 0 && errno != EEXIST)
+            return -errno;
+        *p = '/';
+    }
+    if (mkdir(buf, mode) < 0 && errno != EEXIST)
+        return -errno;
+    return 0;
+}
+
+static int open_keys(void)
+{
+    char dir[512], why[600];
+    snprintf(dir, sizeof(dir), "%s", ad_cfg.keys_db);
+    char *slash = strrchr(dir, '/');
+    if (slash && slash != dir) {
+        *slash = 0;
+        if (mkdirs(dir, 0700) < 0) {
+            fprintf(stderr, "airlockd: cannot make '%s': %s\n", dir, strerror(errno));
+            return -1;
+        }
+    }
+    if (ad_keys_open(ad_cfg.keys_db, why, sizeof(why)) < 0) {
+        fprintf(stderr, "airlockd: %s\n", why);
+        return -1;
+    }
+    return 0;
+}
+
+static void print_key(void *ctx, const struct ad_key *k)
+{
+    (void)ctx;
+    char when[32];
+    time_t t = (time_t)k->created;
+    struct tm tm;
+    strftime(when, sizeof(when), "%Y-%m-%dT%H:%M:%SZ", gmtime_r(&t, &tm));
+    printf("%-14s %-20s %s %s", k->id, k->name, when, k->revoked ? "revoked" : "active ");
+    for (size_t i = 0; i < ad_nlimit_fields; i++) {
+        uint64_t v = ad_limit_get(&k->lim, &ad_limit_fields[i]);
+        if (v)
+            printf(" %s=%llu", ad_limit_fields[i].name, (unsigned long long)v);
+    }
+    printf("\n");
+}
+
+static int cmd_key(int argc, char **argv)
+{
+    if (argc < 1) {
+        usage(stderr);
+        return 2;
+    }
+    if (open_keys() < 0)
+        return 1;
+    int rc = 0;
+    if (!strcmp(argv[0], "add") && argc >= 2) {
+        /* --max-sessions N, --requests-per-s N...: a limit's name with dashes */
+        struct ad_limits lim = {0};
+        for (int i = 2; i < argc; i++) {
+            const struct ad_limit_field *f = NULL;
+            for (size_t j = 0; j < ad_nlimit_fields && !strncmp(argv[i], "--", 2); j++) {
+                char flag[64];
+                snprintf(flag, sizeof(flag), "%s", ad_limit_fields[j].name);
+                for (char *p = flag; *p; p++)
+                    *p = *p == '_' ? '-' : *p;
+                if (!strcmp(argv[i] + 2, flag))
+                    f = &ad_limit_fields[j];
+            }
+            char *end = NULL;
+            unsigned long long v = f && i + 1 < argc ? strtoull(argv[i + 1], &end, 10) : 0;
+            if (!f || !end || *end || end == argv[i + 1] || argv[i + 1][0] == '-') {
+                usage(stderr);
+                ad_keys_close();
+                return 2;
+            }
+            ad_limit_set(&lim, f, v);
+            i++;
+        }
+        struct ad_key k;
+        char secret[128];
+        if (ad_keys_add(argv[1], &lim, &k, secret, sizeof(secret)) < 0) {
+            fprintf(stderr, "airlockd: cannot add key '%s'\n", argv[1]);
+            rc = 1;
+        } else {
+            /* The only time the secret is shown. */
+            printf("%s\n", secret);
+            fprintf(stderr, "airlockd: key %s made; keep the line above, it is not stored\n", k.id);
+        }
+    } else if (!strcmp(argv[0], "list")) {
+        if (ad_keys_list(print_key, NULL) < 0)
+            rc = 1;
+    } else if (!strcmp(argv[0], "revoke") && argc == 2) {
+        int r = ad_keys_revoke(argv[1]);
+        if (r < 0) {
+            fprintf(stderr, "airlockd: cannot revoke key '%s': %s\n", argv[1],
+                    r == -ENOENT ? "no such key" : strerror(-r));
+            rc = 1;
+        }
+    } else {
+        usage(stderr);
+        rc = 2;
+    }
+    ad_keys_close();
+    return rc;
+}
+
+static int serve(void)
+{
+    char why[600];
+    if (mkdirs(ad_cfg.spool_dir, 0700) < 0) {
+        fprintf(stderr, "airlockd: cannot make '%s': %s\n", ad_cfg.spool_dir, strerror(errno));
+        return 1;
+    }
+    if (open_keys() < 0)
+        return 1;
+    /* Signals are taken by sigwait below, in this thread only. */
+    sigset_t set;
+    sigemptyset(&set);
+    sigaddset(&set, SIGTERM);
+    sigaddset(&set, SIGINT);
+    sigaddset(&set, SIGHUP);
+    pthread_sigmask(SIG_BLOCK, &set, NULL);
+    signal(SIGPIPE, SIG_IGN);
+    if (ad_sessions_init(&ad_cfg) < 0) {
+        fprintf(stderr, "airlockd: cannot start the reaper\n");
+        return 1;
+    }
+    if (ad_http_start(why, sizeof(why)) < 0) {
+        fprintf(stderr, "airlockd: %s\n", why);
+        ad_sessions_shutdown();
+        return 1;
+    }
+    ad_log("ready");
+    int sig = 0;
+    while (sigwait(&set, &sig) == 0 && sig == SIGHUP)
+        ad_log("SIGHUP ignored (restart to read the config again)");
+    ad_log("signal %d: stopping", sig);
+    /* Event streams and waits end first, so that the HTTP threads can be joined. */
+    ad_runs_shutdown();
+    ad_http_stop();
+    ad_sessions_shutdown();
+    ad_keys_close();
+    ad_log("stopped");
+    return 0;
+}
+
+int main(int argc, char **argv)
+{
+    const char *config = NULL;
+    static const struct option opts[] = {
+        {"config", required_argument, NULL, 'c'},
+        {"foreground", no_argument, NULL, 'f'},
+        {"help", no_argument, NULL, 'h'},
+        {0},
+    };
+    int c;
+    while ((c = getopt_long(argc, argv, "+c:fh", opts, NULL)) != -1) {
+        switch (c) {
+        case 'c':
+            config = optarg;
+            break;
+        case 'f': /* always in the foreground; kept for service files */
+            break;
+        case 'h':
+            usage(stdout);
+            return 0;
+        default:
+            usage(stderr);
+            return 2;
+        }
+    }
+    ad_config_defaults(&ad_cfg);
+    struct stat st;
+    if (!config && stat(DEFAULT_CONFIG, &st) == 0)
+        config = DEFAULT_CONFIG;
+    char why[700];
+    if (config && ad_config_load(&ad_cfg, config, why, sizeof(why)) < 0) {
+        fprintf(stderr, "airlockd: %s\n", why);
+        return 1;
+    }
+    if (optind < argc && !strcmp(argv[optind], "routes")) {
+        ad_routes_print();
+        return 0;
+    }
+    if (optind < argc && !strcmp(argv[optind], "key"))
+        return cmd_key(argc - optind - 1, argv + optind + 1);
+    if (optind < argc) {
+        usage(stderr);
+        return 2;
+    }
+    return serve();
+}

@@ -1,0 +1,579 @@
+/* The route table and its handlers: each reads its request, calls the library (or sessions.c,
+ * runs.c) and answers. docs/openapi.yaml describes the same table; tests/integration compares
+ * the two (airlockd routes). */
+#include "airlockd.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <signal.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/stat.h>
+
+/* ---- reading a JSON body: every field checked for its type ---- */
+
+static int get_str(struct ad_req *q, const char *k, const char **out, char *why, size_t len)
+{
+    cJSON *v = cJSON_GetObjectItemCaseSensitive(q->json, k);
+    if (!v || cJSON_IsNull(v))
+        return 0;
+    if (!cJSON_IsString(v)) {
+        snprintf(why, len, "%s: a string", k);
+        return -EINVAL;
+    }
+    *out = v->valuestring;
+    return 0;
+}
+
+static int get_uint(struct ad_req *q, const char *k, unsigned *out, char *why, size_t len)
+{
+    cJSON *v = cJSON_GetObjectItemCaseSensitive(q->json, k);
+    if (!v || cJSON_IsNull(v))
+        return 0;
+    if (!cJSON_IsNumber(v) || v->valuedouble < 0 || v->valuedouble > 4e9 ||
+        v->valuedouble != (double)(unsigned)v->valuedouble) {
+        snprintf(why, len, "%s: a whole number from 0 to 4000000000", k);
+        return -EINVAL;
+    }
+    *out = (unsigned)v->valuedouble;
+    return 0;
+}
+
+static int get_bool(struct ad_req *q, const char *k, bool *out, char *why, size_t len)
+{
+    cJSON *v = cJSON_GetObjectItemCaseSensitive(q->json, k);
+    if (!v || cJSON_IsNull(v))
+        return 0;
+    if (!cJSON_IsBool(v)) {
+        snprintf(why, len, "%s: true or false", k);
+        return -EINVAL;
+    }
+    *out = cJSON_IsTrue(v);
+    return 0;
+}
+
+static const char *query(struct MHD_Connection *c, const char *k)
+{
+    return MHD_lookup_connection_value(c, MHD_GET_ARGUMENT_KIND, k);
+}
+
+/* ---- health ---- */
+
+static enum MHD_Result health(struct MHD_Connection *c, struct ad_req *q)
+{
+    cJSON *o = cJSON_CreateObject();
+    cJSON_AddStringToObject(o, "status", "ok");
+    cJSON_AddStringToObject(o, "version", AIRLOCK_VERSION);
+    return ad_reply_json(c, q, 200, o);
+}
+
+/* ---- sessions ---- */
+
+static enum MHD_Result session_create(struct MHD_Connection *c, struct ad_req *q)
+{
+    struct ad_create cr = {0};
+    char why[256] = "";
+    if (get_str(q, "image", &cr.image, why, sizeof(why)) < 0 ||
+        get_uint(q, "memory_mib", &cr.memory_mib, why, sizeof(why)) < 0 ||
+        get_uint(q, "vcpus", &cr.vcpus, why, sizeof(why)) < 0 ||
+        get_str(q, "transport", &cr.transport, why, sizeof(why)) < 0 ||
+        get_str(q, "checkpoint_policy", &cr.checkpoint_policy, why, sizeof(why)) < 0 ||
+        get_bool(q, "checkpoints", &cr.checkpoints, why, sizeof(why)) < 0 ||
+        get_uint(q, "idle_timeout_s", &cr.idle_s, why, sizeof(why)) < 0 ||
+        get_uint(q, "lifetime_s", &cr.lifetime_s, why, sizeof(why)) < 0)
+        return ad_reply_error(c, q, 400, "invalid", "%s", why);
+    cr.labels = cJSON_GetObjectItemCaseSensitive(q->json, "labels");
+    if (cr.image && (!cr.image[0] || strchr(cr.image, '/') || strlen(cr.image) >= 64))
+        return ad_reply_error(c, q, 400, "invalid", "image: a name in the store");
+    struct ad_session *s;
+    struct ad_fail f;
+    if (ad_session_create(q->owner, &q->lim, &cr, &s, &f) < 0)
+        return ad_reply_fail(c, q, &f);
+    cJSON *o = ad_session_json(s);
+    ad_session_put(s);
+    return ad_reply_json(c, q, 201, o);
+}
+
+static void list_one(void *ctx, struct ad_session *s)
+{
+    cJSON_AddItemToArray(ctx, ad_session_json(s));
+}
+
+static enum MHD_Result session_list(struct MHD_Connection *c, struct ad_req *q)
+{
+    cJSON *o = cJSON_CreateObject(), *a = cJSON_AddArrayToObject(o, "sessions");
+    ad_session_list(q->owner, list_one, a);
+    return ad_reply_json(c, q, 200, o);
+}
+
+static enum MHD_Result session_get(struct MHD_Connection *c, struct ad_req *q)
+{
+    return ad_reply_json(c, q, 200, ad_session_json(q->sess));
+}
+
+static enum MHD_Result session_delete(struct MHD_Connection *c, struct ad_req *q)
+{
+    struct ad_session *s = q->sess;
+    q->sess = NULL; /* freed by the delete */
+    ad_session_delete(s);
+    return ad_reply(c, q, 204, MHD_create_response_from_buffer(0, NULL, MHD_RESPMEM_PERSISTENT));
+}
+
+static enum MHD_Result session_extend(struct MHD_Connection *c, struct ad_req *q)
+{
+    unsigned secs = 0;
+    char why[256];
+    if (get_uint(q, "seconds", &secs, why, sizeof(why)) < 0 || secs == 0)
+        return ad_reply_error(c, q, 400, "invalid", "seconds: a whole number above 0");
+    struct ad_fail f;
+    if (ad_session_extend(q->sess, secs, &q->lim, &f) < 0)
+        return ad_reply_fail(c, q, &f);
+    return ad_reply_json(c, q, 200, ad_session_json(q->sess));
+}
+
+/* ---- runs ---- */
+
+static enum MHD_Result run_start(struct MHD_Connection *c, struct ad_req *q)
+{
+    struct ad_exec_req r = {0};
+    char why[256] = "";
+    r.argv = cJSON_GetObjectItemCaseSensitive(q->json, "argv");
+    r.env = cJSON_GetObjectItemCaseSensitive(q->json, "env");
+    if (cJSON_IsNull(r.argv))
+        r.argv = NULL;
+    if (cJSON_IsNull(r.env))
+        r.env = NULL;
+    if (get_str(q, "code", &r.code, why, sizeof(why)) < 0 ||
+        get_str(q, "language", &r.language, why, sizeof(why)) < 0 ||
+        get_bool(q, "kernel", &r.kernel, why, sizeof(why)) < 0 ||
+        get_str(q, "cwd", &r.cwd, why, sizeof(why)) < 0 ||
+        get_str(q, "stdin", &r.stdin_data, why, sizeof(why)) < 0 ||
+        get_bool(q, "stdin_open", &r.stdin_open, why, sizeof(why)) < 0 ||
+        get_uint(q, "timeout_s", &r.timeout_s, why, sizeof(why)) < 0)
+        return ad_reply_error(c, q, 400, "invalid", "%s", why);
+    cJSON *out;
+    struct ad_fail f;
+    if (ad_run_start(q->sess, &r, &q->lim, &out, &f) < 0)
+        return ad_reply_fail(c, q, &f);
+    return ad_reply_json(c, q, 201, out);
+}
+
+static enum MHD_Result run_list(struct MHD_Connection *c, struct ad_req *q)
+{
+    cJSON *o = cJSON_CreateObject(), *a = cJSON_AddArrayToObject(o, "runs");
+    ad_run_list(q->sess, a);
+    return ad_reply_json(c, q, 200, o);
+}
+
+/* The run {run} of the session, or a 404 answered. */
+static struct ad_run *find_run(struct MHD_Connection *c, struct ad_req *q, enum MHD_Result *ret)
+{
+    struct ad_run *r = ad_run_get(q->sess, q->params[1]);
+    if (!r)
+        *ret = ad_reply_error(c, q, 404, "not_found", "no run '%s'", q->params[1]);
+    return r;
+}
+
+static enum MHD_Result run_get(struct MHD_Connection *c, struct ad_req *q)
+{
+    enum MHD_Result ret;
+    struct ad_run *r = find_run(c, q, &ret);
+    if (!r)
+        return ret;
+    cJSON *o = ad_run_json(r);
+    ad_run_put(r);
+    return ad_reply_json(c, q, 200, o);
+}
+
+static enum MHD_Result run_events(struct MHD_Connection *c, struct ad_req *q)
+{
+    enum MHD_Result ret;
+    struct ad_run *r = find_run(c, q, &ret);
+    if (!r)
+        return ret;
+    const char *h = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Last-Event-ID");
+    if (!h)
+        h = query(c, "last_event_id");
+    unsigned long long last = 0;
+    if (h) {
+        char *end;
+        errno = 0;
+        last = strtoull(h, &end, 10);
+        if (errno || *end || !*h || h[0] == '-') {
+            ad_run_put(r);
+            return ad_reply_error(c, q, 400, "invalid", "Last-Event-ID: an event number");
+        }
+    }
+    struct ad_fail f;
+    struct MHD_Response *resp = ad_run_events(r, last, &f);
+    ad_run_put(r);
+    if (!resp)
+        return ad_reply_fail(c, q, &f);
+    /* The stream does not hold the session: delete and reaping end it (the run ends). */
+    ad_session_put(q->sess);
+    q->sess = NULL;
+    return ad_reply(c, q, 200, resp);
+}
+
+static enum MHD_Result run_wait(struct MHD_Connection *c, struct ad_req *q)
+{
+    enum MHD_Result ret;
+    struct ad_run *r = find_run(c, q, &ret);
+    if (!r)
+        return ret;
+    const char *t = query(c, "timeout_s");
+    unsigned long secs = t ? strtoul(t, NULL, 10) : 60;
+    if (secs > 600)
+        secs = 600;
+    ad_session_put(q->sess);
+    q->sess = NULL;
+    cJSON *o = ad_run_wait(r, (unsigned)secs * 1000u);
+    ad_run_put(r);
+    return ad_reply_json(c, q, 200, o);
+}
+
+static enum MHD_Result run_stdin(struct MHD_Connection *c, struct ad_req *q)
+{
+    enum MHD_Result ret;
+    struct ad_run *r = find_run(c, q, &ret);
+    if (!r)
+        return ret;
+    const char *eof = query(c, "eof");
+    ad_session_put(q->sess);
+    q->sess = NULL;
+    struct ad_fail f;
+    int rc = ad_run_stdin(r, q->body ? q->body : "", q->body_len,
+                          eof && (!strcmp(eof, "1") || !strcmp(eof, "true")), &f);
+    ad_run_put(r);
+    if (rc < 0)
+        return ad_reply_fail(c, q, &f);
+    return ad_reply(c, q, 204, MHD_create_response_from_buffer(0, NULL, MHD_RESPMEM_PERSISTENT));
+}
+
+static int signal_number(const char *s)
+{
+    static const struct {
+        const char *name;
+        int no;
+    } names[] = {{"INT", SIGINT}, {"QUIT", SIGQUIT}, {"TERM", SIGTERM}, {"KILL", SIGKILL},
+                 {"HUP", SIGHUP}, {"USR1", SIGUSR1}, {"USR2", SIGUSR2}};
+    if (!strncmp(s, "SIG", 3))
+        s += 3;
+    for (size_t i = 0; i < sizeof(names) / sizeof(names[0]); i++)
+        if (!strcmp(s, names[i].name))
+            return names[i].no;
+    return -1;
+}
+
+static enum MHD_Result run_signal(struct MHD_Connection *c, struct ad_req *q)
+{
+    cJSON *v = cJSON_GetObjectItemCaseSensitive(q->json, "signal");
+    int signo = -1;
+    if (cJSON_IsString(v))
+        signo = signal_number(v->valuestring);
+    else if (cJSON_IsNumber(v) && v->valuedouble >= 1 && v->valuedouble <= 64)
+        signo = (int)v->valuedouble;
+    if (signo < 1 || signo > 64)
+        return ad_reply_error(c, q, 400, "invalid",
+                              "signal: a name (INT, TERM, KILL...) or number");
+    enum MHD_Result ret;
+    struct ad_run *r = find_run(c, q, &ret);
+    if (!r)
+        return ret;
+    struct ad_fail f;
+    int rc = ad_run_signal(r, signo, &f);
+    ad_run_put(r);
+    if (rc < 0)
+        return ad_reply_fail(c, q, &f);
+    return ad_reply(c, q, 202, MHD_create_response_from_buffer(0, NULL, MHD_RESPMEM_PERSISTENT));
+}
+
+/* ---- files ---- */
+
+static const char *guest_path(struct MHD_Connection *c, struct ad_req *q, enum MHD_Result *ret)
+{
+    const char *p = query(c, "path");
+    if (!p || p[0] != '/' || strlen(p) >= 4096) {
+        *ret = ad_reply_error(c, q, 400, "invalid", "path: an absolute path in the guest");
+        return NULL;
+    }
+    return p;
+}
+
+static enum MHD_Result file_put(struct MHD_Connection *c, struct ad_req *q)
+{
+    enum MHD_Result ret;
+    const char *p = guest_path(c, q, &ret);
+    if (!p)
+        return ret;
+    char src[64];
+    snprintf(src, sizeof(src), "/proc/self/fd/%d", q->spool_fd);
+    al_error err = {0};
+    int r = al_file_put(q->sess->s, src, p, &err);
+    if (r < 0) {
+        struct ad_fail f;
+        ad_fail_from(&f, r, &err);
+        return ad_reply_fail(c, q, &f);
+    }
+    cJSON *o = cJSON_CreateObject();
+    cJSON_AddStringToObject(o, "path", p);
+    cJSON_AddNumberToObject(o, "size", (double)q->spool_len);
+    return ad_reply_json(c, q, 201, o);
+}
+
+static enum MHD_Result file_get(struct MHD_Connection *c, struct ad_req *q)
+{
+    enum MHD_Result ret;
+    const char *p = guest_path(c, q, &ret);
+    if (!p)
+        return ret;
+    static unsigned counter;
+    char tmp[600];
+    snprintf(tmp, sizeof(tmp), "%s/get-%ld-%u", ad_cfg.spool_dir, (long)getpid(),
+             __atomic_add_fetch(&counter, 1, __ATOMIC_RELAXED));
+    al_error err = {0};
+    int r = al_file_get_max(q->sess->s, p, tmp, q->lim.max_upload_bytes, &err);
+    if (r < 0) {
+        struct ad_fail f;
+        ad_fail_from(&f, r, &err);
+        return ad_reply_fail(c, q, &f);
+    }
+    int fd = open(tmp, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
+    unlink(tmp);
+    struct stat st;
+    if (fd < 0 || fstat(fd, &st) < 0) {
+        if (fd >= 0)
+            close(fd);
+        return ad_reply_error(c, q, 500, "internal", "cannot read the spooled copy");
+    }
+    /* Streamed from the spool file by libmicrohttpd, never held whole in memory. */
+    struct MHD_Response *resp = MHD_create_response_from_fd((uint64_t)st.st_size, fd);
+    if (!resp) {
+        close(fd);
+        return MHD_NO;
+    }
+    MHD_add_response_header(resp, "Content-Type", "application/octet-stream");
+    return ad_reply(c, q, 200, resp);
+}
+
+static const char *type_name(int t)
+{
+    return t == AL_ENTRY_FILE      ? "file"
+           : t == AL_ENTRY_DIR     ? "dir"
+           : t == AL_ENTRY_SYMLINK ? "symlink"
+                                   : "other";
+}
+
+static cJSON *stat_json(const al_file_info *st)
+{
+    cJSON *o = cJSON_CreateObject();
+    cJSON_AddStringToObject(o, "name", st->name);
+    cJSON_AddStringToObject(o, "type", type_name(st->type));
+    cJSON_AddNumberToObject(o, "size", (double)st->size);
+    cJSON_AddNumberToObject(o, "mode", st->mode);
+    cJSON_AddNumberToObject(o, "mtime", (double)st->mtime);
+    return o;
+}
+
+static bool flag(struct MHD_Connection *c, const char *k)
+{
+    const char *v = query(c, k);
+    return v && (!strcmp(v, "1") || !strcmp(v, "true"));
+}
+
+static enum MHD_Result file_stat(struct MHD_Connection *c, struct ad_req *q)
+{
+    enum MHD_Result ret;
+    const char *p = guest_path(c, q, &ret);
+    if (!p)
+        return ret;
+    al_file_info st;
+    al_error err = {0};
+    int r = al_file_stat(q->sess->s, p, &st, &err);
+    if (r < 0) {
+        struct ad_fail f;
+        ad_fail_from(&f, r, &err);
+        return ad_reply_fail(c, q, &f);
+    }
+    return ad_reply_json(c, q, 200, stat_json(&st));
+}
+
+static void list_entry(void *ctx, const al_file_info *st)
+{
+    cJSON_AddItemToArray(ctx, stat_json(st));
+}
+
+static enum MHD_Result file_list(struct MHD_Connection *c, struct ad_req *q)
+{
+    enum MHD_Result ret;
+    const char *p = guest_path(c, q, &ret);
+    if (!p)
+        return ret;
+    cJSON *o = cJSON_CreateObject(), *a = cJSON_AddArrayToObject(o, "entries");
+    al_error err = {0};
+    int r = al_file_list(q->sess->s, p, list_entry, a, &err);
+    if (r < 0) {
+        cJSON_Delete(o);
+        struct ad_fail f;
+        ad_fail_from(&f, r, &err);
+        return ad_reply_fail(c, q, &f);
+    }
+    return ad_reply_json(c, q, 200, o);
+}
+
+static enum MHD_Result file_delete(struct MHD_Connection *c, struct ad_req *q)
+{
+    enum MHD_Result ret;
+    const char *p = guest_path(c, q, &ret);
+    if (!p)
+        return ret;
+    al_error err = {0};
+    int r = al_file_remove(q->sess->s, p, flag(c, "recursive"), &err);
+    if (r < 0) {
+        struct ad_fail f;
+        ad_fail_from(&f, r, &err);
+        return ad_reply_fail(c, q, &f);
+    }
+    return ad_reply(c, q, 204, MHD_create_response_from_buffer(0, NULL, MHD_RESPMEM_PERSISTENT));
+}
+
+static enum MHD_Result file_mkdir(struct MHD_Connection *c, struct ad_req *q)
+{
+    enum MHD_Result ret;
+    const char *p = guest_path(c, q, &ret);
+    if (!p)
+        return ret;
+    al_error err = {0};
+    int r = al_file_mkdir(q->sess->s, p, flag(c, "parents"), &err);
+    if (r < 0) {
+        struct ad_fail f;
+        ad_fail_from(&f, r, &err);
+        return ad_reply_fail(c, q, &f);
+    }
+    return ad_reply(c, q, 201, MHD_create_response_from_buffer(0, NULL, MHD_RESPMEM_PERSISTENT));
+}
+
+/* ---- checkpoints ---- */
+
+static cJSON *checkpoint_json(const al_checkpoint_info *ci)
+{
+    cJSON *o = cJSON_CreateObject();
+    cJSON_AddNumberToObject(o, "id", ci->id);
+    cJSON_AddStringToObject(o, "name", ci->name);
+    cJSON_AddNumberToObject(o, "created", (double)ci->created);
+    cJSON_AddNumberToObject(o, "state_bytes", (double)ci->state_bytes);
+    cJSON_AddNumberToObject(o, "disk_bytes", (double)ci->disk_bytes);
+    cJSON_AddBoolToObject(o, "current", ci->current);
+    return o;
+}
+
+static enum MHD_Result lib_fail(struct MHD_Connection *c, struct ad_req *q, int r,
+                                const al_error *err)
+{
+    struct ad_fail f;
+    ad_fail_from(&f, r, err);
+    return ad_reply_fail(c, q, &f);
+}
+
+static enum MHD_Result checkpoint_create(struct MHD_Connection *c, struct ad_req *q)
+{
+    const char *name = NULL;
+    char why[256];
+    if (get_str(q, "name", &name, why, sizeof(why)) < 0)
+        return ad_reply_error(c, q, 400, "invalid", "%s", why);
+    al_checkpoint_info ci;
+    al_error err = {0};
+    int r = al_checkpoint_create(q->sess->s, name, &ci, &err);
+    if (r < 0)
+        return lib_fail(c, q, r, &err);
+    return ad_reply_json(c, q, 201, checkpoint_json(&ci));
+}
+
+static void checkpoint_one(void *ctx, const al_checkpoint_info *ci)
+{
+    cJSON_AddItemToArray(ctx, checkpoint_json(ci));
+}
+
+static enum MHD_Result checkpoint_list(struct MHD_Connection *c, struct ad_req *q)
+{
+    cJSON *o = cJSON_CreateObject(), *a = cJSON_AddArrayToObject(o, "checkpoints");
+    al_error err = {0};
+    int r = al_checkpoint_list(q->sess->s, checkpoint_one, a, &err);
+    if (r < 0) {
+        cJSON_Delete(o);
+        return lib_fail(c, q, r, &err);
+    }
+    return ad_reply_json(c, q, 200, o);
+}
+
+static enum MHD_Result checkpoint_find(struct MHD_Connection *c, struct ad_req *q,
+                                       al_checkpoint_info *ci, bool *ok)
+{
+    al_error err = {0};
+    int r = al_checkpoint_find(q->sess->s, q->params[1], ci, &err);
+    *ok = r >= 0;
+    return r < 0 ? lib_fail(c, q, r, &err) : MHD_YES;
+}
+
+static enum MHD_Result checkpoint_rollback(struct MHD_Connection *c, struct ad_req *q)
+{
+    al_checkpoint_info ci;
+    bool ok;
+    enum MHD_Result ret = checkpoint_find(c, q, &ci, &ok);
+    if (!ok)
+        return ret;
+    al_error err = {0};
+    int r = al_checkpoint_rollback(q->sess->s, ci.id, &err);
+    if (r < 0)
+        return lib_fail(c, q, r, &err);
+    return ad_reply_json(c, q, 200, checkpoint_json(&ci));
+}
+
+static enum MHD_Result checkpoint_delete(struct MHD_Connection *c, struct ad_req *q)
+{
+    al_checkpoint_info ci;
+    bool ok;
+    enum MHD_Result ret = checkpoint_find(c, q, &ci, &ok);
+    if (!ok)
+        return ret;
+    al_error err = {0};
+    int r = al_checkpoint_delete(q->sess->s, ci.id, &err);
+    if (r < 0)
+        return lib_fail(c, q, r, &err);
+    return ad_reply(c, q, 204, MHD_create_response_from_buffer(0, NULL, MHD_RESPMEM_PERSISTENT));
+}
+
+// clang-format off
+const struct ad_route ad_routes[] = {
+    {"GET",    "/v1/health", AD_NO_SESSION, health, "the daemon answers"},
+    {"POST",   "/v1/sessions", AD_NO_SESSION | AD_BODY_JSON, session_create, "start a session"},
+    {"GET",    "/v1/sessions", AD_NO_SESSION, session_list, "the caller's sessions"},
+    {"GET",    "/v1/sessions/{id}", 0, session_get, "one session"},
+    {"DELETE", "/v1/sessions/{id}", 0, session_delete, "end a session"},
+    {"POST",   "/v1/sessions/{id}/extend", AD_BODY_JSON, session_extend, "move the end of its lifetime"},
+    {"POST",   "/v1/sessions/{id}/runs", AD_BODY_JSON, run_start, "start a command or code run"},
+    {"GET",    "/v1/sessions/{id}/runs", 0, run_list, "the session's runs"},
+    {"GET",    "/v1/sessions/{id}/runs/{run}", 0, run_get, "one run"},
+    {"GET",    "/v1/sessions/{id}/runs/{run}/events", 0, run_events, "the run's events (SSE)"},
+    {"GET",    "/v1/sessions/{id}/runs/{run}/wait", 0, run_wait, "wait for the run's end"},
+    {"POST",   "/v1/sessions/{id}/runs/{run}/stdin", AD_BODY_RAW, run_stdin, "write to the run's stdin"},
+    {"POST",   "/v1/sessions/{id}/runs/{run}/signal", AD_BODY_JSON, run_signal, "signal the run"},
+    {"PUT",    "/v1/sessions/{id}/files", AD_BODY_SPOOL, file_put, "upload a file"},
+    {"GET",    "/v1/sessions/{id}/files", 0, file_get, "download a file"},
+    {"DELETE", "/v1/sessions/{id}/files", 0, file_delete, "remove a file or directory"},
+    {"GET",    "/v1/sessions/{id}/files/stat", 0, file_stat, "a path's type, size, mode, mtime"},
+    {"GET",    "/v1/sessions/{id}/files/list", 0, file_list, "a directory's entries"},
+    {"POST",   "/v1/sessions/{id}/files/mkdir", 0, file_mkdir, "make a directory"},
+    {"POST",   "/v1/sessions/{id}/checkpoints", AD_BODY_JSON, checkpoint_create, "take a checkpoint"},
+    {"GET",    "/v1/sessions/{id}/checkpoints", 0, checkpoint_list, "the session's checkpoints"},
+    {"POST",   "/v1/sessions/{id}/checkpoints/{cp}/rollback", 0, checkpoint_rollback, "roll back to it"},
+    {"DELETE", "/v1/sessions/{id}/checkpoints/{cp}", 0, checkpoint_delete, "delete it"},
+};
+// clang-format on
+const size_t ad_nroutes = sizeof(ad_routes) / sizeof(ad_routes[0]);
+
+void ad_routes_print(void)
+{
+    for (size_t i = 0; i < ad_nroutes; i++)
+        printf("%s %s\n", ad_routes[i].method, ad_routes[i].pattern);
+}

@@ -1,0 +1,782 @@
+/* Runs: one al_exec in a thread of its own, its output turned into numbered events held in a
+ * bounded replay buffer and served as Server-Sent Events.
+ *
+ * Exactly once across reconnects: every event has a sequence number (its SSE id); a reader
+ * that comes back with Last-Event-ID N gets N+1 onwards. An event leaves the buffer only once
+ * it was handed to a reader and room is needed; when the buffer is full of events no reader has
+ * had, the output callback waits, al_exec stops reading the channel, the agent runs out of
+ * credit and the guest's writer blocks: a slow reader slows the guest, the daemon's memory
+ * stays at the bound. */
+#include "airlockd.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <openssl/evp.h>
+#include <poll.h>
+#include <signal.h>
+#include <stdio.h>
+#include <string.h>
+#include <time.h>
+
+struct event {
+    struct event *next;
+    uint64_t seq;
+    size_t len;
+    char text[]; /* the whole SSE frame: "id: N\nevent: T\ndata: {...}\n\n" */
+};
+
+struct ad_run {
+    struct ad_run *next; /* in the session's list, newest first */
+    char id[16];
+    struct ad_session *sess; /* while the thread runs; NULL after ad_runs_free */
+    pthread_t thread;
+    bool has_thread;
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    unsigned refs; /* the session's list, the thread, readers and handlers */
+    /* the buffer */
+    struct event *head, *tail;
+    uint64_t next_seq; /* the next event's number (first is 1) */
+    uint64_t max_sent; /* highest number handed to a reader */
+    size_t held;       /* bytes of the events held */
+    bool done, cancelled, running;
+    cJSON *result; /* the exit or error event's data */
+    int stdin_wr;
+    /* what al_exec runs */
+    char **argv, **env;
+    char *lang, *cwd;
+    bool kernel;
+    unsigned timeout_ms;
+    int stdin_rd;
+    uint64_t started; /* unix time */
+};
+
+static volatile bool shutting_down;
+static pthread_mutex_t list_lock = PTHREAD_MUTEX_INITIALIZER;
+
+/* Runs not yet finished per session, and bytes of stdin given in the request itself (it must
+ * fit the pipe so that starting a run never blocks). */
+#define ACTIVE_RUNS_MAX 16
+#define STDIN_INLINE_MAX 65536
+
+static void strv_free(char **v)
+{
+    for (size_t i = 0; v && v[i]; i++)
+        free(v[i]);
+    free(v);
+}
+
+static void run_free(struct ad_run *r)
+{
+    for (struct event *e = r->head, *n; e; e = n) {
+        n = e->next;
+        free(e);
+    }
+    strv_free(r->argv);
+    strv_free(r->env);
+    free(r->lang);
+    free(r->cwd);
+    if (r->stdin_wr >= 0)
+        close(r->stdin_wr);
+    if (r->stdin_rd >= 0)
+        close(r->stdin_rd);
+    cJSON_Delete(r->result);
+    pthread_mutex_destroy(&r->mu);
+    pthread_cond_destroy(&r->cv);
+    free(r);
+}
+
+void ad_run_put(struct ad_run *r)
+{
+    pthread_mutex_lock(&r->mu);
+    bool last = --r->refs == 0;
+    pthread_mutex_unlock(&r->mu);
+    if (last)
+        run_free(r);
+}
+
+/* ---- the buffer ---- */
+
+/* Appends an event, waiting for room (see the top). -ECANCELED when the run is cancelled. With
+ * result, the run's last event: the run is done in the same step (taking result), so that no
+ * reader sees the end before the run is counted as finished. */
+static int push_ex(struct ad_run *r, const char *type, cJSON *data, bool wait, cJSON *result)
+{
+    char *json = cJSON_PrintUnformatted(data);
+    if (!json)
+        return -ENOMEM;
+    size_t cap = strlen(json) + strlen(type) + 64;
+    struct event *e = malloc(sizeof(*e) + cap);
+    if (!e) {
+        free(json);
+        return -ENOMEM;
+    }
+    pthread_mutex_lock(&r->mu);
+    e->next = NULL;
+    e->seq = r->next_seq;
+    e->len = (size_t)snprintf(e->text, cap, "id: %llu\nevent: %s\ndata: %s\n\n",
+                              (unsigned long long)e->seq, type, json);
+    free(json);
+    for (;;) {
+        while (r->head && r->held + e->len > ad_cfg.run_buffer_bytes &&
+               r->head->seq <= r->max_sent) {
+            struct event *h = r->head;
+            r->head = h->next;
+            if (!r->head)
+                r->tail = NULL;
+            r->held -= h->len;
+            free(h);
+        }
+        if (!r->head || r->held + e->len <= ad_cfg.run_buffer_bytes || !wait)
+            break;
+        if (r->cancelled || shutting_down) {
+            pthread_mutex_unlock(&r->mu);
+            free(e);
+            return -ECANCELED;
+        }
+        pthread_cond_wait(&r->cv, &r->mu);
+    }
+    if (r->tail)
+        r->tail->next = e;
+    else
+        r->head = e;
+    r->tail = e;
+    r->held += e->len;
+    r->next_seq++;
+    if (result) {
+        r->result = result;
+        r->done = true;
+        r->running = false;
+    }
+    pthread_cond_broadcast(&r->cv);
+    pthread_mutex_unlock(&r->mu);
+    return 0;
+}
+
+static int push(struct ad_run *r, const char *type, cJSON *data, bool wait)
+{
+    return push_ex(r, type, data, wait, NULL);
+}
+
+static int on_output(void *ctx, int stream, const uint8_t *data, size_t len)
+{
+    struct ad_run *r = ctx;
+    /* base64 of at most one chunk (AL_DATA_CHUNK_MAX) */
+    size_t blen = 4 * ((len + 2) / 3) + 1;
+    char *b64 = malloc(blen);
+    if (!b64)
+        return -ENOMEM;
+    EVP_EncodeBlock((unsigned char *)b64, data, (int)len);
+    cJSON *o = cJSON_CreateObject();
+    cJSON_AddStringToObject(o, "stream", stream == 2 ? "stderr" : "stdout");
+    cJSON_AddStringToObject(o, "data_b64", b64);
+    free(b64);
+    int rc = push(r, "output", o, true);
+    cJSON_Delete(o);
+    /* Cancelled while waiting for room: the library then sends the guest SIGPIPE and drops the
+     * rest of this stream, and the cancel byte already in the pipe ends the run. */
+    return rc == -ECANCELED ? -EPIPE : rc;
+}
+
+static void drain_cancel(struct ad_session *s)
+{
+    char buf[64];
+    while (read(s->cancel_rd, buf, sizeof(buf)) > 0)
+        ;
+}
+
+static void *run_thread(void *arg)
+{
+    struct ad_run *r = arg;
+    struct ad_session *s = r->sess;
+    al_error err = {0};
+    al_exec_result res = {0};
+    int rc = 0;
+
+    cJSON *st = cJSON_CreateObject();
+    cJSON_AddStringToObject(st, "run", r->id);
+    push(r, "start", st, false);
+    cJSON_Delete(st);
+
+    if (s->policy != AL_CHECKPOINT_NEVER &&
+        al_checkpoint_policy_wants(r->lang, r->lang ? r->argv[0] : NULL, s->policy)) {
+        al_checkpoint_info ci;
+        al_error cerr = {0};
+        int c = al_checkpoint_create(s->s, NULL, &ci, &cerr);
+        cJSON *o = cJSON_CreateObject();
+        if (c > 0)
+            cJSON_AddNumberToObject(o, "id", ci.id);
+        else
+            cJSON_AddStringToObject(o, "error", cerr.msg);
+        push(r, "checkpoint", o, false);
+        cJSON_Delete(o);
+    }
+
+    pthread_mutex_lock(&r->mu);
+    bool cancelled = r->cancelled;
+    r->running = !cancelled;
+    pthread_mutex_unlock(&r->mu);
+    if (cancelled) {
+        rc = -ECANCELED;
+        err.code = rc;
+        snprintf(err.msg, sizeof(err.msg), "cancelled before it started");
+    } else {
+        al_exec_opts o = {
+            .argv = (const char *const *)r->argv,
+            .lang = r->lang,
+            .kernel = r->kernel,
+            .env = (const char *const *)r->env,
+            .cwd = r->cwd,
+            .timeout_ms = r->timeout_ms,
+            .stdin_fd = r->stdin_rd,
+            .stdout_fd = -1,
+            .stderr_fd = -1,
+            .output = on_output,
+            .output_ctx = r,
+        };
+        rc = al_exec(s->s, &o, &res, &err);
+    }
+    drain_cancel(s);
+
+    cJSON *o = cJSON_CreateObject();
+    const char *type = "exit";
+    if (rc < 0) {
+        struct ad_fail f;
+        ad_fail_from(&f, rc, &err);
+        type = "error";
+        cJSON_AddStringToObject(o, "code", rc == -ECANCELED ? "cancelled" : f.code);
+        cJSON_AddNumberToObject(o, "status", f.status);
+        cJSON_AddStringToObject(o, "message", err.code ? err.msg : strerror(-rc));
+    } else {
+        cJSON_AddStringToObject(o, "how", res.how == AL_EXEC_SIGNALED ? "signaled" : "exited");
+        cJSON_AddNumberToObject(o, "value", res.value);
+        cJSON_AddNumberToObject(o, "duration_ms", (double)(res.duration_us / 1000));
+        cJSON_AddBoolToObject(o, "timed_out", res.timed_out);
+        cJSON_AddBoolToObject(o, "interrupted", res.interrupted);
+    }
+    cJSON_AddStringToObject(o, "run", r->id);
+    cJSON *result = cJSON_Duplicate(o, true);
+    cJSON_AddStringToObject(result, "type", type);
+    if (push_ex(r, type, o, false, result) < 0) { /* out of memory: end it all the same */
+        pthread_mutex_lock(&r->mu);
+        r->result = result;
+        r->done = true;
+        r->running = false;
+        pthread_mutex_unlock(&r->mu);
+    }
+    cJSON_Delete(o);
+    pthread_mutex_lock(&r->mu);
+    if (r->stdin_wr >= 0) {
+        close(r->stdin_wr);
+        r->stdin_wr = -1;
+    }
+    pthread_cond_broadcast(&r->cv);
+    pthread_mutex_unlock(&r->mu);
+    ad_session_touch(s);
+    ad_session_put(s);
+    ad_run_put(r); /* the thread's reference */
+    return NULL;
+}
+
+/* ---- starting ---- */
+
+static char **strv_from_array(cJSON *a, size_t max, const char **why)
+{
+    if (!cJSON_IsArray(a) || cJSON_GetArraySize(a) < 1 || (size_t)cJSON_GetArraySize(a) > max) {
+        *why = "argv: a non-empty array of strings";
+        return NULL;
+    }
+    size_t n = (size_t)cJSON_GetArraySize(a);
+    char **v = calloc(n + 1, sizeof(*v));
+    size_t i = 0;
+    cJSON *x;
+    cJSON_ArrayForEach(x, a)
+    {
+        if (!cJSON_IsString(x) || !(v[i++] = strdup(x->valuestring))) {
+            strv_free(v);
+            *why = "argv: a non-empty array of strings";
+            return NULL;
+        }
+    }
+    return v;
+}
+
+static char **env_from_object(cJSON *o, const char **why)
+{
+    size_t n = (size_t)cJSON_GetArraySize(o), i = 0;
+    if (!cJSON_IsObject(o) || n > 256) {
+        *why = "env: an object of at most 256 strings";
+        return NULL;
+    }
+    char **v = calloc(n + 1, sizeof(*v));
+    cJSON *x;
+    cJSON_ArrayForEach(x, o)
+    {
+        if (!cJSON_IsString(x) || !x->string[0] || strchr(x->string, '=') ||
+            asprintf(&v[i++], "%s=%s", x->string, x->valuestring) < 0) {
+            strv_free(v);
+            *why = "env: names without '=', string values";
+            return NULL;
+        }
+    }
+    return v;
+}
+
+int ad_run_start(struct ad_session *s, const struct ad_exec_req *q, const struct ad_limits *lim,
+                 cJSON **out, struct ad_fail *f)
+{
+    const char *why = NULL;
+    if (!!q->argv == !!q->code) {
+        ad_failf(f, 400, "invalid", "give argv or code, not both");
+        return -EINVAL;
+    }
+    if (q->code && !q->language) {
+        ad_failf(f, 400, "invalid", "code needs a language");
+        return -EINVAL;
+    }
+    if (q->kernel && !q->code) {
+        ad_failf(f, 400, "invalid", "a kernel run takes code");
+        return -EINVAL;
+    }
+    if (lim->max_exec_timeout_s && q->timeout_s > lim->max_exec_timeout_s) {
+        ad_failf(f, 429, "quota_exceeded", "timeout_s over %u", lim->max_exec_timeout_s);
+        f->limit = "max_exec_timeout_s";
+        return -EDQUOT;
+    }
+    if (q->stdin_data && strlen(q->stdin_data) > STDIN_INLINE_MAX) {
+        ad_failf(f, 413, "too_large", "stdin over %d bytes: send it to the run's stdin",
+                 STDIN_INLINE_MAX);
+        return -EFBIG;
+    }
+    struct ad_run *r = calloc(1, sizeof(*r));
+    if (!r) {
+        ad_failf(f, 500, "internal", "out of memory");
+        return -ENOMEM;
+    }
+    pthread_mutex_init(&r->mu, NULL);
+    pthread_cond_init(&r->cv, NULL);
+    r->stdin_wr = r->stdin_rd = -1;
+    r->next_seq = 1;
+    r->started = (uint64_t)time(NULL);
+    if (q->argv) {
+        r->argv = strv_from_array(q->argv, 4096, &why);
+    } else {
+        r->argv = calloc(2, sizeof(char *));
+        if (r->argv)
+            r->argv[0] = strdup(q->code);
+        r->lang = strdup(q->language);
+    }
+    r->kernel = q->kernel;
+    if (q->env)
+        r->env = env_from_object(q->env, &why);
+    if (q->cwd)
+        r->cwd = strdup(q->cwd);
+    unsigned t = q->timeout_s ? q->timeout_s : lim->max_exec_timeout_s;
+    r->timeout_ms = t > 4000000 ? 4000000000u : t * 1000u;
+    if (why || !r->argv || (q->env && !r->env)) {
+        ad_failf(f, 400, "invalid", "%s", why ? why : "bad request");
+        run_free(r);
+        return -EINVAL;
+    }
+    if (q->stdin_data || q->stdin_open) {
+        int p[2];
+        if (pipe2(p, O_CLOEXEC) < 0) {
+            ad_failf(f, 500, "internal", "pipe: %s", strerror(errno));
+            run_free(r);
+            return -errno;
+        }
+        r->stdin_rd = p[0];
+        r->stdin_wr = p[1];
+        size_t n = q->stdin_data ? strlen(q->stdin_data) : 0;
+        if (n && write(p[1], q->stdin_data, n) != (ssize_t)n) {
+            ad_failf(f, 500, "internal", "cannot queue stdin");
+            run_free(r);
+            return -EIO;
+        }
+        if (!q->stdin_open) {
+            close(r->stdin_wr);
+            r->stdin_wr = -1;
+        } else {
+            fcntl(r->stdin_wr, F_SETFL, O_NONBLOCK);
+        }
+    }
+
+    pthread_mutex_lock(&list_lock);
+    unsigned active = 0, kept = 0;
+    for (struct ad_run *x = s->runs; x; x = x->next) {
+        pthread_mutex_lock(&x->mu);
+        active += !x->done;
+        pthread_mutex_unlock(&x->mu);
+    }
+    if (active >= ACTIVE_RUNS_MAX) {
+        pthread_mutex_unlock(&list_lock);
+        ad_failf(f, 429, "quota_exceeded", "%u runs of this session are not finished", active);
+        f->limit = "active_runs";
+        run_free(r);
+        return -EDQUOT;
+    }
+    snprintf(r->id, sizeof(r->id), "r%u", ++s->next_run);
+    r->sess = s;
+    r->refs = 2; /* the list and the thread */
+    r->next = s->runs;
+    s->runs = r;
+    /* Finished runs past runs_kept go (a reader may still hold one). */
+    struct ad_run **pp = &s->runs, *drop = NULL;
+    while (*pp) {
+        struct ad_run *x = *pp;
+        pthread_mutex_lock(&x->mu);
+        bool done = x->done;
+        pthread_mutex_unlock(&x->mu);
+        if (done && ++kept > ad_cfg.runs_kept) {
+            *pp = x->next;
+            x->next = drop;
+            drop = x;
+            continue;
+        }
+        pp = &x->next;
+    }
+    /* the session reference the thread holds */
+    struct ad_session *held = ad_session_get(s->owner, s->id);
+    if (!held || pthread_create(&r->thread, NULL, run_thread, r)) {
+        s->runs = r->next;
+        pthread_mutex_unlock(&list_lock);
+        if (held)
+            ad_session_put(held);
+        ad_failf(f, 503, "stopping", "the session is ending");
+        run_free(r);
+        return -EAGAIN;
+    }
+    r->has_thread = true;
+    pthread_mutex_unlock(&list_lock);
+    while (drop) {
+        struct ad_run *x = drop;
+        drop = x->next;
+        if (x->has_thread)
+            pthread_join(x->thread, NULL);
+        ad_run_put(x);
+    }
+    *out = ad_run_json(r);
+    return 0;
+}
+
+/* ---- looking at runs ---- */
+
+struct ad_run *ad_run_get(struct ad_session *s, const char *rid)
+{
+    pthread_mutex_lock(&list_lock);
+    struct ad_run *r = s->runs;
+    while (r && strcmp(r->id, rid))
+        r = r->next;
+    if (r) {
+        pthread_mutex_lock(&r->mu);
+        r->refs++;
+        pthread_mutex_unlock(&r->mu);
+    }
+    pthread_mutex_unlock(&list_lock);
+    return r;
+}
+
+static cJSON *run_json_locked(struct ad_run *r)
+{
+    cJSON *o = cJSON_CreateObject();
+    cJSON_AddStringToObject(o, "id", r->id);
+    cJSON_AddStringToObject(o, "state", r->done ? "done" : r->running ? "running" : "queued");
+    cJSON_AddNumberToObject(o, "started", (double)r->started);
+    cJSON_AddNumberToObject(o, "events", (double)(r->next_seq - 1));
+    if (r->result)
+        cJSON_AddItemToObject(o, "result", cJSON_Duplicate(r->result, true));
+    return o;
+}
+
+cJSON *ad_run_json(struct ad_run *r)
+{
+    pthread_mutex_lock(&r->mu);
+    cJSON *o = run_json_locked(r);
+    pthread_mutex_unlock(&r->mu);
+    return o;
+}
+
+void ad_run_list(struct ad_session *s, cJSON *arr)
+{
+    pthread_mutex_lock(&list_lock);
+    for (struct ad_run *r = s->runs; r; r = r->next)
+        cJSON_AddItemToArray(arr, ad_run_json(r));
+    pthread_mutex_unlock(&list_lock);
+}
+
+bool ad_runs_active(struct ad_session *s)
+{
+    bool any = false;
+    pthread_mutex_lock(&list_lock);
+    for (struct ad_run *r = s->runs; r; r = r->next) {
+        pthread_mutex_lock(&r->mu);
+        any |= !r->done;
+        pthread_mutex_unlock(&r->mu);
+    }
+    pthread_mutex_unlock(&list_lock);
+    return any;
+}
+
+cJSON *ad_run_wait(struct ad_run *r, unsigned timeout_ms)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    ts.tv_sec += timeout_ms / 1000;
+    ts.tv_nsec += (long)(timeout_ms % 1000) * 1000000L;
+    if (ts.tv_nsec >= 1000000000L) {
+        ts.tv_sec++;
+        ts.tv_nsec -= 1000000000L;
+    }
+    pthread_mutex_lock(&r->mu);
+    /* In slices of a second, so that shutdown (which signals no run) is seen soon. */
+    while (!r->done && !shutting_down) {
+        struct timespec now, slice;
+        clock_gettime(CLOCK_REALTIME, &now);
+        slice = now;
+        slice.tv_sec += 1;
+        if (slice.tv_sec > ts.tv_sec || (slice.tv_sec == ts.tv_sec && slice.tv_nsec > ts.tv_nsec))
+            slice = ts;
+        if (now.tv_sec > ts.tv_sec || (now.tv_sec == ts.tv_sec && now.tv_nsec >= ts.tv_nsec))
+            break;
+        pthread_cond_timedwait(&r->cv, &r->mu, &slice);
+    }
+    cJSON *o = run_json_locked(r);
+    pthread_mutex_unlock(&r->mu);
+    return o;
+}
+
+/* ---- acting on runs ---- */
+
+/* How long a stdin write may wait for the guest to read (the pipe is full). */
+#define STDIN_WAIT_MS 30000
+
+int ad_run_stdin(struct ad_run *r, const void *data, size_t len, bool eof, struct ad_fail *f)
+{
+    pthread_mutex_lock(&r->mu);
+    int fd = r->stdin_wr >= 0 ? dup(r->stdin_wr) : -1;
+    bool done = r->done;
+    pthread_mutex_unlock(&r->mu);
+    if (fd < 0) {
+        ad_failf(f, 409, "stdin_closed",
+                 done ? "the run has ended" : "the run's stdin is not open (stdin_open)");
+        return -EPIPE;
+    }
+    const char *p = data;
+    uint64_t deadline = ad_now_ms() + STDIN_WAIT_MS;
+    int rc = 0;
+    while (len) {
+        ssize_t n = write(fd, p, len);
+        if (n > 0) {
+            p += n;
+            len -= (size_t)n;
+            continue;
+        }
+        if (n < 0 && errno == EAGAIN) {
+            uint64_t now = ad_now_ms();
+            struct pollfd pfd = {fd, POLLOUT, 0};
+            if (now >= deadline) {
+                ad_failf(f, 504, "timeout", "the guest did not read its stdin for %d s",
+                         STDIN_WAIT_MS / 1000);
+                rc = -ETIMEDOUT;
+                break;
+            }
+            poll(&pfd, 1, (int)(deadline - now));
+            continue;
+        }
+        if (n < 0 && errno == EINTR)
+            continue;
+        ad_failf(f, 409, "stdin_closed", "the run's stdin is closed");
+        rc = -EPIPE;
+        break;
+    }
+    close(fd);
+    if (rc == 0 && eof) {
+        pthread_mutex_lock(&r->mu);
+        if (r->stdin_wr >= 0) {
+            close(r->stdin_wr);
+            r->stdin_wr = -1;
+        }
+        pthread_mutex_unlock(&r->mu);
+    }
+    return rc;
+}
+
+int ad_run_signal(struct ad_run *r, int signo, struct ad_fail *f)
+{
+    pthread_mutex_lock(&r->mu);
+    bool running = r->running && !r->done;
+    struct ad_session *s = r->sess;
+    if (running && signo != SIGINT && signo != SIGQUIT) {
+        /* The library kills the run on any other byte; if its output callback waits for room,
+         * this lets it go. */
+        r->cancelled = true;
+        pthread_cond_broadcast(&r->cv);
+    }
+    pthread_mutex_unlock(&r->mu);
+    if (!running) {
+        ad_failf(f, 409, "not_running", "the run is not running");
+        return -ESRCH;
+    }
+    uint8_t b = (uint8_t)signo;
+    if (write(s->cancel_wr, &b, 1) != 1) {
+        ad_failf(f, 503, "busy", "signals are queued already");
+        return -EAGAIN;
+    }
+    return 0;
+}
+
+void ad_runs_cancel(struct ad_session *s)
+{
+    pthread_mutex_lock(&list_lock);
+    bool any = false;
+    for (struct ad_run *r = s->runs; r; r = r->next) {
+        pthread_mutex_lock(&r->mu);
+        if (!r->done) {
+            r->cancelled = true;
+            any |= r->running;
+        }
+        pthread_cond_broadcast(&r->cv);
+        pthread_mutex_unlock(&r->mu);
+    }
+    pthread_mutex_unlock(&list_lock);
+    if (any) {
+        uint8_t b = SIGKILL;
+        if (write(s->cancel_wr, &b, 1) < 0) {
+            /* full of bytes already: the run ends on those */
+        }
+    }
+}
+
+void ad_runs_free(struct ad_session *s)
+{
+    pthread_mutex_lock(&list_lock);
+    struct ad_run *r = s->runs;
+    s->runs = NULL;
+    pthread_mutex_unlock(&list_lock);
+    while (r) {
+        struct ad_run *n = r->next;
+        if (r->has_thread)
+            pthread_join(r->thread, NULL);
+        pthread_mutex_lock(&r->mu);
+        r->sess = NULL;
+        pthread_mutex_unlock(&r->mu);
+        ad_run_put(r);
+        r = n;
+    }
+}
+
+void ad_runs_shutdown(void)
+{
+    shutting_down = true;
+}
+
+/* ---- the event stream ---- */
+
+struct reader {
+    struct ad_run *r;
+    uint64_t next; /* the next event number to send */
+    size_t off;    /* bytes of it already sent */
+    uint64_t beat; /* when the next heartbeat is due */
+};
+
+static ssize_t read_events(void *cls, uint64_t pos, char *buf, size_t max)
+{
+    (void)pos;
+    struct reader *rd = cls;
+    struct ad_run *r = rd->r;
+    pthread_mutex_lock(&r->mu);
+    for (;;) {
+        if (shutting_down) {
+            pthread_mutex_unlock(&r->mu);
+            return MHD_CONTENT_READER_END_OF_STREAM;
+        }
+        struct event *e = r->head;
+        while (e && e->seq < rd->next)
+            e = e->next;
+        if (e && e->seq != rd->next) { /* dropped while another reader had it */
+            pthread_mutex_unlock(&r->mu);
+            return MHD_CONTENT_READER_END_WITH_ERROR;
+        }
+        if (e) {
+            size_t n = e->len - rd->off < max ? e->len - rd->off : max;
+            memcpy(buf, e->text + rd->off, n);
+            rd->off += n;
+            if (rd->off == e->len) {
+                rd->off = 0;
+                rd->next++;
+                if (e->seq > r->max_sent) {
+                    r->max_sent = e->seq;
+                    pthread_cond_broadcast(&r->cv);
+                }
+            }
+            pthread_mutex_unlock(&r->mu);
+            rd->beat = ad_now_ms() + ad_cfg.heartbeat_s * 1000ull;
+            return (ssize_t)n;
+        }
+        if (r->done) {
+            pthread_mutex_unlock(&r->mu);
+            return MHD_CONTENT_READER_END_OF_STREAM;
+        }
+        uint64_t now = ad_now_ms();
+        if (now >= rd->beat) {
+            pthread_mutex_unlock(&r->mu);
+            rd->beat = now + ad_cfg.heartbeat_s * 1000ull;
+            static const char hb[] = ": heartbeat\n\n";
+            size_t n = sizeof(hb) - 1 < max ? sizeof(hb) - 1 : max;
+            memcpy(buf, hb, n);
+            return (ssize_t)n;
+        }
+        /* Wake at the heartbeat at the latest; shutdown is seen within a second. */
+        uint64_t wait = rd->beat - now < 1000 ? rd->beat - now : 1000;
+        struct timespec ts;
+        clock_gettime(CLOCK_REALTIME, &ts);
+        ts.tv_nsec += (long)wait * 1000000L;
+        while (ts.tv_nsec >= 1000000000L) {
+            ts.tv_sec++;
+            ts.tv_nsec -= 1000000000L;
+        }
+        pthread_cond_timedwait(&r->cv, &r->mu, &ts);
+    }
+}
+
+static void free_reader(void *cls)
+{
+    struct reader *rd = cls;
+    ad_run_put(rd->r);
+    free(rd);
+}
+
+struct MHD_Response *ad_run_events(struct ad_run *r, uint64_t last_id, struct ad_fail *f)
+{
+    pthread_mutex_lock(&r->mu);
+    uint64_t oldest = r->head ? r->head->seq : r->next_seq;
+    bool gone = last_id + 1 < oldest;
+    if (!gone)
+        r->refs++;
+    pthread_mutex_unlock(&r->mu);
+    if (gone) {
+        ad_failf(f, 410, "events_dropped",
+                 "events after %llu are no longer held (the oldest is %llu)",
+                 (unsigned long long)last_id, (unsigned long long)oldest);
+        return NULL;
+    }
+    struct reader *rd = calloc(1, sizeof(*rd));
+    if (!rd) {
+        ad_run_put(r);
+        ad_failf(f, 500, "internal", "out of memory");
+        return NULL;
+    }
+    rd->r = r;
+    rd->next = last_id + 1;
+    rd->beat = ad_now_ms() + ad_cfg.heartbeat_s * 1000ull;
+    struct MHD_Response *resp =
+        MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, 16384, read_events, rd, free_reader);
+    if (!resp) {
+        free_reader(rd);
+        ad_failf(f, 500, "internal", "out of memory");
+        return NULL;
+    }
+    MHD_add_response_header(resp, "Content-Type", "text/event-stream");
+    MHD_add_response_header(resp, "Cache-Control", "no-cache");
+    return resp;
+}

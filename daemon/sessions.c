@@ -1,0 +1,437 @@
+/* The daemon's sessions: libairlock sessions with an owner, labels, an idle timeout and a
+ * lifetime. They outlive requests; a reaper ends the idle and the expired; shutdown ends all. */
+#include "airlockd.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <signal.h>
+#include <stdio.h>
+#include <string.h>
+#include <time.h>
+
+/* A registry slot: a session, or a reservation while one boots (counted against quotas). */
+struct slot {
+    struct slot *next;
+    struct ad_session *s; /* NULL while booting */
+    char owner[40];
+    unsigned memory_mib;
+};
+
+static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
+static pthread_cond_t cond = PTHREAD_COND_INITIALIZER;
+static struct slot *slots;
+static pthread_t reaper;
+static bool stopping, reaper_started;
+
+/* Labels: a few short strings for the caller's bookkeeping. */
+#define LABELS_MAX 16
+#define LABEL_LEN_MAX 128
+/* vCPUs a session may ask for. */
+#define VCPUS_MAX 16
+
+/* Warm pool hook (issue 13): when a pool hands out ready sessions for an image, this is where
+ * create takes one instead of booting; NULL until the pool lands. */
+static al_session *(*pool_take)(const char *image, const al_session_opts *o);
+
+static void *reap_loop(void *arg);
+
+int ad_sessions_init(const struct ad_config *c)
+{
+    (void)c;
+    if (pthread_create(&reaper, NULL, reap_loop, NULL))
+        return -EAGAIN;
+    reaper_started = true;
+    return 0;
+}
+
+struct ad_session *ad_session_get(const char *owner, const char *id)
+{
+    struct ad_session *found = NULL;
+    pthread_mutex_lock(&lock);
+    for (struct slot *sl = slots; sl; sl = sl->next)
+        if (sl->s && !sl->s->gone && !strcmp(sl->s->id, id) && !strcmp(sl->s->owner, owner)) {
+            found = sl->s;
+            found->refs++;
+            break;
+        }
+    pthread_mutex_unlock(&lock);
+    return found;
+}
+
+void ad_session_put(struct ad_session *s)
+{
+    pthread_mutex_lock(&lock);
+    s->refs--;
+    pthread_cond_broadcast(&cond);
+    pthread_mutex_unlock(&lock);
+}
+
+void ad_session_touch(struct ad_session *s)
+{
+    pthread_mutex_lock(&lock);
+    s->used_ms = ad_now_ms();
+    pthread_mutex_unlock(&lock);
+}
+
+static void unlink_slot(struct ad_session *s)
+{
+    for (struct slot **p = &slots; *p; p = &(*p)->next)
+        if ((*p)->s == s) {
+            struct slot *sl = *p;
+            *p = sl->next;
+            free(sl);
+            return;
+        }
+}
+
+/* Ends s once only `own` references are left (the caller's): its runs are cancelled first so
+ * that their threads let go. Called with lock held, s already gone; returns with it held. */
+static void finish(struct ad_session *s, unsigned own)
+{
+    pthread_mutex_unlock(&lock);
+    ad_runs_cancel(s);
+    pthread_mutex_lock(&lock);
+    while (s->refs > own)
+        pthread_cond_wait(&cond, &lock);
+    pthread_mutex_unlock(&lock);
+    uint64_t t0 = ad_now_ms();
+    al_session_close(s->s);
+    ad_log("session %s of %s ended (%llums to close)", s->id, s->owner,
+           (unsigned long long)(ad_now_ms() - t0));
+    ad_runs_free(s);
+    close(s->cancel_rd);
+    close(s->cancel_wr);
+    cJSON_Delete(s->labels);
+    pthread_mutex_lock(&lock);
+}
+
+void ad_session_delete(struct ad_session *s)
+{
+    pthread_mutex_lock(&lock);
+    if (s->gone) { /* the reaper ends it already; it waits for this reference */
+        s->refs--;
+        pthread_cond_broadcast(&cond);
+        pthread_mutex_unlock(&lock);
+        return;
+    }
+    s->gone = true;
+    unlink_slot(s);
+    finish(s, 1);
+    s->refs = 0;
+    pthread_mutex_unlock(&lock);
+    free(s);
+}
+
+static void reap_one(struct ad_session *s, const char *why)
+{
+    ad_log("session %s of %s: %s", s->id, s->owner, why);
+    s->gone = true;
+    unlink_slot(s);
+    finish(s, 0);
+    free(s);
+}
+
+static void *reap_loop(void *arg)
+{
+    (void)arg;
+    pthread_mutex_lock(&lock);
+    while (!stopping) {
+        struct timespec ts;
+        clock_gettime(CLOCK_REALTIME, &ts);
+        ts.tv_nsec += 500 * 1000000L;
+        if (ts.tv_nsec >= 1000000000L) {
+            ts.tv_sec++;
+            ts.tv_nsec -= 1000000000L;
+        }
+        pthread_cond_timedwait(&cond, &lock, &ts);
+        if (stopping)
+            break;
+        uint64_t now = ad_now_ms();
+        for (struct slot *sl = slots; sl; sl = sl->next) {
+            struct ad_session *s = sl->s;
+            if (!s || s->gone)
+                continue;
+            if (now >= s->deadline_ms) {
+                reap_one(s, "lifetime over");
+                break; /* the list changed; look again next round */
+            }
+            s->refs++; /* kept while the lock is let go: a delete waits for it */
+            pthread_mutex_unlock(&lock);
+            bool busy = ad_runs_active(s);
+            pthread_mutex_lock(&lock);
+            s->refs--;
+            pthread_cond_broadcast(&cond);
+            if (s->gone)
+                break; /* being ended by a delete; the list changed */
+            /* now again: a request may have touched it while the lock was let go */
+            now = ad_now_ms();
+            if (!busy && s->refs == 0 && s->idle_s && now >= s->used_ms &&
+                now - s->used_ms >= s->idle_s * 1000ull) {
+                reap_one(s, "idle timeout");
+                break;
+            }
+        }
+    }
+    pthread_mutex_unlock(&lock);
+    return NULL;
+}
+
+void ad_sessions_shutdown(void)
+{
+    pthread_mutex_lock(&lock);
+    stopping = true;
+    pthread_cond_broadcast(&cond);
+    pthread_mutex_unlock(&lock);
+    if (reaper_started)
+        pthread_join(reaper, NULL);
+    ad_runs_shutdown();
+    pthread_mutex_lock(&lock);
+    for (;;) {
+        struct slot *sl = slots;
+        while (sl && (!sl->s || sl->s->gone))
+            sl = sl->next;
+        if (!sl)
+            break;
+        reap_one(sl->s, "daemon stopping");
+    }
+    pthread_mutex_unlock(&lock);
+}
+
+void ad_session_list(const char *owner, void (*fn)(void *ctx, struct ad_session *s), void *ctx)
+{
+    pthread_mutex_lock(&lock);
+    for (struct slot *sl = slots; sl; sl = sl->next)
+        if (sl->s && !sl->s->gone && !strcmp(sl->s->owner, owner))
+            fn(ctx, sl->s);
+    pthread_mutex_unlock(&lock);
+}
+
+static int64_t wall_of(uint64_t mono_ms)
+{
+    int64_t delta = (int64_t)mono_ms - (int64_t)ad_now_ms();
+    return (int64_t)time(NULL) + delta / 1000;
+}
+
+/* Called with the registry lock held (list) or a reference (get). */
+cJSON *ad_session_json(struct ad_session *s)
+{
+    cJSON *o = cJSON_CreateObject();
+    cJSON_AddStringToObject(o, "id", s->id);
+    cJSON_AddStringToObject(o, "image", s->image);
+    cJSON_AddNumberToObject(o, "memory_mib", s->memory_mib);
+    cJSON_AddNumberToObject(o, "vcpus", s->vcpus);
+    cJSON_AddStringToObject(o, "transport", s->transport);
+    cJSON_AddStringToObject(o, "checkpoint_policy", al_checkpoint_policy_name(s->policy));
+    cJSON_AddItemToObject(o, "labels", cJSON_Duplicate(s->labels, true));
+    cJSON_AddNumberToObject(o, "created", (double)s->created);
+    cJSON_AddNumberToObject(o, "idle_timeout_s", s->idle_s);
+    if (s->deadline_ms == UINT64_MAX)
+        cJSON_AddNullToObject(o, "expires");
+    else
+        cJSON_AddNumberToObject(o, "expires", (double)wall_of(s->deadline_ms));
+    cJSON_AddBoolToObject(o, "checkpoints", s->checkpoints);
+    cJSON_AddBoolToObject(o, "kvm", al_session_kvm(s->s));
+    cJSON_AddStringToObject(o, "languages", al_session_languages(s->s));
+    return o;
+}
+
+static int quota(const char *owner, const struct ad_limits *lim, unsigned memory_mib,
+                 struct ad_fail *f)
+{
+    unsigned n = 0, mem = 0;
+    for (struct slot *sl = slots; sl; sl = sl->next)
+        if (!strcmp(sl->owner, owner) && !(sl->s && sl->s->gone)) {
+            n++;
+            mem += sl->memory_mib;
+        }
+    if (lim->max_sessions && n + 1 > lim->max_sessions) {
+        ad_failf(f, 429, "quota_exceeded", "%u sessions open, the limit", n);
+        f->limit = "max_sessions";
+        return -EDQUOT;
+    }
+    if (lim->max_memory_mib && mem + memory_mib > lim->max_memory_mib) {
+        ad_failf(f, 429, "quota_exceeded", "%u MiB held, %u more would pass the limit of %u", mem,
+                 memory_mib, lim->max_memory_mib);
+        f->limit = "max_memory_mib";
+        return -EDQUOT;
+    }
+    return 0;
+}
+
+static int check_create(const struct ad_create *c, const struct ad_limits *lim, struct ad_fail *f)
+{
+    if (c->vcpus > VCPUS_MAX) {
+        ad_failf(f, 400, "invalid", "vcpus: at most %d", VCPUS_MAX);
+        return -EINVAL;
+    }
+    if (c->memory_mib && (c->memory_mib < 64 || c->memory_mib > 65536)) {
+        ad_failf(f, 400, "invalid", "memory_mib: 64 to 65536");
+        return -EINVAL;
+    }
+    if (lim->max_lifetime_s && c->lifetime_s > lim->max_lifetime_s) {
+        ad_failf(f, 429, "quota_exceeded", "lifetime_s over %u", lim->max_lifetime_s);
+        f->limit = "max_lifetime_s";
+        return -EDQUOT;
+    }
+    if (lim->max_idle_s && c->idle_s > lim->max_idle_s) {
+        ad_failf(f, 429, "quota_exceeded", "idle_timeout_s over %u", lim->max_idle_s);
+        f->limit = "max_idle_s";
+        return -EDQUOT;
+    }
+    if (c->labels) {
+        if (!cJSON_IsObject(c->labels) || cJSON_GetArraySize(c->labels) > LABELS_MAX) {
+            ad_failf(f, 400, "invalid", "labels: an object of at most %d strings", LABELS_MAX);
+            return -EINVAL;
+        }
+        cJSON *l;
+        cJSON_ArrayForEach(l, c->labels)
+        {
+            if (!cJSON_IsString(l) || strlen(l->valuestring) > LABEL_LEN_MAX ||
+                strlen(l->string) > LABEL_LEN_MAX) {
+                ad_failf(f, 400, "invalid", "labels: string values, %d bytes each at most",
+                         LABEL_LEN_MAX);
+                return -EINVAL;
+            }
+        }
+    }
+    return 0;
+}
+
+int ad_session_create(const char *owner, const struct ad_limits *lim, const struct ad_create *c,
+                      struct ad_session **out, struct ad_fail *f)
+{
+    al_error err = {0};
+    int r = check_create(c, lim, f);
+    if (r < 0)
+        return r;
+    enum al_transport transport = AL_TRANSPORT_IMAGE;
+    if (c->transport && (r = al_transport_parse(c->transport, &transport, &err)) < 0) {
+        ad_failf(f, 400, "invalid", "%s", err.msg);
+        return r;
+    }
+    enum al_checkpoint_policy policy = AL_CHECKPOINT_NEVER;
+    if (c->checkpoint_policy &&
+        (r = al_checkpoint_policy_parse(c->checkpoint_policy, &policy, &err)) < 0) {
+        ad_failf(f, 400, "invalid", "%s", err.msg);
+        return r;
+    }
+    /* The memory a session will take, for the quota, before it boots. */
+    const char *image = c->image ? c->image : al_image_default();
+    al_image img;
+    if ((r = al_image_load(image, &img, &err)) < 0) {
+        ad_fail_from(f, r, &err);
+        if (r == -ENOENT)
+            f->status = 400;
+        return r;
+    }
+    unsigned mem = c->memory_mib ? c->memory_mib : img.memory_mib ? img.memory_mib : 256;
+    enum al_transport img_transport = img.transport;
+    al_image_free(&img);
+
+    struct slot *sl = calloc(1, sizeof(*sl));
+    struct ad_session *s = calloc(1, sizeof(*s));
+    int pfd[2] = {-1, -1};
+    if (!sl || !s || pipe2(pfd, O_CLOEXEC | O_NONBLOCK) < 0) {
+        free(sl);
+        free(s);
+        ad_failf(f, 500, "internal", "out of memory or descriptors");
+        return -ENOMEM;
+    }
+    snprintf(sl->owner, sizeof(sl->owner), "%s", owner);
+    sl->memory_mib = mem;
+    pthread_mutex_lock(&lock);
+    r = stopping ? -ESHUTDOWN : quota(owner, lim, mem, f);
+    if (r == -ESHUTDOWN)
+        ad_failf(f, 503, "stopping", "the daemon is stopping");
+    if (r == 0) {
+        sl->next = slots;
+        slots = sl;
+    }
+    pthread_mutex_unlock(&lock);
+    if (r < 0) {
+        close(pfd[0]);
+        close(pfd[1]);
+        free(sl);
+        free(s);
+        return r;
+    }
+
+    al_session_opts o = {
+        .image = image,
+        .memory_mib = mem,
+        .vcpus = c->vcpus,
+        .quiet = true,
+        .cancel_fd = pfd[0],
+        .transport = transport,
+        .checkpoints = c->checkpoints || policy != AL_CHECKPOINT_NEVER,
+        .disk_budget_bytes = lim->disk_budget_bytes,
+    };
+    uint64_t t0 = ad_now_ms();
+    al_session *as = pool_take ? pool_take(image, &o) : NULL;
+    r = as ? 0 : al_session_open(&o, &as, &err);
+    pthread_mutex_lock(&lock);
+    if (r < 0 || stopping) {
+        for (struct slot **p = &slots; *p; p = &(*p)->next)
+            if (*p == sl) {
+                *p = sl->next;
+                break;
+            }
+        pthread_mutex_unlock(&lock);
+        if (r < 0) {
+            ad_fail_from(f, r, &err);
+            if (f->status == 500)
+                ad_failf(f, 503, "boot_failed", "%s", err.msg);
+        } else {
+            al_session_close(as);
+            ad_failf(f, 503, "stopping", "the daemon is stopping");
+            r = -ESHUTDOWN;
+        }
+        close(pfd[0]);
+        close(pfd[1]);
+        free(sl);
+        free(s);
+        return r;
+    }
+    s->s = as;
+    snprintf(s->id, sizeof(s->id), "%s", al_session_name(as));
+    snprintf(s->owner, sizeof(s->owner), "%s", owner);
+    snprintf(s->image, sizeof(s->image), "%s", image);
+    snprintf(s->transport, sizeof(s->transport), "%s",
+             transport == AL_TRANSPORT_IMAGE
+                 ? (img_transport == AL_TRANSPORT_SSH ? "ssh" : "virtio")
+                 : (transport == AL_TRANSPORT_SSH ? "ssh" : "virtio"));
+    s->memory_mib = mem;
+    s->vcpus = al_session_vcpus(as);
+    s->policy = policy;
+    s->checkpoints = o.checkpoints;
+    s->labels = c->labels ? cJSON_Duplicate(c->labels, true) : cJSON_CreateObject();
+    s->created = time(NULL);
+    s->created_ms = s->used_ms = ad_now_ms();
+    s->idle_s = c->idle_s ? c->idle_s : lim->max_idle_s;
+    s->lifetime_s = c->lifetime_s ? c->lifetime_s : lim->max_lifetime_s;
+    s->deadline_ms = s->lifetime_s ? s->created_ms + s->lifetime_s * 1000ull : UINT64_MAX;
+    s->cancel_rd = pfd[0];
+    s->cancel_wr = pfd[1];
+    s->refs = 1;
+    sl->s = s;
+    pthread_mutex_unlock(&lock);
+    ad_log("session %s of %s started (%s, %u MiB, %llums)", s->id, owner, image, mem,
+           (unsigned long long)(ad_now_ms() - t0));
+    *out = s;
+    return 0;
+}
+
+int ad_session_extend(struct ad_session *s, unsigned seconds, const struct ad_limits *lim,
+                      struct ad_fail *f)
+{
+    uint64_t want = ad_now_ms() + seconds * 1000ull;
+    if (lim->max_lifetime_s && want > s->created_ms + lim->max_lifetime_s * 1000ull) {
+        ad_failf(f, 429, "quota_exceeded", "a session lives at most %u s", lim->max_lifetime_s);
+        f->limit = "max_lifetime_s";
+        return -EDQUOT;
+    }
+    pthread_mutex_lock(&lock);
+    s->deadline_ms = want;
+    pthread_mutex_unlock(&lock);
+    return 0;
+}

@@ -1,0 +1,619 @@
+/* The CLI as a client of airlockd (docs/API.md): `airlock session start|ls|stop|extend`,
+ * `airlock exec --session ID`, and exec/ps against a daemon named by --server or $AIRLOCK_HOST.
+ * HTTP through libcurl (a unix socket or TCP), events through the model client's SSE parser. */
+#include "cli.h"
+#include "model.h"
+
+#include <cjson/cJSON.h>
+#include <curl/curl.h>
+#include <errno.h>
+#include <getopt.h>
+#include <openssl/evp.h>
+#include <poll.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#define DEFAULT_SOCKET "/run/airlock/airlockd.sock"
+/* An answer that is not an event stream: a session, a list of them. */
+#define BODY_MAX (4u << 20)
+/* Reconnects of one event stream before giving up. */
+#define STREAM_RETRIES 5
+
+struct remote {
+    char base[512];        /* "http://localhost" for a socket, else the URL */
+    const char *unix_path; /* NULL over TCP */
+    char auth[600];        /* "Authorization: Bearer ..." or "" */
+};
+
+static int remote_init(struct remote *r, const struct cli_globals *g)
+{
+    const char *url = g->server ? g->server : getenv("AIRLOCK_HOST");
+    const char *key = g->api_key ? g->api_key : getenv("AIRLOCK_API_KEY");
+    if (!url || !*url)
+        url = DEFAULT_SOCKET;
+    if (!strncmp(url, "unix:", 5))
+        url += 5;
+    memset(r, 0, sizeof(*r));
+    if (url[0] == '/') {
+        r->unix_path = url;
+        snprintf(r->base, sizeof(r->base), "http://localhost");
+    } else if (!strncmp(url, "http://", 7) || !strncmp(url, "https://", 8)) {
+        snprintf(r->base, sizeof(r->base), "%s", url);
+        size_t n = strlen(r->base);
+        while (n && r->base[n - 1] == '/')
+            r->base[--n] = 0;
+    } else {
+        fprintf(stderr,
+                "airlock: --server wants unix:/path, http://host:port or "
+                "https://host:port, not '%s'\n",
+                url);
+        return -EINVAL;
+    }
+    if (key && *key)
+        snprintf(r->auth, sizeof(r->auth), "Authorization: Bearer %s", key);
+    return 0;
+}
+
+struct body {
+    char *buf;
+    size_t len;
+};
+
+static size_t to_body(char *p, size_t size, size_t n, void *ctx)
+{
+    struct body *b = ctx;
+    size_t k = size * n;
+    if (b->len + k > BODY_MAX)
+        return 0;
+    char *nb = realloc(b->buf, b->len + k + 1);
+    if (!nb)
+        return 0;
+    memcpy(nb + b->len, p, k);
+    b->buf = nb;
+    b->len += k;
+    nb[b->len] = 0;
+    return k;
+}
+
+static CURL *handle(const struct remote *r, const char *method, const char *path,
+                    struct curl_slist **hdrs)
+{
+    CURL *c = curl_easy_init();
+    if (!c)
+        return NULL;
+    char url[1024];
+    snprintf(url, sizeof(url), "%s%s", r->base, path);
+    curl_easy_setopt(c, CURLOPT_URL, url);
+    curl_easy_setopt(c, CURLOPT_CUSTOMREQUEST, method);
+    curl_easy_setopt(c, CURLOPT_NOSIGNAL, 1L);
+    if (r->unix_path)
+        curl_easy_setopt(c, CURLOPT_UNIX_SOCKET_PATH, r->unix_path);
+    if (r->auth[0])
+        *hdrs = curl_slist_append(*hdrs, r->auth);
+    return c;
+}
+
+/* One request with a JSON body (or none); the answer's JSON in *out (NULL when empty). Prints
+ * the daemon's error and returns -EIO on an error status. */
+static int call(const struct remote *r, const char *method, const char *path, cJSON *in,
+                cJSON **out, long *status_out)
+{
+    struct curl_slist *hdrs = NULL;
+    CURL *c = handle(r, method, path, &hdrs);
+    if (!c)
+        return -ENOMEM;
+    char *text = NULL;
+    if (in) {
+        text = cJSON_PrintUnformatted(in);
+        hdrs = curl_slist_append(hdrs, "Content-Type: application/json");
+        curl_easy_setopt(c, CURLOPT_POSTFIELDS, text);
+    }
+    struct body b = {0};
+    curl_easy_setopt(c, CURLOPT_HTTPHEADER, hdrs);
+    curl_easy_setopt(c, CURLOPT_WRITEFUNCTION, to_body);
+    curl_easy_setopt(c, CURLOPT_WRITEDATA, &b);
+    CURLcode cc = curl_easy_perform(c);
+    long status = 0;
+    curl_easy_getinfo(c, CURLINFO_RESPONSE_CODE, &status);
+    curl_easy_cleanup(c);
+    curl_slist_free_all(hdrs);
+    free(text);
+    int rc = 0;
+    if (cc != CURLE_OK) {
+        fprintf(stderr, "airlock: cannot reach airlockd at %s: %s\n",
+                r->unix_path ? r->unix_path : r->base, curl_easy_strerror(cc));
+        rc = -ECONNREFUSED;
+    } else if (status >= 400) {
+        cJSON *j = b.buf ? cJSON_Parse(b.buf) : NULL;
+        cJSON *e = cJSON_GetObjectItemCaseSensitive(j, "error");
+        const char *msg = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(e, "message"));
+        char safe[512];
+        fprintf(stderr, "airlock: airlockd: %s (%ld)\n",
+                al_term_escape(msg ? msg : "error", safe, sizeof(safe)), status);
+        cJSON_Delete(j);
+        rc = -EIO;
+    } else if (out) {
+        *out = b.len ? cJSON_Parse(b.buf) : NULL;
+    }
+    if (status_out)
+        *status_out = status;
+    free(b.buf);
+    return rc;
+}
+
+/* ---- exec over the API ---- */
+
+struct stream {
+    struct cli_termout *tty;
+    bool raw;
+    uint64_t seen; /* events received: the stream's ids are 1, 2, ... */
+    bool ended;
+    int exit_code;
+};
+
+static int on_event(void *ctx, const char *event, const char *data, size_t len)
+{
+    (void)len;
+    struct stream *s = ctx;
+    s->seen++;
+    cJSON *j = cJSON_Parse(data);
+    if (!j)
+        return 0;
+    if (!strcmp(event, "output")) {
+        const char *b64 = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(j, "data_b64"));
+        const char *st = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(j, "stream"));
+        size_t n = b64 ? strlen(b64) : 0;
+        unsigned char *bytes = malloc(n / 4 * 3 + 3);
+        int k =
+            bytes && n % 4 == 0 ? EVP_DecodeBlock(bytes, (const unsigned char *)b64, (int)n) : -1;
+        if (k >= 0) {
+            k -= n >= 1 && b64[n - 1] == '=' ? 1 : 0; /* DecodeBlock counts padding as zeros */
+            k -= n >= 2 && b64[n - 2] == '=' ? 1 : 0;
+            int stream = st && !strcmp(st, "stderr") ? 2 : 1;
+            if (s->tty)
+                cli_termout_write(s->tty, stream, bytes, (size_t)k);
+            else if (write(stream, bytes, (size_t)k) < 0) {
+                /* the reader went away: nothing to tell */
+            }
+        }
+        free(bytes);
+    } else if (!strcmp(event, "exit")) {
+        const char *how = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(j, "how"));
+        int v = (int)cJSON_GetNumberValue(cJSON_GetObjectItemCaseSensitive(j, "value"));
+        bool timed_out = cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(j, "timed_out"));
+        s->exit_code = timed_out ? EXIT_TIMED_OUT : how && !strcmp(how, "signaled") ? 128 + v : v;
+        s->ended = true;
+    } else if (!strcmp(event, "error")) {
+        const char *code = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(j, "code"));
+        const char *msg = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(j, "message"));
+        char safe[512];
+        fprintf(stderr, "airlock: %s\n",
+                al_term_escape(msg ? msg : "run failed", safe, sizeof(safe)));
+        s->exit_code = code && !strcmp(code, "not_found") ? EXIT_NOT_FOUND : EXIT_AIRLOCK_FAILED;
+        s->ended = true;
+    }
+    cJSON_Delete(j);
+    return 0;
+}
+
+static size_t to_sse(char *p, size_t size, size_t n, void *ctx)
+{
+    return al_sse_feed(ctx, p, size * n) == 0 ? size * n : 0;
+}
+
+struct signal_ctx {
+    const struct remote *r;
+    char path[300]; /* the run's signal route */
+    int cancel_fd;
+};
+
+/* Polled by libcurl while the stream waits: a Ctrl-C becomes a signal request. */
+static int on_progress(void *ctx, curl_off_t a, curl_off_t b, curl_off_t c, curl_off_t d)
+{
+    (void)a, (void)b, (void)c, (void)d;
+    struct signal_ctx *sc = ctx;
+    uint8_t sig;
+    if (sc->cancel_fd < 0 || read(sc->cancel_fd, &sig, 1) != 1)
+        return 0;
+    cJSON *in = cJSON_CreateObject();
+    cJSON_AddNumberToObject(in, "signal", sig == SIGINT || sig == SIGQUIT ? sig : SIGKILL);
+    call(sc->r, "POST", sc->path, in, NULL, NULL);
+    cJSON_Delete(in);
+    return 0;
+}
+
+struct stdin_ctx {
+    const struct remote *r;
+    char path[300]; /* the run's stdin route */
+};
+
+/* Sends this process's stdin to the run in pieces, then EOF. */
+static void *pump_stdin(void *arg)
+{
+    struct stdin_ctx *sc = arg;
+    char buf[65536];
+    for (;;) {
+        ssize_t n = read(0, buf, sizeof(buf));
+        if (n < 0 && errno == EINTR)
+            continue;
+        struct curl_slist *hdrs = NULL;
+        char path[320];
+        snprintf(path, sizeof(path), "%s%s", sc->path, n <= 0 ? "?eof=1" : "");
+        CURL *c = handle(sc->r, "POST", path, &hdrs);
+        if (!c)
+            break;
+        hdrs = curl_slist_append(hdrs, "Content-Type: application/octet-stream");
+        curl_easy_setopt(c, CURLOPT_HTTPHEADER, hdrs);
+        curl_easy_setopt(c, CURLOPT_POSTFIELDS, buf);
+        curl_easy_setopt(c, CURLOPT_POSTFIELDSIZE, (long)(n > 0 ? n : 0));
+        struct body b = {0};
+        curl_easy_setopt(c, CURLOPT_WRITEFUNCTION, to_body);
+        curl_easy_setopt(c, CURLOPT_WRITEDATA, &b);
+        CURLcode cc = curl_easy_perform(c);
+        long status = 0;
+        curl_easy_getinfo(c, CURLINFO_RESPONSE_CODE, &status);
+        curl_easy_cleanup(c);
+        curl_slist_free_all(hdrs);
+        free(b.buf);
+        if (n <= 0 || cc != CURLE_OK || status >= 400)
+            break;
+    }
+    return NULL;
+}
+
+static int stream_events(const struct remote *r, const char *sid, const char *rid,
+                         struct stream *st, int cancel_fd)
+{
+    struct signal_ctx sc = {.r = r, .cancel_fd = cancel_fd};
+    snprintf(sc.path, sizeof(sc.path), "/v1/sessions/%s/runs/%s/signal", sid, rid);
+    for (int attempt = 0; attempt <= STREAM_RETRIES && !st->ended; attempt++) {
+        if (attempt)
+            sleep(1);
+        char path[300], last[64];
+        snprintf(path, sizeof(path), "/v1/sessions/%s/runs/%s/events", sid, rid);
+        snprintf(last, sizeof(last), "Last-Event-ID: %llu", (unsigned long long)st->seen);
+        struct curl_slist *hdrs = NULL;
+        CURL *c = handle(r, "GET", path, &hdrs);
+        if (!c)
+            return -ENOMEM;
+        hdrs = curl_slist_append(hdrs, last);
+        al_sse *p = al_sse_new(on_event, st);
+        curl_easy_setopt(c, CURLOPT_HTTPHEADER, hdrs);
+        curl_easy_setopt(c, CURLOPT_WRITEFUNCTION, to_sse);
+        curl_easy_setopt(c, CURLOPT_WRITEDATA, p);
+        curl_easy_setopt(c, CURLOPT_NOPROGRESS, 0L);
+        curl_easy_setopt(c, CURLOPT_XFERINFOFUNCTION, on_progress);
+        curl_easy_setopt(c, CURLOPT_XFERINFODATA, &sc);
+        curl_easy_perform(c);
+        long status = 0;
+        curl_easy_getinfo(c, CURLINFO_RESPONSE_CODE, &status);
+        curl_easy_cleanup(c);
+        curl_slist_free_all(hdrs);
+        al_sse_free(p);
+        if (status >= 400) {
+            fprintf(stderr, "airlock: airlockd refused the run's events (%ld)\n", status);
+            return -EIO;
+        }
+    }
+    if (!st->ended) {
+        fprintf(stderr, "airlock: lost the run's events\n");
+        return -EIO;
+    }
+    return 0;
+}
+
+static void usage_exec(FILE *f)
+{
+    fputs("Usage: airlock [--server URL] exec [--session ID] [OPTIONS] -- CMD [ARGS...]\n"
+          "       airlock [--server URL] exec [--session ID] --lang LANG [-k] -c CODE\n"
+          "\n"
+          "Runs in a session of airlockd: ID, or a fresh one ended afterwards.\n"
+          "  --session ID        the session (airlock session start)\n"
+          "  -i, --image NAME    a fresh session's image\n"
+          "  -m, --memory MIB    a fresh session's memory\n"
+          "  -l, --lang LANG     run code in LANG;  -k, --kernel  in its kernel\n"
+          "  -c, --code CODE     the code\n"
+          "  -e, --env K=V       -w, --cwd DIR    -t, --timeout SECONDS\n"
+          "  --raw               guest output to a terminal byte for byte\n"
+          "Server: --server (or $AIRLOCK_HOST) unix:/path, http(s)://host:port; "
+          "default " DEFAULT_SOCKET "; --server-key (or $AIRLOCK_API_KEY) for TCP.\n",
+          f);
+}
+
+int cli_remote_exec(struct cli_globals *g, int argc, char **argv)
+{
+    enum { OPT_SESSION = 1000, OPT_RAW };
+    static const struct option opts[] = {
+        {"session", required_argument, NULL, OPT_SESSION},
+        {"image", required_argument, NULL, 'i'},
+        {"memory", required_argument, NULL, 'm'},
+        {"lang", required_argument, NULL, 'l'},
+        {"code", required_argument, NULL, 'c'},
+        {"kernel", no_argument, NULL, 'k'},
+        {"env", required_argument, NULL, 'e'},
+        {"cwd", required_argument, NULL, 'w'},
+        {"timeout", required_argument, NULL, 't'},
+        {"raw", no_argument, NULL, OPT_RAW},
+        {"help", no_argument, NULL, 'h'},
+        {NULL, 0, NULL, 0},
+    };
+    const char *sid = NULL, *image = NULL, *lang = NULL, *code = NULL, *cwd = NULL;
+    unsigned long memory = 0, timeout = 0;
+    bool kernel = false, raw = false;
+    cJSON *env = cJSON_CreateObject();
+    int c;
+    while ((c = getopt_long(argc, argv, "+i:m:l:c:ke:w:t:h", opts, NULL)) != -1) {
+        switch (c) {
+        case OPT_SESSION:
+            sid = optarg;
+            break;
+        case 'i':
+            image = optarg;
+            break;
+        case 'm':
+            memory = cli_number("--memory", optarg, 65536);
+            break;
+        case 'l':
+            lang = optarg;
+            break;
+        case 'c':
+            code = optarg;
+            break;
+        case 'k':
+            kernel = true;
+            break;
+        case 'e': {
+            const char *eq = strchr(optarg, '=');
+            if (!eq || eq == optarg) {
+                fprintf(stderr, "airlock: --env wants KEY=VALUE, not '%s'\n", optarg);
+                cJSON_Delete(env);
+                return 2;
+            }
+            char name[256];
+            snprintf(name, sizeof(name), "%.*s", (int)(eq - optarg), optarg);
+            cJSON_AddStringToObject(env, name, eq + 1);
+            break;
+        }
+        case 'w':
+            cwd = optarg;
+            break;
+        case 't':
+            timeout = cli_number("--timeout", optarg, 4000000);
+            break;
+        case OPT_RAW:
+            raw = true;
+            break;
+        case 'h':
+            usage_exec(stdout);
+            cJSON_Delete(env);
+            return 0;
+        default:
+            usage_exec(stderr);
+            cJSON_Delete(env);
+            return 2;
+        }
+    }
+    if (optind < argc && !strcmp(argv[optind], "--"))
+        optind++;
+    if ((code == NULL) == (optind >= argc) || (code && !lang)) {
+        usage_exec(stderr);
+        cJSON_Delete(env);
+        return 2;
+    }
+    struct remote r;
+    if (remote_init(&r, g) < 0) {
+        cJSON_Delete(env);
+        return 2;
+    }
+    /* the run */
+    cJSON *in = cJSON_CreateObject();
+    if (code) {
+        cJSON_AddStringToObject(in, "code", code);
+        cJSON_AddStringToObject(in, "language", lang);
+        cJSON_AddBoolToObject(in, "kernel", kernel);
+    } else {
+        cJSON *a = cJSON_AddArrayToObject(in, "argv");
+        for (int i = optind; i < argc; i++)
+            cJSON_AddItemToArray(a, cJSON_CreateString(argv[i]));
+    }
+    cJSON_AddItemToObject(in, "env", env);
+    if (cwd)
+        cJSON_AddStringToObject(in, "cwd", cwd);
+    if (timeout)
+        cJSON_AddNumberToObject(in, "timeout_s", (double)timeout);
+    bool feed = !isatty(0);
+    if (feed)
+        cJSON_AddBoolToObject(in, "stdin_open", true);
+
+    int cancel_fd = cli_cancel_pipe(NULL);
+    char own[128] = "";
+    int rc = EXIT_AIRLOCK_FAILED;
+    cJSON *sess = NULL, *run = NULL;
+    if (!sid) { /* a fresh session, ended below */
+        cJSON *sin = cJSON_CreateObject();
+        if (image)
+            cJSON_AddStringToObject(sin, "image", image);
+        if (memory)
+            cJSON_AddNumberToObject(sin, "memory_mib", (double)memory);
+        int k = call(&r, "POST", "/v1/sessions", sin, &sess, NULL);
+        cJSON_Delete(sin);
+        const char *id = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(sess, "id"));
+        if (k < 0 || !id)
+            goto out;
+        snprintf(own, sizeof(own), "%s", id);
+        sid = own;
+        if (g->debug)
+            fprintf(stderr, "airlock: session %s\n", sid);
+    }
+    char path[300];
+    snprintf(path, sizeof(path), "/v1/sessions/%s/runs", sid);
+    const char *rid = NULL;
+    if (call(&r, "POST", path, in, &run, NULL) < 0 ||
+        !(rid = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(run, "id"))))
+        goto out;
+    pthread_t th;
+    struct stdin_ctx sc = {.r = &r};
+    snprintf(sc.path, sizeof(sc.path), "/v1/sessions/%s/runs/%s/stdin", sid, rid);
+    bool pumping = feed && pthread_create(&th, NULL, pump_stdin, &sc) == 0;
+    struct cli_termout tty;
+    cli_termout_init(&tty, false);
+    struct stream st = {.tty = !raw && cli_termout_any(&tty) ? &tty : NULL};
+    if (stream_events(&r, sid, rid, &st, cancel_fd) == 0)
+        rc = st.exit_code;
+    if (st.tty)
+        cli_termout_end(&tty);
+    if (pumping)
+        pthread_detach(th); /* it ends with the run, or with the process */
+out:
+    if (own[0]) {
+        snprintf(path, sizeof(path), "/v1/sessions/%s", own);
+        call(&r, "DELETE", path, NULL, NULL, NULL);
+    }
+    cJSON_Delete(in);
+    cJSON_Delete(sess);
+    cJSON_Delete(run);
+    return rc;
+}
+
+/* ---- sessions ---- */
+
+static void usage_session(FILE *f)
+{
+    fputs(
+        "Usage: airlock [--server URL] session start [--image NAME] [--memory MIB] [--cpus N]\n"
+        "                 [--idle-timeout S] [--lifetime S] [--checkpoints]\n"
+        "       airlock [--server URL] session ls\n"
+        "       airlock [--server URL] session stop ID...\n"
+        "       airlock [--server URL] session extend ID SECONDS\n"
+        "\n"
+        "Sessions of airlockd that outlive a command: start prints the id for\n"
+        "'airlock exec --session ID'. Server: --server (or $AIRLOCK_HOST), default " DEFAULT_SOCKET
+        ".\n",
+        f);
+}
+
+static int session_start(const struct remote *r, int argc, char **argv)
+{
+    static const struct option opts[] = {
+        {"image", required_argument, NULL, 'i'},
+        {"memory", required_argument, NULL, 'm'},
+        {"cpus", required_argument, NULL, 'C'},
+        {"idle-timeout", required_argument, NULL, 'I'},
+        {"lifetime", required_argument, NULL, 'L'},
+        {"checkpoints", no_argument, NULL, 'K'},
+        {NULL, 0, NULL, 0},
+    };
+    cJSON *in = cJSON_CreateObject();
+    int c;
+    optind = 1;
+    while ((c = getopt_long(argc, argv, "i:m:", opts, NULL)) != -1) {
+        switch (c) {
+        case 'i':
+            cJSON_AddStringToObject(in, "image", optarg);
+            break;
+        case 'm':
+            cJSON_AddNumberToObject(in, "memory_mib",
+                                    (double)cli_number("--memory", optarg, 65536));
+            break;
+        case 'C':
+            cJSON_AddNumberToObject(in, "vcpus", (double)cli_number("--cpus", optarg, 64));
+            break;
+        case 'I':
+            cJSON_AddNumberToObject(in, "idle_timeout_s",
+                                    (double)cli_number("--idle-timeout", optarg, 4000000000u));
+            break;
+        case 'L':
+            cJSON_AddNumberToObject(in, "lifetime_s",
+                                    (double)cli_number("--lifetime", optarg, 4000000000u));
+            break;
+        case 'K':
+            cJSON_AddBoolToObject(in, "checkpoints", true);
+            break;
+        default:
+            cJSON_Delete(in);
+            usage_session(stderr);
+            return 2;
+        }
+    }
+    cJSON *out = NULL;
+    int k = call(r, "POST", "/v1/sessions", in, &out, NULL);
+    cJSON_Delete(in);
+    const char *id = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(out, "id"));
+    if (k == 0 && id)
+        printf("%s\n", id);
+    cJSON_Delete(out);
+    return k == 0 && id ? 0 : 1;
+}
+
+static int session_ls(const struct remote *r)
+{
+    cJSON *out = NULL;
+    if (call(r, "GET", "/v1/sessions", NULL, &out, NULL) < 0)
+        return 1;
+    time_t now = time(NULL);
+    printf("%-22s %-12s %7s %6s %8s\n", "ID", "IMAGE", "MEMORY", "AGE", "EXPIRES");
+    cJSON *s;
+    cJSON_ArrayForEach(s, cJSON_GetObjectItemCaseSensitive(out, "sessions"))
+    {
+        char id[64], image[64];
+        al_term_escape(cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(s, "id")) ?: "?", id,
+                       sizeof(id));
+        al_term_escape(cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(s, "image")) ?: "?",
+                       image, sizeof(image));
+        double created = cJSON_GetNumberValue(cJSON_GetObjectItemCaseSensitive(s, "created"));
+        double expires = cJSON_GetNumberValue(cJSON_GetObjectItemCaseSensitive(s, "expires"));
+        double mem = cJSON_GetNumberValue(cJSON_GetObjectItemCaseSensitive(s, "memory_mib"));
+        printf("%-22s %-12s %4.0fMiB %5.0fs %7.0fs\n", id, image, mem, difftime(now, created),
+               difftime(expires, now));
+    }
+    cJSON_Delete(out);
+    return 0;
+}
+
+int cli_remote_session(struct cli_globals *g, int argc, char **argv)
+{
+    if (argc < 2 || !strcmp(argv[1], "-h") || !strcmp(argv[1], "--help")) {
+        usage_session(argc < 2 ? stderr : stdout);
+        return argc < 2 ? 2 : 0;
+    }
+    struct remote r;
+    if (remote_init(&r, g) < 0)
+        return 2;
+    const char *sub = argv[1];
+    if (!strcmp(sub, "start"))
+        return session_start(&r, argc - 1, argv + 1);
+    if (!strcmp(sub, "ls") && argc == 2)
+        return session_ls(&r);
+    if ((!strcmp(sub, "stop") || !strcmp(sub, "rm")) && argc >= 3) {
+        int rc = 0;
+        for (int i = 2; i < argc; i++) {
+            char path[300];
+            snprintf(path, sizeof(path), "/v1/sessions/%s", argv[i]);
+            if (call(&r, "DELETE", path, NULL, NULL, NULL) < 0)
+                rc = 1;
+        }
+        return rc;
+    }
+    if (!strcmp(sub, "extend") && argc == 4) {
+        char path[300];
+        snprintf(path, sizeof(path), "/v1/sessions/%s/extend", argv[2]);
+        cJSON *in = cJSON_CreateObject();
+        cJSON_AddNumberToObject(in, "seconds", (double)cli_number("SECONDS", argv[3], 4000000000u));
+        int k = call(&r, "POST", path, in, NULL, NULL);
+        cJSON_Delete(in);
+        return k < 0;
+    }
+    usage_session(stderr);
+    return 2;
+}
+
+bool cli_remote_wanted(const struct cli_globals *g)
+{
+    const char *h = getenv("AIRLOCK_HOST");
+    return g->server || (h && *h);
+}

@@ -1,0 +1,740 @@
+"""airlockd against real libvirt and real guests, through the Python client (clients/python).
+
+One daemon for the class (unix socket and TCP with API keys); the guest checks share one
+session to save boots. Environment: AIRLOCKD_BIN and the usual integration variables.
+"""
+import hashlib
+import json
+import os
+import random
+import shutil
+import signal
+import socket
+import ssl
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import unittest
+
+import altest
+from airlock import APIError, Client, Sandbox
+
+AIRLOCKD = os.environ.get("AIRLOCKD_BIN", "airlockd")
+NOBODY = 65534
+
+
+class Daemon:
+    def __init__(self, **conf):
+        self.dir = tempfile.mkdtemp(prefix="airlockd-test-")
+        os.chmod(self.dir, 0o755)
+        self.sock = os.path.join(self.dir, "airlockd.sock")
+        c = {
+            "socket": self.sock,
+            "socket_mode": "0666",
+            "tcp": "127.0.0.1:0",
+            "keys_db": os.path.join(self.dir, "keys.db"),
+            "spool_dir": os.path.join(self.dir, "spool"),
+            "heartbeat_s": 1,
+            "connection_timeout_s": 4,
+            "run_buffer_bytes": 262144,
+            "max_upload_bytes": 8 << 20,
+            "max_body_bytes": 65536,
+        }
+        c.update(conf)
+        self.conf = os.path.join(self.dir, "airlockd.conf")
+        with open(self.conf, "w") as f:
+            f.write("# test config\n")
+            for k, v in c.items():
+                f.write("%s = %s\n" % (k, v))
+        self.log_path = os.path.join(self.dir, "log")
+        self.log = open(self.log_path, "w+")
+        e = dict(os.environ)
+        e["AIRLOCK_IMAGE_DIR"] = altest.IMAGE_DIR
+        # Under ASan, freed memory would sit in its quarantine and read as growth.
+        e["ASAN_OPTIONS"] = ":".join(x for x in [e.get("ASAN_OPTIONS", ""),
+                                                  "quarantine_size_mb=0"] if x)
+        self.p = subprocess.Popen([AIRLOCKD, "--config", self.conf], stdout=subprocess.DEVNULL,
+                                  stderr=self.log, env=e)
+        self.port = None
+        deadline = time.time() + 30
+        while time.time() < deadline:
+            text = self.text()
+            for line in text.splitlines():
+                if "listening on http" in line:
+                    self.port = int(line.rsplit(" ", 1)[1])
+            if "airlockd: ready" in text:
+                break
+            if self.p.poll() is not None:
+                raise RuntimeError("airlockd exited: " + text)
+            time.sleep(0.05)
+        else:
+            self.p.kill()
+            self.p.wait()
+            raise RuntimeError("airlockd did not get ready: " + self.text())
+
+    def key(self, name, *args):
+        out = subprocess.run([AIRLOCKD, "--config", self.conf, "key", "add", name] + list(args),
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, check=True)
+        return out.stdout.decode().strip()
+
+    def revoke(self, token):
+        kid = token.split("_")[1]
+        subprocess.run([AIRLOCKD, "--config", self.conf, "key", "revoke", kid], check=True,
+                       stderr=subprocess.DEVNULL)
+
+    def unix(self):
+        return Client("unix:" + self.sock)
+
+    def tcp(self, key=None):
+        return Client("http://127.0.0.1:%d" % self.port, api_key=key or "")
+
+    def rss_kib(self):
+        with open("/proc/%d/status" % self.p.pid) as f:
+            for line in f:
+                if line.startswith("VmRSS:"):
+                    return int(line.split()[1])
+        return 0
+
+    def stop(self, sig=signal.SIGTERM, timeout=120):
+        if self.p.poll() is None:
+            self.p.send_signal(sig)
+        rc = self.p.wait(timeout=timeout)
+        self.log.close()
+        return rc
+
+    def text(self):
+        with open(self.log_path) as f:
+            return f.read()
+
+
+def raw(port, data, read=True, timeout=10):
+    """Sends bytes over TCP; returns what came back."""
+    s = socket.create_connection(("127.0.0.1", port), timeout=timeout)
+    try:
+        s.sendall(data)
+        if not read:
+            return b""
+        out = b""
+        while True:
+            try:
+                b = s.recv(65536)
+            except (ConnectionResetError, socket.timeout):
+                break
+            if not b:
+                break
+            out += b
+        return out
+    finally:
+        s.close()
+
+
+def status_of(resp):
+    return int(resp.split(b" ", 2)[1]) if resp.startswith(b"HTTP/1.") else 0
+
+
+def domain_gone(name):
+    return name not in altest.virsh_names()
+
+
+class AirlockdTest(unittest.TestCase):
+    @classmethod
+    def setUpClass(cls):
+        cls.d = Daemon()
+        try:
+            cls.key_a = cls.d.key("alice")
+            cls.key_b = cls.d.key("bob")
+            cls.a = cls.d.tcp(cls.key_a)
+            cls.sb = Sandbox(client=cls.a, labels={"test": "airlockd"})
+        except BaseException:  # tearDownClass does not run: stop the daemon here
+            cls.d.stop()
+            shutil.rmtree(cls.d.dir, ignore_errors=True)
+            raise
+
+    @classmethod
+    def tearDownClass(cls):
+        # SIGTERM with sessions open: every domain goes, the daemon exits 0.
+        names = [s["id"] for s in cls.a.sessions()]
+        rc = cls.d.stop()
+        left = [n for n in names if not domain_gone(n)]
+        log = cls.d.text()[-3000:]
+        shutil.rmtree(cls.d.dir, ignore_errors=True)
+        if rc != 0 or left:
+            raise AssertionError("SIGTERM: exit %d, domains left %s\n%s" % (rc, left, log))
+
+    # ---- auth ----
+
+    def test_tcp_needs_a_valid_key(self):
+        with self.assertRaises(APIError) as e:
+            self.d.tcp().sessions()
+        self.assertEqual(e.exception.status, 401)
+        for bad in ["alk_000000000000_" + "0" * 48, self.key_a[:-1] + "x", "garbage", ""]:
+            with self.assertRaises(APIError) as e:
+                Client("http://127.0.0.1:%d" % self.d.port, api_key=bad or " ").sessions()
+            self.assertEqual(e.exception.status, 401, bad)
+        self.assertEqual(self.d.tcp().health()["status"], "ok")
+        temp = self.d.key("temp")
+        self.assertEqual(self.d.tcp(temp).sessions(), [])
+        self.d.revoke(temp)
+        with self.assertRaises(APIError) as e:
+            self.d.tcp(temp).sessions()
+        self.assertEqual(e.exception.status, 401)
+
+    def _as_nobody(self):
+        """What uid nobody gets from the socket: "EACCES", or the HTTP status line's code."""
+        r, w = os.pipe()
+        pid = os.fork()
+        if pid == 0:
+            try:
+                os.close(r)
+                os.setgroups([])
+                os.setgid(NOBODY)
+                os.setuid(NOBODY)
+                s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+                s.settimeout(20)
+                try:
+                    s.connect(self.d.sock)
+                except PermissionError:
+                    os.write(w, b"EACCES")
+                    os._exit(0)
+                s.sendall(b"GET /v1/sessions HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+                os.write(w, str(status_of(s.recv(100))).encode())
+            finally:
+                os._exit(0)
+        os.close(w)
+        out = os.read(r, 100).decode()
+        os.close(r)
+        os.waitpid(pid, 0)
+        return out
+
+    def test_unix_socket_peer_and_mode(self):
+        # Mode 0666 lets nobody connect; the peer uid check refuses it.
+        self.assertEqual(self._as_nobody(), "403")
+        os.chmod(self.d.sock, 0o600)
+        try:
+            self.assertEqual(self._as_nobody(), "EACCES")
+        finally:
+            os.chmod(self.d.sock, 0o666)
+        # Our own uid is allowed, and sees only its own sessions (none: the class's are alice's).
+        self.assertEqual(self.d.unix().sessions(), [])
+
+    def test_keys_do_not_see_each_other(self):
+        b = self.d.tcp(self.key_b)
+        self.assertEqual(b.sessions(), [])
+        self.assertIn(self.sb.id, [s["id"] for s in self.a.sessions()])
+        path = "/v1/sessions/" + self.sb.id
+        for method, p, body in [("GET", path, None), ("DELETE", path, None),
+                                ("POST", path + "/runs", {"argv": ["true"]}),
+                                ("GET", path + "/files?path=/etc/passwd", None),
+                                ("POST", path + "/extend", {"seconds": 10})]:
+            with self.assertRaises(APIError) as e:
+                b.request(method, p, body=body)
+            self.assertEqual(e.exception.status, 404, (method, p))
+        self.assertEqual(self.sb.refresh()["id"], self.sb.id)
+
+    # ---- malformed requests ----
+
+    def test_malformed_requests_get_clear_4xx(self):
+        base = b"Host: x\r\nAuthorization: Bearer " + self.key_a.encode() + b"\r\n"
+        cases = [
+            (b"POST /v1/sessions HTTP/1.1\r\n" + base +
+             b"Content-Type: application/json\r\nContent-Length: 5\r\n\r\n{bad!", 400),
+            (b"POST /v1/sessions HTTP/1.1\r\n" + base +
+             b"Content-Type: text/plain\r\nContent-Length: 2\r\n\r\n{}", 415),
+            (b"POST /v1/sessions HTTP/1.1\r\n" + base +
+             b"Content-Type: application/json\r\nContent-Length: 3\r\n\r\n[1]", 400),
+            (b"POST /v1/sessions HTTP/1.1\r\n" + base +
+             b"Content-Type: application/json\r\nContent-Length: 100000000\r\n\r\n{", 413),
+            (b"GET /v1/nothing HTTP/1.1\r\n" + base + b"\r\n", 404),
+            (b"PATCH /v1/sessions HTTP/1.1\r\n" + base + b"\r\n", 405),
+            (b"GET /v1/sessions/..%2f..%2fetc HTTP/1.1\r\n" + base + b"\r\n", 404),
+            (b"GET /v1/sessions HTTP/1.1\r\n" + base + b"X-Big: " + b"a" * 200000 + b"\r\n\r\n",
+             None),
+        ]
+        for req, want in cases:
+            resp = raw(self.d.port, req)
+            st = status_of(resp)
+            if want is None:
+                self.assertTrue(400 <= st < 500, resp[:200])
+            else:
+                self.assertEqual(st, want, resp[:300])
+            if want in (400, 404, 405, 413, 415):
+                body = resp.split(b"\r\n\r\n", 1)[1]
+                self.assertIn(b'"error"', body, resp[:300])
+        # Wrong types in a create are refused before anything boots.
+        for body in [{"memory_mib": "x"}, {"vcpus": 99}, {"image": "../etc"},
+                     {"image": "no-such-image"}, {"labels": [1]}, {"lifetime_s": -1},
+                     {"labels": {"k": "v" * 500}}, {"memory_mib": 1.5}]:
+            with self.assertRaises(APIError) as e:
+                self.a.request("POST", "/v1/sessions", body=body)
+            self.assertEqual(e.exception.status, 400, body)
+        self.assertEqual(self.a.health()["status"], "ok")
+
+    def test_fuzzed_bodies(self):
+        rnd = random.Random(14)
+        seeds = [b'{"argv":["echo","x"],"timeout_s":5}', b'{"signal":"INT"}', b'{"seconds":3}',
+                 b'{"code":"print(1)","language":"python","env":{"A":"b"}}']
+        paths = ["/v1/sessions/no-such/runs", "/v1/sessions/no-such/extend",
+                 "/v1/sessions/%s/runs/r999/signal" % self.sb.id,
+                 "/v1/sessions/%s/extend" % self.sb.id]
+        for i in range(1000):
+            b = bytearray(rnd.choice(seeds))
+            for _ in range(rnd.randint(1, 6)):
+                op = rnd.randint(0, 2)
+                pos = rnd.randint(0, len(b))
+                if op == 0:
+                    b[pos:pos] = bytes([rnd.randint(0, 255)])
+                elif op == 1 and b:
+                    del b[min(pos, len(b) - 1)]
+                else:
+                    b[pos:pos] = rnd.choice([b"{", b"}", b'"', b"[", b"-1", b"1e999", b"null",
+                                             b"\\u0000", b"99999999999"])
+            path = rnd.choice(paths)
+            c, r = self.a.open("POST", path, body=bytes(b),
+                               headers={"Content-Type": "application/json"})
+            data = r.read()
+            c.close()
+            # 2xx only for an extend that happens to parse; never a 5xx; every error is JSON.
+            self.assertLess(r.status, 500, (path, bytes(b), data))
+            if r.status >= 400:
+                self.assertIn("error", json.loads(data), data)
+        self.assertEqual(self.a.health()["status"], "ok")
+
+    def test_slowloris_is_cut(self):
+        s = socket.create_connection(("127.0.0.1", self.d.port), timeout=30)
+        try:
+            s.sendall(b"GET /v1/health HTTP/1.1\r\nHost: x\r\n")
+            t0 = time.time()
+            self.assertEqual(self.a.health()["status"], "ok")
+            got = s.recv(100)  # the daemon closes it (connection_timeout_s = 4)
+            self.assertEqual(got, b"")
+            self.assertLess(time.time() - t0, 15)
+        finally:
+            s.close()
+
+    # ---- runs ----
+
+    def test_exec_output_and_exit(self):
+        r = self.sb.commands.run("echo hi; echo err >&2; exit 3", env={"X": "1"})
+        self.assertEqual((r.stdout, r.stderr, r.exit_code), ("hi\n", "err\n", 3))
+        r = self.sb.commands.run(["sh", "-c", 'echo "$X" "$PWD"'], env={"X": "y"}, cwd="/tmp")
+        self.assertEqual(r.stdout, "y /tmp\n")
+        r = self.sb.commands.run("cat", stdin="from stdin")
+        self.assertEqual(r.stdout, "from stdin")
+        seen = []
+        ex = self.sb.run_code("echo $((40 + 2)); echo oops >&2", language="sh",
+                              on_stdout=seen.append)
+        self.assertEqual((ex.stdout, ex.stderr, ex.exit_code), ("42\n", "oops\n", 0))
+        self.assertEqual("".join(seen), "42\n")
+        r = self.sb.commands.run(["/no/such/program"])
+        self.assertIsNotNone(r.error)
+        self.assertEqual(r.error["code"], "not_found")
+
+    def test_stream_resumes_exactly_once(self):
+        n = 60
+        run = self.sb.commands.start(
+            'i=1; while [ $i -le %d ]; do echo $i; i=$((i+1)); sleep 0.02; done' % n)
+        seen, ids = [], []
+        for ev in run.events():
+            ids.append(ev.id)
+            if ev.type == "output":
+                seen.append(ev.bytes)
+            if len(seen) >= 10:
+                break  # drop the connection mid-stream
+        self.assertEqual(run.last_event_id, ids[-1])
+        time.sleep(0.5)
+        for ev in run.events():  # Last-Event-ID: the last one we got
+            ids.append(ev.id)
+            if ev.type == "output":
+                seen.append(ev.bytes)
+        self.assertEqual(ids, list(range(1, len(ids) + 1)))  # no gap, no duplicate
+        self.assertEqual(b"".join(seen).decode().split(), [str(i) for i in range(1, n + 1)])
+        # A reader from the start gets the same again while the buffer holds it.
+        again = [ev.id for ev in run.events(last_event_id=0)]
+        self.assertEqual(again, ids)
+
+    def test_heartbeats(self):
+        run = self.sb.commands.start("sleep 3; echo done")
+        c, r = self.a.open("GET", "/v1/sessions/%s/runs/%s/events" % (self.sb.id, run.id))
+        body = r.read().decode()
+        c.close()
+        self.assertIn(": heartbeat", body)
+        self.assertIn("event: exit", body)
+
+    def test_stdin_and_signals(self):
+        run = self.sb.commands.start("cat", stdin_open=True)
+        run.send_stdin("abc")
+        run.send_stdin(b"def", eof=True)
+        out = b"".join(e.bytes for e in run.events() if e.type == "output")
+        self.assertEqual(out, b"abcdef")
+        run = self.sb.commands.start(["sleep", "100"])
+        time.sleep(1.5)
+        run.signal("INT")
+        res = run.wait(timeout=60)["result"]
+        self.assertTrue(res["interrupted"], res)
+        self.assertEqual((res["how"], res["value"]), ("signaled", signal.SIGINT))
+        with self.assertRaises(APIError) as e:
+            run.signal("INT")
+        self.assertEqual(e.exception.status, 409)
+        run = self.sb.commands.start(["sleep", "100"])
+        time.sleep(1.5)
+        run.signal("KILL")
+        res = run.wait(timeout=60)["result"]
+        self.assertEqual(res["type"], "error")
+        self.assertEqual(res["code"], "cancelled")
+        self.assertEqual(self.sb.commands.run("echo still").stdout, "still\n")
+
+    def test_slow_reader_keeps_memory_bounded(self):
+        # A flood nobody reads: the buffer fills, the guest's writer blocks, the daemon's RSS
+        # stays put.
+        run = self.sb.commands.start("yes xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx")
+        try:
+            time.sleep(3)
+            r1 = self.d.rss_kib()
+            e1 = run.get()["events"]
+            time.sleep(4)
+            r2 = self.d.rss_kib()
+            e2 = run.get()["events"]
+            # 256 KiB of buffer is 3 or 4 events of 64 KiB: the run is held, not dropping
+            self.assertLess(e2 - e1, 8, (e1, e2))
+            self.assertLess(r2 - r1, 8192, (r1, r2))
+            # A slow reader gets events, in order, and the run keeps going.
+            got = 0
+            last = 0
+            for ev in run.events():
+                self.assertEqual(ev.id, last + 1)
+                last = ev.id
+                got += 1
+                if got % 20 == 0:
+                    time.sleep(0.05)
+                if got >= 200:
+                    break
+            self.assertGreater(run.get()["events"], e2 + 150)
+            r3 = self.d.rss_kib()
+            self.assertLess(r3 - r1, 24576, (r1, r2, r3))
+        finally:
+            run.signal("KILL")
+        res = run.wait(timeout=60)
+        self.assertEqual(res["state"], "done")
+        self.assertEqual(self.sb.commands.run("echo alive").stdout, "alive\n")
+
+    # ---- files ----
+
+    def test_files_up_and_down(self):
+        data = os.urandom(5 << 20)
+        self.sb.files.write("/tmp/big.bin", data)
+        r = self.sb.commands.run("sha256sum /tmp/big.bin")
+        self.assertEqual(r.stdout.split()[0], hashlib.sha256(data).hexdigest())
+        back = self.sb.files.read("/tmp/big.bin")
+        self.assertEqual(hashlib.sha256(back).hexdigest(), hashlib.sha256(data).hexdigest())
+        # Over max_upload_bytes: refused on the announced length, before the body.
+        resp = raw(self.d.port, b"PUT /v1/sessions/%s/files?path=/tmp/too-big HTTP/1.1\r\n"
+                   b"Host: x\r\nAuthorization: Bearer %s\r\nContent-Length: %d\r\n\r\n" %
+                   (self.sb.id.encode(), self.key_a.encode(), (8 << 20) + 1))
+        self.assertEqual(status_of(resp), 413, resp[:300])
+        self.assertIn(b'"too_large"', resp)
+        with self.assertRaises(APIError) as e:
+            self.sb.files.read("/no/such/file")
+        self.assertEqual(e.exception.status, 404)
+        with self.assertRaises(APIError) as e:
+            self.sb.files.read("relative/path")
+        self.assertEqual(e.exception.status, 400)
+        # list, stat, mkdir, remove; names the guest chose come back as they are
+        f = self.sb.files
+        f.make_dir("/tmp/d/e/f", parents=True)
+        with self.assertRaises(APIError) as e:
+            f.make_dir("/tmp/d")
+        self.assertEqual(e.exception.status, 409)
+        f.write("/tmp/d/a file", "12345")
+        self.sb.commands.run("ln -s /etc/passwd /tmp/d/link; touch '/tmp/d/new\nline'")
+        entries = {x["name"]: x for x in f.list("/tmp/d")}
+        self.assertEqual(set(entries), {"a file", "e", "link", "new\nline"})
+        self.assertEqual((entries["a file"]["type"], entries["a file"]["size"]), ("file", 5))
+        self.assertEqual(entries["e"]["type"], "dir")
+        self.assertEqual(entries["link"]["type"], "symlink")
+        self.assertEqual(f.stat("/tmp/d/e")["type"], "dir")
+        # A ../ path is the guest's business (it reads the guest's file); the agent does not
+        # follow a symlink; nothing reaches a host path but the spool's.
+        self.assertEqual(f.read("/tmp/d/../../etc/passwd"),
+                         self.sb.commands.run("cat /etc/passwd").stdout.encode())
+        with self.assertRaises(APIError) as e:
+            f.read("/tmp/d/link")
+        self.assertEqual(e.exception.status, 400)
+        with self.assertRaises(APIError) as e:
+            f.list("/tmp/d/a file")
+        self.assertEqual(e.exception.status, 400)
+        with self.assertRaises(APIError) as e:
+            f.remove("/tmp/d")
+        self.assertEqual(e.exception.status, 409)
+        f.remove("/tmp/d/a file")
+        self.assertFalse(f.exists("/tmp/d/a file"))
+        f.remove("/tmp/d", recursive=True)
+        self.assertFalse(f.exists("/tmp/d"))
+        with self.assertRaises(APIError) as e:
+            f.stat("/tmp/d")
+        self.assertEqual(e.exception.status, 404)
+        self.assertEqual(os.listdir(os.path.join(self.d.dir, "spool")), [])
+
+    # ---- sessions ----
+
+    def test_quota_checkpoints_and_delete(self):
+        k = self.d.key("small", "--max-sessions", "1", "--max-memory-mib", "512",
+                       "--max-lifetime-s", "600", "--max-exec-timeout-s", "30")
+        c = self.d.tcp(k)
+        listing = subprocess.run([AIRLOCKD, "--config", self.d.conf, "key", "list"],
+                                 stdout=subprocess.PIPE, check=True).stdout.decode()
+        line = [l for l in listing.splitlines() if " small " in l][0]
+        for want in ["max_sessions=1", "max_memory_mib=512", "max_lifetime_s=600",
+                     "max_exec_timeout_s=30"]:
+            self.assertIn(want, line)
+        bad = subprocess.run([AIRLOCKD, "--config", self.d.conf, "key", "add", "x",
+                              "--max-nothing", "1"], stderr=subprocess.DEVNULL)
+        self.assertEqual(bad.returncode, 2)
+        # The key's own limits, before anything boots.
+        with self.assertRaises(APIError) as e:
+            Sandbox(client=c, lifetime_s=601)
+        self.assertEqual((e.exception.status, e.exception.limit), (429, "max_lifetime_s"))
+        with self.assertRaises(APIError) as e:
+            Sandbox(client=c, memory_mib=1024)
+        self.assertEqual((e.exception.status, e.exception.limit), (429, "max_memory_mib"))
+        sb = Sandbox(client=c, checkpoints=True)
+        with self.assertRaises(APIError) as e:
+            Sandbox(client=c)
+        self.assertEqual((e.exception.status, e.exception.limit), (429, "max_sessions"))
+        self.assertEqual(len(c.sessions()), 1)
+        with self.assertRaises(APIError) as e:
+            sb.commands.run("true", timeout=31)
+        self.assertEqual((e.exception.status, e.exception.limit), (429, "max_exec_timeout_s"))
+        # checkpoints
+        sb.files.write("/tmp/state", "before")
+        cp = sb.checkpoint("one")
+        sb.files.write("/tmp/state", "after")
+        self.assertEqual(sb.files.read("/tmp/state"), b"after")
+        sb.rollback(cp)
+        self.assertEqual(sb.files.read("/tmp/state"), b"before")
+        self.assertEqual([x["name"] for x in sb.checkpoints()], ["one"])
+        sb.delete_checkpoint("one")
+        self.assertEqual(sb.checkpoints(), [])
+        # Sandbox.connect comes back to it; delete leaves no domain and no files.
+        again = Sandbox.connect(sb.id, client=c)
+        self.assertEqual(again.commands.run("echo back").stdout, "back\n")
+        again.kill()
+        self.assertTrue(domain_gone(sb.id))
+        self.assertFalse(os.path.exists(os.path.join(altest.state_sessions_dir(), sb.id)))
+        self.assertEqual(c.sessions(), [])
+        with self.assertRaises(APIError) as e:
+            sb.refresh()
+        self.assertEqual(e.exception.status, 404)
+
+    def test_idle_timeout_and_lifetime(self):
+        u = self.d.unix()
+        idle = Sandbox(client=u, idle_timeout_s=2)
+        short = Sandbox(client=u, lifetime_s=4, idle_timeout_s=600)
+        t0 = time.time()
+        while time.time() - t0 < 3:
+            short.commands.run("true")  # busy: only its lifetime ends it
+        deadline = time.time() + 30
+        while time.time() < deadline and u.sessions():
+            time.sleep(0.5)
+        self.assertEqual(u.sessions(), [])
+        self.assertTrue(domain_gone(idle.id))
+        self.assertTrue(domain_gone(short.id))
+        log = self.d.text()
+        self.assertIn("session %s of uid:%d: idle timeout" % (idle.id, os.getuid()), log)
+        self.assertIn("session %s of uid:%d: lifetime over" % (short.id, os.getuid()), log)
+        with self.assertRaises(APIError) as e:
+            Sandbox(client=u, lifetime_s=10 ** 7)
+        self.assertEqual((e.exception.status, e.exception.limit), (429, "max_lifetime_s"))
+
+    def test_cli_remote(self):
+        srv = ["--server", "unix:" + self.d.sock]
+        r = altest.run(srv + ["session", "start", "--idle-timeout", "600"])
+        self.assertEqual(r.returncode, 0, r.stderr)
+        sid = r.stdout.decode().strip()
+        try:
+            r = altest.run(srv + ["exec", "--session", sid, "--", "sh", "-c",
+                                  "echo out; echo err >&2; exit 7"])
+            self.assertEqual((r.returncode, r.stdout, r.stderr), (7, b"out\n", b"err\n"))
+            r = altest.run(srv + ["exec", "--session", sid, "--lang", "sh", "-c", "cat; echo $A",
+                                  "-e", "A=b"], input=b"piped ")
+            self.assertEqual((r.returncode, r.stdout), (0, b"piped b\n"), r.stderr)
+            r = altest.run(srv + ["exec", "--session", sid, "--", "/no/such"])
+            self.assertEqual(r.returncode, 127, r.stderr)
+            r = altest.run(srv + ["ps"])
+            self.assertIn(sid.encode(), r.stdout)
+            r = altest.run(["session", "ls"], env={"AIRLOCK_HOST": "unix:" + self.d.sock})
+            self.assertIn(sid.encode(), r.stdout)
+            r = altest.run(srv + ["session", "extend", sid, "100"])
+            self.assertEqual(r.returncode, 0, r.stderr)
+        finally:
+            r = altest.run(srv + ["rm", sid])
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertTrue(domain_gone(sid))
+        r = altest.run(srv + ["rm", sid])
+        self.assertEqual(r.returncode, 1)
+        self.assertIn(b"no session", r.stderr)
+        # Without --session, a fresh session over TCP with a key, ended afterwards.
+        r = altest.run(["--server", "http://127.0.0.1:%d" % self.d.port, "--server-key", self.key_b,
+                        "-d", "exec", "--", "echo", "fresh"])
+        self.assertEqual((r.returncode, r.stdout), (0, b"fresh\n"), r.stderr)
+        fresh = altest.session_names(r.stderr)
+        self.assertEqual(len(fresh), 1, r.stderr)
+        self.assertTrue(domain_gone(fresh[0].decode()))
+        self.assertEqual(self.d.tcp(self.key_b).sessions(), [])
+        r = altest.run(["--server", "http://127.0.0.1:%d" % self.d.port, "exec", "--", "true"])
+        self.assertEqual(r.returncode, 125)
+        self.assertIn(b"401", r.stderr)
+
+    def test_log_has_no_secrets(self):
+        self.d.tcp(self.key_a).sessions()
+        log = self.d.text()
+        self.assertNotIn(self.key_a, log)
+        self.assertNotIn(self.key_a.split("_")[2], log)
+        self.assertIn("key:%s GET /v1/sessions 200" % self.key_a.split("_")[1], log)
+
+
+class DiskBudgetTest(unittest.TestCase):
+    """The library's disk budget per session (config disk_budget_bytes) as the API's 507."""
+
+    def test_over_budget_is_507(self):
+        d = Daemon(disk_budget_bytes=16 << 20)
+        try:
+            sb = Sandbox(client=d.unix(), checkpoints=True)
+            self.assertEqual(sb.commands.run("echo ok").stdout, "ok\n")
+            codes = []
+            for _ in range(6):  # each checkpoint holds the guest's memory on the host's disk
+                try:
+                    sb.checkpoint()
+                    codes.append(201)
+                except APIError as e:
+                    codes.append((e.status, e.code))
+                    break
+            self.assertEqual(codes[-1], (507, "disk_budget"), codes)
+            time.sleep(1)  # the watcher pauses the VM once the budget is passed
+            r = sb.commands.run("echo no")
+            if r.error:  # paused: the run is refused with the same code
+                self.assertEqual(r.error["code"], "disk_budget", r.error)
+            sb.kill()
+            self.assertTrue(domain_gone(sb.id))
+        finally:
+            self.assertEqual(d.stop(), 0)
+            shutil.rmtree(d.dir, ignore_errors=True)
+
+class DebianTest(unittest.TestCase):
+    """Needs the debian image (registered only when it is built)."""
+
+    def test_kernels_and_checkpoint_policy(self):
+        d = Daemon()
+        try:
+            with Sandbox(image="debian", client=d.unix(), checkpoint_policy="auto") as sb:
+                self.assertIn("kernel:python", sb.info["languages"].split())
+                a = sb.run_code("x = 41", language="python")
+                b = sb.run_code("print(x + 1)", language="python")
+                self.assertEqual((a.exit_code, b.stdout, b.exit_code), (0, "42\n", 0))
+                c = sb.run_code("console.log([1, 2].map(v => v * 2).join())",
+                                language="javascript")
+                self.assertEqual(c.stdout, "2,4\n")
+                # auto: a checkpoint before each run that may change something, not before
+                # print(x + 1); rolling back to the first undoes x.
+                cps = sb.checkpoints()
+                self.assertGreaterEqual(len(cps), 1)
+                sb.rollback(cps[0]["id"])
+                e = sb.run_code("print(x)", language="python")
+                self.assertIn("NameError", e.stderr + e.stdout)
+            self.assertTrue(domain_gone(sb.id))
+        finally:
+            self.assertEqual(d.stop(), 0)
+            shutil.rmtree(d.dir, ignore_errors=True)
+
+
+class CrashTest(unittest.TestCase):
+    def test_killed_daemon_leaves_no_domain(self):
+        # SIGKILL: no cleanup runs; libvirt destroys the domains it started with AUTODESTROY
+        # when the daemon's connection goes, and the next session start's gc removes the files.
+        d = Daemon()
+        try:
+            sb = Sandbox(client=d.unix())
+            self.assertFalse(domain_gone(sb.id))
+            d.stop(signal.SIGKILL)
+            deadline = time.time() + 30
+            while time.time() < deadline and not domain_gone(sb.id):
+                time.sleep(0.5)
+            self.assertTrue(domain_gone(sb.id))
+            r = altest.run(["gc"])
+            self.assertEqual(r.returncode, 0, r.stderr)
+            self.assertFalse(os.path.exists(os.path.join(altest.state_sessions_dir(), sb.id)))
+            self.assertFalse(os.path.exists(os.path.join(altest.runtime_sessions_dir(), sb.id)))
+        finally:
+            if d.p.poll() is None:
+                d.stop(signal.SIGKILL)
+            shutil.rmtree(d.dir, ignore_errors=True)
+
+class TlsAndRateTest(unittest.TestCase):
+    """A daemon with TLS on TCP and a request rate; no guest."""
+
+    def test_tls_and_requests_per_second(self):
+        tmp = tempfile.mkdtemp(prefix="airlockd-tls-")
+        cert, key = os.path.join(tmp, "cert.pem"), os.path.join(tmp, "key.pem")
+        subprocess.run(["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout", key,
+                        "-out", cert, "-days", "1", "-subj", "/CN=localhost", "-addext",
+                        "subjectAltName=IP:127.0.0.1"], check=True, stdout=subprocess.DEVNULL,
+                       stderr=subprocess.DEVNULL)
+        d = Daemon(tls_cert=cert, tls_key=key, requests_per_s=5)
+        try:
+            k = d.key("tls")
+            self.assertIn("listening on https", d.text())
+            ctx = ssl.create_default_context(cafile=cert)
+            c = Client("https://127.0.0.1:%d" % d.port, api_key=k, ssl_context=ctx)
+            self.assertEqual(c.health()["status"], "ok")
+            # Plain HTTP on the TLS port gets no answer an HTTP client could take.
+            self.assertEqual(status_of(raw(d.port, b"GET /v1/health HTTP/1.1\r\nHost: x\r\n\r\n")),
+                             0)
+            # A client that does not trust the certificate is refused by its own TLS.
+            with self.assertRaises(ssl.SSLError):
+                Client("https://127.0.0.1:%d" % d.port, api_key=k).sessions()
+            # 5 requests a second, bursts of 10: 30 at once are cut, with the limit named.
+            codes = []
+            t0 = time.time()
+            for _ in range(30):
+                try:
+                    c.sessions()
+                    codes.append(200)
+                except APIError as e:
+                    codes.append((e.status, e.limit))
+            took = time.time() - t0
+            self.assertIn((429, "requests_per_s"), codes)
+            # the burst, and what the rate refilled meanwhile (TLS handshakes take a while)
+            self.assertLessEqual(codes.count(200), 10 + 5 * took + 1, (took, codes))
+            self.assertGreaterEqual(codes.count(200), 8)
+            time.sleep(1.5)
+            self.assertEqual(c.sessions(), [])
+            # The unix socket's owner has a bucket of its own.
+            self.assertEqual(d.unix().sessions(), [])
+        finally:
+            self.assertEqual(d.stop(), 0)
+            shutil.rmtree(d.dir, ignore_errors=True)
+            shutil.rmtree(tmp, ignore_errors=True)
+
+    def test_config_errors_name_the_line(self):
+        tmp = tempfile.mkdtemp(prefix="airlockd-conf-")
+        try:
+            for text, want in [("# ok\nsockett = /x\n", ":2: unknown key 'sockett'"),
+                               ("max_sessions = lots\n", ":1: bad value for 'max_sessions'"),
+                               ("socket_mode = 777\n", ":1: bad value for 'socket_mode'"),
+                               ("tls_cert = /a.pem\n", "tls_cert and tls_key go together"),
+                               ("just words\n", ":1: expected 'key = value'"),
+                               ("heartbeat_s = 60\nconnection_timeout_s = 30\n",
+                                "heartbeat_s must be below connection_timeout_s")]:
+                conf = os.path.join(tmp, "c")
+                with open(conf, "w") as f:
+                    f.write(text)
+                r = subprocess.run([AIRLOCKD, "--config", conf], stderr=subprocess.PIPE,
+                                   timeout=30)
+                self.assertEqual(r.returncode, 1, text)
+                self.assertIn(want, r.stderr.decode(), text)
+        finally:
+            shutil.rmtree(tmp, ignore_errors=True)
+
+if __name__ == "__main__":
+    altest.main()
