@@ -36,9 +36,9 @@ typedef struct al_chat_cfg {
     const char *image;                    /* for the prompt and the saved conversation */
     enum al_checkpoint_policy checkpoint; /* when to take one before a run (needs a session
                                              opened with checkpoints unless NEVER) */
-    bool vision; /* image/png results go back to the model as images (vision.c) */
-    const char *const *net_allow;         /* the session's allowlist, for the prompt; NULL or
-                                             empty: the VM has no network */
+    bool vision;                  /* image/png results go back to the model as images (vision.c) */
+    const char *const *net_allow; /* the session's allowlist, for the prompt; NULL or
+                                     empty: the VM has no network */
 } al_chat_cfg;
 
 enum al_chat_outcome {
