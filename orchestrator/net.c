@@ -361,6 +361,15 @@ static void tunnel_close(struct tunnel *t)
     t->active = false;
 }
 
+/* How many of up to want bytes may still pass under the session's byte cap (0: none). */
+static size_t net_allowance(struct al_net *n, size_t want)
+{
+    pthread_mutex_lock(&n->mu);
+    uint64_t left = n->bytes < n->bytes_max ? n->bytes_max - n->bytes : 0;
+    pthread_mutex_unlock(&n->mu);
+    return left < want ? (size_t)left : want;
+}
+
 /* Moves what it can one way; counts the bytes. False when the tunnel is broken. */
 static bool half_step(struct al_net *n, struct half *h, int from, int to, short rev_from,
                       short rev_to)
@@ -368,13 +377,18 @@ static bool half_step(struct al_net *n, struct half *h, int from, int to, short 
     if (h->done)
         return true;
     if (h->len == 0 && !h->eof && (rev_from & (POLLIN | POLLHUP | POLLERR))) {
-        ssize_t r = read(from, h->buf, sizeof(h->buf));
+        /* Never more than the cap leaves: a read takes at most what is still allowed, and at
+         * the cap one byte is read and dropped, which puts the count past it (the relay then
+         * closes every tunnel). */
+        size_t want = net_allowance(n, sizeof(h->buf));
+        ssize_t r = read(from, h->buf, want ? want : 1);
         if (r < 0 && errno != EAGAIN && errno != EINTR)
             return false;
         if (r == 0)
             h->eof = true;
         if (r > 0) {
-            h->len = (size_t)r, h->off = 0;
+            if (want)
+                h->len = (size_t)r, h->off = 0;
             pthread_mutex_lock(&n->mu);
             n->bytes += (uint64_t)r;
             pthread_mutex_unlock(&n->mu);
@@ -501,7 +515,8 @@ static void *relay_main(void *arg)
             if (!t->active) {
                 /* The guest speaks first: a program's request. EOF: QEMU's forward found
                  * nobody listening in the guest yet (or the guest dropped the tunnel). */
-                ssize_t r = read(t->g, t->h[0].buf, sizeof(t->h[0].buf));
+                size_t want = net_allowance(n, sizeof(t->h[0].buf));
+                ssize_t r = read(t->g, t->h[0].buf, want ? want : 1);
                 if (r <= 0) {
                     if (r == 0 || (errno != EAGAIN && errno != EINTR)) {
                         /* Dropped at once: nobody listens in the guest yet, back off. Dropped
@@ -519,8 +534,8 @@ static void *relay_main(void *arg)
                 }
                 backoff = NET_RETRY_MIN_MS;
                 pthread_mutex_lock(&n->mu);
-                bool capped = n->capped;
                 n->bytes += (uint64_t)r;
+                bool capped = n->capped || n->bytes > n->bytes_max;
                 pthread_mutex_unlock(&n->mu);
                 if (capped || (t->p = connect_local(n->squid_port)) < 0) {
                     if (capped)
