@@ -51,6 +51,8 @@ struct ad_limits {
     uint64_t max_upload_bytes;   /* one file upload */
     uint64_t disk_budget_bytes;  /* each session's disk budget (the library's) */
     unsigned requests_per_s;     /* requests per second, bursts up to twice that */
+    uint64_t net_bytes_max;      /* a session's network bytes (issue 18), also the default cap
+                                    up to the library's 1 GiB */
 };
 
 struct ad_config {
@@ -77,9 +79,8 @@ struct ad_config {
     char pool_image[64];                             /* "": the default image */
     unsigned pool_size, pool_memory_mib, pool_vcpus; /* 0 memory, vCPUs: the image's */
     /* Network on request (issue 18): the hosts and *.suffix patterns any session may allow
-     * at most (NULL: none, no session gets a network), and the cap on a session's bytes. */
+     * at most (NULL: none, no session gets a network); the byte cap is limits.net_bytes_max. */
     char **net_allow_max;
-    uint64_t net_bytes_max;
 };
 
 void ad_config_defaults(struct ad_config *c);

@@ -31,7 +31,7 @@ void ad_config_defaults(struct ad_config *c)
     c->connection_timeout_s = 60;
     c->max_body_bytes = 1 << 20;
     c->max_connections = 256;
-    c->net_bytes_max = AL_NET_BYTES_MAX_DEFAULT;
+    c->limits.net_bytes_max = AL_NET_BYTES_MAX_DEFAULT;
 }
 
 static int parse_u64(const char *v, uint64_t max, uint64_t *out)
@@ -174,10 +174,11 @@ static int set(struct ad_config *c, const char *k, char *v)
         c->net_allow_max = allow;
         return 0;
     }
-    if (!strcmp(k, "net_bytes_max"))
-        return (r = parse_u64(v, UINT64_MAX >> 1, &c->net_bytes_max)) < 0 ? r
-               : c->net_bytes_max                                         ? 0
-                                                                          : -ERANGE;
+    if (!strcmp(k, "net_bytes_max")) {
+        if ((r = parse_u64(v, UINT64_MAX >> 1, &c->limits.net_bytes_max)) < 0)
+            return r;
+        return c->limits.net_bytes_max ? 0 : -ERANGE;
+    }
     return -ENOENT;
 }
 

@@ -396,8 +396,8 @@ static bool net_permitted(const char *pattern)
 
 /* net: {"allow": [HOST, "*.suffix", ...], "bytes_max": N}; into o (allow points into c->net),
  * *allow_out owns the array. An empty or absent allow list: no network. */
-static int check_net(const struct ad_create *c, al_net_opts *o, const char ***allow_out,
-                     struct ad_fail *f)
+static int check_net(const struct ad_create *c, const struct ad_limits *lim, al_net_opts *o,
+                     const char ***allow_out, struct ad_fail *f)
 {
     *allow_out = NULL;
     if (!c->net || cJSON_IsNull(c->net))
@@ -433,7 +433,7 @@ static int check_net(const struct ad_create *c, al_net_opts *o, const char ***al
             return -EPERM;
         }
     }
-    uint64_t cap = ad_cfg.net_bytes_max;
+    uint64_t cap = lim->net_bytes_max ? lim->net_bytes_max : AL_NET_BYTES_MAX_DEFAULT;
     uint64_t want = bytes ? (uint64_t)bytes->valuedouble : 0;
     if (want > cap) {
         ad_failf(f, 429, "quota_exceeded", "net.bytes_max over %llu", (unsigned long long)cap);
@@ -503,7 +503,7 @@ int ad_session_create(const char *owner, const struct ad_limits *lim, const stru
         return r;
     al_net_opts net = {0};
     _ad_free_ const char **net_allow = NULL;
-    if ((r = check_net(c, &net, &net_allow, f)) < 0)
+    if ((r = check_net(c, lim, &net, &net_allow, f)) < 0)
         return r;
     enum al_transport transport = AL_TRANSPORT_IMAGE;
     if (c->transport && (r = al_transport_parse(c->transport, &transport, &err)) < 0) {

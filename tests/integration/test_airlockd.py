@@ -916,6 +916,15 @@ class NetTest(unittest.TestCase):
                 Sandbox(image="debian", client=c, net={"allow": ["web.test"],
                                                        "bytes_max": 50000001})
             self.assertEqual((e.exception.status, e.exception.limit), (429, "net_bytes_max"))
+            # A key's own cap replaces the config's.
+            key = d.key("netkey", "--net-bytes-max", "1000")
+            with self.assertRaises(APIError) as e:
+                Sandbox(image="debian", client=d.tcp(key), net={"allow": ["web.test"],
+                                                                "bytes_max": 1001})
+            self.assertEqual((e.exception.status, e.exception.limit), (429, "net_bytes_max"))
+            listing = subprocess.run([AIRLOCKD, "--config", d.conf, "key", "list"],
+                                     stdout=subprocess.PIPE, check=True, text=True).stdout
+            self.assertIn("net_bytes_max=1000", listing)
             for bad in (["-x"], [""], ["a b"], "web.test", [1], {"allow": ["web.test"],
                                                                  "bytes_max": -1}):
                 with self.assertRaises(APIError) as e:
