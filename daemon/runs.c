@@ -6,7 +6,9 @@
  * it was handed to a reader and room is needed; when the buffer is full of events no reader has
  * had, the output callback waits, al_exec stops reading the channel, the agent runs out of
  * credit and the guest's writer blocks: a slow reader slows the guest, the daemon's memory
- * stays at the bound. */
+ * stays at the bound. The wait ends with the run's time (its timeout and a grace past the
+ * library's own): output beyond that is dropped and counted, so that the library's timeout
+ * still ends a run whose output nobody reads. */
 #include "airlockd.h"
 
 #include <errno.h>
@@ -47,6 +49,8 @@ struct ad_run {
     char *lang, *cwd;
     bool kernel;
     unsigned timeout_ms;
+    uint64_t give_up_ms; /* ad_now_ms() past which output waits no more for room; 0: never */
+    uint64_t dropped;    /* output bytes dropped past give_up_ms */
     int stdin_rd;
     uint64_t started; /* unix time */
 };
@@ -58,6 +62,9 @@ static pthread_mutex_t list_lock = PTHREAD_MUTEX_INITIALIZER;
  * fit the pipe so that starting a run never blocks). */
 #define ACTIVE_RUNS_MAX 16
 #define STDIN_INLINE_MAX 65536
+/* Past the run's timeout: longer than the library's own grace (5 s, a kernel's 60 s) */
+#define GIVE_UP_GRACE_MS 10000u
+#define GIVE_UP_GRACE_KERNEL_MS 65000u
 
 static void strv_free(char **v)
 {
@@ -97,7 +104,8 @@ void ad_run_put(struct ad_run *r)
 
 /* ---- the buffer ---- */
 
-/* Appends an event, waiting for room (see the top). -ECANCELED when the run is cancelled. With
+/* Appends an event, waiting for room (see the top). -ECANCELED when the run is cancelled,
+ * -ETIME (the event dropped) when the run's time is up. With
  * result, the run's last event: the run is done in the same step (taking result), so that no
  * reader sees the end before the run is counted as finished. */
 static int push_ex(struct ad_run *r, const char *type, cJSON *data, bool wait, cJSON *result)
@@ -134,7 +142,26 @@ static int push_ex(struct ad_run *r, const char *type, cJSON *data, bool wait, c
             free(e);
             return -ECANCELED;
         }
-        pthread_cond_wait(&r->cv, &r->mu);
+        uint64_t now = ad_now_ms();
+        if (r->give_up_ms && now >= r->give_up_ms) {
+            pthread_mutex_unlock(&r->mu);
+            free(e);
+            return -ETIME;
+        }
+        if (!r->give_up_ms) {
+            pthread_cond_wait(&r->cv, &r->mu);
+            continue;
+        }
+        uint64_t left = r->give_up_ms - now;
+        struct timespec ts;
+        clock_gettime(CLOCK_REALTIME, &ts);
+        ts.tv_sec += (time_t)(left / 1000);
+        ts.tv_nsec += (long)(left % 1000) * 1000000L;
+        if (ts.tv_nsec >= 1000000000L) {
+            ts.tv_sec++;
+            ts.tv_nsec -= 1000000000L;
+        }
+        pthread_cond_timedwait(&r->cv, &r->mu, &ts);
     }
     if (r->tail)
         r->tail->next = e;
@@ -173,6 +200,12 @@ static int on_output(void *ctx, int stream, const uint8_t *data, size_t len)
     free(b64);
     int rc = push(r, "output", o, true);
     cJSON_Delete(o);
+    if (rc == -ETIME) { /* its time is up: the library's timeout ends it on return */
+        pthread_mutex_lock(&r->mu);
+        r->dropped += len;
+        pthread_mutex_unlock(&r->mu);
+        return 0;
+    }
     /* Cancelled while waiting for room: the library then sends the guest SIGPIPE and drops the
      * rest of this stream, and the cancel byte already in the pipe ends the run. */
     return rc == -ECANCELED ? -EPIPE : rc;
@@ -209,7 +242,7 @@ static void *run_thread(void *arg)
         if (c > 0)
             cJSON_AddNumberToObject(o, "id", ci.id);
         else
-            cJSON_AddStringToObject(o, "error", cerr.msg);
+            ad_json_add_text(o, "error", cerr.msg);
         push(r, "checkpoint", o, false);
         cJSON_Delete(o);
     }
@@ -236,6 +269,9 @@ static void *run_thread(void *arg)
             .output = on_output,
             .output_ctx = r,
         };
+        if (r->timeout_ms)
+            r->give_up_ms = ad_now_ms() + r->timeout_ms +
+                            (r->kernel ? GIVE_UP_GRACE_KERNEL_MS : GIVE_UP_GRACE_MS);
         rc = al_exec(s->s, &o, &res, &err);
     }
     drain_cancel(s);
@@ -249,7 +285,7 @@ static void *run_thread(void *arg)
         type = "error";
         cJSON_AddStringToObject(o, "code", rc == -ECANCELED ? "cancelled" : f.code);
         cJSON_AddNumberToObject(o, "status", f.status);
-        cJSON_AddStringToObject(o, "message", err.code ? err.msg : strerror(-rc));
+        ad_json_add_text(o, "message", err.code ? err.msg : strerror(-rc));
     } else {
         cJSON_AddStringToObject(o, "how", res.how == AL_EXEC_SIGNALED ? "signaled" : "exited");
         cJSON_AddNumberToObject(o, "value", res.value);
@@ -257,6 +293,8 @@ static void *run_thread(void *arg)
         cJSON_AddBoolToObject(o, "timed_out", res.timed_out);
         cJSON_AddBoolToObject(o, "interrupted", res.interrupted);
     }
+    if (r->dropped) /* output nobody read before the run's time was up */
+        cJSON_AddNumberToObject(o, "output_dropped_bytes", (double)r->dropped);
     cJSON_AddStringToObject(o, "run", r->id);
     cJSON *result = cJSON_Duplicate(o, true);
     cJSON_AddStringToObject(result, "type", type);

@@ -204,15 +204,25 @@ static void copy_field(char *dst, size_t len, const char *src)
 }
 
 /* One line of our logformat: "%ts.%03tu %rm %>rd %>rP %>Hs %<st %>st %Ss %err_code". Squid
- * writes it, but the host and method are the guest's words: printable ASCII only, bounded. */
+ * writes it, but the host and method are the guest's words: printable ASCII only, bounded.
+ * Squid 5.7 keeps no space in them (it drops those of "CONNECT [a b]:443"), but a proxy that
+ * did must not shift the fields after the host (a forged "200 ... TCP_TUNNEL" in it): the host
+ * is whatever lies between the method and Squid's own last six words. */
 int al_net_log_line(char *const *allow, char *line, al_net_request *out)
 {
-    char *f[9], *save = NULL;
+    char *w[NET_LOG_LINE_MAX / 2 + 1], *save = NULL;
     size_t k = 0;
-    for (char *t = strtok_r(line, " ", &save); t && k < 9; t = strtok_r(NULL, " ", &save))
-        f[k++] = t;
+    for (char *t = strtok_r(line, " ", &save); t; t = strtok_r(NULL, " ", &save)) {
+        if (k == sizeof(w) / sizeof(w[0]))
+            return 0;
+        w[k++] = t;
+    }
     if (k < 9)
         return 0;
+    /* The host's words joined again: the NUL strtok_r put after each was a space. */
+    for (size_t i = 2; i + 7 < k; i++)
+        w[i][strlen(w[i])] = ' ';
+    char *f[9] = {w[0], w[1], w[2], w[k - 6], w[k - 5], w[k - 4], w[k - 3], w[k - 2], w[k - 1]};
     al_net_request r = {0};
     double t = strtod(f[0], NULL);
     r.time_ms = t > 0 && t < 1e12 ? (int64_t)(t * 1000.0) : 0; /* no float-to-int overflow */

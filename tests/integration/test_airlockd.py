@@ -3,6 +3,7 @@
 One daemon for the class (unix socket and TCP with API keys); the guest checks share one
 session to save boots. Environment: AIRLOCKD_BIN and the usual integration variables.
 """
+import base64
 import hashlib
 import json
 import os
@@ -420,6 +421,18 @@ class AirlockdTest(unittest.TestCase):
         self.assertEqual(res["state"], "done")
         self.assertEqual(self.sb.commands.run("echo alive").stdout, "alive\n")
 
+    def test_unread_flood_still_times_out(self):
+        # Output nobody streams fills the run's buffer and the daemon stops reading the guest;
+        # the run's timeout still ends it (the output past its time dropped, and counted).
+        t0 = time.monotonic()
+        run = self.sb.commands.start("yes flood", timeout=3)
+        res = run.wait(timeout=60)
+        self.assertEqual(res["state"], "done", res)
+        self.assertTrue(res["result"]["timed_out"], res)
+        self.assertGreater(res["result"]["output_dropped_bytes"], 0, res)
+        self.assertLess(time.monotonic() - t0, 45)
+        self.assertEqual(self.sb.commands.run("echo alive").stdout, "alive\n")
+
     # ---- files ----
 
     def test_files_up_and_down(self):
@@ -448,9 +461,15 @@ class AirlockdTest(unittest.TestCase):
             f.make_dir("/tmp/d")
         self.assertEqual(e.exception.status, 409)
         f.write("/tmp/d/a file", "12345")
-        self.sb.commands.run("ln -s /etc/passwd /tmp/d/link; touch '/tmp/d/new\nline'")
+        self.sb.commands.run("ln -s /etc/passwd /tmp/d/link; touch '/tmp/d/new\nline'; "
+                             "touch \"/tmp/d/bad$(printf '\\377')\"")
+        # A name that is not UTF-8 still comes back as JSON (the client parses it strictly),
+        # marked, with its exact bytes in name_b64.
         entries = {x["name"]: x for x in f.list("/tmp/d")}
-        self.assertEqual(set(entries), {"a file", "e", "link", "new\nline"})
+        self.assertEqual(set(entries), {"a file", "e", "link", "new\nline", "bad\ufffd"})
+        self.assertEqual(base64.b64decode(entries["bad\ufffd"]["name_b64"]), b"bad\xff")
+        self.assertNotIn("name_b64", entries["a file"])
+        self.sb.commands.run("rm \"/tmp/d/bad$(printf '\\377')\"")
         self.assertEqual((entries["a file"]["type"], entries["a file"]["size"]), ("file", 5))
         self.assertEqual(entries["e"]["type"], "dir")
         self.assertEqual(entries["link"]["type"], "symlink")

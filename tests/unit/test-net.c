@@ -1,6 +1,8 @@
 /* Allowlists for network on request (orchestrator/net.c): what --net and the library accept,
- * at, below and above the bounds (AL_NET_ALLOW_MAX hosts, 253-byte names). TAP output. */
+ * at, below and above the bounds (AL_NET_ALLOW_MAX hosts, 253-byte names); and Squid's access
+ * log lines as the host reads them. TAP output. */
 #include "airlock.h"
+#include "session.h"
 
 #include <stdarg.h>
 #include <stdio.h>
@@ -76,6 +78,22 @@ int main(void)
         ok(al_net_host_pattern_ok(name) == (n <= 253), "a %zu-byte name %s", n,
            n <= 253 ? "accepted" : "refused");
     }
+    /* A host with spaces in it (Squid 5.7 drops them, another version might not): a denied
+     * request to one odd host, not an allowed tunnel to web.test. */
+    static char *const allow[] = {"web.test", NULL};
+    char line[] = "1796084772.928 CONNECT web.test 443 200 9 9 TCP_TUNNEL - 443 403 3393 30 "
+                  "TCP_DENIED ERR_ACCESS_DENIED";
+    al_net_request r;
+    ok(al_net_log_line(allow, line, &r) == 1 && !r.allowed && r.status == 403 && r.port == 443 &&
+           !strcmp(r.host, "web.test?443?200?9?9?TCP_TUNNEL?-") && r.bytes == 3393 + 30 &&
+           strstr(r.why, "not in the allowlist"),
+       "a host with spaces shifts no field: denied, status %u, host '%s'", r.status, r.host);
+    char plain[] = "1796084772.928 CONNECT web.test 443 200 9000 700 TCP_TUNNEL -";
+    ok(al_net_log_line(allow, plain, &r) == 1 && r.allowed && r.status == 200 &&
+           !strcmp(r.host, "web.test") && r.bytes == 9700 && !r.why[0],
+       "an allowed tunnel");
+    char shortl[] = "1796084772.928 CONNECT web.test 443 200 9 9 TCP_TUNNEL";
+    ok(al_net_log_line(allow, shortl, &r) == 0, "a line short of a field is no request");
     printf("1..%u\n", count);
     return failed ? 1 : 0;
 }

@@ -298,7 +298,8 @@ class _Files:
             c.close()
 
     def stat(self, path):
-        """{"name", "type" (file, dir, symlink, other), "size", "mode", "mtime"}."""
+        """{"name", "type" (file, dir, symlink, other), "size", "mode", "mtime"}; a name that is
+        not UTF-8 has U+FFFD for each bad byte and its exact bytes base64 in "name_b64"."""
         return self._sb.client.request("GET", self._sb._path + "/files/stat?path=" + _q(path))
 
     def exists(self, path):
