@@ -51,6 +51,8 @@ struct ad_limits {
     uint64_t max_upload_bytes;   /* one file upload */
     uint64_t disk_budget_bytes;  /* each session's disk budget (the library's) */
     unsigned requests_per_s;     /* requests per second, bursts up to twice that */
+    uint64_t net_bytes_max;      /* a session's network bytes (issue 18), also the default cap
+                                    up to the library's 1 GiB */
 };
 
 struct ad_config {
@@ -76,6 +78,9 @@ struct ad_config {
      * 0: none. */
     char pool_image[64];                             /* "": the default image */
     unsigned pool_size, pool_memory_mib, pool_vcpus; /* 0 memory, vCPUs: the image's */
+    /* Network on request (issue 18): the hosts and *.suffix patterns any session may allow
+     * at most (NULL: none, no session gets a network); the byte cap is limits.net_bytes_max. */
+    char **net_allow_max;
 };
 
 void ad_config_defaults(struct ad_config *c);
@@ -141,6 +146,7 @@ struct ad_session {
     bool gone;           /* out of the registry; closed when refs drop to 0 */
     struct ad_run *runs; /* newest first */
     unsigned next_run;
+    cJSON *net; /* {"allow": [...], "bytes_max": N}, or NULL: no network */
 };
 
 int ad_sessions_init(const struct ad_config *c);
@@ -166,6 +172,7 @@ struct ad_create {
     bool checkpoints; /* allow checkpoints without a policy that takes them */
     unsigned idle_s, lifetime_s;
     cJSON *labels; /* borrowed; copied */
+    cJSON *net;    /* borrowed: {"allow": [...], "bytes_max": N}, or NULL */
 };
 /* The HTTP status and error code on failure. */
 struct ad_fail {

@@ -31,6 +31,7 @@ void ad_config_defaults(struct ad_config *c)
     c->connection_timeout_s = 60;
     c->max_body_bytes = 1 << 20;
     c->max_connections = 256;
+    c->limits.net_bytes_max = AL_NET_BYTES_MAX_DEFAULT;
 }
 
 static int parse_u64(const char *v, uint64_t max, uint64_t *out)
@@ -164,6 +165,20 @@ static int set(struct ad_config *c, const char *k, char *v)
         return parse_uint(v, &c->pool_memory_mib);
     if (!strcmp(k, "pool_vcpus"))
         return parse_uint(v, &c->pool_vcpus);
+    if (!strcmp(k, "net_allow_max")) { /* the library's own allowlist syntax and checks */
+        al_error e = {0};
+        char **allow = NULL;
+        if (*v && (r = al_net_allow_parse(v, &allow, &e)) < 0)
+            return r;
+        al_net_allow_free(c->net_allow_max);
+        c->net_allow_max = allow;
+        return 0;
+    }
+    if (!strcmp(k, "net_bytes_max")) {
+        if ((r = parse_u64(v, UINT64_MAX >> 1, &c->limits.net_bytes_max)) < 0)
+            return r;
+        return c->limits.net_bytes_max ? 0 : -ERANGE;
+    }
     return -ENOENT;
 }
 

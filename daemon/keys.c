@@ -40,6 +40,7 @@ const struct ad_limit_field ad_limit_fields[] = {
     {"max_upload_bytes",   offsetof(struct ad_limits, max_upload_bytes),   true},
     {"disk_budget_bytes",  offsetof(struct ad_limits, disk_budget_bytes),  true},
     {"requests_per_s",     offsetof(struct ad_limits, requests_per_s),     false},
+    {"net_bytes_max",      offsetof(struct ad_limits, net_bytes_max),      true},
 };
 // clang-format on
 const size_t ad_nlimit_fields = sizeof(ad_limit_fields) / sizeof(ad_limit_fields[0]);
@@ -103,6 +104,22 @@ int ad_keys_open(const char *path, char *why, size_t len)
         sqlite3_free(msg);
         ad_keys_close();
         return -EIO;
+    }
+    /* A store made before a limit existed gets its column (0: the config's). */
+    for (size_t i = 0; i < ad_nlimit_fields; i++) {
+        snprintf(sql, sizeof(sql), "ALTER TABLE keys ADD COLUMN %s INTEGER NOT NULL DEFAULT 0;",
+                 ad_limit_fields[i].name);
+        if (sqlite3_exec(db, sql, NULL, NULL, &msg) != SQLITE_OK) {
+            bool dup = msg && strstr(msg, "duplicate column");
+            if (!dup)
+                snprintf(why, len, "cannot set up key store '%s': %s", path, msg ? msg : "?");
+            sqlite3_free(msg);
+            msg = NULL;
+            if (!dup) {
+                ad_keys_close();
+                return -EIO;
+            }
+        }
     }
     return 0;
 }

@@ -21,6 +21,7 @@ static void usage(FILE *f)
                "                [--max-lifetime-s S] [--max-idle-s S] [--max-exec-timeout-s S]\n"
                "                [--max-upload-bytes B] [--disk-budget-bytes B] "
                "[--requests-per-s N]\n"
+               "                [--net-bytes-max B]\n"
                "       airlockd [--config FILE] key list\n"
                "       airlockd [--config FILE] key revoke ID\n"
                "       airlockd routes                          the API's routes\n"

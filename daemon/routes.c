@@ -103,6 +103,7 @@ static enum MHD_Result session_create(struct MHD_Connection *c, struct ad_req *q
         get_uint(q, "lifetime_s", &cr.lifetime_s, why, sizeof(why)) < 0)
         return ad_reply_error(c, q, 400, "invalid", "%s", why);
     cr.labels = cJSON_GetObjectItemCaseSensitive(q->json, "labels");
+    cr.net = cJSON_GetObjectItemCaseSensitive(q->json, "net");
     if (cr.image && (!cr.image[0] || strchr(cr.image, '/') || strlen(cr.image) >= 64))
         return ad_reply_error(c, q, 400, "invalid", "image: a name in the store");
     struct ad_session *s;
@@ -149,6 +150,77 @@ static enum MHD_Result session_extend(struct MHD_Connection *c, struct ad_req *q
     if (ad_session_extend(q->sess, secs, &q->lim, &f) < 0)
         return ad_reply_fail(c, q, &f);
     return ad_reply_json(c, q, 200, ad_session_json(q->sess));
+}
+
+/* ---- network requests (issue 18): the session's proxy log, a page at a time ---- */
+
+#define NET_PAGE_DEFAULT 100
+#define NET_PAGE_MAX 1000
+
+struct net_page {
+    cJSON *arr;
+    unsigned n, limit;
+};
+
+static void net_one(void *ctx, const al_net_request *r)
+{
+    struct net_page *p = ctx;
+    if (p->n >= p->limit)
+        return;
+    p->n++;
+    cJSON *o = cJSON_CreateObject();
+    cJSON_AddNumberToObject(o, "time_ms", (double)r->time_ms);
+    cJSON_AddStringToObject(o, "method", r->method);
+    cJSON_AddStringToObject(o, "host", r->host);
+    cJSON_AddNumberToObject(o, "port", r->port);
+    cJSON_AddNumberToObject(o, "status", r->status);
+    cJSON_AddNumberToObject(o, "bytes", (double)r->bytes);
+    cJSON_AddBoolToObject(o, "allowed", r->allowed);
+    if (r->allowed)
+        cJSON_AddNullToObject(o, "why");
+    else
+        cJSON_AddStringToObject(o, "why", r->why);
+    cJSON_AddItemToArray(p->arr, o);
+}
+
+static int query_u64(struct MHD_Connection *c, const char *k, uint64_t max, uint64_t *out)
+{
+    const char *v = query(c, k);
+    if (!v)
+        return 0;
+    char *end;
+    errno = 0;
+    unsigned long long x = strtoull(v, &end, 10);
+    if (!*v || *v == '-' || *end || errno || x > max)
+        return -EINVAL;
+    *out = x;
+    return 0;
+}
+
+static enum MHD_Result net_list(struct MHD_Connection *c, struct ad_req *q)
+{
+    uint64_t cursor = 0, limit = NET_PAGE_DEFAULT;
+    if (query_u64(c, "cursor", SIZE_MAX, &cursor) < 0)
+        return ad_reply_error(c, q, 400, "invalid", "cursor: a number from next_cursor");
+    if (query_u64(c, "limit", NET_PAGE_MAX, &limit) < 0 || !limit)
+        return ad_reply_error(c, q, 400, "invalid", "limit: 1 to %d", NET_PAGE_MAX);
+    if (!al_session_net(q->sess->s))
+        return ad_reply_error(c, q, 409, "no_network", "the session was created without net");
+    cJSON *o = cJSON_CreateObject();
+    struct net_page p = {cJSON_AddArrayToObject(o, "requests"), 0, (unsigned)limit};
+    size_t cur = (size_t)cursor;
+    al_error err = {0};
+    int r = al_net_requests(q->sess->s, &cur, net_one, &p, &err);
+    if (r < 0) {
+        cJSON_Delete(o);
+        struct ad_fail f;
+        ad_fail_from(&f, r, &err);
+        return ad_reply_fail(c, q, &f);
+    }
+    /* the first one seen was number cur - r; the page ends after p.n of them */
+    cJSON_AddNumberToObject(o, "next_cursor", (double)(cur - (size_t)r + p.n));
+    cJSON_AddBoolToObject(o, "more", p.n < (unsigned)r);
+    return ad_reply_json(c, q, 200, o);
 }
 
 /* ---- runs ---- */
@@ -528,7 +600,9 @@ static enum MHD_Result checkpoint_list(struct MHD_Connection *c, struct ad_req *
     int r = al_checkpoint_list(q->sess->s, checkpoint_one, a, &err);
     if (r < 0) {
         cJSON_Delete(o);
-        return lib_fail(c, q, r, &err);
+        struct ad_fail f;
+        ad_fail_from(&f, r, &err);
+        return ad_reply_fail(c, q, &f);
     }
     return ad_reply_json(c, q, 200, o);
 }
@@ -579,6 +653,7 @@ const struct ad_route ad_routes[] = {
     {"GET",    "/v1/sessions/{id}", 0, session_get, "one session"},
     {"DELETE", "/v1/sessions/{id}", 0, session_delete, "end a session"},
     {"POST",   "/v1/sessions/{id}/extend", AD_BODY_JSON, session_extend, "move the end of its lifetime"},
+    {"GET",    "/v1/sessions/{id}/net", 0, net_list, "the session's network requests"},
     {"POST",   "/v1/sessions/{id}/runs", AD_BODY_JSON, run_start, "start a command or code run"},
     {"GET",    "/v1/sessions/{id}/runs", 0, run_list, "the session's runs"},
     {"GET",    "/v1/sessions/{id}/runs/{run}", 0, run_get, "one run"},

@@ -7,6 +7,7 @@
 #include <signal.h>
 #include <stdio.h>
 #include <string.h>
+#include <strings.h>
 #include <time.h>
 
 /* A registry slot: a session, or a reservation while one boots (counted against quotas). */
@@ -100,8 +101,8 @@ static void pool_start(const struct ad_config *c)
  * held (shutdown takes the pool away under it); al_pool_try_take does not wait. */
 static al_session *pool_take(const al_session_opts *o, uint64_t disk_budget_bytes)
 {
-    if (!pool || strcmp(o->image, pool_shape.image) || o->memory_mib != pool_shape.memory_mib ||
-        o->vcpus != pool_shape.vcpus || o->checkpoints ||
+    if (!pool || o->net.allow || strcmp(o->image, pool_shape.image) ||
+        o->memory_mib != pool_shape.memory_mib || o->vcpus != pool_shape.vcpus || o->checkpoints ||
         disk_budget_bytes != pool_shape.disk_budget_bytes ||
         (o->transport != AL_TRANSPORT_IMAGE && o->transport != pool_shape.transport))
         return NULL;
@@ -205,6 +206,7 @@ static void finish(struct ad_session *s, unsigned own)
     close(s->cancel_rd);
     close(s->cancel_wr);
     cJSON_Delete(s->labels);
+    cJSON_Delete(s->net);
     pthread_mutex_lock(&lock);
 }
 
@@ -340,6 +342,7 @@ cJSON *ad_session_json(struct ad_session *s)
     cJSON_AddBoolToObject(o, "warm", al_session_restored(s->s));
     cJSON_AddBoolToObject(o, "pooled", s->pooled);
     cJSON_AddStringToObject(o, "languages", al_session_languages(s->s));
+    cJSON_AddItemToObject(o, "net", s->net ? cJSON_Duplicate(s->net, true) : cJSON_CreateNull());
     return o;
 }
 
@@ -363,6 +366,92 @@ static int quota(const char *owner, const struct ad_limits *lim, unsigned memory
         f->limit = "max_memory_mib";
         return -EDQUOT;
     }
+    return 0;
+}
+
+/* ---- network on request (issue 18) ---- */
+
+/* Whether name ends with "." suffix, or is suffix itself (case aside). */
+static bool under(const char *name, const char *suffix)
+{
+    size_t n = strlen(name), m = strlen(suffix);
+    if (n == m)
+        return !strcasecmp(name, suffix);
+    return n > m && name[n - m - 1] == '.' && !strcasecmp(name + n - m, suffix);
+}
+
+/* Whether the config's net_allow_max lets a session allow pattern (a host or "*.suffix"): a
+ * host by the same host or a pattern over it, a pattern only by a pattern as wide or wider. */
+static bool net_permitted(const char *pattern)
+{
+    for (char **p = ad_cfg.net_allow_max; p && *p; p++) {
+        bool wild = !strncmp(*p, "*.", 2), want_wild = !strncmp(pattern, "*.", 2);
+        if (!wild && !want_wild && !strcasecmp(*p, pattern))
+            return true;
+        if (wild && under(want_wild ? pattern + 2 : pattern, *p + 2))
+            return true;
+    }
+    return false;
+}
+
+/* net: {"allow": [HOST, "*.suffix", ...], "bytes_max": N}; into o (allow points into c->net),
+ * *allow_out owns the array. An empty or absent allow list: no network. */
+static int check_net(const struct ad_create *c, const struct ad_limits *lim, al_net_opts *o,
+                     const char ***allow_out, struct ad_fail *f)
+{
+    *allow_out = NULL;
+    if (!c->net || cJSON_IsNull(c->net))
+        return 0;
+    cJSON *allow = cJSON_GetObjectItemCaseSensitive(c->net, "allow");
+    cJSON *bytes = cJSON_GetObjectItemCaseSensitive(c->net, "bytes_max");
+    if (!cJSON_IsObject(c->net) || (allow && !cJSON_IsArray(allow)) ||
+        (bytes && (!cJSON_IsNumber(bytes) || bytes->valuedouble < 1 ||
+                   bytes->valuedouble > 9007199254740992.0 ||
+                   bytes->valuedouble != (double)(uint64_t)bytes->valuedouble))) {
+        ad_failf(f, 400, "invalid",
+                 "net: {\"allow\": [host or *.suffix, ...], \"bytes_max\": a whole number > 0}");
+        return -EINVAL;
+    }
+    int n = allow ? cJSON_GetArraySize(allow) : 0;
+    if (n > AL_NET_ALLOW_MAX) {
+        ad_failf(f, 400, "invalid", "net.allow: at most %d entries", AL_NET_ALLOW_MAX);
+        return -EINVAL;
+    }
+    cJSON *h;
+    cJSON_ArrayForEach(h, allow)
+    {
+        if (!cJSON_IsString(h) || !al_net_host_pattern_ok(h->valuestring)) {
+            ad_failf(f, 400, "invalid", "net.allow: '%.200s' is not a host name or *.suffix",
+                     cJSON_IsString(h) ? h->valuestring : "(not a string)");
+            return -EINVAL;
+        }
+        if (!net_permitted(h->valuestring)) {
+            ad_failf(f, 403, "net_host_forbidden",
+                     "net.allow: host %.200s is outside what this daemon lets a session allow "
+                     "(net_allow_max)",
+                     h->valuestring);
+            return -EPERM;
+        }
+    }
+    uint64_t cap = lim->net_bytes_max ? lim->net_bytes_max : AL_NET_BYTES_MAX_DEFAULT;
+    uint64_t want = bytes ? (uint64_t)bytes->valuedouble : 0;
+    if (want > cap) {
+        ad_failf(f, 429, "quota_exceeded", "net.bytes_max over %llu", (unsigned long long)cap);
+        f->limit = "net_bytes_max";
+        return -EDQUOT;
+    }
+    if (!n)
+        return 0;
+    const char **list = calloc((size_t)n + 1, sizeof(*list));
+    if (!list) {
+        ad_failf(f, 500, "internal", "out of memory");
+        return -ENOMEM;
+    }
+    int i = 0;
+    cJSON_ArrayForEach(h, allow) list[i++] = h->valuestring;
+    o->allow = list;
+    o->bytes_max = want ? want : cap < AL_NET_BYTES_MAX_DEFAULT ? cap : AL_NET_BYTES_MAX_DEFAULT;
+    *allow_out = list;
     return 0;
 }
 
@@ -411,6 +500,10 @@ int ad_session_create(const char *owner, const struct ad_limits *lim, const stru
     al_error err = {0};
     int r = check_create(c, lim, f);
     if (r < 0)
+        return r;
+    al_net_opts net = {0};
+    _ad_free_ const char **net_allow = NULL;
+    if ((r = check_net(c, lim, &net, &net_allow, f)) < 0)
         return r;
     enum al_transport transport = AL_TRANSPORT_IMAGE;
     if (c->transport && (r = al_transport_parse(c->transport, &transport, &err)) < 0) {
@@ -473,6 +566,7 @@ int ad_session_create(const char *owner, const struct ad_limits *lim, const stru
         .transport = transport,
         .checkpoints = c->checkpoints || policy != AL_CHECKPOINT_NEVER,
         .disk_budget_bytes = lim->disk_budget_bytes,
+        .net = net,
     };
     uint64_t t0 = ad_now_ms();
     pthread_mutex_lock(&lock);
@@ -523,6 +617,13 @@ int ad_session_create(const char *owner, const struct ad_limits *lim, const stru
     s->checkpoints = o.checkpoints;
     s->pooled = pooled;
     s->labels = c->labels ? cJSON_Duplicate(c->labels, true) : cJSON_CreateObject();
+    if (net.allow) {
+        s->net = cJSON_CreateObject();
+        cJSON *a = cJSON_AddArrayToObject(s->net, "allow");
+        for (const char *const *h = net.allow; *h; h++)
+            cJSON_AddItemToArray(a, cJSON_CreateString(*h));
+        cJSON_AddNumberToObject(s->net, "bytes_max", (double)net.bytes_max);
+    }
     s->created = time(NULL);
     s->created_ms = s->used_ms = ad_now_ms();
     s->idle_s = c->idle_s ? c->idle_s : lim->max_idle_s;

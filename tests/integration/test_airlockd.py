@@ -875,6 +875,125 @@ class DebianTest(unittest.TestCase):
             shutil.rmtree(d.dir, ignore_errors=True)
 
 
+NET_GUEST = r"""
+import json, urllib.error, urllib.request
+R = {}
+for k, url in (("web", "http://web.test/hello.txt"), ("wild", "http://sub.wild.test/hello.txt")):
+    try:
+        with urllib.request.urlopen(url, timeout=40) as r:
+            R[k] = [r.status, r.read().decode(errors="replace")]
+    except urllib.error.HTTPError as e:
+        R[k] = [e.code, ""]
+    except Exception as e:
+        R[k] = [0, repr(e)]
+print(json.dumps(R))
+"""
+
+
+@unittest.skipUnless(os.geteuid() == 0, "needs root for network namespaces")
+class NetTest(unittest.TestCase):
+    """Network on request through the API (issue 18): net_allow_max bounds what a create may
+    allow, the session's proxy reaches the lab (netlab.py, a network namespace) and its requests
+    come back from GET .../net; a session without net has no NIC."""
+
+    def test_net_policy_requests_and_no_nic(self):
+        import netlab
+        # The config's keys are checked with the library's allowlist syntax.
+        with tempfile.TemporaryDirectory() as t:
+            for line, bad in (("net_allow_max = web.test,a b", "net_allow_max"),
+                              ("net_bytes_max = 0", "net_bytes_max")):
+                conf = os.path.join(t, "c.conf")
+                with open(conf, "w") as f:
+                    f.write("keys_db = %s/k.db\n%s\n" % (t, line))
+                p = subprocess.run([AIRLOCKD, "--config", conf, "key", "list"],
+                                   stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+                self.assertEqual(p.returncode, 1)
+                self.assertIn("c.conf:2: bad value for '%s'" % bad, p.stderr)
+        lab = netlab.NetLab().start()
+        self.addCleanup(lab.stop)
+        saved = os.environ.get("AIRLOCK_NET_HOSTS_FILE")
+        os.environ["AIRLOCK_NET_HOSTS_FILE"] = lab.hosts  # the daemon's proxies resolve the lab
+        try:
+            d = Daemon(net_allow_max="web.test,*.wild.test", net_bytes_max=50000000)
+        finally:
+            if saved is None:
+                os.environ.pop("AIRLOCK_NET_HOSTS_FILE")
+            else:
+                os.environ["AIRLOCK_NET_HOSTS_FILE"] = saved
+        c = d.unix()
+        try:
+            # Outside the policy: 403 naming the host, before anything boots. A pattern wider
+            # than the policy's is outside it too.
+            for allow, host in ((["web.test", "other.test"], "other.test"),
+                                (["*.test"], "*.test")):
+                with self.assertRaises(APIError) as e:
+                    Sandbox(image="debian", client=c, net=allow)
+                self.assertEqual((e.exception.status, e.exception.code),
+                                 (403, "net_host_forbidden"))
+                self.assertIn("host %s is outside" % host, str(e.exception.args))
+            with self.assertRaises(APIError) as e:
+                Sandbox(image="debian", client=c, net={"allow": ["web.test"],
+                                                       "bytes_max": 50000001})
+            self.assertEqual((e.exception.status, e.exception.limit), (429, "net_bytes_max"))
+            # A key's own cap replaces the config's.
+            key = d.key("netkey", "--net-bytes-max", "1000")
+            with self.assertRaises(APIError) as e:
+                Sandbox(image="debian", client=d.tcp(key), net={"allow": ["web.test"],
+                                                                "bytes_max": 1001})
+            self.assertEqual((e.exception.status, e.exception.limit), (429, "net_bytes_max"))
+            listing = subprocess.run([AIRLOCKD, "--config", d.conf, "key", "list"],
+                                     stdout=subprocess.PIPE, check=True, text=True).stdout
+            self.assertIn("net_bytes_max=1000", listing)
+            for bad in (["-x"], [""], ["a b"], "web.test", [1], {"allow": ["web.test"],
+                                                                 "bytes_max": -1}):
+                with self.assertRaises(APIError) as e:
+                    Sandbox(image="debian", client=c,
+                            net=bad if isinstance(bad, dict) else {"allow": bad})
+                self.assertEqual(e.exception.status, 400, bad)
+            self.assertEqual(c.sessions(), [])
+
+            # Allowed: the lab answers through the guest's proxy env; the policy's other
+            # pattern was not asked for, so the session's proxy refuses it.
+            with Sandbox(image="debian", client=c, net=["web.test"]) as sb:
+                self.assertEqual(sb.info["net"]["allow"], ["web.test"])
+                self.assertEqual(sb.info["net"]["bytes_max"], 50000000)
+                r = sb.commands.run(["python3", "-c", NET_GUEST])
+                self.assertEqual(r.exit_code, 0, r.stderr)
+                R = json.loads(r.stdout.strip().splitlines()[-1])
+                self.assertEqual(R["web"], [200, "hello from the test internet\n"], R)
+                self.assertEqual(R["wild"][0], 403, R)
+                reqs, cur = sb.net_requests()
+                by_host = {q["host"]: q for q in reqs}
+                self.assertEqual(set(by_host), {"web.test", "sub.wild.test"}, reqs)
+                w = by_host["web.test"]
+                self.assertEqual((w["method"], w["port"], w["status"], w["allowed"]),
+                                 ("GET", 80, 200, True), w)
+                self.assertGreater(w["bytes"], 0)
+                self.assertLess(abs(w["time_ms"] / 1000 - time.time()), 600)
+                x = by_host["sub.wild.test"]
+                self.assertFalse(x["allowed"], x)
+                self.assertIn("not in the allowlist", x["why"])
+                self.assertEqual(cur, 2)
+                self.assertEqual(sb.net_requests(cursor=cur), ([], 2))
+                one, c1 = sb.net_requests(limit=1)
+                self.assertEqual((one, c1), (reqs[:1], 1))
+                self.assertEqual(sb.net_requests(cursor=c1)[0], reqs[1:])
+                with self.assertRaises(APIError) as e:
+                    sb.net_requests(limit=1001)
+                self.assertEqual(e.exception.status, 400)
+
+            # Without net (the default): no NIC, and no requests to list.
+            with Sandbox(client=c) as sb:
+                self.assertIsNone(sb.info["net"])
+                self.assertEqual(sb.commands.run("ls /sys/class/net").stdout.split(), ["lo"])
+                with self.assertRaises(APIError) as e:
+                    sb.net_requests()
+                self.assertEqual((e.exception.status, e.exception.code), (409, "no_network"))
+        finally:
+            self.assertEqual(d.stop(), 0)
+            shutil.rmtree(d.dir, ignore_errors=True)
+
+
 class PoolTest(unittest.TestCase):
     """The warm pool (pool_image, pool_size) on the debian image. The daemon builds the template
     itself (in a state dir of the test's own, so no other suite restores from it), then keeps two

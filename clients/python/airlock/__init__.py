@@ -330,14 +330,18 @@ class Sandbox:
 
     def __init__(self, image=None, memory_mib=None, vcpus=None, transport=None,
                  checkpoint_policy=None, checkpoints=None, idle_timeout_s=None, lifetime_s=None,
-                 labels=None, client=None, url=None, api_key=None, _info=None):
+                 labels=None, net=None, client=None, url=None, api_key=None, _info=None):
+        """net: None (no network, the default), a list of hosts and "*.suffix" patterns the
+        session's proxy lets through, or a dict {"allow": [...], "bytes_max": N}."""
         self.client = client or Client(url, api_key)
+        if isinstance(net, (list, tuple)):
+            net = {"allow": list(net)}
         if _info is None:
             body = {k: v for k, v in dict(
                 image=image, memory_mib=memory_mib, vcpus=vcpus, transport=transport,
                 checkpoint_policy=checkpoint_policy, checkpoints=checkpoints,
                 idle_timeout_s=idle_timeout_s, lifetime_s=lifetime_s,
-                labels=labels).items() if v is not None}
+                labels=labels, net=net).items() if v is not None}
             _info = self.client.request("POST", "/v1/sessions", body=body)
         self.info = _info
         self.id = _info["id"]
@@ -404,6 +408,15 @@ class Sandbox:
 
     def runs(self):
         return self.client.request("GET", self._path + "/runs")["runs"]
+
+    def net_requests(self, cursor=0, limit=None):
+        """The requests the session's proxy saw from cursor on (time_ms, method, host, port,
+        status, bytes, allowed, why), and the cursor for the next call: (requests, cursor)."""
+        path = self._path + "/net?cursor=%d" % int(cursor)
+        if limit is not None:
+            path += "&limit=%d" % int(limit)
+        page = self.client.request("GET", path)
+        return page["requests"], page["next_cursor"]
 
     def checkpoint(self, name=None):
         """Takes a checkpoint (needs checkpoints=True or a checkpoint_policy); returns its id."""
