@@ -175,6 +175,9 @@ struct ad_fail {
 };
 int ad_session_create(const char *owner, const struct ad_limits *lim, const struct ad_create *c,
                       struct ad_session **out, struct ad_fail *f);
+/* Moves the end of its lifetime to seconds from now, within lim's max_lifetime_s of its start. */
+int ad_session_extend(struct ad_session *s, unsigned seconds, const struct ad_limits *lim,
+                      struct ad_fail *f);
 
 /* ---- runs (runs.c) ---- */
 

@@ -10,9 +10,6 @@
 #include <string.h>
 #include <sys/stat.h>
 
-int ad_session_extend(struct ad_session *s, unsigned seconds, const struct ad_limits *lim,
-                      struct ad_fail *f);
-
 /* ---- reading a JSON body: every field checked for its type ---- */
 
 static int get_str(struct ad_req *q, const char *k, const char **out, char *why, size_t len)

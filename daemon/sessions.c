@@ -423,8 +423,6 @@ int ad_session_create(const char *owner, const struct ad_limits *lim, const stru
 }
 
 int ad_session_extend(struct ad_session *s, unsigned seconds, const struct ad_limits *lim,
-                      struct ad_fail *f);
-int ad_session_extend(struct ad_session *s, unsigned seconds, const struct ad_limits *lim,
                       struct ad_fail *f)
 {
     uint64_t want = ad_now_ms() + seconds * 1000ull;

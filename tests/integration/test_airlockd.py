@@ -70,6 +70,8 @@ class Daemon:
                 raise RuntimeError("airlockd exited: " + text)
             time.sleep(0.05)
         else:
+            self.p.kill()
+            self.p.wait()
             raise RuntimeError("airlockd did not get ready: " + self.text())
 
     def key(self, name, *args):
@@ -140,10 +142,15 @@ class AirlockdTest(unittest.TestCase):
     @classmethod
     def setUpClass(cls):
         cls.d = Daemon()
-        cls.key_a = cls.d.key("alice")
-        cls.key_b = cls.d.key("bob")
-        cls.a = cls.d.tcp(cls.key_a)
-        cls.sb = Sandbox(client=cls.a, labels={"test": "airlockd"})
+        try:
+            cls.key_a = cls.d.key("alice")
+            cls.key_b = cls.d.key("bob")
+            cls.a = cls.d.tcp(cls.key_a)
+            cls.sb = Sandbox(client=cls.a, labels={"test": "airlockd"})
+        except BaseException:  # tearDownClass does not run: stop the daemon here
+            cls.d.stop()
+            shutil.rmtree(cls.d.dir, ignore_errors=True)
+            raise
 
     @classmethod
     def tearDownClass(cls):
