@@ -252,6 +252,8 @@ void ostream_inject(struct agent *a, struct req *r, struct ostream *o, const cha
 /* Queues the stream's EOF and closes its fd. */
 void ostream_close(struct agent *a, struct req *r, struct ostream *o);
 int agent_run(struct agent *a);
+/* refresh.c: --refresh, run by the host right after a template restore (stdin: its values). */
+int refresh_main(void);
 
 /* exec.c */
 void exec_start(struct agent *a, const struct al_msg *m);
@@ -331,5 +333,14 @@ void init_pid1(void);
 void init_supervise(void);
 void init_common(void);
 void init_power_off(bool reboot_instead);
+
+/* egress.c: a session with network (a NIC present): the NIC's address and the proxy variables
+ * every process inherits; the forwarder that carries programs' proxy connections over the
+ * tunnels the host opens. */
+bool egress_present(void);
+void egress_setup(void);
+void egress_start(void);
+/* Tells the forwarder (if any) to drop every connection it holds: after a HELLO. */
+void egress_flush(void);
 
 #endif

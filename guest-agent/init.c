@@ -174,6 +174,10 @@ void init_pid1(void)
     symlink("/proc/self/fd/2", "/dev/stderr");
     sethostname("airlock", strlen("airlock"));
     loopback_up();
+    /* A session with network: its address and the proxy variables (images with a boot program
+     * run sshd over their NIC instead). */
+    if (!boot_program[0] && egress_present())
+        egress_setup();
     /* Every process the agent starts inherits these (guest-agent/exec.c). */
     setenv("PATH", "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin", 1);
     setenv("HOME", "/root", 1);
@@ -242,6 +246,8 @@ void init_supervise(void)
 {
     if (boot_program[0])
         boot_program_run();
+    if (egress_present())
+        egress_start();
     pid_t agent = fork();
     if (agent == 0)
         return;

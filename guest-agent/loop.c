@@ -405,6 +405,9 @@ static void on_hello(struct agent *a, const struct al_msg *m)
     }
     a->hello = true;
     a->window = m->u.hello.window;
+    /* A HELLO on a live agent may follow a checkpoint restore: the network forwarder's
+     * connections lead into the host's past, so they go (the host opens new ones). */
+    egress_flush();
     struct al_msg ack = {.type = AL_HELLO_ACK, .id = m->id};
     ack.u.hello_ack.version = AL_PROTO_VERSION;
     ack.u.hello_ack.nonce = m->u.hello.nonce;

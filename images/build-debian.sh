@@ -79,9 +79,9 @@ if [ "$variant" = sshd ]; then
     lists+=("$here/sshd/packages")
     hooks=(--hook "$here/sshd/customize.sh")
     variant_files=("$here/sshd/customize.sh" "$here/sshd/airlock-boot" "$here/sshd/sshd_config")
-    # The NIC (virtio_net needs net_failover, which needs failover) and the NoCloud seed's
-    # ISO 9660 file system (isofs needs cdrom); all modules in Debian's cloud kernel.
-    boot_modules+=(failover net_failover virtio_net cdrom isofs)
+    # The NoCloud seed's ISO 9660 file system (isofs needs cdrom); modules in Debian's cloud
+    # kernel. The NIC's driver is in every image (lib/boot.sh).
+    boot_modules+=(cdrom isofs)
 fi
 mapfile -t packages < <(sed -e 's/#.*//' -e 's/[[:space:]]//g' "${lists[@]}" | grep . | LC_ALL=C sort -u)
 

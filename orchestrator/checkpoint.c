@@ -264,7 +264,24 @@ static int restore(al_session *s, uint32_t id, al_error *err)
     r = al_link_resync(s, RESYNC_MS, err);
     if (r == 0)
         s->poisoned = false; /* the agent is the one from before the run that broke it */
+    al_net_reset(s); /* network on request: no connection from before the restore survives */
     return r;
+}
+
+int al_checkpoints_set_xml(al_session *s, char *xml)
+{
+    if (!s->ckpt) {
+        free(xml);
+        return 0;
+    }
+    free(s->ckpt->xml);
+    s->ckpt->xml = xml;
+    return 0;
+}
+
+int al_session_barrier(al_session *s, al_error *err)
+{
+    return barrier(s, err);
 }
 
 static bool name_ok(const char *name)

@@ -98,8 +98,10 @@ static int reap_dirs(const char *sessions)
         /* Check the lock again right before removing: a dir being created holds it. */
         if (session_dead(sessions, e->d_name)) {
             char path[AL_PATH_MAX];
-            if (al_pathf(path, sizeof(path), "%s/%s", sessions, e->d_name) == 0 &&
-                al_rmtree(path) == 0)
+            if (al_pathf(path, sizeof(path), "%s/%s", sessions, e->d_name) < 0)
+                continue;
+            al_net_reap(path); /* the proxy a crashed session with network left running */
+            if (al_rmtree(path) == 0)
                 reaped++;
         }
     }

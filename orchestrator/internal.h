@@ -86,6 +86,19 @@ struct al_vm_config {
     unsigned host_port;
     unsigned guest_port;
     const char *seed;
+    /* Warm starts (template.c): the disk's middle layer (the template's frozen disk, between
+     * the overlay and the image's base), or NULL; guest RAM in ram_file (a template's memory,
+     * mapped shared while the template is built, privately by each restored session) instead
+     * of anonymous memory, or NULL; incoming: QEMU waits for a migration stream (the template's
+     * device state) instead of booting. */
+    const char *disk_mid;
+    const char *ram_file;
+    bool ram_shared;
+    bool incoming;
+    /* Network on request (net.c): the same kind of NIC, with a forward from 127.0.0.1:net_port
+     * to net_guest_port, the guest's end of the proxy tunnels. net_port 0: none. */
+    unsigned net_port;
+    unsigned net_guest_port;
 };
 int al_vm_connect(const char *uri, virConnectPtr *out, al_error *err);
 int al_vm_start(virConnectPtr conn, const struct al_vm_config *cfg, virDomainPtr *out,

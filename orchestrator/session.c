@@ -84,9 +84,8 @@ static void notice_to_file(void *f, const char *msg)
     fprintf(f, "airlock: notice: %s\n", msg);
 }
 
-static void session_notice(al_session *s, const char *fmt, ...)
-    __attribute__((format(printf, 2, 3)));
-static void session_notice(al_session *s, const char *fmt, ...)
+#define session_notice al_session_notice
+void al_session_notice(al_session *s, const char *fmt, ...)
 {
     if (s->quiet)
         return;
@@ -393,6 +392,13 @@ static bool session_choose_accel(al_session *s)
     return probe;
 }
 
+static unsigned session_memory_mib(const al_session *s, const al_session_opts *opts)
+{
+    return opts->memory_mib    ? opts->memory_mib
+           : s->img.memory_mib ? s->img.memory_mib
+                               : MEMORY_MIB_DEFAULT;
+}
+
 /* The disk overlay (into disk, which cfg then points at) and the domain's configuration, with
  * what the transport (of kind) and checkpoints add to it. */
 static int session_prepare_vm(al_session *s, const al_session_opts *opts, enum al_transport kind,
@@ -410,11 +416,13 @@ static int session_prepare_vm(al_session *s, const al_session_opts *opts, enum a
     int r = al_transport_new(kind, &env, &s->tport, err);
     if (r < 0)
         return r;
+    /* Restored from a template: the overlay lies on the template's frozen disk. */
+    const char *mid = al_template_disk(s->tmpl);
     if (s->img.disk[0]) {
         /* In the session dir: removed with it, by close or by gc after a crash. */
         if (al_pathf(disk, disklen, "%s/disk.qcow2", s->state_dir) < 0)
             return al_err(err, -ENAMETOOLONG, "session path too long");
-        r = al_disk_overlay(s->conn, s->kvm, s->img.disk, disk, err);
+        r = al_disk_overlay(s->conn, s->kvm, mid ? mid : s->img.disk, disk, err);
         if (r < 0)
             return r;
     }
@@ -422,10 +430,9 @@ static int session_prepare_vm(al_session *s, const al_session_opts *opts, enum a
         .name = s->name,
         .session_dir = s->dir,
         .image = &s->img,
-        .memory_mib = opts->memory_mib    ? opts->memory_mib
-                      : s->img.memory_mib ? s->img.memory_mib
-                                          : MEMORY_MIB_DEFAULT,
+        .memory_mib = session_memory_mib(s, opts),
         .vcpus = opts->vcpus ? opts->vcpus : VCPUS_DEFAULT,
+        .disk_mid = mid,
         .kvm = s->kvm,
         .console_path = s->console,
         .disk = s->img.disk[0] ? disk : NULL,
@@ -440,10 +447,84 @@ static int session_prepare_vm(al_session *s, const al_session_opts *opts, enum a
         if (r < 0)
             return r;
     }
-    return 0;
+    return al_net_prepare(s, opts, cfg, err); /* network on request: the proxy, the NIC */
 }
 
-int al_session_open(const al_session_opts *opts, al_session **out, al_error *err)
+/* ---- warm starts (template.c) ---- */
+/* A template that failed to restore: the domain goes, and the session boots cold on a fresh
+ * overlay of the image's base. */
+static int warm_fall_back(al_session *s, struct al_vm_config *cfg, const al_error *why,
+                          al_error *err)
+{
+    session_notice(s, "the warm template could not be restored (%s); booting cold", why->msg);
+    if (s->dom) {
+        virDomainDestroy(s->dom);
+        virDomainFree(s->dom);
+        s->dom = NULL;
+    }
+    al_link_detach(s);
+    al_template_free(s->tmpl);
+    s->tmpl = NULL;
+    s->restored = false;
+    cfg->disk_mid = cfg->ram_file = NULL;
+    cfg->incoming = false;
+    unlink(s->console);
+    if (!cfg->disk)
+        return 0;
+    unlink(cfg->disk);
+    return al_disk_overlay(s->conn, s->kvm, s->img.disk, cfg->disk, err);
+}
+
+/* The template this session restores (s->tmpl), when there is one and it is intact; one notice
+ * when one was refused. Built beforehand, for AL_WARM_AUTO, by al_session_open (warm.c). */
+static void session_pick_template(al_session *s, const al_session_opts *opts,
+                                  enum al_transport kind)
+{
+    struct al_template_id id;
+    al_error ignored = {0};
+    char why[300] = "";
+    if (!al_template_applies(s, opts, kind) ||
+        al_template_id_of(s, kind, session_memory_mib(s, opts),
+                          opts->vcpus ? opts->vcpus : VCPUS_DEFAULT, &id, &ignored) < 0)
+        return;
+    switch (al_template_find(s, &id, why, sizeof(why))) {
+    case AL_TEMPLATE_REFUSED:
+        session_notice(s,
+                       "the warm template of image '%s' is not usable (%s); removed, booting "
+                       "cold",
+                       s->img.name, why);
+        break;
+    case AL_TEMPLATE_STALE:
+        session_notice(s,
+                       "the warm template of image '%s' is stale (the image, the agent or QEMU "
+                       "changed); removed, booting cold ('airlock image warm %s' rebuilds it)",
+                       s->img.name, s->img.name);
+        break;
+    }
+}
+
+/* The guest: restored from the template when there is one (falling back to a cold boot when
+ * that fails), else booted. */
+static int session_start_guest(al_session *s, struct al_vm_config *cfg, bool probe, uint64_t *start,
+                               uint64_t *started, al_error *err)
+{
+    if (s->tmpl) {
+        al_error why = {0};
+        int r = al_template_restore(s, cfg, &why);
+        *started = al_now_ms();
+        if (r == 0)
+            return 0;
+        r = warm_fall_back(s, cfg, &why, err);
+        if (r < 0)
+            return r;
+        *start = al_now_ms();
+    }
+    return boot_guest(s, cfg, probe, start, started, err);
+}
+/* ---- */
+
+int al_session_open_for(const al_session_opts *opts, const char *build_ram, al_session **out,
+                        al_error *err)
 {
     uint64_t t_open = al_now_ms();
     al_session *s = session_new(opts);
@@ -464,26 +545,36 @@ int al_session_open(const al_session_opts *opts, al_session **out, al_error *err
     if (r < 0)
         goto fail;
     bool probe = session_choose_accel(s);
+    /* Warm starts: never while KVM is being probed, never for a template being built. */
+    if (!probe && !build_ram)
+        session_pick_template(s, opts, kind);
     char disk[AL_PATH_MAX];
     struct al_vm_config cfg;
     r = session_prepare_vm(s, opts, kind, disk, sizeof(disk), &cfg, err);
     if (r < 0)
         goto fail;
+    cfg.ram_file = build_ram;
+    cfg.ram_shared = build_ram != NULL;
 
     s->timing.prepare_ms = al_now_ms() - t_open;
     uint64_t start = al_now_ms();
     if (opts->lifetime_s)
         s->expires_ms = start + (uint64_t)opts->lifetime_s * 1000u;
     uint64_t started = 0;
-    r = boot_guest(s, &cfg, probe, &start, &started, err);
+    r = session_start_guest(s, &cfg, probe, &start, &started, err);
+    if (r < 0)
+        goto fail;
+    r = al_net_start(s, err);
     if (r < 0)
         goto fail;
     s->disk_budget = opts->disk_budget_bytes ? opts->disk_budget_bytes : AL_DISK_BUDGET_DEFAULT;
     r = al_budget_start(s, err);
     if (r < 0)
         goto fail;
-    s->timing.start_ms = started - start;
-    s->timing.handshake_ms = al_now_ms() - started;
+    if (!s->restored) { /* a restore keeps its own figures (template.c) */
+        s->timing.start_ms = started - start;
+        s->timing.handshake_ms = al_now_ms() - started;
+    }
     s->vcpus = cfg.vcpus;
     *out = s;
     return 0;
@@ -504,6 +595,7 @@ void al_session_close(al_session *s)
         virDomainDestroy(s->dom);
         virDomainFree(s->dom);
     }
+    al_net_stop(s); /* after the VM: its tunnels end with it */
     if (s->conn)
         virConnectClose(s->conn);
     if (s->console_to && s->dir_created) {
@@ -518,6 +610,7 @@ void al_session_close(al_session *s)
             fclose(f);
     }
     al_checkpoints_free(s); /* the snapshots themselves live in the session dir */
+    al_template_free(s->tmpl);
     if (s->dir_created)
         al_rmtree(s->dir);
     if (s->state_created)
@@ -562,6 +655,11 @@ const char *al_session_languages(const al_session *s)
 unsigned al_session_vcpus(const al_session *s)
 {
     return s->vcpus;
+}
+
+bool al_session_restored(const al_session *s)
+{
+    return s->restored;
 }
 
 bool al_session_kvm(const al_session *s)

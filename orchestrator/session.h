@@ -41,6 +41,7 @@ struct al_session {
     struct al_channel ch;
     bool have_ch;
     struct al_tport *tport; /* how the agent is reached (transport/); NULL until prepared */
+    struct al_net *net;     /* net.c: the proxy and relay of a session with network, or NULL */
     unsigned stall_ms;
     unsigned boot_timeout_ms;
     uint64_t expires_ms;   /* monotonic end of the session's lifetime, 0: none */
@@ -54,6 +55,8 @@ struct al_session {
     al_session_timing_t timing;
     char agent_version[AL_SHORT_STR_MAX + 1];
     char langs[AL_LANGS_MAX * (AL_SHORT_STR_MAX + 1) + 1];
+    struct al_template *tmpl; /* template.c: the template this session restores, or NULL */
+    bool restored;            /* it was restored from tmpl (else booted cold) */
 };
 
 int al_gc_conn(virConnectPtr conn, al_error *err);
@@ -72,6 +75,23 @@ uint64_t al_session_disk_usage(const al_session *s);
 uint64_t al_free_floor(void);
 int al_check_free_space(const char *dir, uint64_t floor, char *why, size_t len);
 
+/* net.c: a session with network: its proxy started and the VM's NIC in cfg (prepare), the
+ * relay once the guest is up (start), everything stopped (stop); gc's reaping of a crashed
+ * session's proxy (reap). */
+int al_net_prepare(al_session *s, const al_session_opts *opts, struct al_vm_config *cfg,
+                   al_error *err);
+int al_net_start(al_session *s, al_error *err);
+void al_net_stop(al_session *s);
+/* After a checkpoint restore: the relay drops its tunnels (they lead into the guest's past) and
+ * opens new ones; the restored agent has told the guest's forwarder to drop its own. */
+void al_net_reset(al_session *s);
+void al_net_reap(const char *session_dir);
+/* One line of the proxy's access log into *out: 1, or 0 for a line that is not a request (a
+ * connection that carried none, a malformed line). Method and host come out printable ASCII,
+ * every field bounded; allow (NULL-terminated) tells a name refused as unlisted from one refused
+ * for its address. Fuzzed by tests/fuzz/fuzz-netlog.c. */
+int al_net_log_line(char *const *allow, char *line, al_net_request *out);
+
 /* Holds the session's channel until the end of the enclosing block. */
 static inline void al_session_unlockp(al_session **s)
 {
@@ -80,6 +100,53 @@ static inline void al_session_unlockp(al_session **s)
 #define AL_SESSION_LOCKED(s)                                                                       \
     __attribute__((cleanup(al_session_unlockp))) al_session *al_locked_session_ =                  \
         (pthread_mutex_lock(&(s)->lock), (s))
+/* ---- warm starts (template.c) ---- */
+/* Opens a session; with build_ram, a cold one whose RAM is that file, mapped shared, to be
+ * saved as a template (no template is restored for it). */
+int al_session_open_for(const al_session_opts *opts, const char *build_ram, al_session **out,
+                        al_error *err);
+/* template.c. Where a template of a session's image and shape lives, and its key. */
+struct al_template_id {
+    char tdir[AL_PATH_MAX]; /* the state dir's templates/ */
+    char prefix[200];       /* IMAGE-DIRHASH-SHAPE-: the image's templates, whatever the key */
+    char key[65];
+    char dir[AL_PATH_MAX]; /* tdir/prefix + the key's start */
+    unsigned mem, vcpus;
+};
+/* $AIRLOCK_WARM or opts->warm. */
+enum al_warm al_warm_mode(const al_session_opts *opts);
+/* Whether a session of this image, transport and options may be restored at all. */
+bool al_template_applies(const al_session *s, const al_session_opts *opts, enum al_transport kind);
+/* The template's identity for a session being opened (s: image, connection, accelerator). */
+int al_template_id_of(al_session *s, enum al_transport kind, unsigned mem, unsigned vcpus,
+                      struct al_template_id *id, al_error *err);
+/* Loads the template into s->tmpl when it is there and intact (FOUND); else removes it (REFUSED,
+ * why says why) or older ones of the image (STALE), or finds none (NONE). */
+enum { AL_TEMPLATE_FOUND, AL_TEMPLATE_NONE, AL_TEMPLATE_REFUSED, AL_TEMPLATE_STALE };
+int al_template_find(al_session *s, const struct al_template_id *id, char *why, size_t wlen);
+/* Building one (warm.c drives it): takes the build lock (into *lock_fd) and makes the staging
+ * dir and its RAM file for the session to boot on (1: someone built it meanwhile, no lock);
+ * saves the booted session s there (the python kernel warmed first); moves it into place
+ * (replacing older ones of the image); moves an existing one of the same key aside first. */
+int al_template_stage(virConnectPtr conn, bool kvm, const struct al_template_id *id, char *staging,
+                      size_t slen, char *ram, size_t rlen, int *lock_fd, al_error *err);
+int al_template_save(al_session *s, const struct al_template_id *id, const char *staging,
+                     al_error *err);
+int al_template_commit(const struct al_template_id *id, const char *staging, al_error *err);
+int al_template_replace(const struct al_template_id *id, al_error *err);
+/* The template's frozen disk, the middle layer of the session's (NULL: none). */
+const char *al_template_disk(const struct al_template *t);
+/* Sets cfg up for a restore of s->tmpl, starts the domain paused, loads the template's state,
+ * resumes, handshakes and makes the guest unique. */
+int al_template_restore(al_session *s, struct al_vm_config *cfg, al_error *err);
+void al_template_free(struct al_template *t);
+/* checkpoint.c: the PING round trip that leaves the agent idle at a frame boundary. */
+int al_session_barrier(al_session *s, al_error *err);
+/* The description a crashed guest's QEMU is started again from (takes xml; freed without
+ * checkpoints): a restored session's, without the restore's -incoming. */
+int al_checkpoints_set_xml(al_session *s, char *xml);
+void al_session_notice(al_session *s, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+
 /* Ends the control socket's server, if any (control.c); before the session goes away. */
 void al_control_stop(al_session *s);
 

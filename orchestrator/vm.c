@@ -288,7 +288,8 @@ static void xml_unix_channel(FILE *f, const char *path, const char *name)
 
 /* A virtio qcow2 disk, with its backing file (qcow2, opened read-only) when backing is set.
  * cache unsafe: a session's disks are thrown away with it, so flushes buy nothing. */
-static void xml_qcow2_disk(FILE *f, const char *path, const char *backing, const char *dev)
+static void xml_qcow2_disk(FILE *f, const char *path, const char *mid, const char *backing,
+                           const char *dev)
 {
     fputs("    <disk type='file' device='disk'>\n"
           "      <driver name='qemu' type='qcow2' cache='unsafe'/>\n"
@@ -296,11 +297,18 @@ static void xml_qcow2_disk(FILE *f, const char *path, const char *backing, const
           f);
     xml_text(f, path);
     fputs("'/>\n", f);
+    if (mid) {
+        fputs("      <backingStore type='file'><format type='qcow2'/><source file='", f);
+        xml_text(f, mid);
+        fputs("'/>\n", f);
+    }
     if (backing) {
         fputs("      <backingStore type='file'><format type='qcow2'/><source file='", f);
         xml_text(f, backing);
         fputs("'/><backingStore/></backingStore>\n", f);
     }
+    if (mid)
+        fputs("      </backingStore>\n", f);
     fprintf(f, "      <target dev='%s' bus='virtio'/>\n    </disk>\n", dev);
 }
 
@@ -311,8 +319,9 @@ char *al_vm_xml(const struct al_vm_config *cfg)
     FILE *f = open_memstream(&buf, &len);
     if (!f)
         return NULL;
+    bool qemu_args = cfg->host_port || cfg->net_port || cfg->ram_file;
     fprintf(f, "<domain type='%s'%s>\n", cfg->kvm ? "kvm" : "qemu",
-            cfg->host_port ? " xmlns:qemu='http://libvirt.org/schemas/domain/qemu/1.0'" : "");
+            qemu_args ? " xmlns:qemu='http://libvirt.org/schemas/domain/qemu/1.0'" : "");
     xml_elem(f, "  ", "name", cfg->name);
     fprintf(f, "  <memory unit='MiB'>%u</memory>\n  <vcpu>%u</vcpu>\n", cfg->memory_mib,
             cfg->vcpus);
@@ -352,11 +361,11 @@ char *al_vm_xml(const struct al_vm_config *cfg)
     fputs("'/></serial>\n", f);
     /* The session's overlay on the image's base, which QEMU opens read-only. */
     if (cfg->disk)
-        xml_qcow2_disk(f, cfg->disk, cfg->image->disk, "vda");
+        xml_qcow2_disk(f, cfg->disk, cfg->disk_mid, cfg->image->disk, "vda");
     /* Holds checkpoints (QEMU's savevm needs a writable qcow2) for images without a disk;
      * the guest sees an empty disk and never mounts it. */
     if (cfg->scratch)
-        xml_qcow2_disk(f, cfg->scratch, NULL, "vdb");
+        xml_qcow2_disk(f, cfg->scratch, NULL, NULL, "vdb");
     if (cfg->seed) {
         fputs("    <disk type='file' device='disk'>\n"
               "      <driver name='qemu' type='raw'/>\n      <source file='",
@@ -371,19 +380,43 @@ char *al_vm_xml(const struct al_vm_config *cfg)
     fputs("  </devices>\n", f);
     /* libvirt 9.0 has no port forwards for user-mode networking with slirp (only with passt),
      * so the NIC is passed to QEMU as is. restrict=on: the guest reaches neither the host's
-     * services nor the outside; only the forward below, bound to 127.0.0.1, comes in. The
-     * arguments come before libvirt's own devices, so the NIC takes a slot libvirt leaves
-     * free (its root ports start at slot 1). */
-    if (cfg->host_port)
+     * services nor the outside; only the forwards below, bound to 127.0.0.1, come in (SSH's,
+     * and the tunnels to the session's proxy, net.c). The arguments come before libvirt's own
+     * devices, so the NIC takes a slot libvirt leaves free (its root ports start at slot 1). */
+    if (qemu_args)
+        fputs("  <qemu:commandline>\n", f);
+    if (cfg->host_port || cfg->net_port) {
+        fputs("    <qemu:arg value='-netdev'/>\n"
+              "    <qemu:arg value='user,id=alnet0,restrict=on",
+              f);
+        if (cfg->host_port)
+            fprintf(f, ",hostfwd=tcp:127.0.0.1:%u-:%u", cfg->host_port, cfg->guest_port);
+        if (cfg->net_port)
+            fprintf(f, ",hostfwd=tcp:127.0.0.1:%u-:%u", cfg->net_port, cfg->net_guest_port);
+        fputs("'/>\n"
+              "    <qemu:arg value='-device'/>\n"
+              "    <qemu:arg value='virtio-net-pci,netdev=alnet0,bus=pcie.0,addr=0x10'/>\n",
+              f);
+    }
+    /* Warm starts (template.c): libvirt 9.0 cannot map a chosen file as guest RAM, so the RAM
+     * backend is QEMU's own, named by a second -machine option that overrides the backend
+     * libvirt made (which then stays unused: no memory is touched). Its id names the RAM block
+     * in the migration stream, so template and sessions use the same one. */
+    if (cfg->ram_file) {
+        fputs("    <qemu:arg value='-object'/>\n"
+              "    <qemu:arg value='memory-backend-file,id=airlock.ram,mem-path=",
+              f);
+        xml_text(f, cfg->ram_file);
         fprintf(f,
-                "  <qemu:commandline>\n"
-                "    <qemu:arg value='-netdev'/>\n"
-                "    <qemu:arg value='user,id=alnet0,restrict=on,"
-                "hostfwd=tcp:127.0.0.1:%u-:%u'/>\n"
-                "    <qemu:arg value='-device'/>\n"
-                "    <qemu:arg value='virtio-net-pci,netdev=alnet0,bus=pcie.0,addr=0x10'/>\n"
-                "  </qemu:commandline>\n",
-                cfg->host_port, cfg->guest_port);
+                ",share=%s,size=%uM'/>\n"
+                "    <qemu:arg value='-machine'/>\n"
+                "    <qemu:arg value='memory-backend=airlock.ram'/>\n",
+                cfg->ram_shared ? "on" : "off", cfg->memory_mib);
+    }
+    if (cfg->incoming)
+        fputs("    <qemu:arg value='-incoming'/>\n    <qemu:arg value='defer'/>\n", f);
+    if (qemu_args)
+        fputs("  </qemu:commandline>\n", f);
     fputs("</domain>\n", f);
     if (fclose(f) != 0) {
         free(buf);

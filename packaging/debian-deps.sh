@@ -19,6 +19,9 @@ PACKAGES=(
   mmdebstrap e2fsprogs libxml2-dev
   # the SSH transport: session keys (ssh-keygen), the cloud-init seed ISO, ss in its tests
   openssh-client genisoimage iproute2 libssl-dev
+  # network on request (--net allow=...): each session's proxy (run by airlock, not the
+  # package's service); openssl makes the network test's certificate authority
+  squid openssl
   # a prompt zombie reaper for libvirtd where PID 1 is not an init (containers, sandboxes)
   tini
   # tests: sanitizers and libFuzzer runtimes, python for the integration tests, the format check

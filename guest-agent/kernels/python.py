@@ -168,6 +168,7 @@ def exit_status(e):
 class Kernel:
     def __init__(self):
         self.cell = 0
+        self.machine = None  # /etc/machine-id's identity at the last block (reseed_if_restored)
         self.running = False  # between the start and the end of a block's execution
         self.pending = False  # an interrupt came while the driver's own code ran
         main = types.ModuleType('__main__')
@@ -220,7 +221,28 @@ class Kernel:
             return 130 if isinstance(e, KeyboardInterrupt) else 1
         return 0
 
+    def reseed_if_restored(self):
+        """A kernel restored from a template (orchestrator/template.c) holds the template's
+        generator states, the same in every session restored from it. The host's refresh of the
+        restored guest writes a new /etc/machine-id (a new inode): before the first block after
+        it, random, tempfile's names and NumPy's global generator are reseeded from the kernel's
+        (reseeded) RNG. uuid4 and secrets read os.urandom and need nothing."""
+        try:
+            st = os.stat('/etc/machine-id')
+            ident = (st.st_ino, st.st_mtime_ns)
+        except OSError:
+            ident = None
+        if self.machine is not None and ident != self.machine:
+            import random
+            import tempfile
+            random.seed()
+            tempfile._name_sequence = None
+            if 'numpy' in sys.modules:
+                sys.modules['numpy'].random.seed()
+        self.machine = ident
+
     def run(self, code, stdin_path, env):
+        self.reseed_if_restored()
         self.cell += 1
         name = '<cell %d>' % self.cell
         code = as_cell(code)

@@ -36,6 +36,8 @@ typedef struct al_chat_cfg {
     const char *image;                    /* for the prompt and the saved conversation */
     enum al_checkpoint_policy checkpoint; /* when to take one before a run (needs a session
                                              opened with checkpoints unless NEVER) */
+    const char *const *net_allow;         /* the session's allowlist, for the prompt; NULL or
+                                             empty: the VM has no network */
 } al_chat_cfg;
 
 enum al_chat_outcome {
@@ -86,6 +88,7 @@ typedef struct al_chat {
     char *save_path; /* NULL: not saved */
     int64_t created; /* unix seconds */
     int cancel_fd;   /* the front's Ctrl-C pipe (read end), or -1 */
+    size_t net_seen; /* the session's network requests already reported (al_net_requests) */
 } al_chat;
 
 /* langs: the session's languages (al_session_languages), or a list for tests. */

@@ -678,6 +678,40 @@ static void recover(al_chat *c, char **result)
 }
 
 /* Offers one block of code, runs it, and returns the text for the model. */
+/* What the session's proxy refused during a run: each told to the user, and to the model in
+ * the run's result, so it can ask the user to allow a host instead of retrying. */
+#define NET_DENIALS_REPORTED_MAX 8
+struct net_denials {
+    al_chat *c;
+    char **result;
+    unsigned n, more;
+};
+
+static void on_net_request(void *ctx, const al_net_request *r)
+{
+    struct net_denials *d = ctx;
+    if (r->allowed)
+        return;
+    if (d->n >= NET_DENIALS_REPORTED_MAX) {
+        d->more++;
+        return;
+    }
+    d->n++;
+    notice(d->c, "blocked: %s", r->why);
+    append(d->result, "blocked: %s", r->why);
+}
+
+static void report_net(al_chat *c, char **result)
+{
+    if (!al_session_net(c->session))
+        return;
+    struct net_denials d = {.c = c, .result = result};
+    al_error ignored = {0};
+    al_net_requests(c->session, &c->net_seen, on_net_request, &d, &ignored);
+    if (d.more)
+        append(result, "(%u more requests blocked)", d.more);
+}
+
 static int one_run(al_chat *c, const char *lang, char **code, uint64_t *seen, size_t *nseen,
                    size_t seen_cap, char **result, enum step *step, al_error *err)
 {
@@ -708,6 +742,7 @@ static int one_run(al_chat *c, const char *lang, char **code, uint64_t *seen, si
         recover(c, result);
     else if (report_files(c, result))
         cancelled = true;
+    report_net(c, result);
     uint64_t h = hash2(*code, *result);
     *step = cancelled ? STEP_CANCELLED : STEP_RAN;
     for (size_t i = 0; i < *nseen; i++)

@@ -24,13 +24,25 @@ char *al_chat_system_prompt(const al_chat_cfg *cfg, const char *langs, bool tool
                 "Every run starts in /workspace, the current directory: the user's files, if "
                 "they shared any, are there, and files you write there (relative paths land "
                 "there) are the ones the user gets back.\n"
-                "The VM has no network access.\n"
                 "State persists between runs within the session (files; variables in the "
                 "languages that keep a running interpreter).\n"
                 "Programs cannot read interactive input: pass data as arguments or files.\n"
                 "Work in small steps: run a little code, look at the output, then continue. "
                 "When the task is done, answer with a short summary and no code.\n",
                 cfg->image && *cfg->image ? cfg->image : "default", langs && *langs ? langs : "sh");
+        if (cfg->net_allow && cfg->net_allow[0]) {
+            /* Names from the user's own flag or profile, already checked to be host names. */
+            fputs("The VM reaches only these hosts, over HTTP and HTTPS through a proxy that "
+                  "http_proxy/https_proxy point to (pip, apt and urllib use it; there is no DNS): ",
+                  f);
+            for (size_t i = 0; cfg->net_allow[i]; i++)
+                fprintf(f, "%s%s", i ? ", " : "", cfg->net_allow[i]);
+            fputs(". Anything else is blocked; when you need another host, ask the user to "
+                  "allow it.\n",
+                  f);
+        } else {
+            fputs("The VM has no network access.\n", f);
+        }
         if (cfg->run_timeout_s)
             fprintf(f,
                     "A run is interrupted after %u s and you get its output so far; the "

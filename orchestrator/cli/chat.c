@@ -37,6 +37,7 @@ static const char magic_help[] =
     "  %checkpoint NAME   take a named checkpoint now\n"
     "  %save [FILE]       save the conversation (default: its file in the data dir)\n"
     "  %load FILE         load a conversation saved with %save\n"
+    "  %net               the VM's network requests (with --net allow=...)\n"
     "  %tokens            tokens used this session\n"
     "  %verbose           toggle request and run details\n"
     "  %auto-run on|off   run code without asking\n"
@@ -207,6 +208,20 @@ static void show_checkpoint(void *ctx, const al_checkpoint_info *ci)
            al_chat_checkpoint_code(c, ci->id));
 }
 
+static void show_net_request(void *ctx, const al_net_request *r)
+{
+    (void)ctx;
+    char when[16] = "?", why[sizeof(r->why) * 3];
+    time_t t = (time_t)(r->time_ms / 1000);
+    struct tm tm;
+    if (localtime_r(&t, &tm))
+        strftime(when, sizeof(when), "%H:%M:%S", &tm);
+    /* Method and host are the guest's words, already printable ASCII (net.c). */
+    printf("%s %-7s %s:%u %s %llu bytes%s%s\n", when, r->method, r->host, r->port,
+           r->allowed ? "allowed" : "BLOCKED", (unsigned long long)r->bytes, r->why[0] ? ": " : "",
+           al_term_escape(r->why, why, sizeof(why)));
+}
+
 /* Returns true when the line was a magic command (handled). */
 static bool magic(struct repl *rp, const char *line, bool *quit)
 {
@@ -246,6 +261,11 @@ static bool magic(struct repl *rp, const char *line, bool *quit)
                     : "Dropped the last exchange from the conversation (its runs changed "
                       "nothing that needed a checkpoint).");
         }
+    } else if (!strcmp(cmd, "%net")) {
+        if (!al_session_net(rp->u.session))
+            puts("This session has no network (--net none).");
+        else if (al_net_requests(rp->u.session, NULL, show_net_request, NULL, &e) == 0)
+            puts("No requests yet.");
     } else if (!strcmp(cmd, "%checkpoints")) {
         if (al_checkpoint_list(rp->u.session, show_checkpoint, c, &e) < 0)
             cli_error(&e);

@@ -50,6 +50,10 @@ const char chat_opts_help[] =
     "Sandbox:\n"
     "  -i, --image NAME          image (default: debian when built, else tiny)\n"
     "      --transport virtio|ssh  how to reach the guest (default: the image's)\n"
+    "      --net none|allow=HOST[,HOST...]|PRESET  network: none (default: no NIC at\n"
+    "                            all); HTTP(S) to these hosts (names, *.suffix) through\n"
+    "                            a proxy; or a profile's net-preset-PRESET list\n"
+    "      --net-limit BYTES     the session's network bytes, both ways (default 1 GiB)\n"
     "  -m, --memory MIB          guest memory\n"
     "      --cpus N              virtual CPUs\n"
     "      --disk-budget MIB     host disk for the VM's disk and checkpoints (default 6144)\n"
@@ -92,6 +96,8 @@ enum {
     O_SYNC_EXEC,
     O_WORKDIR_LIMIT,
     O_CHECKPOINT,
+    O_NET,
+    O_NET_LIMIT,
 };
 
 static const struct option long_opts[] = {
@@ -120,6 +126,8 @@ static const struct option long_opts[] = {
     {"cpus", required_argument, NULL, O_CPUS},
     {"disk-budget", required_argument, NULL, O_DISK_BUDGET},
     {"transport", required_argument, NULL, O_TRANSPORT},
+    {"net", required_argument, NULL, O_NET},
+    {"net-limit", required_argument, NULL, O_NET_LIMIT},
     {"plain", no_argument, NULL, O_PLAIN},
     {"verbose", no_argument, NULL, O_VERBOSE},
     {"json", no_argument, NULL, O_JSON},
@@ -358,6 +366,18 @@ static enum set_result apply_session(struct chat_opts *o, struct cli_globals *g,
         if (al_transport_parse(s, &o->sess.transport, NULL) < 0)
             return SET_BAD;
         return SET_DONE;
+    case O_NET:
+        o->net = s; /* resolved once the profile's presets are all known (net_resolve) */
+        return SET_DONE;
+    case O_NET_LIMIT: {
+        char *end;
+        errno = 0;
+        unsigned long long v = strtoull(s, &end, 10);
+        if (errno || end == s || *end || !v)
+            return SET_BAD;
+        o->sess.net.bytes_max = v;
+        return SET_DONE;
+    }
     case 'm':
         if (!parse_uint(s, 1u << 20, &n) || n < 64)
             return SET_BAD;
@@ -446,6 +466,39 @@ static bool own_value(struct chat_opts *o, const char *v, bool from_profile, cha
     return true;
 }
 
+/* --net (or the profile's net): none, allow=HOST,..., or the name of a net-preset-NAME the
+ * profile defines. 0, or 2 with the reason printed. */
+static int net_resolve(struct chat_opts *o)
+{
+    if (!o->net)
+        return 0;
+    const char *spec = o->net, *hosts = NULL;
+    char buf[128];
+    for (int i = 0; i < o->nnet_presets; i++)
+        if (!strcmp(o->net_presets[i][0], spec))
+            hosts = o->net_presets[i][1];
+    al_error e = {0};
+    int r;
+    if (hosts)
+        r = al_net_allow_parse(hosts, &o->net_allow, &e);
+    else if (!strcmp(spec, "none") || !strncmp(spec, "allow=", 6))
+        r = al_net_spec_parse(spec, &o->net_allow, &e);
+    else {
+        fprintf(stderr,
+                "airlock: --net %s: not none, allow=HOST[,HOST...] or a preset of the profile "
+                "(net-preset-NAME)\n",
+                al_term_escape(spec, buf, sizeof(buf)));
+        return 2;
+    }
+    if (r < 0) {
+        cli_error(&e);
+        return 2;
+    }
+    o->sess.net.allow = (const char *const *)o->net_allow;
+    o->cfg.net_allow = o->sess.net.allow;
+    return 0;
+}
+
 /* Switches: a flag means on; a profile says true or false. */
 static bool is_switch(int opt)
 {
@@ -486,8 +539,27 @@ struct profile_ctx {
 static int profile_setting(void *ctx, const char *key, const char *value, al_error *err)
 {
     struct profile_ctx *pc = ctx;
-    int opt = opt_by_name(key);
     err->code = -EINVAL;
+    if (!strncmp(key, "net-preset-", 11) && key[11]) {
+        struct chat_opts *o = pc->o;
+        if (o->nnet_presets >= CHAT_NET_PRESETS_MAX) {
+            snprintf(err->msg, sizeof(err->msg), "profile: more than %d net presets",
+                     CHAT_NET_PRESETS_MAX);
+            return err->code;
+        }
+        char *name = strdup(key + 11), *hosts = strdup(value ? value : "");
+        if (!name || !hosts) {
+            free(name);
+            free(hosts);
+            snprintf(err->msg, sizeof(err->msg), "out of memory");
+            return err->code;
+        }
+        o->net_presets[o->nnet_presets][0] = name;
+        o->net_presets[o->nnet_presets++][1] = hosts;
+        err->code = 0;
+        return 0;
+    }
+    int opt = opt_by_name(key);
     bool consent = opt == O_SYNC_GIT || opt == O_SYNC_EXEC;
     if (opt < 0 || opt == 'h' || opt == O_PROFILE || opt == O_RESUME || opt == O_API_KEY ||
         consent) {
@@ -566,7 +638,7 @@ int chat_opts_parse(struct chat_opts *o, struct cli_globals *g, int argc, char *
     }
     o->rest = argv + optind;
     o->nrest = argc - optind;
-    return 0;
+    return net_resolve(o);
 }
 
 void chat_opts_free(struct chat_opts *o)
@@ -576,6 +648,13 @@ void chat_opts_free(struct chat_opts *o)
         free(o->owned[i]);
     }
     o->nowned = 0;
+    for (int i = 0; i < o->nnet_presets; i++) {
+        free(o->net_presets[i][0]);
+        free(o->net_presets[i][1]);
+    }
+    o->nnet_presets = 0;
+    al_net_allow_free(o->net_allow);
+    o->net_allow = NULL;
 }
 
 static bool is_set(const char *s)

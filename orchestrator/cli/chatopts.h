@@ -5,6 +5,9 @@
 #include "chat.h"
 #include "cli.h"
 
+/* Named allowlists a profile may define (net-preset-NAME: HOST,...). */
+#define CHAT_NET_PRESETS_MAX 16
+
 struct chat_opts {
     al_chat_cfg cfg;
     al_session_opts sess;
@@ -23,7 +26,11 @@ struct chat_opts {
     char *resume_id; /* NULL: the newest */
     char **rest;     /* non-option arguments (run: the task) */
     int nrest;
-    char *owned[32]; /* strings from the profile, freed at the end */
+    const char *net; /* --net / the profile's net: none, allow=HOST,..., or a preset's name */
+    char *net_presets[CHAT_NET_PRESETS_MAX][2]; /* profile net-preset-NAME: HOST,... (owned) */
+    int nnet_presets;
+    char **net_allow; /* sess.net.allow, made from net (owned) */
+    char *owned[32];  /* strings from the profile, freed at the end */
     int nowned;
 };
 

@@ -33,6 +33,9 @@ static const char usage[] =
     "                            when built, else tiny)\n"
     "      --transport virtio|ssh  how to reach the guest's agent (default: the image's;\n"
     "                            ssh images get the agent copied in over SFTP)\n"
+    "      --net none|allow=HOST[,HOST...]  network: none (default, no NIC at all), or\n"
+    "                            HTTP(S) to these hosts (names, *.suffix) through a proxy\n"
+    "      --net-limit BYTES     the session's network bytes, both ways (default 1 GiB)\n"
     "  -l, --lang LANG           run code in LANG (sh, ...) instead of a program\n"
     "  -c, --code CODE           the code to run (default with --lang: read stdin)\n"
     "  -k, --kernel              run the code in LANG's stateful kernel (python, shell,\n"
@@ -160,6 +163,7 @@ struct exec_args {
     char **cmd; /* the operands after the options */
     int ncmd;
     char *stdin_code;         /* the code read from stdin, owned */
+    char **net_allow;         /* --net allow=...: so.net.allow, owned */
     const char *code_argv[2]; /* eo.argv for --lang */
 };
 
@@ -190,6 +194,19 @@ static int opt_transport(struct exec_args *a, char *value)
         cli_error(&terr);
         return 2;
     }
+    return -1;
+}
+
+static int opt_net(struct exec_args *a, char *value)
+{
+    al_error nerr = {0};
+    al_net_allow_free(a->net_allow);
+    a->net_allow = NULL;
+    if (al_net_spec_parse(value, &a->net_allow, &nerr) < 0) {
+        cli_error(&nerr);
+        return 2;
+    }
+    a->so.net.allow = (const char *const *)a->net_allow;
     return -1;
 }
 
@@ -270,6 +287,8 @@ static int opt_help(struct exec_args *a, char *value)
 static const struct exec_option exec_options[] = {
     {"image",          required_argument, 'i', OPT_STRING, FIELD(so.image),             0,         0,        NULL},
     {"transport",      required_argument, 0,   OPT_CALL,   0,                           0,         0,        opt_transport},
+    {"net",            required_argument, 0,   OPT_CALL,   0,                           0,         0,        opt_net},
+    {"net-limit",      required_argument, 0,   OPT_U64,    FIELD(so.net.bytes_max),     ~0ul >> 1, 1,        NULL},
     {"lang",           required_argument, 'l', OPT_STRING, FIELD(eo.lang),              0,         0,        NULL},
     {"code",           required_argument, 'c', OPT_STRING, FIELD(code),                 0,         0,        NULL},
     {"kernel",         no_argument,       'k', OPT_TRUE,   FIELD(eo.kernel),            0,         0,        NULL},
@@ -403,12 +422,19 @@ static void print_timing(al_session *s)
 {
     al_session_timing_t t;
     al_session_timing(s, &t);
+    /* Restored from a template: start is libvirt's paused start, "boot to handshake" the state
+     * loaded, the resume and the re-handshake; then the guest was made unique. */
+    bool restored = al_session_restored(s);
+    unsigned ready = t.prepare_ms + (restored ? t.restore_ms : t.start_ms + t.handshake_ms);
     fprintf(stderr,
             "airlock: session %s (agent %s, languages: %s, %s, %u vCPU); ready in %u ms: "
-            "prepare %u, start %u, boot to handshake %u\n",
+            "prepare %u, start %u, boot to handshake %u%s",
             al_session_name(s), al_session_agent_version(s), al_session_languages(s),
-            al_session_kvm(s) ? "kvm" : "emulation", al_session_vcpus(s),
-            t.prepare_ms + t.start_ms + t.handshake_ms, t.prepare_ms, t.start_ms, t.handshake_ms);
+            al_session_kvm(s) ? "kvm" : "emulation", al_session_vcpus(s), ready, t.prepare_ms,
+            t.start_ms, t.handshake_ms, restored ? "" : "\n");
+    if (restored)
+        fprintf(stderr, "; restored from a template, made unique in %u ms\n",
+                t.restore_ms - t.start_ms - t.handshake_ms);
 }
 
 /* Runs the command and sets *status from how it ended; negative when the rest is to be skipped
@@ -501,6 +527,19 @@ static void exec_workdir_changes(al_session *s, struct exec_args *a, bool get_fa
                                               " (not copied out: --workdir or --get do)");
 }
 
+/* A session with network: what its proxy refused (each on a line of its own), and with --debug
+ * every request. */
+static void print_net_request(void *ctx, const al_net_request *r)
+{
+    const struct exec_args *a = ctx;
+    char why[sizeof(r->why) * 3];
+    if (!r->allowed)
+        fprintf(stderr, "airlock: blocked: %s\n", al_term_escape(r->why, why, sizeof(why)));
+    else if (a->debug)
+        fprintf(stderr, "airlock: net: %s %s:%u %u %llu bytes\n", r->method, r->host, r->port,
+                r->status, (unsigned long long)r->bytes);
+}
+
 /* Boots the session, copies in, runs, copies out; the exit status. */
 static int exec_session(struct exec_args *a, al_workdir_diff **diff, al_error *err)
 {
@@ -533,6 +572,9 @@ out:
         if (last_signal && err->code == -ECANCELED)
             status = 128 + last_signal;
     }
+    al_error net_err = {0};
+    if (s && al_session_net(s) && !a->so.quiet)
+        al_net_requests(s, NULL, print_net_request, a, &net_err);
     al_session_close(s);
     return status;
 }
@@ -563,6 +605,7 @@ int cmd_exec(struct cli_globals *g, int argc, char **argv)
     if (setup_signals() < 0) {
         fprintf(stderr, "airlock: cannot set up signal handling: %s\n", strerror(errno));
         free(a.stdin_code);
+        al_net_allow_free(a.net_allow);
         return EXIT_AIRLOCK_FAILED;
     }
     a.so.cancel_fd = cancel_fd;
@@ -582,5 +625,6 @@ int cmd_exec(struct cli_globals *g, int argc, char **argv)
     }
     al_workdir_diff_free(diff);
     free(a.stdin_code);
+    al_net_allow_free(a.net_allow);
     return status;
 }

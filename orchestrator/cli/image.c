@@ -10,11 +10,12 @@ static const char usage[] =
     "       airlock image build NAME [--toolchain]\n"
     "       airlock image import FILE --name NAME [--user USER] [--memory MIB] [--force]\n"
     "       airlock image rm NAME\n"
+    "       airlock image warm NAME [--memory MIB] [--cpus N]\n"
     "\n"
     "The image store ($AIRLOCK_IMAGE_DIR, else /var/lib/airlock/images for root, else\n"
     "~/.local/share/airlock/images).\n"
     "\n"
-    "  ls                        list the images\n"
+    "  ls                        list the images, then their warm templates\n"
     "  build NAME                build an image from its recipe (images/build-NAME.sh):\n"
     "                            'debian' (the default image once built) or 'tiny'\n"
     "      --toolchain           with a C toolchain (debian: build-essential)\n"
@@ -26,7 +27,13 @@ static const char usage[] =
     "                            debian; Ubuntu's images: ubuntu)\n"
     "      --memory MIB          guest memory of its sessions (default: 1024)\n"
     "      --force               replace an image of that name\n"
-    "  rm NAME                   remove an image (running sessions keep theirs)\n";
+    "  rm NAME                   remove an image (running sessions keep theirs)\n"
+    "  warm NAME                 build (or rebuild) the image's warm template: a booted guest\n"
+    "                            with the python kernel's numpy, pandas and matplotlib\n"
+    "                            imported, which sessions of that shape are restored from\n"
+    "                            ($AIRLOCK_WARM: use (default), auto to build on first use, off)\n"
+    "      --memory MIB          for sessions of this memory (default: the image's)\n"
+    "      --cpus N              for sessions of N vCPUs (default: 1)\n";
 static void print_image(void *ctx, const al_image *img, const char *name, const char *why)
 {
     int *bad = ctx;
@@ -43,6 +50,20 @@ static void print_image(void *ctx, const al_image *img, const char *name, const 
         snprintf(transport, sizeof(transport), "virtio");
     printf("%-16s %-8u %-16s %-24s %s\n", img->name, img->agent_protocol, transport,
            *img->languages ? img->languages : "-", img->dir);
+}
+
+static void print_template(void *ctx, const al_template_info *t)
+{
+    int *n = ctx;
+    if ((*n)++ == 0)
+        printf("\n%-16s %-8s %-5s %-6s %-9s %-10s %s\n", "TEMPLATE OF", "MEMORY", "CPUS", "ACCEL",
+               "SIZE", "STATE", "PATH");
+    char mem[32], size[32];
+    snprintf(mem, sizeof(mem), "%uM", t->memory_mib);
+    snprintf(size, sizeof(size), "%.1fM", (double)t->bytes / (1 << 20));
+    printf("%-16s %-8s %-5u %-6s %-9s %-10s %s%s%s\n", t->image, mem, t->vcpus,
+           t->kvm ? "kvm" : "tcg", size, t->why ? "refused" : "ready", t->path, t->why ? ": " : "",
+           t->why ? t->why : "");
 }
 
 static int image_ls(void)
@@ -63,7 +84,56 @@ static int image_ls(void)
     if (n == 0)
         fprintf(stderr, "airlock: no images in %s (build one: airlock image build debian)\n",
                 store);
+    int ntemplates = 0;
+    if (al_template_list(print_template, &ntemplates, &err) < 0) {
+        cli_error(&err);
+        return 1;
+    }
     return bad ? 1 : 0;
+}
+
+/* argv[0] is "warm". */
+static int image_warm(struct cli_globals *g, int argc, char **argv)
+{
+    enum { OPT_MEMORY = 256, OPT_CPUS };
+    static const struct option opts[] = {
+        {"memory", required_argument, NULL, OPT_MEMORY},
+        {"cpus", required_argument, NULL, OPT_CPUS},
+        {"help", no_argument, NULL, 'h'},
+        {NULL, 0, NULL, 0},
+    };
+    al_session_opts o = {
+        .connect_uri = g->connect_uri, .on_notice = cli_print_notice, .quiet = g->quiet};
+    int c;
+    optind = 0;
+    while ((c = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
+        switch (c) {
+        case OPT_MEMORY:
+            o.memory_mib = (unsigned)cli_number("--memory", optarg, 1048576);
+            break;
+        case OPT_CPUS:
+            o.vcpus = (unsigned)cli_number("--cpus", optarg, 64);
+            break;
+        case 'h':
+            fputs(usage, stdout);
+            return 0;
+        default:
+            fputs(usage, stderr);
+            return 2;
+        }
+    }
+    if (optind != argc - 1) {
+        fprintf(stderr, "airlock: image warm wants one image NAME\n");
+        return 2;
+    }
+    o.image = argv[optind];
+    al_error err = {0};
+    if (al_template_build(&o, &err) < 0) {
+        cli_error(&err);
+        return 1;
+    }
+    fprintf(stderr, "airlock: warm template of image '%s' built\n", o.image);
+    return 0;
 }
 
 /* argv[0] is "import". */
@@ -123,7 +193,6 @@ static int image_import(int argc, char **argv)
 
 int cmd_image(struct cli_globals *g, int argc, char **argv)
 {
-    (void)g;
     if (argc < 2 || !strcmp(argv[1], "--help") || !strcmp(argv[1], "-h")) {
         fputs(usage, argc < 2 ? stderr : stdout);
         return argc < 2 ? 2 : 0;
@@ -143,6 +212,8 @@ int cmd_image(struct cli_globals *g, int argc, char **argv)
     }
     if (!strcmp(sub, "import"))
         return image_import(argc - 1, argv + 1);
+    if (!strcmp(sub, "warm"))
+        return image_warm(g, argc - 1, argv + 1);
     if (!strcmp(sub, "rm") && argc == 3) {
         if (al_image_remove(argv[2], &err) < 0) {
             cli_error(&err);

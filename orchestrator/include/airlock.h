@@ -105,6 +105,22 @@ int al_image_remove(const char *name, al_error *err);
 
 typedef struct al_session al_session;
 
+/* Network on request (net.c, docs/SECURITY.md): HTTP and HTTPS to the allowed hosts only,
+ * through a proxy (Squid) of the session's own on the host. */
+#define AL_NET_ALLOW_MAX 256
+#define AL_NET_BYTES_MAX_DEFAULT (1ull << 30) /* both ways, all requests of the session */
+#define AL_NET_CONNS_MAX_DEFAULT 16
+#define AL_NET_CONNS_MAX_LIMIT 256
+typedef struct al_net_opts {
+    /* NULL-terminated host names ("pypi.org") and "*.suffix" patterns (which match the suffix
+     * itself and every name under it). NULL or empty: the VM has no network device at all. */
+    const char *const *allow;
+    uint64_t bytes_max;     /* 0: AL_NET_BYTES_MAX_DEFAULT; a hard cap on the session's bytes */
+    unsigned conns_max;     /* 0: AL_NET_CONNS_MAX_DEFAULT connections at once */
+    const char *hosts_file; /* tests: the proxy resolves only the names in this hosts(5) file;
+                               NULL: the host's resolver */
+} al_net_opts;
+
 typedef struct al_session_opts {
     const char *image;         /* name in the store; NULL: al_image_default() */
     const char *connect_uri;   /* NULL: --connect / LIBVIRT_DEFAULT_URI / system / session */
@@ -136,6 +152,8 @@ typedef struct al_session_opts {
      * same happens when the filesystem would fall below $AIRLOCK_FREE_FLOOR_MB (default 512)
      * free. 0: AL_DISK_BUDGET_DEFAULT. */
     uint64_t disk_budget_bytes;
+    int warm;        /* enum al_warm: whether the session starts from a template (warm starts) */
+    al_net_opts net; /* zeroed: no network (the default) */
 } al_session_opts;
 #define AL_DISK_BUDGET_DEFAULT (6ull << 30)
 #define AL_FREE_FLOOR_DEFAULT (512ull << 20)
@@ -151,11 +169,42 @@ const char *al_session_languages(const al_session *s);
 bool al_session_kvm(const al_session *s);
 unsigned al_session_vcpus(const al_session *s);
 
+/* ---- network (net.c) ---- */
+
+/* One request the session's proxy saw (or the relay's byte cap stopped). */
+typedef struct al_net_request {
+    int64_t time_ms; /* unix time in ms, when it ended */
+    char method[16]; /* GET, CONNECT...; printable ASCII, from the guest */
+    char host[256];  /* the name asked for; printable ASCII, from the guest; "-" for the cap */
+    unsigned port;
+    unsigned status; /* HTTP status the proxy answered, 0 when none */
+    uint64_t bytes;  /* both ways, as the proxy counted */
+    bool allowed;
+    char why[400]; /* denied: why, one phrase ("host X is not in the allowlist; ask the user to
+                      allow it") */
+} al_net_request;
+/* "none" (no network) or "allow=HOST[,HOST...]" into a NULL-terminated allowlist (NULL for
+ * none; free with al_net_allow_free). Presets are the caller's (the CLI's profiles). */
+int al_net_spec_parse(const char *spec, char ***out, al_error *err);
+int al_net_allow_parse(const char *list, char ***out, al_error *err);
+void al_net_allow_free(char **allow);
+bool al_net_host_pattern_ok(const char *pattern);
+/* Whether the session was opened with network. */
+bool al_session_net(const al_session *s);
+/* Calls fn for each request from *cursor on (NULL: all kept; the last 4096 are kept) and moves
+ * *cursor past them. Returns how many; -ENOTSUP for a session without network. Thread-safe;
+ * fn runs under the session's network lock and must not call al_net_* on the same session. */
+int al_net_requests(al_session *s, size_t *cursor, void (*fn)(void *ctx, const al_net_request *r),
+                    void *ctx, al_error *err);
+
 /* Where the time to a ready session went. */
 typedef struct al_session_timing {
     unsigned prepare_ms;   /* image, libvirt connection, gc, runtime dir */
     unsigned start_ms;     /* libvirt creating and starting the domain, socket connect */
     unsigned handshake_ms; /* guest boot until the agent answered */
+    unsigned restore_ms;   /* restored from a template: device state loaded, resumed, made
+                              unique (0 for a cold boot; start_ms and handshake_ms then cover
+                              only the domain start and the re-handshake) */
 } al_session_timing_t;
 void al_session_timing(const al_session *s, al_session_timing_t *out);
 
@@ -469,6 +518,63 @@ enum al_kvm_state {
 enum al_kvm_state al_kvm_state(void);
 /* For AL_KVM_FAILED: what showed that KVM cannot run a guest (one line). -ENOENT otherwise. */
 int al_kvm_evidence(char *buf, size_t len);
+
+/* ---- warm starts (orchestrator/template.c, pool.c) ----
+ *
+ * A template is a saved, already booted guest of an image (for one memory size, vCPU count,
+ * transport and accelerator), with the agent answering and the python kernel started with numpy,
+ * pandas and matplotlib imported. A session restored from it runs in a fraction of a boot, on
+ * its own copy-on-write disk over the template's frozen one; right after the restore the guest
+ * gets fresh host entropy (kernel RNG reseeded), the host's clock, a hostname and machine-id of
+ * its own, and the python kernel reseeds random and numpy; other kernels start after the restore.
+ * Templates live in the state dir (templates/), 0600, owned by QEMU's user (their manifest by
+ * us), and are keyed by the image's files, the agent, QEMU's and libvirt's versions, the
+ * accelerator, memory, vCPUs and transport: a template that is stale, changed behind our back or
+ * fails to restore is never a failure, the session boots cold with one notice. SSH sessions,
+ * images without a kernel and sessions with a benchmark port always boot cold. */
+enum al_warm {
+    AL_WARM_DEFAULT = 0, /* $AIRLOCK_WARM (off, use or auto), else AL_WARM_USE */
+    AL_WARM_OFF = 1,     /* always boot cold */
+    AL_WARM_USE = 2,     /* restore the template when a valid one exists, else boot cold */
+    AL_WARM_AUTO = 3,    /* as USE, building the template first when there is none (or a stale
+                            one): the first session pays a boot plus the imports */
+};
+
+/* Builds (or rebuilds) the template for what opts would open (image, memory_mib, vcpus,
+ * connect_uri, the accelerator in use; warm is ignored): boots a cold session, warms the python
+ * kernel, saves it and replaces any older template of that image and shape. */
+int al_template_build(const al_session_opts *opts, al_error *err);
+
+typedef struct al_template_info {
+    char image[64];
+    char path[AL_PATH_MAX]; /* its directory */
+    unsigned memory_mib;    /* the shape it was built for */
+    unsigned vcpus;
+    bool kvm;
+    bool python;       /* the python kernel is warm in it */
+    long long created; /* unix time */
+    uint64_t bytes;    /* disk space its files occupy */
+    const char *why;   /* NULL: usable; else why it would be refused (stale, changed...) */
+} al_template_info;
+/* Calls fn for every template in the state dir, in name order. */
+int al_template_list(void (*fn)(void *ctx, const al_template_info *t), void *ctx, al_error *err);
+/* Whether the session was restored from a template (else it booted cold). */
+bool al_session_restored(const al_session *s);
+
+/* A pool of ready sessions for long-lived callers (a server): it keeps `size` sessions restored
+ * from opts' template ready, refilled by a background thread, and hands each out once. opts is
+ * copied (its strings too); its warm field is taken as AL_WARM_AUTO (the template is built on
+ * first use), and on_notice is called from the pool's thread. */
+typedef struct al_pool al_pool;
+#define AL_POOL_SIZE_MAX 64
+int al_pool_create(const al_session_opts *opts, unsigned size, al_pool **out, al_error *err);
+/* Hands out a ready session (waiting for one while the pool refills, up to the session's boot
+ * timeout); the caller owns it and closes it with al_session_close: it never returns to the
+ * pool. Thread-safe. */
+int al_pool_take(al_pool *p, al_session **out, al_error *err);
+/* Closes the sessions not handed out (their domains and files go) and stops the refill thread;
+ * sessions handed out are the callers'. Safe on NULL. */
+void al_pool_destroy(al_pool *p);
 
 #pragma GCC visibility pop
 

@@ -4,7 +4,7 @@
 # (tests/docs/test-completion.py): a flag added or dropped there fails it until added here.
 
 _airlock_global_flags='--connect --debug --quiet --help --version --server --server-key'
-_airlock_exec_flags='--image --transport --lang --code --kernel --input-wait --env --cwd --timeout
+_airlock_exec_flags='--image --transport --net --net-limit --lang --code --kernel --input-wait --env --cwd --timeout
  --output-limit --put --get --get-limit --memory --cpus --lifetime --boot-timeout --disk-budget
  --connect --debug --workdir --sync-back --sync-back-git --sync-back-exec --workdir-limit
  --linger --raw --quiet --help'
@@ -12,18 +12,20 @@ _airlock_exec_flags='--image --transport --lang --code --kernel --input-wait --e
 _airlock_chat_common='--model --api --api-base --api-key --api-key-file --local --temperature
  --max-tokens --context-window --no-tools --retries --request-timeout --auto-run --max-turns
  --max-output --token-budget --run-timeout --system-message --instructions --profile --image
- --memory --cpus --disk-budget --transport --plain --verbose --workdir --checkpoint --sync-back
- --sync-back-git --sync-back-exec --workdir-limit --connect --debug --help'
+ --memory --cpus --disk-budget --transport --net --net-limit --plain --verbose --workdir
+ --checkpoint --sync-back --sync-back-git --sync-back-exec --workdir-limit --connect --debug --help'
 _airlock_chat_flags="$_airlock_chat_common --resume"
 _airlock_run_flags="$_airlock_chat_common --json"
 _airlock_import_flags='--name --user --memory --force --help'
+_airlock_warm_flags='--memory --cpus --help'
 _airlock_commands='chat run conversations exec image doctor gc ps cp session rm help'
 _airlock_session_start_flags='--image --memory --cpus --idle-timeout --lifetime --checkpoints'
 
-# The first column of a listing, without its header line.
+# The first column of a listing, without its header line, up to its first blank line (image ls
+# lists the warm templates after one).
 _airlock_column1()
 {
-    "$@" 2>/dev/null | awk 'NR > 1 && $1 !~ /^\(/ { print $1 }'
+    "$@" 2>/dev/null | awk 'NF == 0 { exit } NR > 1 && $1 !~ /^\(/ { print $1 }'
 }
 
 _airlock_words()
@@ -39,6 +41,7 @@ _airlock_value()
     case $opt in
     -i | --image) _airlock_words "$(_airlock_column1 "$bin" image ls)" "$cur" ;;
     --transport) _airlock_words 'virtio ssh' "$cur" ;;
+    --net) _airlock_words 'none allow=' "$cur" ;;
     --sync-back) _airlock_words 'ask yes no' "$cur" ;;
     --checkpoint) _airlock_words 'auto always never' "$cur" ;;
     --api) _airlock_words 'openai anthropic' "$cur" ;;
@@ -116,7 +119,7 @@ _airlock()
     image)
         case ${args[0]:-} in
         '') [[ $cur == -* ]] && _airlock_words '--help' "$cur" ||
-            _airlock_words 'ls build import rm' "$cur" ;;
+            _airlock_words 'ls build import rm warm' "$cur" ;;
         build)
             if ((${#args[@]} < 2)); then
                 _airlock_words 'debian tiny sshd' "$cur"
@@ -125,6 +128,13 @@ _airlock()
             fi
             ;;
         rm) ((${#args[@]} < 2)) && _airlock_words "$(_airlock_column1 "$bin" image ls)" "$cur" ;;
+        warm)
+            if [[ $cur == -* ]]; then
+                _airlock_words "$_airlock_warm_flags" "$cur"
+            elif ((${#args[@]} < 2)); then
+                _airlock_words "$(_airlock_column1 "$bin" image ls)" "$cur"
+            fi
+            ;;
         import)
             if [[ $cur == -* ]]; then
                 _airlock_words "$_airlock_import_flags" "$cur"

@@ -102,9 +102,13 @@ def main():
                "airlock chat --<Tab>: exactly chatopts.c's table but --json")
     expect_set(script, binary, env, ["run", "--"], chat - {"--resume"},
                "airlock run --<Tab>: exactly chatopts.c's table but --resume")
+    # image.c holds two tables: import's, and warm's (--memory, which import has too, --cpus).
     expect_set(script, binary, env, ["image", "import", "f.qcow2", "--"],
-               cliflags.table_of(src, "image.c"),
-               "airlock image import FILE --<Tab>: exactly image.c's table")
+               cliflags.table_of(src, "image.c") - {"--cpus"},
+               "airlock image import FILE --<Tab>: exactly image.c's import table")
+    expect_set(script, binary, env, ["image", "warm", "debian", "--"],
+               {"--memory", "--cpus", "--help"},
+               "airlock image warm NAME --<Tab>: exactly image.c's warm table")
     image_c = open(os.path.join(src, "orchestrator", "cli", "image.c")).read()
     expect_set(script, binary, env, ["image", "build", "debian", "--"],
                set(re.findall(r'"(--[a-z-]+)"', image_c)) - cliflags.table_of(src, "image.c"),

@@ -6,8 +6,10 @@
  * The first line out is {"session": NAME}. Requests: {"op": "exec", "code", "lang", "timeout",
  * "kernel"},
  * {"op": "create", "name"}, {"op": "list"}, {"op": "find", "key"}, {"op": "rollback", "id"},
- * {"op": "delete", "id"}, {"op": "recover"}, {"op": "wants", "lang", "code", "policy"}. Each
- * answer has "r" (the call's return) and, on failure, "error". */
+ * {"op": "delete", "id"}, {"op": "recover"}, {"op": "wants", "lang", "code", "policy"},
+ * {"op": "net"} (the session's network requests, al_net_requests). Each answer has "r" (the
+ * call's return) and, on failure, "error". CHECKPOINT_DRIVER_NET=HOST,...: the session gets
+ * network to those hosts (--net allow=...). */
 #include "airlock.h"
 #include "capture.h"
 
@@ -36,6 +38,19 @@ static cJSON *info_json(const al_checkpoint_info *c)
 static void add_info(void *ctx, const al_checkpoint_info *c)
 {
     cJSON_AddItemToArray(ctx, info_json(c));
+}
+
+static void add_request(void *ctx, const al_net_request *q)
+{
+    cJSON *o = cJSON_CreateObject();
+    cJSON_AddStringToObject(o, "method", q->method);
+    cJSON_AddStringToObject(o, "host", q->host);
+    cJSON_AddNumberToObject(o, "port", q->port);
+    cJSON_AddNumberToObject(o, "status", q->status);
+    cJSON_AddNumberToObject(o, "bytes", (double)q->bytes);
+    cJSON_AddBoolToObject(o, "allowed", q->allowed);
+    cJSON_AddStringToObject(o, "why", q->why);
+    cJSON_AddItemToArray(ctx, o);
 }
 
 static void op_exec(al_session *s, const cJSON *req, cJSON *out, al_error *err)
@@ -99,6 +114,9 @@ static void handle(al_session *s, const cJSON *req, cJSON *out)
         r = al_checkpoint_policy_parse(json_str(req, "policy"), &p, &err);
         if (r == 0)
             r = al_checkpoint_policy_wants(json_str(req, "lang"), json_str(req, "code"), p);
+    } else if (!strcmp(op, "net")) {
+        cJSON *list = cJSON_AddArrayToObject(out, "requests");
+        r = al_net_requests(s, NULL, add_request, list, &err);
     } else {
         snprintf(err.msg, sizeof(err.msg), "unknown op '%.64s'", op);
     }
@@ -127,6 +145,13 @@ int main(int argc, char **argv)
     };
     al_session *s = NULL;
     al_error err = {0};
+    char **allow = NULL;
+    const char *net = getenv("CHECKPOINT_DRIVER_NET");
+    if (net && *net && al_net_allow_parse(net, &allow, &err) < 0) {
+        fprintf(stderr, "checkpoint-driver: %s\n", err.msg);
+        return 2;
+    }
+    opts.net.allow = (const char *const *)allow;
     if (al_session_open(&opts, &s, &err) < 0) {
         fprintf(stderr, "checkpoint-driver: %s\n", err.msg);
         return 1;
@@ -150,5 +175,6 @@ int main(int argc, char **argv)
     }
     free(line);
     al_session_close(s);
+    al_net_allow_free(allow);
     return 0;
 }

@@ -130,8 +130,8 @@ int main(int argc, char **argv)
         fprintf(stderr, "kernel-driver: %s\n", err.msg);
         return 1;
     }
-    printf("{\"session\": \"%s\", \"languages\": \"%s\"}\n", al_session_name(s),
-           al_session_languages(s));
+    printf("{\"session\": \"%s\", \"languages\": \"%s\", \"restored\": %s}\n", al_session_name(s),
+           al_session_languages(s), al_session_restored(s) ? "true" : "false");
     fflush(stdout);
     char *line = malloc(LINE_MAX_BYTES);
     while (line && fgets(line, LINE_MAX_BYTES, stdin)) {

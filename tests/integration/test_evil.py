@@ -210,10 +210,10 @@ class ConfinementTest(unittest.TestCase):
     """What was sound before the audit stays so: the QEMU that runs a guest is unprivileged,
     sandboxed by seccomp, and has no device the guest could use against the host beyond ours."""
 
-    def running_session(self, command, stdout):
+    def running_session(self, command, stdout, extra=()):
         """Starts a tiny session running command; its process and the session's name."""
-        p = altest.popen(["--debug", "exec", "--image", "tiny", "--"] + command, stdout=stdout,
-                         stderr=subprocess.PIPE)
+        p = altest.popen(["--debug", "exec", "--image", "tiny"] + list(extra) + ["--"] + command,
+                         stdout=stdout, stderr=subprocess.PIPE)
         self.addCleanup(lambda: (p.poll() is None and p.kill(), p.wait(), p.stderr.close(),
                                  p.stdout and p.stdout.close()))
         for line in p.stderr:
@@ -222,8 +222,8 @@ class ConfinementTest(unittest.TestCase):
                 return p, m[0].decode()
         self.fail("no session started")
 
-    def qemu_of_running_session(self):
-        _, name = self.running_session(["sleep", "60"], subprocess.DEVNULL)
+    def qemu_of_running_session(self, extra=()):
+        _, name = self.running_session(["sleep", "60"], subprocess.DEVNULL, extra)
         for pid in os.listdir("/proc"):
             if not pid.isdigit():
                 continue
@@ -262,7 +262,26 @@ class ConfinementTest(unittest.TestCase):
         for bad in ("usb-", "balloon", "virtio-rng", "-vnc", "-spice", "qxl", "VGA", "-net nic"):
             self.assertNotIn(bad, cmd)
         self.assertIn("-display none", cmd)
-        self.assertNotIn("-netdev", cmd)  # no NIC at all without --transport ssh
+        self.assertNotIn("-netdev", cmd)  # no NIC at all without --transport ssh or --net
+
+    def test_net_none_has_no_nic_and_net_on_only_the_restricted_one(self):
+        argv, _ = self.qemu_of_running_session(["--net", "none"])
+        self.assertNotIn("-netdev", argv)
+        self.assertNotIn("-net", argv)
+        argv, _ = self.qemu_of_running_session(["--net", "allow=example.test"])
+        # One NIC, on QEMU's user network with restrict=on (no route out, no way to the host
+        # but the forwards), one forward bound to 127.0.0.1 into the guest, nothing else: no
+        # guestfwd, no SMB or TFTP share, no second netdev.
+        self.assertEqual(argv.count("-netdev"), 1, argv)
+        nd = argv[argv.index("-netdev") + 1].split(",")
+        self.assertEqual(nd[0], "user", nd)
+        self.assertIn("restrict=on", nd)
+        fwds = [x for x in nd if x.startswith("hostfwd=")]
+        self.assertEqual(len(fwds), 1, nd)
+        self.assertRegex(fwds[0], r"^hostfwd=tcp:127\.0\.0\.1:\d+-:3129$")
+        for bad in ("guestfwd", "smb", "tftp", "bootfile"):
+            self.assertFalse([x for x in nd if x.startswith(bad)], nd)
+        self.assertEqual(len([a for a in argv if a.startswith("virtio-net")]), 1, argv)
 
 
 if __name__ == "__main__":

@@ -1,0 +1,225 @@
+#!/usr/bin/env python3
+"""Warm starts against cold boots, ratios from one run. Prints a table on stderr and JSON on
+stdout (or --json FILE).
+
+  bench/warm.py [--build DIR] [--image-dir DIR] [--image NAME] [--rounds N] [--json FILE]
+
+session_ready: wall time of `airlock exec -- true` from the image's template (AIRLOCK_WARM=use)
+against the same with a cold boot (AIRLOCK_WARM=off), rounds alternated so drift hits both alike;
+the split of the warm ones from `airlock --debug`'s timing line (start: libvirt creating the
+paused domain; handshake: device state loaded, resumed, agent re-handshaken).
+first_plot: the first python result that uses pandas and matplotlib (`df.plot(); plt.show()` on a
+4-row frame, in the python kernel), warm against cold.
+pool: a pool of 2 (tests/pool-driver), refilled between requests: hand-out to the first exec
+of `true` finished, against the exec round trip of `true` in the same, open session.
+memory: the PSS and RSS of QEMU for an idle session (two sessions open at once, so pages
+restored sessions share count half), restored against cold-booted.
+restore: our restore (start + handshake of the timing line) against `virsh save` / `virsh
+restore` of a cold session's domain.
+Templates live in a state dir of the benchmark's own (AIRLOCK_STATE_DIR).
+"""
+import argparse
+import json
+import os
+import re
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+READY_LINE = re.compile(r"ready in (\d+) ms: prepare (\d+), start (\d+), boot to handshake (\d+)"
+                        r"(?:; restored from a template, made unique in (\d+) ms)?")
+PLOT = ("import pandas as pd, matplotlib.pyplot as plt\n"
+        "pd.DataFrame({'a': [1, 2, 3, 4]}).plot()\nplt.show()")
+VIRSH = ["virsh", "-c", "qemu:///system"]
+
+
+def log(*a):
+    print(*a, file=sys.stderr, flush=True)
+
+
+class Bench:
+    def __init__(self, args):
+        self.args = args
+        self.airlock = os.path.join(args.build, "orchestrator", "airlock")
+        self.state = tempfile.mkdtemp(prefix="airlock-warm-bench-", dir="/var/tmp")
+        os.chmod(self.state, 0o755)
+        self.env = dict(os.environ)
+        self.env.update({"AIRLOCK_IMAGE_DIR": args.image_dir, "AIRLOCK_STATE_DIR": self.state,
+                         "LD_LIBRARY_PATH": os.path.join(args.build, "orchestrator")})
+
+    def run(self, argv, warm, **kw):
+        e = dict(self.env)
+        e["AIRLOCK_WARM"] = warm
+        t0 = time.monotonic()
+        r = subprocess.run(argv, env=e, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                           text=True, **kw)
+        dt = time.monotonic() - t0
+        if r.returncode != 0:
+            raise RuntimeError("%s failed: %s" % (argv, r.stderr))
+        return dt, r
+
+    def exec_true(self, warm):
+        dt, r = self.run([self.airlock, "--debug", "-q", "exec", "-i", self.args.image, "--",
+                          "true"], warm)
+        m = READY_LINE.search(r.stderr)
+        split = {k: int(v) for k, v in zip(("ready", "prepare", "start", "handshake", "unique"),
+                                           m.groups()) if v is not None} if m else {}
+        if warm == "use" and "unique" not in split:
+            raise RuntimeError("a warm session booted cold: %s" % r.stderr)
+        return dt, split, "unique" in split
+
+    def session_ready(self):
+        cold, warm, splits = [], [], []
+        for _ in range(self.args.rounds):
+            dt, _, _ = self.exec_true("off")
+            cold.append(dt)
+            dt, split, _ = self.exec_true("use")
+            warm.append(dt)
+            splits.append(split)
+        c, w = statistics.median(cold), statistics.median(warm)
+        return {"cold_s": cold, "warm_s": warm, "cold_median_s": c, "warm_median_s": w,
+                "ratio": w / c, "goal": 0.25, "warm_split_ms": splits}
+
+    def first_plot(self):
+        cold, warm = [], []
+        argv = [self.airlock, "-q", "exec", "-i", self.args.image, "--lang", "python", "--kernel",
+                "-c", PLOT]
+        outputs = tempfile.mkdtemp(prefix="airlock-warm-bench-out-")
+        try:
+            for _ in range(max(1, self.args.rounds // 2)):
+                cold.append(self.run(argv, "off", cwd=outputs)[0])
+                warm.append(self.run(argv, "use", cwd=outputs)[0])
+        finally:
+            shutil.rmtree(outputs, ignore_errors=True)
+        c, w = statistics.median(cold), statistics.median(warm)
+        return {"cold_s": cold, "warm_s": warm, "ratio": w / c, "goal": 0.1}
+
+    def pool(self):
+        e = dict(self.env)
+        e.update({"POOL_SETTLE_S": "20", "POOL_GAP_S": "8", "POOL_FIRST": "true"})
+        driver = os.path.join(self.args.build, "tests", "pool-driver")
+        r = subprocess.run([driver, self.args.image, "2", "1", str(self.args.rounds)], env=e,
+                           stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        if r.returncode != 0:
+            raise RuntimeError("pool-driver failed: %s" % r.stderr)
+        takes = [json.loads(l) for l in r.stdout.splitlines() if '"thread"' in l]
+        first = [t["first_exec_ms"] for t in takes]
+        rtt = [t["true_ms"] for t in takes]
+        return {"handout_to_first_exec_ms": first, "exec_true_ms": rtt,
+                "restored": [t["restored"] for t in takes],
+                "ratio": statistics.median(first) / statistics.median(rtt), "goal": 3.0}
+
+    def qemu_mem(self, name):
+        with open("/run/libvirt/qemu/%s.pid" % name) as f:
+            pid = int(f.read().strip())
+        out = {}
+        with open("/proc/%d/smaps_rollup" % pid) as f:
+            for line in f:
+                k, v = line.split(":", 1)
+                if k in ("Rss", "Pss"):
+                    out[k.lower() + "_mib"] = int(v.split()[0]) / 1024
+        return out
+
+    def open_idle(self, warm):
+        e = dict(self.env)
+        e["AIRLOCK_WARM"] = warm
+        driver = os.path.join(self.args.build, "tests", "kernel-driver")
+        p = subprocess.Popen([driver, self.args.image], stdin=subprocess.PIPE,
+                             stdout=subprocess.PIPE, env=e, text=True)
+        hello = json.loads(p.stdout.readline())
+        return p, hello
+
+    def memory(self):
+        res = {}
+        for warm in ("off", "use"):
+            ps = [self.open_idle(warm) for _ in range(2)]
+            time.sleep(10)
+            mems = [self.qemu_mem(h["session"]) for _, h in ps]
+            res[warm] = {"restored": [h["restored"] for _, h in ps], "per_session": mems,
+                         "pss_mib": statistics.mean(m["pss_mib"] for m in mems),
+                         "rss_mib": statistics.mean(m["rss_mib"] for m in mems)}
+            for p, _ in ps:
+                p.stdin.close()
+                p.wait(timeout=120)
+        return {"cold": res["off"], "warm": res["use"],
+                "pss_ratio": res["use"]["pss_mib"] / res["off"]["pss_mib"],
+                "rss_ratio": res["use"]["rss_mib"] / res["off"]["rss_mib"], "goal": 0.5,
+                "reductions": "none beyond sharing the template's RAM (no init_on_free, "
+                              "no free page reporting, no TCG cache cap)"}
+
+    def virsh_restore(self):
+        """virsh save/restore of a cold session's domain, and our restore's split (first, so the
+        domain virsh restored, which is not ours to tidy, cannot slow it)."""
+        ours = [self.exec_true("use")[1] for _ in range(self.args.rounds)]
+        ours_ms = statistics.median(s["start"] + s["handshake"] for s in ours if s)
+        p, hello = self.open_idle("off")
+        name = hello["session"]
+        img = os.path.join(self.state, "virsh-save.img")
+        try:
+            t0 = time.monotonic()
+            subprocess.run(VIRSH + ["save", name, img], check=True, stdout=subprocess.DEVNULL)
+            t1 = time.monotonic()
+            subprocess.run(VIRSH + ["restore", img], check=True, stdout=subprocess.DEVNULL)
+            t2 = time.monotonic()
+            size = os.path.getsize(img)
+            subprocess.run(VIRSH + ["destroy", name], stdout=subprocess.DEVNULL,
+                           stderr=subprocess.DEVNULL)
+        finally:
+            p.kill()
+            p.wait()
+            if os.path.exists(img):
+                os.unlink(img)
+        return {"virsh_save_s": t1 - t0, "virsh_restore_s": t2 - t1, "save_image_bytes": size,
+                "ours_restore_ms": ours_ms, "ours_split_ms": ours,
+                "template_state_bytes": self.template_state_bytes()}
+
+    def template_state_bytes(self):
+        d = os.path.join(self.state, "templates")
+        for t in os.listdir(d):
+            if not t.startswith("."):
+                return {f: os.stat(os.path.join(d, t, f)).st_blocks * 512
+                        for f in ("ram", "state", "disk.qcow2")}
+        return {}
+
+    def main(self):
+        try:
+            t0 = time.monotonic()
+            self.run([self.airlock, "-q", "image", "warm", self.args.image], "off")
+            build_s = time.monotonic() - t0
+            log("template built in %.1f s" % build_s)
+            out = {"image": self.args.image, "rounds": self.args.rounds,
+                   "template_build_s": build_s}
+            for k in ("session_ready", "first_plot", "pool", "memory", "virsh_restore"):
+                out[k] = getattr(self, k)()
+                log(k, json.dumps({a: b for a, b in out[k].items()
+                                   if not isinstance(b, (list, dict))}))
+            out["load_avg"] = os.getloadavg()
+            return out
+        finally:
+            shutil.rmtree(self.state, ignore_errors=True)
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--build", default=os.path.join(ROOT, "build"))
+    ap.add_argument("--image-dir", default=None)
+    ap.add_argument("--image", default="debian")
+    ap.add_argument("--rounds", type=int, default=4)
+    ap.add_argument("--json", default=None)
+    args = ap.parse_args()
+    args.image_dir = args.image_dir or os.path.join(args.build, "images")
+    out = Bench(args).main()
+    text = json.dumps(out, indent=2)
+    if args.json:
+        with open(args.json, "w") as f:
+            f.write(text + "\n")
+    else:
+        print(text)
+
+
+if __name__ == "__main__":
+    main()

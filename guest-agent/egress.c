@@ -1,0 +1,294 @@
+/* Network on request, the guest's half. A session opened with an allowlist (--net allow=...)
+ * gets a NIC on QEMU's user-mode network with restrict=on: the guest can open no connection
+ * anywhere. The only connections are the ones the host opens into it (a QEMU host forward to
+ * EGRESS_TUNNEL_PORT), each of which leads to the session's proxy on the host. This forwarder
+ * accepts those as idle tunnels and pairs each program that connects to 127.0.0.1:3128 (the
+ * http_proxy every process gets) with one of them. Nothing here is trusted by the host: the
+ * proxy enforces the allowlist; a guest that kills or rewrites this only loses its network. */
+#include "agent.h"
+
+#include <arpa/inet.h>
+#include <fcntl.h>
+#include <net/if.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <signal.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/ioctl.h>
+#include <sys/prctl.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+
+/* The guest's address on QEMU's user network (its default), where the host forward lands. */
+#define EGRESS_ADDR "10.0.2.15"
+#define EGRESS_NETMASK "255.255.255.0"
+#define EGRESS_PROXY_PORT 3128  /* programs' proxy, on 127.0.0.1 */
+#define EGRESS_TUNNEL_PORT 3129 /* the host's tunnels arrive here */
+#define EGRESS_IFACE "eth0"     /* no udev: the kernel's name for the only NIC */
+/* Connections carried at once; the host caps them lower (its proxy's connection limit). */
+#define EGRESS_PAIRS_MAX 64
+/* Idle tunnels and programs waiting for one, at most: the host keeps a few tunnels ready. */
+#define EGRESS_IDLE_MAX 32
+#define EGRESS_WAITING_MAX 64
+#define EGRESS_BUF 16384
+
+bool egress_present(void)
+{
+    struct stat st;
+    return stat("/sys/class/net/" EGRESS_IFACE, &st) == 0;
+}
+
+static int if_set_addr(int s, unsigned long req, const char *addr)
+{
+    struct ifreq ifr = {.ifr_name = EGRESS_IFACE};
+    struct sockaddr_in *sa = (struct sockaddr_in *)&ifr.ifr_addr;
+    sa->sin_family = AF_INET;
+    inet_pton(AF_INET, addr, &sa->sin_addr);
+    return ioctl(s, req, &ifr);
+}
+
+void egress_setup(void)
+{
+    _cleanup_close_ int s = socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+    struct ifreq ifr = {.ifr_name = EGRESS_IFACE};
+    if (s < 0 || if_set_addr(s, SIOCSIFADDR, EGRESS_ADDR) < 0 ||
+        if_set_addr(s, SIOCSIFNETMASK, EGRESS_NETMASK) < 0 || ioctl(s, SIOCGIFFLAGS, &ifr) < 0) {
+        agent_log("cannot configure %s: %s", EGRESS_IFACE, strerror(errno));
+        return;
+    }
+    ifr.ifr_flags |= IFF_UP;
+    if (ioctl(s, SIOCSIFFLAGS, &ifr) < 0)
+        agent_log("cannot bring up %s: %s", EGRESS_IFACE, strerror(errno));
+    /* Every process the agent starts inherits these: curl, pip, apt and python's urllib read
+     * the lower-case ones, some tools only the upper-case. No DNS in the guest: the proxy
+     * resolves names. */
+    static const char *const vars[] = {"http_proxy", "https_proxy", "HTTP_PROXY", "HTTPS_PROXY"};
+    for (size_t i = 0; i < sizeof(vars) / sizeof(vars[0]); i++)
+        setenv(vars[i], "http://127.0.0.1:3128", 1);
+    setenv("no_proxy", "localhost,127.0.0.1,::1", 1);
+    setenv("NO_PROXY", "localhost,127.0.0.1,::1", 1);
+}
+
+struct half {
+    int from, to;
+    char buf[EGRESS_BUF];
+    size_t len, off;
+    bool eof, done;
+};
+
+struct pair {
+    bool used;
+    int fd[2];        /* the program, the tunnel */
+    struct half h[2]; /* program to tunnel, tunnel to program */
+};
+
+static struct pair pairs[EGRESS_PAIRS_MAX];
+static int idle[EGRESS_IDLE_MAX], nidle;
+static int waiting[EGRESS_WAITING_MAX], nwaiting;
+static void pair_close(struct pair *p);
+static int flush_pipe[2] = {-1, -1}; /* SIGUSR1 (egress_flush) wakes the loop through it */
+
+static void on_flush(int sig)
+{
+    (void)sig;
+    int e = errno;
+    if (write(flush_pipe[1], "f", 1) < 0) {
+        /* full: a flush is pending already */
+    }
+    errno = e;
+}
+
+/* Every connection goes: programs' (their peers are gone after a restore) and tunnels. */
+static void flush_all(void)
+{
+    char buf[64];
+    while (read(flush_pipe[0], buf, sizeof(buf)) > 0) {
+    }
+    for (int i = 0; i < nidle; i++)
+        close(idle[i]);
+    nidle = 0;
+    for (int i = 0; i < nwaiting; i++)
+        close(waiting[i]);
+    nwaiting = 0;
+    for (size_t i = 0; i < EGRESS_PAIRS_MAX; i++)
+        if (pairs[i].used)
+            pair_close(&pairs[i]);
+}
+
+/* The agent is forked after the forwarder, so it holds its pid here (none on the host's test
+ * agents, which never start one). */
+static pid_t egress_pid;
+
+void egress_flush(void)
+{
+    if (egress_pid > 0)
+        kill(egress_pid, SIGUSR1);
+}
+
+static int listen_on(const char *addr, int port)
+{
+    int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+    int one = 1;
+    struct sockaddr_in sa = {.sin_family = AF_INET, .sin_port = htons(port)};
+    inet_pton(AF_INET, addr, &sa.sin_addr);
+    if (fd < 0 || setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one)) < 0 ||
+        bind(fd, (struct sockaddr *)&sa, sizeof(sa)) < 0 || listen(fd, 64) < 0) {
+        agent_log("egress: cannot listen on %s:%d: %s", addr, port, strerror(errno));
+        _exit(1);
+    }
+    return fd;
+}
+
+static void pair_close(struct pair *p)
+{
+    close(p->fd[0]);
+    close(p->fd[1]);
+    p->used = false;
+}
+
+static void pair_start(int prog, int tunnel)
+{
+    for (size_t i = 0; i < EGRESS_PAIRS_MAX; i++) {
+        if (pairs[i].used)
+            continue;
+        struct pair *p = &pairs[i];
+        *p = (struct pair){.used = true, .fd = {prog, tunnel}};
+        p->h[0].from = prog, p->h[0].to = tunnel;
+        p->h[1].from = tunnel, p->h[1].to = prog;
+        return;
+    }
+    close(prog);
+    close(tunnel);
+}
+
+/* Moves what it can in one direction; false when the pair is broken. */
+static bool half_step(struct half *h, short rev_from, short rev_to)
+{
+    if (h->done)
+        return true;
+    if (h->len == 0 && !h->eof && (rev_from & (POLLIN | POLLHUP | POLLERR))) {
+        ssize_t n = read(h->from, h->buf, sizeof(h->buf));
+        if (n < 0 && errno != EAGAIN && errno != EINTR)
+            return false;
+        if (n == 0)
+            h->eof = true;
+        if (n > 0)
+            h->len = (size_t)n, h->off = 0;
+    }
+    if (h->len > 0 && (rev_to & (POLLOUT | POLLERR | POLLHUP))) {
+        ssize_t n = send(h->to, h->buf + h->off, h->len, MSG_NOSIGNAL);
+        if (n < 0 && errno != EAGAIN && errno != EINTR)
+            return false;
+        if (n > 0)
+            h->off += (size_t)n, h->len -= (size_t)n;
+    }
+    if (h->eof && h->len == 0) {
+        shutdown(h->to, SHUT_WR);
+        h->done = true;
+    }
+    return true;
+}
+
+static int accept_nb(int lfd)
+{
+    return accept4(lfd, NULL, NULL, SOCK_CLOEXEC | SOCK_NONBLOCK);
+}
+
+static _Noreturn void egress_run(void)
+{
+    prctl(PR_SET_NAME, "airlock-egress");
+    signal(SIGPIPE, SIG_IGN);
+    int lprog = listen_on("127.0.0.1", EGRESS_PROXY_PORT);
+    int ltun = listen_on(EGRESS_ADDR, EGRESS_TUNNEL_PORT);
+    if (pipe2(flush_pipe, O_CLOEXEC | O_NONBLOCK) < 0)
+        _exit(1);
+    /* SIGUSR1 was blocked across the fork (egress_start): a flush asked for before now is
+     * delivered here, to the handler, instead of killing us. */
+    struct sigaction sa = {.sa_handler = on_flush};
+    sigaction(SIGUSR1, &sa, NULL);
+    sigset_t usr1;
+    sigemptyset(&usr1);
+    sigaddset(&usr1, SIGUSR1);
+    sigprocmask(SIG_UNBLOCK, &usr1, NULL);
+    static struct pollfd pfd[3 + EGRESS_IDLE_MAX + 2 * EGRESS_PAIRS_MAX];
+    for (;;) {
+        /* First come, first served: the host caps the tunnels, so programs queue here. */
+        while (nidle > 0 && nwaiting > 0) {
+            pair_start(waiting[0], idle[--nidle]);
+            memmove(waiting, waiting + 1, (size_t)--nwaiting * sizeof(waiting[0]));
+        }
+        size_t n = 0;
+        pfd[n++] =
+            (struct pollfd){.fd = nwaiting < EGRESS_WAITING_MAX ? lprog : -1, .events = POLLIN};
+        pfd[n++] = (struct pollfd){.fd = nidle < EGRESS_IDLE_MAX ? ltun : -1, .events = POLLIN};
+        pfd[n++] = (struct pollfd){.fd = flush_pipe[0], .events = POLLIN};
+        size_t idle_at = n;
+        for (int i = 0; i < nidle; i++)
+            pfd[n++] = (struct pollfd){.fd = idle[i], .events = POLLIN}; /* closed by the host */
+        size_t pairs_at = n;
+        for (size_t i = 0; i < EGRESS_PAIRS_MAX; i++) {
+            struct pair *p = &pairs[i];
+            for (int k = 0; k < 2; k++) {
+                short ev = 0;
+                if (p->used && !p->h[k].done && p->h[k].len == 0 && !p->h[k].eof)
+                    ev |= POLLIN;
+                if (p->used && !p->h[1 - k].done && p->h[1 - k].len > 0)
+                    ev |= POLLOUT;
+                pfd[pairs_at + 2 * i + k] =
+                    (struct pollfd){.fd = p->used ? p->fd[k] : -1, .events = ev};
+            }
+        }
+        n = pairs_at + 2 * EGRESS_PAIRS_MAX;
+        if (poll(pfd, n, -1) < 0)
+            continue;
+        if (pfd[2].revents) {
+            flush_all();
+            continue;
+        }
+        if (pfd[0].revents & POLLIN) {
+            int fd = accept_nb(lprog);
+            if (fd >= 0)
+                waiting[nwaiting++] = fd;
+        }
+        if (pfd[1].revents & POLLIN) {
+            int fd = accept_nb(ltun);
+            if (fd >= 0)
+                idle[nidle++] = fd;
+        }
+        /* An idle tunnel that becomes readable was closed by the host (it never speaks
+         * first): drop it. Walk backwards so removal keeps the indices below valid. */
+        for (int i = (int)(pairs_at - idle_at) - 1; i >= 0; i--) {
+            if (!pfd[idle_at + (size_t)i].revents)
+                continue;
+            close(idle[i]);
+            idle[i] = idle[--nidle];
+        }
+        for (size_t i = 0; i < EGRESS_PAIRS_MAX; i++) {
+            struct pair *p = &pairs[i];
+            if (!p->used)
+                continue;
+            short r0 = pfd[pairs_at + 2 * i].revents, r1 = pfd[pairs_at + 2 * i + 1].revents;
+            if (!half_step(&p->h[0], r0, r1) || !half_step(&p->h[1], r1, r0) ||
+                (p->h[0].done && p->h[1].done))
+                pair_close(p);
+        }
+    }
+}
+
+void egress_start(void)
+{
+    sigset_t usr1, old;
+    sigemptyset(&usr1);
+    sigaddset(&usr1, SIGUSR1);
+    sigprocmask(SIG_BLOCK, &usr1, &old);
+    pid_t pid = fork();
+    if (pid == 0)
+        egress_run();
+    sigprocmask(SIG_SETMASK, &old, NULL);
+    if (pid < 0) {
+        agent_log("cannot start the egress forwarder: %s", strerror(errno));
+        return;
+    }
+    egress_pid = pid;
+}
