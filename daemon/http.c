@@ -215,6 +215,23 @@ static int peer_uid(struct MHD_Connection *c, uid_t *uid)
     return 0;
 }
 
+/* A browser reaching the unix socket through a local forward (ssh -L) is signed in by nothing
+ * but its being on this machine; a page of another site whose name was made to resolve to
+ * 127.0.0.1 (DNS rebinding) would be same-origin with it. Its Host header still carries that
+ * name, so the socket takes only loopback names (clients send "localhost"). */
+static bool loopback_host(const char *h)
+{
+    if (!h)
+        return true;
+    static const char *const names[] = {"localhost", "127.0.0.1", "[::1]"};
+    for (size_t i = 0; i < sizeof(names) / sizeof(names[0]); i++) {
+        size_t n = strlen(names[i]);
+        if (!strncasecmp(h, names[i], n) && (h[n] == '\0' || h[n] == ':'))
+            return true;
+    }
+    return false;
+}
+
 static enum MHD_Result authenticate(struct MHD_Connection *c, struct ad_req *q, bool *ok)
 {
     *ok = false;
@@ -229,6 +246,9 @@ static enum MHD_Result authenticate(struct MHD_Connection *c, struct ad_req *q, 
         if (!allowed)
             return ad_reply_error(c, q, 403, "forbidden", "uid %u may not use this socket",
                                   (unsigned)uid);
+        if (!loopback_host(MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Host")))
+            return ad_reply_error(c, q, 403, "forbidden",
+                                  "on the unix socket, Host must be localhost, 127.0.0.1 or [::1]");
         snprintf(q->owner, sizeof(q->owner), "uid:%u", (unsigned)uid);
         *ok = true;
         return MHD_YES;

@@ -319,11 +319,14 @@ $('stop').addEventListener('click', async () => {
 async function refreshTimeline() {
   if (!current) return;
   const j = await api('GET', sp('/checkpoints')).catch(() => null);
+  const chat = await api('GET', sp('/chat')).catch(() => null);
+  const code = new Map((chat?.checkpoints || []).map((c) => [c.id, c.code]));
   const ol = $('timeline');
   ol.replaceChildren();
   if (!j) return;
   for (const c of j.checkpoints) {
     const li = el('li', '', `#${c.id} ${c.name || ''} `);
+    if (code.has(c.id)) li.append(el('code', '', 'before: ' + code.get(c.id) + ' '));
     const b = el('button', 'rollback', 'Roll back to here');
     b.addEventListener('click', async () => {
       await api('POST', sp(`/checkpoints/${c.id}/rollback`)).catch((e) => alert(e.message));

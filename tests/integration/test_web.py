@@ -12,10 +12,13 @@ build dir's web-screenshots). Environment: AIRLOCKD_BIN and the usual integratio
 import base64
 import json
 import os
+import http.client
 import shutil
+import socket
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 import unittest
 
@@ -266,6 +269,65 @@ class WebTest(unittest.TestCase):
         self.assertIn("interrupted", turn.text)
         self.assert_alive()
         self.shot("06-stopped")
+
+    # ---- the unix socket through a local forward: no key ----
+
+    def forward(self):
+        """A TCP port on 127.0.0.1 that relays to the daemon's unix socket (as ssh -L would)."""
+        ls = socket.socket()
+        ls.bind(("127.0.0.1", 0))
+        ls.listen(16)
+        self.addCleanup(ls.close)
+
+        def pipe(a, b):
+            try:
+                while True:
+                    d = a.recv(65536)
+                    if not d:
+                        break
+                    b.sendall(d)
+            except OSError:
+                pass
+            finally:
+                for x in (a, b):
+                    try:
+                        x.shutdown(socket.SHUT_RDWR)
+                    except OSError:
+                        pass
+
+        def serve():
+            while True:
+                try:
+                    c, _ = ls.accept()
+                except OSError:
+                    return
+                u = socket.socket(socket.AF_UNIX)
+                u.connect(self.d.sock)
+                threading.Thread(target=pipe, args=(c, u), daemon=True).start()
+                threading.Thread(target=pipe, args=(u, c), daemon=True).start()
+
+        threading.Thread(target=serve, daemon=True).start()
+        return ls.getsockname()[1]
+
+    def test_unix_socket_forward_needs_no_key(self):
+        port = self.forward()
+        self.b.get("http://localhost:%d/" % port)
+        self.wait(lambda: self.q("#app").is_displayed(), 20, "the page without signing in")
+        self.assertFalse(self.q("#login").is_displayed())
+        # a page of another name resolved to 127.0.0.1 (DNS rebinding) is refused
+        c = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
+        c.request("GET", "/v1/sessions", headers={"Host": "rebound.example:%d" % port})
+        r = c.getresponse()
+        self.assertEqual(r.status, 403, r.read())
+        c.close()
+        # another site's state-changing request without the CSRF header is refused
+        c = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
+        c.request("POST", "/v1/sessions", body="{}",
+                  headers={"Origin": "http://evil.example", "Content-Type": "application/json"})
+        r = c.getresponse()
+        self.assertEqual(r.status, 403, r.read())
+        c.close()
+        self.assertIsNone(self.b.execute_script("return window.__pwned"))
 
 
 if __name__ == "__main__":
