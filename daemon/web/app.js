@@ -218,6 +218,11 @@ function follow(runId, box, onEnd) {
   let textDiv = null;
   let out = null;
   const on = (type, fn) => src.addEventListener(type, (ev) => fn(JSON.parse(ev.data)));
+  // A dropped connection: EventSource comes back by itself with Last-Event-ID.
+  src.addEventListener('error', () => {
+    if (box.dataset.done) return;
+    box.dataset.reconnects = String(Number(box.dataset.reconnects || 0) + 1);
+  });
   on('text', (d) => {
     if (!textDiv) {
       textDiv = el('div', 'msg model');

@@ -70,6 +70,67 @@ REPLIES = [
 ]
 
 
+class Forward:
+    """A TCP port on 127.0.0.1 relaying to a unix socket (as ssh -L would) or a TCP port;
+    cut() drops every connection open through it (a network that fails)."""
+
+    def __init__(self, unix=None, port=None):
+        self.unix, self.to = unix, port
+        self.conns = []
+        self.lock = threading.Lock()
+        self.ls = socket.socket()
+        self.ls.bind(("127.0.0.1", 0))
+        self.ls.listen(64)
+        self.port = self.ls.getsockname()[1]
+        threading.Thread(target=self.serve, daemon=True).start()
+
+    def pipe(self, a, b):
+        try:
+            while True:
+                d = a.recv(65536)
+                if not d:
+                    break
+                b.sendall(d)
+        except OSError:
+            pass
+        finally:
+            for x in (a, b):
+                try:
+                    x.shutdown(socket.SHUT_RDWR)
+                except OSError:
+                    pass
+
+    def serve(self):
+        while True:
+            try:
+                c, _ = self.ls.accept()
+            except OSError:
+                return
+            if self.unix:
+                u = socket.socket(socket.AF_UNIX)
+                u.connect(self.unix)
+            else:
+                u = socket.create_connection(("127.0.0.1", self.to))
+            with self.lock:
+                self.conns += [c, u]
+            threading.Thread(target=self.pipe, args=(c, u), daemon=True).start()
+            threading.Thread(target=self.pipe, args=(u, c), daemon=True).start()
+
+    def cut(self):
+        with self.lock:
+            conns, self.conns = self.conns, []
+        for x in conns:
+            try:
+                x.shutdown(socket.SHUT_RDWR)
+                x.close()
+            except OSError:
+                pass
+
+    def close(self):
+        self.ls.close()
+        self.cut()
+
+
 class WebTest(unittest.TestCase):
     @classmethod
     def setUpClass(cls):
@@ -93,7 +154,9 @@ class WebTest(unittest.TestCase):
                        model_api_key_env="WEB_TEST_MODEL_KEY", max_upload_bytes=16 << 20,
                        run_buffer_bytes=1048576, connection_timeout_s=30)
         cls.key = cls.d.key("web")
-        cls.url = "http://127.0.0.1:%d/" % cls.d.port
+        # the browser reaches the daemon through a forward the test can cut
+        cls.fwd = Forward(port=cls.d.port)
+        cls.url = "http://127.0.0.1:%d/" % cls.fwd.port
         o = webdriver.ChromeOptions()
         for a in ("--headless=new", "--no-sandbox", "--disable-dev-shm-usage",
                   "--window-size=1400,900", "--disable-gpu"):
@@ -107,6 +170,7 @@ class WebTest(unittest.TestCase):
     def tearDownClass(cls):
         try:
             cls.b.quit()
+            cls.fwd.close()
         finally:
             cls.d.stop()
             cls.fm.kill()
@@ -224,17 +288,35 @@ class WebTest(unittest.TestCase):
         with open(up, "wb") as f:
             f.write(data)
         self.q("#upload").send_keys(up)
-        self.wait(lambda: [a for a in self.qs("#files a.download")
-                           if a.text == "up<b>load.bin"], 60, "the upload is listed")
-        link = [a for a in self.qs("#files a.download") if a.text == "up<b>load.bin"][0]
+        # (read in one script: the list is rebuilt while the page refreshes it)
+        find = ("return [...document.querySelectorAll('#files a.download')]"
+                ".filter(a => a.textContent === arguments[0]).map(a => a.href)[0] || null")
+        href = self.wait(lambda: b.execute_script(find, "up<b>load.bin"), 60,
+                         "the upload is listed")
         got = b.execute_async_script(
             "const done = arguments[1];"
             "fetch(arguments[0]).then(r => r.arrayBuffer()).then(buf => {"
             "  let s = ''; const u = new Uint8Array(buf);"
             "  for (let i = 0; i < u.length; i++) s += String.fromCharCode(u[i]);"
-            "  done(btoa(s)); }, e => done('ERR ' + e));", link.get_attribute("href"))
+            "  done(btoa(s)); }, e => done('ERR ' + e));", href)
         self.assertEqual(base64.b64decode(got), data)
         self.shot("04-files")
+
+        # the connection drops mid-run: the page reconnects with Last-Event-ID, and every line
+        # shows exactly once
+        n = len(self.qs("#transcript .turn"))
+        self.q("#shell-input").send_keys(
+            "for i in $(seq 1 400); do echo line-$i; sleep 0.02; done")
+        self.q("#shell-run").click()
+        self.wait(lambda: len(self.qs("#transcript .turn")) > n, 10, "the command shows")
+        turn = self.last_turn()
+        self.wait(lambda: "line-40\n" in turn.text + "\n", 60, "output flows")
+        self.fwd.cut()
+        self.assertEqual(self.wait_done(turn, 120), "exit")
+        text = b.execute_script("return arguments[0].querySelector('pre.out').textContent", turn)
+        self.assertEqual(text.split(), ["line-%d" % i for i in range(1, 401)])
+        self.assertGreaterEqual(int(turn.get_attribute("data-reconnects") or 0), 1)
+        print("cut at about line-40: %d lines, each once" % len(text.split()), file=sys.stderr)
 
         # hostile output through the %% box: tags, ANSI, a 10 MB line
         n = len(self.qs("#transcript .turn"))
@@ -272,45 +354,10 @@ class WebTest(unittest.TestCase):
 
     # ---- the unix socket through a local forward: no key ----
 
-    def forward(self):
-        """A TCP port on 127.0.0.1 that relays to the daemon's unix socket (as ssh -L would)."""
-        ls = socket.socket()
-        ls.bind(("127.0.0.1", 0))
-        ls.listen(16)
-        self.addCleanup(ls.close)
-
-        def pipe(a, b):
-            try:
-                while True:
-                    d = a.recv(65536)
-                    if not d:
-                        break
-                    b.sendall(d)
-            except OSError:
-                pass
-            finally:
-                for x in (a, b):
-                    try:
-                        x.shutdown(socket.SHUT_RDWR)
-                    except OSError:
-                        pass
-
-        def serve():
-            while True:
-                try:
-                    c, _ = ls.accept()
-                except OSError:
-                    return
-                u = socket.socket(socket.AF_UNIX)
-                u.connect(self.d.sock)
-                threading.Thread(target=pipe, args=(c, u), daemon=True).start()
-                threading.Thread(target=pipe, args=(u, c), daemon=True).start()
-
-        threading.Thread(target=serve, daemon=True).start()
-        return ls.getsockname()[1]
-
     def test_unix_socket_forward_needs_no_key(self):
-        port = self.forward()
+        fwd = Forward(unix=self.d.sock)
+        self.addCleanup(fwd.close)
+        port = fwd.port
         self.b.get("http://localhost:%d/" % port)
         self.wait(lambda: self.q("#app").is_displayed(), 20, "the page without signing in")
         self.assertFalse(self.q("#login").is_displayed())
