@@ -218,6 +218,8 @@ bool ad_runs_active(struct ad_session *s);
  * output callback al_exec takes (ctx: the run). */
 int ad_run_push(struct ad_run *r, const char *type, cJSON *data);
 int ad_run_output(void *ctx, int stream, const uint8_t *data, size_t len);
+/* Cancelled (the session ends) or the daemon stopping. */
+bool ad_run_cancelled(struct ad_run *r);
 /* Set on shutdown: event streams end. */
 void ad_runs_shutdown(void);
 
@@ -233,6 +235,9 @@ int ad_chat_turn(struct ad_session *s, const struct ad_chat_req *q, const struct
 /* Undo: rolls the VM back to before the last exchange (when a checkpoint was taken) and drops
  * it from the history. */
 int ad_chat_undo(struct ad_session *s, cJSON **out, struct ad_fail *f);
+/* Without auto_run: the answer to the code block that waits (a "confirm" event): run it (as
+ * code, when given: edited) or skip it. */
+int ad_chat_confirm(struct ad_session *s, bool run, const char *code, struct ad_fail *f);
 cJSON *ad_chat_json(struct ad_session *s);
 void ad_chat_free(struct ad_session *s);
 

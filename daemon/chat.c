@@ -9,8 +9,10 @@
 #include "airlockd.h"
 
 #include <errno.h>
+#include <poll.h>
 #include <stdio.h>
 #include <string.h>
+#include <time.h>
 
 #include "chat.h"
 
@@ -22,9 +24,15 @@ struct ad_chat {
     char *key;
     struct ad_session *s;
     struct ad_run *run; /* the turn's, while busy */
-    bool auto_run;
-    char *pending; /* the user message, handed to the turn's thread */
+    bool auto_run;      /* this turn's */
+    char *pending;      /* the user message, handed to the turn's thread */
+    /* without auto_run: a code block waits for POST .../chat/confirm */
+    bool asking;
+    int answer;   /* -1 none yet, 0 skip, 1 run */
+    char *edited; /* the code to run instead, or NULL */
 };
+
+static pthread_cond_t chat_cv = PTHREAD_COND_INITIALIZER;
 
 /* The chat states of every session: busy and ready change under this. */
 static pthread_mutex_t chat_lock = PTHREAD_MUTEX_INITIALIZER;
@@ -71,11 +79,63 @@ static void ui_code(void *ctx, const char *lang, const char *code)
     cJSON_Delete(o);
 }
 
+/* Without auto_run: a "confirm" event, then the answer of POST .../chat/confirm. Stop (a byte
+ * in the cancel pipe, left there for the loop to see), the session's end or the daemon's end
+ * answer "skip". */
 static int ui_confirm(void *ctx, const char *lang, char **code)
 {
-    (void)lang, (void)code;
     struct ad_chat *ch = ctx;
-    return ch->auto_run ? 1 : 0;
+    cJSON *o = cJSON_CreateObject();
+    cJSON_AddStringToObject(o, "language", lang ? lang : "");
+    cJSON_AddStringToObject(o, "code", *code ? *code : "");
+    pthread_mutex_lock(&chat_lock);
+    ch->asking = true;
+    ch->answer = -1;
+    pthread_mutex_unlock(&chat_lock);
+    ad_run_push(ch->run, "confirm", o);
+    cJSON_Delete(o);
+    pthread_mutex_lock(&chat_lock);
+    while (ch->answer < 0) {
+        struct pollfd p = {ch->s->cancel_rd, POLLIN, 0};
+        if (poll(&p, 1, 0) > 0 || ad_run_cancelled(ch->run))
+            break;
+        struct timespec ts;
+        clock_gettime(CLOCK_REALTIME, &ts);
+        ts.tv_nsec += 200000000L;
+        if (ts.tv_nsec >= 1000000000L) {
+            ts.tv_sec++;
+            ts.tv_nsec -= 1000000000L;
+        }
+        pthread_cond_timedwait(&chat_cv, &chat_lock, &ts);
+    }
+    int answer = ch->answer > 0;
+    ch->asking = false;
+    if (answer && ch->edited) {
+        free(*code);
+        *code = ch->edited;
+        ch->edited = NULL;
+    }
+    free(ch->edited);
+    ch->edited = NULL;
+    pthread_mutex_unlock(&chat_lock);
+    return answer;
+}
+
+int ad_chat_confirm(struct ad_session *s, bool run, const char *code, struct ad_fail *f)
+{
+    pthread_mutex_lock(&chat_lock);
+    struct ad_chat *ch = s->chat;
+    if (!ch || !ch->asking || ch->answer >= 0) {
+        pthread_mutex_unlock(&chat_lock);
+        ad_failf(f, 409, "not_asking", "no code block waits for an answer");
+        return -ENOENT;
+    }
+    free(ch->edited);
+    ch->edited = code ? strdup(code) : NULL;
+    ch->answer = run ? 1 : 0;
+    pthread_cond_broadcast(&chat_cv);
+    pthread_mutex_unlock(&chat_lock);
+    return 0;
 }
 
 static int ui_output(void *ctx, int stream, const uint8_t *data, size_t n)
@@ -229,6 +289,7 @@ int ad_chat_turn(struct ad_session *s, const struct ad_chat_req *q, const struct
     ch->busy = true;
     snprintf(ch->model, sizeof(ch->model), "%s", q->model ? q->model : ad_cfg.model);
     ch->auto_run = q->auto_run;
+    ch->c.cfg.auto_run = q->auto_run; /* read by the loop only while a turn runs */
     free(ch->pending);
     ch->pending = strdup(q->message);
     pthread_mutex_unlock(&chat_lock);
@@ -311,6 +372,7 @@ void ad_chat_free(struct ad_session *s)
         al_chat_free(&ch->c);
     free(ch->key);
     free(ch->pending);
+    free(ch->edited);
     free(ch);
     s->chat = NULL;
 }

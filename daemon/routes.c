@@ -180,6 +180,20 @@ static enum MHD_Result chat_get(struct MHD_Connection *c, struct ad_req *q)
     return ad_reply_json(c, q, 200, ad_chat_json(q->sess));
 }
 
+static enum MHD_Result chat_confirm(struct MHD_Connection *c, struct ad_req *q)
+{
+    bool run = false;
+    const char *code = NULL;
+    char why[256] = "";
+    if (get_bool(q, "run", &run, why, sizeof(why)) < 0 ||
+        get_str(q, "code", &code, why, sizeof(why)) < 0)
+        return ad_reply_error(c, q, 400, "invalid", "%s", why);
+    struct ad_fail f;
+    if (ad_chat_confirm(q->sess, run, code, &f) < 0)
+        return ad_reply_fail(c, q, &f);
+    return ad_reply(c, q, 204, MHD_create_response_from_buffer(0, NULL, MHD_RESPMEM_PERSISTENT));
+}
+
 static enum MHD_Result chat_undo(struct MHD_Connection *c, struct ad_req *q)
 {
     cJSON *out;
@@ -631,6 +645,7 @@ const struct ad_route ad_routes[] = {
     {"POST",   "/v1/sessions/{id}/chat", AD_BODY_JSON, chat_post, "a chat turn: a user message (a run)"},
     {"GET",    "/v1/sessions/{id}/chat", 0, chat_get, "the chat's history and checkpoints"},
     {"POST",   "/v1/sessions/{id}/chat/undo", 0, chat_undo, "undo the last exchange"},
+    {"POST",   "/v1/sessions/{id}/chat/confirm", AD_BODY_JSON, chat_confirm, "run, edit or skip the code block that waits"},
     {"PUT",    "/v1/sessions/{id}/files", AD_BODY_SPOOL, file_put, "upload a file"},
     {"GET",    "/v1/sessions/{id}/files", 0, file_get, "download a file"},
     {"DELETE", "/v1/sessions/{id}/files", 0, file_delete, "remove a file or directory"},

@@ -162,6 +162,14 @@ static int push(struct ad_run *r, const char *type, cJSON *data, bool wait)
     return push_ex(r, type, data, wait, NULL);
 }
 
+bool ad_run_cancelled(struct ad_run *r)
+{
+    pthread_mutex_lock(&r->mu);
+    bool c = r->cancelled || shutting_down;
+    pthread_mutex_unlock(&r->mu);
+    return c;
+}
+
 int ad_run_push(struct ad_run *r, const char *type, cJSON *data)
 {
     return push(r, type, data, true);

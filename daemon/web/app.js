@@ -232,9 +232,46 @@ function follow(runId, box, onEnd) {
     scroll();
   });
   on('text_end', () => { textDiv = null; });
+  let lastCode = null;
   on('code', (d) => {
-    box.append(el('pre', 'code', d.code));
+    lastCode = el('pre', 'code', d.code);
+    box.append(lastCode);
     out = null;
+  });
+  // auto-run off: the code waits for Run, Edit (then Run) or Skip
+  on('confirm', (d) => {
+    const bar = el('div', 'confirm');
+    const answer = async (run, code) => {
+      bar.remove();
+      const body = { run };
+      if (code !== undefined) body.code = code;
+      await api('POST', sp('/chat/confirm'), body).catch((e) => box.append(el('div', 'error', e.message)));
+    };
+    const runB = el('button', 'run', 'Run');
+    const editB = el('button', 'edit', 'Edit');
+    const skipB = el('button', 'skip', 'Skip');
+    let editor = null;
+    runB.addEventListener('click', () => {
+      if (editor) {
+        const code = editor.value;
+        const pre = el('pre', 'code', code);
+        editor.replaceWith(pre);
+        answer(true, code);
+      } else {
+        answer(true);
+      }
+    });
+    editB.addEventListener('click', () => {
+      if (editor) return;
+      editor = el('textarea', 'edit');
+      editor.value = d.code;
+      if (lastCode) lastCode.replaceWith(editor);
+      else bar.before(editor);
+    });
+    skipB.addEventListener('click', () => answer(false));
+    bar.append(runB, editB, skipB);
+    box.append(bar);
+    scroll();
   });
   on('output', (d) => {
     if (!out) out = new Output(box);
@@ -280,7 +317,7 @@ $('chat-form').addEventListener('submit', async (ev) => {
   turn.append(el('div', 'msg user', text));
   $('transcript').append(turn);
   try {
-    const r = await api('POST', sp('/chat'), { message: text });
+    const r = await api('POST', sp('/chat'), { message: text, auto_run: $('auto-run').checked });
     follow(r.id, turn);
   } catch (e) {
     turn.append(el('div', 'error', e.message));

@@ -64,6 +64,8 @@ REPLIES = [
     {"text": HOSTILE_TEXT},
     call("rm", {"language": "bash", "code": "rm /workspace/keep.txt"}),
     {"text": "deleted it"},
+    call("ask", {"language": "bash", "code": "echo original"}),
+    {"text": "ran what you chose"},
     call("sleep", {"language": "bash", "code": "sleep 100"}),
     {"text": "stopped"},
     {"text": "spare"},
@@ -340,6 +342,22 @@ class WebTest(unittest.TestCase):
         self.assertLess(time.time() - t, 5)
         self.shot("05-hostile")
 
+        # auto-run off: the code waits; Edit, then Run runs the edited code
+        self.q("#auto-run").click()
+        turn = self.chat("echo something")
+        self.wait(lambda: turn.find_elements(By.CSS_SELECTOR, ".confirm .edit"), 60, "Run/Edit/Skip")
+        self.assertIn("echo original", turn.text)
+        turn.find_element(By.CSS_SELECTOR, ".confirm .edit").click()
+        ed = turn.find_element(By.CSS_SELECTOR, "textarea.edit")
+        ed.clear()
+        ed.send_keys("echo edited-$((6 * 7))")
+        self.shot("06-confirm-edit")
+        turn.find_element(By.CSS_SELECTOR, ".confirm .run").click()
+        self.assertEqual(self.wait_done(turn, 120), "done")
+        out = turn.find_element(By.CSS_SELECTOR, "pre.out").text
+        self.assertEqual(out.strip(), "edited-42")
+        self.q("#auto-run").click()
+
         # Stop interrupts sleep 100
         turn = self.chat("sleep a while")
         self.wait(lambda: "sleep 100" in turn.text, 60, "the code shows")
@@ -350,7 +368,7 @@ class WebTest(unittest.TestCase):
         self.assertLess(time.time() - t, 30)
         self.assertIn("interrupted", turn.text)
         self.assert_alive()
-        self.shot("06-stopped")
+        self.shot("07-stopped")
 
     # ---- the unix socket through a local forward: no key ----
 
