@@ -355,10 +355,11 @@ static enum MHD_Result first_call(struct MHD_Connection *c, struct ad_req *q, co
             MHD_add_response_header(r, "X-Content-Type-Options", "nosniff");
             MHD_add_response_header(r, "X-Frame-Options", "DENY");
             MHD_add_response_header(r, "Referrer-Policy", "no-referrer");
-            MHD_add_response_header(r, "Content-Security-Policy",
-                                    "default-src 'none'; script-src 'self'; style-src 'self'; "
-                                    "img-src 'self' blob:; connect-src 'self'; frame-src blob:; "
-                                    "base-uri 'none'; form-action 'none'; frame-ancestors 'none'");
+            MHD_add_response_header(
+                r, "Content-Security-Policy",
+                "default-src 'none'; script-src 'self'; style-src 'self'; "
+                "img-src 'self' blob:; connect-src 'self' blob:; frame-src blob:; "
+                "base-uri 'none'; form-action 'none'; frame-ancestors 'none'");
             return ad_reply(c, q, 200, r);
         }
     }

@@ -425,6 +425,27 @@ async function upload(files) {
   refreshFiles();
 }
 
+// The whole folder: tar made in the guest by a run, then fetched with the files API.
+$('archive').addEventListener('click', async () => {
+  if (!current) return;
+  const tmp = '/tmp/airlock-workspace.tar';
+  const link = $('archive-link');
+  link.hidden = true;
+  try {
+    const r = await api('POST', sp('/runs'), { argv: ['tar', '-C', '/workspace', '-cf', tmp, '.'] });
+    const end = await api('GET', sp(`/runs/${encodeURIComponent(r.id)}/wait?timeout_s=300`));
+    if (!end.result || end.result.value !== 0) throw new Error('tar failed');
+    const blob = await (await api('GET', sp(`/files?path=${encodeURIComponent(tmp)}`))).blob();
+    await api('DELETE', sp(`/files?path=${encodeURIComponent(tmp)}`)).catch(() => {});
+    if (link.href) URL.revokeObjectURL(link.href);
+    link.href = URL.createObjectURL(new Blob([blob], { type: 'application/x-tar' }));
+    link.hidden = false;
+    link.click();
+  } catch (e) {
+    $('transcript').append(el('div', 'error', 'archive: ' + e.message));
+  }
+});
+
 const dz = $('dropzone');
 dz.addEventListener('dragover', (ev) => { ev.preventDefault(); dz.classList.add('over'); });
 dz.addEventListener('dragleave', () => dz.classList.remove('over'));

@@ -13,9 +13,11 @@ import base64
 import json
 import os
 import http.client
+import io
 import shutil
 import socket
 import subprocess
+import tarfile
 import sys
 import tempfile
 import threading
@@ -303,6 +305,21 @@ class WebTest(unittest.TestCase):
             "  done(btoa(s)); }, e => done('ERR ' + e));", href)
         self.assertEqual(base64.b64decode(got), data)
         self.shot("04-files")
+
+        # the whole folder as a tar
+        self.q("#archive").click()
+        self.wait(lambda: self.q("#archive-link").is_displayed(), 60, "the archive")
+        got = b.execute_async_script(
+            "const done = arguments[1];"
+            "fetch(arguments[0]).then(r => r.arrayBuffer()).then(buf => {"
+            "  let s = ''; const u = new Uint8Array(buf);"
+            "  for (let i = 0; i < u.length; i++) s += String.fromCharCode(u[i]);"
+            "  done(btoa(s)); }, e => done('ERR ' + e));",
+            self.q("#archive-link").get_attribute("href"))
+        with tarfile.open(fileobj=io.BytesIO(base64.b64decode(got))) as t:
+            names = {os.path.normpath(n) for n in t.getnames()}
+            self.assertLessEqual({"keep.txt", "plot.png", "up<b>load.bin"}, names)
+            self.assertEqual(t.extractfile("./up<b>load.bin").read(), data)
 
         # the connection drops mid-run: the page reconnects with Last-Event-ID, and every line
         # shows exactly once
