@@ -49,6 +49,8 @@ import matplotlib.pyplot as plt
 print("hello from the guest", 6 * 7)
 plt.plot([0, 1, 2, 3], [0, 1, 4, 9])
 plt.savefig("/workspace/plot.png")
+open("/workspace/report.html", "w").write(
+    "<p id=r>report</p><script>parent.__pwned = 9; document.body.append('ran')</script>")
 """
 HOSTILE_TEXT = ('Here: <img src=x onerror="window.__pwned=1"> and '
                 '</script><script>window.__pwned=2</script> done')
@@ -259,6 +261,14 @@ class WebTest(unittest.TestCase):
         img = turn.find_element(By.CSS_SELECTOR, ".result img")
         self.wait(lambda: b.execute_script("return arguments[0].naturalWidth", img) > 0, 10,
                   "the figure loads")
+        # the HTML result: in a sandboxed frame (no scripts, not the page's origin)
+        frame = self.wait(lambda: turn.find_elements(By.CSS_SELECTOR, ".result iframe"), 30,
+                          "the HTML result")[0]
+        self.assertEqual(frame.get_attribute("sandbox"), "")
+        b.switch_to.frame(frame)
+        self.wait(lambda: "report" in b.find_element(By.TAG_NAME, "body").text, 10, "its text")
+        self.assertNotIn("ran", b.find_element(By.TAG_NAME, "body").text)
+        b.switch_to.default_content()
         self.assertIn('<img src=x onerror="window.__pwned=1">', turn.text)  # shown as text
         self.assertIn("</script><script>window.__pwned=2</script>", turn.text)
         self.assert_alive()
