@@ -62,6 +62,7 @@ async function start() {
   $('app').hidden = false;
   $('logout').hidden = false;
   await refreshSessions();
+  if (!start.timer) start.timer = setInterval(() => { if (!$('app').hidden) refreshSessions().catch(() => {}); }, 15000);
 }
 
 $('login-form').addEventListener('submit', async (ev) => {
