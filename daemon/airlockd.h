@@ -58,6 +58,8 @@ struct ad_config {
     unsigned socket_mode;
     uid_t allow_uids[AD_ALLOW_UIDS_MAX]; /* unix peers allowed besides the daemon's own uid */
     size_t nallow;
+    gid_t allow_gid; /* unix peers in this group (primary or supplementary) too */
+    bool has_allow_gid;
     char tcp_listen[128]; /* "HOST:PORT", "" for none */
     char tls_cert[512];   /* PEM files; both or neither */
     char tls_key[512];
@@ -77,6 +79,10 @@ struct ad_config {
     char model[128];
     char model_api_key_env[64];
     bool model_tools;
+    /* The warm pool (sessions.c): pool_size sessions of pool_image restored ahead of demand;
+     * 0: none. */
+    char pool_image[64];                             /* "": the default image */
+    unsigned pool_size, pool_memory_mib, pool_vcpus; /* 0 memory, vCPUs: the image's */
 };
 
 void ad_config_defaults(struct ad_config *c);
@@ -128,6 +134,7 @@ struct ad_session {
     char transport[16];
     enum al_checkpoint_policy policy;
     bool checkpoints; /* opened with checkpoints allowed */
+    bool pooled;      /* handed out by the warm pool (never returned to it) */
     cJSON *labels;
     int64_t created; /* unix time */
     uint64_t created_ms, used_ms;
@@ -147,6 +154,8 @@ struct ad_session {
 int ad_sessions_init(const struct ad_config *c);
 /* Ends every session (shutdown): runs cancelled, VMs destroyed. */
 void ad_sessions_shutdown(void);
+/* The warm pool's shape and how many sessions it holds ready now; NULL when there is none. */
+cJSON *ad_pool_json(void);
 /* A referenced session of owner, or NULL (404: another owner's look the same as none). */
 struct ad_session *ad_session_get(const char *owner, const char *id);
 void ad_session_put(struct ad_session *s);
@@ -314,6 +323,27 @@ void ad_failf(struct ad_fail *f, int status, const char *code, const char *fmt, 
 
 int ad_http_start(char *why, size_t len);
 void ad_http_stop(void);
+
+/* ---- metrics (metrics.c): relaxed atomics, read without a lock by GET /metrics ---- */
+
+enum ad_run_kind { AD_RUN_COMMAND, AD_RUN_CODE, AD_RUN_KERNEL };
+void ad_metrics_request(const struct ad_route *route, unsigned status, uint64_t ms);
+/* An error reply with this JSON error code. */
+void ad_metrics_error(const char *code);
+void ad_metrics_booting(int delta);
+/* A session open ended: ok, and whether it was restored (a warm start) or booted cold. */
+void ad_metrics_boot(bool ok, bool restored, uint64_t ms);
+void ad_metrics_closing(void);
+void ad_metrics_closed(uint64_t ms);
+void ad_metrics_run_start(enum ad_run_kind kind);
+void ad_metrics_run_end(bool error, uint64_t ms);
+/* The pool (issue 13) reports its depth per image through this: fn calls line once per image. */
+typedef void (*ad_pool_depth_fn)(void *ctx,
+                                 void (*line)(void *out, const char *image, unsigned depth),
+                                 void *out);
+void ad_metrics_pool_hook(ad_pool_depth_fn fn, void *ctx);
+/* The whole exposition, malloc'd; NULL when out of memory. */
+char *ad_metrics_text(size_t *len);
 
 /* The route table as text (airlockd routes): "METHOD PATTERN" lines. */
 void ad_routes_print(void);

@@ -4,6 +4,7 @@
 
 #include <ctype.h>
 #include <errno.h>
+#include <grp.h>
 #include <inttypes.h>
 #include <stdio.h>
 #include <string.h>
@@ -76,6 +77,25 @@ static int parse_uids(struct ad_config *c, char *v)
     return 0;
 }
 
+/* A group by name or number; the name is looked up once, at start. */
+static int parse_group(struct ad_config *c, const char *v)
+{
+    unsigned g = 0;
+    if (isdigit((unsigned char)v[0])) {
+        if (parse_uint(v, &g) < 0)
+            return -EINVAL;
+    } else {
+        char buf[4096];
+        struct group gr, *res = NULL;
+        if (getgrnam_r(v, &gr, buf, sizeof(buf), &res) != 0 || !res)
+            return -EINVAL;
+        g = (unsigned)res->gr_gid;
+    }
+    c->allow_gid = (gid_t)g;
+    c->has_allow_gid = true;
+    return 0;
+}
+
 static int set(struct ad_config *c, const char *k, char *v)
 {
     uint64_t x;
@@ -90,6 +110,8 @@ static int set(struct ad_config *c, const char *k, char *v)
     }
     if (!strcmp(k, "allow_uids"))
         return parse_uids(c, v);
+    if (!strcmp(k, "allow_group"))
+        return parse_group(c, v);
     if (!strcmp(k, "tcp"))
         return copy(c->tcp_listen, sizeof(c->tcp_listen), v);
     if (!strcmp(k, "tls_cert"))
@@ -150,6 +172,17 @@ static int set(struct ad_config *c, const char *k, char *v)
     }
     if (!strcmp(k, "max_connections"))
         return parse_uint(v, &c->max_connections);
+    if (!strcmp(k, "pool_image"))
+        return copy(c->pool_image, sizeof(c->pool_image), v);
+    if (!strcmp(k, "pool_size")) {
+        if ((r = parse_u64(v, AL_POOL_SIZE_MAX, &x)) == 0)
+            c->pool_size = (unsigned)x;
+        return r;
+    }
+    if (!strcmp(k, "pool_memory_mib"))
+        return parse_uint(v, &c->pool_memory_mib);
+    if (!strcmp(k, "pool_vcpus"))
+        return parse_uint(v, &c->pool_vcpus);
     return -ENOENT;
 }
 

@@ -6,8 +6,11 @@
 #include <arpa/inet.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <grp.h>
 #include <netdb.h>
+#include <pwd.h>
 #include <stdarg.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <string.h>
 #include <sys/socket.h>
@@ -79,6 +82,7 @@ enum MHD_Result ad_reply_json(struct MHD_Connection *c, struct ad_req *q, unsign
 static enum MHD_Result reply_error_v(struct MHD_Connection *c, struct ad_req *q, unsigned status,
                                      const char *code, const char *limit, const char *msg)
 {
+    ad_metrics_error(code);
     cJSON *o = cJSON_CreateObject(), *e = cJSON_AddObjectToObject(o, "error");
     cJSON_AddStringToObject(e, "code", code);
     cJSON_AddStringToObject(e, "message", msg);
@@ -201,7 +205,7 @@ static bool match(const char *pattern, const char *url, char params[AD_PARAMS_MA
 
 /* ---- who asks ---- */
 
-static int peer_uid(struct MHD_Connection *c, uid_t *uid)
+static int peer_cred(struct MHD_Connection *c, uid_t *uid, gid_t *gid)
 {
     const union MHD_ConnectionInfo *ci =
         MHD_get_connection_info(c, MHD_CONNECTION_INFO_CONNECTION_FD);
@@ -212,6 +216,7 @@ static int peer_uid(struct MHD_Connection *c, uid_t *uid)
     if (getsockopt(ci->connect_fd, SOL_SOCKET, SO_PEERCRED, &cr, &len) < 0)
         return -errno;
     *uid = cr.uid;
+    *gid = cr.gid;
     return 0;
 }
 
@@ -232,17 +237,41 @@ static bool loopback_host(const char *h)
     return false;
 }
 
+/* Whether the peer is in allow_group: its primary group, or the supplementary groups of its
+ * user as the group database says (SO_PEERCRED carries only the primary one). */
+static bool in_allowed_group(uid_t uid, gid_t gid)
+{
+    if (!ad_cfg.has_allow_gid)
+        return false;
+    if (gid == ad_cfg.allow_gid)
+        return true;
+    char buf[4096];
+    struct passwd pw, *res = NULL;
+    if (getpwuid_r(uid, &pw, buf, sizeof(buf), &res) != 0 || !res)
+        return false;
+    gid_t groups[256];
+    int n = (int)(sizeof(groups) / sizeof(groups[0]));
+    if (getgrouplist(res->pw_name, res->pw_gid, groups, &n) < 0)
+        return false;
+    for (int i = 0; i < n; i++)
+        if (groups[i] == ad_cfg.allow_gid)
+            return true;
+    return false;
+}
+
 static enum MHD_Result authenticate(struct MHD_Connection *c, struct ad_req *q, bool *ok)
 {
     *ok = false;
     q->lim = ad_cfg.limits;
     if (q->is_unix) {
         uid_t uid = (uid_t)-1;
-        if (peer_uid(c, &uid) < 0)
+        gid_t gid = (gid_t)-1;
+        if (peer_cred(c, &uid, &gid) < 0)
             return ad_reply_error(c, q, 403, "forbidden", "cannot read the peer's credentials");
         bool allowed = uid == getuid();
         for (size_t i = 0; i < ad_cfg.nallow; i++)
             allowed |= ad_cfg.allow_uids[i] == uid;
+        allowed = allowed || in_allowed_group(uid, gid);
         if (!allowed)
             return ad_reply_error(c, q, 403, "forbidden", "uid %u may not use this socket",
                                   (unsigned)uid);
@@ -267,6 +296,7 @@ static enum MHD_Result authenticate(struct MHD_Connection *c, struct ad_req *q, 
     if (!h || strncasecmp(h, "Bearer ", 7) || ad_keys_check(h + 7, &k) < 0) {
         struct MHD_Response *r;
         q->status = 401;
+        ad_metrics_error("unauthorized");
         cJSON *o = cJSON_CreateObject(), *e = cJSON_AddObjectToObject(o, "error");
         cJSON_AddStringToObject(e, "code", "unauthorized");
         cJSON_AddStringToObject(e, "message",
@@ -382,6 +412,7 @@ static enum MHD_Result first_call(struct MHD_Connection *c, struct ad_req *q, co
         if (!ok)
             return r;
         if (!rate_ok(q->owner, q->lim.requests_per_s)) {
+            ad_metrics_error("quota_exceeded");
             cJSON *o = cJSON_CreateObject(), *e = cJSON_AddObjectToObject(o, "error");
             cJSON_AddStringToObject(e, "code", "quota_exceeded");
             cJSON_AddStringToObject(e, "message", "too many requests per second");
@@ -518,9 +549,10 @@ static void completed(void *cls, struct MHD_Connection *c, void **con_cls,
     if (!q)
         return;
     *con_cls = NULL;
+    uint64_t ms = ad_now_ms() - q->start_ms;
+    ad_metrics_request(q->route, q->status, ms);
     ad_log("%s %s %s %u %llums%s", q->owner[0] ? q->owner : "-", q->method,
-           q->route ? q->route->pattern : "?", q->status,
-           (unsigned long long)(ad_now_ms() - q->start_ms),
+           q->route ? q->route->pattern : "?", q->status, (unsigned long long)ms,
            toe == MHD_REQUEST_TERMINATED_COMPLETED_OK ? "" : " (cut)");
     if (q->sess)
         ad_session_put(q->sess);
@@ -542,8 +574,52 @@ static void mhd_log(void *cls, const char *fmt, va_list ap)
 
 /* ---- listeners ---- */
 
+static bool inherited; /* the unix socket came from systemd: it is not ours to unlink */
+
+/* Socket activation (sd_listen_fds(3), by hand: the protocol is three environment variables):
+ * LISTEN_PID is this process and LISTEN_FDS counts descriptors from 3. The first must be a
+ * listening unix stream socket; it replaces the configured path. The variables are cleared so
+ * that nothing the daemon starts inherits them. Returns the fd, 0 for none, or -errno. */
+static int inherited_socket(char *why, size_t len)
+{
+    const char *pid = getenv("LISTEN_PID"), *fds = getenv("LISTEN_FDS");
+    if (!pid || !fds)
+        return 0;
+    char *end;
+    unsigned long p = strtoul(pid, &end, 10), n = 0;
+    bool mine = !*end && p == (unsigned long)getpid();
+    if (mine)
+        n = strtoul(fds, &end, 10);
+    unsetenv("LISTEN_PID");
+    unsetenv("LISTEN_FDS");
+    unsetenv("LISTEN_FDNAMES");
+    if (!mine || *end || n == 0)
+        return 0;
+    int fd = 3, type = 0, acc = 0;
+    struct sockaddr_un a;
+    socklen_t tl = sizeof(type), al = sizeof(acc), sl = sizeof(a);
+    if (getsockopt(fd, SOL_SOCKET, SO_TYPE, &type, &tl) < 0 ||
+        getsockopt(fd, SOL_SOCKET, SO_ACCEPTCONN, &acc, &al) < 0 ||
+        getsockname(fd, (struct sockaddr *)&a, &sl) < 0 || a.sun_family != AF_UNIX ||
+        type != SOCK_STREAM || !acc) {
+        snprintf(why, len, "LISTEN_FDS: descriptor 3 is not a listening unix stream socket");
+        return -EINVAL;
+    }
+    fcntl(fd, F_SETFD, FD_CLOEXEC);
+    for (unsigned long i = 1; i < n && i < 64; i++) /* not ours to use: not passed on either */
+        fcntl(3 + (int)i, F_SETFD, FD_CLOEXEC);
+    if (sl > offsetof(struct sockaddr_un, sun_path) && a.sun_path[0])
+        snprintf(ad_cfg.socket_path, sizeof(ad_cfg.socket_path), "%.*s",
+                 (int)(sl - offsetof(struct sockaddr_un, sun_path)), a.sun_path);
+    inherited = true;
+    return fd;
+}
+
 static int listen_unix(char *why, size_t len)
 {
+    int got = inherited_socket(why, len);
+    if (got != 0)
+        return got;
     const char *path = ad_cfg.socket_path;
     struct sockaddr_un a = {.sun_family = AF_UNIX};
     if (strlen(path) >= sizeof(a.sun_path)) {
@@ -711,7 +787,10 @@ int ad_http_start(char *why, size_t len)
         snprintf(why, len, "cannot start the HTTP server on '%s'", ad_cfg.socket_path);
         return -EIO;
     }
-    ad_log("listening on %s (mode %04o)", ad_cfg.socket_path, ad_cfg.socket_mode);
+    if (inherited)
+        ad_log("listening on %s (from systemd)", ad_cfg.socket_path);
+    else
+        ad_log("listening on %s (mode %04o)", ad_cfg.socket_path, ad_cfg.socket_mode);
     if (!ad_cfg.tcp_listen[0])
         return 0;
     bool tls = ad_cfg.tls_cert[0];
@@ -749,7 +828,8 @@ void ad_http_stop(void)
     if (unix_l.d)
         MHD_stop_daemon(unix_l.d);
     tcp_l.d = unix_l.d = NULL;
-    unlink(ad_cfg.socket_path);
+    if (!inherited)
+        unlink(ad_cfg.socket_path);
     free(tls_cert);
     free(tls_key);
 }

@@ -64,7 +64,26 @@ static enum MHD_Result health(struct MHD_Connection *c, struct ad_req *q)
     cJSON *o = cJSON_CreateObject();
     cJSON_AddStringToObject(o, "status", "ok");
     cJSON_AddStringToObject(o, "version", AIRLOCK_VERSION);
+    cJSON *pool = ad_pool_json();
+    cJSON_AddItemToObject(o, "pool", pool ? pool : cJSON_CreateNull());
     return ad_reply_json(c, q, 200, o);
+}
+
+/* ---- metrics: the Prometheus text format, the daemon's counters (not one owner's) ---- */
+
+static enum MHD_Result metrics(struct MHD_Connection *c, struct ad_req *q)
+{
+    size_t len = 0;
+    char *text = ad_metrics_text(&len);
+    if (!text)
+        return ad_reply_error(c, q, 500, "internal", "out of memory");
+    struct MHD_Response *r = MHD_create_response_from_buffer(len, text, MHD_RESPMEM_MUST_FREE);
+    if (!r) {
+        free(text);
+        return MHD_NO;
+    }
+    MHD_add_response_header(r, "Content-Type", "text/plain; version=0.0.4; charset=utf-8");
+    return ad_reply(c, q, 200, r);
 }
 
 /* ---- sessions ---- */
@@ -630,6 +649,7 @@ const struct ad_route ad_routes[] = {
     {"GET",    "/v1/health", AD_NO_SESSION | AD_NO_AUTH, health, "the daemon answers"},
     {"POST",   "/v1/auth/login", AD_NO_SESSION | AD_BODY_JSON | AD_NO_AUTH, auth_login, "sign in (a cookie)"},
     {"POST",   "/v1/auth/logout", AD_NO_SESSION | AD_NO_AUTH, auth_logout, "sign out"},
+    {"GET",    "/metrics", AD_NO_SESSION, metrics, "the daemon's counters (Prometheus text)"},
     {"POST",   "/v1/sessions", AD_NO_SESSION | AD_BODY_JSON, session_create, "start a session"},
     {"GET",    "/v1/sessions", AD_NO_SESSION, session_list, "the caller's sessions"},
     {"GET",    "/v1/sessions/{id}", 0, session_get, "one session"},

@@ -213,6 +213,8 @@ static void *run_thread(void *arg)
     al_error err = {0};
     al_exec_result res = {0};
     int rc = 0;
+    uint64_t t0 = ad_now_ms();
+    ad_metrics_run_start(r->kernel ? AD_RUN_KERNEL : r->lang ? AD_RUN_CODE : AD_RUN_COMMAND);
 
     cJSON *st = cJSON_CreateObject();
     cJSON_AddStringToObject(st, "run", r->id);
@@ -269,6 +271,7 @@ static void *run_thread(void *arg)
         rc = al_exec(s->s, &o, &res, &err);
     }
     drain_cancel(s);
+    ad_metrics_run_end(rc < 0, ad_now_ms() - t0);
 
     cJSON *o = cJSON_CreateObject();
     const char *type = "exit";

@@ -29,17 +29,118 @@ static bool stopping, reaper_started;
 /* vCPUs a session may ask for. */
 #define VCPUS_MAX 16
 
-/* Warm pool hook (issue 13): when a pool hands out ready sessions for an image, this is where
- * create takes one instead of booting; NULL until the pool lands. */
-static al_session *(*pool_take)(const char *image, const al_session_opts *o);
+/* ---- the warm pool (issue 13) ----
+ * pool_size sessions of one image and shape, restored from its template by libairlock's refill
+ * thread, which builds the template first when there is none (until then creates boot cold).
+ * A create takes one only when it asks for exactly that shape and one is ready now; otherwise it
+ * boots (or restores) as without a pool: the pool never fails nor delays a create. A session
+ * handed out is the caller's and never goes back; shutdown closes the rest. */
+static al_pool *pool; /* under lock */
+static struct {
+    char image[64];
+    unsigned memory_mib, vcpus, size;
+    enum al_transport transport; /* the image's */
+    uint64_t disk_budget_bytes;
+} pool_shape;
+
+/* /metrics: the pool's depth (no series once shutdown took the pool away). */
+static void pool_depth(void *ctx, void (*line)(void *out, const char *image, unsigned depth),
+                       void *out)
+{
+    (void)ctx;
+    pthread_mutex_lock(&lock);
+    if (pool)
+        line(out, pool_shape.image, al_pool_ready(pool));
+    pthread_mutex_unlock(&lock);
+}
+
+static void pool_start(const struct ad_config *c)
+{
+    if (!c->pool_size)
+        return;
+    const char *image = c->pool_image[0] ? c->pool_image : al_image_default();
+    al_error err = {0};
+    al_image img;
+    if (al_image_load(image, &img, &err) < 0) {
+        ad_log("no warm pool: %s", err.msg);
+        return;
+    }
+    snprintf(pool_shape.image, sizeof(pool_shape.image), "%s", image);
+    pool_shape.memory_mib = c->pool_memory_mib ? c->pool_memory_mib
+                            : img.memory_mib   ? img.memory_mib
+                                               : 256;
+    pool_shape.vcpus = c->pool_vcpus;
+    pool_shape.size = c->pool_size;
+    pool_shape.transport = img.transport;
+    pool_shape.disk_budget_bytes = c->limits.disk_budget_bytes;
+    al_image_free(&img);
+    if (pool_shape.transport == AL_TRANSPORT_SSH) {
+        ad_log("no warm pool: image %s is reached over SSH (such sessions always boot cold)",
+               image);
+        return;
+    }
+    al_session_opts o = {
+        .image = pool_shape.image,
+        .memory_mib = pool_shape.memory_mib,
+        .vcpus = pool_shape.vcpus,
+        .quiet = true,
+        .disk_budget_bytes = pool_shape.disk_budget_bytes,
+    };
+    if (al_pool_create(&o, c->pool_size, &pool, &err) < 0) {
+        ad_log("no warm pool: %s", err.msg);
+        pool = NULL;
+        return;
+    }
+    ad_log("warm pool: %u sessions of %s (%u MiB), refilled in the background", c->pool_size, image,
+           pool_shape.memory_mib);
+    ad_metrics_pool_hook(pool_depth, NULL);
+}
+
+/* A ready session of the pool when o asks for exactly its shape, else NULL. Called with lock
+ * held (shutdown takes the pool away under it); al_pool_try_take does not wait. */
+static al_session *pool_take(const al_session_opts *o, uint64_t disk_budget_bytes)
+{
+    if (!pool || strcmp(o->image, pool_shape.image) || o->memory_mib != pool_shape.memory_mib ||
+        o->vcpus != pool_shape.vcpus || o->checkpoints ||
+        disk_budget_bytes != pool_shape.disk_budget_bytes ||
+        (o->transport != AL_TRANSPORT_IMAGE && o->transport != pool_shape.transport))
+        return NULL;
+    al_session *s = NULL;
+    if (al_pool_try_take(pool, &s) < 0)
+        return NULL;
+    al_session_set_cancel_fd(s, o->cancel_fd);
+    return s;
+}
+
+cJSON *ad_pool_json(void)
+{
+    pthread_mutex_lock(&lock);
+    cJSON *o = NULL;
+    if (pool) {
+        o = cJSON_CreateObject();
+        cJSON_AddStringToObject(o, "image", pool_shape.image);
+        cJSON_AddNumberToObject(o, "memory_mib", pool_shape.memory_mib);
+        if (pool_shape.vcpus)
+            cJSON_AddNumberToObject(o, "vcpus", pool_shape.vcpus);
+        else
+            cJSON_AddNullToObject(o, "vcpus");
+        cJSON_AddNumberToObject(o, "size", pool_shape.size);
+        cJSON_AddNumberToObject(o, "ready", al_pool_ready(pool));
+    }
+    pthread_mutex_unlock(&lock);
+    return o;
+}
 
 static void *reap_loop(void *arg);
 
 int ad_sessions_init(const struct ad_config *c)
 {
-    (void)c;
-    if (pthread_create(&reaper, NULL, reap_loop, NULL))
+    pool_start(c);
+    if (pthread_create(&reaper, NULL, reap_loop, NULL)) {
+        al_pool_destroy(pool);
+        pool = NULL;
         return -EAGAIN;
+    }
     reaper_started = true;
     return 0;
 }
@@ -95,7 +196,9 @@ static void finish(struct ad_session *s, unsigned own)
         pthread_cond_wait(&cond, &lock);
     pthread_mutex_unlock(&lock);
     uint64_t t0 = ad_now_ms();
+    ad_metrics_closing();
     al_session_close(s->s);
+    ad_metrics_closed(ad_now_ms() - t0);
     ad_log("session %s of %s ended (%llums to close)", s->id, s->owner,
            (unsigned long long)(ad_now_ms() - t0));
     ad_runs_free(s);
@@ -181,8 +284,11 @@ void ad_sessions_shutdown(void)
 {
     pthread_mutex_lock(&lock);
     stopping = true;
+    al_pool *p = pool;
+    pool = NULL;
     pthread_cond_broadcast(&cond);
     pthread_mutex_unlock(&lock);
+    al_pool_destroy(p); /* its ready sessions' domains and files go */
     if (reaper_started)
         pthread_join(reaper, NULL);
     ad_runs_shutdown();
@@ -232,6 +338,8 @@ cJSON *ad_session_json(struct ad_session *s)
         cJSON_AddNumberToObject(o, "expires", (double)wall_of(s->deadline_ms));
     cJSON_AddBoolToObject(o, "checkpoints", s->checkpoints);
     cJSON_AddBoolToObject(o, "kvm", al_session_kvm(s->s));
+    cJSON_AddBoolToObject(o, "warm", al_session_restored(s->s));
+    cJSON_AddBoolToObject(o, "pooled", s->pooled);
     cJSON_AddStringToObject(o, "languages", al_session_languages(s->s));
     return o;
 }
@@ -368,8 +476,15 @@ int ad_session_create(const char *owner, const struct ad_limits *lim, const stru
         .disk_budget_bytes = lim->disk_budget_bytes,
     };
     uint64_t t0 = ad_now_ms();
-    al_session *as = pool_take ? pool_take(image, &o) : NULL;
+    pthread_mutex_lock(&lock);
+    al_session *as = stopping ? NULL : pool_take(&o, lim->disk_budget_bytes);
+    pthread_mutex_unlock(&lock);
+    bool pooled = as != NULL;
+    ad_metrics_booting(1);
     r = as ? 0 : al_session_open(&o, &as, &err);
+    ad_metrics_booting(-1);
+    /* restored: from a warm-start template (the pool's sessions are), else booted cold */
+    ad_metrics_boot(r == 0, r == 0 && al_session_restored(as), ad_now_ms() - t0);
     pthread_mutex_lock(&lock);
     if (r < 0 || stopping) {
         for (struct slot **p = &slots; *p; p = &(*p)->next)
@@ -383,7 +498,9 @@ int ad_session_create(const char *owner, const struct ad_limits *lim, const stru
             if (f->status == 500)
                 ad_failf(f, 503, "boot_failed", "%s", err.msg);
         } else {
+            ad_metrics_closing();
             al_session_close(as);
+            ad_metrics_closed(ad_now_ms() - t0);
             ad_failf(f, 503, "stopping", "the daemon is stopping");
             r = -ESHUTDOWN;
         }
@@ -405,6 +522,7 @@ int ad_session_create(const char *owner, const struct ad_limits *lim, const stru
     s->vcpus = al_session_vcpus(as);
     s->policy = policy;
     s->checkpoints = o.checkpoints;
+    s->pooled = pooled;
     s->labels = c->labels ? cJSON_Duplicate(c->labels, true) : cJSON_CreateObject();
     s->created = time(NULL);
     s->created_ms = s->used_ms = ad_now_ms();
@@ -416,8 +534,11 @@ int ad_session_create(const char *owner, const struct ad_limits *lim, const stru
     s->refs = 1;
     sl->s = s;
     pthread_mutex_unlock(&lock);
-    ad_log("session %s of %s started (%s, %u MiB, %llums)", s->id, owner, image, mem,
-           (unsigned long long)(ad_now_ms() - t0));
+    ad_log("session %s of %s started (%s, %u MiB, %llums%s)", s->id, owner, image, mem,
+           (unsigned long long)(ad_now_ms() - t0),
+           pooled                    ? ", from the pool"
+           : al_session_restored(as) ? ", restored"
+                                     : "");
     *out = s;
     return 0;
 }

@@ -153,6 +153,28 @@ int al_pool_take(al_pool *p, al_session **out, al_error *err)
     return 0;
 }
 
+int al_pool_try_take(al_pool *p, al_session **out)
+{
+    pthread_mutex_lock(&p->mu);
+    int r = p->stopping ? -ESHUTDOWN : p->nready ? 0 : -EAGAIN;
+    if (r == 0) {
+        *out = p->ready[--p->nready];
+        p->ready[p->nready] = NULL;
+        p->last_take_ms = al_now_ms();
+        pthread_cond_broadcast(&p->changed);
+    }
+    pthread_mutex_unlock(&p->mu);
+    return r;
+}
+
+unsigned al_pool_ready(al_pool *p)
+{
+    pthread_mutex_lock(&p->mu);
+    unsigned n = p->nready;
+    pthread_mutex_unlock(&p->mu);
+    return n;
+}
+
 void al_pool_destroy(al_pool *p)
 {
     if (!p)

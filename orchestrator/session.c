@@ -662,6 +662,13 @@ bool al_session_restored(const al_session *s)
     return s->restored;
 }
 
+void al_session_set_cancel_fd(al_session *s, int fd)
+{
+    s->cancel_fd = fd > 0 ? fd : -1;
+    if (s->have_ch)
+        s->ch.wake_fd = s->cancel_fd;
+}
+
 bool al_session_kvm(const al_session *s)
 {
     return s->kvm;

@@ -35,8 +35,9 @@ PACKAGES=(
   # man pages (scdoc) and the docs tests that render them (man, groff); bash completion's
   # directory (its pkg-config file)
   scdoc man-db groff-base bash-completion
-  # the Debian package (packaging/debian) and its test
-  debhelper dpkg-dev lintian fakeroot
+  # the Debian package (packaging/debian) and its test; systemd: its pkg-config file (where the
+  # units go), systemd-analyze verify and systemd-socket-activate (work without systemd as PID 1)
+  debhelper dpkg-dev lintian fakeroot systemd curl
 )
 
 missing=()

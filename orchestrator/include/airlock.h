@@ -572,6 +572,14 @@ int al_pool_create(const al_session_opts *opts, unsigned size, al_pool **out, al
  * timeout); the caller owns it and closes it with al_session_close: it never returns to the
  * pool. Thread-safe. */
 int al_pool_take(al_pool *p, al_session **out, al_error *err);
+/* As al_pool_take without waiting: -EAGAIN when none is ready now (the caller boots instead),
+ * -ESHUTDOWN while the pool is being destroyed. Thread-safe. */
+int al_pool_try_take(al_pool *p, al_session **out);
+/* Sessions ready now (0 to size). Thread-safe. */
+unsigned al_pool_ready(al_pool *p);
+/* Gives a session (a pooled one: opened without one) the caller's signal pipe, as
+ * al_session_opts.cancel_fd would have; -1: none. Not while a request of it is running. */
+void al_session_set_cancel_fd(al_session *s, int fd);
 /* Closes the sessions not handed out (their domains and files go) and stops the refill thread;
  * sessions handed out are the callers'. Safe on NULL. */
 void al_pool_destroy(al_pool *p);

@@ -80,6 +80,69 @@ def profile_verdicts(binary, names):
     return verdict
 
 
+def daemon_flags(src):
+    """(long flags, short options) airlockd accepts: its getopt table and optstring in
+    daemon/main.c, and `key add`'s limit flags, made from the limit names in daemon/keys.c the
+    way main.c makes them (underscores to dashes)."""
+    main_c = open(os.path.join(src, "daemon", "main.c"), encoding="utf-8").read()
+    table = re.search(r"struct option opts\[\] = \{(.*?)\n\s*\};", main_c, re.S).group(1)
+    longs = {"--" + n for n in re.findall(r'\{"([a-z][a-z0-9-]*)",', table)}
+    optstring = re.search(r'getopt_long\(argc, argv, "([^"]*)"', main_c).group(1)
+    shorts = {"-" + ch for ch in optstring if ch.isalnum()}
+    keys_c = open(os.path.join(src, "daemon", "keys.c"), encoding="utf-8").read()
+    fields = re.search(r"ad_limit_fields\[\] = \{(.*?)\n\};", keys_c, re.S).group(1)
+    limits = {"--" + n.replace("_", "-") for n in re.findall(r'\{"([a-z_]+)",', fields)}
+    return longs, shorts, limits
+
+
+def config_keys(src):
+    """The keys daemon/config.c's parser accepts (each a strcmp of k in set())."""
+    text = open(os.path.join(src, "daemon", "config.c"), encoding="utf-8").read()
+    body = re.search(r"static int set\(struct ad_config \*c.*?\n\}\n", text, re.S).group(0)
+    return set(re.findall(r'!strcmp\(k, "([a-z_]+)"\)', body))
+
+
+def check_daemon(src, man):
+    longs, shorts, limits = daemon_flags(src)
+    check(len(longs) >= 3 and len(limits) >= 8, "daemon/main.c and keys.c are read",
+          "found %s %s" % (sorted(longs), sorted(limits)))
+    terms, text = parse_scd(os.path.join(man, "airlockd.8.scd"))
+    opts = defined_in(terms, "OPTIONS")
+    cmds = defined_in(terms, "COMMANDS")
+    check(longs <= opts, "airlockd(8) OPTIONS describes every flag of airlockd",
+          "missing: " + " ".join(sorted(longs - opts)))
+    sh = defined_in(terms, "OPTIONS", SHORT)
+    check(shorts <= sh, "airlockd(8) OPTIONS describes every short option of airlockd",
+          "missing: " + " ".join(sorted(shorts - sh)))
+    check(limits <= cmds, "airlockd(8) COMMANDS describes every flag of key add",
+          "missing: " + " ".join(sorted(limits - cmds)))
+    named = set(FLAG.findall(text))
+    check(named <= longs | limits, "airlockd(8) names only flags airlockd accepts",
+          "not accepted: " + " ".join(sorted(named - longs - limits)))
+    named = set(FLAG.findall(open(os.path.join(man, "airlockd.conf.5.scd"),
+                                  encoding="utf-8").read()))
+    check(named <= longs | limits, "airlockd.conf(5) names only flags airlockd accepts",
+          "not accepted: " + " ".join(sorted(named - longs - limits)))
+
+    keys = config_keys(src)
+    check(len(keys) >= 20, "daemon/config.c's keys are read", "found %s" % sorted(keys))
+    cterms, _ = parse_scd(os.path.join(man, "airlockd.conf.5.scd"))
+    described = set()
+    for (h1, _h2), lines in cterms.items():
+        if h1 == "KEYS":
+            for line in lines:
+                described |= set(re.findall(r"^\*([a-z_]+)\*$", line))
+    check(keys <= described, "airlockd.conf(5) KEYS describes every key the parser accepts",
+          "missing: " + " ".join(sorted(keys - described)))
+    check(described <= keys, "airlockd.conf(5) KEYS describes only keys the parser accepts",
+          "unknown: " + " ".join(sorted(described - keys)))
+    sample = open(os.path.join(src, "packaging", "airlockd.conf"), encoding="utf-8").read()
+    in_sample = set(re.findall(r"^#?([a-z_]+) = ", sample, re.M))
+    check(in_sample == keys, "packaging/airlockd.conf shows exactly the keys the parser accepts",
+          "missing: %s; unknown: %s" % (" ".join(sorted(keys - in_sample)),
+                                       " ".join(sorted(in_sample - keys))))
+
+
 def main():
     src = sys.argv[1]
     man = os.path.join(src, "docs", "man")
@@ -104,7 +167,9 @@ def main():
         check(not missing, "airlock(1) describes every short option of %s under %s" %
               (name, " or ".join(sections)), "missing: " + " ".join(missing))
 
-    pages = sorted(f for f in os.listdir(man) if f.endswith(".scd"))
+    # airlockd's pages are checked against the daemon's own sources below.
+    pages = sorted(f for f in os.listdir(man) if f.endswith(".scd") and
+                   not f.startswith("airlockd"))
     for page in pages:
         named = set(FLAG.findall(open(os.path.join(man, page), encoding="utf-8").read()))
         unknown = sorted(named - accepted)
@@ -144,6 +209,8 @@ def main():
                                            " ".join(sorted(refused_listed))))
         check(len(ok_keys) > 20 and verdict.get("model"), "the binary accepts profile keys",
               "accepted only: " + " ".join(sorted(ok_keys)))
+
+    check_daemon(src, man)
 
     print("1..%d" % len(results))
     for i, (ok, what, detail) in enumerate(results, 1):

@@ -7,6 +7,7 @@ import hashlib
 import json
 import os
 import random
+import re
 import shutil
 import signal
 import socket
@@ -594,6 +595,213 @@ class AirlockdTest(unittest.TestCase):
         self.assertIn("key:%s GET /v1/sessions 200" % self.key_a.split("_")[1], log)
 
 
+
+# ---- /metrics: the Prometheus text format, checked by a strict parser of its rules ----
+
+METRIC_NAME = re.compile(r"[a-zA-Z_:][a-zA-Z0-9_:]*\Z")
+LABEL = re.compile(r'([a-zA-Z_][a-zA-Z0-9_]*)="((?:[^"\\\n]|\\[\\"n])*)"')
+
+
+def parse_prometheus(text):
+    """{(name, frozenset(labels)): value} from a text exposition (format 0.0.4), raising
+    ValueError at the first line that breaks its rules: HELP/TYPE before a family's samples and
+    once each, known types, well-formed names, labels and values, the histogram's buckets
+    cumulative and ending in +Inf equal to _count, no sample twice."""
+    if not text.endswith("\n"):
+        raise ValueError("the text does not end in a newline")
+    types, helps, samples, seen_families = {}, set(), {}, []
+    for no, line in enumerate(text.split("\n")[:-1], 1):
+        if not line:
+            continue
+        if line.startswith("#"):
+            parts = line.split(" ", 3)
+            if len(parts) >= 3 and parts[1] in ("HELP", "TYPE"):
+                name = parts[2]
+                if not METRIC_NAME.match(name):
+                    raise ValueError("%d: bad name %r" % (no, name))
+                if parts[1] == "TYPE":
+                    if name in types or len(parts) != 4 or parts[3] not in (
+                            "counter", "gauge", "histogram", "summary", "untyped"):
+                        raise ValueError("%d: bad or repeated TYPE" % no)
+                    if any(f == name for f in seen_families):
+                        raise ValueError("%d: TYPE after samples of %s" % (no, name))
+                    types[name] = parts[3]
+                else:
+                    if name in helps:
+                        raise ValueError("%d: HELP twice" % no)
+                    helps.add(name)
+            continue
+        if "{" in line:
+            name, rest = line.split("{", 1)
+            body, _, value = rest.rpartition("} ")
+            labels, pos = {}, 0
+            while pos < len(body):
+                m = LABEL.match(body, pos)
+                if not m or m.group(1) in labels:
+                    raise ValueError("%d: bad labels %r" % (no, body))
+                labels[m.group(1)] = m.group(2)
+                pos = m.end()
+                if pos < len(body):
+                    if body[pos] != ",":
+                        raise ValueError("%d: bad labels %r" % (no, body))
+                    pos += 1
+        else:
+            name, _, value = line.partition(" ")
+            labels = {}
+        if not METRIC_NAME.match(name):
+            raise ValueError("%d: bad name %r" % (no, name))
+        v = float(value)  # ValueError for anything that is not a number
+        family = name
+        for suffix in ("_bucket", "_sum", "_count"):
+            if name.endswith(suffix) and types.get(name[:-len(suffix)]) == "histogram":
+                family = name[:-len(suffix)]
+        if family not in types:
+            raise ValueError("%d: sample of %s without a TYPE" % (no, family))
+        if types[family] == "counter" and v < 0:
+            raise ValueError("%d: negative counter" % no)
+        key = (name, frozenset(labels.items()))
+        if key in samples:
+            raise ValueError("%d: sample twice" % no)
+        samples[key] = v
+        seen_families.append(family)
+    # histograms: per label set, buckets cumulative, +Inf == _count
+    for fam, t in types.items():
+        if t != "histogram":
+            continue
+        groups = {}
+        for (name, labels), v in samples.items():
+            if name == fam + "_bucket":
+                rest = frozenset(kv for kv in labels if kv[0] != "le")
+                le = dict(labels)["le"]
+                groups.setdefault(rest, []).append((float(le), v))
+        for rest, buckets in groups.items():
+            buckets.sort()
+            if buckets[-1][0] != float("inf"):
+                raise ValueError("%s: no +Inf bucket" % fam)
+            if any(b[1] > c[1] for b, c in zip(buckets, buckets[1:])):
+                raise ValueError("%s: buckets not cumulative" % fam)
+            if samples.get((fam + "_count", rest)) != buckets[-1][1]:
+                raise ValueError("%s: +Inf bucket is not _count" % fam)
+            if (fam + "_sum", rest) not in samples:
+                raise ValueError("%s: no _sum" % fam)
+    return samples
+
+
+def metric(samples, name, **labels):
+    return samples.get((name, frozenset(labels.items())), 0.0)
+
+
+class MetricsTest(unittest.TestCase):
+    def scrape(self, client):
+        c, r = client.open("GET", "/metrics")
+        try:
+            data = r.read()
+        finally:
+            c.close()
+        self.assertEqual(r.status, 200, data[:300])
+        self.assertTrue(r.getheader("Content-Type").startswith("text/plain; version=0.0.4"))
+        return parse_prometheus(data.decode())
+
+    def test_metrics_move_after_a_session_and_runs(self):
+        d = Daemon()
+        try:
+            key = d.key("metrics")
+            # Same access rule as the API: TCP needs a key, the unix socket its peer rule.
+            with self.assertRaises(APIError) as e:
+                d.tcp().request("GET", "/metrics")
+            self.assertEqual(e.exception.status, 401)
+            before = self.scrape(d.tcp(key))
+            u = d.unix()
+            with self.assertRaises(APIError):
+                u.request("GET", "/v1/sessions/nope")
+            sb = Sandbox(client=u)
+            mid = self.scrape(u)
+            self.assertEqual(metric(mid, "airlockd_sessions", state="ready"), 1)
+            self.assertEqual(sb.commands.run("echo hi").stdout, "hi\n")
+            self.assertEqual(sb.run_code("echo $((1+1))", language="sh").stdout, "2\n")
+            r = sb.commands.run(["/no/such/program"])
+            self.assertIsNotNone(r.error)
+            sb.kill()
+            after = self.scrape(u)
+        finally:
+            rc = d.stop()
+            log = d.text()[-3000:]
+            shutil.rmtree(d.dir, ignore_errors=True)
+        self.assertEqual(rc, 0, log)  # a clean stop (and, sanitized, no report)
+
+        def moved(name, by, **labels):
+            self.assertEqual(metric(after, name, **labels) - metric(before, name, **labels), by,
+                             "%s%s" % (name, labels))
+
+        # one session: booted cold, or restored from a warm-start template
+        kinds = [k for k in ("boot", "restore")
+                 if metric(after, "airlockd_session_%ss_total" % k) -
+                 metric(before, "airlockd_session_%ss_total" % k) == 1]
+        self.assertEqual(len(kinds), 1, "one boot or one restore")
+        for k in ("boot", "restore"):
+            moved("airlockd_session_%ss_total" % k, 1 if k in kinds else 0)
+            moved("airlockd_session_%s_seconds_count" % k, 1 if k in kinds else 0)
+        self.assertGreater(metric(after, "airlockd_session_%s_seconds_sum" % kinds[0]), 0)
+        moved("airlockd_sessions_closed_total", 1)
+        moved("airlockd_runs_total", 2, kind="command")
+        moved("airlockd_runs_total", 1, kind="code")
+        moved("airlockd_run_seconds_count", 3)
+        moved("airlockd_failures_total", 1, kind="run")
+        moved("airlockd_failures_total", 1, kind="api", code="not_found")
+        # the 401 came before the first scrape
+        self.assertEqual(metric(after, "airlockd_failures_total", kind="api", code="unauthorized"),
+                         1)
+        self.assertEqual(metric(after, "airlockd_sessions", state="ready"), 0)
+        self.assertEqual(metric(after, "airlockd_sessions", state="booting"), 0)
+        self.assertEqual(metric(after, "airlockd_runs_active"), 0)
+        moved("airlockd_requests_total", 1, method="POST", route="/v1/sessions", code="2xx")
+        moved("airlockd_requests_total", 1, method="DELETE", route="/v1/sessions/{id}",
+              code="2xx")
+        moved("airlockd_request_seconds_count", 1, method="POST", route="/v1/sessions")
+        # the scrapes themselves: `before` was answered before `after` counted it
+        self.assertGreaterEqual(metric(after, "airlockd_requests_total", method="GET",
+                                       route="/metrics", code="2xx"), 2)
+        self.assertGreaterEqual(metric(after, "airlockd_requests_total", method="GET",
+                                       route="/v1/sessions/{id}", code="4xx"), 1)
+
+    def test_parser_is_strict(self):
+        good = "# TYPE a counter\na 1\n"
+        self.assertEqual(parse_prometheus(good), {("a", frozenset()): 1.0})
+        for bad in ["a 1\n", "# TYPE a counter\na one\n", "# TYPE a counter\na{x=1} 1\n",
+                    "# TYPE a counter\na 1", "# TYPE a counter\na 1\na 1\n",
+                    "# TYPE h histogram\nh_bucket{le=\"1\"} 2\nh_bucket{le=\"+Inf\"} 1\n"
+                    "h_sum 1\nh_count 1\n"]:
+            with self.assertRaises(ValueError, msg=bad):
+                parse_prometheus(bad)
+
+
+class AllowGroupTest(unittest.TestCase):
+    """allow_group: a peer whose group is the allowed one gets in (its own owner); one whose
+    group is not gets 403; a group name that does not exist stops the daemon at start."""
+
+    def _with(self, group):
+        d = Daemon(allow_group=group)
+        try:
+            fake = type("T", (), {"d": d})()
+            return AirlockdTest._as_nobody(fake)
+        finally:
+            d.stop()
+            shutil.rmtree(d.dir, ignore_errors=True)
+
+    def test_allow_group(self):
+        self.assertEqual(self._with("nogroup"), "200")  # nobody's primary group, by name
+        self.assertEqual(self._with(str(NOBODY)), "200")  # and by gid
+        self.assertEqual(self._with("root"), "403")
+        with tempfile.TemporaryDirectory() as t:
+            conf = os.path.join(t, "c.conf")
+            with open(conf, "w") as f:
+                f.write("socket = %s/s.sock\nallow_group = no-such-group-here\n" % t)
+            p = subprocess.run([AIRLOCKD, "--config", conf], stdout=subprocess.DEVNULL,
+                               stderr=subprocess.PIPE, text=True, timeout=30)
+        self.assertEqual(p.returncode, 1)
+        self.assertIn("c.conf:2: bad value for 'allow_group'", p.stderr)
+
+
 class DiskBudgetTest(unittest.TestCase):
     """The library's disk budget per session (config disk_budget_bytes) as the API's 507."""
 
@@ -646,6 +854,105 @@ class DebianTest(unittest.TestCase):
         finally:
             self.assertEqual(d.stop(), 0)
             shutil.rmtree(d.dir, ignore_errors=True)
+
+
+class PoolTest(unittest.TestCase):
+    """The warm pool (pool_image, pool_size) on the debian image. The daemon builds the template
+    itself (in a state dir of the test's own, so no other suite restores from it), then keeps two
+    sessions ready; a create of the pool's shape gets one, any other boots as before."""
+
+    def test_pool_hands_out_distinct_warm_sessions_and_refills(self):
+        state = tempfile.mkdtemp(prefix="airlockd-pool-test-", dir="/var/tmp")
+        os.chmod(state, 0o755)  # QEMU's user reaches the templates and session disks
+        saved = os.environ.get("AIRLOCK_STATE_DIR")
+        os.environ["AIRLOCK_STATE_DIR"] = state
+        try:
+            d = Daemon(pool_image="debian", pool_size=2)
+        finally:
+            if saved is None:
+                os.environ.pop("AIRLOCK_STATE_DIR")
+            else:
+                os.environ["AIRLOCK_STATE_DIR"] = saved
+        c = d.unix()
+        stopped = False
+        try:
+            pool = c.health()["pool"]
+            self.assertEqual((pool["image"], pool["memory_mib"], pool["size"]), ("debian", 512, 2))
+
+            def wait_ready(n, timeout=900):
+                deadline = time.time() + timeout
+                while time.time() < deadline:
+                    if c.health()["pool"]["ready"] >= n:
+                        return
+                    time.sleep(0.5)
+                self.fail("the pool never held %d ready: %s\n%s" % (n, c.health(),
+                                                                    d.text()[-3000:]))
+
+            wait_ready(2)  # the template built in the background, then two restores
+            # /metrics reports the same depth as health (the pool is full: nothing taken yet)
+            mc, mr = c.open("GET", "/metrics")
+            try:
+                samples = parse_prometheus(mr.read().decode())
+            finally:
+                mc.close()
+            self.assertEqual(metric(samples, "airlockd_pool_depth", image="debian"), 2.0)
+            a = Sandbox(image="debian", client=c)
+            b = Sandbox(client=c, image="debian")
+            self.assertEqual((a.info["pooled"], a.info["warm"]), (True, True), a.info)
+            self.assertEqual((b.info["pooled"], b.info["warm"]), (True, True), b.info)
+            self.assertNotEqual(a.id, b.id)
+            ra = a.commands.run("cat /proc/sys/kernel/random/boot_id; hostname")
+            rb = b.commands.run("cat /proc/sys/kernel/random/boot_id; hostname")
+            self.assertEqual((ra.exit_code, rb.exit_code), (0, 0), (ra.stderr, rb.stderr))
+            ida, hosta = ra.stdout.split()
+            idb, hostb = rb.stdout.split()
+            self.assertNotEqual(ida, idb, "two pooled sessions share a boot id")
+            self.assertNotEqual(hosta, hostb, "two pooled sessions share a hostname")
+            # The python kernel warmed in the template answers too.
+            self.assertEqual(a.run_code("print(6 * 7)").stdout, "42\n")
+            # A pooled session was opened without the daemon's signal pipe: it got it at the
+            # hand-out, so a run's signal reaches the guest.
+            run = b.commands.start(["sleep", "100"])
+            time.sleep(1.5)
+            run.signal("INT")
+            res = run.wait(timeout=60)["result"]
+            self.assertTrue(res["interrupted"], res)
+            self.assertEqual((res["how"], res["value"]), ("signaled", signal.SIGINT))
+            # Another shape never comes from the pool; it boots (or restores) as before.
+            cold = Sandbox(image="debian", memory_mib=384, client=c)
+            self.assertFalse(cold.info["pooled"], cold.info)
+            self.assertEqual(cold.commands.run("echo ok").stdout, "ok\n")
+            cold.kill()
+            # Handed-out sessions are the caller's: killing one does not return it; the pool
+            # refills with new sessions on its own.
+            a.kill()
+            self.assertTrue(domain_gone(a.id))
+            wait_ready(2, timeout=300)
+            c2 = Sandbox(image="debian", client=c)
+            self.assertTrue(c2.info["pooled"], c2.info)
+            self.assertNotIn(c2.id, (a.id, b.id))
+            self.assertEqual(c2.commands.run("echo ok").stdout, "ok\n")
+            wait_ready(2, timeout=300)
+            # SIGTERM: the sessions handed out and the two still ready all go, domains and
+            # session files (the state dir is this test's: every session in it is ours); only
+            # the template stays.
+            sdir = os.path.join(state, "sessions")
+            ours = [n for n in os.listdir(sdir) if n.startswith("airlock-")]
+            self.assertEqual(len(ours), 4, ours)  # b, c2 and two ready
+            self.assertIn(b.id, ours)
+            rc = d.stop()
+            stopped = True
+            self.assertEqual(rc, 0, d.text()[-3000:])
+            left = set(ours) & altest.virsh_names()
+            self.assertEqual(left, set(), "domains left after SIGTERM")
+            self.assertEqual([n for n in os.listdir(sdir) if n.startswith("airlock-")], [],
+                             "session files left after SIGTERM")
+            self.assertTrue(os.listdir(os.path.join(state, "templates")), "no template built")
+        finally:
+            if not stopped:
+                d.stop()
+            shutil.rmtree(d.dir, ignore_errors=True)
+            shutil.rmtree(state, ignore_errors=True)
 
 
 class CrashTest(unittest.TestCase):
@@ -722,6 +1029,7 @@ class TlsAndRateTest(unittest.TestCase):
             for text, want in [("# ok\nsockett = /x\n", ":2: unknown key 'sockett'"),
                                ("max_sessions = lots\n", ":1: bad value for 'max_sessions'"),
                                ("socket_mode = 777\n", ":1: bad value for 'socket_mode'"),
+                               ("pool_size = 65\n", ":1: bad value for 'pool_size'"),
                                ("tls_cert = /a.pem\n", "tls_cert and tls_key go together"),
                                ("just words\n", ":1: expected 'key = value'"),
                                ("heartbeat_s = 60\nconnection_timeout_s = 30\n",
