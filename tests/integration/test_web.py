@@ -408,7 +408,8 @@ class WebTest(unittest.TestCase):
         self.assertFalse(self.q("#login").is_displayed())
         # a page of another name resolved to 127.0.0.1 (DNS rebinding) is refused
         c = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
-        c.request("GET", "/v1/sessions", headers={"Host": "rebound.example:%d" % port})
+        c.request("GET", "/v1/sessions", headers={"Host": "rebound.example:%d" % port,
+                                                   "Sec-Fetch-Mode": "cors"})
         r = c.getresponse()
         self.assertEqual(r.status, 403, r.read())
         c.close()
