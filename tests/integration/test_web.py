@@ -26,7 +26,7 @@ import unittest
 
 import altest
 from test_airlockd import Daemon
-from airlock import Client, Sandbox
+from airlock import APIError, Sandbox
 
 try:
     from selenium import webdriver
@@ -388,6 +388,13 @@ class WebTest(unittest.TestCase):
         # Stop interrupts sleep 100
         turn = self.chat("sleep a while")
         self.wait(lambda: "sleep 100" in turn.text, 60, "the code shows")
+        # one turn at a time: the API says so (the model's key never in any answer)
+        with self.assertRaises(APIError) as e:
+            sb.client.request("POST", "/v1/sessions/%s/chat" % sid, {"message": "again"})
+        self.assertEqual((e.exception.status, e.exception.code), (409, "busy"))
+        state = sb.client.request("GET", "/v1/sessions/%s/chat" % sid)
+        self.assertTrue(state["busy"])
+        self.assertNotIn("sk-web-test", json.dumps(state))
         time.sleep(2)
         t = time.time()
         self.q("#stop").click()
@@ -395,6 +402,14 @@ class WebTest(unittest.TestCase):
         self.assertLess(time.time() - t, 30)
         self.assertIn("interrupted", turn.text)
         self.assert_alive()
+        # the history through the API, without the key; the model got it on every request
+        state = sb.client.request("GET", "/v1/sessions/%s/chat" % sid)
+        self.assertFalse(state["busy"])
+        self.assertTrue(any(m["role"] == "user" for m in state["messages"]))
+        self.assertNotIn("sk-web-test", json.dumps(state))
+        with open(os.path.join(self.tmp, "requests.jsonl")) as f:
+            reqs = [json.loads(line) for line in f]
+        self.assertTrue(reqs and all(r["auth"] == "Bearer sk-web-test" for r in reqs))
         self.shot("07-stopped")
 
     # ---- the unix socket through a local forward: no key ----
