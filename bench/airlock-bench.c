@@ -9,7 +9,12 @@
  *       same guest.
  *   airlock-bench checkpoint [IMAGE] [MEMORY_MIB] [ROUNDS]
  *       checkpoint and rollback times against libvirt's internal snapshots of the same guest,
- *       and disk per checkpoint against the MiB changed before it. */
+ *       and disk per checkpoint against the MiB changed before it.
+ *   airlock-bench kernel [IMAGE] [ROUNDS]
+ *       in one session, alternated: the round trip of `1+1` in the python kernel (its value
+ *       comes back as a result) against `true` through exec; then a matplotlib figure (drawn
+ *       and sent as an image/png result) and display() of its PNG made once (sent only)
+ *       against a print of as many bytes as the figure's results. */
 #include "airlock-proto.h"
 #include "airlock.h"
 
@@ -440,6 +445,122 @@ static int cmd_checkpoint(int argc, char **argv)
     return 0;
 }
 
+/* What a kernel run's results held (refusals and errors end the benchmark). */
+struct kernel_run {
+    unsigned results;
+    size_t bytes; /* of its results' MIME data */
+};
+
+static int count_result(void *ctx, const al_result *r)
+{
+    struct kernel_run *k = ctx;
+    if (r->kind == AL_RESULT_REFUSED || r->kind == AL_RESULT_ERROR)
+        die(r->kind == AL_RESULT_REFUSED ? r->why : r->name);
+    k->results++;
+    for (size_t i = 0; i < r->nmime; i++)
+        k->bytes += r->mime[i].len;
+    return 0;
+}
+
+static double timed_kernel(al_session *s, const char *code, int null, struct kernel_run *k)
+{
+    const char *argv[] = {code, NULL};
+    al_exec_opts o = {.argv = argv,
+                      .lang = "python",
+                      .kernel = true,
+                      .stdin_fd = -1,
+                      .stdout_fd = null,
+                      .stderr_fd = 2,
+                      .result = count_result,
+                      .result_ctx = k};
+    al_exec_result r;
+    al_error err = {0};
+    double t0 = now_s();
+    if (al_exec(s, &o, &r, &err) < 0)
+        die(err.msg);
+    if (r.how != AL_EXEC_EXITED || r.value != 0)
+        die("benchmark code failed in the python kernel");
+    return (now_s() - t0) * 1e3;
+}
+
+/* The python kernel's round trip against exec's, and a figure result against printing as many
+ * bytes, rounds alternated so that drift hits both alike. */
+static int cmd_kernel(int argc, char **argv)
+{
+    const char *image = argc > 0 ? argv[0] : NULL;
+    int n = argc > 1 ? atoi(argv[1]) : 30;
+    if (n < 1 || n > 1000)
+        die("rounds must be 1..1000");
+    al_session_opts so = {.image = image, .quiet = true};
+    al_session *s = NULL;
+    al_error err = {0};
+    if (al_session_open(&so, &s, &err) < 0)
+        die(err.msg);
+    int null = open("/dev/null", O_WRONLY | O_CLOEXEC);
+    struct kernel_run k = {0};
+    /* Warm: the kernel started, IPython and matplotlib imported; png: the figure's PNG, made
+     * once, for a result that costs no drawing. */
+    timed_kernel(s,
+                 "import io\nimport matplotlib.pyplot as plt\n"
+                 "from IPython.display import Image\nbuf = io.BytesIO()\n"
+                 "plt.figure(figsize=(8, 6), dpi=100)\nplt.plot([1, 3, 2])\n"
+                 "plt.savefig(buf, format='png')\nplt.close('all')\npng = buf.getvalue()\n1+1",
+                 null, &k);
+    const char *fig = "fig = plt.figure(figsize=(8, 6), dpi=100)\nplt.plot([1, 3, 2])\nplt.show()";
+    k = (struct kernel_run){0};
+    timed_kernel(s, fig, null, &k);
+    /* A print of the figure's bytes: as much data through stdout instead of a result. */
+    char print_code[128];
+    snprintf(print_code, sizeof(print_code), "print('x' * %zu)", k.bytes);
+    double *rtt_k = calloc((size_t)n, sizeof(double)), *rtt_e = calloc((size_t)n, sizeof(double));
+    double *t_fig = calloc((size_t)n, sizeof(double)), *t_print = calloc((size_t)n, sizeof(double));
+    double *t_img = calloc((size_t)n, sizeof(double));
+    if (!rtt_k || !rtt_e || !t_fig || !t_print || !t_img)
+        die("out of memory");
+    const char *t_argv[] = {"true", NULL};
+    for (int i = 0; i < n; i++) {
+        struct kernel_run kr = {0};
+        rtt_k[i] = timed_kernel(s, "1+1", null, &kr);
+        if (kr.results != 1)
+            die("1+1 gave no result");
+        double t0 = now_s();
+        exec_or_die(s, t_argv, NULL, null);
+        rtt_e[i] = (now_s() - t0) * 1e3;
+    }
+    for (int i = 0; i < n; i++) {
+        struct kernel_run kr = {0};
+        t_fig[i] = timed_kernel(s, fig, null, &kr);
+        if (kr.results != 1)
+            die("the figure gave no result");
+        kr = (struct kernel_run){0};
+        t_print[i] = timed_kernel(s, print_code, null, &kr);
+        kr = (struct kernel_run){0};
+        t_img[i] = timed_kernel(s, "display(Image(data=png))", null, &kr);
+        if (kr.results != 1)
+            die("the image gave no result");
+    }
+    double mk = median(rtt_k, n), me = median(rtt_e, n), mf = median(t_fig, n),
+           mp = median(t_print, n), mi = median(t_img, n);
+    printf("{\"image\": \"%s\", \"rounds\": %d, \"kvm\": %s, ", image ? image : al_image_default(),
+           n, al_session_kvm(s) ? "true" : "false");
+    printf("\"kernel_rtt_ms\": %.2f, \"exec_rtt_ms\": %.2f, \"kernel_vs_exec\": %.3f, ", mk, me,
+           mk / me);
+    printf("\"figure_bytes\": %zu, \"figure_ms\": %.2f, \"print_ms\": %.2f, "
+           "\"figure_vs_print\": %.3f, \"image_result_ms\": %.2f, \"image_vs_print\": %.3f, ",
+           k.bytes, mf, mp, mf / mp, mi, mi / mp);
+    print_series("kernel_rtt_ms_sorted", rtt_k, n, false);
+    print_series("exec_rtt_ms_sorted", rtt_e, n, true);
+    printf("}\n");
+    free(rtt_k);
+    free(rtt_e);
+    free(t_fig);
+    free(t_print);
+    free(t_img);
+    close(null);
+    al_session_close(s);
+    return 0;
+}
+
 int main(int argc, char **argv)
 {
     signal(SIGPIPE, SIG_IGN);
@@ -449,9 +570,12 @@ int main(int argc, char **argv)
         return cmd_session(argc - 2, argv + 2);
     if (argc >= 2 && !strcmp(argv[1], "checkpoint"))
         return cmd_checkpoint(argc - 2, argv + 2);
+    if (argc >= 2 && !strcmp(argv[1], "kernel"))
+        return cmd_kernel(argc - 2, argv + 2);
     fprintf(stderr,
             "usage: airlock-bench direct QEMU KERNEL INITRD CMDLINE MEMORY_MIB kvm|tcg VCPUS\n"
             "       airlock-bench session [IMAGE] [RTT_COUNT] [STREAM_MIB] [VCPUS]\n"
-            "       airlock-bench checkpoint [IMAGE] [MEMORY_MIB] [ROUNDS]\n");
+            "       airlock-bench checkpoint [IMAGE] [MEMORY_MIB] [ROUNDS]\n"
+            "       airlock-bench kernel [IMAGE] [ROUNDS]\n");
     return 2;
 }

@@ -21,6 +21,11 @@ the two. `sshd` is `debian`'s root disk plus sshd, so the comparison means somet
 --image debian. Its session ready is split by the guest's console (sshd listening, login
 accepted, seen as they happen) and airlock's --debug timing line.
 
+With --kernel, instead (an image with python3-ipython, --image debian): the round trip of `1+1`
+in the python kernel against `true` through exec in the same session (goal <= 1.5x), and a
+matplotlib figure returned as an image/png result (drawn and sent), and display() of a PNG made
+once (sent only), against a print of as many bytes; rounds alternated.
+
 With --checkpoint, instead: checkpoint cost and rollback time (QEMU's savevm/loadvm inside the
 running process, plus the agent's re-handshake) against libvirt's internal snapshot create and
 revert of the same guest in the same run, and disk per checkpoint against the MiB the guest
@@ -170,6 +175,7 @@ def main():
     ap.add_argument("--stream-mib", type=int, default=256)
     ap.add_argument("--json", default=None)
     ap.add_argument("--checkpoint", action="store_true")
+    ap.add_argument("--kernel", action="store_true")
     ap.add_argument("--memory", type=int, default=512)
     ap.add_argument("--ssh-image", default=None,
                     help="SSH image to compare the transports with (default: sshd, if built)")
@@ -180,6 +186,8 @@ def main():
     a = ap.parse_args()
     if a.checkpoint:
         return checkpoint_bench(a)
+    if a.kernel:
+        return kernel_bench(a)
     image_dir = os.path.abspath(a.image_dir or os.path.join(a.build, "images"))
     ssh_image = ssh_image_to_use(a, image_dir)
     # Sessions of this run only, so the console watch finds the right one on a shared machine.
@@ -405,6 +413,49 @@ def transport_result(a, ssh_image, result, virtio_rounds, ssh_rounds, ssh_sess, 
                 "take minutes); the raw virtio-serial port of the SSH guest is a drift check."
                 % (ssh_image, CONSOLE_POLL_S * 1000, ssh_mib),
     }
+
+
+def kernel_bench(a):
+    a.build = os.path.abspath(a.build)
+    image_dir = os.path.abspath(a.image_dir or os.path.join(a.build, "images"))
+    env = dict(os.environ, AIRLOCK_IMAGE_DIR=image_dir)
+    bench = os.path.join(a.build, "bench", "airlock-bench")
+    load = os.getloadavg()[0]
+    rounds = max(a.rounds, 30) if a.rounds == 5 else a.rounds  # 5 is the sessions' default
+    out = subprocess.run([bench, "kernel", a.image, str(rounds)], env=env, check=True,
+                         stdout=subprocess.PIPE).stdout
+    r = json.loads(out)
+    result = {
+        "machine": {"cpus": os.cpu_count(), "kvm": r["kvm"], "load_average_1m": round(load, 2)},
+        "image": r["image"],
+        "rounds": r["rounds"],
+        "kernel_rtt": {"python_1_plus_1_ms_median": r["kernel_rtt_ms"],
+                       "exec_true_ms_median": r["exec_rtt_ms"],
+                       "ratio": r["kernel_vs_exec"], "goal_ratio_max": 1.5,
+                       "python_ms_sorted": r["kernel_rtt_ms_sorted"],
+                       "exec_ms_sorted": r["exec_rtt_ms_sorted"]},
+        "figure_result": {"bytes": r["figure_bytes"],
+                          "figure_drawn_and_sent_ms_median": r["figure_ms"],
+                          "png_result_sent_ms_median": r["image_result_ms"],
+                          "print_same_bytes_ms_median": r["print_ms"],
+                          "figure_vs_print": r["figure_vs_print"],
+                          "png_result_vs_print": r["image_vs_print"]},
+    }
+    text = json.dumps(result, indent=2)
+    if a.json:
+        with open(a.json, "w") as f:
+            f.write(text + "\n")
+    print(text)
+    k, f = result["kernel_rtt"], result["figure_result"]
+    for row in [("python kernel 1+1 round trip", "%.1f ms" % k["python_1_plus_1_ms_median"],
+                 "%.1f ms exec true" % k["exec_true_ms_median"], "%.2fx (goal <= 1.5x)" % k["ratio"]),
+                ("PNG result of %d bytes" % f["bytes"], "%.1f ms" % f["png_result_sent_ms_median"],
+                 "%.1f ms print" % f["print_same_bytes_ms_median"],
+                 "%.2fx" % f["png_result_vs_print"]),
+                ("figure drawn + sent", "%.1f ms" % f["figure_drawn_and_sent_ms_median"],
+                 "%.1f ms print" % f["print_same_bytes_ms_median"],
+                 "%.1fx" % f["figure_vs_print"])]:
+        print("%-44s %-16s %-24s %s" % row, file=sys.stderr)
 
 
 def checkpoint_bench(a):

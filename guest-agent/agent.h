@@ -50,6 +50,11 @@
 #define KERNEL_START_MAX_MS 60000
 /* Languages with a kernel (python, shell, javascript). */
 #define KERNEL_LANGS 3
+/* Kernels at once, all languages and contexts together: each is an interpreter (tens of MiB
+ * for python), so a few contexts per language is the use, not hundreds. */
+#define KERNEL_MAX 12
+/* Output streams of a request: stdout, stderr and a kernel run's results (out[2]). */
+#define REQ_OUTS 3
 
 #define CGROUP_ROOT "/sys/fs/cgroup"
 #define CGROUP_BASE CGROUP_ROOT "/airlock"
@@ -116,12 +121,13 @@ struct req {
     bool used;
     uint32_t id;
     enum req_kind kind;
-    struct ostream out[2]; /* exec: stdout, stderr; get: out[0] is the file */
-    int in_fd;             /* exec: stdin pipe; put: temporary file; -1 when closed */
-    bool want_stdin;       /* exec: the host sends stdin */
-    bool in_eof;           /* host sent EOF on the input stream */
-    uint64_t in_unacked;   /* input bytes received but not yet credited back */
-    struct ibuf inq;       /* exec stdin not yet accepted by the pipe */
+    struct ostream out[REQ_OUTS]; /* exec: stdout, stderr, results (a kernel run's; fd -1 for
+                                     a process); get: out[0] is the file */
+    int in_fd;                    /* exec: stdin pipe; put: temporary file; -1 when closed */
+    bool want_stdin;              /* exec: the host sends stdin */
+    bool in_eof;                  /* host sent EOF on the input stream */
+    uint64_t in_unacked;          /* input bytes received but not yet credited back */
+    struct ibuf inq;              /* exec stdin not yet accepted by the pipe */
     /* exec */
     pid_t pid;             /* main process; also the process group id */
     bool reaped;           /* main process waited for */
@@ -171,15 +177,17 @@ struct kernel_lang {
 /* A long-lived interpreter: one per language, started by its first run; it lasts as long as the
  * connection, or on a unix socket (behind --relay) as long as the agent. */
 struct kernel {
-    const struct kernel_lang *lang;
-    pid_t pid;       /* 0 while not running; also its process group */
-    int ctl_fd;      /* control socket: runs out, "done" lines in */
-    int out_fd[2];   /* read ends of the kernel's stdout and stderr, for its whole life */
-    char cgroup[48]; /* under CGROUP_BASE; "" when none */
-    struct req *run; /* the run in progress; NULL when idle */
-    bool ready;      /* said "ready": output from now on is the runs' */
-    bool lost;       /* an earlier kernel of this language died: the next run is told */
-    char *wbuf;      /* the current run's request, being written to ctl_fd */
+    const struct kernel_lang *lang; /* NULL: a free slot */
+    char ctx[AL_CONTEXT_MAX + 1];   /* its context, "default" unless EXEC.lang named one */
+    pid_t pid;                      /* 0 while not running; also its process group */
+    int ctl_fd;                     /* control socket: runs out, "done" lines in */
+    int out_fd[REQ_OUTS]; /* read ends of the kernel's stdout, stderr and results pipe (its
+                             fd 4), for its whole life */
+    char cgroup[48];      /* under CGROUP_BASE; "" when none */
+    struct req *run;      /* the run in progress; NULL when idle */
+    bool ready;           /* said "ready": output from now on is the runs' */
+    bool lost;            /* an earlier kernel of this language died: the next run is told */
+    char *wbuf;           /* the current run's request, being written to ctl_fd */
     size_t wlen, woff;
     char line[64]; /* a partial line read from ctl_fd */
     size_t linelen;
@@ -213,7 +221,7 @@ struct agent {
     char spare[48];          /* an empty cgroup ready for the next exec */
     int spare_fd;            /* O_PATH on it; -1 when none */
     const char *kernels_dir; /* driver scripts of the language kernels */
-    struct kernel kernels[KERNEL_LANGS];
+    struct kernel kernels[KERNEL_MAX];
     struct req reqs[AGENT_REQ_MAX];
     uint8_t inbuf[AL_FRAME_HEADER_SIZE + AL_FRAME_PAYLOAD_MAX];
     uint8_t outq[AGENT_OUTQ_CAP];

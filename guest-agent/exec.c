@@ -271,7 +271,7 @@ enum spawn_stage {
 };
 
 /* Most fds a child is given: stdin, stdout, stderr and a kernel's control socket. */
-#define CHILD_FDS_MAX 4
+#define CHILD_FDS_MAX 5
 
 /* The child between fork and execve. Only async-signal-safe calls: after a raw clone3 the
  * child's libc thread state is the parent's. */
@@ -688,7 +688,7 @@ void exec_tick(struct agent *a, struct req *r, uint64_t now)
         exec_wait_check(a, r, now);
     if (r->grace_us && now >= r->grace_us) {
         r->grace_us = 0;
-        for (int i = 0; i < 2; i++) {
+        for (int i = 0; i < REQ_OUTS; i++) {
             struct pollfd p = {r->out[i].fd, POLLIN, 0};
             if (p.fd < 0)
                 continue;
@@ -698,6 +698,6 @@ void exec_tick(struct agent *a, struct req *r, uint64_t now)
                 r->grace_us = now + AGENT_DRAIN_GRACE_MS * 1000; /* still flowing */
         }
     }
-    if (r->reaped && r->out[0].fd < 0 && r->out[1].fd < 0)
+    if (r->reaped && r->out[0].fd < 0 && r->out[1].fd < 0 && r->out[2].fd < 0)
         exec_finish(a, r);
 }

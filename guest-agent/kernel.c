@@ -47,11 +47,10 @@ void kernel_init(struct agent *a)
 {
     if (!a->kernels_dir)
         a->kernels_dir = KERNELS_DIR;
-    for (size_t i = 0; i < KERNEL_LANGS; i++) {
+    for (size_t i = 0; i < KERNEL_MAX; i++) {
         struct kernel *k = &a->kernels[i];
         memset(k, 0, sizeof(*k));
-        k->lang = &table[i];
-        k->ctl_fd = k->out_fd[0] = k->out_fd[1] = -1;
+        k->ctl_fd = k->out_fd[0] = k->out_fd[1] = k->out_fd[2] = -1;
     }
 }
 
@@ -90,17 +89,57 @@ int kernel_langs(struct agent *a, struct al_str *out, size_t max)
     return (int)n;
 }
 
-static struct kernel *kernel_find(struct agent *a, struct al_str name)
+static const struct kernel_lang *lang_find(struct al_str name)
 {
     for (size_t i = 0; i < KERNEL_LANGS; i++) {
         const struct kernel_lang *l = &table[i];
         if (al_str_eq(name, l->name))
-            return &a->kernels[i];
+            return l;
         for (size_t j = 0; j < sizeof(l->aliases) / sizeof(l->aliases[0]) && l->aliases[j]; j++)
             if (al_str_eq(name, l->aliases[j]))
-                return &a->kernels[i];
+                return l;
     }
     return NULL;
+}
+
+/* EXEC.lang as "LANG" or "LANG@CONTEXT": the language, and the context ("default" when none)
+ * in ctx; NULL for an unknown language or a bad context name. */
+static const struct kernel_lang *lang_parse(struct al_str name, char ctx[AL_CONTEXT_MAX + 1])
+{
+    const char *at = name.len ? memchr(name.p, '@', name.len) : NULL;
+    struct al_str lang = {name.p, at ? (uint32_t)(at - name.p) : name.len};
+    struct al_str c =
+        at ? (struct al_str){at + 1, name.len - lang.len - 1} : al_str_cstr("default");
+    if (!c.len || c.len > AL_CONTEXT_MAX)
+        return NULL;
+    for (uint32_t i = 0; i < c.len; i++) {
+        char ch = c.p[i];
+        if (!((ch >= 'a' && ch <= 'z') || (ch >= 'A' && ch <= 'Z') || (ch >= '0' && ch <= '9') ||
+              ch == '_' || ch == '-' || ch == '.'))
+            return NULL;
+    }
+    memcpy(ctx, c.p, c.len);
+    ctx[c.len] = '\0';
+    return lang_find(lang);
+}
+
+/* The kernel of a language's context; with create, a free slot becomes it. */
+static struct kernel *kernel_find(struct agent *a, const struct kernel_lang *l, const char *ctx,
+                                  bool create)
+{
+    struct kernel *free_slot = NULL;
+    for (size_t i = 0; i < KERNEL_MAX; i++) {
+        struct kernel *k = &a->kernels[i];
+        if (k->lang == l && !strcmp(k->ctx, ctx))
+            return k;
+        if (!k->lang && !free_slot)
+            free_slot = k;
+    }
+    if (!create || !free_slot)
+        return NULL;
+    free_slot->lang = l;
+    snprintf(free_slot->ctx, sizeof(free_slot->ctx), "%s", ctx);
+    return free_slot;
 }
 
 /* Closes what the kernel holds; its process, if any, is reaped as an orphan. */
@@ -108,7 +147,7 @@ static void kernel_forget(struct agent *a, struct kernel *k)
 {
     closep(&k->ctl_fd);
     k->ctl_fd = -1;
-    for (int i = 0; i < 2; i++) {
+    for (int i = 0; i < REQ_OUTS; i++) {
         closep(&k->out_fd[i]);
         k->out_fd[i] = -1;
     }
@@ -140,6 +179,7 @@ static int kernel_start(struct agent *a, struct kernel *k, struct req *r, struct
     const struct kernel_lang *l = k->lang;
     char interp[PATH_MAX], script[PATH_MAX], dir[AL_PATH_MAX + 1];
     _cleanup_close_ int out_r = -1, out_w = -1, err_r = -1, err_w = -1, cg_fd = -1;
+    _cleanup_close_ int res_r = -1, res_w = -1;
     _cleanup_close_ int ctl = -1, child_ctl = -1;
     int sv[2], err = 0;
 
@@ -162,13 +202,14 @@ static int kernel_start(struct agent *a, struct kernel *k, struct req *r, struct
             err = -errno;
     }
     if (err < 0 || (err = pipe_pair(&out_r, &out_w, 0)) < 0 ||
-        (err = pipe_pair(&err_r, &err_w, 0)) < 0) {
+        (err = pipe_pair(&err_r, &err_w, 0)) < 0 || (err = pipe_pair(&res_r, &res_w, 0)) < 0) {
         agent_send_error(a, r->id, errno_class(-err), -err, "cannot create pipes: %s",
                          strerror(-err));
         return -1;
     }
     fcntl(out_r, F_SETPIPE_SZ, AGENT_PIPE_SIZE);
     fcntl(err_r, F_SETPIPE_SZ, AGENT_PIPE_SIZE);
+    fcntl(res_r, F_SETPIPE_SZ, AGENT_PIPE_SIZE);
     char prefix[AL_SHORT_STR_MAX];
     snprintf(prefix, sizeof(prefix), "kernel-%s", l->name);
     if (a->cgroup && (cg_fd = cgroup_new(a, k->cgroup, sizeof(k->cgroup), prefix)) < 0) {
@@ -193,9 +234,10 @@ static int kernel_start(struct agent *a, struct kernel *k, struct req *r, struct
     dir[cwd.len] = '\0';
     struct spawn sp = {argv, spawn_env((char *const *)l->env, nenv), cwd.len ? dir : "/"};
     /* bash reads its commands on stdin; a driver gets /dev/null there between runs. */
-    int fds[4] = {l->dialect == KERNEL_BASH ? child_ctl : a->null_fd, out_w, err_w, child_ctl};
+    int fds[5] = {l->dialect == KERNEL_BASH ? child_ctl : a->null_fd, out_w, err_w, child_ctl,
+                  res_w};
     int e[2];
-    pid_t pid = spawn_process(&sp, fds, 4, cg_fd, e);
+    pid_t pid = spawn_process(&sp, fds, 5, cg_fd, e);
     if (pid < 0) {
         spawn_error(a, r->id, e, &sp);
         cgroup_remove(a, k->cgroup);
@@ -205,6 +247,7 @@ static int kernel_start(struct agent *a, struct kernel *k, struct req *r, struct
     k->ctl_fd = steal_fd(&ctl);
     k->out_fd[0] = steal_fd(&out_r);
     k->out_fd[1] = steal_fd(&err_r);
+    k->out_fd[2] = steal_fd(&res_r);
     k->linelen = 0;
     agent_log("kernel %s started, pid %d", l->name, (int)pid);
     return 0;
@@ -240,7 +283,7 @@ static char *request_bash(const struct req *r, const struct al_msg *m, struct al
 {
     size_t cap = 128 + 4 * ((size_t)m->u.exec.argv[0].len + in.len);
     for (uint32_t i = 0; i < m->u.exec.envc; i++)
-        cap += 4 * (size_t)m->u.exec.env[i].len + 3;
+        cap += 12 * (size_t)m->u.exec.env[i].len + 16;
     char *p = malloc(cap), head[32];
     if (!p)
         return NULL;
@@ -248,7 +291,19 @@ static char *request_bash(const struct req *r, const struct al_msg *m, struct al
     snprintf(head, sizeof(head), "__al_id=%u; ", r->id);
     n += put_lit(p + n, head);
     if (m->u.exec.envc) {
-        n += put_lit(p + n, "export --");
+        /* The run's environment is the run's only: the prompt evaluates __al_undo, which
+         * unsets the names and declares again those that were set (even after a ^C). */
+        for (int pass = 0; pass < 2; pass++) {
+            n += put_lit(p + n, pass ? "; $(declare -p" : "__al_undo=\"unset -v");
+            for (uint32_t i = 0; i < m->u.exec.envc; i++) {
+                struct al_str e = m->u.exec.env[i];
+                const char *eq = memchr(e.p, '=', e.len);
+                p[n++] = ' ';
+                n += put_quoted(p + n, (struct al_str){e.p, (uint32_t)(eq - e.p)});
+            }
+            n += put_lit(p + n, " 2>/dev/null");
+        }
+        n += put_lit(p + n, ")\"; export --");
         for (uint32_t i = 0; i < m->u.exec.envc; i++) {
             p[n++] = ' ';
             n += put_quoted(p + n, m->u.exec.env[i]);
@@ -260,7 +315,7 @@ static char *request_bash(const struct req *r, const struct al_msg *m, struct al
     n += put_quoted(p + n, m->u.exec.argv[0]);
     n += put_lit(p + n, "; } 0<");
     n += put_quoted(p + n, in);
-    n += put_lit(p + n, " 3>&-\n");
+    n += put_lit(p + n, " 3>&- 4>&-\n");
     *len = n;
     return p;
 }
@@ -361,18 +416,86 @@ static void ctl_flush(struct agent *a, struct kernel *k)
     k->wlen = k->woff = 0;
 }
 
+/* A request that ends at once: stdout text (may be empty), EOF on stdout and stderr, exit 0. */
+static void answer_now(struct agent *a, struct req *r, const char *text, size_t len)
+{
+    struct al_msg m = {.type = AL_STARTED, .id = r->id};
+    agent_send(a, &m);
+    for (uint8_t s = AL_STREAM_STDOUT; s <= AL_STREAM_STDERR; s++) {
+        m = (struct al_msg){.type = AL_DATA, .id = r->id, .flags = AL_FLAG_EOF};
+        m.u.data.stream = s;
+        m.u.data.data = (const uint8_t *)text;
+        m.u.data.len = s == AL_STREAM_STDOUT ? (uint32_t)len : 0;
+        agent_send(a, &m);
+    }
+    m = (struct al_msg){.type = AL_EXIT, .id = r->id};
+    agent_send(a, &m);
+    req_free(a, r);
+}
+
+/* "stop": the context's kernel is killed and the context forgotten (its next run starts a
+ * fresh kernel, without the "state lost" note); "list": one line per context, "LANG CONTEXT
+ * running|stopped" (stopped: its kernel died; the next run says the state was lost). */
+static void kernel_op(struct agent *a, struct req *r, const struct al_msg *m,
+                      const struct kernel_lang *l, const char *ctx)
+{
+    struct al_str op = m->u.exec.argv[0];
+    if (al_str_eq(op, "list")) {
+        char text[KERNEL_MAX * (AL_SHORT_STR_MAX + AL_CONTEXT_MAX + 16)];
+        size_t n = 0;
+        for (size_t i = 0; i < KERNEL_MAX; i++) {
+            struct kernel *k = &a->kernels[i];
+            if (k->lang && (k->pid || k->lost))
+                n += (size_t)snprintf(text + n, sizeof(text) - n, "%s %s %s\n", k->lang->name,
+                                      k->ctx, k->pid ? "running" : "stopped");
+        }
+        answer_now(a, r, text, n);
+        return;
+    }
+    if (!al_str_eq(op, "stop") || m->u.exec.argc != 1) {
+        agent_send_error(a, r->id, AL_ERR_INVALID, 0, "kernel operations: stop, list");
+        req_free(a, r);
+        return;
+    }
+    struct kernel *k = kernel_find(a, l, ctx, false);
+    if (k && k->run) {
+        agent_send_error(a, r->id, AL_ERR_LIMIT, EBUSY, "the %s kernel %s is busy with request %u",
+                         l->name, ctx, k->run->id);
+        req_free(a, r);
+        return;
+    }
+    if (k) {
+        agent_log("kernel %s@%s stopped by the host", l->name, ctx);
+        kernel_kill(a, k);
+        kernel_forget(a, k); /* its process is reaped as an orphan */
+        k->lost = false;
+        k->lang = NULL;
+    }
+    answer_now(a, r, "", 0);
+}
+
 void kernel_exec(struct agent *a, struct req *r, const struct al_msg *m)
 {
-    char in_path[64], tmp[AL_SHORT_STR_MAX + 1];
-    struct kernel *k = kernel_find(a, m->u.exec.lang);
+    char in_path[64], tmp[AL_SHORT_STR_MAX + 1], ctx[AL_CONTEXT_MAX + 1];
+    const struct kernel_lang *l = lang_parse(m->u.exec.lang, ctx);
     const char *bad = request_invalid(m);
 
-    if (!k || bad) {
-        if (k)
+    if (!l || bad) {
+        if (l)
             agent_send_error(a, r->id, AL_ERR_INVALID, 0, "%s", bad);
         else
             agent_send_error(a, r->id, AL_ERR_UNSUPPORTED, 0, "no language kernel %s",
                              printable(m->u.exec.lang, tmp, sizeof(tmp)));
+        req_free(a, r);
+        return;
+    }
+    if (m->u.exec.flags & AL_EXEC_KERNEL_OP) {
+        kernel_op(a, r, m, l, ctx);
+        return;
+    }
+    struct kernel *k = kernel_find(a, l, ctx, true);
+    if (!k) {
+        agent_send_error(a, r->id, AL_ERR_LIMIT, 0, "too many kernels (at most %d)", KERNEL_MAX);
         req_free(a, r);
         return;
     }
@@ -407,7 +530,7 @@ void kernel_exec(struct agent *a, struct req *r, const struct al_msg *m)
     }
 
     /* Output the kernel wrote between runs is nobody's: drop it before this run takes over. */
-    for (int i = 0; i < 2; i++)
+    for (int i = 0; i < REQ_OUTS; i++)
         kernel_drain(k, i);
     k->lost = false;
     k->run = r;
@@ -423,13 +546,15 @@ void kernel_exec(struct agent *a, struct req *r, const struct al_msg *m)
     if (r->timeout_ms)
         r->deadline_us =
             r->start_us + ((uint64_t)r->timeout_ms + (k->ready ? 0 : KERNEL_START_MAX_MS)) * 1000;
-    for (int i = 0; i < 2; i++)
-        r->out[i] = (struct ostream){.fd = k->out_fd[i],
-                                     .stream = (uint8_t)(AL_STREAM_STDOUT + i),
-                                     .credit = a->window,
-                                     .limit = m->u.exec.output_cap,
-                                     .borrowed = true,
-                                     .paused = !k->ready};
+    for (int i = 0; i < REQ_OUTS; i++)
+        r->out[i] =
+            (struct ostream){.fd = k->out_fd[i],
+                             .stream = (uint8_t)(i < 2 ? AL_STREAM_STDOUT + i : AL_STREAM_RESULT),
+                             .credit = a->window,
+                             /* results: the host bounds each record itself */
+                             .limit = i < 2 ? m->u.exec.output_cap : 0,
+                             .borrowed = true,
+                             .paused = !k->ready};
     struct al_msg started = {.type = AL_STARTED, .id = r->id};
     started.u.started.pid = (uint32_t)k->pid;
     agent_send(a, &started);
@@ -468,7 +593,7 @@ static void kernel_done(struct agent *a, struct kernel *k, uint32_t id, unsigned
     run_stdin_close(r);
     /* The kernel flushed before answering: what the pipes hold now is the rest of the block's
      * output, and what comes after belongs to no run. */
-    for (int i = 0; i < 2; i++) {
+    for (int i = 0; i < REQ_OUTS; i++) {
         struct ostream *o = &r->out[i];
         int n = 0;
         if (o->fd < 0)
@@ -486,7 +611,7 @@ static void kernel_done(struct agent *a, struct kernel *k, uint32_t id, unsigned
 static void kernel_ready(struct agent *a, struct kernel *k)
 {
     k->ready = true;
-    for (int i = 0; i < 2; i++) {
+    for (int i = 0; i < REQ_OUTS; i++) {
         kernel_drain(k, i);
         if (k->run)
             k->run->out[i].paused = false;
@@ -571,7 +696,7 @@ void kernel_drain(struct kernel *k, int i)
 
 bool kernel_reaped(struct agent *a, pid_t pid, int status)
 {
-    for (size_t i = 0; i < KERNEL_LANGS; i++) {
+    for (size_t i = 0; i < KERNEL_MAX; i++) {
         struct kernel *k = &a->kernels[i];
         if (!k->pid || k->pid != pid)
             continue;
@@ -591,7 +716,7 @@ bool kernel_reaped(struct agent *a, pid_t pid, int status)
             }
             /* The run keeps the pipes it still reads, now as its own; a kernel that died
              * starting says why there. */
-            for (int j = 0; j < 2; j++)
+            for (int j = 0; j < REQ_OUTS; j++)
                 if (r->out[j].fd >= 0 && r->out[j].fd == k->out_fd[j]) {
                     r->out[j].borrowed = r->out[j].paused = false;
                     k->out_fd[j] = -1;
@@ -625,7 +750,7 @@ void kernel_signal(struct agent *a, struct req *r, int signo)
 
 void kernel_reset_all(struct agent *a)
 {
-    for (size_t i = 0; i < KERNEL_LANGS; i++) {
+    for (size_t i = 0; i < KERNEL_MAX; i++) {
         struct kernel *k = &a->kernels[i];
         if (k->run) {
             k->run->kernel = NULL;
@@ -633,6 +758,7 @@ void kernel_reset_all(struct agent *a)
         }
         kernel_kill(a, k);
         kernel_forget(a, k);
-        k->lost = false; /* a new connection starts with no state to lose */
+        k->lost = false; /* a new connection starts with no state to lose, and no contexts */
+        k->lang = NULL;
     }
 }

@@ -210,7 +210,7 @@ struct req *req_new(struct agent *a, uint32_t id, enum req_kind kind)
         r->used = true;
         r->id = id;
         r->kind = kind;
-        r->in_fd = r->dir_fd = r->out[0].fd = r->out[1].fd = -1;
+        r->in_fd = r->dir_fd = r->out[0].fd = r->out[1].fd = r->out[2].fd = -1;
         r->stdin_hold[0] = r->stdin_hold[1] = -1;
         return r;
     }
@@ -220,7 +220,7 @@ struct req *req_new(struct agent *a, uint32_t id, enum req_kind kind)
 
 void req_free(struct agent *a, struct req *r)
 {
-    for (int i = 0; i < 2; i++)
+    for (int i = 0; i < REQ_OUTS; i++)
         if (!r->out[i].borrowed)
             closep(&r->out[i].fd);
     if (r->kernel)
@@ -444,6 +444,8 @@ static void on_credit(struct agent *a, const struct al_msg *m)
     struct ostream *o = NULL;
     if (r->kind == REQ_EXEC && (s == AL_STREAM_STDOUT || s == AL_STREAM_STDERR))
         o = &r->out[s - AL_STREAM_STDOUT];
+    else if (r->kind == REQ_EXEC && s == AL_STREAM_RESULT && r->kernel)
+        o = &r->out[2];
     else if (r->kind == REQ_GET && s == AL_STREAM_FILE)
         o = &r->out[0];
     if (!o) {
@@ -644,15 +646,17 @@ enum poll_role {
     ROLE_LISTEN,
     ROLE_OUT0,
     ROLE_OUT1,
+    ROLE_OUT2,
     ROLE_STDIN,
     ROLE_KERNEL_CTL,
     ROLE_KERNEL_OUT0,
     ROLE_KERNEL_OUT1,
+    ROLE_KERNEL_OUT2,
 };
 
 /* Slots in the poll set: signals, the channel (two fds, or one socket and the listening one),
- * per request two outputs and stdin, per kernel its control socket and two outputs. */
-#define POLL_MAX (3 + 3 * AGENT_REQ_MAX + 3 * KERNEL_LANGS)
+ * per request its outputs and stdin, per kernel its control socket and outputs. */
+#define POLL_MAX (3 + (REQ_OUTS + 1) * AGENT_REQ_MAX + (REQ_OUTS + 1) * KERNEL_MAX)
 
 /* The poll set of one round, each slot tagged with what it is for. */
 struct poll_set {
@@ -709,6 +713,8 @@ static void poll_add_req(struct agent *a, struct poll_set *ps, struct req *r, ui
         poll_add(ps, r->out[0].fd, POLLIN, r, NULL, ROLE_OUT0);
     if (ostream_ready(a, &r->out[1]))
         poll_add(ps, r->out[1].fd, POLLIN, r, NULL, ROLE_OUT1);
+    if (ostream_ready(a, &r->out[2]))
+        poll_add(ps, r->out[2].fd, POLLIN, r, NULL, ROLE_OUT2);
     if (r->in_fd >= 0 && r->inq.len > r->inq.head && outq_len(a) < AGENT_OUTQ_HIGH)
         poll_add(ps, r->in_fd, POLLOUT, r, NULL, ROLE_STDIN);
     if (r->deadline_us && !r->reaped && r->deadline_us < *next)
@@ -739,13 +745,13 @@ static uint64_t poll_build(struct agent *a, struct poll_set *ps, uint64_t now)
     for (size_t i = 0; i < AGENT_REQ_MAX; i++)
         if (a->reqs[i].used)
             poll_add_req(a, ps, &a->reqs[i], now, &next);
-    for (size_t i = 0; i < KERNEL_LANGS; i++) {
+    for (size_t i = 0; i < KERNEL_MAX; i++) {
         struct kernel *k = &a->kernels[i];
         if (k->ctl_fd >= 0)
             poll_add(ps, k->ctl_fd, POLLIN | (k->wbuf && k->ready ? POLLOUT : 0), NULL, k,
                      ROLE_KERNEL_CTL);
         /* Output no run is reading (between runs, or past a run's share) is dropped. */
-        for (int j = 0; j < 2; j++)
+        for (int j = 0; j < REQ_OUTS; j++)
             if (k->out_fd[j] >= 0 && !(k->run && k->run->out[j].fd == k->out_fd[j]))
                 poll_add(ps, k->out_fd[j], POLLIN, NULL, k, ROLE_KERNEL_OUT0 + j);
     }
@@ -793,6 +799,7 @@ static int poll_serve(struct agent *a, struct poll_set *ps, int pr, bool *replac
             break;
         case ROLE_OUT0:
         case ROLE_OUT1:
+        case ROLE_OUT2:
             if (r->used)
                 ostream_pump(a, r, &r->out[role - ROLE_OUT0]);
             break;
@@ -805,6 +812,7 @@ static int poll_serve(struct agent *a, struct poll_set *ps, int pr, bool *replac
             break;
         case ROLE_KERNEL_OUT0:
         case ROLE_KERNEL_OUT1:
+        case ROLE_KERNEL_OUT2:
             /* The fd may have been handed to a run by the control line just handled. */
             if (!k->run || k->run->out[role - ROLE_KERNEL_OUT0].fd != ps->pfd[i].fd)
                 kernel_drain(k, role - ROLE_KERNEL_OUT0);

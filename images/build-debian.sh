@@ -192,7 +192,7 @@ cat >"$stage/manifest.json" <<EOF
   "disk": "rootfs.qcow2",
   "cmdline": "$boot_cmdline airlock.root=/dev/vda",
   "languages": ["python", "shell", "javascript"],
-  "agent_protocol": 2,
+  "agent_protocol": 3,
   "agent_version": "$agent_version",
   "memory_mib": 512,
   "toolchain": $toolchain,

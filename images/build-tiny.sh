@@ -80,7 +80,7 @@ cat >"$stage/manifest.json" <<EOF
   "disk": null,
   "cmdline": "$boot_cmdline",
   "languages": ["sh"],
-  "agent_protocol": 2,
+  "agent_protocol": 3,
   "agent_version": "$agent_version",
   "memory_mib": 256
 }

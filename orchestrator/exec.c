@@ -40,10 +40,12 @@ static size_t count(const char *const *v)
 struct exec_state {
     al_session *s;
     uint32_t id;
-    int stdin_fd;          /* -1 once EOF was sent */
-    uint64_t stdin_credit; /* bytes the agent still accepts on stdin */
-    bool out_broken[3];    /* host stdout/stderr went away: discard */
-    uint64_t got[3];       /* bytes received per stream: the host's count, not the guest's */
+    int stdin_fd;                  /* -1 once EOF was sent */
+    uint64_t stdin_credit;         /* bytes the agent still accepts on stdin */
+    bool out_broken[3];            /* host stdout/stderr went away: discard */
+    uint64_t got[AL_STREAM_COUNT]; /* bytes received per stream: the host's count */
+    al_result_reader *results;     /* a kernel run's result records */
+    bool results_eof;
     bool started;
     bool waited_input; /* the guest reported the program waiting for input */
     bool killed;       /* the host deadline passed and SIGKILL was sent */
@@ -75,10 +77,40 @@ static int pump_stdin(struct exec_state *st, al_error *err)
     return al_channel_send_data(&st->s->ch, st->id, AL_STREAM_STDIN, 0, buf, (size_t)n, err);
 }
 
+static int send_credit(struct exec_state *st, uint8_t stream, uint32_t n, al_error *err)
+{
+    struct al_msg c = {.type = AL_CREDIT, .id = st->id};
+    c.u.credit.stream = stream;
+    c.u.credit.bytes = n;
+    return al_channel_send(&st->s->ch, &c, err);
+}
+
+/* Result records: read as they come, each checked and handed on; the bytes are credited as
+ * read, since the reader keeps at most one record (what it skips it never keeps). */
+static int on_results(struct exec_state *st, const al_exec_opts *o, const struct al_msg *m,
+                      al_error *err)
+{
+    if (!o->kernel || st->results_eof)
+        return al_err(err, -EPROTO, "guest sent results %s",
+                      o->kernel ? "after their end" : "for a command");
+    st->got[AL_STREAM_RESULT] += m->u.data.len;
+    int r = al_result_reader_feed(st->results, m->u.data.data, m->u.data.len, o->result,
+                                  o->result_ctx, err);
+    if (r == 0 && (m->flags & AL_FLAG_EOF)) {
+        st->results_eof = true;
+        r = al_result_reader_end(st->results, o->result, o->result_ctx, err);
+    }
+    if (r < 0 || m->u.data.len == 0)
+        return r;
+    return send_credit(st, AL_STREAM_RESULT, m->u.data.len, err);
+}
+
 static int on_data(struct exec_state *st, const al_exec_opts *o, const struct al_msg *m,
                    al_error *err)
 {
     uint8_t stream = m->u.data.stream;
+    if (stream == AL_STREAM_RESULT)
+        return on_results(st, o, m, err);
     if (stream != AL_STREAM_STDOUT && stream != AL_STREAM_STDERR)
         return al_err(err, -EPROTO, "guest sent data on stream %u of an exec", stream);
     int fd = stream == AL_STREAM_STDOUT ? o->stdout_fd : o->stderr_fd;
@@ -109,10 +141,7 @@ static int on_data(struct exec_state *st, const al_exec_opts *o, const struct al
     }
     if (m->u.data.len == 0)
         return 0;
-    struct al_msg c = {.type = AL_CREDIT, .id = st->id};
-    c.u.credit.stream = stream;
-    c.u.credit.bytes = m->u.data.len;
-    return al_channel_send(&st->s->ch, &c, err);
+    return send_credit(st, stream, m->u.data.len, err);
 }
 
 static int on_cancel(struct exec_state *st, al_error *err)
@@ -154,15 +183,105 @@ static int on_host_deadline(struct exec_state *st, const al_exec_opts *o, uint64
                   o->timeout_ms / 1000);
 }
 
-static int exec_locked(al_session *s, const al_exec_opts *o, al_exec_result *out, al_error *err);
+static int exec_locked(al_session *s, const al_exec_opts *o, al_exec_result *out,
+                       al_result_reader *results, uint32_t op, al_error *err);
+
+static int exec_with(al_session *s, const al_exec_opts *o, al_exec_result *out, uint32_t op,
+                     al_error *err)
+{
+    AL_SESSION_LOCKED(s);
+    al_result_reader *results = NULL;
+    int r = o->kernel ? al_result_reader_new(&results, err) : 0;
+    if (r == 0)
+        r = exec_locked(s, o, out, results, op, err);
+    al_result_reader_free(results);
+    return al_link_check(s, r, err);
+}
 
 int al_exec(al_session *s, const al_exec_opts *o, al_exec_result *out, al_error *err)
 {
-    AL_SESSION_LOCKED(s);
-    return al_link_check(s, exec_locked(s, o, out, err), err);
+    return exec_with(s, o, out, 0, err);
 }
 
-static int exec_locked(al_session *s, const al_exec_opts *o, al_exec_result *out, al_error *err)
+struct text_buf {
+    char *buf;
+    size_t len, cap;
+};
+
+static int to_buf(void *ctx, int stream, const uint8_t *data, size_t n)
+{
+    struct text_buf *t = ctx;
+    if (stream != 1 || !t->cap)
+        return 0;
+    size_t take = t->cap - 1 - t->len < n ? t->cap - 1 - t->len : n;
+    memcpy(t->buf + t->len, data, take);
+    t->len += take;
+    t->buf[t->len] = '\0';
+    return 0;
+}
+
+/* A kernel operation (AL_EXEC_KERNEL_OP): stop or list, answered at once by the agent. */
+static int kernel_op(al_session *s, const char *lang, const char *context, const char *op,
+                     struct text_buf *t, al_error *err)
+{
+    const char *argv[] = {op, NULL};
+    al_exec_opts o = {.argv = argv,
+                      .lang = lang,
+                      .kernel = true,
+                      .context = context,
+                      .stdin_fd = -1,
+                      .stdout_fd = -1,
+                      .stderr_fd = -1,
+                      .output = to_buf,
+                      .output_ctx = t};
+    al_exec_result res;
+    int r = exec_with(s, &o, &res, AL_EXEC_KERNEL_OP, err);
+    if (r == 0 && (res.how != AL_EXEC_EXITED || res.value != 0))
+        return al_err(err, -EPROTO, "the guest answered a kernel %s with status %d", op, res.value);
+    return r;
+}
+
+int al_kernel_stop(al_session *s, const char *lang, const char *context, al_error *err)
+{
+    struct text_buf t = {0};
+    return kernel_op(s, lang, context, "stop", &t, err);
+}
+
+int al_kernel_list(al_session *s, char *buf, size_t len, al_error *err)
+{
+    struct text_buf t = {buf, 0, len};
+    if (len)
+        buf[0] = '\0';
+    int r = kernel_op(s, "python", NULL, "list", &t, err);
+    if (r < 0)
+        return r;
+    int lines = 0;
+    for (size_t i = 0; i < t.len; i++)
+        lines += buf[i] == '\n';
+    return lines;
+}
+
+/* EXEC.lang for a kernel run: "LANG", or "LANG@CONTEXT" for a context other than the default. */
+static int kernel_lang(const al_exec_opts *o, char *out, size_t cap, al_error *err)
+{
+    const char *c = o->context;
+    if (!c || !strcmp(c, "default") || !o->kernel) {
+        snprintf(out, cap, "%s", o->lang ? o->lang : "");
+        return 0;
+    }
+    size_t n = strlen(c);
+    if (n == 0 || n > AL_CONTEXT_MAX ||
+        strspn(c, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ"
+                  "0123456789_-.") != n)
+        return al_err(err, -EINVAL, "a context name is 1 to %d letters, digits, '_', '-' or '.'",
+                      AL_CONTEXT_MAX);
+    if (snprintf(out, cap, "%s@%s", o->lang, c) >= (int)cap)
+        return al_err(err, -EINVAL, "language name too long");
+    return 0;
+}
+
+static int exec_locked(al_session *s, const al_exec_opts *o, al_exec_result *out,
+                       al_result_reader *results, uint32_t op, al_error *err)
 {
     size_t argc = count(o->argv), envc = count(o->env);
     if (argc == 0 || argc > AL_ARGV_MAX)
@@ -174,16 +293,21 @@ static int exec_locked(al_session *s, const al_exec_opts *o, al_exec_result *out
     if (o->input_wait_ms > AL_INPUT_WAIT_MAX_MS)
         return al_err(err, -EINVAL, "the input wait is at most %d s", AL_INPUT_WAIT_MAX_MS / 1000);
 
+    char lang[AL_SHORT_STR_MAX + AL_CONTEXT_MAX + 2];
+    int lr = kernel_lang(o, lang, sizeof(lang), err);
+    if (lr < 0)
+        return lr;
     int ready = al_link_ready(s, err);
     if (ready < 0)
         return ready;
-    struct exec_state st = {.s = s, .id = (uint32_t)al_link_next_id(s), .stdin_fd = -1};
+    struct exec_state st = {
+        .s = s, .id = (uint32_t)al_link_next_id(s), .stdin_fd = -1, .results = results};
     struct al_msg m = {.type = AL_EXEC, .id = st.id};
-    m.u.exec.flags = (o->stdin_fd >= 0 ? AL_EXEC_STDIN : 0) | (o->kernel ? AL_EXEC_KERNEL : 0);
+    m.u.exec.flags = (o->stdin_fd >= 0 ? AL_EXEC_STDIN : 0) | (o->kernel ? AL_EXEC_KERNEL : 0) | op;
     m.u.exec.timeout_ms = o->timeout_ms;
     m.u.exec.input_wait_ms = o->input_wait_ms;
     m.u.exec.output_cap = o->output_cap;
-    m.u.exec.lang = al_str_cstr(o->lang ? o->lang : "");
+    m.u.exec.lang = al_str_cstr(lang);
     m.u.exec.cwd = al_str_cstr(o->cwd ? o->cwd : "");
     m.u.exec.argc = (uint32_t)argc;
     for (size_t i = 0; i < argc; i++)
@@ -282,6 +406,8 @@ static int exec_locked(al_session *s, const al_exec_opts *o, al_exec_result *out
                 .waited_input = st.waited_input,
                 .interrupted = st.interrupted,
             };
+            if (results)
+                al_result_reader_stats(results, &res.results);
             *out = res;
             return 0;
         }

@@ -175,8 +175,8 @@ static bool domain_stopped(al_session *s, char *ev, size_t len)
 /* Connects to the agent and handshakes. When probing a KVM no guest has run with yet, the guest
  * gets until probe_deadline to answer while the domain is watched: a domain QEMU stopped, or
  * silence, is taken as KVM unable to run it (-EAGAIN, evidence in ev). */
-static int wait_guest(al_session *s, uint64_t deadline, uint64_t probe_deadline, char *ev,
-                      size_t evlen, al_error *err)
+static int wait_guest(al_session *s, uint64_t deadline, uint64_t probe_deadline, unsigned probe_s,
+                      char *ev, size_t evlen, al_error *err)
 {
     if (!probe_deadline) {
         int r = al_link_connect(s, deadline, err);
@@ -184,7 +184,6 @@ static int wait_guest(al_session *s, uint64_t deadline, uint64_t probe_deadline,
     }
     if (probe_deadline > deadline)
         probe_deadline = deadline;
-    unsigned probe_s = (unsigned)((probe_deadline - al_now_ms() + 999) / 1000);
     if (s->tport->ops->guest_side) {
         /* Connecting succeeds only once the guest runs: the connection is the proof. */
         int r = al_link_connect(s, probe_deadline, err);
@@ -288,15 +287,16 @@ static int boot_guest(al_session *s, struct al_vm_config *cfg, bool probe, uint6
     if (env && atoi(env) > 0)
         probe_ms = (uint64_t)atoi(env) * 1000u;
     char ev[300] = "";
-    r = wait_guest(s, *start + s->boot_timeout_ms, probe ? *start + probe_ms : 0, ev, sizeof(ev),
-                   err);
+    /* The evidence names the window (counted from the domain's start), not what was left of it. */
+    r = wait_guest(s, *start + s->boot_timeout_ms, probe ? *start + probe_ms : 0,
+                   (unsigned)((probe_ms + 999) / 1000), ev, sizeof(ev), err);
     if (r == -EAGAIN) {
         *start = al_now_ms();
         r = fall_back_to_emulation(s, cfg, ev, err);
         if (r < 0)
             return r;
         *started = al_now_ms();
-        r = wait_guest(s, *start + s->boot_timeout_ms, 0, ev, sizeof(ev), err);
+        r = wait_guest(s, *start + s->boot_timeout_ms, 0, 0, ev, sizeof(ev), err);
     } else if (r == 0 && probe && s->kvm) {
         al_kvm_record(true, NULL);
     }

@@ -8,6 +8,7 @@ PACKAGES=(
   gcc meson ninja-build pkg-config
   # host libraries
   libvirt-dev libcurl4-openssl-dev libcjson-dev libssh2-1-dev libarchive-dev libedit-dev libyaml-dev
+  libpng-dev
   # airlockd: its HTTP server (with GnuTLS) and its key store
   libmicrohttpd-dev libsqlite3-dev
   # hypervisor
@@ -27,7 +28,7 @@ PACKAGES=(
   # tests: sanitizers and libFuzzer runtimes, python for the integration tests, the format check
   clang libclang-rt-14-dev python3 clang-format
   # tests of the agent's language kernels on this machine (python with matplotlib, bash, node)
-  python3-matplotlib bash nodejs
+  python3-matplotlib python3-ipython bash nodejs
   # the check of docs/openapi.yaml against airlockd's routes
   python3-yaml
   # airlockd's web page tested in a real browser (headless Chromium driven by Selenium)

@@ -10,7 +10,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#define AL_PROTO_VERSION 2
+#define AL_PROTO_VERSION 3
 
 /* 'A' 'L' type flags id:u32 len:u32, little-endian. */
 #define AL_FRAME_HEADER_SIZE 12
@@ -33,6 +33,12 @@
 #define AL_WINDOW_DEFAULT (1024 * 1024)
 #define AL_WINDOW_MIN AL_DATA_CHUNK_MAX
 #define AL_WINDOW_MAX (16 * 1024 * 1024)
+/* Results of a kernel run (stream AL_STREAM_RESULT): records of a u32 length and that many bytes
+ * of JSON. The host holds one record at a time: a bigger one is skipped and reported, so a
+ * hostile guest cannot make it allocate more; 16 MiB takes a 12 MiB PNG as base64. */
+#define AL_RESULT_RECORD_MAX (16 * 1024 * 1024)
+/* Records per run beyond which the host drops the rest (a loop of display() calls). */
+#define AL_RESULTS_PER_RUN_MAX 1000
 /* Longest EXEC.input_wait_ms: a program quiet on its stdin for longer than an hour is hung, which
  * is timeout_ms's business; a bound also keeps the field a duration rather than a sentinel. */
 #define AL_INPUT_WAIT_MAX_MS (3600 * 1000)
@@ -68,7 +74,8 @@ enum al_stream {
     AL_STREAM_STDOUT = 1,
     AL_STREAM_STDERR = 2,
     AL_STREAM_FILE = 3,
-    AL_STREAM_COUNT = 4,
+    AL_STREAM_RESULT = 4, /* a kernel run's results: records, see docs/PROTOCOL.md */
+    AL_STREAM_COUNT = 5,
 };
 
 enum al_caps {
@@ -80,10 +87,14 @@ enum al_caps {
 };
 
 enum al_exec_flags {
-    AL_EXEC_STDIN = 1 << 0,  /* host will send stdin; otherwise the process gets /dev/null */
-    AL_EXEC_KERNEL = 1 << 1, /* argv[0] is a code block for lang's long-lived kernel */
+    AL_EXEC_STDIN = 1 << 0,     /* host will send stdin; otherwise the process gets /dev/null */
+    AL_EXEC_KERNEL = 1 << 1,    /* argv[0] is a code block for lang's long-lived kernel */
+    AL_EXEC_KERNEL_OP = 1 << 2, /* with AL_EXEC_KERNEL: argv[0] is "stop" or "list", see
+                                   docs/PROTOCOL.md, "Contexts" */
 };
-#define AL_EXEC_FLAGS_KNOWN (AL_EXEC_STDIN | AL_EXEC_KERNEL)
+#define AL_EXEC_FLAGS_KNOWN (AL_EXEC_STDIN | AL_EXEC_KERNEL | AL_EXEC_KERNEL_OP)
+/* A kernel context's name in EXEC.lang ("python@NAME"): letters, digits, '_', '-', '.'. */
+#define AL_CONTEXT_MAX 32
 
 enum al_exit_how {
     AL_EXIT_CODE = 0,   /* value is the exit status 0..255 */

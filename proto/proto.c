@@ -230,6 +230,8 @@ int al_msg_decode(const struct al_header *h, const uint8_t *payload, struct al_m
             r.why = "unknown exec flags";
         if (!r.why && (m.u.exec.flags & AL_EXEC_KERNEL) && m.u.exec.lang.len == 0)
             r.why = "kernel exec without a language";
+        if (!r.why && (m.u.exec.flags & AL_EXEC_KERNEL_OP) && !(m.u.exec.flags & AL_EXEC_KERNEL))
+            r.why = "kernel operation without the kernel flag";
         if (!r.why && m.u.exec.input_wait_ms > AL_INPUT_WAIT_MAX_MS)
             r.why = "input wait too long";
         break;

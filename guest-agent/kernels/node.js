@@ -17,10 +17,13 @@
 // those of the block as written (only columns on its first line move); a block acorn cannot
 // parse runs as written, so that node reports its syntax error.
 //
-// Started by the agent (guest-agent/kernel.c) with fd 3 a socket to it. Says "ready" once, then
-// reads requests "run ID COUNT LEN..." followed by COUNT fields (the code, the path of the run's
-// stdin, KEY=VALUE entries) and answers "done ID STATUS" when the block is over: 0, 1 for an
-// uncaught error, 130 for an interrupt. A block whose value is a promise is over when the
+// Started by the agent (guest-agent/kernel.c) with fd 3 a socket to it and fd 4 the results
+// pipe. Says "ready" once, then reads requests "run ID COUNT LEN..." followed by COUNT fields
+// (the code, the path of the run's stdin, KEY=VALUE entries: the run's own environment, undone
+// when it ends) and answers "done ID STATUS" when the block is over: 0, 1 for an uncaught
+// error, 130 for an interrupt. Results go to fd 4 as records (a u32 little-endian length, then
+// JSON; docs/PROTOCOL.md): a count, the block's value as an execute_result with text/plain
+// (util.inspect), an uncaught error as an error record {name, value, traceback}. A block whose value is a promise is over when the
 // promise settles. SIGINT interrupts a busy block (breakOnSigint) or stops waiting for its
 // promise; the kernel and its globals survive. One that comes while the driver's own code runs
 // (reading the request, compiling the block) is held and stops the block before it starts; one
@@ -34,6 +37,7 @@ const { builtinModules, createRequire } = require('module');
 const { pathToFileURL } = require('url');
 
 const CTL = 3;
+const RESULTS = 4;
 let cell = 0;
 let stopWaiting = null; // rejects the wait for a block's promise
 let held = false;       // a SIGINT came while no block ran
@@ -231,6 +235,28 @@ const settle = async () => { await immediate(); await immediate(); };
 // (the agent writes a request after the last run ended), and is dropped.
 let cleared = Promise.resolve();
 
+// One record on fd 4; a full pipe (the host reading slowly) is waited out.
+function sendRecord(record) {
+  const body = Buffer.from(JSON.stringify(record), 'utf8');
+  const head = Buffer.alloc(4);
+  head.writeUInt32LE(body.length, 0);
+  let data = Buffer.concat([head, body]);
+  while (data.length) {
+    try {
+      data = data.subarray(fs.writeSync(RESULTS, data));
+    } catch (e) {
+      if (e.code !== 'EAGAIN')
+        return;
+    }
+  }
+}
+
+function errorRecord(e, text) {
+  const name = e instanceof Error ? (e.name || 'Error') : 'Uncaught';
+  const value = e instanceof Error ? String(e.message) : util.inspect(e);
+  sendRecord({ type: 'error', name, value, traceback: text });
+}
+
 function printError(e) {
   let text;
   if (e instanceof Error && typeof e.stack === 'string') {
@@ -243,6 +269,11 @@ function printError(e) {
     text = 'Uncaught ' + util.inspect(e);
   }
   process.stderr.write(text + '\n');
+  try {
+    errorRecord(e, text + '\n');
+  } catch (_) {
+    // a value whose inspection throws: stderr said what could be said
+  }
 }
 
 function interrupted(e) {
@@ -261,9 +292,14 @@ function waitFor(promise) {
 async function run(code, stdinPath, env) {
   await cleared;
   cell += 1;
+  sendRecord({ type: 'count', execution_count: cell });
+  const saved = new Map();
   for (const entry of env) {
     const i = entry.indexOf('=');
-    process.env[entry.slice(0, i)] = entry.slice(i + 1);
+    const key = entry.slice(0, i);
+    if (!saved.has(key))
+      saved.set(key, Object.prototype.hasOwnProperty.call(process.env, key) ? process.env[key] : undefined);
+    process.env[key] = entry.slice(i + 1);
   }
   let status = 0;
   try {
@@ -284,7 +320,8 @@ async function run(code, stdinPath, env) {
       if (value && typeof value.then === 'function')
         value = await waitFor(value);
       if (value !== undefined)
-        process.stdout.write(util.inspect(value) + '\n');
+        sendRecord({ type: 'execute_result', execution_count: cell,
+          data: { 'text/plain': util.inspect(value) } });
     } catch (e) {
       printError(e);
       status = interrupted(e) ? 130 : 1;
@@ -298,6 +335,13 @@ async function run(code, stdinPath, env) {
     fs.closeSync(stdinFd);
   stdinStream = null;
   stdinFd = null;
+  // The run's environment was the run's only.
+  for (const [key, value] of saved) {
+    if (value === undefined)
+      delete process.env[key];
+    else
+      process.env[key] = value;
+  }
   return status;
 }
 

@@ -15,7 +15,7 @@ NAMES = {v: k for k, v in dict(HELLO=1, HELLO_ACK=2, EXEC=3, STARTED=4, DATA=5, 
                                   WAITING=17).items()}
 EOF_FLAG = 1
 EXEC_STDIN, EXEC_KERNEL = 1, 2
-PROTO_VERSION = 2
+PROTO_VERSION = 3
 TRUNC_OUT, TRUNC_ERR, TIMED_OUT = 1, 2, 4
 ERR = dict(PROTOCOL=1, NOT_FOUND=2, PERMISSION=3, INVALID=4, LIMIT=5, IO=6, INTERNAL=7,
            UNSUPPORTED=8)
@@ -194,8 +194,9 @@ class Conn:
         self.send(exec_(fid, argv, flags=flags, **kw))
         if stdin is not None:
             self.send(data(fid, 0, stdin, eof=True))
-        out, err, frames = bytearray(), bytearray(), []
-        owed = [0, 0, 0]
+        out, err, frames, res = bytearray(), bytearray(), [], bytearray()
+        self.results = b''
+        owed = [0] * 5
         end = time.time() + timeout
         while time.time() < end:
             f = self.recv(end - time.time())
@@ -208,6 +209,9 @@ class Conn:
             if t == DATA:
                 if d['stream'] == 1:
                     out += d['data']
+                elif d['stream'] == 4:
+                    res += d['data']
+                    self.results = bytes(res)
                 else:
                     err += d['data']
                 owed[d['stream']] += len(d['data'])

@@ -36,8 +36,9 @@ typedef struct al_chat_cfg {
     const char *image;                    /* for the prompt and the saved conversation */
     enum al_checkpoint_policy checkpoint; /* when to take one before a run (needs a session
                                              opened with checkpoints unless NEVER) */
-    const char *const *net_allow;         /* the session's allowlist, for the prompt; NULL or
-                                             empty: the VM has no network */
+    bool vision;                  /* image/png results go back to the model as images (vision.c) */
+    const char *const *net_allow; /* the session's allowlist, for the prompt; NULL or
+                                     empty: the VM has no network */
 } al_chat_cfg;
 
 enum al_chat_outcome {
@@ -61,6 +62,8 @@ typedef struct al_chat_ui {
     int (*confirm)(void *ctx, const char *lang, char **code);
     int (*output)(void *ctx, int stream, const uint8_t *data, size_t n); /* live run output */
     void (*run_end)(void *ctx, const al_exec_result *r, const char *summary);
+    /* Each structured result of a kernel run, as it arrives (its text is also output). */
+    void (*result)(void *ctx, const al_result *r);
     void (*notice)(void *ctx, const char *msg); /* one line for the user */
     /* The front hands the JSON of each message as it is added (for --json output). */
     void (*message)(void *ctx, const cJSON *msg);
@@ -76,6 +79,8 @@ typedef struct al_chat {
     bool kernels;         /* they run in the session's long-lived kernels */
     bool stamped;         /* the guest's "files written since" stamp exists */
     unsigned outputs;     /* figures copied out so far */
+    cJSON *images;        /* images of the run in progress for a vision model: [{"media_type",
+                             "data"}], moved into its result message */
     uint64_t out_bytes;   /* their bytes, against AL_FIGURES_SESSION_BYTES_MAX */
     struct al_chat_ckpt { /* checkpoints this chat took, for %checkpoints */
         uint32_t id;
@@ -164,6 +169,25 @@ int al_outputs_prune(const char *dir, size_t keep_files, uint64_t keep_bytes, al
  * bounds above, checks its bytes, then prunes the directory. -ENOTSUP: not a figure's name;
  * -EFBIG, -EDQUOT: over a bound; -EINVAL: not the image it claims (deleted). */
 int al_figure_get(al_chat *c, const char *guest_path, char *host, size_t len, al_error *err);
+/* Writes an image result (image/png, image/jpeg, image/svg+xml) to the outputs directory
+ * within the same bounds; its name in host. */
+int al_figure_save(al_chat *c, const al_mime *m, char *host, size_t len, al_error *err);
+
+/* ---- images for a vision model (vision.c) ---- */
+/* Vision APIs scale big images down themselves, and bill for them: 1024 px on the longer side
+ * keeps a plot legible at a fraction of the tokens. */
+#define AL_VISION_SIDE_MAX 1024
+/* A PNG sent as is up to this size; a bigger one is re-encoded smaller. */
+#define AL_VISION_PNG_MAX (768 * 1024)
+/* Decoded pixels: 8192x8192 at 4 bytes is 256 MiB of host memory, no more. */
+#define AL_VISION_PIXELS_MAX (8192ull * 8192)
+/* Images one run sends the model; later ones are only named in the text. */
+#define AL_VISION_IMAGES_MAX 4
+/* The PNG as base64 (malloc'd) within the bounds above, and its size as sent. */
+int al_vision_png(const uint8_t *png, size_t len, char **b64, unsigned *w, unsigned *h,
+                  al_error *err);
+/* Whether a model is known to take images: gpt-4o*, gpt-4.1*, claude-*. */
+bool al_vision_model(const char *model);
 
 /* ---- conversations (saved as JSON under $XDG_DATA_HOME/airlock/conversations) ---- */
 /* $XDG_DATA_HOME/airlock/SUB (outputs, history live beside the conversations), created. */

@@ -168,3 +168,49 @@ int al_figure_get(al_chat *c, const char *guest_path, char *host, size_t len, al
     al_outputs_prune(dir, AL_OUTPUTS_KEEP_FILES, AL_OUTPUTS_KEEP_BYTES, &pe);
     return 0;
 }
+
+int al_figure_save(al_chat *c, const al_mime *m, char *host, size_t len, al_error *err)
+{
+    const char *ext = !strcmp(m->type, "image/png")       ? ".png"
+                      : !strcmp(m->type, "image/jpeg")    ? ".jpg"
+                      : !strcmp(m->type, "image/svg+xml") ? ".svg"
+                                                          : NULL;
+    if (!ext)
+        return al_err(err, -ENOTSUP, "a %s result is not a figure", m->type);
+    if (m->len > AL_FIGURE_BYTES_MAX)
+        return al_err(err, -EFBIG, "over the limit of %llu MiB per figure",
+                      AL_FIGURE_BYTES_MAX >> 20);
+    if (c->out_bytes + m->len > AL_FIGURES_SESSION_BYTES_MAX)
+        return al_err(err, -EDQUOT, "over what is left of this session's %llu MiB of figures",
+                      AL_FIGURES_SESSION_BYTES_MAX >> 20);
+    char dir[4096];
+    int r = al_data_dir("outputs", dir, sizeof(dir), err);
+    if (r < 0)
+        return r;
+    if (snprintf(host, len, "%s/%s-%u%s", dir, al_session_name(c->session), c->outputs + 1, ext) >=
+        (int)len)
+        return al_err(err, -ENAMETOOLONG, "host path too long");
+    /* The name is ours; the bytes were checked to be of their kind by the result reader. */
+    int fd = open(host, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, 0644);
+    if (fd < 0)
+        return al_err(err, -errno, "cannot create '%s': %s", host, strerror(errno));
+    size_t off = 0;
+    while (off < m->len) {
+        ssize_t n = write(fd, m->data + off, m->len - off);
+        if (n < 0 && errno == EINTR)
+            continue;
+        if (n < 0) {
+            r = al_err(err, -errno, "cannot write '%s': %s", host, strerror(errno));
+            close(fd);
+            unlink(host);
+            return r;
+        }
+        off += (size_t)n;
+    }
+    close(fd);
+    c->outputs++;
+    c->out_bytes += m->len;
+    al_error pe = {0};
+    al_outputs_prune(dir, AL_OUTPUTS_KEEP_FILES, AL_OUTPUTS_KEEP_BYTES, &pe);
+    return 0;
+}

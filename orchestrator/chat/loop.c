@@ -82,6 +82,8 @@ int al_chat_init(al_chat *c, const al_chat_cfg *cfg, const al_chat_ui *ui, al_se
 
 void al_chat_free(al_chat *c)
 {
+    cJSON_Delete(c->images);
+    c->images = NULL;
     cJSON_Delete(c->messages);
     free(c->system);
     free(c->save_path);
@@ -124,12 +126,25 @@ int al_chat_undo(al_chat *c)
 
 /* ---- context window ---- */
 
+/* What an API bills for an image of at most 1024 px a side: OpenAI 765 tokens for 1024x1024 at
+ * high detail, Anthropic width x height / 750, about 1400; rounded up. */
+#define VISION_IMAGE_TOKENS 1600
+
 unsigned al_chat_estimate(const cJSON *msg)
 {
-    char *s = cJSON_PrintUnformatted(msg);
+    const cJSON *images = cJSON_GetObjectItemCaseSensitive(msg, "images");
+    int nimg = cJSON_GetArraySize(images);
+    cJSON *text_only = NULL;
+    if (nimg > 0) { /* their base64 is not text the model reads */
+        text_only = cJSON_Duplicate(msg, true);
+        cJSON_DeleteItemFromObjectCaseSensitive(text_only, "images");
+    }
+    char *s = cJSON_PrintUnformatted(text_only ? text_only : msg);
     size_t n = s ? strlen(s) : 0;
     free(s);
-    return (unsigned)(n / 4 + 4); /* ~4 bytes a token in English and code, plus framing */
+    cJSON_Delete(text_only);
+    /* ~4 bytes a token in English and code, plus framing */
+    return (unsigned)(n / 4 + 4) + (unsigned)nimg * VISION_IMAGE_TOKENS;
 }
 
 cJSON *al_chat_fit(const cJSON *messages, const char *system, unsigned window, al_error *err)
@@ -211,6 +226,105 @@ static int on_output(void *ctx, int stream, const uint8_t *data, size_t n)
     return 0;
 }
 
+/* A PNG result for the model to see, within AL_VISION_IMAGES_MAX per run; note says so. */
+static void vision_add(al_chat *c, const al_mime *img, char *note, size_t cap)
+{
+    if (!c->images)
+        c->images = cJSON_CreateArray();
+    if (!c->images || cJSON_GetArraySize(c->images) >= AL_VISION_IMAGES_MAX)
+        return;
+    char *b64 = NULL;
+    unsigned w, h;
+    al_error e = {0};
+    if (al_vision_png(img->data, img->len, &b64, &w, &h, &e) < 0) {
+        snprintf(note, cap, "; not sent as an image: %.48s", e.msg);
+        return;
+    }
+    cJSON *o = cJSON_CreateObject();
+    if (o && cJSON_AddStringToObject(o, "media_type", "image/png") &&
+        cJSON_AddStringToObject(o, "data", b64) && cJSON_AddItemToArray(c->images, o))
+        snprintf(note, cap, "; attached as an image, %ux%u", w, h);
+    else
+        cJSON_Delete(o);
+    free(b64);
+}
+
+/* The run's images go with the message that carries its result. */
+static cJSON *with_images(al_chat *c, cJSON *m)
+{
+    if (m && c->images && cJSON_GetArraySize(c->images) > 0) {
+        cJSON_AddItemToObject(m, "images", c->images);
+        c->images = NULL;
+    }
+    cJSON_Delete(c->images);
+    c->images = NULL;
+    return m;
+}
+
+/* Lines of a traceback the model gets after "name: value": its end says where it failed. */
+#define TRACEBACK_TAIL_LINES 12
+
+/* A result as text, for the model (inside the capture's head+tail bound) and for the user's
+ * terminal (as output): text/plain as the value; an image saved to the outputs directory and
+ * named; HTML and the rest as a short note; an error as "name: value" and the traceback's
+ * tail (stderr showed the user the whole of it). */
+static int on_result(void *ctx, const al_result *r)
+{
+    struct run_ctx *rc = ctx;
+    al_chat *c = rc->c;
+    char *text = NULL;
+    if (c->ui.result)
+        c->ui.result(c->ui.ctx, r);
+    if (r->kind == AL_RESULT_REFUSED) {
+        if (asprintf(&text, "[result refused: %s]\n", r->why) < 0)
+            text = NULL;
+    } else if (r->kind == AL_RESULT_ERROR) {
+        const char *tb = r->traceback ? r->traceback : "";
+        const char *end = tb + strlen(tb), *tail = end;
+        for (int lines = 0; tail > tb; tail--)
+            if (tail[-1] == '\n' && tail != end && ++lines >= TRACEBACK_TAIL_LINES)
+                break;
+        if (asprintf(&text, "[error] %s: %s\n%s%s", r->name, r->value, tail > tb ? "..." : "",
+                     tail) < 0)
+            text = NULL;
+        if (text) {
+            al_capture_add(&rc->cap, text, strlen(text));
+            free(text);
+        }
+        return 0; /* the terminal has the traceback from stderr */
+    } else {
+        const al_mime *img = al_result_mime(r, "image/png");
+        if (!img)
+            img = al_result_mime(r, "image/jpeg");
+        if (!img)
+            img = al_result_mime(r, "image/svg+xml");
+        const al_mime *plain = al_result_mime(r, "text/plain");
+        char host[4200], sent[96] = "";
+        al_error fe = {0};
+        if (img && c->cfg.vision && !strcmp(img->type, "image/png"))
+            vision_add(c, img, sent, sizeof(sent));
+        if (img && al_figure_save(c, img, host, sizeof(host), &fe) == 0) {
+            if (asprintf(&text, "[%s %ux%u saved: %s%s]\n", img->type, r->width, r->height, host,
+                         sent) < 0)
+                text = NULL;
+        } else if (img) {
+            if (asprintf(&text, "[%s not saved: %s]\n", img->type, fe.msg) < 0)
+                text = NULL;
+        } else if (plain) {
+            if (asprintf(&text, "%s\n", (const char *)plain->data) < 0)
+                text = NULL;
+        } else if (asprintf(&text, "[%s result, %zu bytes]\n", r->mime[0].type, r->mime[0].len) <
+                   0) {
+            text = NULL;
+        }
+    }
+    if (!text)
+        return -ENOMEM;
+    int ret = on_output(rc, 1, (const uint8_t *)text, strlen(text));
+    free(text);
+    return ret;
+}
+
 /* Runs code and returns the text the model gets; *cancelled when Ctrl-C stopped it. */
 static char *run_code(al_chat *c, const char *lang, const char *code, bool *cancelled, bool *broken,
                       al_error *err)
@@ -231,6 +345,8 @@ static char *run_code(al_chat *c, const char *lang, const char *code, bool *canc
         .stderr_fd = -1,
         .output = on_output,
         .output_ctx = &rc,
+        .result = on_result,
+        .result_ctx = &rc,
         .kernel = c->kernels,
         /* A program waiting for input would hang the loop: nobody types into it. */
         .input_wait_ms = AL_CHAT_INPUT_WAIT_MS,
@@ -858,7 +974,7 @@ static int tool_call_step(al_chat *c, const al_tool_call *call, struct seen_runs
                 return r;
         }
     }
-    add_message(c, tool_result(call, result ? result : ""));
+    add_message(c, with_images(c, tool_result(call, result ? result : "")));
     return 0;
 }
 
@@ -893,7 +1009,7 @@ static int fenced_step(al_chat *c, const char *text, struct seen_runs *seen, enu
     }
     if (asprintf(&msg, "Output of the code:\n```\n%s\n```", result ? result : "") < 0)
         msg = NULL;
-    cJSON *om = user_msg(msg ? msg : "");
+    cJSON *om = with_images(c, user_msg(msg ? msg : ""));
     cJSON_AddStringToObject(om, "kind", "run-output");
     add_message(c, om);
     *ran = true;

@@ -25,6 +25,8 @@ const char chat_opts_help[] =
     "      --max-tokens N        longest reply\n"
     "      --context-window N    trim older turns to fit N tokens\n"
     "      --no-tools            code in fenced blocks instead of tool calls\n"
+    "      --vision, --no-vision   send image/png results to the model as images (default:\n"
+    "                            on for gpt-4o*, gpt-4.1*, claude-*), at most 1024 px a side\n"
     "      --retries N           retries on 429/5xx/dropped connections (default 3)\n"
     "      --request-timeout S   limit on one model request (default 600)\n"
     "Loop:\n"
@@ -96,6 +98,8 @@ enum {
     O_SYNC_EXEC,
     O_WORKDIR_LIMIT,
     O_CHECKPOINT,
+    O_VISION,
+    O_NO_VISION,
     O_NET,
     O_NET_LIMIT,
 };
@@ -111,6 +115,8 @@ static const struct option long_opts[] = {
     {"max-tokens", required_argument, NULL, O_MAX_TOKENS},
     {"context-window", required_argument, NULL, O_CONTEXT},
     {"no-tools", no_argument, NULL, O_NO_TOOLS},
+    {"vision", no_argument, NULL, O_VISION},
+    {"no-vision", no_argument, NULL, O_NO_VISION},
     {"retries", required_argument, NULL, O_RETRIES},
     {"request-timeout", required_argument, NULL, O_REQ_TIMEOUT},
     {"auto-run", no_argument, NULL, 'y'},
@@ -300,6 +306,10 @@ static enum set_result apply_model(struct chat_opts *o, int opt, char *s, bool b
         return SET_DONE;
     case O_NO_TOOLS:
         o->cfg.tools = !b;
+        return SET_DONE;
+    case O_VISION:
+    case O_NO_VISION:
+        o->vision = (opt == O_VISION) == b ? 1 : 0;
         return SET_DONE;
     case O_RETRIES:
         if (!parse_uint(s, 20, &n))
@@ -503,7 +513,8 @@ static int net_resolve(struct chat_opts *o)
 static bool is_switch(int opt)
 {
     return opt == 'y' || opt == O_NO_TOOLS || opt == O_PLAIN || opt == O_VERBOSE || opt == O_JSON ||
-           opt == O_DEBUG || opt == O_SYNC_GIT || opt == O_SYNC_EXEC;
+           opt == O_DEBUG || opt == O_SYNC_GIT || opt == O_SYNC_EXEC || opt == O_VISION ||
+           opt == O_NO_VISION;
 }
 
 /* One setting, from a flag (from_profile false) or a profile line. v may be NULL for flags
@@ -587,6 +598,7 @@ int chat_opts_parse(struct chat_opts *o, struct cli_globals *g, int argc, char *
     memset(o, 0, sizeof(*o));
     o->cfg.tools = true;
     o->cfg.model.retries = 3;
+    o->vision = -1;
     o->cfg.model.cancel_fd = -1;
     /* First pass: only --profile, so the flags can override what it sets. */
     opterr = 0;
@@ -688,6 +700,7 @@ int chat_opts_finish(struct chat_opts *o)
     m->api = api;
     m->api_base = base;
     m->model = model;
+    o->cfg.vision = o->vision >= 0 ? o->vision == 1 : al_vision_model(model);
     m->verbose = o->verbose;
     if (o->api_key_set)
         m->api_key = o->api_key;

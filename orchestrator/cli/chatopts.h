@@ -17,6 +17,7 @@ struct chat_opts {
     bool api_key_set;
     bool plain;
     bool verbose;
+    int vision;          /* --vision 1, --no-vision 0, -1: by the model's name */
     bool json;           /* run: JSON lines */
     const char *workdir; /* --workdir: copied into /workspace, changes offered back at the end */
     enum cli_sync sync;  /* --sync-back */

@@ -2,9 +2,11 @@
 #include "airlock-proto.h"
 #include "cli.h"
 
+#include <cjson/cJSON.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <getopt.h>
+#include <openssl/evp.h>
 #include <poll.h>
 #include <signal.h>
 #include <stddef.h>
@@ -39,7 +41,11 @@ static const char usage[] =
     "  -l, --lang LANG           run code in LANG (sh, ...) instead of a program\n"
     "  -c, --code CODE           the code to run (default with --lang: read stdin)\n"
     "  -k, --kernel              run the code in LANG's stateful kernel (python, shell,\n"
-    "                            javascript): a REPL-like run, the last value printed\n"
+    "                            javascript): a notebook cell; its value and display()\n"
+    "                            results print as text (images as a note)\n"
+    "      --json                one JSON object per line for each event: stdout, stderr,\n"
+    "                            result, error, refused, end (docs/PROTOCOL.md, \"airlock\n"
+    "                            exec --json\")\n"
     "      --input-wait SECONDS  interrupt a program that waits this long for input\n"
     "  -e, --env KEY=VALUE       set a variable in the guest (repeatable)\n"
     "  -w, --cwd DIR             working directory in the guest (default /)\n"
@@ -160,6 +166,7 @@ struct exec_args {
     al_workdir_opts wo;
     unsigned linger_s;
     bool raw;
+    bool json;  /* --json: one object per event on stdout */
     char **cmd; /* the operands after the options */
     int ncmd;
     char *stdin_code;         /* the code read from stdin, owned */
@@ -314,6 +321,7 @@ static const struct exec_option exec_options[] = {
     {"workdir-limit",  required_argument, 0,   OPT_U64,    FIELD(wo.bytes_max),         ~0ul >> 1, 1,        NULL},
     {"linger",         required_argument, 0,   OPT_UINT,   FIELD(linger_s),             4000000,   1,        NULL},
     {"raw",            no_argument,       0,   OPT_TRUE,   FIELD(raw),                  0,         0,        NULL},
+    {"json",           no_argument,       0,   OPT_TRUE,   FIELD(json),                 0,         0,        NULL},
     {"quiet",          no_argument,       'q', OPT_TRUE,   FIELD(so.quiet),             0,         0,        NULL},
     {"help",           no_argument,       'h', OPT_CALL,   0,                           0,         0,        opt_help},
 };
@@ -437,6 +445,115 @@ static void print_timing(al_session *s)
                 t.restore_ms - t.start_ms - t.handshake_ms);
 }
 
+/* Where a kernel run's results go without --json: the text a REPL shows. */
+struct text_results {
+    al_exec_opts *eo; /* its output callback and fds, as for the streams */
+};
+
+static int put_stdout(al_exec_opts *eo, const char *p, size_t n)
+{
+    if (eo->output)
+        return eo->output(eo->output_ctx, 1, (const uint8_t *)p, n);
+    while (n) {
+        ssize_t w = write(eo->stdout_fd, p, n);
+        if (w < 0 && errno == EINTR)
+            continue;
+        if (w < 0)
+            return errno == EPIPE ? 0 : -errno;
+        p += w;
+        n -= (size_t)w;
+    }
+    return 0;
+}
+
+/* text/plain on stdout as the value's line; an image or HTML without text as a note. */
+static int result_text(void *ctx, const al_result *r)
+{
+    struct text_results *t = ctx;
+    if (r->kind == AL_RESULT_REFUSED) {
+        fprintf(stderr, "airlock: %s\n", r->why);
+        return 0;
+    }
+    if (r->kind == AL_RESULT_ERROR) /* its traceback is on stderr already */
+        return 0;
+    const al_mime *m = al_result_mime(r, "text/plain");
+    char note[128];
+    if (m) {
+        int e = put_stdout(t->eo, (const char *)m->data, m->len);
+        return e < 0 ? e : put_stdout(t->eo, "\n", 1);
+    }
+    snprintf(note, sizeof(note), "[%s result, %zu bytes]\n", r->mime[0].type, r->mime[0].len);
+    return put_stdout(t->eo, note, strlen(note));
+}
+
+/* --json: stdout and stderr chunks as objects, text when they are UTF-8, else base64. */
+static int json_line(cJSON *o)
+{
+    char *text = o ? cJSON_PrintUnformatted(o) : NULL;
+    cJSON_Delete(o);
+    if (!text)
+        return -ENOMEM;
+    int r = printf("%s\n", text) < 0 ? -EIO : 0;
+    free(text);
+    fflush(stdout);
+    return r;
+}
+
+static int json_output(void *ctx, int stream, const uint8_t *data, size_t n)
+{
+    (void)ctx;
+    cJSON *o = cJSON_CreateObject();
+    cJSON_AddStringToObject(o, "type", stream == 1 ? "stdout" : "stderr");
+    if (al_utf8_valid(data, n) && !memchr(data, 0, n)) {
+        char *s = strndup((const char *)data, n);
+        if (!s) {
+            cJSON_Delete(o);
+            return -ENOMEM;
+        }
+        cJSON_AddStringToObject(o, "text", s);
+        free(s);
+    } else {
+        char *b = malloc((n + 2) / 3 * 4 + 1);
+        if (!b) {
+            cJSON_Delete(o);
+            return -ENOMEM;
+        }
+        EVP_EncodeBlock((unsigned char *)b, data, (int)n);
+        cJSON_AddStringToObject(o, "base64", b);
+        free(b);
+    }
+    return json_line(o);
+}
+
+static int json_result(void *ctx, const al_result *r)
+{
+    (void)ctx;
+    char *text = al_result_json(r);
+    if (!text)
+        return -ENOMEM;
+    printf("%s\n", text);
+    free(text);
+    fflush(stdout);
+    return 0;
+}
+
+static void json_end(const al_exec_result *res, int status)
+{
+    cJSON *o = cJSON_CreateObject();
+    cJSON_AddStringToObject(o, "type", "end");
+    cJSON_AddNumberToObject(o, "status", status);
+    cJSON_AddStringToObject(o, "how", res->how == AL_EXEC_SIGNALED ? "signal" : "exit");
+    cJSON_AddNumberToObject(o, "value", res->value);
+    if (res->results.have_count)
+        cJSON_AddNumberToObject(o, "execution_count", res->results.execution_count);
+    cJSON_AddBoolToObject(o, "error", res->results.error);
+    cJSON_AddBoolToObject(o, "timed_out", res->timed_out);
+    cJSON_AddBoolToObject(o, "interrupted", res->interrupted);
+    cJSON_AddBoolToObject(o, "waited_input", res->waited_input);
+    cJSON_AddNumberToObject(o, "duration_ms", (double)res->duration_us / 1000.0);
+    json_line(o);
+}
+
 /* Runs the command and sets *status from how it ended; negative when the rest is to be skipped
  * (err set, or already reported and cleared). */
 static int exec_run(al_session *s, struct exec_args *a, int *status, al_error *err)
@@ -446,9 +563,17 @@ static int exec_run(al_session *s, struct exec_args *a, int *status, al_error *e
      * character made visible, since the guest may write escape sequences. */
     struct cli_termout tty;
     cli_termout_init(&tty, false);
-    if (!a->raw && cli_termout_any(&tty)) {
-        eo->output = cli_termout_write;
-        eo->output_ctx = &tty;
+    struct text_results tr = {eo};
+    if (a->json) {
+        eo->output = json_output;
+        eo->result = json_result;
+    } else {
+        if (!a->raw && cli_termout_any(&tty)) {
+            eo->output = cli_termout_write;
+            eo->output_ctx = &tty;
+        }
+        eo->result = result_text;
+        eo->result_ctx = &tr;
     }
     al_exec_result res;
     int r = al_exec(s, eo, &res, err);
@@ -475,6 +600,8 @@ static int exec_run(al_session *s, struct exec_args *a, int *status, al_error *e
     } else {
         *status = res.how == AL_EXEC_SIGNALED ? 128 + res.value : res.value;
     }
+    if (a->json)
+        json_end(&res, *status);
     if (res.waited_input)
         fprintf(stderr, "airlock: the program waited for input for %u s and was interrupted\n",
                 eo->input_wait_ms / 1000);

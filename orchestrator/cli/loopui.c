@@ -5,6 +5,7 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <openssl/evp.h>
 #include <poll.h>
 #include <signal.h>
 #include <stdlib.h>
@@ -236,6 +237,74 @@ static int ui_output(void *ctx, int stream, const uint8_t *data, size_t n)
     return r == -EPIPE ? -EPIPE : 0; /* the screen going away must not end the run */
 }
 
+/* Larger images are only named (their path is printed either way): a terminal image costs the
+ * terminal its memory, and a screenful of base64 when the detection was wrong. */
+#define INLINE_IMAGE_MAX (4u << 20)
+/* kitty's graphics protocol sends the base64 in pieces of at most 4096 bytes. */
+#define KITTY_CHUNK 4096
+
+enum term_images { TERM_IMAGES_NONE, TERM_IMAGES_KITTY, TERM_IMAGES_ITERM };
+
+/* Only terminals that say who they are: kitty sets KITTY_WINDOW_ID (and TERM=xterm-kitty),
+ * iTerm2 TERM_PROGRAM=iTerm.app. Anything else (tmux, ssh, a pipe) gets the path alone. */
+static enum term_images term_images(const struct loopui *u)
+{
+    if (u->opts->plain || !isatty(STDOUT_FILENO) || getenv("TMUX"))
+        return TERM_IMAGES_NONE;
+    const char *term = getenv("TERM"), *prog = getenv("TERM_PROGRAM");
+    if (getenv("KITTY_WINDOW_ID") || (term && !strcmp(term, "xterm-kitty")))
+        return TERM_IMAGES_KITTY;
+    if (prog && !strcmp(prog, "iTerm.app"))
+        return TERM_IMAGES_ITERM;
+    return TERM_IMAGES_NONE;
+}
+
+/* A PNG the host checked (signature, IHDR) shown inline: the escape sequences carry only base64,
+ * which has no control characters. */
+static void show_image(const struct loopui *u, const al_mime *png)
+{
+    enum term_images t = term_images(u);
+    if (t == TERM_IMAGES_NONE || png->len > INLINE_IMAGE_MAX)
+        return;
+    char *b64 = malloc((png->len + 2) / 3 * 4 + 1);
+    if (!b64)
+        return;
+    size_t n = (size_t)EVP_EncodeBlock((unsigned char *)b64, png->data, (int)png->len);
+    if (t == TERM_IMAGES_ITERM) {
+        printf("\033]1337;File=inline=1;size=%zu:%s\a\n", png->len, b64);
+    } else {
+        for (size_t off = 0; off < n; off += KITTY_CHUNK) {
+            size_t take = n - off < KITTY_CHUNK ? n - off : KITTY_CHUNK;
+            printf("\033_G%sm=%d;%.*s\033\\", off ? "" : "f=100,a=T,", off + take < n, (int)take,
+                   b64 + off);
+        }
+        putchar('\n');
+    }
+    fflush(stdout);
+    free(b64);
+}
+
+/* --json: each result of a kernel run as {"role": "computer", "type": "result", "content":
+ * al_result_json's object}; on a terminal that shows images, a PNG result inline (its path
+ * follows as output). */
+static void ui_result(void *ctx, const al_result *r)
+{
+    struct loopui *u = ctx;
+    if (!u->json) {
+        const al_mime *png = al_result_mime(r, "image/png");
+        if (png && (r->kind == AL_RESULT_VALUE || r->kind == AL_RESULT_DISPLAY))
+            show_image(u, png);
+        return;
+    }
+    char *text = al_result_json(r);
+    cJSON *j = json_event("computer", "result", NULL);
+    cJSON *content = text ? cJSON_Parse(text) : NULL;
+    free(text);
+    if (content)
+        cJSON_ReplaceItemInObject(j, "content", content);
+    json_line(j);
+}
+
 static void ui_run_end(void *ctx, const al_exec_result *r, const char *summary)
 {
     struct loopui *u = ctx;
@@ -361,6 +430,7 @@ int loopui_open(struct loopui *u, struct chat_opts *o, struct cli_globals *g)
         .confirm = ui_confirm,
         .output = ui_output,
         .run_end = ui_run_end,
+        .result = ui_result,
         .notice = ui_notice,
         .message = ui_message,
     };

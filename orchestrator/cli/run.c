@@ -20,7 +20,8 @@ static const char usage[] =
     "interrupted, and the model goes on), 125 when the VM failed. Runs start in /workspace.\n"
     "\n"
     "      --json                the whole exchange as JSON lines on stdout:\n"
-    "                            {\"role\", \"type\", \"content\"}\n";
+    "                            {\"role\", \"type\", \"content\"}; a kernel run's results as\n"
+    "                            type \"result\" with the result's object as content\n";
 
 static char *read_task(struct chat_opts *o)
 {

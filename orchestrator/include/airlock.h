@@ -215,6 +215,65 @@ enum al_exec_how {
     AL_EXEC_SIGNALED = 1, /* value: signal number */
 };
 
+/* ---- kernel results (docs/PROTOCOL.md, "Results") ---- */
+
+enum al_result_kind {
+    AL_RESULT_VALUE = 0,   /* the block's last expression (a notebook's execute_result) */
+    AL_RESULT_DISPLAY = 1, /* one display() call (display_data) */
+    AL_RESULT_ERROR = 2,   /* the block raised: name, value, traceback */
+    AL_RESULT_REFUSED = 3, /* a record the host refused (why): over a limit, malformed */
+};
+
+/* MIME types a result may carry: text/plain, text/html, text/markdown, image/png, image/jpeg,
+ * image/svg+xml, application/json, text/latex. */
+#define AL_MIME_MAX 8
+
+typedef struct al_mime {
+    const char *type;    /* one of the eight */
+    const uint8_t *data; /* text: UTF-8 (checked), NUL-terminated; application/json: the value
+                            as compact JSON; images: the decoded bytes, checked to be of their
+                            kind */
+    size_t len;
+} al_mime;
+
+typedef struct al_result {
+    int kind;                 /* enum al_result_kind */
+    unsigned execution_count; /* VALUE: the cell's number, when the kernel gave one */
+    size_t nmime;
+    al_mime mime[AL_MIME_MAX];
+    const char *name, *value, *traceback; /* ERROR: UTF-8, checked */
+    const char *why;                      /* REFUSED: one phrase */
+    unsigned width, height;               /* of the image/png, from its header; else 0 */
+} al_result;
+
+/* Called for each result as it arrives; everything it points to lives until the call returns.
+ * A negative return fails the exec. */
+typedef int (*al_result_fn)(void *ctx, const al_result *r);
+const al_mime *al_result_mime(const al_result *r, const char *type);
+/* One JSON object for the result (malloc'd, NULL when out of memory): {"type": "result",
+ * "kind": "value"|"display", "execution_count", "data": {MIME: text, image as base64,
+ * application/json as its value}, "width", "height"}, {"type": "error", "name", "value",
+ * "traceback"} or {"type": "refused", "why"}: what `airlock exec --json` prints. */
+char *al_result_json(const al_result *r);
+bool al_utf8_valid(const uint8_t *p, size_t n);
+
+/* The reader the exec uses on the guest's result stream, public for tests and fuzzing: feed
+ * it bytes as they come, end it at the stream's end. */
+typedef struct al_result_reader al_result_reader;
+typedef struct al_result_stats {
+    bool have_count;          /* the kernel numbered the run */
+    unsigned execution_count; /* that number */
+    bool error;               /* an error result came */
+    unsigned results;         /* results handed to the callback (errors included) */
+    unsigned refused;         /* records refused */
+} al_result_stats;
+int al_result_reader_new(al_result_reader **out, al_error *err);
+int al_result_reader_feed(al_result_reader *rd, const uint8_t *data, size_t len, al_result_fn fn,
+                          void *ctx, al_error *err);
+int al_result_reader_end(al_result_reader *rd, al_result_fn fn, void *ctx, al_error *err);
+void al_result_reader_stats(const al_result_reader *rd, al_result_stats *out);
+void al_result_reader_free(al_result_reader *rd);
+
 typedef struct al_exec_opts {
     const char *const *argv; /* NULL-terminated; argv[0] is a program, unless lang is set */
     const char *lang;        /* run code (argv[0]) in this language, e.g. "sh" */
@@ -236,6 +295,13 @@ typedef struct al_exec_opts {
      * negative return fails the exec, except -EPIPE, which sends the guest SIGPIPE. */
     int (*output)(void *ctx, int stream, const uint8_t *data, size_t len);
     void *output_ctx;
+    /* A kernel run's results, each as it arrives (NULL: read, checked and dropped). */
+    al_result_fn result;
+    void *result_ctx;
+    /* A kernel run's context: NULL or "default" for the language's default kernel; another
+     * name (letters, digits, '_', '-', '.', at most 32) is a kernel of its own, with its own
+     * state and cwd, started by its first run. */
+    const char *context;
 } al_exec_opts;
 
 typedef struct al_exec_result {
@@ -245,15 +311,24 @@ typedef struct al_exec_result {
     bool timed_out;
     bool truncated_stdout;
     bool truncated_stderr;
-    bool waited_input; /* the program waited for input longer than input_wait_ms */
-    bool interrupted;  /* the session's cancel fd delivered SIGINT or SIGQUIT during the
-                          run, and it was sent to the program (the user's Ctrl-C, as
-                          opposed to a timeout or an input wait) */
+    bool waited_input;       /* the program waited for input longer than input_wait_ms */
+    bool interrupted;        /* the session's cancel fd delivered SIGINT or SIGQUIT during the
+                                run, and it was sent to the program (the user's Ctrl-C, as
+                                opposed to a timeout or an input wait) */
+    al_result_stats results; /* a kernel run's: its number, whether it raised, counts */
 } al_exec_result;
 
 /* Runs one command and streams its output. A command that cannot be started fails with
  * -ENOENT (not found) or -EACCES. */
 int al_exec(al_session *s, const al_exec_opts *opts, al_exec_result *out, al_error *err);
+
+/* Kernel contexts. al_kernel_stop ends a context's kernel and forgets the context (restart:
+ * the next run there starts afresh; remove: no run comes); -EBUSY while it runs a block.
+ * al_kernel_list writes one line per context the guest holds, "LANG CONTEXT running" or
+ * "LANG CONTEXT stopped" (its kernel died: the next run starts afresh and says the state was
+ * lost), NUL-terminated and cut to len; returns the line count. */
+int al_kernel_stop(al_session *s, const char *lang, const char *context, al_error *err);
+int al_kernel_list(al_session *s, char *buf, size_t len, al_error *err);
 
 /* ---- files ---- */
 

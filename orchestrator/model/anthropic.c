@@ -62,6 +62,26 @@ static bool add_tool_uses(cJSON *blocks, const cJSON *calls)
     return true;
 }
 
+/* [{"media_type", "data"}] as Anthropic image blocks with a base64 source. */
+static bool add_image_blocks(cJSON *parts, const cJSON *images)
+{
+    const cJSON *img;
+    cJSON_ArrayForEach(img, images)
+    {
+        const char *type = al_json_str(img, "media_type"), *data = al_json_str(img, "data");
+        if (!type || !data)
+            continue;
+        cJSON *p = cJSON_CreateObject(), *src;
+        if (!p || !cJSON_AddItemToArray(parts, p) || !cJSON_AddStringToObject(p, "type", "image") ||
+            !(src = cJSON_AddObjectToObject(p, "source")) ||
+            !cJSON_AddStringToObject(src, "type", "base64") ||
+            !cJSON_AddStringToObject(src, "media_type", type) ||
+            !cJSON_AddStringToObject(src, "data", data))
+            return false;
+    }
+    return true;
+}
+
 static bool add_tool_result(cJSON *blocks, const cJSON *m)
 {
     cJSON *b = cJSON_CreateObject();
@@ -82,11 +102,21 @@ static bool add_tool_result(cJSON *blocks, const cJSON *m)
     const char *id = al_json_str(m, "tool_call_id");
     const cJSON *c = cJSON_GetObjectItemCaseSensitive(m, "content");
     const cJSON *is_error = cJSON_GetObjectItemCaseSensitive(m, "is_error");
-    return cJSON_AddStringToObject(b, "type", "tool_result") &&
-           cJSON_AddStringToObject(b, "tool_use_id", id ? id : "") &&
-           (cJSON_IsString(c) ? cJSON_AddStringToObject(b, "content", c->valuestring)
-                              : cJSON_AddStringToObject(b, "content", "")) &&
-           (!cJSON_IsTrue(is_error) || cJSON_AddTrueToObject(b, "is_error"));
+    const cJSON *images = cJSON_GetObjectItemCaseSensitive(m, "images");
+    const char *text = cJSON_IsString(c) ? c->valuestring : "";
+    bool ok = cJSON_AddStringToObject(b, "type", "tool_result") &&
+              cJSON_AddStringToObject(b, "tool_use_id", id ? id : "") &&
+              (!cJSON_IsTrue(is_error) || cJSON_AddTrueToObject(b, "is_error"));
+    if (!ok)
+        return false;
+    if (cJSON_GetArraySize(images) == 0)
+        return cJSON_AddStringToObject(b, "content", text);
+    /* A run's images: image blocks in the result, after its text. */
+    cJSON *parts = cJSON_AddArrayToObject(b, "content"), *t = cJSON_CreateObject();
+    if (!parts || !t || !cJSON_AddItemToArray(parts, t) ||
+        !cJSON_AddStringToObject(t, "type", "text") || !cJSON_AddStringToObject(t, "text", text))
+        return false;
+    return add_image_blocks(parts, images);
 }
 
 /* The blocks of the last message when it has this role, else those of a new message. */
@@ -120,7 +150,8 @@ static int add_message(cJSON *msgs, struct al_buf *system, const cJSON *m, al_er
              al_buf_add(system, c, strlen(c)) == 0;
     } else if (strcmp(role, "user") == 0) {
         cJSON *blocks = blocks_for(msgs, "user");
-        ok = blocks && add_content(blocks, m);
+        ok = blocks && add_content(blocks, m) &&
+             add_image_blocks(blocks, cJSON_GetObjectItemCaseSensitive(m, "images"));
     } else if (strcmp(role, "tool") == 0) {
         cJSON *blocks = blocks_for(msgs, "user");
         ok = blocks && add_tool_result(blocks, m);

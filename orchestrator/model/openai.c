@@ -72,6 +72,54 @@ static cJSON *message(const cJSON *m, al_error *err)
     return TAKE_PTR(o);
 }
 
+/* A run's images (a message's "images": [{"media_type", "data"}]) as image_url parts of a
+ * user message: tool messages carry text only, so the images follow the tool results of the
+ * same reply, as a user message. */
+static bool add_images(cJSON *parts, const cJSON *images)
+{
+    const cJSON *img;
+    cJSON_ArrayForEach(img, images)
+    {
+        const char *type = al_json_str(img, "media_type"), *data = al_json_str(img, "data");
+        if (!type || !data)
+            continue;
+        _cleanup_free_ char *url = NULL;
+        if (asprintf(&url, "data:%s;base64,%s", type, data) < 0)
+            return false;
+        cJSON *p = cJSON_CreateObject(), *iu;
+        if (!p || !cJSON_AddItemToArray(parts, p) ||
+            !cJSON_AddStringToObject(p, "type", "image_url") ||
+            !(iu = cJSON_AddObjectToObject(p, "image_url")) ||
+            !cJSON_AddStringToObject(iu, "url", url))
+            return false;
+    }
+    return true;
+}
+
+static bool flush_images(cJSON *msgs, cJSON **parts)
+{
+    if (!*parts)
+        return true;
+    cJSON *u = cJSON_CreateObject();
+    bool ok = u && cJSON_AddItemToArray(msgs, u) && cJSON_AddStringToObject(u, "role", "user") &&
+              cJSON_AddItemToObject(u, "content", *parts);
+    if (!ok && !u)
+        cJSON_Delete(*parts);
+    *parts = NULL;
+    return ok;
+}
+
+static cJSON *image_parts(const char *intro)
+{
+    cJSON *parts = cJSON_CreateArray(), *t = cJSON_CreateObject();
+    if (!parts || !t || !cJSON_AddItemToArray(parts, t) ||
+        !cJSON_AddStringToObject(t, "type", "text") || !cJSON_AddStringToObject(t, "text", intro)) {
+        cJSON_Delete(parts);
+        return NULL;
+    }
+    return parts;
+}
+
 int al_openai_body(const al_model_cfg *cfg, const cJSON *messages, const cJSON *tools, char **out,
                    al_error *err)
 {
@@ -83,8 +131,12 @@ int al_openai_body(const al_model_cfg *cfg, const cJSON *messages, const cJSON *
         !cJSON_AddTrueToObject(so, "include_usage"))
         return al_err(err, -ENOMEM, "out of memory for the model request");
     const cJSON *m;
+    _cleanup_cjson_ cJSON *parts = NULL; /* images waiting for the end of the tool results */
     cJSON_ArrayForEach(m, messages)
     {
+        const char *role = al_json_str(m, "role");
+        if ((!role || strcmp(role, "tool")) && !flush_images(msgs, &parts))
+            return al_err(err, -ENOMEM, "out of memory for the model request");
         al_error merr = {0};
         cJSON *o = message(m, &merr);
         if (!o && merr.code)
@@ -93,7 +145,18 @@ int al_openai_body(const al_model_cfg *cfg, const cJSON *messages, const cJSON *
             cJSON_Delete(o);
             return al_err(err, -ENOMEM, "out of memory for the model request");
         }
+        const cJSON *images = cJSON_GetObjectItemCaseSensitive(m, "images");
+        if (cJSON_GetArraySize(images) > 0) {
+            if (!parts && !(parts = image_parts("Images the code returned:")))
+                return al_err(err, -ENOMEM, "out of memory for the model request");
+            if (!add_images(parts, images))
+                return al_err(err, -ENOMEM, "out of memory for the model request");
+            if ((!role || strcmp(role, "tool")) && !flush_images(msgs, &parts))
+                return al_err(err, -ENOMEM, "out of memory for the model request");
+        }
     }
+    if (!flush_images(msgs, &parts))
+        return al_err(err, -ENOMEM, "out of memory for the model request");
     if (cfg->max_tokens && !cJSON_AddNumberToObject(b, "max_tokens", cfg->max_tokens))
         return al_err(err, -ENOMEM, "out of memory for the model request");
     int tr = al_model_body_tools(b, AL_API_OPENAI, tools, err);

@@ -98,7 +98,7 @@ static void credit_over(struct al_msg *m)
 {
     m->u.credit.bytes = AL_WINDOW_MAX + 1;
 }
-static void stream_4(struct al_msg *m)
+static void stream_over(struct al_msg *m)
 {
     m->u.data.stream = AL_STREAM_COUNT;
 }
@@ -174,7 +174,7 @@ int main(int argc, char **argv)
     emit_raw("bad-file-put-mode", "file-put", mode_high);
     emit_raw("bad-shutdown-2", "shutdown-reboot", shutdown_2);
     emit_raw("bad-credit-over-window", "credit-stdout", credit_over);
-    emit_raw("bad-data-stream-4", "data-stdout", stream_4);
+    emit_raw("bad-data-stream-5", "data-stdout", stream_over);
     emit_raw("bad-data-unknown-flag", "data-stdout", flag_unknown);
     emit_raw("bad-ping-eof-flag", "ping", flag_eof);
     emit_raw("bad-type-0", "ping", type_0);

@@ -58,6 +58,21 @@ void capture_add_result(cJSON *out, const al_exec_result *res)
     cJSON_AddNumberToObject(out, "value", res->value);
     cJSON_AddBoolToObject(out, "waited_input", res->waited_input);
     cJSON_AddBoolToObject(out, "timed_out", res->timed_out);
+    if (res->results.have_count)
+        cJSON_AddNumberToObject(out, "execution_count", res->results.execution_count);
+    cJSON_AddBoolToObject(out, "raised", res->results.error);
+}
+
+int capture_result(void *ctx, const al_result *r)
+{
+    cJSON *list = ctx;
+    char *text = al_result_json(r);
+    cJSON *o = text ? cJSON_Parse(text) : NULL;
+    free(text);
+    if (!o)
+        return -ENOMEM;
+    cJSON_AddItemToArray(list, o);
+    return 0;
 }
 
 void capture_add_output(cJSON *out, struct capture *c)

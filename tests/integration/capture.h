@@ -30,6 +30,8 @@ const char *json_str(const cJSON *o, const char *key);
 double json_num(const cJSON *o, const char *key);
 /* Adds how, value, waited_input and timed_out of a finished run to an answer. */
 void capture_add_result(cJSON *out, const al_exec_result *res);
+/* al_exec_opts.result with result_ctx a cJSON array: appends al_result_json's object. */
+int capture_result(void *ctx, const al_result *r);
 /* Adds "stdout" and "stderr" ("" when nothing came) to an answer, and frees c. */
 void capture_add_output(cJSON *out, struct capture *c);
 

@@ -6,7 +6,10 @@
  *
  * Requests: {"op": "exec", "lang", "code", "kernel", "stdin" (absent: none), "input_wait_ms",
  * "interrupt_on_wait", "timeout_ms", "sigint_after_ms" (send SIGINT that long after the start)}
- * answered {"r", "how", "value", "stdout", "stderr", "waited_input", "timed_out", "ms"};
+ * answered {"r", "how", "value", "stdout", "stderr", "waited_input", "timed_out", "ms",
+ * "results" (al_result_json's objects, in order), "execution_count", "raised"}; "env" (a list
+ * of KEY=VALUE) is the run's environment, "context" its kernel context; {"op": "stop", "lang",
+ * "context"} answered {"r"}; {"op": "list"} answered {"r", "list"};
  * {"op": "get", "guest", "host"} answered {"r"}. On failure an answer also has "error". */
 #include "airlock.h"
 #include "capture.h"
@@ -57,13 +60,27 @@ static cJSON *do_exec(al_session *s, const cJSON *req)
     const char *in = json_str(req, "stdin");
     const char *argv[] = {code ? code : "", NULL};
     struct capture cap = {{NULL}, {0}};
+    cJSON *results = cJSON_CreateArray();
+    const cJSON *envj = cJSON_GetObjectItemCaseSensitive(req, "env");
+    const char *env[129] = {NULL};
+    int nenv = 0;
+    const cJSON *e;
+    cJSON_ArrayForEach(e, envj)
+    {
+        if (cJSON_IsString(e) && nenv < 128)
+            env[nenv++] = e->valuestring;
+    }
     al_exec_opts o = {.argv = argv,
                       .lang = lang,
                       .stdin_fd = -1,
                       .stdout_fd = -1,
                       .stderr_fd = -1,
                       .output = capture_output,
-                      .output_ctx = &cap};
+                      .output_ctx = &cap,
+                      .result = capture_result,
+                      .result_ctx = results,
+                      .env = nenv ? env : NULL,
+                      .context = json_str(req, "context")};
     o.kernel = cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(req, "kernel"));
     o.interrupt_on_wait = cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(req, "interrupt_on_wait"));
     o.input_wait_ms = num(req, "input_wait_ms");
@@ -96,6 +113,22 @@ static cJSON *do_exec(al_session *s, const cJSON *req)
         capture_add_result(ans, &res);
     }
     capture_add_output(ans, &cap);
+    cJSON_AddItemToObject(ans, "results", results);
+    return ans;
+}
+
+static cJSON *do_kernel_op(al_session *s, const cJSON *req, bool list)
+{
+    cJSON *ans = cJSON_CreateObject();
+    al_error err = {0};
+    char buf[4096];
+    int r = list ? al_kernel_list(s, buf, sizeof(buf), &err)
+                 : al_kernel_stop(s, json_str(req, "lang"), json_str(req, "context"), &err);
+    cJSON_AddNumberToObject(ans, "r", r);
+    if (r < 0)
+        cJSON_AddStringToObject(ans, "error", err.msg);
+    else if (list)
+        cJSON_AddStringToObject(ans, "list", buf);
     return ans;
 }
 
@@ -140,8 +173,11 @@ int main(int argc, char **argv)
         cJSON *ans = !op                   ? cJSON_CreateObject()
                      : !strcmp(op, "exec") ? do_exec(s, req)
                      : !strcmp(op, "get")  ? do_get(s, req)
+                     : !strcmp(op, "stop") ? do_kernel_op(s, req, false)
+                     : !strcmp(op, "list") ? do_kernel_op(s, req, true)
                                            : cJSON_CreateObject();
-        if (!op || (strcmp(op, "exec") && strcmp(op, "get")))
+        if (!op ||
+            (strcmp(op, "exec") && strcmp(op, "get") && strcmp(op, "stop") && strcmp(op, "list")))
             cJSON_AddStringToObject(ans, "error", "unknown request");
         char *text = cJSON_PrintUnformatted(ans);
         printf("%s\n", text);

@@ -2,7 +2,9 @@
 """The model loop end to end: the real airlock binary, real VMs (the tiny image) through libvirt,
 and a fake model server (tests/fakemodel) that speaks the OpenAI and Anthropic wire formats,
 replays a script and records every request it gets."""
+import base64
 import json
+import struct
 import os
 import pty
 import select
@@ -511,30 +513,57 @@ class ChatTest(unittest.TestCase):
         self.assertEqual(b1["model"], "flag-model")
 
     def test_debian_kernels_keep_state_and_figures_come_back(self):
-        fig = ("import matplotlib\nmatplotlib.use('Agg')\nimport matplotlib.pyplot as plt\n"
+        # A figure is an image/png result: saved to the outputs directory, named in the tool
+        # result, and with --vision sent to the model as an image, scaled to 1024 px a side.
+        fig = ("import matplotlib.pyplot as plt\nplt.figure(figsize=(24, 12), dpi=100)\n"
                "plt.plot([1, 2, 3], [x, x + 1, x + 2])\nplt.show()")
         fm = self.fake([
             {"tool_calls": [execute("x = 41", lang="python")]},
-            {"tool_calls": [execute("print(x + 1)", lang="python")]},
+            {"tool_calls": [execute("x + 1", lang="python")]},
             {"tool_calls": [execute(fig, lang="python")]},
             {"tool_calls": [execute("cd /tmp && export V=7", lang="shell")]},
             {"tool_calls": [execute("echo $PWD $V", lang="shell")]},
+            {"tool_calls": [execute("def f():\n    return 1 / 0\nf()", lang="python")]},
             {"text": "done"},
         ])
-        args = [a if a != "tiny" else "debian" for a in fm.args()]
-        r = self.run_airlock(fm, ["run", "-y"] + args + ["t"], timeout=600)
+        args = [a if a != "tiny" else "debian" for a in fm.args("--vision")]
+        r = self.run_airlock(fm, ["run", "-y", "--json"] + args + ["t"], timeout=600)
         self.assertEqual(r.returncode, 0, r.stderr)
         reqs = fm.requests()
         enum = reqs[0]["body"]["tools"][0]["function"]["parameters"]["properties"]["language"]["enum"]
         self.assertEqual(sorted(enum), ["javascript", "python", "shell"])
         self.assertIn("42", tool_results(reqs[2])[-1]["content"])
-        self.assertIn("/tmp/airlock-outputs/figure-1.png", tool_results(reqs[3])[-1]["content"])
-        self.assertIn("/tmp 7", tool_results(reqs[5])[-1]["content"])
         outs = os.path.join(fm.env["XDG_DATA_HOME"], "airlock", "outputs")
         pngs = os.listdir(outs)
         self.assertEqual(len(pngs), 1)
+        content = tool_results(reqs[3])[-1]["content"]
+        self.assertIn("[image/png 2400x1200 saved: %s" % os.path.join(outs, pngs[0]), content)
+        self.assertIn("attached as an image, 1024x512", content)
         with open(os.path.join(outs, pngs[0]), "rb") as f:
-            self.assertEqual(f.read(8), b"\x89PNG\r\n\x1a\n")
+            self.assertEqual(f.read(24)[16:24], struct.pack(">II", 2400, 1200))
+        # The image follows the tool result as a user message with a data URL, scaled down.
+        msgs = reqs[3]["body"]["messages"]
+        self.assertEqual(msgs[-1]["role"], "user", msgs[-1])
+        urls = [p["image_url"]["url"] for p in msgs[-1]["content"] if p["type"] == "image_url"]
+        self.assertEqual(len(urls), 1)
+        self.assertTrue(urls[0].startswith("data:image/png;base64,"))
+        sent = base64.b64decode(urls[0].split(",", 1)[1])
+        self.assertEqual(sent[:8], b"\x89PNG\r\n\x1a\n")
+        self.assertEqual(struct.unpack(">II", sent[16:24]), (1024, 512))
+        # Not again in the next request's new messages: only that run's result carries it.
+        self.assertEqual(sum(1 for m in reqs[4]["body"]["messages"]
+                             if isinstance(m.get("content"), list)), 1)
+        self.assertIn("/tmp 7", tool_results(reqs[5])[-1]["content"])
+        # An exception: "name: value" and the traceback's end, for the model.
+        self.assertIn("[error] ZeroDivisionError: division by zero\n",
+                      tool_results(reqs[6])[-1]["content"])
+        self.assertIn("return 1 / 0", tool_results(reqs[6])[-1]["content"])
+        # run --json carries the structured results.
+        events = [json.loads(l) for l in r.stdout.splitlines() if l.strip()]
+        results = [e["content"] for e in events if e["type"] == "result"]
+        self.assertIn({"type": "result", "kind": "value", "data": {"text/plain": "42"}},
+                      [{k: v for k, v in x.items() if k != "execution_count"} for x in results])
+        self.assertIn("ZeroDivisionError", [x.get("name") for x in results])
 
     def test_figures_are_bounded_and_checked(self):
         # What a run leaves in the figures directory comes out only as a real image of its
@@ -642,6 +671,44 @@ class ChatTest(unittest.TestCase):
         self.assertEqual(sorted(enum), ["javascript", "python", "shell"])
         self.assertIn("42", tool_results(reqs[2])[-1]["content"])
         self.assertIn("/tmp 7", tool_results(reqs[4])[-1]["content"])
+
+    def test_debian_image_results_shown_inline_on_kitty(self):
+        # On a terminal that says it is kitty, a PNG result is shown inline (the graphics
+        # protocol, base64 only) before the line that names where it was saved.
+        png = ("iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mP8z8DwHwAFBQIAX8jx0gAAAABJRU"
+               "5ErkJggg==")
+        code = ("import base64\nfrom IPython.display import Image\n"
+                "display(Image(data=base64.b64decode('%s')))" % png)
+        fm = self.fake([{"tool_calls": [execute(code, lang="python")]}, {"text": "done"}])
+        env = dict(os.environ)
+        env.update(fm.env)
+        env["AIRLOCK_IMAGE_DIR"] = altest.IMAGE_DIR
+        env.update(TERM="xterm-kitty", KITTY_WINDOW_ID="1")
+        env.pop("TMUX", None)
+        args = [a if a != "tiny" else "debian" for a in fm.args()]
+        pid, fd = pty.fork()
+        if pid == 0:
+            os.execve(altest.AIRLOCK, [altest.AIRLOCK, "run", "-y"] + args + ["t"], env)
+        out, status = b"", None
+        try:
+            end = time.time() + 300
+            while time.time() < end:
+                if select.select([fd], [], [], 1)[0]:
+                    try:
+                        b = os.read(fd, 65536)
+                    except OSError:
+                        break
+                    if not b:
+                        break
+                    out += b
+            _, status = os.waitpid(pid, 0)
+        finally:
+            altest.reap_pty(pid, fd)
+        self.assertEqual(os.waitstatus_to_exitcode(status), 0, out[-2000:])
+        shown = out.find(b"\x1b_Gf=100,a=T,m=0;" + png.encode() + b"\x1b\\")
+        saved = out.find(b"[image/png 1x1 saved: ")
+        self.assertGreaterEqual(shown, 0, out[-2000:])
+        self.assertGreater(saved, shown, out[-2000:])
 
     def test_ctrl_c_interrupts_the_guest_and_returns_to_the_prompt(self):
         fm = self.fake([

@@ -18,7 +18,7 @@ class CliTest(unittest.TestCase):
     def test_version(self):
         r = altest.run(["--version"])
         self.assertEqual(r.returncode, 0)
-        self.assertRegex(r.stdout, rb"^airlock \d+\.\d+\.\d+ \(protocol 2\)\n$")
+        self.assertRegex(r.stdout, rb"^airlock \d+\.\d+\.\d+ \(protocol 3\)\n$")
 
     def test_unknown_command(self):
         r = altest.run(["frobnicate"])
@@ -28,7 +28,7 @@ class CliTest(unittest.TestCase):
     def test_image_ls(self):
         r = altest.run(["image", "ls"])
         self.assertEqual(r.returncode, 0, r.stderr)
-        self.assertRegex(r.stdout, rb"\ntiny +2 +virtio +sh ")
+        self.assertRegex(r.stdout, rb"\ntiny +3 +virtio +sh ")
 
     def test_image_ls_reports_a_broken_image(self):
         store = altest.Store()

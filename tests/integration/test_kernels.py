@@ -6,7 +6,10 @@ program waiting for input detected and interrupted, a timeout that lands in the 
 work (python and javascript), a plot file that comes back; shell cwd and status; node state. Plus the CLI's --kernel and --input-wait. One boot for the driver, one for
 the CLI. Usage: test_kernels.py DRIVER [unittest args].
 """
+import base64
+import json
 import os
+import struct
 import subprocess
 import sys
 import tempfile
@@ -43,6 +46,13 @@ class KernelTest(unittest.TestCase):
     def ok(self, r, value=0):
         self.assertEqual((r["how"], r["value"]), (0, value), r)
 
+    def value(self, r):
+        """The text/plain of the run's value (its execute_result), or None."""
+        vals = [x["data"].get("text/plain") for x in r["results"]
+                if x["type"] == "result" and x["kind"] == "value"]
+        self.assertLessEqual(len(vals), 1, r)
+        return vals[0] if vals else None
+
     def test_announced(self):
         for k in ("kernel:python", "kernel:shell", "kernel:javascript"):
             self.assertIn(k, self.d.hello["languages"].split())
@@ -52,12 +62,17 @@ class KernelTest(unittest.TestCase):
         self.ok(d.run("python", "import math\nx = 41\ndef twice(v):\n    return 2 * v\n"))
         r = d.run("python", "x + 1")
         self.ok(r)
-        self.assertEqual(r["stdout"], "42\n")
+        self.assertEqual((r["stdout"], self.value(r)), ("", "42"))
         # A traceback, then the kernel lives on.
         r = d.run("python", "print(twice(x))\n1 / 0")
         self.ok(r, 1)
         self.assertEqual(r["stdout"], "82\n")
         self.assertIn("ZeroDivisionError", r["stderr"])
+        # ...and as a structured error, with no result.
+        self.assertTrue(r["raised"], r)
+        self.assertEqual([(x["type"], x["name"], x["value"]) for x in r["results"]],
+                         [("error", "ZeroDivisionError", "division by zero")])
+        self.assertIn("1 / 0", r["results"][0]["traceback"])
         self.assertNotIn("python.py", r["stderr"])
         # An interrupt during a busy loop keeps the kernel and its variables.
         r = d.run("python", "x = 5\nwhile True: pass", sigint_after_ms=1500)
@@ -66,12 +81,12 @@ class KernelTest(unittest.TestCase):
         r = d.run("python", "print(x, math.pi > 3)")
         self.ok(r)
         self.assertEqual(r["stdout"], "5 True\n")
-        # A timeout that comes while the driver itself works (compiling 8000 statements takes
-        # it about 1 s under emulation, within the 2 s before a kernel that ignores the
-        # interrupt is killed) never interrupts the driver: the block stops before its first
+        # A timeout that comes while the driver itself works (IPython transforming and parsing
+        # 2000 statements takes about 1 s under emulation, within the 2 s before a kernel that
+        # ignores the interrupt is killed) never interrupts the driver: the block stops before its first
         # statement, and the kernel and its variables survive. The timeout leaves the driver
         # time to take the request: an interrupt before that belongs to the run before.
-        big = "y=1\n" * 8000 + "while True: pass\n"
+        big = "y=1\n" * 2000 + "while True: pass\n"
         r = d.call("exec", lang="python", code=big, kernel=True, timeout_ms=250)
         self.assertEqual(r["r"], 0, r)
         self.assertEqual((r["how"], r["value"], r["timed_out"]), (0, 130, True), r)
@@ -97,19 +112,97 @@ class KernelTest(unittest.TestCase):
         self.ok(r)
         self.assertFalse(r["waited_input"], r)
 
-    def test_python_plot(self):
-        r = self.d.run("python", "import matplotlib.pyplot as plt\n"
-                       "plt.plot([1, 3, 2])\nplt.title('airlock')\nplt.show()")
+    def test_python_notebook(self):
+        # IPython in the guest: rich results in order, figures as PNG results, magics and shell
+        # escapes, the run's own env, and bad results that leave the kernel alive.
+        d = self.d
+        r = d.run("python", "import pandas as pd\n"
+                  "display(pd.DataFrame({'a': [1, 2]}))\nprint('mid')\ndisplay('two')\n"
+                  "pd.DataFrame({'b': [3]})")
         self.ok(r)
-        paths = [l.split(": ", 1)[1] for l in r["stdout"].splitlines()
-                 if l.startswith("[airlock] figure saved: ")]
-        self.assertEqual(len(paths), 1, r)
-        with tempfile.TemporaryDirectory() as tmp:
-            host = os.path.join(tmp, "figure.png")
-            g = self.d.call("get", guest=paths[0], host=host)
-            self.assertEqual(g["r"], 0, g)
-            with open(host, "rb") as f:
-                self.assertEqual(f.read(8), b"\x89PNG\r\n\x1a\n")
+        res = r["results"]
+        self.assertEqual([(x["type"], x.get("kind")) for x in res],
+                         [("result", "display"), ("result", "display"), ("result", "value")], r)
+        self.assertIn("<table", res[0]["data"]["text/html"])
+        self.assertIn("a", res[0]["data"]["text/plain"])
+        self.assertEqual(res[1]["data"], {"text/plain": "'two'"})
+        self.assertIn("<table", res[2]["data"]["text/html"])
+        self.assertEqual(res[2]["execution_count"], r["execution_count"])
+        self.assertEqual(r["stdout"], "mid\n")
+        # A figure: an image/png result of the size asked for, no file needed.
+        r = d.run("python", "import matplotlib.pyplot as plt\n"
+                  "plt.figure(figsize=(4, 3), dpi=50)\nplt.plot([1, 3, 2])\nplt.show()")
+        self.ok(r)
+        pngs = [x for x in r["results"] if "image/png" in x.get("data", {})]
+        self.assertEqual(len(pngs), 1, r)
+        png = base64.b64decode(pngs[0]["data"]["image/png"])
+        self.assertEqual(png[:8], b"\x89PNG\r\n\x1a\n")
+        self.assertEqual(struct.unpack(">II", png[16:24]), (200, 150))
+        self.assertEqual((pngs[0]["width"], pngs[0]["height"]), (200, 150))
+        # Top-level await, shell escapes and %cd.
+        r = d.run("python", "import asyncio\nawait asyncio.sleep(0.01)\n!pwd\n%cd /tmp\n!pwd")
+        self.ok(r)
+        self.assertEqual(r["stdout"].splitlines()[-2:], ["/tmp", "/tmp"], r)
+        self.assertNotEqual(r["stdout"].splitlines()[0], "/tmp", r)
+        # The run's environment reaches the run (and its commands) only, in each language.
+        r = d.run("python", "import os\n!echo $ONLY\nos.environ['ONLY']", env=["ONLY=here"])
+        self.assertEqual((r["stdout"], self.value(r)), ("here\n", "'here'"), r)
+        r = d.run("python", "os.environ.get('ONLY', 'gone')")
+        self.assertEqual(self.value(r), "'gone'", r)
+        r = d.run("shell", "echo ${ONLY:-gone}", env=["ONLY=here"])
+        self.assertEqual(r["stdout"], "here\n", r)
+        r = d.run("shell", "echo ${ONLY:-gone}")
+        self.assertEqual(r["stdout"], "gone\n", r)
+        r = d.run("javascript", "process.env.ONLY", env=["ONLY=here"])
+        self.assertEqual(self.value(r), "'here'", r)
+        r = d.run("javascript", "process.env.ONLY || 'gone'")
+        self.assertEqual(self.value(r), "'gone'", r)
+        # A 50 MiB result is refused by the host with a clear reason; the kernel lives on.
+        r = d.run("python", "class Big:\n    def _repr_html_(self):\n"
+                  "        return 'x' * (50 << 20)\nBig()")
+        self.ok(r)
+        self.assertEqual([x["type"] for x in r["results"]], ["refused"], r)
+        self.assertIn("over the limit of 16 MiB", r["results"][0]["why"])
+        self.assertEqual(self.value(d.run("python", "x * 2")), "10")
+        # A repr that raises: reported, no value, the kernel lives on.
+        r = d.run("python", "class Bad:\n    def __repr__(self):\n        raise OSError('no')\n"
+                  "Bad()")
+        self.assertIn("OSError", r["stderr"])
+        self.assertIsNone(self.value(r), r)
+        # A repr that never returns: the run's timeout interrupts it; the kernel lives on.
+        r = d.call("exec", lang="python", code="class Slow:\n    def __repr__(self):\n"
+                   "        while True: pass\nSlow()", kernel=True, timeout_ms=3000)
+        self.assertEqual((r["r"], r["timed_out"], r["value"]), (0, True, 130), r)
+        # Binary garbage on stdout comes through as bytes; the kernel lives on.
+        r = d.run("python", "import sys\nsys.stdout.buffer.write(bytes(range(256)))\n"
+                  "sys.stdout.flush()\n7")
+        self.ok(r)
+        self.assertEqual(self.value(r), "7", r)
+        self.assertEqual(self.value(d.run("python", "x + 1")), "6")
+
+    def test_contexts(self):
+        # Contexts of a language are kernels of their own: state and cwd not shared; listed;
+        # stopped (restart and remove) one at a time.
+        d = self.d
+        d.run("python", "v = 'one'\nimport os\nos.chdir('/tmp')", context="one")
+        d.run("python", "v = 'two'", context="two")
+        self.assertEqual(self.value(d.run("python", "v, os.getcwd()", context="one")),
+                         "('one', '/tmp')")
+        self.assertEqual(self.value(d.run("python", "import os\nv, os.getcwd() == '/tmp'",
+                                          context="two")), "('two', False)")
+        self.assertNotIn("'one'", str(self.value(d.run("python", "globals().get('v')"))))
+        l = d.call("list")
+        self.assertEqual(l["r"], l["list"].count("\n"), l)
+        self.assertIn("python one running\n", l["list"])
+        self.assertIn("python two running\n", l["list"])
+        self.assertEqual(d.call("stop", lang="python", context="one")["r"], 0)
+        self.assertNotIn("python one", d.call("list")["list"])
+        r = d.call("exec", lang="python", code="v", kernel=True, context="one", timeout_ms=120000)
+        self.assertEqual((r["how"], r["value"]), (0, 1), r)
+        self.assertIn("NameError", r["stderr"])
+        self.assertEqual(self.value(d.run("python", "v", context="two")), "'two'")
+        self.assertEqual(d.call("stop", lang="python", context="two")["r"], 0)
+        self.assertEqual(d.call("stop", lang="python", context="one")["r"], 0)
 
     def test_shell(self):
         d = self.d
@@ -134,15 +227,16 @@ class KernelTest(unittest.TestCase):
         self.ok(d.run("javascript", "var a = 3; let b = 4; function f() { return a * b; }"))
         r = d.run("javascript", "f() + b")
         self.ok(r)
-        self.assertEqual(r["stdout"], "16\n")
+        self.assertEqual(self.value(r), "16")
         r = d.run("javascript", "null.x")
         self.ok(r, 1)
         self.assertIn("TypeError", r["stderr"])
+        self.assertEqual([(x["type"], x["name"]) for x in r["results"]], [("error", "TypeError")])
         r = d.run("javascript", "a = 9; while (true) {}", sigint_after_ms=2000)
         self.ok(r, 130)
         r = d.run("javascript", "a")
         self.ok(r)
-        self.assertEqual(r["stdout"], "9\n")
+        self.assertEqual(self.value(r), "9")
         # A timeout while the driver reads and compiles a big block (about 0.4 s under
         # emulation), before node's own SIGINT watch is armed: held, it stops the block before
         # it starts; the kernel lives on.
@@ -152,7 +246,7 @@ class KernelTest(unittest.TestCase):
         self.assertEqual((r["how"], r["value"], r["timed_out"]), (0, 130, True), r)
         r = d.run("javascript", "a")
         self.ok(r)
-        self.assertEqual(r["stdout"], "9\n")
+        self.assertEqual(self.value(r), "9")
 
     def test_notebook_cells(self):
         # Blocks are taken as notebook cells: an indented python block runs dedented; node 18's
@@ -163,16 +257,16 @@ class KernelTest(unittest.TestCase):
         self.assertEqual(r["stdout"], "2\n")
         r = d.run("javascript", "await Promise.resolve(1)")
         self.ok(r)
-        self.assertEqual(r["stdout"], "1\n")
+        self.assertEqual(self.value(r), "1")
         r = d.run("javascript", "import { readFileSync } from 'fs'\nimport os from 'os'\n"
                   "const k = await new Promise(r => setTimeout(() => r(os.platform()), 10));\n"
                   "readFileSync('/proc/version', 'utf8').startsWith('Linux') && k")
         self.ok(r)
-        self.assertEqual(r["stdout"], "'linux'\n")
+        self.assertEqual(self.value(r), "'linux'")
         self.ok(d.run("javascript", "let n = 1; const k = 2;"))
         r = d.run("javascript", "let n = 3; const k = n + 1; [n, k]")
         self.ok(r)
-        self.assertEqual(r["stdout"], "[ 3, 4 ]\n")
+        self.assertEqual(self.value(r), "[ 3, 4 ]")
 
 
 @unittest.skipUnless(HAVE_IMAGE, "the debian image is not built")
@@ -180,14 +274,25 @@ class CliTest(unittest.TestCase):
     def test_kernel_and_input_wait(self):
         # stdin stays open and empty: the program waits, is reported and interrupted.
         with altest.popen(["-q", "exec", "--image", IMAGE, "--lang", "python", "--kernel",
-                           "--input-wait", "2", "-c", "print(6 * 7)\ninput()"],
+                           "--json", "--input-wait", "2", "-c",
+                           "print(6 * 7)\ndisplay(6)\ninput()"],
                           stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                           stderr=subprocess.PIPE) as p:
             # Not communicate(): that would close stdin, and input() would see EOF.
             out, err = p.stdout.read(), p.stderr.read()
             p.stdin.close()
             self.assertEqual(p.wait(timeout=altest.HANG_GUARD_S), 130, err)
-        self.assertEqual(out, b"42\n")
+        # --json: one object per event, in order.
+        events = [json.loads(l) for l in out.splitlines()]
+        self.assertEqual("".join(e["text"] for e in events if e["type"] == "stdout"), "42\n")
+        self.assertIn("KeyboardInterrupt",
+                      "".join(e["text"] for e in events if e["type"] == "stderr"))
+        events = [e for e in events if e["type"] not in ("stdout", "stderr")]
+        self.assertEqual([e["type"] for e in events], ["result", "error", "end"], out)
+        self.assertEqual(events[0]["data"], {"text/plain": "6"})
+        self.assertEqual(events[1]["name"], "KeyboardInterrupt")
+        self.assertEqual((events[2]["status"], events[2]["waited_input"], events[2]["error"]),
+                         (130, True, True), events[2])
         self.assertIn(b"waited for input", err)
 
 

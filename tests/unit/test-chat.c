@@ -1,7 +1,12 @@
 /* Tests of the loop's pure parts (orchestrator/chat/): output truncation at, below and above its
  * limit, the fenced-code convention, context-window trimming, the system prompt, profiles and
- * saved conversations. TAP output. */
+ * saved conversations; images for a vision model (scaled with libpng) and how each API's
+ * request carries them. TAP output. */
 #include "chat.h"
+#include "model/model-internal.h"
+
+#include <openssl/evp.h>
+#include <png.h>
 
 #include <errno.h>
 #include <fcntl.h>
@@ -380,6 +385,121 @@ static void test_figures(const char *tmp)
        "the newest is kept even over the bounds");
 }
 
+/* A w x h RGBA PNG of a gradient, malloc'd. */
+static uint8_t *make_png(unsigned w, unsigned h, size_t *len)
+{
+    uint8_t *px = malloc((size_t)w * h * 4);
+    for (size_t i = 0; px && i < (size_t)w * h * 4; i++)
+        px[i] = (uint8_t)(i * 7);
+    png_image img;
+    memset(&img, 0, sizeof(img));
+    img.version = PNG_IMAGE_VERSION;
+    img.width = w;
+    img.height = h;
+    img.format = PNG_FORMAT_RGBA;
+    png_alloc_size_t n = 0;
+    uint8_t *out = NULL;
+    if (px && png_image_write_to_memory(&img, NULL, &n, 0, px, 0, NULL) && (out = malloc(n)) &&
+        !png_image_write_to_memory(&img, out, &n, 0, px, 0, NULL)) {
+        free(out);
+        out = NULL;
+    }
+    free(px);
+    *len = n;
+    return out;
+}
+
+/* The width and height in a base64 PNG's IHDR. */
+static bool b64_png_size(const char *b64, unsigned *w, unsigned *h)
+{
+    size_t n = strlen(b64);
+    uint8_t *raw = malloc(n);
+    int got = raw ? EVP_DecodeBlock(raw, (const unsigned char *)b64, (int)n) : -1;
+    bool ok = got >= 24 && !memcmp(raw, "\x89PNG", 4);
+    if (ok) {
+        *w = (unsigned)raw[16] << 24 | (unsigned)raw[17] << 16 | (unsigned)raw[18] << 8 | raw[19];
+        *h = (unsigned)raw[20] << 24 | (unsigned)raw[21] << 16 | (unsigned)raw[22] << 8 | raw[23];
+    }
+    free(raw);
+    return ok;
+}
+
+static void test_vision(void)
+{
+    ok(al_vision_model("gpt-4o-mini") && al_vision_model("gpt-4.1") &&
+           al_vision_model("claude-sonnet-4-5") && !al_vision_model("gpt-3.5-turbo") &&
+           !al_vision_model("llama3") && !al_vision_model(NULL),
+       "vision by default for gpt-4o*, gpt-4.1*, claude-* only");
+    size_t len;
+    uint8_t *small = make_png(40, 30, &len), *big;
+    char *b64 = NULL;
+    unsigned w = 0, h = 0;
+    al_error err = {0};
+    ok(small && al_vision_png(small, len, &b64, &w, &h, &err) == 0 && w == 40 && h == 30,
+       "a small PNG goes as it is");
+    free(b64);
+    b64 = NULL;
+    free(small);
+    big = make_png(3000, 200, &len);
+    unsigned bw = 0, bh = 0;
+    ok(big && al_vision_png(big, len, &b64, &w, &h, &err) == 0 && w == AL_VISION_SIDE_MAX &&
+           h == 68 && b64_png_size(b64, &bw, &bh) && bw == w && bh == h,
+       "a 3000x200 PNG is scaled to %ux68 (got %ux%u, sent %ux%u)", AL_VISION_SIDE_MAX, w, h, bw,
+       bh);
+    free(big);
+    ok(al_vision_png((const uint8_t *)"GIF89a not a png at all", 23, &b64, &w, &h, &err) == -EINVAL,
+       "bytes that are not a PNG are refused");
+
+    /* The requests: OpenAI gets the image as a data URL in a user message after the tool
+     * results; Anthropic as an image block inside the tool result. */
+    cJSON *msgs = cJSON_Parse("[{\"role\":\"user\",\"content\":\"plot\"},"
+                              "{\"role\":\"assistant\",\"content\":\"\",\"tool_calls\":"
+                              "[{\"id\":\"c1\",\"name\":\"execute\",\"arguments\":{}}]},"
+                              "{\"role\":\"tool\",\"tool_call_id\":\"c1\",\"content\":\"ok\"}]");
+    cJSON *img = cJSON_CreateObject();
+    cJSON_AddStringToObject(img, "media_type", "image/png");
+    cJSON_AddStringToObject(img, "data", b64);
+    cJSON *imgs = cJSON_CreateArray();
+    cJSON_AddItemToArray(imgs, img);
+    cJSON_AddItemToObject(cJSON_GetArrayItem(msgs, 2), "images", imgs);
+    al_model_cfg cfg = {.model = "m"};
+    char *body = NULL;
+    cJSON *b = NULL;
+    bool okay = al_openai_body(&cfg, msgs, NULL, &body, &err) == 0 && (b = cJSON_Parse(body));
+    cJSON *om = b ? cJSON_GetObjectItem(b, "messages") : NULL;
+    cJSON *last = cJSON_GetArrayItem(om, cJSON_GetArraySize(om) - 1);
+    cJSON *part = cJSON_GetArrayItem(cJSON_GetObjectItem(last, "content"), 1);
+    const char *url =
+        cJSON_GetStringValue(cJSON_GetObjectItem(cJSON_GetObjectItem(part, "image_url"), "url"));
+    ok(okay && cJSON_GetArraySize(om) == 4 &&
+           !strcmp(cJSON_GetStringValue(cJSON_GetObjectItem(last, "role")), "user") && url &&
+           !strncmp(url, "data:image/png;base64,", 22) && !strcmp(url + 22, b64),
+       "OpenAI: the image follows the tool result as a user message with a data URL");
+    free(body);
+    cJSON_Delete(b);
+    body = NULL;
+    b = NULL;
+    okay = al_anthropic_body(&cfg, msgs, NULL, &body, &err) == 0 && (b = cJSON_Parse(body));
+    om = b ? cJSON_GetObjectItem(b, "messages") : NULL;
+    last = cJSON_GetArrayItem(om, cJSON_GetArraySize(om) - 1);
+    cJSON *tr = cJSON_GetArrayItem(cJSON_GetObjectItem(last, "content"), 0);
+    cJSON *blk = cJSON_GetArrayItem(cJSON_GetObjectItem(tr, "content"), 1);
+    cJSON *src = cJSON_GetObjectItem(blk, "source");
+    ok(okay && !strcmp(cJSON_GetStringValue(cJSON_GetObjectItem(tr, "type")), "tool_result") &&
+           !strcmp(cJSON_GetStringValue(cJSON_GetObjectItem(blk, "type")), "image") &&
+           !strcmp(cJSON_GetStringValue(cJSON_GetObjectItem(src, "type")), "base64") &&
+           !strcmp(cJSON_GetStringValue(cJSON_GetObjectItem(src, "data")), b64),
+       "Anthropic: the image is an image block inside the tool result");
+    free(body);
+    cJSON_Delete(b);
+    unsigned est = al_chat_estimate(cJSON_GetArrayItem(msgs, 2));
+    ok(strlen(b64) / 4 > 1000 && est > 1600 && est < 1700,
+       "a message's image counts as 1600 tokens, not its %zu bytes of base64 (%u)", strlen(b64),
+       est);
+    cJSON_Delete(msgs);
+    free(b64);
+}
+
 int main(void)
 {
     char tmp[] = "/tmp/test-chat-XXXXXX";
@@ -392,6 +512,7 @@ int main(void)
     test_profile(tmp);
     test_conv(tmp);
     test_figures(tmp);
+    test_vision();
     printf("1..%u\n", count);
     char cmd[600];
     snprintf(cmd, sizeof(cmd), "rm -rf '%s'", tmp);

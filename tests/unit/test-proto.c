@@ -887,6 +887,16 @@ static void test_bounds(void)
     OK(decode_one(frame, raw_frame(frame, &bound_msg), &m, &why) == 1 &&
            m.u.exec.flags == AL_EXEC_KERNEL && m.u.exec.lang.len == 1,
        "exec with the kernel flag and a one-byte language decodes");
+    /* A kernel operation is an operation on a kernel: without the kernel flag it is refused. */
+    set_exec_flags(&bound_msg, AL_EXEC_KERNEL_OP);
+    expect_reject(frame, raw_frame(frame, &bound_msg), -EPROTO, NULL,
+                  "exec with the kernel operation flag alone");
+    OK(al_msg_encode(&bound_msg, other, sizeof(other)) == -EINVAL,
+       "encode of an exec with the kernel operation flag alone is -EINVAL");
+    set_exec_flags(&bound_msg, AL_EXEC_KERNEL | AL_EXEC_KERNEL_OP);
+    OK(decode_one(frame, raw_frame(frame, &bound_msg), &m, &why) == 1 &&
+           m.u.exec.flags == (AL_EXEC_KERNEL | AL_EXEC_KERNEL_OP),
+       "exec with the kernel and kernel operation flags decodes");
 }
 
 /* ---- outputs untouched on failure, reasons given ---- */
