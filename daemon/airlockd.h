@@ -74,6 +74,13 @@ struct ad_config {
     unsigned connection_timeout_s;
     uint64_t max_body_bytes; /* a JSON request body */
     unsigned max_connections;
+    /* the chat's model: the key is read from the environment variable model_api_key_env at
+     * start and never leaves the daemon */
+    char model_api[16]; /* "openai" or "anthropic" */
+    char model_api_base[256];
+    char model[128];
+    char model_api_key_env[64];
+    bool model_tools;
     /* The warm pool (sessions.c): pool_size sessions of pool_image restored ahead of demand;
      * 0: none. */
     char pool_image[64];                             /* "": the default image */
@@ -143,8 +150,9 @@ struct ad_session {
     int cancel_rd;
     /* under the registry lock: */
     unsigned refs;
-    bool gone;           /* out of the registry; closed when refs drop to 0 */
-    struct ad_run *runs; /* newest first */
+    bool gone;            /* out of the registry; closed when refs drop to 0 */
+    struct ad_run *runs;  /* newest first */
+    struct ad_chat *chat; /* the chat's state, made by the first chat turn (chat.c) */
     unsigned next_run;
     cJSON *net; /* {"allow": [...], "bytes_max": N}, or NULL: no network */
 };
@@ -199,6 +207,10 @@ struct ad_exec_req {
     const char *stdin_data; /* written then closed, unless stdin_open */
     bool stdin_open;
     unsigned timeout_s;
+    /* instead of argv or code: a run whose thread calls body (a chat turn), which fills the
+     * end event's object and returns its type ("done", "error") */
+    const char *(*body)(struct ad_run *r, void *ctx, cJSON *end);
+    void *body_ctx;
 };
 int ad_run_start(struct ad_session *s, const struct ad_exec_req *r, const struct ad_limits *lim,
                  cJSON **out, struct ad_fail *f);
@@ -218,8 +230,43 @@ cJSON *ad_run_wait(struct ad_run *r, unsigned timeout_ms);
 void ad_runs_cancel(struct ad_session *s);
 void ad_runs_free(struct ad_session *s);
 bool ad_runs_active(struct ad_session *s);
+/* For a body: appends an event (waiting for a reader when the buffer is full), and the
+ * output callback al_exec takes (ctx: the run). */
+int ad_run_push(struct ad_run *r, const char *type, cJSON *data);
+int ad_run_output(void *ctx, int stream, const uint8_t *data, size_t len);
+/* Cancelled (the session ends) or the daemon stopping. */
+bool ad_run_cancelled(struct ad_run *r);
 /* Set on shutdown: event streams end. */
 void ad_runs_shutdown(void);
+
+/* ---- chat (chat.c): the library's chat loop, a turn as a run ---- */
+
+struct ad_chat_req {
+    const char *message;
+    const char *model; /* NULL: the config's */
+    bool auto_run;     /* false: nothing runs (the page shows the code) */
+};
+int ad_chat_turn(struct ad_session *s, const struct ad_chat_req *q, const struct ad_limits *lim,
+                 cJSON **out, struct ad_fail *f);
+/* Undo: rolls the VM back to before the last exchange (when a checkpoint was taken) and drops
+ * it from the history. */
+int ad_chat_undo(struct ad_session *s, cJSON **out, struct ad_fail *f);
+/* Without auto_run: the answer to the code block that waits (a "confirm" event): run it (as
+ * code, when given: edited) or skip it. */
+int ad_chat_confirm(struct ad_session *s, bool run, const char *code, struct ad_fail *f);
+cJSON *ad_chat_json(struct ad_session *s);
+void ad_chat_free(struct ad_session *s);
+
+/* ---- web sessions (web.c): the page's sign-in, an HttpOnly cookie holding a token ---- */
+
+/* A new token for a valid API key (the key is kept in memory only, checked again on each
+ * request so that a revoked key ends its web sessions). */
+int ad_web_login(const char *api_key, char *token, size_t len);
+void ad_web_logout(const char *token);
+/* The API key behind a token, or NULL. Copies it into buf. */
+const char *ad_web_key(const char *token, char *buf, size_t len);
+/* The embedded page: a file by its URL path ("/", "/app.js"), or NULL. */
+const char *ad_web_file(const char *path, size_t *len, const char **type);
 
 /* ---- HTTP (http.c, routes.c) ---- */
 
@@ -231,6 +278,7 @@ enum ad_route_flags {
     AD_BODY_RAW = 1 << 1,   /* raw bytes, at most max_body_bytes, in memory (stdin) */
     AD_BODY_SPOOL = 1 << 2, /* streamed to a spool file, at most max_upload_bytes */
     AD_NO_SESSION = 1 << 3, /* no {id} to resolve */
+    AD_NO_AUTH = 1 << 4,    /* no key needed (health, sign-in) */
 };
 
 struct ad_route {

@@ -32,6 +32,8 @@ void ad_config_defaults(struct ad_config *c)
     c->max_body_bytes = 1 << 20;
     c->max_connections = 256;
     c->limits.net_bytes_max = AL_NET_BYTES_MAX_DEFAULT;
+    snprintf(c->model_api, sizeof(c->model_api), "openai");
+    c->model_tools = true;
 }
 
 static int parse_u64(const char *v, uint64_t max, uint64_t *out)
@@ -152,6 +154,23 @@ static int set(struct ad_config *c, const char *k, char *v)
         return parse_uint(v, &c->connection_timeout_s);
     if (!strcmp(k, "max_body_bytes"))
         return parse_u64(v, 64u << 20, &c->max_body_bytes);
+    if (!strcmp(k, "model_api")) {
+        if (strcmp(v, "openai") && strcmp(v, "anthropic"))
+            return -EINVAL;
+        return copy(c->model_api, sizeof(c->model_api), v);
+    }
+    if (!strcmp(k, "model_api_base"))
+        return copy(c->model_api_base, sizeof(c->model_api_base), v);
+    if (!strcmp(k, "model"))
+        return copy(c->model, sizeof(c->model), v);
+    if (!strcmp(k, "model_api_key_env"))
+        return copy(c->model_api_key_env, sizeof(c->model_api_key_env), v);
+    if (!strcmp(k, "model_tools")) {
+        if (strcmp(v, "true") && strcmp(v, "false"))
+            return -EINVAL;
+        c->model_tools = !strcmp(v, "true");
+        return 0;
+    }
     if (!strcmp(k, "max_connections"))
         return parse_uint(v, &c->max_connections);
     if (!strcmp(k, "pool_image"))

@@ -279,6 +279,24 @@ static int peer_cred(struct MHD_Connection *c, uid_t *uid, gid_t *gid)
     return 0;
 }
 
+/* A browser reaching the unix socket through a local forward (ssh -L) is signed in by nothing
+ * but its being on this machine; a page of another site whose name was made to resolve to
+ * 127.0.0.1 (DNS rebinding) would be same-origin with it. Its Host header still carries that
+ * name, so the socket takes only loopback names from a browser (one that sends Fetch Metadata,
+ * as current browsers do, or Origin); other clients may name any host. */
+static bool loopback_host(const char *h)
+{
+    if (!h)
+        return true;
+    static const char *const names[] = {"localhost", "127.0.0.1", "[::1]"};
+    for (size_t i = 0; i < sizeof(names) / sizeof(names[0]); i++) {
+        size_t n = strlen(names[i]);
+        if (!strncasecmp(h, names[i], n) && (h[n] == '\0' || h[n] == ':'))
+            return true;
+    }
+    return false;
+}
+
 /* Whether the peer is in allow_group: its primary group, or the supplementary groups of its
  * user as the group database says (SO_PEERCRED carries only the primary one). */
 static bool in_allowed_group(uid_t uid, gid_t gid)
@@ -317,12 +335,27 @@ static enum MHD_Result authenticate(struct MHD_Connection *c, struct ad_req *q, 
         if (!allowed)
             return ad_reply_error(c, q, 403, "forbidden", "uid %u may not use this socket",
                                   (unsigned)uid);
+        /* a browser's request (Fetch Metadata or Origin): see loopback_host */
+        bool browser = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Sec-Fetch-Mode") ||
+                       MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Origin");
+        if (browser && !loopback_host(MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Host")))
+            return ad_reply_error(c, q, 403, "forbidden",
+                                  "on the unix socket, Host must be localhost, 127.0.0.1 or [::1]");
         snprintf(q->owner, sizeof(q->owner), "uid:%u", (unsigned)uid);
         *ok = true;
         return MHD_YES;
     }
     const char *h = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Authorization");
+    const char *cookie = MHD_lookup_connection_value(c, MHD_COOKIE_KIND, "airlock_token");
     struct ad_key k;
+    char web_key[256];
+    if (!h && cookie && ad_web_key(cookie, web_key, sizeof(web_key)) &&
+        ad_keys_check(web_key, &k) == 0) {
+        snprintf(q->owner, sizeof(q->owner), "key:%s", k.id);
+        ad_limits_apply(&q->lim, &k.lim);
+        *ok = true;
+        return MHD_YES;
+    }
     if (!h || strncasecmp(h, "Bearer ", 7) || ad_keys_check(h + 7, &k) < 0) {
         struct MHD_Response *r;
         q->status = 401;
@@ -403,12 +436,40 @@ static enum MHD_Result first_call(struct MHD_Connection *c, struct ad_req *q, co
         memcpy(q->params, params, sizeof(params));
         break;
     }
+    if (!q->route && !strcmp(method, "GET")) {
+        size_t len;
+        const char *type;
+        const char *body = ad_web_file(url, &len, &type);
+        if (body) {
+            struct MHD_Response *r =
+                MHD_create_response_from_buffer(len, (void *)body, MHD_RESPMEM_PERSISTENT);
+            MHD_add_response_header(r, "Content-Type", type);
+            MHD_add_response_header(r, "Cache-Control", "no-cache");
+            MHD_add_response_header(r, "X-Content-Type-Options", "nosniff");
+            MHD_add_response_header(r, "X-Frame-Options", "DENY");
+            MHD_add_response_header(r, "Referrer-Policy", "no-referrer");
+            MHD_add_response_header(
+                r, "Content-Security-Policy",
+                "default-src 'none'; script-src 'self'; style-src 'self'; "
+                "img-src 'self' blob:; connect-src 'self' blob:; frame-src blob:; "
+                "base-uri 'none'; form-action 'none'; frame-ancestors 'none'");
+            return ad_reply(c, q, 200, r);
+        }
+    }
     if (!q->route)
         return path_known ? ad_reply_error(c, q, 405, "method_not_allowed",
                                            "%s is not allowed here", method)
                           : ad_reply_error(c, q, 404, "not_found", "no such route");
-    /* Health says only that the daemon answers: no key needed. */
-    if (strcmp(q->route->pattern, "/v1/health")) {
+    /* A browser's state-changing request (it carries Origin, or a cookie signs it in) must
+     * carry X-Airlock-CSRF: a header another site's page cannot add without a CORS preflight,
+     * which this daemon never allows. Clients that are not browsers send no Origin. */
+    if (strcmp(method, "GET") && strcmp(method, "HEAD") &&
+        (MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Origin") ||
+         MHD_lookup_connection_value(c, MHD_COOKIE_KIND, "airlock_token")) &&
+        !MHD_lookup_connection_value(c, MHD_HEADER_KIND, "X-Airlock-CSRF"))
+        return ad_reply_error(c, q, 403, "csrf", "a browser's request needs X-Airlock-CSRF");
+    /* Health says only that the daemon answers, sign-in takes the key: no key needed. */
+    if (!(q->route->flags & AD_NO_AUTH)) {
         bool ok;
         enum MHD_Result r = authenticate(c, q, &ok);
         if (!ok)

@@ -250,6 +250,88 @@ static enum MHD_Result run_start(struct MHD_Connection *c, struct ad_req *q)
     return ad_reply_json(c, q, 201, out);
 }
 
+/* ---- chat ---- */
+
+static enum MHD_Result chat_post(struct MHD_Connection *c, struct ad_req *q)
+{
+    struct ad_chat_req r = {.auto_run = true};
+    char why[256] = "";
+    if (get_str(q, "message", &r.message, why, sizeof(why)) < 0 ||
+        get_str(q, "model", &r.model, why, sizeof(why)) < 0 ||
+        get_bool(q, "auto_run", &r.auto_run, why, sizeof(why)) < 0)
+        return ad_reply_error(c, q, 400, "invalid", "%s", why);
+    cJSON *out;
+    struct ad_fail f;
+    if (ad_chat_turn(q->sess, &r, &q->lim, &out, &f) < 0)
+        return ad_reply_fail(c, q, &f);
+    return ad_reply_json(c, q, 201, out);
+}
+
+static enum MHD_Result chat_get(struct MHD_Connection *c, struct ad_req *q)
+{
+    return ad_reply_json(c, q, 200, ad_chat_json(q->sess));
+}
+
+static enum MHD_Result chat_confirm(struct MHD_Connection *c, struct ad_req *q)
+{
+    bool run = false;
+    const char *code = NULL;
+    char why[256] = "";
+    if (get_bool(q, "run", &run, why, sizeof(why)) < 0 ||
+        get_str(q, "code", &code, why, sizeof(why)) < 0)
+        return ad_reply_error(c, q, 400, "invalid", "%s", why);
+    struct ad_fail f;
+    if (ad_chat_confirm(q->sess, run, code, &f) < 0)
+        return ad_reply_fail(c, q, &f);
+    return ad_reply(c, q, 204, MHD_create_response_from_buffer(0, NULL, MHD_RESPMEM_PERSISTENT));
+}
+
+static enum MHD_Result chat_undo(struct MHD_Connection *c, struct ad_req *q)
+{
+    cJSON *out;
+    struct ad_fail f;
+    if (ad_chat_undo(q->sess, &out, &f) < 0)
+        return ad_reply_fail(c, q, &f);
+    return ad_reply_json(c, q, 200, out);
+}
+
+/* ---- the web page's sign-in ---- */
+
+#define COOKIE "airlock_token"
+
+static enum MHD_Result auth_login(struct MHD_Connection *c, struct ad_req *q)
+{
+    const char *key = NULL;
+    char why[256] = "", token[80];
+    if (get_str(q, "api_key", &key, why, sizeof(why)) < 0 || !key)
+        return ad_reply_error(c, q, 400, "invalid", "%s", why[0] ? why : "api_key: a string");
+    if (ad_web_login(key, token, sizeof(token)) < 0)
+        return ad_reply_error(c, q, 401, "unauthorized", "API key not valid");
+    cJSON *o = cJSON_CreateObject();
+    cJSON_AddBoolToObject(o, "signed_in", true);
+    char *text = cJSON_PrintUnformatted(o);
+    cJSON_Delete(o);
+    struct MHD_Response *r =
+        MHD_create_response_from_buffer(strlen(text), text, MHD_RESPMEM_MUST_FREE);
+    char cookie[200];
+    snprintf(cookie, sizeof(cookie), COOKIE "=%s; Path=/; HttpOnly; SameSite=Strict%s", token,
+             ad_cfg.tls_cert[0] ? "; Secure" : "");
+    MHD_add_response_header(r, "Content-Type", "application/json");
+    MHD_add_response_header(r, "Set-Cookie", cookie);
+    return ad_reply(c, q, 200, r);
+}
+
+static enum MHD_Result auth_logout(struct MHD_Connection *c, struct ad_req *q)
+{
+    const char *t = MHD_lookup_connection_value(c, MHD_COOKIE_KIND, COOKIE);
+    if (t)
+        ad_web_logout(t);
+    struct MHD_Response *r = MHD_create_response_from_buffer(0, NULL, MHD_RESPMEM_PERSISTENT);
+    MHD_add_response_header(r, "Set-Cookie",
+                            COOKIE "=; Path=/; HttpOnly; SameSite=Strict; Max-Age=0");
+    return ad_reply(c, q, 204, r);
+}
+
 static enum MHD_Result run_list(struct MHD_Connection *c, struct ad_req *q)
 {
     cJSON *o = cJSON_CreateObject(), *a = cJSON_AddArrayToObject(o, "runs");
@@ -646,7 +728,9 @@ static enum MHD_Result checkpoint_delete(struct MHD_Connection *c, struct ad_req
 
 // clang-format off
 const struct ad_route ad_routes[] = {
-    {"GET",    "/v1/health", AD_NO_SESSION, health, "the daemon answers"},
+    {"GET",    "/v1/health", AD_NO_SESSION | AD_NO_AUTH, health, "the daemon answers"},
+    {"POST",   "/v1/auth/login", AD_NO_SESSION | AD_BODY_JSON | AD_NO_AUTH, auth_login, "sign in (a cookie)"},
+    {"POST",   "/v1/auth/logout", AD_NO_SESSION | AD_NO_AUTH, auth_logout, "sign out"},
     {"GET",    "/metrics", AD_NO_SESSION, metrics, "the daemon's counters (Prometheus text)"},
     {"POST",   "/v1/sessions", AD_NO_SESSION | AD_BODY_JSON, session_create, "start a session"},
     {"GET",    "/v1/sessions", AD_NO_SESSION, session_list, "the caller's sessions"},
@@ -661,6 +745,10 @@ const struct ad_route ad_routes[] = {
     {"GET",    "/v1/sessions/{id}/runs/{run}/wait", 0, run_wait, "wait for the run's end"},
     {"POST",   "/v1/sessions/{id}/runs/{run}/stdin", AD_BODY_RAW, run_stdin, "write to the run's stdin"},
     {"POST",   "/v1/sessions/{id}/runs/{run}/signal", AD_BODY_JSON, run_signal, "signal the run"},
+    {"POST",   "/v1/sessions/{id}/chat", AD_BODY_JSON, chat_post, "a chat turn: a user message (a run)"},
+    {"GET",    "/v1/sessions/{id}/chat", 0, chat_get, "the chat's history and checkpoints"},
+    {"POST",   "/v1/sessions/{id}/chat/undo", 0, chat_undo, "undo the last exchange"},
+    {"POST",   "/v1/sessions/{id}/chat/confirm", AD_BODY_JSON, chat_confirm, "run, edit or skip the code block that waits"},
     {"PUT",    "/v1/sessions/{id}/files", AD_BODY_SPOOL, file_put, "upload a file"},
     {"GET",    "/v1/sessions/{id}/files", 0, file_get, "download a file"},
     {"DELETE", "/v1/sessions/{id}/files", 0, file_delete, "remove a file or directory"},

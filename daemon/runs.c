@@ -53,6 +53,10 @@ struct ad_run {
     uint64_t dropped;    /* output bytes dropped past give_up_ms */
     int stdin_rd;
     uint64_t started; /* unix time */
+    /* a run of something else than al_exec (a chat turn): its body, which fills the end
+     * event's object and returns the event's type */
+    const char *(*body)(struct ad_run *r, void *ctx, cJSON *end);
+    void *body_ctx;
 };
 
 static volatile bool shutting_down;
@@ -185,7 +189,20 @@ static int push(struct ad_run *r, const char *type, cJSON *data, bool wait)
     return push_ex(r, type, data, wait, NULL);
 }
 
-static int on_output(void *ctx, int stream, const uint8_t *data, size_t len)
+bool ad_run_cancelled(struct ad_run *r)
+{
+    pthread_mutex_lock(&r->mu);
+    bool c = r->cancelled || shutting_down;
+    pthread_mutex_unlock(&r->mu);
+    return c;
+}
+
+int ad_run_push(struct ad_run *r, const char *type, cJSON *data)
+{
+    return push(r, type, data, true);
+}
+
+int ad_run_output(void *ctx, int stream, const uint8_t *data, size_t len)
 {
     struct ad_run *r = ctx;
     /* base64 of at most one chunk (AL_DATA_CHUNK_MAX) */
@@ -218,6 +235,8 @@ static void drain_cancel(struct ad_session *s)
         ;
 }
 
+static void finish(struct ad_run *r, const char *type, cJSON *o);
+
 static void *run_thread(void *arg)
 {
     struct ad_run *r = arg;
@@ -232,6 +251,17 @@ static void *run_thread(void *arg)
     cJSON_AddStringToObject(st, "run", r->id);
     push(r, "start", st, false);
     cJSON_Delete(st);
+
+    if (r->body) {
+        pthread_mutex_lock(&r->mu);
+        r->running = !r->cancelled;
+        pthread_mutex_unlock(&r->mu);
+        cJSON *o = cJSON_CreateObject();
+        const char *type = r->body(r, r->body_ctx, o);
+        drain_cancel(s);
+        finish(r, type, o);
+        return NULL;
+    }
 
     if (s->policy != AL_CHECKPOINT_NEVER &&
         al_checkpoint_policy_wants(r->lang, r->lang ? r->argv[0] : NULL, s->policy)) {
@@ -266,7 +296,7 @@ static void *run_thread(void *arg)
             .stdin_fd = r->stdin_rd,
             .stdout_fd = -1,
             .stderr_fd = -1,
-            .output = on_output,
+            .output = ad_run_output,
             .output_ctx = r,
         };
         if (r->timeout_ms)
@@ -293,6 +323,13 @@ static void *run_thread(void *arg)
         cJSON_AddBoolToObject(o, "timed_out", res.timed_out);
         cJSON_AddBoolToObject(o, "interrupted", res.interrupted);
     }
+    finish(r, type, o);
+    return NULL;
+}
+
+static void finish(struct ad_run *r, const char *type, cJSON *o)
+{
+    struct ad_session *s = r->sess;
     if (r->dropped) /* output nobody read before the run's time was up */
         cJSON_AddNumberToObject(o, "output_dropped_bytes", (double)r->dropped);
     cJSON_AddStringToObject(o, "run", r->id);
@@ -316,7 +353,6 @@ static void *run_thread(void *arg)
     ad_session_touch(s);
     ad_session_put(s);
     ad_run_put(r); /* the thread's reference */
-    return NULL;
 }
 
 /* ---- starting ---- */
@@ -367,7 +403,7 @@ int ad_run_start(struct ad_session *s, const struct ad_exec_req *q, const struct
                  cJSON **out, struct ad_fail *f)
 {
     const char *why = NULL;
-    if (!!q->argv == !!q->code) {
+    if (!q->body && !!q->argv == !!q->code) {
         ad_failf(f, 400, "invalid", "give argv or code, not both");
         return -EINVAL;
     }
@@ -399,7 +435,11 @@ int ad_run_start(struct ad_session *s, const struct ad_exec_req *q, const struct
     r->stdin_wr = r->stdin_rd = -1;
     r->next_seq = 1;
     r->started = (uint64_t)time(NULL);
-    if (q->argv) {
+    r->body = q->body;
+    r->body_ctx = q->body_ctx;
+    if (q->body) {
+        /* its own */
+    } else if (q->argv) {
         r->argv = strv_from_array(q->argv, 4096, &why);
     } else {
         r->argv = calloc(2, sizeof(char *));
@@ -414,7 +454,7 @@ int ad_run_start(struct ad_session *s, const struct ad_exec_req *q, const struct
         r->cwd = strdup(q->cwd);
     unsigned t = q->timeout_s ? q->timeout_s : lim->max_exec_timeout_s;
     r->timeout_ms = t > 4000000 ? 4000000000u : t * 1000u;
-    if (why || !r->argv || (q->env && !r->env)) {
+    if (why || (!r->argv && !q->body) || (q->env && !r->env)) {
         ad_failf(f, 400, "invalid", "%s", why ? why : "bad request");
         run_free(r);
         return -EINVAL;

@@ -203,6 +203,7 @@ static void finish(struct ad_session *s, unsigned own)
     ad_log("session %s of %s ended (%llums to close)", s->id, s->owner,
            (unsigned long long)(ad_now_ms() - t0));
     ad_runs_free(s);
+    ad_chat_free(s);
     close(s->cancel_rd);
     close(s->cancel_wr);
     cJSON_Delete(s->labels);

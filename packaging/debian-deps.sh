@@ -31,6 +31,8 @@ PACKAGES=(
   python3-matplotlib python3-ipython bash nodejs
   # the check of docs/openapi.yaml against airlockd's routes
   python3-yaml
+  # airlockd's web page tested in a real browser (headless Chromium driven by Selenium)
+  chromium chromium-driver python3-selenium
   # man pages (scdoc) and the docs tests that render them (man, groff); bash completion's
   # directory (its pkg-config file)
   scdoc man-db groff-base bash-completion

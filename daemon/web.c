@@ -1,0 +1,103 @@
+/* The web page's side of the daemon: its files (embedded at build time from daemon/web, see
+ * embed.py) and its sign-in. Signing in with an API key gives a random token in an HttpOnly,
+ * SameSite=Strict cookie; the daemon keeps token -> key in memory only (a restart signs
+ * everyone out) and checks the key again on every request, so a revoked key ends its web
+ * sessions at once. */
+#include "airlockd.h"
+
+#include <errno.h>
+#include <openssl/crypto.h>
+#include <openssl/rand.h>
+#include <stdio.h>
+#include <string.h>
+
+struct ad_web_entry {
+    const char *path;
+    const unsigned char *data;
+    size_t len;
+    const char *type;
+};
+extern const struct ad_web_entry ad_web_files[];
+
+const char *ad_web_file(const char *path, size_t *len, const char **type)
+{
+    for (const struct ad_web_entry *e = ad_web_files; e->path; e++)
+        if (!strcmp(e->path, path)) {
+            *len = e->len;
+            *type = e->type;
+            return (const char *)e->data;
+        }
+    return NULL;
+}
+
+#define WEB_SESSIONS_MAX 256 /* signed-in browsers at once; the oldest makes room */
+#define WEB_SESSION_S (12 * 3600)
+
+struct web_session {
+    char token[65]; /* hex of 32 random bytes; "" when free */
+    char key[256];
+    uint64_t expires_ms;
+};
+static struct web_session web[WEB_SESSIONS_MAX];
+static pthread_mutex_t web_lock = PTHREAD_MUTEX_INITIALIZER;
+
+int ad_web_login(const char *api_key, char *token, size_t len)
+{
+    struct ad_key k;
+    unsigned char raw[32];
+    if (strlen(api_key) >= sizeof(web[0].key) || ad_keys_check(api_key, &k) < 0)
+        return -EACCES;
+    if (len < 65 || RAND_bytes(raw, sizeof(raw)) != 1)
+        return -EIO;
+    for (size_t i = 0; i < sizeof(raw); i++)
+        snprintf(token + 2 * i, 3, "%02x", raw[i]);
+    uint64_t now = ad_now_ms();
+    pthread_mutex_lock(&web_lock);
+    struct web_session *w = &web[0];
+    for (size_t i = 0; i < WEB_SESSIONS_MAX; i++) {
+        if (!web[i].token[0] || web[i].expires_ms < now) {
+            w = &web[i];
+            break;
+        }
+        if (web[i].expires_ms < w->expires_ms)
+            w = &web[i];
+    }
+    snprintf(w->token, sizeof(w->token), "%s", token);
+    snprintf(w->key, sizeof(w->key), "%s", api_key);
+    w->expires_ms = now + WEB_SESSION_S * 1000ull;
+    pthread_mutex_unlock(&web_lock);
+    return 0;
+}
+
+static struct web_session *find(const char *token)
+{
+    if (strlen(token) != 64)
+        return NULL;
+    uint64_t now = ad_now_ms();
+    for (size_t i = 0; i < WEB_SESSIONS_MAX; i++)
+        if (web[i].token[0] && web[i].expires_ms >= now && !CRYPTO_memcmp(web[i].token, token, 64))
+            return &web[i];
+    return NULL;
+}
+
+void ad_web_logout(const char *token)
+{
+    pthread_mutex_lock(&web_lock);
+    struct web_session *w = find(token);
+    if (w)
+        OPENSSL_cleanse(w, sizeof(*w));
+    pthread_mutex_unlock(&web_lock);
+}
+
+const char *ad_web_key(const char *token, char *buf, size_t len)
+{
+    pthread_mutex_lock(&web_lock);
+    struct web_session *w = find(token);
+    const char *r = NULL;
+    if (w && strlen(w->key) < len) {
+        snprintf(buf, len, "%s", w->key);
+        r = buf;
+    }
+    pthread_mutex_unlock(&web_lock);
+    return r;
+}

@@ -1,0 +1,463 @@
+// Airlock's web page: everything through the public HTTP API (docs/API.md), so that it is also
+// the API's example. Signed in by an HttpOnly cookie (POST /v1/auth/login), or by nothing over
+// the unix socket's local forward. Nothing from the guest or the model is ever parsed as HTML:
+// it goes into the page as textContent; image results are shown from blobs, HTML results in a
+// sandboxed iframe without scripts.
+
+const $ = (id) => document.getElementById(id);
+const SHOWN_MAX = 65536; // characters of one output shown before "show more"
+const IMAGE_EXT = /\.(png|jpe?g|gif|webp|svg)$/i;
+
+let current = null; // the session shown
+let activeRun = null; // {id, source} of the running chat turn or command
+
+async function api(method, path, body, raw) {
+  const opts = { method, headers: { 'X-Airlock-CSRF': '1' }, credentials: 'same-origin' };
+  if (raw !== undefined) {
+    opts.body = raw;
+    opts.headers['Content-Type'] = 'application/octet-stream';
+  } else if (body !== undefined) {
+    opts.body = JSON.stringify(body);
+    opts.headers['Content-Type'] = 'application/json';
+  }
+  const r = await fetch(path, opts);
+  if (r.status === 401 && !path.startsWith('/v1/auth/')) {
+    showLogin();
+    throw new Error('sign in first');
+  }
+  if (!r.ok) {
+    let msg = r.status + ' ' + r.statusText;
+    try {
+      const j = await r.json();
+      if (j.error) msg = j.error.message || j.error.code;
+    } catch (e) { /* not JSON */ }
+    throw new Error(msg);
+  }
+  if (r.status === 204) return null;
+  return r.headers.get('Content-Type')?.startsWith('application/json') ? r.json() : r;
+}
+
+const el = (tag, cls, text) => {
+  const e = document.createElement(tag);
+  if (cls) e.className = cls;
+  if (text !== undefined) e.textContent = text;
+  return e;
+};
+
+// ---- signing in ----
+
+function showLogin() {
+  $('login').hidden = false;
+  $('app').hidden = true;
+  $('logout').hidden = true;
+}
+
+async function start() {
+  try {
+    await api('GET', '/v1/sessions');
+  } catch (e) {
+    return; // showLogin ran, or the daemon is away
+  }
+  $('login').hidden = true;
+  $('app').hidden = false;
+  $('logout').hidden = false;
+  await refreshSessions();
+  if (!start.timer) start.timer = setInterval(() => { if (!$('app').hidden) refreshSessions().catch(() => {}); }, 15000);
+}
+
+$('login-form').addEventListener('submit', async (ev) => {
+  ev.preventDefault();
+  $('login-error').textContent = '';
+  try {
+    await api('POST', '/v1/auth/login', { api_key: $('api-key').value });
+    $('api-key').value = '';
+    await start();
+  } catch (e) {
+    $('login-error').textContent = 'Sign-in refused: ' + e.message;
+  }
+});
+
+$('logout').addEventListener('click', async () => {
+  await api('POST', '/v1/auth/logout').catch(() => {});
+  showLogin();
+});
+
+// ---- sessions ----
+
+async function refreshSessions() {
+  const j = await api('GET', '/v1/sessions');
+  const ul = $('sessions');
+  ul.replaceChildren();
+  for (const s of j.sessions) {
+    const li = el('li', s.id === current ? 'current' : '');
+    li.dataset.id = s.id;
+    li.append(el('span', 'name', s.id));
+    const age = Math.round(Date.now() / 1000 - s.created);
+    li.append(el('span', 'meta', `${s.image} · ${s.memory_mib} MiB · ${age} s`));
+    const stop = el('button', 'stop-session', 'Stop');
+    stop.addEventListener('click', async (ev) => {
+      ev.stopPropagation();
+      await api('DELETE', `/v1/sessions/${encodeURIComponent(s.id)}`).catch(showError);
+      if (current === s.id) select(null);
+      refreshSessions();
+    });
+    li.append(stop);
+    li.addEventListener('click', () => select(s.id));
+    ul.append(li);
+  }
+}
+
+function showError(e) {
+  $('sessions-error').textContent = e.message;
+}
+
+$('new-session').addEventListener('submit', async (ev) => {
+  ev.preventDefault();
+  $('sessions-error').textContent = '';
+  $('start-session').disabled = true;
+  const body = { checkpoint_policy: 'auto' };
+  if ($('new-image').value) body.image = $('new-image').value;
+  try {
+    const s = await api('POST', '/v1/sessions', body);
+    await refreshSessions();
+    select(s.id);
+  } catch (e) {
+    showError(e);
+  } finally {
+    $('start-session').disabled = false;
+  }
+});
+
+function sp(path) {
+  return `/v1/sessions/${encodeURIComponent(current)}${path}`;
+}
+
+async function select(id) {
+  current = id;
+  $('session-title').textContent = id ? `Session ${id}` : 'No session selected';
+  $('transcript').replaceChildren();
+  for (const li of $('sessions').children) li.classList.toggle('current', li.dataset.id === id);
+  if (id) {
+    refreshTimeline();
+    refreshFiles();
+  }
+}
+
+// ---- output: text, capped, ANSI stripped ----
+
+// Escape sequences (CSI, OSC, single ESC) and other controls but tab and newline.
+const ANSI = /\x1b\[[0-?]*[ -/]*[@-~]|\x1b\][^\x07\x1b]*(\x07|\x1b\\)?|\x1b[@-_]|[\x00-\x08\x0b-\x1f\x7f]/g;
+
+class Output {
+  constructor(parent) {
+    this.box = el('div', 'output');
+    this.pre = el('pre', 'out');
+    this.box.append(this.pre);
+    parent.append(this.box);
+    this.text = '';
+    this.shown = SHOWN_MAX;
+    this.more = null;
+    this.dec = { stdout: new TextDecoder(), stderr: new TextDecoder() };
+  }
+  add(stream, b64) {
+    const bin = atob(b64);
+    const bytes = new Uint8Array(bin.length);
+    for (let i = 0; i < bin.length; i++) bytes[i] = bin.charCodeAt(i);
+    this.text += (this.dec[stream] || this.dec.stdout).decode(bytes, { stream: true }).replace(ANSI, '');
+    this.render();
+  }
+  render() {
+    if (this.pre.textContent.length < Math.min(this.text.length, this.shown))
+      this.pre.textContent = this.text.slice(0, this.shown);
+    if (this.text.length > this.shown && !this.more) {
+      this.more = el('button', 'more');
+      this.more.addEventListener('click', () => {
+        this.shown *= 4;
+        this.render();
+      });
+      this.box.append(this.more);
+    }
+    if (this.more) {
+      const left = this.text.length - this.shown;
+      this.more.hidden = left <= 0;
+      this.more.textContent = `show more (${left} more characters)`;
+    }
+  }
+}
+
+// ---- figures and HTML results, fetched through the files API ----
+
+async function showFile(parent, path) {
+  const r = await api('GET', sp(`/files?path=${encodeURIComponent(path)}`));
+  const blob = await r.blob();
+  const box = el('div', 'result');
+  if (IMAGE_EXT.test(path)) {
+    const type = path.toLowerCase().endsWith('.svg') ? 'image/svg+xml' : 'image/' + path.split('.').pop().toLowerCase().replace('jpg', 'jpeg');
+    const img = el('img');
+    img.alt = path;
+    img.src = URL.createObjectURL(new Blob([blob], { type }));
+    box.append(img);
+  } else if (/\.html?$/i.test(path)) {
+    const f = el('iframe');
+    f.setAttribute('sandbox', ''); // no scripts, no same origin
+    f.srcdoc = await blob.text();
+    box.append(f);
+  } else {
+    return;
+  }
+  box.append(el('div', 'exit', path));
+  parent.append(box);
+}
+
+// ---- runs: chat turns and %% commands, their events over SSE ----
+
+function follow(runId, box, onEnd) {
+  // EventSource reconnects by itself with Last-Event-ID: the daemon replays from there.
+  const src = new EventSource(sp(`/runs/${encodeURIComponent(runId)}/events`));
+  activeRun = { id: runId, source: src };
+  $('stop').disabled = false;
+  let textDiv = null;
+  let out = null;
+  const on = (type, fn) => src.addEventListener(type, (ev) => fn(JSON.parse(ev.data)));
+  // A dropped connection: EventSource comes back by itself with Last-Event-ID.
+  src.addEventListener('error', () => {
+    if (box.dataset.done) return;
+    box.dataset.reconnects = String(Number(box.dataset.reconnects || 0) + 1);
+  });
+  on('text', (d) => {
+    if (!textDiv) {
+      textDiv = el('div', 'msg model');
+      box.append(textDiv);
+    }
+    textDiv.textContent += d.text;
+    scroll();
+  });
+  on('text_end', () => { textDiv = null; });
+  let lastCode = null;
+  on('code', (d) => {
+    lastCode = el('pre', 'code', d.code);
+    box.append(lastCode);
+    out = null;
+  });
+  // auto-run off: the code waits for Run, Edit (then Run) or Skip
+  on('confirm', (d) => {
+    const bar = el('div', 'confirm');
+    const answer = async (run, code) => {
+      bar.remove();
+      const body = { run };
+      if (code !== undefined) body.code = code;
+      await api('POST', sp('/chat/confirm'), body).catch((e) => box.append(el('div', 'error', e.message)));
+    };
+    const runB = el('button', 'run', 'Run');
+    const editB = el('button', 'edit', 'Edit');
+    const skipB = el('button', 'skip', 'Skip');
+    let editor = null;
+    runB.addEventListener('click', () => {
+      if (editor) {
+        const code = editor.value;
+        const pre = el('pre', 'code', code);
+        editor.replaceWith(pre);
+        answer(true, code);
+      } else {
+        answer(true);
+      }
+    });
+    editB.addEventListener('click', () => {
+      if (editor) return;
+      editor = el('textarea', 'edit');
+      editor.value = d.code;
+      if (lastCode) lastCode.replaceWith(editor);
+      else bar.before(editor);
+    });
+    skipB.addEventListener('click', () => answer(false));
+    bar.append(runB, editB, skipB);
+    box.append(bar);
+    scroll();
+  });
+  on('output', (d) => {
+    if (!out) out = new Output(box);
+    out.add(d.stream, d.data_b64);
+    scroll();
+  });
+  on('run_end', (d) => {
+    box.append(el('div', 'exit', `${d.how} ${d.value}${d.interrupted ? ' (interrupted)' : ''}${d.timed_out ? ' (timed out)' : ''}`));
+    out = null;
+    refreshTimeline();
+  });
+  on('notice', (d) => box.append(el('div', 'msg notice', d.message)));
+  on('files', (d) => {
+    for (const p of d.paths) if (IMAGE_EXT.test(p) || /\.html?$/i.test(p)) showFile(box, p).catch(() => {});
+    refreshFiles();
+  });
+  const end = (d, type) => {
+    src.close();
+    if (activeRun && activeRun.id === runId) activeRun = null;
+    $('stop').disabled = true;
+    if (type === 'error') box.append(el('div', 'error', `${d.code}: ${d.message}`));
+    else if (type === 'exit') box.append(el('div', 'exit', `${d.how} ${d.value}${d.interrupted ? ' (interrupted)' : ''}`));
+    box.dataset.done = type;
+    refreshTimeline();
+    refreshFiles();
+    if (onEnd) onEnd();
+  };
+  for (const t of ['done', 'error', 'exit']) on(t, (d) => end(d, t));
+}
+
+function scroll() {
+  const t = $('transcript');
+  t.scrollTop = t.scrollHeight;
+}
+
+$('chat-form').addEventListener('submit', async (ev) => {
+  ev.preventDefault();
+  const text = $('chat-input').value.trim();
+  if (!current || !text) return;
+  if (text.startsWith('%%')) return shell(text.slice(2).trim());
+  $('chat-input').value = '';
+  const turn = el('div', 'turn');
+  turn.append(el('div', 'msg user', text));
+  $('transcript').append(turn);
+  try {
+    const r = await api('POST', sp('/chat'), { message: text, auto_run: $('auto-run').checked });
+    follow(r.id, turn);
+  } catch (e) {
+    turn.append(el('div', 'error', e.message));
+  }
+});
+
+$('chat-input').addEventListener('keydown', (ev) => {
+  if (ev.key === 'Enter' && !ev.shiftKey) {
+    ev.preventDefault();
+    $('send').click();
+  }
+});
+
+async function shell(cmd) {
+  if (!current || !cmd) return;
+  const turn = el('div', 'turn');
+  turn.append(el('pre', 'code', '%% ' + cmd));
+  $('transcript').append(turn);
+  try {
+    const r = await api('POST', sp('/runs'), { argv: ['/bin/sh', '-c', cmd], cwd: '/workspace' });
+    follow(r.id, turn);
+  } catch (e) {
+    turn.append(el('div', 'error', e.message));
+  }
+}
+
+$('shell-form').addEventListener('submit', (ev) => {
+  ev.preventDefault();
+  const cmd = $('shell-input').value;
+  $('shell-input').value = '';
+  shell(cmd);
+});
+
+$('stop').addEventListener('click', async () => {
+  if (!activeRun) return;
+  await api('POST', sp(`/runs/${encodeURIComponent(activeRun.id)}/signal`), { signal: 'INT' }).catch(() => {});
+});
+
+// ---- checkpoints ----
+
+async function refreshTimeline() {
+  if (!current) return;
+  const j = await api('GET', sp('/checkpoints')).catch(() => null);
+  const chat = await api('GET', sp('/chat')).catch(() => null);
+  const code = new Map((chat?.checkpoints || []).map((c) => [c.id, c.code]));
+  const ol = $('timeline');
+  ol.replaceChildren();
+  if (!j) return;
+  for (const c of j.checkpoints) {
+    const li = el('li', '', `#${c.id} ${c.name || ''} `);
+    if (code.has(c.id)) li.append(el('code', '', 'before: ' + code.get(c.id) + ' '));
+    const b = el('button', 'rollback', 'Roll back to here');
+    b.addEventListener('click', async () => {
+      await api('POST', sp(`/checkpoints/${c.id}/rollback`)).catch((e) => alert(e.message));
+      $('transcript').append(el('div', 'msg notice', `rolled back to checkpoint ${c.id}`));
+      refreshFiles();
+    });
+    li.append(b);
+    ol.append(li);
+  }
+}
+
+$('undo').addEventListener('click', async () => {
+  if (!current) return;
+  try {
+    const r = await api('POST', sp('/chat/undo'));
+    const turns = $('transcript').querySelectorAll('.turn');
+    if (turns.length) turns[turns.length - 1].remove();
+    $('transcript').append(el('div', 'msg notice', r.rolled_back ? 'undone: the VM was rolled back' : 'undone (no checkpoint to roll back to)'));
+  } catch (e) {
+    $('transcript').append(el('div', 'msg notice error', 'undo: ' + e.message));
+  }
+  refreshTimeline();
+  refreshFiles();
+});
+
+// ---- files of /workspace ----
+
+async function refreshFiles() {
+  if (!current) return;
+  const ul = $('files');
+  const j = await api('GET', sp('/files/list?path=/workspace')).catch(() => null);
+  ul.replaceChildren();
+  if (!j) return;
+  for (const f of j.entries) {
+    const li = el('li');
+    const path = '/workspace/' + f.name;
+    if (f.type === 'file') {
+      const a = el('a', 'download', f.name);
+      a.href = sp(`/files?path=${encodeURIComponent(path)}`);
+      a.download = f.name;
+      li.append(a, el('span', 'meta', `${f.size} B`));
+    } else {
+      li.append(el('span', '', f.name + (f.type === 'dir' ? '/' : '')));
+    }
+    ul.append(li);
+  }
+}
+
+async function upload(files) {
+  for (const f of files) {
+    const name = f.name.replace(/[/\\]/g, '_');
+    await api('PUT', sp(`/files?path=${encodeURIComponent('/workspace/' + name)}`), undefined, f).catch((e) => $('transcript').append(el('div', 'error', 'upload: ' + e.message)));
+  }
+  refreshFiles();
+}
+
+// The whole folder: tar made in the guest by a run, then fetched with the files API.
+$('archive').addEventListener('click', async () => {
+  if (!current) return;
+  const tmp = '/tmp/airlock-workspace.tar';
+  const link = $('archive-link');
+  link.hidden = true;
+  try {
+    const r = await api('POST', sp('/runs'), { argv: ['tar', '-C', '/workspace', '-cf', tmp, '.'] });
+    const end = await api('GET', sp(`/runs/${encodeURIComponent(r.id)}/wait?timeout_s=300`));
+    if (!end.result || end.result.value !== 0) throw new Error('tar failed');
+    const blob = await (await api('GET', sp(`/files?path=${encodeURIComponent(tmp)}`))).blob();
+    await api('DELETE', sp(`/files?path=${encodeURIComponent(tmp)}`)).catch(() => {});
+    if (link.href) URL.revokeObjectURL(link.href);
+    link.href = URL.createObjectURL(new Blob([blob], { type: 'application/x-tar' }));
+    link.hidden = false;
+    link.click();
+  } catch (e) {
+    $('transcript').append(el('div', 'error', 'archive: ' + e.message));
+  }
+});
+
+const dz = $('dropzone');
+dz.addEventListener('dragover', (ev) => { ev.preventDefault(); dz.classList.add('over'); });
+dz.addEventListener('dragleave', () => dz.classList.remove('over'));
+dz.addEventListener('drop', (ev) => {
+  ev.preventDefault();
+  dz.classList.remove('over');
+  if (current) upload(ev.dataTransfer.files);
+});
+$('upload').addEventListener('change', (ev) => {
+  if (current) upload(ev.target.files);
+  ev.target.value = '';
+});
+
+start();

@@ -1,0 +1,442 @@
+"""airlockd's web page (daemon/web) in a real browser: headless Chromium driven by Selenium,
+against a real airlockd (TCP, API keys), real guests and the fake model server (tests/fakemodel).
+
+One daemon, one debian guest for everything (guest boots are the cost): sign in (a wrong key
+refused first), start a session from the page, chat a task whose code prints and plots (the
+text and an <img> with a natural size appear), a shell command through the %% box, a chat turn
+that deletes a file and Undo (the file back, checked through the API), upload then download
+byte-identical, hostile output and model text (nothing runs, a window marker stays unset, the
+page still answers), Stop on a `sleep 100`. Screenshots go to $AIRLOCK_WEB_SHOTS (default:
+build dir's web-screenshots). Environment: AIRLOCKD_BIN and the usual integration variables.
+"""
+import base64
+import json
+import os
+import http.client
+import io
+import shutil
+import socket
+import subprocess
+import tarfile
+import sys
+import tempfile
+import threading
+import time
+import unittest
+
+import altest
+from test_airlockd import Daemon
+from airlock import APIError, Sandbox
+
+try:
+    from selenium import webdriver
+except ImportError:  # Debian's python3-selenium lives beside the system python
+    if sys.executable != "/usr/bin/python3" and os.path.exists("/usr/bin/python3"):
+        os.execv("/usr/bin/python3", ["/usr/bin/python3"] + sys.argv)
+    raise
+from selenium.webdriver.chrome.service import Service
+from selenium.webdriver.common.by import By
+from selenium.webdriver.support.ui import WebDriverWait
+
+FAKEMODEL = os.path.join(altest.SOURCE_ROOT, "tests", "fakemodel", "fakemodel.py")
+SHOTS = os.environ.get("AIRLOCK_WEB_SHOTS") or os.path.join(
+    os.path.dirname(os.environ.get("AIRLOCKD_BIN", ".")), "..", "web-screenshots")
+BOOT_S = 300
+
+PLOT = """import matplotlib
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt
+print("hello from the guest", 6 * 7)
+plt.plot([0, 1, 2, 3], [0, 1, 4, 9])
+plt.savefig("/workspace/plot.png")
+open("/workspace/report.html", "w").write(
+    "<p id=r>report</p><script>parent.__pwned = 9; document.body.append('ran')</script>")
+"""
+HOSTILE_TEXT = ('Here: <img src=x onerror="window.__pwned=1"> and '
+                '</script><script>window.__pwned=2</script> done')
+HOSTILE_SH = ("printf '<img src=x onerror=\"window.__pwned=3\">\\n</script>"
+              "<script>window.__pwned=4</script>\\n\\033[31mRED\\033[0m\\n'; "
+              "python3 -c 'print(\"A\" * 10000000)'; echo after-the-long-line")
+
+
+def call(name, args):
+    return {"tool_calls": [{"id": "c_" + name, "name": "execute", "arguments": args}]}
+
+
+REPLIES = [
+    call("plot", {"language": "python", "code": PLOT}),
+    {"text": HOSTILE_TEXT},
+    call("rm", {"language": "bash", "code": "rm /workspace/keep.txt"}),
+    {"text": "deleted it"},
+    call("ask", {"language": "bash", "code": "echo original"}),
+    {"text": "ran what you chose"},
+    call("sleep", {"language": "bash", "code": "sleep 100"}),
+    {"text": "stopped"},
+    {"text": "spare"},
+]
+
+
+class Forward:
+    """A TCP port on 127.0.0.1 relaying to a unix socket (as ssh -L would) or a TCP port;
+    cut() drops every connection open through it (a network that fails)."""
+
+    def __init__(self, unix=None, port=None):
+        self.unix, self.to = unix, port
+        self.conns = []
+        self.lock = threading.Lock()
+        self.ls = socket.socket()
+        self.ls.bind(("127.0.0.1", 0))
+        self.ls.listen(64)
+        self.port = self.ls.getsockname()[1]
+        threading.Thread(target=self.serve, daemon=True).start()
+
+    def pipe(self, a, b):
+        try:
+            while True:
+                d = a.recv(65536)
+                if not d:
+                    break
+                b.sendall(d)
+        except OSError:
+            pass
+        finally:
+            for x in (a, b):
+                try:
+                    x.shutdown(socket.SHUT_RDWR)
+                except OSError:
+                    pass
+
+    def serve(self):
+        while True:
+            try:
+                c, _ = self.ls.accept()
+            except OSError:
+                return
+            if self.unix:
+                u = socket.socket(socket.AF_UNIX)
+                u.connect(self.unix)
+            else:
+                u = socket.create_connection(("127.0.0.1", self.to))
+            with self.lock:
+                self.conns += [c, u]
+            threading.Thread(target=self.pipe, args=(c, u), daemon=True).start()
+            threading.Thread(target=self.pipe, args=(u, c), daemon=True).start()
+
+    def cut(self):
+        with self.lock:
+            conns, self.conns = self.conns, []
+        for x in conns:
+            try:
+                x.shutdown(socket.SHUT_RDWR)
+                x.close()
+            except OSError:
+                pass
+
+    def close(self):
+        self.ls.close()
+        self.cut()
+
+
+class WebTest(unittest.TestCase):
+    @classmethod
+    def setUpClass(cls):
+        os.makedirs(SHOTS, exist_ok=True)
+        cls.tmp = tempfile.mkdtemp(prefix="airlock-web-")
+        script = os.path.join(cls.tmp, "script.json")
+        with open(script, "w") as f:
+            json.dump(REPLIES, f)
+        portfile = os.path.join(cls.tmp, "port")
+        cls.fm = subprocess.Popen([sys.executable, FAKEMODEL, "--script", script, "--log",
+                                   os.path.join(cls.tmp, "requests.jsonl"), "--port-file",
+                                   portfile], stdout=subprocess.DEVNULL)
+        for _ in range(200):
+            if os.path.exists(portfile):
+                break
+            time.sleep(0.05)
+        with open(portfile) as f:
+            base = "http://127.0.0.1:%s/v1" % f.read().strip()
+        os.environ["WEB_TEST_MODEL_KEY"] = "sk-web-test"
+        cls.d = Daemon(model_api="openai", model_api_base=base, model="fake",
+                       model_api_key_env="WEB_TEST_MODEL_KEY", max_upload_bytes=16 << 20,
+                       run_buffer_bytes=1048576, connection_timeout_s=30)
+        cls.key = cls.d.key("web")
+        # the browser reaches the daemon through a forward the test can cut
+        cls.fwd = Forward(port=cls.d.port)
+        cls.url = "http://127.0.0.1:%d/" % cls.fwd.port
+        o = webdriver.ChromeOptions()
+        for a in ("--headless=new", "--no-sandbox", "--disable-dev-shm-usage",
+                  "--window-size=1400,900", "--disable-gpu"):
+            o.add_argument(a)
+        o.binary_location = "/usr/bin/chromium"
+        cls.b = webdriver.Chrome(options=o,
+                                 service=Service("/usr/bin/chromedriver"))
+        cls.b.set_script_timeout(60)
+
+    @classmethod
+    def tearDownClass(cls):
+        try:
+            cls.b.quit()
+            cls.fwd.close()
+        finally:
+            cls.d.stop()
+            cls.fm.kill()
+            cls.fm.wait()
+            shutil.rmtree(cls.tmp, True)
+
+    # ---- helpers ----
+
+    def wait(self, fn, timeout=60, what="condition"):
+        return WebDriverWait(self.b, timeout, poll_frequency=0.2).until(
+            lambda b: fn(), message=what)
+
+    def q(self, css):
+        return self.b.find_element(By.CSS_SELECTOR, css)
+
+    def qs(self, css):
+        return self.b.find_elements(By.CSS_SELECTOR, css)
+
+    def shot(self, name):
+        self.b.save_screenshot(os.path.join(SHOTS, name + ".png"))
+
+    def last_turn(self):
+        return self.qs("#transcript .turn")[-1]
+
+    def chat(self, text):
+        n = len(self.qs("#transcript .turn"))
+        box = self.q("#chat-input")
+        box.clear()
+        box.send_keys(text)
+        self.q("#send").click()
+        self.wait(lambda: len(self.qs("#transcript .turn")) > n, 10, "the turn shows")
+        return self.last_turn()
+
+    def wait_done(self, turn, timeout=BOOT_S):
+        self.wait(lambda: turn.get_attribute("data-done"), timeout, "the run ends")
+        return turn.get_attribute("data-done")
+
+    def sandbox(self, sid):
+        return Sandbox.connect(sid, url="http://127.0.0.1:%d" % self.d.port, api_key=self.key)
+
+    def session_id(self):
+        return self.q("#sessions li.current").get_attribute("data-id")
+
+    def assert_alive(self):
+        self.assertEqual(self.b.execute_script("return 1 + 1"), 2)
+        self.assertIsNone(self.b.execute_script("return window.__pwned"))
+
+    # ---- the story, in order: one guest ----
+
+    def test_page(self):
+        b = self.b
+        b.get(self.url)
+        self.wait(lambda: self.q("#login").is_displayed(), 10, "the sign-in form")
+        self.shot("01-sign-in")
+        # a wrong key is refused
+        self.q("#api-key").send_keys("alk_nope_0123456789")
+        self.q("#login-btn").click()
+        self.wait(lambda: "refused" in self.q("#login-error").text, 10, "refusal")
+        self.assertFalse(self.q("#app").is_displayed())
+        # the right one; the cookie is HttpOnly (the page's script cannot read it)
+        self.q("#api-key").clear()
+        self.q("#api-key").send_keys(self.key)
+        self.q("#login-btn").click()
+        self.wait(lambda: self.q("#app").is_displayed(), 10, "signed in")
+        self.assertNotIn("airlock_token", b.execute_script("return document.cookie"))
+        self.assertTrue(any(c["name"] == "airlock_token" and c["httpOnly"]
+                            and c.get("sameSite") == "Strict" for c in b.get_cookies()))
+
+        # start a session (debian: python, matplotlib)
+        self.q("#new-image").send_keys("debian")
+        self.q("#start-session").click()
+        self.wait(lambda: self.qs("#sessions li.current"), BOOT_S, "a session starts")
+        sid = self.session_id()
+        sb = self.sandbox(sid)
+
+        # chat: code that prints and plots; model text that is hostile
+        t0 = time.time()
+        turn = self.chat("print something and plot y = x^2")
+        self.assertEqual(self.wait_done(turn), "done")
+        self.wait(lambda: "hello from the guest 42" in turn.text, 10, "the run's output")
+        self.wait(lambda: turn.find_elements(By.CSS_SELECTOR, ".result img"), 30, "the figure")
+        img = turn.find_element(By.CSS_SELECTOR, ".result img")
+        self.wait(lambda: b.execute_script("return arguments[0].naturalWidth", img) > 0, 10,
+                  "the figure loads")
+        # the HTML result: in a sandboxed frame (no scripts, not the page's origin)
+        frame = self.wait(lambda: turn.find_elements(By.CSS_SELECTOR, ".result iframe"), 30,
+                          "the HTML result")[0]
+        self.assertEqual(frame.get_attribute("sandbox"), "")
+        b.switch_to.frame(frame)
+        self.wait(lambda: "report" in b.find_element(By.TAG_NAME, "body").text, 10, "its text")
+        self.assertNotIn("ran", b.find_element(By.TAG_NAME, "body").text)
+        b.switch_to.default_content()
+        self.assertIn('<img src=x onerror="window.__pwned=1">', turn.text)  # shown as text
+        self.assertIn("</script><script>window.__pwned=2</script>", turn.text)
+        self.assert_alive()
+        print("chat turn with a plot: %.1f s" % (time.time() - t0), file=sys.stderr)
+        self.shot("02-chat-figure")
+
+        # the %% box: make the file the next turn deletes
+        n = len(self.qs("#transcript .turn"))
+        self.q("#shell-input").send_keys("echo precious > /workspace/keep.txt && echo made")
+        self.q("#shell-run").click()
+        self.wait(lambda: len(self.qs("#transcript .turn")) > n, 10, "the command shows")
+        turn = self.last_turn()
+        self.assertEqual(self.wait_done(turn, 60), "exit")
+        self.assertIn("made", turn.text)
+        self.assertEqual(sb.files.read("/workspace/keep.txt"), b"precious\n")
+
+        # a turn deletes it; Undo brings it back
+        turn = self.chat("delete keep.txt")
+        self.assertEqual(self.wait_done(turn, 120), "done")
+        self.assertFalse(sb.files.exists("/workspace/keep.txt"))
+        self.wait(lambda: self.qs("#timeline li"), 10, "the timeline shows checkpoints")
+        self.shot("03-timeline")
+        self.q("#undo").click()
+        self.wait(lambda: any("undone" in e.text for e in self.qs(".msg.notice")), 120, "undone")
+        self.assertIn("rolled back", self.qs(".msg.notice")[-1].text)
+        self.assertEqual(sb.files.read("/workspace/keep.txt"), b"precious\n")
+
+        # upload (the file input the drop zone shares), then download from the page's link
+        data = os.urandom(300000) + b"<script>window.__pwned=5</script>"
+        up = os.path.join(self.tmp, "up<b>load.bin")
+        with open(up, "wb") as f:
+            f.write(data)
+        self.q("#upload").send_keys(up)
+        # (read in one script: the list is rebuilt while the page refreshes it)
+        find = ("return [...document.querySelectorAll('#files a.download')]"
+                ".filter(a => a.textContent === arguments[0]).map(a => a.href)[0] || null")
+        href = self.wait(lambda: b.execute_script(find, "up<b>load.bin"), 60,
+                         "the upload is listed")
+        got = b.execute_async_script(
+            "const done = arguments[1];"
+            "fetch(arguments[0]).then(r => r.arrayBuffer()).then(buf => {"
+            "  let s = ''; const u = new Uint8Array(buf);"
+            "  for (let i = 0; i < u.length; i++) s += String.fromCharCode(u[i]);"
+            "  done(btoa(s)); }, e => done('ERR ' + e));", href)
+        self.assertEqual(base64.b64decode(got), data)
+        self.shot("04-files")
+
+        # the whole folder as a tar
+        self.q("#archive").click()
+        self.wait(lambda: self.q("#archive-link").is_displayed(), 60, "the archive")
+        got = b.execute_async_script(
+            "const done = arguments[1];"
+            "fetch(arguments[0]).then(r => r.arrayBuffer()).then(buf => {"
+            "  let s = ''; const u = new Uint8Array(buf);"
+            "  for (let i = 0; i < u.length; i++) s += String.fromCharCode(u[i]);"
+            "  done(btoa(s)); }, e => done('ERR ' + e));",
+            self.q("#archive-link").get_attribute("href"))
+        with tarfile.open(fileobj=io.BytesIO(base64.b64decode(got))) as t:
+            names = {os.path.normpath(n) for n in t.getnames()}
+            self.assertLessEqual({"keep.txt", "plot.png", "up<b>load.bin"}, names)
+            self.assertEqual(t.extractfile("./up<b>load.bin").read(), data)
+
+        # the connection drops mid-run: the page reconnects with Last-Event-ID, and every line
+        # shows exactly once
+        n = len(self.qs("#transcript .turn"))
+        self.q("#shell-input").send_keys(
+            "for i in $(seq 1 400); do echo line-$i; sleep 0.02; done")
+        self.q("#shell-run").click()
+        self.wait(lambda: len(self.qs("#transcript .turn")) > n, 10, "the command shows")
+        turn = self.last_turn()
+        self.wait(lambda: "line-40\n" in turn.text + "\n", 60, "output flows")
+        self.fwd.cut()
+        self.assertEqual(self.wait_done(turn, 120), "exit")
+        text = b.execute_script("return arguments[0].querySelector('pre.out').textContent", turn)
+        self.assertEqual(text.split(), ["line-%d" % i for i in range(1, 401)])
+        self.assertGreaterEqual(int(turn.get_attribute("data-reconnects") or 0), 1)
+        print("cut at about line-40: %d lines, each once" % len(text.split()), file=sys.stderr)
+
+        # hostile output through the %% box: tags, ANSI, a 10 MB line
+        n = len(self.qs("#transcript .turn"))
+        self.q("#shell-input").send_keys(HOSTILE_SH)
+        self.q("#shell-run").click()
+        self.wait(lambda: len(self.qs("#transcript .turn")) > n, 10, "the command shows")
+        turn = self.last_turn()
+        self.assertEqual(self.wait_done(turn, 180), "exit")
+        out = turn.find_element(By.CSS_SELECTOR, "pre.out")
+        text = b.execute_script("return arguments[0].textContent", out)
+        self.assertIn('<img src=x onerror="window.__pwned=3">', text)
+        self.assertIn("</script><script>window.__pwned=4</script>", text)
+        self.assertIn("RED", text)
+        self.assertNotIn("\x1b", text)
+        self.assertLessEqual(len(text), 65536)  # capped
+        more = turn.find_element(By.CSS_SELECTOR, "button.more")
+        self.assertIn("show more", more.text)
+        self.assertEqual(turn.find_elements(By.CSS_SELECTOR, ".output img, script"), [])
+        t = time.time()
+        self.assert_alive()
+        self.assertLess(time.time() - t, 5)
+        self.shot("05-hostile")
+
+        # auto-run off: the code waits; Edit, then Run runs the edited code
+        self.q("#auto-run").click()
+        turn = self.chat("echo something")
+        self.wait(lambda: turn.find_elements(By.CSS_SELECTOR, ".confirm .edit"), 60, "Run/Edit/Skip")
+        self.assertIn("echo original", turn.text)
+        turn.find_element(By.CSS_SELECTOR, ".confirm .edit").click()
+        ed = turn.find_element(By.CSS_SELECTOR, "textarea.edit")
+        ed.clear()
+        ed.send_keys("echo edited-$((6 * 7))")
+        self.shot("06-confirm-edit")
+        turn.find_element(By.CSS_SELECTOR, ".confirm .run").click()
+        self.assertEqual(self.wait_done(turn, 120), "done")
+        out = turn.find_element(By.CSS_SELECTOR, "pre.out").text
+        self.assertEqual(out.strip(), "edited-42")
+        self.q("#auto-run").click()
+
+        # Stop interrupts sleep 100
+        turn = self.chat("sleep a while")
+        self.wait(lambda: "sleep 100" in turn.text, 60, "the code shows")
+        # one turn at a time: the API says so (the model's key never in any answer)
+        with self.assertRaises(APIError) as e:
+            sb.client.request("POST", "/v1/sessions/%s/chat" % sid, {"message": "again"})
+        self.assertEqual((e.exception.status, e.exception.code), (409, "busy"))
+        state = sb.client.request("GET", "/v1/sessions/%s/chat" % sid)
+        self.assertTrue(state["busy"])
+        self.assertNotIn("sk-web-test", json.dumps(state))
+        time.sleep(2)
+        t = time.time()
+        self.q("#stop").click()
+        self.wait_done(turn, 60)
+        self.assertLess(time.time() - t, 30)
+        self.assertIn("interrupted", turn.text)
+        self.assert_alive()
+        # the history through the API, without the key; the model got it on every request
+        state = sb.client.request("GET", "/v1/sessions/%s/chat" % sid)
+        self.assertFalse(state["busy"])
+        self.assertTrue(any(m["role"] == "user" for m in state["messages"]))
+        self.assertNotIn("sk-web-test", json.dumps(state))
+        with open(os.path.join(self.tmp, "requests.jsonl")) as f:
+            reqs = [json.loads(line) for line in f]
+        self.assertTrue(reqs and all(r["auth"] == "Bearer sk-web-test" for r in reqs))
+        self.shot("07-stopped")
+
+    # ---- the unix socket through a local forward: no key ----
+
+    def test_unix_socket_forward_needs_no_key(self):
+        fwd = Forward(unix=self.d.sock)
+        self.addCleanup(fwd.close)
+        port = fwd.port
+        self.b.get("http://localhost:%d/" % port)
+        self.wait(lambda: self.q("#app").is_displayed(), 20, "the page without signing in")
+        self.assertFalse(self.q("#login").is_displayed())
+        # a page of another name resolved to 127.0.0.1 (DNS rebinding) is refused
+        c = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
+        c.request("GET", "/v1/sessions", headers={"Host": "rebound.example:%d" % port,
+                                                   "Sec-Fetch-Mode": "cors"})
+        r = c.getresponse()
+        self.assertEqual(r.status, 403, r.read())
+        c.close()
+        # another site's state-changing request without the CSRF header is refused
+        c = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
+        c.request("POST", "/v1/sessions", body="{}",
+                  headers={"Origin": "http://evil.example", "Content-Type": "application/json"})
+        r = c.getresponse()
+        self.assertEqual(r.status, 403, r.read())
+        c.close()
+        self.assertIsNone(self.b.execute_script("return window.__pwned"))
+
+
+if __name__ == "__main__":
+    unittest.main(verbosity=2)
