@@ -168,11 +168,15 @@ void init_pid1(void)
     mount_fs("tmpfs", "/run", MS_NOSUID | MS_NODEV, "mode=0755");
     mount_fs("cgroup2", CGROUP_ROOT, plain, NULL);
     /* What udev would have made and shells expect (process substitution, /dev/stdin). */
-    symlink("/proc/self/fd", "/dev/fd");
-    symlink("/proc/self/fd/0", "/dev/stdin");
-    symlink("/proc/self/fd/1", "/dev/stdout");
-    symlink("/proc/self/fd/2", "/dev/stderr");
-    sethostname("airlock", strlen("airlock"));
+    static const char *const links[][2] = {{"/proc/self/fd", "/dev/fd"},
+                                           {"/proc/self/fd/0", "/dev/stdin"},
+                                           {"/proc/self/fd/1", "/dev/stdout"},
+                                           {"/proc/self/fd/2", "/dev/stderr"}};
+    for (size_t i = 0; i < sizeof(links) / sizeof(links[0]); i++)
+        if (symlink(links[i][0], links[i][1]) < 0 && errno != EEXIST)
+            agent_log("cannot link %s: %s", links[i][1], strerror(errno));
+    if (sethostname("airlock", strlen("airlock")) < 0)
+        agent_log("cannot set the host name: %s", strerror(errno));
     loopback_up();
     /* A session with network: its address and the proxy variables (images with a boot program
      * run sshd over their NIC instead). */

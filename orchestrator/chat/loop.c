@@ -616,28 +616,37 @@ static int ask_model(al_chat *c, al_model_reply *reply, al_error *err)
     return 0;
 }
 
+/* Sets *why to a formatted reason (NULL when out of memory); returns -1 for parse_call. */
+static int refuse_call(char **why, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static int refuse_call(char **why, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    if (vasprintf(why, fmt, ap) < 0)
+        *why = NULL;
+    va_end(ap);
+    return -1;
+}
+
 /* What the model asked for in one tool call: language and code, or why it cannot run. */
 static int parse_call(al_chat *c, const al_tool_call *call, char **lang, char **code, char **why)
 {
     *lang = *code = *why = NULL;
     if (!call->name || strcmp(call->name, "execute"))
-        return asprintf(why, "error: unknown tool '%s'; the tools are 'execute' and 'rollback'",
-                        call->name ? call->name : ""),
-               -1;
+        return refuse_call(why, "error: unknown tool '%s'; the tools are 'execute' and 'rollback'",
+                        call->name ? call->name : "");
     _cleanup_cjson_ cJSON *args = cJSON_Parse(call->arguments ? call->arguments : "");
     if (!cJSON_IsObject(args))
-        return asprintf(why, "error: the arguments are not a JSON object: %.200s",
-                        call->arguments ? call->arguments : ""),
-               -1;
+        return refuse_call(why, "error: the arguments are not a JSON object: %.200s",
+                        call->arguments ? call->arguments : "");
     const char *l = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(args, "language"));
     const char *k = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(args, "code"));
     if (!k || !*k)
-        return asprintf(why, "error: no code given; pass the code in \"code\""), -1;
+        return refuse_call(why, "error: no code given; pass the code in \"code\"");
     const char *cl = l ? canonical_lang(c->langs, l) : NULL;
     if (!cl)
-        return asprintf(why, "error: unknown language '%.64s'; available: %s", l ? l : "",
-                        c->langs),
-               -1;
+        return refuse_call(why, "error: unknown language '%.64s'; available: %s", l ? l : "",
+                        c->langs);
     *lang = strdup(cl);
     *code = strdup(k);
     return 0;
