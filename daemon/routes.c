@@ -197,6 +197,15 @@ static int query_u64(struct MHD_Connection *c, const char *k, uint64_t max, uint
     return 0;
 }
 
+/* A library call's failure as the API's error reply. */
+static enum MHD_Result lib_fail(struct MHD_Connection *c, struct ad_req *q, int r,
+                                const al_error *err)
+{
+    struct ad_fail f;
+    ad_fail_from(&f, r, err);
+    return ad_reply_fail(c, q, &f);
+}
+
 static enum MHD_Result net_list(struct MHD_Connection *c, struct ad_req *q)
 {
     uint64_t cursor = 0, limit = NET_PAGE_DEFAULT;
@@ -213,9 +222,7 @@ static enum MHD_Result net_list(struct MHD_Connection *c, struct ad_req *q)
     int r = al_net_requests(q->sess->s, &cur, net_one, &p, &err);
     if (r < 0) {
         cJSON_Delete(o);
-        struct ad_fail f;
-        ad_fail_from(&f, r, &err);
-        return ad_reply_fail(c, q, &f);
+        return lib_fail(c, q, r, &err);
     }
     /* the first one seen was number cur - r; the page ends after p.n of them */
     cJSON_AddNumberToObject(o, "next_cursor", (double)(cur - (size_t)r + p.n));
@@ -485,9 +492,7 @@ static enum MHD_Result file_put(struct MHD_Connection *c, struct ad_req *q)
     al_error err = {0};
     int r = al_file_put(q->sess->s, src, p, &err);
     if (r < 0) {
-        struct ad_fail f;
-        ad_fail_from(&f, r, &err);
-        return ad_reply_fail(c, q, &f);
+        return lib_fail(c, q, r, &err);
     }
     cJSON *o = cJSON_CreateObject();
     cJSON_AddStringToObject(o, "path", p);
@@ -508,9 +513,7 @@ static enum MHD_Result file_get(struct MHD_Connection *c, struct ad_req *q)
     al_error err = {0};
     int r = al_file_get_max(q->sess->s, p, tmp, q->lim.max_upload_bytes, &err);
     if (r < 0) {
-        struct ad_fail f;
-        ad_fail_from(&f, r, &err);
-        return ad_reply_fail(c, q, &f);
+        return lib_fail(c, q, r, &err);
     }
     int fd = open(tmp, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
     unlink(tmp);
@@ -572,9 +575,7 @@ static enum MHD_Result file_stat(struct MHD_Connection *c, struct ad_req *q)
     al_error err = {0};
     int r = al_file_stat(q->sess->s, p, &st, &err);
     if (r < 0) {
-        struct ad_fail f;
-        ad_fail_from(&f, r, &err);
-        return ad_reply_fail(c, q, &f);
+        return lib_fail(c, q, r, &err);
     }
     return ad_reply_json(c, q, 200, stat_json(&st));
 }
@@ -595,9 +596,7 @@ static enum MHD_Result file_list(struct MHD_Connection *c, struct ad_req *q)
     int r = al_file_list(q->sess->s, p, list_entry, a, &err);
     if (r < 0) {
         cJSON_Delete(o);
-        struct ad_fail f;
-        ad_fail_from(&f, r, &err);
-        return ad_reply_fail(c, q, &f);
+        return lib_fail(c, q, r, &err);
     }
     return ad_reply_json(c, q, 200, o);
 }
@@ -611,9 +610,7 @@ static enum MHD_Result file_delete(struct MHD_Connection *c, struct ad_req *q)
     al_error err = {0};
     int r = al_file_remove(q->sess->s, p, flag(c, "recursive"), &err);
     if (r < 0) {
-        struct ad_fail f;
-        ad_fail_from(&f, r, &err);
-        return ad_reply_fail(c, q, &f);
+        return lib_fail(c, q, r, &err);
     }
     return ad_reply(c, q, 204, MHD_create_response_from_buffer(0, NULL, MHD_RESPMEM_PERSISTENT));
 }
@@ -627,9 +624,7 @@ static enum MHD_Result file_mkdir(struct MHD_Connection *c, struct ad_req *q)
     al_error err = {0};
     int r = al_file_mkdir(q->sess->s, p, flag(c, "parents"), &err);
     if (r < 0) {
-        struct ad_fail f;
-        ad_fail_from(&f, r, &err);
-        return ad_reply_fail(c, q, &f);
+        return lib_fail(c, q, r, &err);
     }
     return ad_reply(c, q, 201, MHD_create_response_from_buffer(0, NULL, MHD_RESPMEM_PERSISTENT));
 }
@@ -646,14 +641,6 @@ static cJSON *checkpoint_json(const al_checkpoint_info *ci)
     cJSON_AddNumberToObject(o, "disk_bytes", (double)ci->disk_bytes);
     cJSON_AddBoolToObject(o, "current", ci->current);
     return o;
-}
-
-static enum MHD_Result lib_fail(struct MHD_Connection *c, struct ad_req *q, int r,
-                                const al_error *err)
-{
-    struct ad_fail f;
-    ad_fail_from(&f, r, err);
-    return ad_reply_fail(c, q, &f);
 }
 
 static enum MHD_Result checkpoint_create(struct MHD_Connection *c, struct ad_req *q)
@@ -682,9 +669,7 @@ static enum MHD_Result checkpoint_list(struct MHD_Connection *c, struct ad_req *
     int r = al_checkpoint_list(q->sess->s, checkpoint_one, a, &err);
     if (r < 0) {
         cJSON_Delete(o);
-        struct ad_fail f;
-        ad_fail_from(&f, r, &err);
-        return ad_reply_fail(c, q, &f);
+        return lib_fail(c, q, r, &err);
     }
     return ad_reply_json(c, q, 200, o);
 }
