@@ -634,11 +634,11 @@ static int parse_call(al_chat *c, const al_tool_call *call, char **lang, char **
     *lang = *code = *why = NULL;
     if (!call->name || strcmp(call->name, "execute"))
         return refuse_call(why, "error: unknown tool '%s'; the tools are 'execute' and 'rollback'",
-                        call->name ? call->name : "");
+                           call->name ? call->name : "");
     _cleanup_cjson_ cJSON *args = cJSON_Parse(call->arguments ? call->arguments : "");
     if (!cJSON_IsObject(args))
         return refuse_call(why, "error: the arguments are not a JSON object: %.200s",
-                        call->arguments ? call->arguments : "");
+                           call->arguments ? call->arguments : "");
     const char *l = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(args, "language"));
     const char *k = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(args, "code"));
     if (!k || !*k)
@@ -646,7 +646,7 @@ static int parse_call(al_chat *c, const al_tool_call *call, char **lang, char **
     const char *cl = l ? canonical_lang(c->langs, l) : NULL;
     if (!cl)
         return refuse_call(why, "error: unknown language '%.64s'; available: %s", l ? l : "",
-                        c->langs);
+                           c->langs);
     *lang = strdup(cl);
     *code = strdup(k);
     return 0;
