@@ -290,6 +290,8 @@ int ad_chat_turn(struct ad_session *s, const struct ad_chat_req *q, const struct
     snprintf(ch->model, sizeof(ch->model), "%s", q->model ? q->model : ad_cfg.model);
     ch->auto_run = q->auto_run;
     ch->c.cfg.auto_run = q->auto_run; /* read by the loop only while a turn runs */
+    /* each code run of the turn is bounded as an exec of this owner's would be */
+    ch->c.cfg.run_timeout_s = lim->max_exec_timeout_s;
     free(ch->pending);
     ch->pending = strdup(q->message);
     pthread_mutex_unlock(&chat_lock);

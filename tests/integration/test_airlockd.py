@@ -21,7 +21,7 @@ import time
 import unittest
 
 import altest
-from airlock import APIError, Client, Sandbox
+from airlock import APIError, Client, Run, Sandbox
 
 AIRLOCKD = os.environ.get("AIRLOCKD_BIN", "airlockd")
 NOBODY = 65534
@@ -847,6 +847,54 @@ class DiskBudgetTest(unittest.TestCase):
         finally:
             self.assertEqual(d.stop(), 0)
             shutil.rmtree(d.dir, ignore_errors=True)
+
+class ChatTimeoutTest(unittest.TestCase):
+    """A chat turn's code run is bounded by the owner's max_exec_timeout_s, as an exec is (the
+    fake model asks for sleep 120; the daemon allows 3 s)."""
+
+    def test_chat_run_times_out(self):
+        tmp = tempfile.mkdtemp(prefix="airlockd-chat-")
+        self.addCleanup(shutil.rmtree, tmp, True)
+        script, portfile = os.path.join(tmp, "script.json"), os.path.join(tmp, "port")
+        with open(script, "w") as f:
+            json.dump([{"tool_calls": [{"id": "c1", "name": "execute", "arguments": {
+                "language": "bash", "code": "echo started; sleep 120; echo never"}}]},
+                {"text": "it timed out"}], f)
+        fm = subprocess.Popen([sys.executable, os.path.join(altest.SOURCE_ROOT, "tests",
+                               "fakemodel", "fakemodel.py"), "--script", script, "--log",
+                               os.path.join(tmp, "log.jsonl"), "--port-file", portfile],
+                              stdout=subprocess.DEVNULL)
+        self.addCleanup(lambda: (fm.kill(), fm.wait()))
+        for _ in range(200):
+            if os.path.exists(portfile):
+                break
+            time.sleep(0.05)
+        with open(portfile) as f:
+            base = "http://127.0.0.1:%s/v1" % f.read().strip()
+        d = Daemon(model_api="openai", model_api_base=base, model="fake",
+                   max_exec_timeout_s=3)
+        try:
+            sb = Sandbox(client=d.unix())
+            info = sb.client.request("POST", "/v1/sessions/%s/chat" % sb.id,
+                                     {"message": "sleep", "auto_run": True})
+            t0 = time.time()
+            evs = list(Run(sb, info).events(timeout=120))
+            took = time.time() - t0
+            ends = [e.data for e in evs if e.type == "run_end"]
+            out = b"".join(base64.b64decode(e.data["data_b64"]) for e in evs
+                           if e.type == "output")
+            self.assertEqual(len(ends), 1, evs)
+            self.assertTrue(ends[0]["timed_out"], ends)
+            self.assertIn(b"started", out)
+            self.assertNotIn(b"never", out)
+            self.assertEqual(evs[-1].type, "done", evs[-1])
+            self.assertLess(took, 100)
+            sb.kill()
+            self.assertTrue(domain_gone(sb.id))
+        finally:
+            self.assertEqual(d.stop(), 0)
+            shutil.rmtree(d.dir, ignore_errors=True)
+
 
 class DebianTest(unittest.TestCase):
     """Needs the debian image (registered only when it is built)."""
