@@ -94,7 +94,7 @@ class Driver:
 
 
 IDENTITY_SH = ("cat /proc/sys/kernel/random/uuid /proc/sys/kernel/random/uuid; hostname; "
-               "cat /etc/machine-id; date +%s.%N")
+               "cat /etc/machine-id; date +%s.%N; cat /proc/sys/kernel/random/boot_id")
 IDENTITY_PY = ("import os, random, uuid, numpy\n"
                "print(os.urandom(16).hex(), random.random(), numpy.random.rand(), uuid.uuid4())")
 IDENTITY_JS = "console.log(Math.random(), Math.random())"
@@ -132,9 +132,12 @@ class Warm(unittest.TestCase):
                 self.assertRegex(sh[3], r"^[0-9a-f]{32}$")
                 py = d.run(IDENTITY_PY, lang="python", kernel=True)
                 js = d.run(IDENTITY_JS, lang="javascript", kernel=True)
+                self.assertRegex(sh[5], r"^[0-9a-f]{8}-[0-9a-f]{4}-4[0-9a-f]{3}-[89ab][0-9a-f]{3}-"
+                                 r"[0-9a-f]{12}$")
                 seen[d] = {"uuid": sh[0:2], "hostname": sh[2], "machine-id": sh[3],
+                           "boot_id": sh[5],
                            "python": py.split(), "js": js.split()}
-            for k in ("hostname", "machine-id"):
+            for k in ("hostname", "machine-id", "boot_id"):
                 self.assertNotEqual(seen[a][k], seen[b][k], k)
             for i in range(2):
                 self.assertNotEqual(seen[a]["uuid"][i], seen[b]["uuid"][i])
