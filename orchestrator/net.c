@@ -570,18 +570,6 @@ static void *relay_main(void *arg)
 
 /* ---- Squid ---- */
 
-static int free_port(unsigned *port, al_error *err)
-{
-    _cleanup_close_ int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-    struct sockaddr_in sa = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
-    socklen_t len = sizeof(sa);
-    if (fd < 0 || bind(fd, (struct sockaddr *)&sa, sizeof(sa)) < 0 ||
-        getsockname(fd, (struct sockaddr *)&sa, &len) < 0)
-        return al_err(err, -errno, "cannot find a free port: %s", strerror(errno));
-    *port = ntohs(sa.sin_port);
-    return 0;
-}
-
 /* The host's own addresses: a name that resolves to one of them is refused like loopback. */
 static void write_host_addrs(FILE *f)
 {
@@ -918,8 +906,8 @@ int al_net_prepare(al_session *s, const al_session_opts *opts, struct al_vm_conf
         if (chown(n->dir, uid, gid) < 0)
             return al_err(err, -errno, "cannot hand %s to the proxy: %s", n->dir, strerror(errno));
     }
-    int r = free_port(&n->squid_port, err);
-    if (r < 0 || (r = free_port(&n->fwd_port, err)) < 0)
+    int r = al_free_port(&n->squid_port, err);
+    if (r < 0 || (r = al_free_port(&n->fwd_port, err)) < 0)
         return r;
     r = write_conf(n, hosts, user, err);
     if (r < 0)

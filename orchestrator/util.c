@@ -1,12 +1,15 @@
-/* Small helpers: clocks, the runtime directory, files in shared places, recursive removal. */
+/* Small helpers: clocks, the runtime directory, files in shared places, recursive removal, a free
+ * loopback port. */
 #include "internal.h"
 
 #include <errno.h>
 #include <fcntl.h>
 #include <ftw.h>
+#include <netinet/in.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <string.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
 #include <time.h>
 
@@ -235,4 +238,16 @@ int al_pathf(char *buf, size_t len, const char *fmt, ...)
     int n = vsnprintf(buf, len, fmt, ap);
     va_end(ap);
     return n < 0 || (size_t)n >= len ? -ENAMETOOLONG : 0;
+}
+
+int al_free_port(unsigned *port, al_error *err)
+{
+    _cleanup_close_ int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    struct sockaddr_in sa = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+    socklen_t len = sizeof(sa);
+    if (fd < 0 || bind(fd, (struct sockaddr *)&sa, sizeof(sa)) < 0 ||
+        getsockname(fd, (struct sockaddr *)&sa, &len) < 0)
+        return al_err(err, -errno, "cannot find a free port: %s", strerror(errno));
+    *port = ntohs(sa.sin_port);
+    return 0;
 }

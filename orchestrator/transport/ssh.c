@@ -109,20 +109,6 @@ static int keygen(const char *path, al_error *err)
     return al_spawn_quiet(argv, "make a session key", err);
 }
 
-/* A free TCP port on 127.0.0.1. Another program may take it before QEMU binds it: the start
- * then fails and is retried with another port (session.c). */
-static int free_port(unsigned *port, al_error *err)
-{
-    _cleanup_close_ int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-    struct sockaddr_in sa = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
-    socklen_t len = sizeof(sa);
-    if (fd < 0 || bind(fd, (struct sockaddr *)&sa, sizeof(sa)) < 0 ||
-        getsockname(fd, (struct sockaddr *)&sa, &len) < 0)
-        return al_err(err, -errno, "cannot find a free port: %s", strerror(errno));
-    *port = ntohs(sa.sin_port);
-    return 0;
-}
-
 /* Writes the seed's two files: the login key for the image's user, the host key pinned. */
 static int write_seed_files(struct ssh_tport *s, const char *dir, al_error *err)
 {
@@ -214,7 +200,7 @@ static int ssh_prepare(struct al_tport *t, struct al_vm_config *cfg, bool kvm, a
     if (r < 0)
         return r;
     al_rmtree(seed_dir);
-    r = free_port(&s->host_port, err);
+    r = al_free_port(&s->host_port, err);
     if (r < 0)
         return r;
     cfg->host_port = s->host_port;
@@ -232,7 +218,7 @@ static int ssh_retry_start(struct al_tport *t, struct al_vm_config *cfg, const c
     struct ssh_tport *s = ssh_of(t);
     if (!cfg->host_port || !strstr(msg, "forwarding"))
         return 0;
-    int r = free_port(&s->host_port, err);
+    int r = al_free_port(&s->host_port, err);
     cfg->host_port = s->host_port;
     return r < 0 ? r : 1;
 }
