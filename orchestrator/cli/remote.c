@@ -98,6 +98,22 @@ static CURL *handle(const struct remote *r, const char *method, const char *path
     return c;
 }
 
+/* Sends the request c (made by handle) with hdrs, the answer's body to write(data); frees
+ * both. The HTTP status in *status (0: none came). */
+static CURLcode perform(CURL *c, struct curl_slist *hdrs, curl_write_callback write, void *data,
+                        long *status)
+{
+    curl_easy_setopt(c, CURLOPT_HTTPHEADER, hdrs);
+    curl_easy_setopt(c, CURLOPT_WRITEFUNCTION, write);
+    curl_easy_setopt(c, CURLOPT_WRITEDATA, data);
+    CURLcode cc = curl_easy_perform(c);
+    *status = 0;
+    curl_easy_getinfo(c, CURLINFO_RESPONSE_CODE, status);
+    curl_easy_cleanup(c);
+    curl_slist_free_all(hdrs);
+    return cc;
+}
+
 /* One request with a JSON body (or none); the answer's JSON in *out (NULL when empty). Prints
  * the daemon's error and returns -EIO on an error status. */
 static int call(const struct remote *r, const char *method, const char *path, cJSON *in,
@@ -114,14 +130,8 @@ static int call(const struct remote *r, const char *method, const char *path, cJ
         curl_easy_setopt(c, CURLOPT_POSTFIELDS, text);
     }
     struct body b = {0};
-    curl_easy_setopt(c, CURLOPT_HTTPHEADER, hdrs);
-    curl_easy_setopt(c, CURLOPT_WRITEFUNCTION, to_body);
-    curl_easy_setopt(c, CURLOPT_WRITEDATA, &b);
-    CURLcode cc = curl_easy_perform(c);
-    long status = 0;
-    curl_easy_getinfo(c, CURLINFO_RESPONSE_CODE, &status);
-    curl_easy_cleanup(c);
-    curl_slist_free_all(hdrs);
+    long status;
+    CURLcode cc = perform(c, hdrs, to_body, &b, &status);
     free(text);
     int rc = 0;
     if (cc != CURLE_OK) {
@@ -248,17 +258,11 @@ static void *pump_stdin(void *arg)
         if (!c)
             break;
         hdrs = curl_slist_append(hdrs, "Content-Type: application/octet-stream");
-        curl_easy_setopt(c, CURLOPT_HTTPHEADER, hdrs);
         curl_easy_setopt(c, CURLOPT_POSTFIELDS, buf);
         curl_easy_setopt(c, CURLOPT_POSTFIELDSIZE, (long)(n > 0 ? n : 0));
         struct body b = {0};
-        curl_easy_setopt(c, CURLOPT_WRITEFUNCTION, to_body);
-        curl_easy_setopt(c, CURLOPT_WRITEDATA, &b);
-        CURLcode cc = curl_easy_perform(c);
-        long status = 0;
-        curl_easy_getinfo(c, CURLINFO_RESPONSE_CODE, &status);
-        curl_easy_cleanup(c);
-        curl_slist_free_all(hdrs);
+        long status;
+        CURLcode cc = perform(c, hdrs, to_body, &b, &status);
         free(b.buf);
         if (n <= 0 || cc != CURLE_OK || status >= 400)
             break;
@@ -283,17 +287,11 @@ static int stream_events(const struct remote *r, const char *sid, const char *ri
             return -ENOMEM;
         hdrs = curl_slist_append(hdrs, last);
         al_sse *p = al_sse_new(on_event, st);
-        curl_easy_setopt(c, CURLOPT_HTTPHEADER, hdrs);
-        curl_easy_setopt(c, CURLOPT_WRITEFUNCTION, to_sse);
-        curl_easy_setopt(c, CURLOPT_WRITEDATA, p);
         curl_easy_setopt(c, CURLOPT_NOPROGRESS, 0L);
         curl_easy_setopt(c, CURLOPT_XFERINFOFUNCTION, on_progress);
         curl_easy_setopt(c, CURLOPT_XFERINFODATA, &sc);
-        curl_easy_perform(c);
-        long status = 0;
-        curl_easy_getinfo(c, CURLINFO_RESPONSE_CODE, &status);
-        curl_easy_cleanup(c);
-        curl_slist_free_all(hdrs);
+        long status;
+        perform(c, hdrs, to_sse, p, &status);
         al_sse_free(p);
         if (status >= 400) {
             fprintf(stderr, "airlock: airlockd refused the run's events (%ld)\n", status);
