@@ -84,36 +84,6 @@ enum MHD_Result ad_reply_json(struct MHD_Connection *c, struct ad_req *q, unsign
     return ad_reply(c, q, status, r);
 }
 
-/* The length of the well-formed UTF-8 sequence at p (RFC 3629: no overlong forms, no
- * surrogates, nothing past U+10FFFF), or 0. */
-static size_t utf8_len(const unsigned char *p)
-{
-    unsigned c = p[0];
-    if (c < 0x80)
-        return 1;
-    size_t n = c >= 0xc2 && c <= 0xdf   ? 2
-               : c >= 0xe0 && c <= 0xef ? 3
-               : c >= 0xf0 && c <= 0xf4 ? 4
-                                        : 0;
-    if (!n)
-        return 0;
-    unsigned lo = 0x80, hi = 0xbf; /* the second byte's range */
-    if (c == 0xe0)
-        lo = 0xa0;
-    else if (c == 0xed)
-        hi = 0x9f;
-    else if (c == 0xf0)
-        lo = 0x90;
-    else if (c == 0xf4)
-        hi = 0x8f;
-    if (p[1] < lo || p[1] > hi)
-        return 0;
-    for (size_t i = 2; i < n; i++)
-        if (p[i] < 0x80 || p[i] > 0xbf)
-            return 0;
-    return n;
-}
-
 bool ad_json_add_text(cJSON *o, const char *key, const char *s)
 {
     size_t len = strlen(s), n = 0;
@@ -121,8 +91,9 @@ bool ad_json_add_text(cJSON *o, const char *key, const char *s)
     char *out = malloc(3 * len + 1); /* a bad byte becomes U+FFFD, 3 bytes */
     if (!out)
         return false;
+    const unsigned char *end = (const unsigned char *)s + len;
     for (const unsigned char *p = (const unsigned char *)s; *p;) {
-        size_t k = utf8_len(p);
+        size_t k = al_utf8_len(p, (size_t)(end - p));
         if (k) {
             memcpy(out + n, p, k);
             n += k, p += k;

@@ -72,31 +72,9 @@ const al_mime *al_result_mime(const al_result *r, const char *type)
 
 bool al_utf8_valid(const uint8_t *p, size_t n)
 {
-    for (size_t i = 0; i < n;) {
-        uint32_t c = p[i], need, min;
-        if (c < 0x80) {
-            i++;
-            continue;
-        }
-        if ((c & 0xe0) == 0xc0)
-            need = 1, min = 0x80, c &= 0x1f;
-        else if ((c & 0xf0) == 0xe0)
-            need = 2, min = 0x800, c &= 0x0f;
-        else if ((c & 0xf8) == 0xf0)
-            need = 3, min = 0x10000, c &= 0x07;
-        else
+    for (size_t i = 0, k; i < n; i += k)
+        if (!(k = al_utf8_len(p + i, n - i)))
             return false;
-        if (n - i <= need)
-            return false;
-        for (uint32_t k = 1; k <= need; k++) {
-            if ((p[i + k] & 0xc0) != 0x80)
-                return false;
-            c = c << 6 | (p[i + k] & 0x3f);
-        }
-        if (c < min || c > 0x10ffff || (c >= 0xd800 && c <= 0xdfff))
-            return false;
-        i += need + 1;
-    }
     return true;
 }
 

@@ -52,6 +52,18 @@ static int utf8_decode(const unsigned char *p, size_t n, bool final, uint32_t *c
     return (int)len;
 }
 
+size_t al_utf8_len(const uint8_t *p, size_t n)
+{
+    if (!n)
+        return 0;
+    if (p[0] < 0x80)
+        return 1;
+    uint32_t cp;
+    size_t bad;
+    int len = utf8_decode(p, n, true, &cp, &bad);
+    return len > 0 ? (size_t)len : 0;
+}
+
 /* One unit at in[0..n): writes its rendering to out (at most 4 bytes) and returns the bytes
  * it took, or 0 when in holds only the start of a UTF-8 sequence (never when final). */
 static size_t term_step(const unsigned char *in, size_t n, bool final, bool oneline, bool *cr,

@@ -256,6 +256,9 @@ const al_mime *al_result_mime(const al_result *r, const char *type);
  * "traceback"} or {"type": "refused", "why"}: what `airlock exec --json` prints. */
 char *al_result_json(const al_result *r);
 bool al_utf8_valid(const uint8_t *p, size_t n);
+/* The length of the well-formed UTF-8 sequence at p, n bytes available (RFC 3629: no overlong
+ * forms, no surrogates, nothing past U+10FFFF; ASCII is 1), or 0. */
+size_t al_utf8_len(const uint8_t *p, size_t n);
 
 /* The reader the exec uses on the guest's result stream, public for tests and fuzzing: feed
  * it bytes as they come, end it at the stream's end. */

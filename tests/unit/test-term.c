@@ -84,6 +84,39 @@ static void test_utf8(void)
     ok(same("\xff\xfe", "\xef\xbf\xbd\xef\xbf\xbd"), "bytes never in UTF-8 refused");
 }
 
+/* al_utf8_len and al_utf8_valid (results, the daemon's JSON text): the same reading. */
+static void test_utf8_len(void)
+{
+    static const struct {
+        const char *s;
+        size_t n, len;
+    } cases[] = {
+        {"A", 1, 1},
+        {"\xc3\xa9", 2, 2},
+        {"\xe2\x9c\x93", 3, 3},
+        {"\xf0\x9d\x84\x9e", 4, 4},
+        {"\xc0\xaf", 2, 0},
+        {"\xe0\x80\xaf", 3, 0},
+        {"\xed\xa0\x80", 3, 0},
+        {"\xf4\x90\x80\x80", 4, 0},
+        {"\xe2\x9c", 2, 0},
+        {"\x80", 1, 0},
+        {"\xff", 1, 0},
+        {"", 0, 0},
+    };
+    for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++)
+        ok(al_utf8_len((const uint8_t *)cases[i].s, cases[i].n) == cases[i].len,
+           "al_utf8_len case %zu is %zu", i, cases[i].len);
+    ok(al_utf8_len((const uint8_t *)"\xe2\x9c\x93", 2) == 0, "a sequence past n is cut: 0");
+    const char *good = "h\xc3\xa9llo \xe2\x9c\x93 \xf0\x9d\x84\x9e";
+    ok(al_utf8_valid((const uint8_t *)good, strlen(good)), "al_utf8_valid: valid text");
+    ok(!al_utf8_valid((const uint8_t *)"ok\xe2\x9c", 4), "al_utf8_valid: cut at the end");
+    ok(!al_utf8_valid((const uint8_t *)"a\xc0\xaf"
+                                       "b",
+                      4),
+       "al_utf8_valid: overlong inside");
+}
+
 /* Every split of each sample into two and three pieces renders as the whole. */
 static void test_streaming(void)
 {
@@ -173,6 +206,7 @@ int main(void)
 {
     test_controls();
     test_utf8();
+    test_utf8_len();
     test_streaming();
     test_bounds();
     test_escape();
