@@ -8,20 +8,6 @@
 #include <stdio.h>
 #include <string.h>
 
-static int write_out(int fd, const uint8_t *p, size_t len)
-{
-    while (len) {
-        ssize_t n = write(fd, p, len);
-        if (n < 0 && errno == EINTR)
-            continue;
-        if (n < 0)
-            return -errno;
-        p += n;
-        len -= (size_t)n;
-    }
-    return 0;
-}
-
 static size_t count(const char *const *v)
 {
     size_t n = 0;
@@ -128,7 +114,7 @@ static int on_data(struct exec_state *st, const al_exec_opts *o, const struct al
     st->got[stream] += m->u.data.len;
     if (m->u.data.len && !st->out_broken[stream]) {
         int r = o->output ? o->output(o->output_ctx, stream, m->u.data.data, m->u.data.len)
-                          : write_out(fd, m->u.data.data, m->u.data.len);
+                          : al_write_all(fd, m->u.data.data, m->u.data.len);
         if (r == -EPIPE) {
             /* Like a local pipeline: the writer learns its reader is gone. */
             st->out_broken[stream] = true;

@@ -251,3 +251,18 @@ int al_free_port(unsigned *port, al_error *err)
     *port = ntohs(sa.sin_port);
     return 0;
 }
+
+int al_write_all(int fd, const void *buf, size_t len)
+{
+    const uint8_t *p = buf;
+    while (len) {
+        ssize_t n = write(fd, p, len);
+        if (n < 0 && errno == EINTR)
+            continue;
+        if (n < 0)
+            return -errno;
+        p += n;
+        len -= (size_t)n;
+    }
+    return 0;
+}

@@ -62,6 +62,9 @@ uint64_t al_now_us(void);
 void al_vnotify(void (*fn)(void *ctx, const char *msg), void *ctx, const char *fmt, va_list ap)
     __attribute__((format(printf, 3, 0)));
 
+/* Writes all len bytes (a write cut short or interrupted goes on); 0 or -errno. */
+int al_write_all(int fd, const void *buf, size_t len);
+
 /* snprintf for paths: -ENAMETOOLONG instead of a silently cut path. */
 int al_pathf(char *buf, size_t len, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
 

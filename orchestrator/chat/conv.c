@@ -111,18 +111,7 @@ static int write_atomic(const char *path, const char *text, al_error *err)
     int fd = open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
     if (fd < 0)
         return al_err(err, -errno, "cannot write %s: %s", tmp, strerror(errno));
-    size_t len = strlen(text), off = 0;
-    int r = 0;
-    while (off < len) {
-        ssize_t n = write(fd, text + off, len - off);
-        if (n < 0 && errno == EINTR)
-            continue;
-        if (n < 0) {
-            r = -errno;
-            break;
-        }
-        off += (size_t)n;
-    }
+    int r = al_write_all(fd, text, strlen(text));
     if (!r && fsync(fd) < 0)
         r = -errno;
     if (close(fd) < 0 && !r)

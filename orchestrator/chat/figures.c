@@ -125,6 +125,20 @@ int al_outputs_prune(const char *dir, size_t keep_files, uint64_t keep_bytes, al
     return r;
 }
 
+/* The host path of the session's next output file (ext: ".png"...) in the outputs dir, which
+ * goes to dir. */
+static int output_path(const al_chat *c, const char *ext, char *dir, size_t dlen, char *host,
+                       size_t len, al_error *err)
+{
+    int r = al_data_dir("outputs", dir, dlen, err);
+    if (r < 0)
+        return r;
+    if (snprintf(host, len, "%s/%s-%u%s", dir, al_session_name(c->session), c->outputs + 1, ext) >=
+        (int)len)
+        return al_err(err, -ENAMETOOLONG, "host path too long");
+    return 0;
+}
+
 int al_figure_get(al_chat *c, const char *guest_path, char *host, size_t len, al_error *err)
 {
     const char *ext = strrchr(guest_path, '.');
@@ -136,12 +150,9 @@ int al_figure_get(al_chat *c, const char *guest_path, char *host, size_t len, al
     uint64_t left = AL_FIGURES_SESSION_BYTES_MAX - c->out_bytes;
     uint64_t max = left < AL_FIGURE_BYTES_MAX ? left : AL_FIGURE_BYTES_MAX;
     char dir[AL_PATH_MAX];
-    int r = al_data_dir("outputs", dir, sizeof(dir), err);
+    int r = output_path(c, ext, dir, sizeof(dir), host, len, err);
     if (r < 0)
         return r;
-    if (snprintf(host, len, "%s/%s-%u%s", dir, al_session_name(c->session), c->outputs + 1, ext) >=
-        (int)len)
-        return al_err(err, -ENAMETOOLONG, "host path too long");
     al_error ge = {0};
     r = al_file_get_max(c->session, guest_path, host, max, &ge);
     if (r == -EFBIG && max < AL_FIGURE_BYTES_MAX)
@@ -183,31 +194,20 @@ int al_figure_save(al_chat *c, const al_mime *m, char *host, size_t len, al_erro
     if (c->out_bytes + m->len > AL_FIGURES_SESSION_BYTES_MAX)
         return al_err(err, -EDQUOT, "over what is left of this session's %llu MiB of figures",
                       AL_FIGURES_SESSION_BYTES_MAX >> 20);
-    char dir[4096];
-    int r = al_data_dir("outputs", dir, sizeof(dir), err);
+    char dir[AL_PATH_MAX];
+    int r = output_path(c, ext, dir, sizeof(dir), host, len, err);
     if (r < 0)
         return r;
-    if (snprintf(host, len, "%s/%s-%u%s", dir, al_session_name(c->session), c->outputs + 1, ext) >=
-        (int)len)
-        return al_err(err, -ENAMETOOLONG, "host path too long");
     /* The name is ours; the bytes were checked to be of their kind by the result reader. */
     int fd = open(host, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, 0644);
     if (fd < 0)
         return al_err(err, -errno, "cannot create '%s': %s", host, strerror(errno));
-    size_t off = 0;
-    while (off < m->len) {
-        ssize_t n = write(fd, m->data + off, m->len - off);
-        if (n < 0 && errno == EINTR)
-            continue;
-        if (n < 0) {
-            r = al_err(err, -errno, "cannot write '%s': %s", host, strerror(errno));
-            close(fd);
-            unlink(host);
-            return r;
-        }
-        off += (size_t)n;
-    }
+    r = al_write_all(fd, m->data, m->len);
     close(fd);
+    if (r < 0) {
+        unlink(host);
+        return al_err(err, r, "cannot write '%s': %s", host, strerror(-r));
+    }
     c->outputs++;
     c->out_bytes += m->len;
     al_error pe = {0};
