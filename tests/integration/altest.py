@@ -11,12 +11,14 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import time
 import unittest
 
 AIRLOCK = os.environ.get("AIRLOCK_BIN", "airlock")
 IMAGE_DIR = os.environ.get("AIRLOCK_IMAGE_DIR", "")
 SOURCE_ROOT = os.environ.get("AIRLOCK_SOURCE_ROOT", ".")
 AGENT = os.environ.get("AIRLOCK_AGENT_BIN", "")
+FAKEMODEL = os.path.join(SOURCE_ROOT, "tests", "fakemodel", "fakemodel.py")
 # Every call gets a hang guard: a test that hangs is a failed test, not a stuck suite.
 HANG_GUARD_S = 240
 NOTICE = re.compile(rb"^airlock: notice: .*\n", re.M)
@@ -24,6 +26,23 @@ NOTICE = re.compile(rb"^airlock: notice: .*\n", re.M)
 
 def strip_notices(b):
     return NOTICE.sub(b"", b)
+
+
+def start_fake_model(replies, d):
+    """tests/fakemodel serving replies (a script written in the dir d; its request log is
+    d/requests.jsonl): (the process, which the caller ends, and its port)."""
+    script, portfile = os.path.join(d, "script.json"), os.path.join(d, "port")
+    with open(script, "w") as f:
+        json.dump(replies, f)
+    p = subprocess.Popen([sys.executable, FAKEMODEL, "--script", script, "--log",
+                          os.path.join(d, "requests.jsonl"), "--port-file", portfile],
+                         stdout=subprocess.DEVNULL)
+    for _ in range(200):
+        if os.path.exists(portfile):
+            break
+        time.sleep(0.05)
+    with open(portfile) as f:  # written whole (fakemodel renames it into place)
+        return p, int(f.read())
 
 
 def run(args, input=None, env=None, timeout=HANG_GUARD_S, image_dir=None):

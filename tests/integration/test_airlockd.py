@@ -14,7 +14,6 @@ import signal
 import socket
 import ssl
 import subprocess
-import sys
 import tempfile
 import threading
 import time
@@ -855,22 +854,12 @@ class ChatTimeoutTest(unittest.TestCase):
     def test_chat_run_times_out(self):
         tmp = tempfile.mkdtemp(prefix="airlockd-chat-")
         self.addCleanup(shutil.rmtree, tmp, True)
-        script, portfile = os.path.join(tmp, "script.json"), os.path.join(tmp, "port")
-        with open(script, "w") as f:
-            json.dump([{"tool_calls": [{"id": "c1", "name": "execute", "arguments": {
+        fm, port = altest.start_fake_model([
+            {"tool_calls": [{"id": "c1", "name": "execute", "arguments": {
                 "language": "bash", "code": "echo started; sleep 120; echo never"}}]},
-                {"text": "it timed out"}], f)
-        fm = subprocess.Popen([sys.executable, os.path.join(altest.SOURCE_ROOT, "tests",
-                               "fakemodel", "fakemodel.py"), "--script", script, "--log",
-                               os.path.join(tmp, "log.jsonl"), "--port-file", portfile],
-                              stdout=subprocess.DEVNULL)
+            {"text": "it timed out"}], tmp)
         self.addCleanup(lambda: (fm.kill(), fm.wait()))
-        for _ in range(200):
-            if os.path.exists(portfile):
-                break
-            time.sleep(0.05)
-        with open(portfile) as f:
-            base = "http://127.0.0.1:%s/v1" % f.read().strip()
+        base = "http://127.0.0.1:%d/v1" % port
         d = Daemon(model_api="openai", model_api_base=base, model="fake",
                    max_exec_timeout_s=3)
         try:

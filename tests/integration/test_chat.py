@@ -10,34 +10,20 @@ import pty
 import select
 import shutil
 import subprocess
-import sys
 import tempfile
 import time
 import unittest
 
 import altest
 
-FAKEMODEL = os.path.join(altest.SOURCE_ROOT, "tests", "fakemodel", "fakemodel.py")
 KEY = "sk-test-DO-NOT-LEAK-7f3a"
 
 
 class FakeModel:
     def __init__(self, replies):
         self.dir = tempfile.mkdtemp(prefix="airlock-chat-test-")
-        self.script = os.path.join(self.dir, "script.json")
         self.log = os.path.join(self.dir, "requests.jsonl")
-        with open(self.script, "w") as f:
-            json.dump(replies, f)
-        portfile = os.path.join(self.dir, "port")
-        self.proc = subprocess.Popen([sys.executable, FAKEMODEL, "--script", self.script,
-                                      "--log", self.log, "--port-file", portfile],
-                                     stdout=subprocess.DEVNULL)
-        for _ in range(100):
-            if os.path.exists(portfile):
-                break
-            time.sleep(0.05)
-        with open(portfile) as f:
-            self.port = int(f.read())
+        self.proc, self.port = altest.start_fake_model(replies, self.dir)
         self.base = "http://127.0.0.1:%d/v1" % self.port
         # Each test gets its own data and config dirs: conversations, history, profiles.
         self.env = {"XDG_DATA_HOME": os.path.join(self.dir, "data"),

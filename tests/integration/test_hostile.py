@@ -11,14 +11,12 @@ import select
 import shutil
 import socket
 import subprocess
-import sys
 import tempfile
 import time
 import unittest
 
 import altest
 
-FAKEMODEL = os.path.join(altest.SOURCE_ROOT, "tests", "fakemodel", "fakemodel.py")
 
 # OSC 52 (write the clipboard), SGR 8 (conceal), a C1 CSI as UTF-8 and as a raw byte, a title
 # change, and text that must survive: UTF-8 and a tab.
@@ -67,18 +65,9 @@ def fake_model(test, replies):
     of requests)."""
     d = tempfile.mkdtemp(prefix="airlock-hostile-")
     test.addCleanup(shutil.rmtree, d, True)
-    script, log, portfile = (os.path.join(d, n) for n in ("script.json", "requests.jsonl", "port"))
-    with open(script, "w") as f:
-        json.dump(replies, f)
-    fm = subprocess.Popen([sys.executable, FAKEMODEL, "--script", script, "--log", log,
-                           "--port-file", portfile], stdout=subprocess.DEVNULL)
+    fm, port = altest.start_fake_model(replies, d)
     test.addCleanup(lambda: (fm.kill(), fm.wait()))
-    for _ in range(100):
-        if os.path.exists(portfile):
-            break
-        time.sleep(0.05)
-    with open(portfile) as f:
-        return d, "http://127.0.0.1:%s/v1" % f.read().strip(), log
+    return d, "http://127.0.0.1:%d/v1" % port, os.path.join(d, "requests.jsonl")
 
 
 class TerminalEscapes(unittest.TestCase):

@@ -16,7 +16,6 @@ import http.client
 import io
 import shutil
 import socket
-import subprocess
 import tarfile
 import sys
 import tempfile
@@ -38,7 +37,6 @@ from selenium.webdriver.chrome.service import Service
 from selenium.webdriver.common.by import By
 from selenium.webdriver.support.ui import WebDriverWait
 
-FAKEMODEL = os.path.join(altest.SOURCE_ROOT, "tests", "fakemodel", "fakemodel.py")
 SHOTS = os.environ.get("AIRLOCK_WEB_SHOTS") or os.path.join(
     os.path.dirname(os.environ.get("AIRLOCKD_BIN", ".")), "..", "web-screenshots")
 BOOT_S = 300
@@ -142,19 +140,8 @@ class WebTest(unittest.TestCase):
     def setUpClass(cls):
         os.makedirs(SHOTS, exist_ok=True)
         cls.tmp = tempfile.mkdtemp(prefix="airlock-web-")
-        script = os.path.join(cls.tmp, "script.json")
-        with open(script, "w") as f:
-            json.dump(REPLIES, f)
-        portfile = os.path.join(cls.tmp, "port")
-        cls.fm = subprocess.Popen([sys.executable, FAKEMODEL, "--script", script, "--log",
-                                   os.path.join(cls.tmp, "requests.jsonl"), "--port-file",
-                                   portfile], stdout=subprocess.DEVNULL)
-        for _ in range(200):
-            if os.path.exists(portfile):
-                break
-            time.sleep(0.05)
-        with open(portfile) as f:
-            base = "http://127.0.0.1:%s/v1" % f.read().strip()
+        cls.fm, port = altest.start_fake_model(REPLIES, cls.tmp)
+        base = "http://127.0.0.1:%d/v1" % port
         os.environ["WEB_TEST_MODEL_KEY"] = "sk-web-test"
         cls.d = Daemon(model_api="openai", model_api_base=base, model="fake",
                        model_api_key_env="WEB_TEST_MODEL_KEY", max_upload_bytes=16 << 20,
