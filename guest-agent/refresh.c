@@ -10,10 +10,6 @@
  *   hostname NAME   the session's name
  *   machine-id HEX  32 hex digits, written to /etc/machine-id
  *
- * and, from the reseeded RNG, a new boot_id: a file in /run bind-mounted over
- * /proc/sys/kernel/random/boot_id (the kernel's is fixed at boot, so every restored session
- * would share the template's).
- *
  * The input is the host's, but it is still parsed with bounds: one line each, in this order. */
 #include "agent.h"
 
@@ -23,8 +19,6 @@
 #include <stdio.h>
 #include <string.h>
 #include <sys/ioctl.h>
-#include <sys/mount.h>
-#include <sys/random.h>
 #include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
@@ -82,32 +76,6 @@ static int write_machine_id(const char *hex)
     return 0;
 }
 
-#define BOOT_ID "/proc/sys/kernel/random/boot_id"
-#define BOOT_ID_FILE "/run/airlock-boot_id"
-
-static int new_boot_id(void)
-{
-    uint8_t b[16];
-    if (getrandom(b, sizeof(b), 0) != (ssize_t)sizeof(b))
-        return fail("getrandom");
-    b[6] = (uint8_t)((b[6] & 0x0f) | 0x40); /* a version 4 UUID, as the kernel makes */
-    b[8] = (uint8_t)((b[8] & 0x3f) | 0x80);
-    char line[40];
-    int n = snprintf(line, sizeof(line),
-                     "%02x%02x%02x%02x-%02x%02x-%02x%02x-%02x%02x-%02x%02x%02x%02x%02x%02x\n", b[0],
-                     b[1], b[2], b[3], b[4], b[5], b[6], b[7], b[8], b[9], b[10], b[11], b[12],
-                     b[13], b[14], b[15]);
-    _cleanup_close_ int fd =
-        open(BOOT_ID_FILE, O_WRONLY | O_CREAT | O_TRUNC | O_NOFOLLOW | O_CLOEXEC, 0444);
-    if (fd < 0 || write(fd, line, (size_t)n) != n)
-        return fail(BOOT_ID_FILE);
-    umount2(BOOT_ID, MNT_DETACH); /* an earlier refresh's, if any */
-    if (mount(BOOT_ID_FILE, BOOT_ID, NULL, MS_BIND, NULL) < 0)
-        return fail("bind-mounting the boot_id");
-    mount(NULL, BOOT_ID, NULL, MS_BIND | MS_REMOUNT | MS_RDONLY, NULL);
-    return 0;
-}
-
 int refresh_main(void)
 {
     char buf[INPUT_MAX + 1];
@@ -133,7 +101,5 @@ int refresh_main(void)
         return fail("clock_settime");
     if (sethostname(name, strlen(name)) < 0)
         return fail("sethostname");
-    if (write_machine_id(id))
-        return 1;
-    return new_boot_id();
+    return write_machine_id(id);
 }

@@ -95,6 +95,8 @@ class Driver:
 
 IDENTITY_SH = ("cat /proc/sys/kernel/random/uuid /proc/sys/kernel/random/uuid; hostname; "
                "cat /etc/machine-id; date +%s.%N; cat /proc/sys/kernel/random/boot_id")
+# boot_id: the guest's kernel makes it at the first read, after the restore, as long as nothing in
+# the template reads it; a warm-up that did would freeze it into every session (caught here).
 IDENTITY_PY = ("import os, random, uuid, numpy\n"
                "print(os.urandom(16).hex(), random.random(), numpy.random.rand(), uuid.uuid4())")
 IDENTITY_JS = "console.log(Math.random(), Math.random())"
