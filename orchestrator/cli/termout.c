@@ -2,22 +2,7 @@
  * 'airlock exec' (on a terminal, without --raw) hand to al_exec. */
 #include "cli.h"
 
-#include <errno.h>
 #include <unistd.h>
-
-static int write_all(int fd, const char *p, size_t n)
-{
-    while (n) {
-        ssize_t w = write(fd, p, n);
-        if (w < 0 && errno == EINTR)
-            continue;
-        if (w < 0)
-            return -errno;
-        p += w;
-        n -= (size_t)w;
-    }
-    return 0;
-}
 
 void cli_termout_init(struct cli_termout *t, bool force)
 {
@@ -36,12 +21,12 @@ int cli_termout_write(void *ctx, int stream, const uint8_t *data, size_t n)
     struct cli_termout *t = ctx;
     int i = stream == 2 ? 1 : 0;
     if (!t->on[i])
-        return write_all(i + 1, (const char *)data, n);
+        return al_write_all(i + 1, data, n);
     char out[AL_TERM_OUT_MAX(4096)];
     for (size_t off = 0; off < n;) {
         size_t take = n - off < 4096 ? n - off : 4096;
         size_t len = al_term_sanitize(&t->st[i], data + off, take, out);
-        int r = write_all(i + 1, out, len);
+        int r = al_write_all(i + 1, out, len);
         if (r < 0)
             return r;
         off += take;
@@ -55,7 +40,7 @@ void cli_termout_end(struct cli_termout *t)
         char out[4];
         size_t len = t->on[i] ? al_term_sanitize_end(&t->st[i], out) : 0;
         if (len)
-            (void)write_all(i + 1, out, len);
+            (void)al_write_all(i + 1, out, len);
     }
 }
 
