@@ -27,7 +27,8 @@ NOBODY = 65534
 
 
 class Daemon:
-    def __init__(self, **conf):
+    def __init__(self, env=None, **conf):
+        """conf: the config's keys; env: variables for the daemon alone."""
         self.dir = tempfile.mkdtemp(prefix="airlockd-test-")
         os.chmod(self.dir, 0o755)
         self.sock = os.path.join(self.dir, "airlockd.sock")
@@ -53,6 +54,7 @@ class Daemon:
         self.log = open(self.log_path, "w+")
         e = dict(os.environ)
         e["AIRLOCK_IMAGE_DIR"] = altest.IMAGE_DIR
+        e.update(env or {})
         # Under ASan, freed memory would sit in its quarantine and read as growth.
         e["ASAN_OPTIONS"] = ":".join(x for x in [e.get("ASAN_OPTIONS", ""),
                                                   "quarantine_size_mb=0"] if x)
@@ -948,15 +950,9 @@ class NetTest(unittest.TestCase):
                 self.assertIn("c.conf:2: bad value for '%s'" % bad, p.stderr)
         lab = netlab.NetLab().start()
         self.addCleanup(lab.stop)
-        saved = os.environ.get("AIRLOCK_NET_HOSTS_FILE")
-        os.environ["AIRLOCK_NET_HOSTS_FILE"] = lab.hosts  # the daemon's proxies resolve the lab
-        try:
-            d = Daemon(net_allow_max="web.test,*.wild.test", net_bytes_max=50000000)
-        finally:
-            if saved is None:
-                os.environ.pop("AIRLOCK_NET_HOSTS_FILE")
-            else:
-                os.environ["AIRLOCK_NET_HOSTS_FILE"] = saved
+        # the daemon's proxies resolve the lab
+        d = Daemon(env={"AIRLOCK_NET_HOSTS_FILE": lab.hosts},
+                   net_allow_max="web.test,*.wild.test", net_bytes_max=50000000)
         c = d.unix()
         try:
             # Outside the policy: 403 naming the host, before anything boots. A pattern wider
@@ -1039,15 +1035,7 @@ class PoolTest(unittest.TestCase):
     def test_pool_hands_out_distinct_warm_sessions_and_refills(self):
         state = tempfile.mkdtemp(prefix="airlockd-pool-test-", dir="/var/tmp")
         os.chmod(state, 0o755)  # QEMU's user reaches the templates and session disks
-        saved = os.environ.get("AIRLOCK_STATE_DIR")
-        os.environ["AIRLOCK_STATE_DIR"] = state
-        try:
-            d = Daemon(pool_image="debian", pool_size=2)
-        finally:
-            if saved is None:
-                os.environ.pop("AIRLOCK_STATE_DIR")
-            else:
-                os.environ["AIRLOCK_STATE_DIR"] = saved
+        d = Daemon(env={"AIRLOCK_STATE_DIR": state}, pool_image="debian", pool_size=2)
         c = d.unix()
         stopped = False
         try:
