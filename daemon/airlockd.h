@@ -55,6 +55,17 @@ struct ad_limits {
                                     up to the library's 1 GiB */
 };
 
+/* A libvirt host sessions are placed on (hosts.c): "host = NAME URI [max_sessions=N]
+ * [max_memory_mib=N] [weight=N]" in the config. */
+#define AD_HOSTS_MAX 16
+struct ad_host_cfg {
+    char name[64];
+    char uri[512];                         /* "": the library's default connection */
+    unsigned max_sessions, max_memory_mib; /* 0: no cap */
+    unsigned weight;                       /* its share of the load, 1 by default */
+    bool local; /* the URI names no other machine: network, SSH and warm starts work there */
+};
+
 struct ad_config {
     char socket_path[512];
     unsigned socket_mode;
@@ -88,11 +99,34 @@ struct ad_config {
     /* Network on request (issue 18): the hosts and *.suffix patterns any session may allow
      * at most (NULL: none, no session gets a network); the byte cap is limits.net_bytes_max. */
     char **net_allow_max;
+    /* Many hosts (issue 20): none configured is one, the library's default connection. */
+    struct ad_host_cfg hosts[AD_HOSTS_MAX];
+    size_t nhosts;
+    unsigned host_check_s; /* how often each host is asked whether it answers */
 };
 
 void ad_config_defaults(struct ad_config *c);
 /* Reads path over c; on failure returns -errno with "path:line: why" in why. */
 int ad_config_load(struct ad_config *c, const char *path, char *why, size_t len);
+
+/* ---- hosts (hosts.c) ---- */
+
+/* Starts watching the configured hosts (one round done before it returns). */
+int ad_hosts_init(const struct ad_config *c);
+void ad_hosts_shutdown(void);
+struct ad_fail;
+/* A host with room for a session of mem MiB (local_only: one whose URI names no other machine),
+ * reserved for it: its index and its URI (NULL: the default), or -1 with f filled (503). */
+int ad_host_place(unsigned mem, bool local_only, const char **uri, struct ad_fail *f);
+/* Gives back what ad_host_place reserved (the session ended, or never started). */
+void ad_host_release(int host, unsigned mem);
+bool ad_host_local(int host);
+/* Reaps on the host what ended sessions left there, when it answers (after a lost session). */
+void ad_host_gc(int host);
+/* GET /v1/hosts: every host, its state, capacity, sessions and last error. */
+cJSON *ad_hosts_json(void);
+/* sessions.c: marks the sessions on a host that went down lost; how many were newly lost. */
+unsigned ad_sessions_host_down(int host, const char *why);
 
 /* ---- API keys (keys.c): sqlite, WAL, only SHA-256 hashes of secrets stored ---- */
 
@@ -146,6 +180,9 @@ struct ad_session {
     unsigned idle_s, lifetime_s;
     uint64_t deadline_ms; /* created + lifetime, moved by extend */
     al_session *s;
+    int host;  /* hosts.c's index of the host it runs on */
+    bool lost; /* that host went down: every request but GET and DELETE fails */
+    char lost_why[256];
     int cancel_wr; /* the session's cancel pipe (al_session_opts.cancel_fd) */
     int cancel_rd;
     /* under the registry lock: */
@@ -279,6 +316,7 @@ enum ad_route_flags {
     AD_BODY_SPOOL = 1 << 2, /* streamed to a spool file, at most max_upload_bytes */
     AD_NO_SESSION = 1 << 3, /* no {id} to resolve */
     AD_NO_AUTH = 1 << 4,    /* no key needed (health, sign-in) */
+    AD_LOST_OK = 1 << 5,    /* served for a session whose host went down (get, delete) */
 };
 
 struct ad_route {

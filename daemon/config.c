@@ -34,6 +34,7 @@ void ad_config_defaults(struct ad_config *c)
     c->limits.net_bytes_max = AL_NET_BYTES_MAX_DEFAULT;
     snprintf(c->model_api, sizeof(c->model_api), "openai");
     c->model_tools = true;
+    c->host_check_s = 2;
 }
 
 static int parse_u64(const char *v, uint64_t max, uint64_t *out)
@@ -94,6 +95,43 @@ static int parse_group(struct ad_config *c, const char *v)
     }
     c->allow_gid = (gid_t)g;
     c->has_allow_gid = true;
+    return 0;
+}
+
+/* "NAME URI [max_sessions=N] [max_memory_mib=N] [weight=N]" */
+static int parse_host(struct ad_config *c, char *v)
+{
+    if (c->nhosts == AD_HOSTS_MAX)
+        return -E2BIG;
+    struct ad_host_cfg h = {.weight = 1};
+    char *save, *name = strtok_r(v, " \t", &save), *uri = strtok_r(NULL, " \t", &save);
+    if (!name || !uri || copy(h.name, sizeof(h.name), name) < 0 ||
+        copy(h.uri, sizeof(h.uri), uri) < 0 || !strstr(uri, "://"))
+        return -EINVAL;
+    for (const char *p = name; *p; p++)
+        if (!isalnum((unsigned char)*p) && *p != '-' && *p != '_' && *p != '.')
+            return -EINVAL;
+    for (size_t i = 0; i < c->nhosts; i++)
+        if (!strcmp(c->hosts[i].name, name))
+            return -EEXIST;
+    for (char *t; (t = strtok_r(NULL, " \t", &save));) {
+        char *eq = strchr(t, '=');
+        if (!eq)
+            return -EINVAL;
+        *eq = 0;
+        unsigned *dst = !strcmp(t, "max_sessions")     ? &h.max_sessions
+                        : !strcmp(t, "max_memory_mib") ? &h.max_memory_mib
+                        : !strcmp(t, "weight")         ? &h.weight
+                                                       : NULL;
+        if (!dst || parse_uint(eq + 1, dst) < 0)
+            return -EINVAL;
+    }
+    if (!h.weight)
+        return -ERANGE;
+    /* qemu:///system names no host; qemu+tcp://HOST/system does. */
+    const char *p = strstr(uri, "://") + 3;
+    h.local = *p == '/';
+    c->hosts[c->nhosts++] = h;
     return 0;
 }
 
@@ -193,6 +231,10 @@ static int set(struct ad_config *c, const char *k, char *v)
         c->net_allow_max = allow;
         return 0;
     }
+    if (!strcmp(k, "host"))
+        return parse_host(c, v);
+    if (!strcmp(k, "host_check_s"))
+        return (r = parse_uint(v, &c->host_check_s)) < 0 ? r : c->host_check_s ? 0 : -ERANGE;
     if (!strcmp(k, "net_bytes_max")) {
         if ((r = parse_u64(v, UINT64_MAX >> 1, &c->limits.net_bytes_max)) < 0)
             return r;

@@ -538,6 +538,11 @@ static enum MHD_Result last_call(struct MHD_Connection *c, struct ad_req *q)
         if (!q->sess)
             return ad_reply_error(c, q, 404, "not_found", "no session '%s'", q->params[0]);
         ad_session_touch(q->sess);
+        if (q->sess->lost && !(q->route->flags & AD_LOST_OK))
+            return ad_reply_error(c, q, 502, "host_lost",
+                                  "the host this session ran on stopped answering (%s); the "
+                                  "session is lost: delete it and start another",
+                                  q->sess->lost_why);
     }
     return q->route->fn(c, q);
 }

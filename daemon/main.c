@@ -1,6 +1,7 @@
-/* airlockd: serve (the default), manage API keys, print the route table. */
+/* airlockd: serve (the default), manage API keys, list the hosts, print the route table. */
 #include "airlockd.h"
 
+#include <curl/curl.h>
 #include <errno.h>
 #include <getopt.h>
 #include <signal.h>
@@ -24,6 +25,7 @@ static void usage(FILE *f)
                "                [--net-bytes-max B]\n"
                "       airlockd [--config FILE] key list\n"
                "       airlockd [--config FILE] key revoke ID\n"
+               "       airlockd [--config FILE] hosts           the running daemon's hosts\n"
                "       airlockd routes                          the API's routes\n"
                "config: " DEFAULT_CONFIG " when it exists (see packaging/airlockd.conf)\n");
 }
@@ -141,6 +143,80 @@ static int cmd_key(int argc, char **argv)
     return rc;
 }
 
+/* airlockd hosts: the running daemon's hosts (GET /v1/hosts on its unix socket), one line each. */
+static size_t collect(char *p, size_t size, size_t n, void *ctx)
+{
+    struct {
+        char *buf;
+        size_t len;
+    } *b = ctx;
+    size_t add = size * n;
+    if (b->len + add > (1u << 20))
+        return 0;
+    char *nb = realloc(b->buf, b->len + add + 1);
+    if (!nb)
+        return 0;
+    memcpy(nb + b->len, p, add);
+    b->buf = nb;
+    b->len += add;
+    nb[b->len] = 0;
+    return add;
+}
+
+static int cmd_hosts(void)
+{
+    struct {
+        char *buf;
+        size_t len;
+    } b = {0};
+    CURL *h = curl_easy_init();
+    long status = 0;
+    CURLcode rc = CURLE_FAILED_INIT;
+    if (h) {
+        curl_easy_setopt(h, CURLOPT_UNIX_SOCKET_PATH, ad_cfg.socket_path);
+        curl_easy_setopt(h, CURLOPT_URL, "http://localhost/v1/hosts");
+        curl_easy_setopt(h, CURLOPT_WRITEFUNCTION, collect);
+        curl_easy_setopt(h, CURLOPT_WRITEDATA, &b);
+        curl_easy_setopt(h, CURLOPT_TIMEOUT, 30L);
+        rc = curl_easy_perform(h);
+        curl_easy_getinfo(h, CURLINFO_RESPONSE_CODE, &status);
+        curl_easy_cleanup(h);
+    }
+    _ad_cjson_ cJSON *j = rc == CURLE_OK && b.buf ? cJSON_Parse(b.buf) : NULL;
+    if (rc != CURLE_OK || status != 200 || !j) {
+        cJSON *m = j ? cJSON_GetObjectItemCaseSensitive(
+                           cJSON_GetObjectItemCaseSensitive(j, "error"), "message")
+                     : NULL;
+        fprintf(stderr, "airlockd: cannot ask the daemon at %s: %s\n", ad_cfg.socket_path,
+                rc != CURLE_OK      ? curl_easy_strerror(rc)
+                : cJSON_IsString(m) ? m->valuestring
+                                    : "an unexpected answer");
+        free(b.buf);
+        return 1;
+    }
+    free(b.buf);
+    printf("%-16s %-5s %9s %12s %9s %6s  %s\n", "HOST", "STATE", "SESSIONS", "MEMORY_MIB",
+           "FREE_MIB", "LOST", "LAST ERROR");
+    cJSON *o;
+    cJSON_ArrayForEach(o, cJSON_GetObjectItemCaseSensitive(j, "hosts"))
+    {
+        const char *name = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(o, "name"));
+        const char *state = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(o, "state"));
+        const char *last = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(o, "last_error"));
+        char sess[32], mem[32];
+        snprintf(sess, sizeof(sess), "%d/%d",
+                 cJSON_GetObjectItemCaseSensitive(o, "sessions")->valueint,
+                 cJSON_GetObjectItemCaseSensitive(o, "max_sessions")->valueint);
+        snprintf(mem, sizeof(mem), "%d/%d",
+                 cJSON_GetObjectItemCaseSensitive(o, "memory_mib")->valueint,
+                 cJSON_GetObjectItemCaseSensitive(o, "max_memory_mib")->valueint);
+        printf("%-16s %-5s %9s %12s %9.0f %6d  %s\n", name ? name : "?", state ? state : "?", sess,
+               mem, cJSON_GetObjectItemCaseSensitive(o, "free_mib")->valuedouble,
+               cJSON_GetObjectItemCaseSensitive(o, "lost")->valueint, last ? last : "-");
+    }
+    return 0;
+}
+
 static int serve(void)
 {
     char why[600];
@@ -158,13 +234,19 @@ static int serve(void)
     sigaddset(&set, SIGHUP);
     pthread_sigmask(SIG_BLOCK, &set, NULL);
     signal(SIGPIPE, SIG_IGN);
+    if (ad_hosts_init(&ad_cfg) < 0) {
+        fprintf(stderr, "airlockd: cannot start watching the hosts\n");
+        return 1;
+    }
     if (ad_sessions_init(&ad_cfg) < 0) {
         fprintf(stderr, "airlockd: cannot start the reaper\n");
+        ad_hosts_shutdown();
         return 1;
     }
     if (ad_http_start(why, sizeof(why)) < 0) {
         fprintf(stderr, "airlockd: %s\n", why);
         ad_sessions_shutdown();
+        ad_hosts_shutdown();
         return 1;
     }
     ad_log("ready");
@@ -176,6 +258,7 @@ static int serve(void)
     ad_runs_shutdown();
     ad_http_stop();
     ad_sessions_shutdown();
+    ad_hosts_shutdown();
     ad_keys_close();
     ad_log("stopped");
     return 0;
@@ -221,6 +304,8 @@ int main(int argc, char **argv)
     }
     if (optind < argc && !strcmp(argv[optind], "key"))
         return cmd_key(argc - optind - 1, argv + optind + 1);
+    if (optind + 1 == argc && !strcmp(argv[optind], "hosts"))
+        return cmd_hosts();
     if (optind < argc) {
         usage(stderr);
         return 2;

@@ -70,6 +70,19 @@ static enum MHD_Result health(struct MHD_Connection *c, struct ad_req *q)
     return ad_reply_json(c, q, 200, o);
 }
 
+/* ---- hosts: for the operator on this machine (a unix socket peer); they are the daemon's, and
+ * a key's holder never learns where sessions run ---- */
+
+static enum MHD_Result hosts_get(struct MHD_Connection *c, struct ad_req *q)
+{
+    if (!q->is_unix)
+        return ad_reply_error(c, q, 403, "forbidden",
+                              "the hosts are listed on the unix socket only");
+    cJSON *o = cJSON_CreateObject();
+    cJSON_AddItemToObject(o, "hosts", ad_hosts_json());
+    return ad_reply_json(c, q, 200, o);
+}
+
 /* ---- metrics: the Prometheus text format, the daemon's counters (not one owner's) ---- */
 
 static enum MHD_Result metrics(struct MHD_Connection *c, struct ad_req *q)
@@ -719,8 +732,9 @@ const struct ad_route ad_routes[] = {
     {"GET",    "/metrics", AD_NO_SESSION, metrics, "the daemon's counters (Prometheus text)"},
     {"POST",   "/v1/sessions", AD_NO_SESSION | AD_BODY_JSON, session_create, "start a session"},
     {"GET",    "/v1/sessions", AD_NO_SESSION, session_list, "the caller's sessions"},
-    {"GET",    "/v1/sessions/{id}", 0, session_get, "one session"},
-    {"DELETE", "/v1/sessions/{id}", 0, session_delete, "end a session"},
+    {"GET",    "/v1/hosts", AD_NO_SESSION, hosts_get, "the hosts sessions run on (local callers)"},
+    {"GET",    "/v1/sessions/{id}", AD_LOST_OK, session_get, "one session"},
+    {"DELETE", "/v1/sessions/{id}", AD_LOST_OK, session_delete, "end a session"},
     {"POST",   "/v1/sessions/{id}/extend", AD_BODY_JSON, session_extend, "move the end of its lifetime"},
     {"GET",    "/v1/sessions/{id}/net", 0, net_list, "the session's network requests"},
     {"POST",   "/v1/sessions/{id}/runs", AD_BODY_JSON, run_start, "start a command or code run"},

@@ -200,6 +200,9 @@ static void finish(struct ad_session *s, unsigned own)
     ad_metrics_closing();
     al_session_close(s->s);
     ad_metrics_closed(ad_now_ms() - t0);
+    ad_host_release(s->host, s->memory_mib);
+    if (s->lost)
+        ad_host_gc(s->host); /* when it answers again: what the close could not reach */
     ad_log("session %s of %s ended (%llums to close)", s->id, s->owner,
            (unsigned long long)(ad_now_ms() - t0));
     ad_runs_free(s);
@@ -306,6 +309,23 @@ void ad_sessions_shutdown(void)
     pthread_mutex_unlock(&lock);
 }
 
+unsigned ad_sessions_host_down(int host, const char *why)
+{
+    unsigned n = 0;
+    pthread_mutex_lock(&lock);
+    for (struct slot *sl = slots; sl; sl = sl->next) {
+        struct ad_session *s = sl->s;
+        if (s && !s->gone && !s->lost && s->host == host) {
+            s->lost = true;
+            snprintf(s->lost_why, sizeof(s->lost_why), "%s", why);
+            ad_log("session %s of %s lost: its host went down (%s)", s->id, s->owner, why);
+            n++;
+        }
+    }
+    pthread_mutex_unlock(&lock);
+    return n;
+}
+
 void ad_session_list(const char *owner, void (*fn)(void *ctx, struct ad_session *s), void *ctx)
 {
     pthread_mutex_lock(&lock);
@@ -342,6 +362,7 @@ cJSON *ad_session_json(struct ad_session *s)
     cJSON_AddBoolToObject(o, "kvm", al_session_kvm(s->s));
     cJSON_AddBoolToObject(o, "warm", al_session_restored(s->s));
     cJSON_AddBoolToObject(o, "pooled", s->pooled);
+    cJSON_AddBoolToObject(o, "lost", s->lost);
     cJSON_AddStringToObject(o, "languages", al_session_languages(s->s));
     cJSON_AddItemToObject(o, "net", s->net ? cJSON_Duplicate(s->net, true) : cJSON_CreateNull());
     return o;
@@ -530,12 +551,20 @@ int ad_session_create(const char *owner, const struct ad_limits *lim, const stru
     enum al_transport img_transport = img.transport;
     al_image_free(&img);
 
+    /* Network on request and SSH work on the local host only (their forwards are here). */
+    bool ssh = transport == AL_TRANSPORT_SSH ||
+               (transport == AL_TRANSPORT_IMAGE && img_transport == AL_TRANSPORT_SSH);
+    const char *uri = NULL;
+    int host = ad_host_place(mem, net.allow || ssh, &uri, f);
+    if (host < 0)
+        return -EAGAIN;
     struct slot *sl = calloc(1, sizeof(*sl));
     struct ad_session *s = calloc(1, sizeof(*s));
     int pfd[2] = {-1, -1};
     if (!sl || !s || pipe2(pfd, O_CLOEXEC | O_NONBLOCK) < 0) {
         free(sl);
         free(s);
+        ad_host_release(host, mem);
         ad_failf(f, 500, "internal", "out of memory or descriptors");
         return -ENOMEM;
     }
@@ -555,10 +584,12 @@ int ad_session_create(const char *owner, const struct ad_limits *lim, const stru
         close(pfd[1]);
         free(sl);
         free(s);
+        ad_host_release(host, mem);
         return r;
     }
 
     al_session_opts o = {
+        .connect_uri = uri,
         .image = image,
         .memory_mib = mem,
         .vcpus = c->vcpus,
@@ -571,7 +602,9 @@ int ad_session_create(const char *owner, const struct ad_limits *lim, const stru
     };
     uint64_t t0 = ad_now_ms();
     pthread_mutex_lock(&lock);
-    al_session *as = stopping ? NULL : pool_take(&o, lim->disk_budget_bytes);
+    /* The pool's sessions run on the default connection, a local host. */
+    al_session *as =
+        stopping || !ad_host_local(host) ? NULL : pool_take(&o, lim->disk_budget_bytes);
     pthread_mutex_unlock(&lock);
     bool pooled = as != NULL;
     ad_metrics_booting(1);
@@ -602,9 +635,11 @@ int ad_session_create(const char *owner, const struct ad_limits *lim, const stru
         close(pfd[1]);
         free(sl);
         free(s);
+        ad_host_release(host, mem);
         return r;
     }
     s->s = as;
+    s->host = host;
     snprintf(s->id, sizeof(s->id), "%s", al_session_name(as));
     snprintf(s->owner, sizeof(s->owner), "%s", owner);
     snprintf(s->image, sizeof(s->image), "%s", image);

@@ -41,6 +41,13 @@ uint64_t al_free_floor(void)
 uint64_t al_session_disk_usage(const al_session *s)
 {
     uint64_t total = 0;
+    char vol[80];
+    for (int scratch = 0; scratch < 2; scratch++) {
+        if (scratch ? s->scratch_made : s->vol_made) {
+            al_session_volume(s, scratch, vol);
+            total += al_volume_allocation(s->conn, vol);
+        }
+    }
     int dfd = open(s->state_dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
     DIR *d = dfd >= 0 ? fdopendir(dfd) : NULL;
     if (!d) {

@@ -77,6 +77,19 @@ int al_checkpoints_prepare(al_session *s, struct al_vm_config *cfg, al_error *er
             return al_err(err, -ENAMETOOLONG, "session path too long");
         return 0;
     }
+    if (s->remote) {
+        char vol[80];
+        _cleanup_free_ char *path = NULL;
+        al_session_volume(s, true, vol);
+        int r = al_volume_create(s->conn, cfg->kvm, vol, SCRATCH_BYTES, NULL, NULL, &path, err);
+        if (r < 0)
+            return r;
+        s->scratch_made = true;
+        if (al_pathf(c->disk, sizeof(c->disk), "%s", path) < 0)
+            return al_err(err, -ENAMETOOLONG, "volume path too long");
+        cfg->scratch = c->disk;
+        return 0;
+    }
     if (al_pathf(c->disk, sizeof(c->disk), "%s/scratch.qcow2", s->state_dir) < 0)
         return al_err(err, -ENAMETOOLONG, "session path too long");
     int r = al_disk_scratch(s->conn, cfg->kvm, c->disk, SCRATCH_BYTES, err);
@@ -111,8 +124,15 @@ static struct ckpt *find_id(struct al_checkpoints *c, uint32_t id)
     return NULL;
 }
 
-static uint64_t file_bytes(const char *path)
+/* The allocation of the disk holding the checkpoints: a file here, or a volume on a remote
+ * host. */
+static uint64_t file_bytes(const al_session *s, const char *path)
 {
+    if (s->remote) {
+        char vol[80];
+        al_session_volume(s, !s->vol_made, vol);
+        return al_volume_allocation(s->conn, vol);
+    }
     struct stat st;
     return stat(path, &st) == 0 ? (uint64_t)st.st_blocks * 512u : 0;
 }
@@ -376,7 +396,7 @@ int al_checkpoint_create(al_session *s, const char *name, al_checkpoint_info *ou
         snprintf(k->info.name, sizeof(k->info.name), "%s", name);
     k->info.created = (int64_t)time(NULL);
     k->info.save_ms = (unsigned)(al_now_ms() - t0);
-    k->file_bytes = file_bytes(c->disk);
+    k->file_bytes = file_bytes(s, c->disk);
     k->info.state_bytes = state_size(s, tag);
     uint64_t prev = c->n ? c->list[c->n - 1].file_bytes : 0;
     k->info.disk_bytes = k->file_bytes > prev ? k->file_bytes - prev : 0;

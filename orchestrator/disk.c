@@ -32,7 +32,7 @@ static void xml_objp(xmlXPathObjectPtr *o)
 /* The uid:gid QEMU runs as: libvirt's DAC base label for this domain type, from the host
  * capabilities ("+64055:+64055" for libvirt-qemu under qemu:///system, the caller's own ids
  * under qemu:///session). */
-static int qemu_owner(virConnectPtr conn, bool kvm, uid_t *uid, gid_t *gid, al_error *err)
+int al_qemu_owner(virConnectPtr conn, bool kvm, uid_t *uid, gid_t *gid, al_error *err)
 {
     _cleanup_free_ char *caps = virConnectGetCapabilities(conn);
     if (!caps)
@@ -80,7 +80,7 @@ static int qemu_img_create(virConnectPtr conn, bool kvm, const char *const *argv
 {
     uid_t uid = geteuid();
     gid_t gid = getegid();
-    int r = qemu_owner(conn, kvm, &uid, &gid, err);
+    int r = al_qemu_owner(conn, kvm, &uid, &gid, err);
     if (r < 0)
         return r;
     r = al_spawn_quiet(argv, "create the session disk", err);
@@ -93,7 +93,7 @@ int al_disk_give(virConnectPtr conn, bool kvm, const char *path, al_error *err)
 {
     uid_t uid = geteuid();
     gid_t gid = getegid();
-    int r = qemu_owner(conn, kvm, &uid, &gid, err);
+    int r = al_qemu_owner(conn, kvm, &uid, &gid, err);
     return r < 0 ? r : give(path, uid, gid, err);
 }
 

@@ -53,6 +53,11 @@ static bool domain_dead(virDomainPtr d, const char *sessions)
 
 static int reap_dirs(const char *sessions);
 
+static bool volume_session_dead(void *ctx, const char *session)
+{
+    return session_dead(ctx, session);
+}
+
 int al_gc_conn(virConnectPtr conn, al_error *err)
 {
     char run[AL_PATH_MAX], sessions[AL_PATH_MAX];
@@ -72,6 +77,9 @@ int al_gc_conn(virConnectPtr conn, al_error *err)
             virDomainFree(doms[i]);
         }
         free(doms);
+        /* On a remote host, the volumes of sessions that are over (domain gone, lock free). */
+        if (al_conn_remote(conn))
+            reaped += al_volume_reap(conn, volume_session_dead, sessions);
     }
 
     reaped += reap_dirs(sessions);

@@ -141,12 +141,32 @@ int al_spawn_quiet(const char *const *argv, const char *what, al_error *err);
  * the user QEMU runs as (libvirt's DAC base label for the domain type). */
 int al_disk_overlay(virConnectPtr conn, bool kvm, const char *base, const char *overlay,
                     al_error *err);
+/* The uid:gid QEMU runs as on conn's host (libvirt's DAC base label for the domain type). */
+int al_qemu_owner(virConnectPtr conn, bool kvm, uid_t *uid, gid_t *gid, al_error *err);
 /* Hands an existing file to QEMU's user, mode 0600. */
 int al_disk_give(virConnectPtr conn, bool kvm, const char *path, al_error *err);
 /* The agent binary and its language kernels' directory, from this build or the install. */
 int al_agent_files(char *agent, size_t alen, char *kernels, size_t klen, al_error *err);
 /* Creates path, an empty qcow2 of size bytes, owned the same way. */
 int al_disk_scratch(virConnectPtr conn, bool kvm, const char *path, uint64_t size, al_error *err);
+
+/* volume.c: storage on a remote host, through the libvirt connection only. Whether conn reaches
+ * another host (its URI names one). */
+bool al_conn_remote(virConnectPtr conn);
+/* The image's parts as volumes on conn's host (uploaded and verified when missing: *uploaded),
+ * into out, whose paths are that host's (al_image_free frees them). */
+int al_volume_image(virConnectPtr conn, const al_image *img, al_image *out, bool *uploaded,
+                    al_error *err);
+/* A qcow2 volume name, owned by QEMU's user, mode 0600: on backing (a path on that host, whose
+ * local copy backing_local gives the size) or empty of size bytes (backing NULL). *path: its
+ * path there, malloc'd. */
+int al_volume_create(virConnectPtr conn, bool kvm, const char *name, uint64_t size,
+                     const char *backing_local, const char *backing, char **path, al_error *err);
+void al_volume_delete(virConnectPtr conn, const char *name);
+uint64_t al_volume_allocation(virConnectPtr conn, const char *name);
+/* Deletes the session volumes whose domain is gone from conn's host and whose session dead()
+ * says is over; how many. */
+int al_volume_reap(virConnectPtr conn, bool (*dead)(void *ctx, const char *session), void *ctx);
 
 /* Printable ASCII only: every byte outside 0x20..0x7e of s becomes '?' (short strings from the
  * guest or from QEMU's log that end up on a terminal as they are). */

@@ -373,6 +373,16 @@ static int session_name_and_dirs(al_session *s, al_error *err)
 /* Sets s->kvm and says why when there is none; whether the first boot is a KVM probe. */
 static bool session_choose_accel(al_session *s)
 {
+    if (s->remote) {
+        /* The KVM verdict and its evidence are this host's; another host's KVM is trusted only
+         * when asked for. */
+        const char *accel = getenv("AIRLOCK_ACCEL");
+        s->kvm = accel && !strcmp(accel, "kvm");
+        if (!s->kvm)
+            session_notice(s, "the session runs on a remote host, in software emulation there "
+                              "(AIRLOCK_ACCEL=kvm uses its KVM)");
+        return false;
+    }
     /* Read once: /dev/kvm opened and the recorded verdict read. */
     enum al_kvm_state ks = al_kvm_state();
     s->kvm = al_kvm_state_usable(ks);
@@ -399,6 +409,48 @@ static unsigned session_memory_mib(const al_session *s, const al_session_opts *o
                                : MEMORY_MIB_DEFAULT;
 }
 
+/* A session on a remote host: the image's parts and the overlay are volumes there, the console
+ * a pty nobody reads (no file of ours is on that host). */
+static int session_prepare_remote(al_session *s, const al_session_opts *opts,
+                                  struct al_vm_config *cfg, al_error *err)
+{
+    if (s->raw_port[0])
+        return al_err(err, -EOPNOTSUPP, "a benchmark port works on the local host only");
+    if (opts->net.allow && opts->net.allow[0])
+        return al_err(err, -EOPNOTSUPP,
+                      "network on request works on the local host only (its proxy runs here)");
+    bool uploaded = false;
+    int r = al_volume_image(s->conn, &s->img, &s->rimg, &uploaded, err);
+    if (r < 0)
+        return r;
+    if (uploaded)
+        session_notice(s, "image '%s' uploaded to the remote host", s->img.name);
+    if (s->img.disk[0]) {
+        char vol[80];
+        _cleanup_free_ char *disk = NULL;
+        al_session_volume(s, false, vol);
+        r = al_volume_create(s->conn, s->kvm, vol, 0, s->img.disk, s->rimg.disk, &disk, err);
+        if (r < 0)
+            return r;
+        s->vol_made = true;
+        if (al_pathf(s->rdisk, sizeof(s->rdisk), "%s", disk) < 0)
+            return al_err(err, -ENAMETOOLONG, "volume path too long");
+    }
+    *cfg = (struct al_vm_config){
+        .name = s->name,
+        .session_dir = s->dir,
+        .image = &s->rimg,
+        .memory_mib = session_memory_mib(s, opts),
+        .vcpus = opts->vcpus ? opts->vcpus : VCPUS_DEFAULT,
+        .kvm = s->kvm,
+        .disk = s->rdisk[0] ? s->rdisk : NULL,
+    };
+    r = s->tport->ops->prepare(s->tport, cfg, s->kvm, err);
+    if (r == 0 && opts->checkpoints)
+        r = al_checkpoints_prepare(s, cfg, err);
+    return r;
+}
+
 /* The disk overlay (into disk, which cfg then points at) and the domain's configuration, with
  * what the transport (of kind) and checkpoints add to it. */
 static int session_prepare_vm(al_session *s, const al_session_opts *opts, enum al_transport kind,
@@ -412,10 +464,13 @@ static int session_prepare_vm(al_session *s, const al_session_opts *opts, enum a
         .img = &s->img,
         .conn = s->conn,
         .cancel_fd = s->cancel_fd,
+        .remote = s->remote,
     };
     int r = al_transport_new(kind, &env, &s->tport, err);
     if (r < 0)
         return r;
+    if (s->remote)
+        return session_prepare_remote(s, opts, cfg, err);
     /* Restored from a template: the overlay lies on the template's frozen disk. */
     const char *mid = al_template_disk(s->tmpl);
     if (s->img.disk[0]) {
@@ -538,6 +593,7 @@ int al_session_open_for(const al_session_opts *opts, const char *build_ram, al_s
     r = al_vm_connect(opts->connect_uri, &s->conn, err);
     if (r < 0)
         goto fail;
+    s->remote = al_conn_remote(s->conn);
     /* Every start reaps what crashed runs left behind; a failure here is not ours to report. */
     al_error gc_err = {0};
     al_gc_conn(s->conn, &gc_err);
@@ -596,6 +652,14 @@ void al_session_close(al_session *s)
         virDomainFree(s->dom);
     }
     al_net_stop(s); /* after the VM: its tunnels end with it */
+    char vol[80];
+    for (int scratch = 0; scratch < 2; scratch++) {
+        if (scratch ? s->scratch_made : s->vol_made) {
+            al_session_volume(s, scratch, vol);
+            al_volume_delete(s->conn, vol); /* a host that is down: its gc reaps it */
+        }
+    }
+    al_image_free(&s->rimg);
     if (s->conn)
         virConnectClose(s->conn);
     if (s->console_to && s->dir_created) {

@@ -57,7 +57,19 @@ struct al_session {
     char langs[AL_LANGS_MAX * (AL_SHORT_STR_MAX + 1) + 1];
     struct al_template *tmpl; /* template.c: the template this session restores, or NULL */
     bool restored;            /* it was restored from tmpl (else booted cold) */
+    /* On a remote host (volume.c): the image's parts as that host's volumes (rimg), the
+     * overlay and scratch volumes this session made there (named by al_session_volume). */
+    bool remote;
+    al_image rimg;
+    char rdisk[AL_PATH_MAX]; /* the overlay's path there, or empty */
+    bool vol_made, scratch_made;
 };
+
+/* A session's volume on a remote host: its overlay, or its scratch disk; into buf[80]. */
+static inline void al_session_volume(const al_session *s, bool scratch, char buf[80])
+{
+    snprintf(buf, 80, "%s%s", s->name, scratch ? ".scratch.qcow2" : ".qcow2");
+}
 
 int al_gc_conn(virConnectPtr conn, al_error *err);
 /* checkpoint.c: sets up checkpoints for a session being opened (a scratch disk for images

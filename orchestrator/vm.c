@@ -5,6 +5,7 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <pthread.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <string.h>
@@ -36,8 +37,31 @@ static void silent_virt_error(void *ctx, virErrorPtr e)
     (void)e; /* errors are reported once, by the caller, through al_error */
 }
 
+static void *event_loop(void *arg)
+{
+    (void)arg;
+    while (virEventRunDefaultImpl() == 0) {
+    }
+    return NULL;
+}
+
+static void events_start(void)
+{
+    virSetErrorFunc(NULL, silent_virt_error);
+    pthread_t t;
+    if (virEventRegisterDefaultImpl() == 0 && pthread_create(&t, NULL, event_loop, NULL) == 0)
+        pthread_detach(t);
+}
+
+void al_libvirt_events(void)
+{
+    static pthread_once_t once = PTHREAD_ONCE_INIT;
+    pthread_once(&once, events_start);
+}
+
 static virConnectPtr try_open(const char *uri)
 {
+    al_libvirt_events(); /* before the connection: its socket joins the loop */
     virSetErrorFunc(NULL, silent_virt_error);
     return virConnectOpen(uri);
 }
@@ -277,11 +301,16 @@ static void xml_elem(FILE *f, const char *indent, const char *tag, const char *t
     fprintf(f, "</%s>\n", tag);
 }
 
+/* path "": libvirt chooses one in its own channel dir on the domain's host. */
 static void xml_unix_channel(FILE *f, const char *path, const char *name)
 {
-    fputs("    <channel type='unix'><source mode='bind' path='", f);
-    xml_text(f, path);
-    fputs("'/><target type='virtio' name='", f);
+    fputs("    <channel type='unix'><source mode='bind'", f);
+    if (*path) {
+        fputs(" path='", f);
+        xml_text(f, path);
+        fputc('\'', f);
+    }
+    fputs("/><target type='virtio' name='", f);
     xml_text(f, name);
     fputs("'/></channel>\n", f);
 }
@@ -354,11 +383,16 @@ char *al_vm_xml(const struct al_vm_config *cfg)
           "  <on_crash>destroy</on_crash>\n"
           "  <devices>\n"
           "    <controller type='usb' model='none'/>\n"
-          "    <memballoon model='none'/>\n"
-          "    <serial type='file'><source path='",
+          "    <memballoon model='none'/>\n",
           f);
-    xml_text(f, cfg->console_path);
-    fputs("'/></serial>\n", f);
+    /* No console file on a remote host: a pty there, which nobody reads. */
+    if (cfg->console_path) {
+        fputs("    <serial type='file'><source path='", f);
+        xml_text(f, cfg->console_path);
+        fputs("'/></serial>\n", f);
+    } else {
+        fputs("    <serial type='pty'/>\n", f);
+    }
     /* The session's overlay on the image's base, which QEMU opens read-only. */
     if (cfg->disk)
         xml_qcow2_disk(f, cfg->disk, cfg->disk_mid, cfg->image->disk, "vda");

@@ -6,7 +6,7 @@
 #include <string.h>
 
 static const char usage[] =
-    "Usage: airlock image ls\n"
+    "Usage: airlock image ls [--hosts URI[,URI...]]\n"
     "       airlock image build NAME [--toolchain]\n"
     "       airlock image import FILE --name NAME [--user USER] [--memory MIB] [--force]\n"
     "       airlock image rm NAME\n"
@@ -16,6 +16,8 @@ static const char usage[] =
     "~/.local/share/airlock/images).\n"
     "\n"
     "  ls                        list the images, then their warm templates\n"
+    "      --hosts URI,...       then the images uploaded to those libvirt hosts, and whether\n"
+    "                            each is the version in this store\n"
     "  build NAME                build an image from its recipe (images/build-NAME.sh):\n"
     "                            'debian' (the default image once built) or 'tiny'\n"
     "      --toolchain           with a C toolchain (debian: build-essential)\n"
@@ -66,7 +68,44 @@ static void print_template(void *ctx, const al_template_info *t)
            t->why ? t->why : "");
 }
 
-static int image_ls(void)
+struct host_ctx {
+    const char *uri;
+    int n;
+};
+
+static void print_host_image(void *ctx, const al_host_image *hi)
+{
+    struct host_ctx *h = ctx;
+    char size[32];
+    snprintf(size, sizeof(size), "%.1fM", (double)hi->bytes / (1 << 20));
+    printf("%-32s %-16s %-16s %-9s %s\n", h->uri, hi->image, hi->version, size,
+           hi->current ? "current" : "old");
+    h->n++;
+}
+
+/* The images on each host of a comma-separated list; 1 when a host could not be asked. */
+static int image_ls_hosts(const char *list)
+{
+    _cleanup_free_ char *copy = strdup(list);
+    if (!copy)
+        return 1;
+    int rc = 0;
+    printf("\n%-32s %-16s %-16s %-9s %s\n", "HOST", "IMAGE", "VERSION", "SIZE", "STATE");
+    char *save = NULL;
+    for (char *uri = strtok_r(copy, ",", &save); uri; uri = strtok_r(NULL, ",", &save)) {
+        struct host_ctx h = {.uri = uri};
+        al_error err = {0};
+        if (al_host_images(uri, print_host_image, &h, &err) < 0) {
+            cli_error(&err);
+            rc = 1;
+        } else if (!h.n) {
+            printf("%-32s %s\n", uri, "(none)");
+        }
+    }
+    return rc;
+}
+
+static int image_ls(const char *hosts)
 {
     char store[AL_PATH_MAX];
     al_error err = {0};
@@ -89,6 +128,8 @@ static int image_ls(void)
         cli_error(&err);
         return 1;
     }
+    if (hosts && image_ls_hosts(hosts))
+        return 1;
     return bad ? 1 : 0;
 }
 
@@ -200,7 +241,9 @@ int cmd_image(struct cli_globals *g, int argc, char **argv)
     const char *sub = argv[1];
     al_error err = {0};
     if (!strcmp(sub, "ls") && argc == 2)
-        return image_ls();
+        return image_ls(NULL);
+    if (!strcmp(sub, "ls") && argc == 4 && !strcmp(argv[2], "--hosts"))
+        return image_ls(argv[3]);
     if (!strcmp(sub, "build") && (argc == 3 || (argc == 4 && !strcmp(argv[3], "--toolchain")))) {
         al_image_build_opts o = {.name = argv[2], .toolchain = argc == 4, .log_fd = 2};
         if (al_image_build(&o, &err) < 0) {

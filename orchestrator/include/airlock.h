@@ -583,6 +583,11 @@ int al_gc(const char *connect_uri, al_error *err);
 /* Doctor-style probes. */
 int al_libvirt_uri(const char *requested, char *buf, size_t len, al_error *err);
 bool al_kvm_usable(void);
+/* libairlock runs libvirt's default event loop in a thread of its own, registered before its
+ * first connection (the libvirt-stream channel and keepalive need it). A program that opens
+ * libvirt connections of its own in the same process calls this before its first one; calling
+ * it again does nothing. */
+void al_libvirt_events(void);
 enum al_kvm_state {
     AL_KVM_OK = 0,       /* a guest ran with KVM on this boot (and this kernel and QEMU) */
     AL_KVM_ABSENT = 1,   /* /dev/kvm missing or not openable */
@@ -636,6 +641,16 @@ typedef struct al_template_info {
 } al_template_info;
 /* Calls fn for every template in the state dir, in name order. */
 int al_template_list(void (*fn)(void *ctx, const al_template_info *t), void *ctx, al_error *err);
+/* An image uploaded to a remote host (sessions there boot from its volumes). */
+typedef struct al_host_image {
+    const char *image;   /* its name */
+    const char *version; /* 16 hex digits: its manifest and files' sizes and times */
+    bool current;        /* the version of the image of that name in this machine's store */
+    uint64_t bytes;      /* the space its volumes take there */
+} al_host_image;
+/* Calls fn for every image uploaded complete to the host at uri (its storage pool "airlock"). */
+int al_host_images(const char *uri, void (*fn)(void *ctx, const al_host_image *hi), void *ctx,
+                   al_error *err);
 /* Whether the session was restored from a template (else it booted cold). */
 bool al_session_restored(const al_session *s);
 

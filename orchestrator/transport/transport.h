@@ -20,6 +20,7 @@ struct al_transport_env {
     const al_image *img;
     virConnectPtr conn; /* to hand files to QEMU's user */
     int cancel_fd;      /* -1, or the caller's signal pipe: ends a wait */
+    bool remote;        /* conn reaches another host: nothing of the domain is on our disk */
 };
 
 /* One connection to the agent. */
@@ -74,8 +75,12 @@ struct al_transport_ops {
 
 extern const struct al_transport_ops al_transport_virtio;
 extern const struct al_transport_ops al_transport_ssh;
+/* virtio's port through the libvirt connection (virDomainOpenChannel), for remote hosts. */
+extern const struct al_transport_ops al_transport_stream;
 
-/* The transport of kind for a session, env copied; -EINVAL for a kind this build lacks. */
+/* The transport of kind for a session, env copied; -EINVAL for a kind this build lacks. For
+ * virtio: the unix socket, or the libvirt stream (AIRLOCK_CHANNEL, or env->remote). SSH refuses
+ * a remote host: its port forward would be on that host. */
 int al_transport_new(enum al_transport kind, const struct al_transport_env *env,
                      struct al_tport **out, al_error *err);
 /* Disconnects and frees; NULL is fine. */

@@ -128,6 +128,7 @@ _airlock()
             fi
             ;;
         rm) ((${#args[@]} < 2)) && _airlock_words "$(_airlock_column1 "$bin" image ls)" "$cur" ;;
+        ls) [[ $cur == -* ]] && _airlock_words '--hosts' "$cur" ;;
         warm)
             if [[ $cur == -* ]]; then
                 _airlock_words "$_airlock_warm_flags" "$cur"

@@ -1,7 +1,6 @@
 """A second, independent libvirtd on this machine, standing in for a remote host.
 
-It runs in its own mount namespace (unshare -m) with its own /run/libvirt (tmpfs),
-/var/lib/libvirt, /var/cache/libvirt, /var/log/libvirt and /etc/libvirt (bind mounts of a
+It runs in its own mount namespace (unshare -m) with its own /run/libvirt, /var/lib/libvirt, /var/cache/libvirt, /var/log/libvirt and /etc/libvirt (bind mounts of a
 private temporary directory), and listens with TCP on a loopback address, test-only and without
 authentication, so `qemu+tcp://127.0.0.2:PORT/system` reaches it and nothing else does. It shares
 the filesystem outside those directories (images, session dirs) with the host's own libvirtd,
@@ -10,8 +9,10 @@ which is what makes one machine enough for tests; a real remote host shares noth
     with RemoteHost() as h:
         subprocess.run(["virsh", "-c", h.uri, "list"])
 
-stop() destroys every domain of that daemon (it is ours alone), ends it and removes its
-directory: nothing is left behind.
+kill() ends the daemon abruptly (the host "goes down"; its guests keep running) and restart()
+starts it again on the same directories, so that it finds those guests again, as libvirtd does
+after a crash. stop() destroys every domain of that daemon (it is ours alone; a killed one is
+started again for that), ends it and removes its directory: nothing is left behind.
 """
 import os
 import shutil
@@ -24,7 +25,7 @@ ADDR = "127.0.0.2"
 
 START = r"""set -e
 D="$1"
-mount -t tmpfs -o mode=0755 tmpfs /run/libvirt
+mount --bind "$D/run" /run/libvirt
 mount --bind "$D/lib" /var/lib/libvirt
 mount --bind "$D/cache" /var/cache/libvirt
 mount --bind "$D/log" /var/log/libvirt
@@ -44,6 +45,7 @@ class RemoteHost:
         self.dir = None
         self.proc = None
         self.port = None
+        self._in_stop = False
 
     @property
     def uri(self):
@@ -56,7 +58,7 @@ class RemoteHost:
     def start(self, timeout=60):
         self.dir = tempfile.mkdtemp(prefix="airlock-remotehost-")
         os.chmod(self.dir, 0o755)
-        for d in ("lib", "cache", "log", "log/qemu", "etc"):
+        for d in ("run", "lib", "cache", "log", "log/qemu", "etc"):
             os.makedirs(os.path.join(self.dir, d), mode=0o755, exist_ok=True)
         self.port = _free_port()
         with open(os.path.join(self.dir, "etc", "libvirtd.conf"), "w") as f:
@@ -66,7 +68,16 @@ class RemoteHost:
         # No virtlogd in there: QEMU's output goes to files in its own log dir.
         with open(os.path.join(self.dir, "etc", "qemu.conf"), "w") as f:
             f.write('stdio_handler = "file"\n')
-        self.out = open(os.path.join(self.dir, "out"), "wb")
+        return self._launch(timeout)
+
+    def restart(self, timeout=60):
+        """Starts the daemon again after kill(), on the same directories and port."""
+        return self._launch(timeout)
+
+    def _launch(self, timeout):
+        if hasattr(self, "out"):
+            self.out.close()
+        self.out = open(os.path.join(self.dir, "out"), "ab")
         self.proc = subprocess.Popen(["unshare", "-m", "--propagation", "private", "sh", "-c",
                                       START, "sh", self.dir], stdout=self.out,
                                      stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
@@ -74,14 +85,16 @@ class RemoteHost:
         while True:
             if self.proc.poll() is not None:
                 msg = self.log()
-                self.stop()
+                if not self._in_stop:
+                    self.stop()
                 raise RuntimeError("the second libvirtd exited: " + msg)
             r = self.virsh("version", timeout=10)
             if r.returncode == 0:
                 return self
             if time.monotonic() > end:
                 msg = r.stderr.decode(errors="replace")
-                self.stop()
+                if not self._in_stop:
+                    self.stop()
                 raise RuntimeError("the second libvirtd did not answer: " + msg)
             time.sleep(0.2)
 
@@ -106,6 +119,13 @@ class RemoteHost:
             self.proc.wait()
 
     def stop(self):
+        if self.proc and self.proc.poll() is not None and self.dir:
+            self._in_stop = True
+            try:  # killed: its guests still run; only a daemon can end them
+                self._launch(60)
+            except RuntimeError:
+                pass
+            self._in_stop = False
         if self.proc and self.proc.poll() is None:
             for d in self.domains():
                 self.virsh("destroy", d)

@@ -27,8 +27,9 @@ NOBODY = 65534
 
 
 class Daemon:
-    def __init__(self, env=None, **conf):
-        """conf: the config's keys; env: variables for the daemon alone."""
+    def __init__(self, env=None, lines=(), **conf):
+        """conf: the config's keys; lines: more config lines (keys that repeat); env: variables
+        for the daemon alone."""
         self.dir = tempfile.mkdtemp(prefix="airlockd-test-")
         os.chmod(self.dir, 0o755)
         self.sock = os.path.join(self.dir, "airlockd.sock")
@@ -50,6 +51,8 @@ class Daemon:
             f.write("# test config\n")
             for k, v in c.items():
                 f.write("%s = %s\n" % (k, v))
+            for line in lines:
+                f.write(line + "\n")
         self.log_path = os.path.join(self.dir, "log")
         self.log = open(self.log_path, "w+")
         e = dict(os.environ)
