@@ -125,6 +125,10 @@ bool ad_host_local(int host);
 void ad_host_gc(int host);
 /* GET /v1/hosts: every host, its state, capacity, sessions and last error. */
 cJSON *ad_hosts_json(void);
+/* /metrics: fn for each host (names are [A-Za-z0-9._-]), under the hosts' lock. */
+void ad_hosts_each(void (*fn)(void *ctx, const char *name, bool up, unsigned sessions,
+                              unsigned lost),
+                   void *ctx);
 /* sessions.c: marks the sessions on a host that went down lost; how many were newly lost. */
 unsigned ad_sessions_host_down(int host, const char *why);
 

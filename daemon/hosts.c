@@ -258,6 +258,16 @@ bool ad_host_local(int i)
     return i >= 0 && (size_t)i < nhosts && hosts[i].cfg.local;
 }
 
+void ad_hosts_each(void (*fn)(void *ctx, const char *name, bool up, unsigned sessions,
+                              unsigned lost),
+                   void *ctx)
+{
+    pthread_mutex_lock(&lock);
+    for (size_t i = 0; i < nhosts; i++)
+        fn(ctx, hosts[i].cfg.name, hosts[i].up, hosts[i].sessions, hosts[i].lost);
+    pthread_mutex_unlock(&lock);
+}
+
 cJSON *ad_hosts_json(void)
 {
     cJSON *a = cJSON_CreateArray();

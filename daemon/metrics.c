@@ -198,6 +198,22 @@ static void pool_line(void *ctx, const char *image, unsigned depth)
     put(ctx, "airlockd_pool_depth{image=\"%s\"} %u\n", image, depth);
 }
 
+struct host_lines {
+    struct out *o;
+    int what; /* 0: up, 1: sessions, 2: lost */
+};
+
+static void host_line(void *ctx, const char *name, bool up, unsigned sessions, unsigned lost)
+{
+    struct host_lines *h = ctx;
+    static const char *const series[] = {"airlockd_host_up", "airlockd_host_sessions",
+                                         "airlockd_host_lost_sessions_total"};
+    put(h->o, "%s{host=\"%s\"} %u\n", series[h->what], name,
+        h->what == 0   ? (unsigned)up
+        : h->what == 1 ? sessions
+                       : lost);
+}
+
 char *ad_metrics_text(size_t *len)
 {
     struct out o = {.cap = 16384};
@@ -215,6 +231,19 @@ char *ad_metrics_text(size_t *len)
          "Warm sessions waiting in the pool, per image (no series without a pool).");
     if (pool_depth)
         pool_depth(pool_ctx, pool_line, &o);
+
+    /* Many hosts (hosts.c): one series per configured host, "local" when none is. */
+    static const char *const host_help[][3] = {
+        {"airlockd_host_up", "gauge", "Whether the host answers (1) or is down (0)."},
+        {"airlockd_host_sessions", "gauge", "Sessions placed on the host, booting included."},
+        {"airlockd_host_lost_sessions_total", "counter",
+         "Sessions lost because their host stopped answering."},
+    };
+    for (int i = 0; i < 3; i++) {
+        struct host_lines h = {.o = &o, .what = i};
+        head(&o, host_help[i][0], host_help[i][1], host_help[i][2]);
+        ad_hosts_each(host_line, &h);
+    }
 
     head(&o, "airlockd_session_boots_total", "counter", "Sessions booted cold from an image.");
     put(&o, "airlockd_session_boots_total %llu\n", (unsigned long long)GET(&boots));

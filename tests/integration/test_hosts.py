@@ -18,7 +18,7 @@ import unittest
 import altest
 from airlock import APIError, Sandbox
 from remotehost import RemoteHost
-from test_airlockd import AIRLOCKD, Daemon, domain_gone
+from test_airlockd import AIRLOCKD, Daemon, domain_gone, metric, parse_prometheus
 
 
 def wait_for(what, fn, timeout=60):
@@ -192,6 +192,12 @@ class HostsTest(unittest.TestCase):
             self.hosts()), timeout=30)
         self.assertTrue(h["far"]["last_error"])
         self.assertEqual(h["far"]["lost"], 2)
+        conn, resp = self.c.open("GET", "/metrics")
+        samples = parse_prometheus(resp.read().decode())
+        conn.close()
+        self.assertEqual(metric(samples, "airlockd_host_up", host="far"), 0.0)
+        self.assertEqual(metric(samples, "airlockd_host_up", host="near"), 1.0)
+        self.assertEqual(metric(samples, "airlockd_host_lost_sessions_total", host="far"), 2.0)
         with self.assertRaises(APIError) as e:
             a.commands.run("true")
         self.assertEqual((e.exception.status, e.exception.code), (502, "host_lost"))
