@@ -110,6 +110,11 @@ bool al_kvm_state_usable(enum al_kvm_state st);
 /* Records whether KVM ran a guest on this boot (with this host kernel and QEMU binary), with the
  * evidence when it did not; al_kvm_state() reads it back. */
 void al_kvm_record(bool works, const char *evidence);
+/* The same for the host conn reaches when it is another machine: kept in this process only, by
+ * URI (-1: none yet, 1 ok, 0 broken); whether libvirt there offers KVM at all. */
+int al_kvm_remote_verdict(virConnectPtr conn);
+void al_kvm_remote_record(virConnectPtr conn, bool works);
+bool al_kvm_remote_offered(virConnectPtr conn);
 /* The line of the domain's QEMU log that shows KVM could not run the guest, or "". */
 void al_vm_kvm_log_evidence(virConnectPtr conn, const char *name, char *out, size_t len);
 #define AL_METADATA_NS "https://airlock.invalid/xmlns/session/1"

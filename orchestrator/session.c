@@ -122,6 +122,16 @@ static void kvm_start_evidence(const char *msg, char *out, size_t len)
     snprintf(out, len, "QEMU: %.*s", n > 120 ? 120 : n, e);
 }
 
+/* Records what KVM did: this machine's verdict file, or, for a session on another host, that
+ * host's verdict in this process. */
+static void kvm_verdict(al_session *s, bool works, const char *evidence)
+{
+    if (s->remote)
+        al_kvm_remote_record(s->conn, works);
+    else
+        al_kvm_record(works, evidence);
+}
+
 /* Starts the domain. A start that failed for the transport's reasons (a forwarded port taken
  * since it was picked) is tried again as it says. A KVM that QEMU refuses ("failed to set
  * MSR") falls back to emulation, and the verdict is kept for later sessions. */
@@ -148,7 +158,7 @@ static int vm_start(al_session *s, struct al_vm_config *cfg, al_error *err)
         cfg->kvm = s->kvm = false;
         r = al_vm_start(s->conn, cfg, &s->dom, err);
         if (r == 0) {
-            al_kvm_record(false, why);
+            kvm_verdict(s, false, why);
             session_notice(s, "KVM failed (%s); running the VM in software emulation (slower)",
                            why);
         }
@@ -237,15 +247,27 @@ static int fall_back_to_emulation(al_session *s, struct al_vm_config *cfg, const
     virDomainFree(s->dom);
     s->dom = NULL;
     al_link_detach(s);
-    al_kvm_record(false, ev);
+    kvm_verdict(s, false, ev);
     session_notice(s,
                    "KVM did not run the guest (%s); running it in software emulation (slower). "
-                   "Later sessions on this boot go straight to emulation",
-                   ev);
+                   "Later sessions on this %s go straight to emulation",
+                   ev, s->remote ? "host" : "boot");
     cfg->kvm = s->kvm = false;
-    cfg->image = &s->img;
+    cfg->image = s->remote ? &s->rimg : &s->img;
     unlink(s->console);
-    if (cfg->disk) {
+    if (cfg->disk && s->remote) { /* a fresh overlay volume there */
+        char vol[80];
+        _cleanup_free_ char *path = NULL;
+        al_session_volume(s, false, vol);
+        al_volume_delete(s->conn, vol);
+        s->vol_made = false;
+        int r = al_volume_create(s->conn, false, vol, 0, s->img.disk, s->rimg.disk, &path, err);
+        if (r < 0)
+            return r;
+        s->vol_made = true;
+        if (strcmp(path, cfg->disk))
+            return al_err(err, -EIO, "volume '%s' moved to '%s'", vol, path);
+    } else if (cfg->disk) {
         unlink(cfg->disk);
         int r = al_disk_overlay(s->conn, false, s->img.disk, cfg->disk, err);
         if (r < 0)
@@ -298,7 +320,7 @@ static int boot_guest(al_session *s, struct al_vm_config *cfg, bool probe, uint6
         *started = al_now_ms();
         r = wait_guest(s, *start + s->boot_timeout_ms, 0, 0, ev, sizeof(ev), err);
     } else if (r == 0 && probe && s->kvm) {
-        al_kvm_record(true, NULL);
+        kvm_verdict(s, true, NULL);
     }
     return r;
 }
@@ -374,14 +396,18 @@ static int session_name_and_dirs(al_session *s, al_error *err)
 static bool session_choose_accel(al_session *s)
 {
     if (s->remote) {
-        /* The KVM verdict and its evidence are this host's; another host's KVM is trusted only
-         * when asked for. */
+        /* Another host: KVM when libvirt there offers it and no session of this process found
+         * it broken there; the first boot under it is watched as here (boot_guest). */
         const char *accel = getenv("AIRLOCK_ACCEL");
-        s->kvm = accel && !strcmp(accel, "kvm");
+        int verdict = al_kvm_remote_verdict(s->conn);
+        bool offered = !(accel && !strcmp(accel, "tcg")) && al_kvm_remote_offered(s->conn);
+        s->kvm = (accel && !strcmp(accel, "kvm")) || (offered && verdict != 0);
         if (!s->kvm)
-            session_notice(s, "the session runs on a remote host, in software emulation there "
-                              "(AIRLOCK_ACCEL=kvm uses its KVM)");
-        return false;
+            session_notice(s, "%s; running the VM in software emulation there (slower)",
+                           accel && !strcmp(accel, "tcg") ? "AIRLOCK_ACCEL=tcg"
+                           : verdict == 0 ? "KVM could not run a guest on that host earlier"
+                                          : "the remote host offers no usable KVM");
+        return s->kvm && !accel_forced() && verdict == -1;
     }
     /* Read once: /dev/kvm opened and the recorded verdict read. */
     enum al_kvm_state ks = al_kvm_state();

@@ -190,6 +190,53 @@ void al_kvm_record(bool works, const char *evidence)
         unlink(tmp);
 }
 
+/* Another host's verdicts: kept in this process only (the file above is this machine's), by
+ * URI, so a long-lived caller (airlockd) probes each host once. */
+#define REMOTE_VERDICTS_MAX 32
+static struct {
+    char uri[256];
+    int verdict; /* 1 ok, 0 broken */
+} remote_verdicts[REMOTE_VERDICTS_MAX];
+static size_t nremote_verdicts;
+static pthread_mutex_t remote_verdicts_lock = PTHREAD_MUTEX_INITIALIZER;
+
+int al_kvm_remote_verdict(virConnectPtr conn)
+{
+    _cleanup_free_ char *uri = virConnectGetURI(conn);
+    int v = -1;
+    pthread_mutex_lock(&remote_verdicts_lock);
+    for (size_t i = 0; uri && i < nremote_verdicts; i++)
+        if (!strcmp(remote_verdicts[i].uri, uri))
+            v = remote_verdicts[i].verdict;
+    pthread_mutex_unlock(&remote_verdicts_lock);
+    return v;
+}
+
+void al_kvm_remote_record(virConnectPtr conn, bool works)
+{
+    _cleanup_free_ char *uri = virConnectGetURI(conn);
+    if (!uri || strlen(uri) >= sizeof(remote_verdicts[0].uri))
+        return;
+    pthread_mutex_lock(&remote_verdicts_lock);
+    size_t i = 0;
+    while (i < nremote_verdicts && strcmp(remote_verdicts[i].uri, uri))
+        i++;
+    if (i == nremote_verdicts && nremote_verdicts < REMOTE_VERDICTS_MAX)
+        snprintf(remote_verdicts[nremote_verdicts++].uri, sizeof(remote_verdicts[0].uri), "%s",
+                 uri);
+    if (i < nremote_verdicts)
+        remote_verdicts[i].verdict = works;
+    pthread_mutex_unlock(&remote_verdicts_lock);
+}
+
+bool al_kvm_remote_offered(virConnectPtr conn)
+{
+    /* libvirt answers for virttype kvm only where its QEMU found KVM usable on that host. */
+    _cleanup_free_ char *caps =
+        virConnectGetDomainCapabilities(conn, NULL, "x86_64", "q35", "kvm", 0);
+    return caps != NULL;
+}
+
 bool al_kvm_present(void)
 {
     int fd = open("/dev/kvm", O_RDWR | O_CLOEXEC);

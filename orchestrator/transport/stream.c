@@ -1,33 +1,40 @@
 /* The libvirt-stream transport: the same virtio-serial port and agent as transport/virtio.c, but
- * the host reaches QEMU's socket through the libvirt connection (virDomainOpenChannel and a
- * virStream) instead of opening the socket on the local disk, so it works where the domain runs
- * on another host (qemu+tcp://, qemu+ssh://, qemu+tls://). libvirtd on that host connects to the
- * socket; its end is QEMU's, so like virtio.c it survives a restore and never drops while the VM
- * runs.
+ * the host reaches QEMU's socket through libvirt (virDomainOpenChannel and a virStream) instead
+ * of opening the socket on the local disk, so it works where the domain runs on another host
+ * (qemu+tcp://, qemu+ssh://, qemu+tls://). libvirtd on that host connects to the socket; its end
+ * is QEMU's, so like virtio.c it survives a restore and never drops while the VM runs.
  *
- * The link wants one stream socket, so a pump moves bytes between a non-blocking virStream and
- * one end of a socketpair; the link gets the other end and keeps its own semantics on it (bounded
- * writes, deadlines, cancel). The pump is event callbacks on libvirt's event loop (the library
- * runs it in a thread of its own, al_libvirt_events), one for the stream and one for our end of
- * the pair, both run by that one thread: a blocking virStreamRecv in one thread and virStreamSend
- * in another can deadlock inside libvirt's client, which is why nothing here blocks.
+ * The link wants one stream socket, so a pump moves bytes between the virStream and one end of a
+ * socketpair; the link gets the other end and keeps its own semantics on it (bounded writes,
+ * deadlines, cancel). Three things shaped the pump, each found the hard way:
  *
- * Guest to host: whatever the stream has is read at once into a queue, which is written into the
- * pair as fast as the link reads. The queue holds at most PENDING_MAX: a guest that sends more
- * than the host has read by then is flooding (an honest agent sends at most its credit window per
- * stream unasked), and the unix socket's kernel buffer would have stopped it, while libvirt's
- * client would queue the rest of the flood in this process; so the stream is aborted and the pair
- * ended. The stream's end (or error) ends the pair for writing once the queue is out, which the
- * link reads as the channel's end. Host to guest: one buffer read from the pair at a time, sent
- * with virStreamSend; the pair is not read again until it is out, so the link's writes wait on
- * the guest as they do on a socket. The link's close ends it: the stream is aborted.
+ * - The stream has a libvirt connection of its own. A virStreamSend waits until libvirtd takes
+ *   the data, and libvirtd stops taking it while the guest does not read; every later call on
+ *   that connection queues behind it. On the session's connection that would hold up the
+ *   virDomainDestroy that ends a session whose guest stopped reading.
+ * - Host to guest is one thread (pump_tx) doing blocking reads of the pair and blocking
+ *   virStreamSend. Guest to host is a callback on libvirt's event loop (the library runs it in a
+ *   thread, al_libvirt_events) doing non-blocking virStreamRecv: a blocking virStreamRecv in one
+ *   thread and a virStreamSend in another deadlocked inside libvirt's client.
+ * - Whatever arrives is read at once into a queue of at most PENDING_MAX bytes, written into the
+ *   pair as fast as the link reads it. An honest agent sends at most its credit window per stream
+ *   unasked; past the bound the guest is flooding, which the unix socket's kernel buffer would
+ *   have stopped, while libvirt's client would queue the rest in this process. So the stream is
+ *   aborted and the pair ended (the link reads the channel's end).
+ *
+ * Ending: the link's close (or disconnect's shutdown of the pair) ends pump_tx's read; pump_tx
+ * aborts the stream and, once the others let go, frees the pump and closes the connection. A
+ * pump_tx stuck in virStreamSend (a guest that stopped reading) is left to finish by itself:
+ * destroying the domain, on the session's connection, ends the stream under it.
  *
  * Chosen by al_transport_new for a remote host or AIRLOCK_CHANNEL=stream; local sessions keep the
- * unix socket, which is cheaper (bench/hosts.py). */
+ * unix socket, which needs no second connection, no thread and no queue (bench/hosts.py: the two
+ * cost the same there). */
 #include "transport.h"
 
 #include <fcntl.h>
 #include <libvirt/virterror.h>
+#include <poll.h>
 #include <pthread.h>
 #include <string.h>
 #include <sys/socket.h>
@@ -36,31 +43,31 @@
 /* Between tries while QEMU's socket does not exist yet. */
 #define OPEN_RETRY_US 20000
 #define PUMP_BUF 65536
-/* Reads of the stream per callback, so that the pair's side gets its turn in a flood. */
-#define READS_PER_EVENT 16
 /* Bytes from the guest the link has not taken yet (see above). */
 #define PENDING_MAX (64u << 20)
 
-/* The pump's state, shared with the event loop's callbacks: freed by whoever drops the last
- * reference: the transport's, the pair's handle's (dropped by its free function, which the event
- * loop calls once the handle can no longer fire) and the barrier's. The stream's callback holds
- * none: libvirt 9.0's remote driver never calls a stream callback's free function. So
- * disconnect removes it, then waits for a timeout it adds to the same event loop to have run
- * (the barrier): the loop dispatches one thing at a time, so by then any dispatch of the stream
- * callback under way at the removal has returned, and no later one calls it. */
+/* The pump's state, shared by the transport, pump_tx and the event loop's callbacks. References:
+ * the transport's (dropped by disconnect), the pair handle's (dropped by its free function, which
+ * the event loop calls once the handle can no longer fire), the barrier's (below), and pump_tx,
+ * which frees everything once it is the last. The stream callback holds none: libvirt 9.0's
+ * remote driver never calls a stream callback's free function. So disconnect removes it, then
+ * adds a timeout to the same event loop and lets it drop the barrier's reference: the loop
+ * dispatches one thing at a time, so by then a dispatch of the stream callback under way at the
+ * removal has returned, and no later one calls it. */
 struct pump {
     pthread_mutex_t mu;  /* recursive: a removal inside a callback may drop a reference */
     pthread_cond_t gone; /* a reference was dropped */
     unsigned refs;
     bool stopping; /* disconnect: callbacks return at once */
+    virConnectPtr conn;
+    virDomainPtr dom; /* the session's domain, through conn */
     virStreamPtr st;
     int pair;  /* ours, non-blocking */
     int watch; /* the pair's handle on the event loop, -1: none */
     bool st_cb;
+    pthread_t tx;
     char *in; /* guest to host, not yet in the pair */
     size_t inlen, incap;
-    char out[PUMP_BUF]; /* host to guest, not yet sent */
-    size_t outlen, outoff;
     bool st_end;   /* the stream ended (or failed, or was aborted) */
     bool pair_end; /* the link closed its end (or it failed) */
     bool shut;     /* the pair was ended for writing */
@@ -80,13 +87,20 @@ static void pump_unref(void *opaque)
 {
     struct pump *p = opaque;
     pthread_mutex_lock(&p->mu);
-    bool last = --p->refs == 0;
+    p->refs--;
     pthread_cond_broadcast(&p->gone);
     pthread_mutex_unlock(&p->mu);
-    if (!last)
-        return;
+}
+
+/* pump_tx's end, with the last reference: nothing else can touch p. */
+static void pump_free(struct pump *p)
+{
     if (p->st)
         virStreamFree(p->st);
+    if (p->dom)
+        virDomainFree(p->dom);
+    if (p->conn)
+        virConnectClose(p->conn);
     if (p->pair >= 0)
         close(p->pair);
     free(p->in);
@@ -110,32 +124,19 @@ static void end_stream(struct pump *p)
     virStreamAbort(p->st);
 }
 
-/* What each side waits for now; with mu held. */
+/* What the event loop waits for now; with mu held. */
 static void update(struct pump *p)
 {
     if (p->stopping)
         return;
-    if (p->st_cb) {
-        int ev = 0;
-        if (!p->st_end) {
-            ev |= VIR_STREAM_EVENT_READABLE;
-            if (p->outoff < p->outlen)
-                ev |= VIR_STREAM_EVENT_WRITABLE;
-        }
-        virStreamEventUpdateCallback(p->st, ev);
-    }
     if (p->st_end && !p->inlen && !p->shut) {
         shutdown(p->pair, SHUT_WR);
         p->shut = true;
     }
-    if (p->watch >= 0) {
-        int ev = 0;
-        if (p->inlen && !p->shut)
-            ev |= VIR_EVENT_HANDLE_WRITABLE;
-        if (!p->pair_end && p->outoff == p->outlen)
-            ev |= VIR_EVENT_HANDLE_READABLE;
-        virEventUpdateHandle(p->watch, ev);
-    }
+    if (p->st_cb)
+        virStreamEventUpdateCallback(p->st, p->st_end ? 0 : VIR_STREAM_EVENT_READABLE);
+    if (p->watch >= 0)
+        virEventUpdateHandle(p->watch, p->inlen && !p->shut ? VIR_EVENT_HANDLE_WRITABLE : 0);
 }
 
 /* The queue into the pair, as much as it takes now. */
@@ -162,27 +163,12 @@ static void flush_in(struct pump *p)
     }
 }
 
-/* The pending host-to-guest buffer into the stream, as much as it takes now. */
-static void flush_out(struct pump *p)
-{
-    while (p->outoff < p->outlen && !p->st_end) {
-        int w = virStreamSend(p->st, p->out + p->outoff, p->outlen - p->outoff);
-        if (w == -2)
-            return;
-        if (w < 0) {
-            end_stream(p);
-            break;
-        }
-        p->outoff += (size_t)w;
-    }
-    if (p->outoff >= p->outlen || p->st_end)
-        p->outoff = p->outlen = 0;
-}
-
 static void read_stream(struct pump *p)
 {
     char buf[PUMP_BUF];
-    for (int i = 0; i < READS_PER_EVENT && !p->st_end; i++) {
+    /* Everything libvirt's client holds: it reads the socket until it is empty between two
+     * calls of this, so what it queues stays within one such round only if this drains it. */
+    while (!p->st_end) {
         int n = virStreamRecv(p->st, buf, sizeof(buf));
         if (n == -2)
             return;
@@ -221,13 +207,11 @@ static void read_stream(struct pump *p)
 static void on_stream(virStreamPtr st, int events, void *opaque)
 {
     (void)st;
+    (void)events; /* readable, hangup or error: virStreamRecv tells which */
     struct pump *p = opaque;
     pthread_mutex_lock(&p->mu);
     if (!p->stopping) {
-        if (events & VIR_STREAM_EVENT_WRITABLE)
-            flush_out(p);
-        if (events & (VIR_STREAM_EVENT_READABLE | VIR_STREAM_EVENT_HANGUP | VIR_STREAM_EVENT_ERROR))
-            read_stream(p);
+        read_stream(p);
         update(p);
     }
     pthread_mutex_unlock(&p->mu);
@@ -237,24 +221,11 @@ static void on_pair(int watch, int fd, int events, void *opaque)
 {
     (void)watch;
     (void)fd;
+    (void)events;
     struct pump *p = opaque;
     pthread_mutex_lock(&p->mu);
     if (!p->stopping) {
-        if (events & VIR_EVENT_HANDLE_WRITABLE)
-            flush_in(p);
-        if ((events &
-             (VIR_EVENT_HANDLE_READABLE | VIR_EVENT_HANDLE_HANGUP | VIR_EVENT_HANDLE_ERROR)) &&
-            !p->pair_end && p->outoff == p->outlen) {
-            ssize_t n = read(p->pair, p->out, sizeof(p->out));
-            if (n > 0) {
-                p->outlen = (size_t)n;
-                p->outoff = 0;
-                flush_out(p);
-            } else if (n == 0 || (errno != EAGAIN && errno != EINTR)) {
-                p->pair_end = true; /* the link closed: the channel is over */
-                end_stream(p);
-            }
-        }
+        flush_in(p);
         update(p);
     }
     pthread_mutex_unlock(&p->mu);
@@ -264,6 +235,43 @@ static void on_barrier(int timer, void *opaque)
 {
     (void)opaque;
     virEventRemoveTimeout(timer); /* its free function drops the barrier's reference */
+}
+
+/* Host to guest: blocking, in a thread of its own (see above); the pump's last owner. */
+static void *pump_tx(void *arg)
+{
+    struct pump *p = arg;
+    char buf[PUMP_BUF];
+    for (;;) {
+        struct pollfd pfd = {.fd = p->pair, .events = POLLIN};
+        if (poll(&pfd, 1, -1) < 0 && errno != EINTR)
+            break;
+        ssize_t n = read(p->pair, buf, sizeof(buf));
+        if (n < 0 && (errno == EINTR || errno == EAGAIN))
+            continue;
+        if (n <= 0)
+            break; /* the link closed, or disconnect shut the pair */
+        bool ok = true;
+        for (ssize_t off = 0; ok && off < n;) {
+            int w = virStreamSend(p->st, buf + off, (size_t)(n - off));
+            if (w == -2) { /* libvirt's client is busy: a moment, then again */
+                usleep(1000);
+                continue;
+            }
+            ok = w >= 0;
+            off += ok ? w : 0;
+        }
+        if (!ok)
+            break;
+    }
+    pthread_mutex_lock(&p->mu);
+    p->pair_end = true;
+    end_stream(p);
+    while (p->refs > 1)
+        pthread_cond_wait(&p->gone, &p->mu);
+    pthread_mutex_unlock(&p->mu);
+    pump_free(p);
+    return NULL;
 }
 
 static struct al_tport *stream_create(void)
@@ -291,32 +299,20 @@ static void stream_disconnect(struct al_tport *t)
     s->p = NULL;
     pthread_mutex_lock(&p->mu);
     p->stopping = true;
-    /* Each removal drops its callback's reference once it can no longer run: at once, or on
-     * the event loop's next round. */
     if (p->st_cb) {
         p->st_cb = false;
         virStreamEventRemoveCallback(p->st);
     }
+    /* Even when end_stream removed the callback (from another thread, maybe mid-dispatch). */
+    p->refs++;
+    if (virEventAddTimeout(0, on_barrier, p, pump_unref) < 0)
+        p->refs--;
     if (p->watch >= 0) {
         virEventRemoveHandle(p->watch);
         p->watch = -1;
     }
-    end_stream(p);
-    p->refs++;
-    if (virEventAddTimeout(0, on_barrier, p, pump_unref) < 0)
-        p->refs--;
-    /* The pump goes with the session, not later on the event loop's thread. */
-    uint64_t until = al_now_ms() + 5000;
-    while (p->refs > 1 && al_now_ms() < until) {
-        struct timespec ts;
-        clock_gettime(CLOCK_REALTIME, &ts);
-        ts.tv_nsec += 50 * 1000000L;
-        if (ts.tv_nsec >= 1000000000L) {
-            ts.tv_sec++;
-            ts.tv_nsec -= 1000000000L;
-        }
-        pthread_cond_timedwait(&p->gone, &p->mu, &ts);
-    }
+    /* pump_tx's read ends; it aborts the stream and frees the pump when the rest let go. */
+    shutdown(p->pair, SHUT_RDWR);
     pthread_mutex_unlock(&p->mu);
     pump_unref(p);
 }
@@ -326,74 +322,100 @@ static void stream_destroy(struct al_tport *t)
     free(stream_of(t));
 }
 
+/* A connection of the stream's own to the session's host, and the domain through it. */
+static int open_own(virDomainPtr dom, struct pump *p, al_error *err)
+{
+    _cleanup_free_ char *uri = virConnectGetURI(virDomainGetConnect(dom));
+    unsigned char uuid[VIR_UUID_BUFLEN];
+    if (!uri || virDomainGetUUID(dom, uuid) < 0)
+        return al_err_virt(err, -EIO, "cannot read the session's connection");
+    al_libvirt_events();
+    p->conn = virConnectOpen(uri);
+    if (!p->conn)
+        return al_err_virt(err, -ECONNREFUSED, "cannot open a connection for the agent's channel");
+    p->dom = virDomainLookupByUUID(p->conn, uuid);
+    if (!p->dom)
+        return al_err_virt(err, -ENOENT, "cannot find the session's domain");
+    return 0;
+}
+
 static int stream_connect(struct al_tport *t, virDomainPtr dom, uint64_t deadline,
                           struct al_transport_conn *out, al_error *err)
 {
     struct stream_tport *s = stream_of(t);
     stream_disconnect(t);
-    virConnectPtr conn = virDomainGetConnect(dom);
-    virStreamPtr st = NULL;
-    for (;;) {
-        st = virStreamNew(conn, VIR_STREAM_NONBLOCK);
-        if (!st)
-            return al_err_virt(err, -ENOMEM, "cannot create a libvirt stream");
-        if (virDomainOpenChannel(dom, "org.airlock.agent.0", st, VIR_DOMAIN_CHANNEL_FORCE) == 0)
-            break;
-        if (al_now_ms() >= deadline) {
-            int r = al_err_virt(err, -ECONNREFUSED, "cannot open the agent's channel");
-            virStreamFree(st);
-            return r;
-        }
-        virStreamFree(st);
-        usleep(OPEN_RETRY_US);
-    }
-    int sp[2];
     struct pump *p = calloc(1, sizeof(*p));
-    if (!p || socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0, sp) < 0) {
-        int r = p ? al_err(err, -errno, "socketpair: %s", strerror(errno))
-                  : al_err(err, -ENOMEM, "out of memory");
-        free(p);
-        virStreamAbort(st);
-        virStreamFree(st);
-        return r;
-    }
+    if (!p)
+        return al_err(err, -ENOMEM, "out of memory");
     pthread_mutexattr_t ma;
     pthread_mutexattr_init(&ma);
     pthread_mutexattr_settype(&ma, PTHREAD_MUTEX_RECURSIVE);
     pthread_mutex_init(&p->mu, &ma);
     pthread_mutexattr_destroy(&ma);
     pthread_cond_init(&p->gone, NULL);
-    p->refs = 1;
-    p->st = st;
-    p->pair = sp[1];
+    p->pair = -1;
     p->watch = -1;
-    /* The link's end blocks, as a socket's does; deadlines are the link's own. */
-    int fl = fcntl(sp[0], F_GETFL);
-    fcntl(sp[0], F_SETFL, fl & ~O_NONBLOCK);
-    s->p = p;
+    p->refs = 1; /* pump_tx's, or this function's until it runs */
+    int sp[2] = {-1, -1};
+    int r = open_own(dom, p, err);
+    while (r == 0) {
+        p->st = virStreamNew(p->conn, VIR_STREAM_NONBLOCK);
+        if (!p->st) {
+            r = al_err_virt(err, -ENOMEM, "cannot create a libvirt stream");
+            break;
+        }
+        if (virDomainOpenChannel(p->dom, "org.airlock.agent.0", p->st, VIR_DOMAIN_CHANNEL_FORCE) ==
+            0)
+            break;
+        if (al_now_ms() >= deadline)
+            r = al_err_virt(err, -ECONNREFUSED, "cannot open the agent's channel");
+        virStreamFree(p->st);
+        p->st = NULL;
+        if (r == 0)
+            usleep(OPEN_RETRY_US);
+    }
+    if (r == 0 && socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sp) < 0)
+        r = al_err(err, -errno, "socketpair: %s", strerror(errno));
+    if (r < 0) {
+        if (p->st)
+            virStreamAbort(p->st);
+        pump_free(p);
+        return r;
+    }
+    p->pair = sp[1];
+    /* Ours is non-blocking (pump_tx polls); the link's blocks, as a socket's does. */
+    fcntl(sp[1], F_SETFL, fcntl(sp[1], F_GETFL) | O_NONBLOCK);
     pthread_mutex_lock(&p->mu);
-    if (virStreamEventAddCallback(st, VIR_STREAM_EVENT_READABLE, on_stream, p, NULL) == 0)
+    p->refs++; /* the transport's */
+    if (virStreamEventAddCallback(p->st, VIR_STREAM_EVENT_READABLE, on_stream, p, NULL) == 0)
         p->st_cb = true;
     p->refs++;
-    p->watch = p->st_cb
-                   ? virEventAddHandle(p->pair, VIR_EVENT_HANDLE_READABLE, on_pair, p, pump_unref)
-                   : -1;
+    p->watch = virEventAddHandle(p->pair, 0, on_pair, p, pump_unref);
     if (p->watch < 0)
         p->refs--;
     bool ok = p->st_cb && p->watch >= 0;
     pthread_mutex_unlock(&p->mu);
-    if (!ok) {
-        int r = al_err_virt(err, -EIO, "cannot watch the agent's channel (no libvirt event loop)");
-        close(sp[0]);
-        stream_disconnect(t);
-        return r;
+    s->p = p;
+    if (ok && (r = -pthread_create(&p->tx, NULL, pump_tx, p)) == 0) {
+        pthread_detach(p->tx);
+        *out = (struct al_transport_conn){
+            .fd = sp[0],
+            .eof_msg = "the agent's channel ended (the guest stopped, its host stopped answering, "
+                       "or it sent more than 64 MiB the host had not read)",
+        };
+        return 0;
     }
-    *out = (struct al_transport_conn){
-        .fd = sp[0],
-        .eof_msg = "the agent's channel ended (the guest stopped, its host stopped answering, "
-                   "or it sent more than 64 MiB the host had not read)",
-    };
-    return 0;
+    r = ok ? al_err(err, r, "cannot start the channel's pump: %s", strerror(-r))
+           : al_err_virt(err, -EIO, "cannot watch the agent's channel (no libvirt event loop)");
+    close(sp[0]);
+    stream_disconnect(t); /* drops the transport's reference; this function's is pump_tx's */
+    pthread_mutex_lock(&p->mu);
+    end_stream(p);
+    while (p->refs > 1)
+        pthread_cond_wait(&p->gone, &p->mu);
+    pthread_mutex_unlock(&p->mu);
+    pump_free(p);
+    return r;
 }
 
 const struct al_transport_ops al_transport_stream = {
