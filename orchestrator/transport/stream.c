@@ -66,8 +66,8 @@ struct pump {
     int watch; /* the pair's handle on the event loop, -1: none */
     bool st_cb;
     pthread_t tx;
-    char *in; /* guest to host, not yet in the pair */
-    size_t inlen, incap;
+    char *in; /* guest to host, not yet in the pair: in[inoff, inlen) */
+    size_t inoff, inlen, incap;
     bool st_end;   /* the stream ended (or failed, or was aborted) */
     bool pair_end; /* the link closed its end (or it failed) */
     bool shut;     /* the pair was ended for writing */
@@ -142,34 +142,62 @@ static void update(struct pump *p)
 /* The queue into the pair, as much as it takes now. */
 static void flush_in(struct pump *p)
 {
-    size_t off = 0;
-    while (off < p->inlen) {
-        ssize_t w = send(p->pair, p->in + off, p->inlen - off, MSG_DONTWAIT | MSG_NOSIGNAL);
+    while (p->inoff < p->inlen) {
+        ssize_t w =
+            send(p->pair, p->in + p->inoff, p->inlen - p->inoff, MSG_DONTWAIT | MSG_NOSIGNAL);
         if (w < 0 && errno == EINTR)
             continue;
         if (w < 0 && (errno == EAGAIN || errno == EWOULDBLOCK))
             break;
         if (w <= 0) { /* the link is gone: nobody reads what is left */
-            p->inlen = off = 0;
+            p->inoff = p->inlen = 0;
             p->pair_end = true;
             end_stream(p);
             break;
         }
-        off += (size_t)w;
+        p->inoff += (size_t)w;
     }
-    if (off) {
-        memmove(p->in, p->in + off, p->inlen - off);
-        p->inlen -= off;
+    if (p->inoff == p->inlen)
+        p->inoff = p->inlen = 0;
+}
+
+/* Room for one more read at the queue's end: the pending bytes moved to its start when that
+ * frees at least half the buffer (so each byte moves a bounded number of times), or a bigger
+ * buffer, at most twice the bound. */
+static bool make_room(struct pump *p)
+{
+    if (p->inlen + PUMP_BUF <= p->incap)
+        return true;
+    if (p->inoff && (p->inoff >= p->incap / 2 || p->incap >= 2 * PENDING_MAX)) {
+        memmove(p->in, p->in + p->inoff, p->inlen - p->inoff);
+        p->inlen -= p->inoff;
+        p->inoff = 0;
+        if (p->inlen + PUMP_BUF <= p->incap)
+            return true;
     }
+    size_t cap = p->incap ? p->incap : PUMP_BUF * 4;
+    while (cap < p->inlen + PUMP_BUF)
+        cap *= 2;
+    char *q = realloc(p->in, cap);
+    if (!q)
+        return false;
+    p->in = q;
+    p->incap = cap;
+    return true;
 }
 
 static void read_stream(struct pump *p)
 {
-    char buf[PUMP_BUF];
-    /* Everything libvirt's client holds: it reads the socket until it is empty between two
-     * calls of this, so what it queues stays within one such round only if this drains it. */
+    /* Everything libvirt's client holds: it reads the socket into its own queue while this
+     * does not, so this takes all there is each time, straight into the pump's queue. */
     while (!p->st_end) {
-        int n = virStreamRecv(p->st, buf, sizeof(buf));
+        if (p->inlen - p->inoff + PUMP_BUF > PENDING_MAX || !make_room(p)) {
+            /* a flood (see above), or no memory for it: the same end */
+            p->inoff = p->inlen = 0;
+            end_stream(p);
+            return;
+        }
+        int n = virStreamRecv(p->st, p->in + p->inlen, PUMP_BUF);
         if (n == -2)
             return;
         if (n < 0) { /* an error: the guest's side is gone */
@@ -180,25 +208,6 @@ static void read_stream(struct pump *p)
             p->st_end = true;
             return;
         }
-        if (p->inlen + (size_t)n > PENDING_MAX) { /* a flood: see above */
-            p->inlen = 0;
-            end_stream(p);
-            return;
-        }
-        if (p->inlen + (size_t)n > p->incap) {
-            size_t cap = p->incap ? p->incap : PUMP_BUF * 4;
-            while (cap < p->inlen + (size_t)n)
-                cap *= 2;
-            char *q = realloc(p->in, cap);
-            if (!q) {
-                p->inlen = 0;
-                end_stream(p);
-                return;
-            }
-            p->in = q;
-            p->incap = cap;
-        }
-        memcpy(p->in + p->inlen, buf, (size_t)n);
         p->inlen += (size_t)n;
         flush_in(p);
     }

@@ -12,6 +12,7 @@ import json
 import os
 import shutil
 import subprocess
+import threading
 import time
 import unittest
 
@@ -94,6 +95,44 @@ class StreamFloodTest(unittest.TestCase):
             _, err = p.communicate(timeout=60)
         for name in altest.session_names(err):
             wait_for("the flooding session's domain gone", lambda: domain_gone(name.decode()))
+
+    def test_flood_read_by_airlockd_is_bounded(self):
+        """The same flood while airlockd keeps reading it (a client streams the run's output):
+        the pump must drain libvirt's client faster than the link takes it, or the client's
+        queue grows behind it (1 GiB for 1 GiB read, before the queue stopped moving its
+        contents on every read)."""
+        evil = os.environ.get("AIRLOCK_EVIL_BIN", "")
+        self.assertTrue(os.access(evil, os.X_OK), "AIRLOCK_EVIL_BIN not built: %r" % evil)
+        d = Daemon(env={"AIRLOCK_CHANNEL": "stream"})
+        try:
+            with Sandbox(image="tiny", client=d.unix()) as sb:
+                with open(evil, "rb") as f:
+                    sb.files.write("/tmp/evil", f.read())
+                sb.commands.run("chmod +x /tmp/evil")
+                base = self.rss_mib(d.p.pid)
+                peak = [base]
+                done = []
+
+                def sample():
+                    while not done:
+                        peak[0] = max(peak[0], self.rss_mib(d.p.pid))
+                        time.sleep(0.25)
+                t = threading.Thread(target=sample)
+                t.start()
+                try:
+                    sb.commands.run("/tmp/evil flood 3 8589934592", timeout=8,
+                                    on_stdout=lambda b: None)
+                except APIError:
+                    pass
+                finally:
+                    done.append(1)
+                    t.join()
+                self.assertLess(peak[0] - base, 200,
+                                "airlockd grew from %d to %d MiB" % (base, peak[0]))
+            self.assertTrue(domain_gone(sb.id))
+        finally:
+            d.stop()
+            shutil.rmtree(d.dir, ignore_errors=True)
 
 
 class HostsTest(unittest.TestCase):
