@@ -258,7 +258,10 @@ class TinyCheckpoints(unittest.TestCase):
               # The request's leftovers die when it ends: wait until the writer left its cgroup.
               "while [ ! -s /root/writer.pid ] || [ ! -s /root/log ]; do sleep 0.05; done\n")
         c = d.create()
-        d.out("sleep 2; echo after > /root/after-writer")
+        # Long enough that the restored writer, which runs on from the checkpoint until the kill
+        # below, cannot write as much again before it (a rollback and its resync under ASan on a
+        # loaded machine took over 2 s once).
+        d.out("sleep 6; echo after > /root/after-writer")
         grown = int(d.out("wc -c < /root/log"))
         d.rollback(c)
         d.out("kill -9 $(cat /root/writer.pid)")
