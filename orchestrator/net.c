@@ -87,6 +87,8 @@ struct al_net {
     al_net_request *req; /* ring of NET_REQUESTS_MAX */
     size_t nreq_total;   /* ever recorded; the ring holds the last NET_REQUESTS_MAX */
     off_t log_off;
+    uint64_t resets_asked, resets_done; /* al_net_reset waits for the relay to catch up */
+    pthread_cond_t reset_cv;
 };
 
 /* ---- allowlists ---- */
@@ -503,6 +505,10 @@ static void *relay_main(void *arg)
                     tunnel_close(&n->tun[i]);
                 backoff = NET_RETRY_MIN_MS;
                 retry_at = 0;
+                pthread_mutex_lock(&n->mu);
+                n->resets_done++;
+                pthread_cond_broadcast(&n->reset_cv);
+                pthread_mutex_unlock(&n->mu);
                 continue;
             }
             break;
@@ -857,6 +863,7 @@ int al_net_prepare(al_session *s, const al_session_opts *opts, struct al_vm_conf
         return al_err(err, -ENOMEM, "out of memory");
     n->stop[0] = n->stop[1] = n->life = -1;
     pthread_mutex_init(&n->mu, NULL);
+    pthread_cond_init(&n->reset_cv, NULL);
     s->net = n;
     for (const char *const *a = o->allow; *a; a++)
         n->nallow++;
@@ -940,9 +947,23 @@ int al_net_start(al_session *s, al_error *err)
 void al_net_reset(al_session *s)
 {
     struct al_net *n = s->net;
-    if (n && n->relay_running && write(n->stop[1], "r", 1) < 0) {
-        /* a full pipe: the relay is already being woken */
+    if (!n || !n->relay_running)
+        return;
+    pthread_mutex_lock(&n->mu);
+    uint64_t want = n->resets_asked + 1;
+    if (write(n->stop[1], "r", 1) == 1) {
+        /* Done before the restored guest's next request: a tunnel the relay opened for it must
+         * not be one it then closes as stale. A relay that does not answer in 5 s is stuck
+         * anyway; the session's requests find that out. */
+        n->resets_asked = want;
+        struct timespec ts;
+        clock_gettime(CLOCK_REALTIME, &ts);
+        ts.tv_sec += 5;
+        while (n->resets_done < want)
+            if (pthread_cond_timedwait(&n->reset_cv, &n->mu, &ts) == ETIMEDOUT)
+                break;
     }
+    pthread_mutex_unlock(&n->mu);
 }
 
 void al_net_stop(al_session *s)
@@ -965,6 +986,7 @@ void al_net_stop(al_session *s)
     al_net_allow_free(n->allow);
     free(n->tun);
     free(n->req);
+    pthread_cond_destroy(&n->reset_cv);
     pthread_mutex_destroy(&n->mu);
     free(n);
     s->net = NULL;
