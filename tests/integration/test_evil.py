@@ -102,18 +102,19 @@ class EvilGuestTest(unittest.TestCase):
         with open(big, "rb") as stdin:
             p = altest.popen(["--debug", "exec", "--image", "tiny", "--put", EVIL + ":/tmp/evil", "--", "/tmp/evil", "deaf", "2"],
                              stdin=stdin, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
-            # Long enough for the boot, the takeover and a few forged credits.
-            deadline = time.time() + 90
-            while time.time() < deadline and p.poll() is None and \
+            # Long enough for the boot, the takeover and a few forged credits. Monotonic: the
+            # wall clock of these machines has been seen to jump during a run.
+            deadline = time.monotonic() + 90
+            while time.monotonic() < deadline and p.poll() is None and \
                     not self.host_blocked_in_write(p.pid):
                 time.sleep(0.2)
             if p.poll() is not None:
                 self.fail("airlock ended before its writes blocked: %r" % p.stderr.read()[-2000:])
             self.assertTrue(self.host_blocked_in_write(p.pid), "the host never filled the channel")
-            t0 = time.time()
+            t0 = time.monotonic()
             p.send_signal(signal.SIGTERM)
             _, err = p.communicate(timeout=60)
-        self.assertLess(time.time() - t0, 1.5, err[-2000:])
+        self.assertLess(time.monotonic() - t0, 1.5, err[-2000:])
         self.assertEqual(p.returncode, 128 + signal.SIGTERM, err[-2000:])
         self.no_leak(err)
 
