@@ -93,13 +93,6 @@ void al_template_free(struct al_template *t)
     free(t);
 }
 
-static void hexify(const unsigned char *b, size_t n, char *out)
-{
-    for (size_t i = 0; i < n; i++)
-        sprintf(out + 2 * i, "%02x", b[i]);
-    out[2 * n] = '\0';
-}
-
 static void evp_freep(EVP_MD_CTX **c)
 {
     if (*c)
@@ -123,7 +116,7 @@ static int sha256_file(const char *path, char out[65])
         return -errno;
     unsigned char d[32];
     EVP_DigestFinal_ex(md, d, NULL);
-    hexify(d, 32, out);
+    al_hexify(d, 32, out);
     return 0;
 }
 
@@ -165,7 +158,7 @@ static void key_add_content(EVP_MD_CTX *md, const char *tdir, const char *path)
         return;
     }
     EVP_Digest(path, strlen(path), d, NULL, EVP_sha256(), NULL);
-    hexify(d, 8, tag);
+    al_hexify(d, 8, tag);
     snprintf(want, sizeof(want), "%llu %lld %lld.%09ld %lld.%09ld ", (unsigned long long)st.st_ino,
              (long long)st.st_size, (long long)st.st_mtim.tv_sec, st.st_mtim.tv_nsec,
              (long long)st.st_ctim.tv_sec, st.st_ctim.tv_nsec);
@@ -216,7 +209,7 @@ static int template_key(al_session *s, enum al_transport kind, const char *tdir,
     char dirhash[65];
     EVP_DigestUpdate(md, s->img.dir, strlen(s->img.dir));
     EVP_DigestFinal_ex(md, d, NULL);
-    hexify(d, 8, dirhash);
+    al_hexify(d, 8, dirhash);
     if (snprintf(prefix, plen, "%s-%s-%um%uc%s-", s->img.name, dirhash, mem, vcpus,
                  s->kvm ? "-kvm" : "") >= (int)plen)
         return -ENAMETOOLONG;
@@ -240,7 +233,7 @@ static int template_key(al_session *s, enum al_transport kind, const char *tdir,
     key_add(md, "qemu %lu libvirt %lu accel %s", qemu, lib, s->kvm ? "kvm" : "tcg");
     key_add_stat(md, "/usr/bin/qemu-system-x86_64");
     EVP_DigestFinal_ex(md, d, NULL);
-    hexify(d, 32, key);
+    al_hexify(d, 32, key);
     return 0;
 }
 
@@ -808,8 +801,8 @@ static int make_unique(al_session *s, al_error *err)
         getrandom(id, sizeof(id), 0) != sizeof(id))
         return al_err(err, -EIO, "getrandom failed");
     char seed_hex[2 * SEED_BYTES + 1], id_hex[33], input[512];
-    hexify(seed, sizeof(seed), seed_hex);
-    hexify(id, sizeof(id), id_hex);
+    al_hexify(seed, sizeof(seed), seed_hex);
+    al_hexify(id, sizeof(id), id_hex);
     struct timespec now;
     clock_gettime(CLOCK_REALTIME, &now);
     snprintf(input, sizeof(input), "seed %s\nclock %lld %ld\nhostname %s\nmachine-id %s\n",

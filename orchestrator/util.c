@@ -266,3 +266,10 @@ int al_write_all(int fd, const void *buf, size_t len)
     }
     return 0;
 }
+
+void al_hexify(const unsigned char *b, size_t n, char *out)
+{
+    for (size_t i = 0; i < n; i++)
+        sprintf(out + 2 * i, "%02x", b[i]);
+    out[2 * n] = '\0';
+}

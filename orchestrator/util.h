@@ -64,6 +64,8 @@ void al_vnotify(void (*fn)(void *ctx, const char *msg), void *ctx, const char *f
 
 /* Writes all len bytes (a write cut short or interrupted goes on); 0 or -errno. */
 int al_write_all(int fd, const void *buf, size_t len);
+/* n bytes as 2n lowercase hex digits and a NUL into out. */
+void al_hexify(const unsigned char *b, size_t n, char *out);
 
 /* snprintf for paths: -ENAMETOOLONG instead of a silently cut path. */
 int al_pathf(char *buf, size_t len, const char *fmt, ...) __attribute__((format(printf, 3, 4)));

@@ -64,12 +64,6 @@ static void stream_freep(virStreamPtr *s)
         virStreamFree(*s);
 }
 
-static void hex(const unsigned char *d, size_t n, char *out)
-{
-    for (size_t i = 0; i < n; i++)
-        sprintf(out + 2 * i, "%02x", d[i]);
-}
-
 /* The host's pool, defined (autostarted) and started when it is not. */
 static int pool_get(virConnectPtr conn, virStoragePoolPtr *out, al_error *err)
 {
@@ -124,7 +118,7 @@ static int image_version(const al_image *img, char out[17], al_error *err)
     }
     unsigned char d[32];
     EVP_DigestFinal_ex(md, d, NULL);
-    hex(d, 8, out);
+    al_hexify(d, 8, out);
     return 0;
 }
 
@@ -150,7 +144,7 @@ static int download_hash(virConnectPtr conn, virStorageVolPtr vol, uint64_t size
     }
     unsigned char d[32];
     EVP_DigestFinal_ex(md, d, NULL);
-    hex(d, 32, out);
+    al_hexify(d, 32, out);
     return 0;
 }
 
@@ -203,7 +197,7 @@ static int upload(virConnectPtr conn, virStoragePoolPtr pool, const char *volnam
     unsigned char d[32];
     char sent[65], got[65];
     EVP_DigestFinal_ex(md, d, NULL);
-    hex(d, 32, sent);
+    al_hexify(d, 32, sent);
     int r = download_hash(conn, vol, (uint64_t)st.st_size, got, err);
     if (r == 0 && strcmp(sent, got) != 0)
         r = al_err(err, -EIO, "the upload of '%s' did not verify (sha256 %s sent, %s stored)", path,
