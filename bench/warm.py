@@ -9,11 +9,14 @@ against the same with a cold boot (AIRLOCK_WARM=off), rounds alternated so drift
 the split of the warm ones from `airlock --debug`'s timing line (start: libvirt creating the
 paused domain; handshake: device state loaded, resumed, agent re-handshaken).
 first_plot: the first python result that uses pandas and matplotlib (`df.plot(); plt.show()` on a
-4-row frame, in the python kernel), warm against cold.
+4-row frame, in the python kernel), warm against cold: the time until the result's first line is
+on the CLI's stdout (ratio), and until the command ended, teardown included (end_ratio).
 pool: a pool of 2 (tests/pool-driver), refilled between requests: hand-out to the first exec
 of `true` finished, against the exec round trip of `true` in the same, open session.
 memory: the PSS and RSS of QEMU for an idle session (two sessions open at once, so pages
 restored sessions share count half), restored against cold-booted.
+libvirt_floor: `virsh create --paused` + `virsh destroy` of a bare domain of the same memory, which
+every session pays (restored or not), over the cold session ready time.
 restore: our restore (start + handshake of the timing line) against `virsh save` / `virsh
 restore` of a cold session's domain.
 Templates live in a state dir of the benchmark's own (AIRLOCK_STATE_DIR).
@@ -44,7 +47,7 @@ def log(*a):
 class Bench:
     def __init__(self, args):
         self.args = args
-        self.airlock = os.path.join(args.build, "orchestrator", "airlock")
+        self.airlock = os.path.abspath(os.path.join(args.build, "orchestrator", "airlock"))
         self.state = tempfile.mkdtemp(prefix="airlock-warm-bench-", dir="/var/tmp")
         os.chmod(self.state, 0o755)
         self.env = dict(os.environ)
@@ -84,19 +87,63 @@ class Bench:
         return {"cold_s": cold, "warm_s": warm, "cold_median_s": c, "warm_median_s": w,
                 "ratio": w / c, "goal": 0.25, "warm_split_ms": splits}
 
+    def timed_result(self, argv, warm, cwd):
+        """(seconds to the first line of the run's result on stdout, seconds to the command's
+        end): the result is there before the session's teardown (libvirt's destroy, ~0.2 s)."""
+        e = dict(self.env)
+        e["AIRLOCK_WARM"] = warm
+        t0 = time.monotonic()
+        p = subprocess.Popen(argv, env=e, cwd=cwd, stdout=subprocess.PIPE,
+                             stderr=subprocess.PIPE, text=True)
+        first = p.stdout.readline()
+        t_result = time.monotonic() - t0
+        rest, err = p.communicate()
+        t_end = time.monotonic() - t0
+        if p.returncode != 0 or "Figure" not in first:
+            raise RuntimeError("%s failed (%d): %r %s" % (argv, p.returncode, first + rest, err))
+        return t_result, t_end
+
+    def libvirt_floor(self, cold_median):
+        """What libvirt alone costs any session, restored or not: a paused start and a destroy
+        of a bare domain of the same memory (no disk, no guest code runs). Over the cold
+        session's time it is the ratio an instant restore would reach."""
+        xml = ("<domain type='qemu'><name>airlock-bench-floor</name>"
+               "<memory unit='MiB'>512</memory><vcpu>1</vcpu>"
+               "<os><type arch='x86_64'>hvm</type></os><devices/></domain>")
+        path = os.path.join(self.state, "floor.xml")
+        with open(path, "w") as f:
+            f.write(xml)
+        starts, destroys = [], []
+        for _ in range(self.args.rounds):
+            t0 = time.monotonic()
+            subprocess.run(VIRSH + ["create", "--paused", path], check=True,
+                           stdout=subprocess.DEVNULL)
+            t1 = time.monotonic()
+            subprocess.run(VIRSH + ["destroy", "airlock-bench-floor"], check=True,
+                           stdout=subprocess.DEVNULL)
+            starts.append(t1 - t0)
+            destroys.append(time.monotonic() - t1)
+        floor = statistics.median(starts) + statistics.median(destroys)
+        return {"start_paused_s": starts, "destroy_s": destroys, "floor_s": floor,
+                "floor_ratio": floor / cold_median}
+
     def first_plot(self):
-        cold, warm = [], []
+        cold, warm, cold_end, warm_end = [], [], [], []
         argv = [self.airlock, "-q", "exec", "-i", self.args.image, "--lang", "python", "--kernel",
                 "-c", PLOT]
         outputs = tempfile.mkdtemp(prefix="airlock-warm-bench-out-")
         try:
             for _ in range(max(1, self.args.rounds // 2)):
-                cold.append(self.run(argv, "off", cwd=outputs)[0])
-                warm.append(self.run(argv, "use", cwd=outputs)[0])
+                for runs, ends, w in ((cold, cold_end, "off"), (warm, warm_end, "use")):
+                    r, e = self.timed_result(argv, w, outputs)
+                    runs.append(r)
+                    ends.append(e)
         finally:
             shutil.rmtree(outputs, ignore_errors=True)
         c, w = statistics.median(cold), statistics.median(warm)
-        return {"cold_s": cold, "warm_s": warm, "ratio": w / c, "goal": 0.1}
+        ce, we = statistics.median(cold_end), statistics.median(warm_end)
+        return {"cold_s": cold, "warm_s": warm, "ratio": w / c, "goal": 0.1,
+                "cold_end_s": cold_end, "warm_end_s": warm_end, "end_ratio": we / ce}
 
     def pool(self):
         e = dict(self.env)
@@ -195,6 +242,8 @@ class Bench:
                    "template_build_s": build_s}
             for k in ("session_ready", "first_plot", "pool", "memory", "virsh_restore"):
                 out[k] = getattr(self, k)()
+                if k == "session_ready":
+                    out["libvirt_floor"] = self.libvirt_floor(out[k]["cold_median_s"])
                 log(k, json.dumps({a: b for a, b in out[k].items()
                                    if not isinstance(b, (list, dict))}))
             out["load_avg"] = os.getloadavg()

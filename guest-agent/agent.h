@@ -202,6 +202,7 @@ struct agent {
     size_t skip;       /* bytes of a rejected frame still to discard */
     bool cgroup;       /* cgroup2 usable for requests */
     bool can_shutdown; /* SHUTDOWN powers the machine off */
+    bool can_refresh;  /* REFRESH: the VM's own agent only (never one on a host or over SSH) */
     bool stop;         /* leave the loop (stdio EOF, SIGTERM) */
     bool reap;         /* SIGCHLD seen, or zombies left over from the last batch */
     int sig_fd;        /* signalfd: SIGCHLD, SIGIO, SIGTERM, SIGINT */
@@ -260,8 +261,8 @@ void ostream_inject(struct agent *a, struct req *r, struct ostream *o, const cha
 /* Queues the stream's EOF and closes its fd. */
 void ostream_close(struct agent *a, struct req *r, struct ostream *o);
 int agent_run(struct agent *a);
-/* refresh.c: --refresh, run by the host right after a template restore (stdin: its values). */
-int refresh_main(void);
+/* refresh.c: REFRESH, sent by the host right after a template restore; answers OK or ERROR. */
+void refresh_apply(struct agent *a, const struct al_msg *m);
 
 /* exec.c */
 void exec_start(struct agent *a, const struct al_msg *m);

@@ -414,7 +414,7 @@ static void on_hello(struct agent *a, const struct al_msg *m)
     ack.u.hello_ack.window = AL_WINDOW_DEFAULT;
     ack.u.hello_ack.caps = AL_CAP_EXEC | AL_CAP_FILES | AL_CAP_SIGNAL |
                            (a->can_shutdown ? AL_CAP_SHUTDOWN : 0) |
-                           (a->cgroup ? AL_CAP_CGROUP : 0);
+                           (a->cgroup ? AL_CAP_CGROUP : 0) | (a->can_refresh ? AL_CAP_REFRESH : 0);
     ack.u.hello_ack.agent_version = al_str_cstr(AIRLOCK_VERSION);
     ack.u.hello_ack.nlangs = (uint32_t)exec_langs(a, ack.u.hello_ack.langs, AL_LANGS_MAX);
     agent_send(a, &ack);
@@ -538,6 +538,9 @@ static void dispatch(struct agent *a, const struct al_msg *m)
         break;
     case AL_SHUTDOWN:
         on_shutdown(a, m);
+        break;
+    case AL_REFRESH:
+        refresh_apply(a, m);
         break;
     default:
         agent_send_error(a, m->id, AL_ERR_PROTOCOL, 0, "%s is not a host-to-guest frame",

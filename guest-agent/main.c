@@ -19,7 +19,6 @@ static void usage(FILE *f)
             "usage: airlock-agent [--port NAME | --stdio | --unix PATH | --relay PATH]\n"
             "                     [--root DIR] [--allow-shutdown] [--kernels DIR]\n"
             "                     [--version] [--help]\n"
-            "       airlock-agent --refresh < VALUES\n"
             "Serves Airlock frames: on the virtio-serial port NAME (default %s),\n"
             "on stdin/stdout, or on a unix socket, where the newest connection wins.\n"
             "--relay PATH copies stdin/stdout to and from the agent on the socket PATH,\n"
@@ -28,9 +27,7 @@ static void usage(FILE *f)
             "and its kernels outlive them.\n"
             "File paths resolve beneath DIR (/).\n"
             "--allow-shutdown lets SHUTDOWN power off the machine outside --port mode.\n"
-            "--kernels DIR: the language kernels' driver scripts (default %s).\n"
-            "--refresh makes a guest restored from a template its own (host entropy into\n"
-            "the kernel RNG, clock, hostname, machine-id; see refresh.c).\n",
+            "--kernels DIR: the language kernels' driver scripts (default %s).\n",
             DEFAULT_PORT, KERNELS_DIR);
 }
 
@@ -52,17 +49,11 @@ static int setup_signals(struct agent *a)
 int main(int argc, char **argv)
 {
     static const struct option opts[] = {
-        {"port", required_argument, NULL, 'p'},
-        {"stdio", no_argument, NULL, 's'},
-        {"unix", required_argument, NULL, 'u'},
-        {"root", required_argument, NULL, 'r'},
-        {"allow-shutdown", no_argument, NULL, 'S'},
-        {"version", no_argument, NULL, 'V'},
-        {"kernels", required_argument, NULL, 'k'},
-        {"relay", required_argument, NULL, 'R'},
-        {"help", no_argument, NULL, 'h'},
-        {"refresh", no_argument, NULL, 'F'},
-        {NULL, 0, NULL, 0},
+        {"port", required_argument, NULL, 'p'},     {"stdio", no_argument, NULL, 's'},
+        {"unix", required_argument, NULL, 'u'},     {"root", required_argument, NULL, 'r'},
+        {"allow-shutdown", no_argument, NULL, 'S'}, {"version", no_argument, NULL, 'V'},
+        {"kernels", required_argument, NULL, 'k'},  {"relay", required_argument, NULL, 'R'},
+        {"help", no_argument, NULL, 'h'},           {NULL, 0, NULL, 0},
     };
     struct agent *a = &agent;
     enum channel_kind kind = CHANNEL_VIRTIO;
@@ -102,10 +93,6 @@ int main(int argc, char **argv)
         case 'k':
             a->kernels_dir = relay.kernels = optarg;
             break;
-        case 'F':
-            if (!init)
-                return refresh_main();
-            break;
         case 'V':
             printf("airlock-agent %s\n", AIRLOCK_VERSION);
             return 0;
@@ -140,6 +127,7 @@ int main(int argc, char **argv)
     /* Powering off a machine from a test harness on the host would be a nasty surprise:
      * outside a VM's port it takes --allow-shutdown. */
     a->can_shutdown = geteuid() == 0 && (kind == CHANNEL_VIRTIO || allow_shutdown);
+    a->can_refresh = geteuid() == 0 && kind == CHANNEL_VIRTIO;
 
     const char *what = root;
     if ((err = files_open_root(a, root)) == 0 && (what = "signals", err = setup_signals(a)) == 0) {

@@ -403,3 +403,23 @@ static int exec_locked(al_session *s, const al_exec_opts *o, al_exec_result *out
         }
     }
 }
+
+static int drop_output(void *ctx, int stream, const uint8_t *data, size_t len)
+{
+    (void)ctx, (void)stream, (void)data, (void)len;
+    return 0;
+}
+
+int al_exec_quiet(al_session *s, al_exec_opts o, const char *what, al_error *err)
+{
+    o.stdin_fd = o.stdout_fd = o.stderr_fd = -1;
+    o.output = drop_output;
+    al_exec_result res;
+    int r = al_exec(s, &o, &res, err);
+    if (r < 0)
+        return r;
+    if (res.how != AL_EXEC_EXITED || res.value != 0)
+        return al_err(err, -EIO, "%s: ended with status %d%s", what, res.value,
+                      res.timed_out ? " (timed out)" : "");
+    return 0;
+}

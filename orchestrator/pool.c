@@ -9,6 +9,8 @@
  * handed out is about to run its first request (bench/warm.py: its first exec took 2.5x as long
  * when a restore ran alongside). */
 #define REFILL_DELAY_MS 1000
+/* The warm-up's `true`: ~70 ms after a restore under emulation, far more only on a stuck host. */
+#define WARMUP_MS 30000
 
 struct al_pool {
     al_session_opts opts;
@@ -37,6 +39,17 @@ static void deadline_in(struct timespec *until, unsigned ms)
     }
 }
 
+/* The first process a restored guest starts pays for translating the guest kernel's fork and
+ * exec again (QEMU's translated code does not survive the restore): ~60-90 ms under emulation,
+ * 3x an exec's round trip (bench/warm.py, pool). A pooled session pays it here, before anyone
+ * waits for it, with a `true` whose output goes nowhere. */
+static int warm_up(al_session *s, al_error *err)
+{
+    const char *argv[] = {"true", NULL};
+    al_exec_opts o = {.argv = argv, .timeout_ms = WARMUP_MS};
+    return al_exec_quiet(s, o, "a pooled session's first exec", err);
+}
+
 /* Refills while there is room, opening outside the lock (a restore takes a second). After a
  * failure it waits a little longer each time (up to 5 s) so a broken host is not hammered. */
 static void *refill(void *arg)
@@ -59,6 +72,10 @@ static void *refill(void *arg)
         al_session *s = NULL;
         al_error err = {0};
         int r = al_session_open(&p->opts, &s, &err);
+        if (r == 0 && s->restored && (r = warm_up(s, &err)) < 0) {
+            al_session_close(s);
+            s = NULL;
+        }
         pthread_mutex_lock(&p->mu);
         if (r == 0 && !p->stopping) {
             p->ready[p->nready++] = s;

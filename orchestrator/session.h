@@ -152,6 +152,9 @@ const char *al_template_disk(const struct al_template *t);
  * resumes, handshakes and makes the guest unique. */
 int al_template_restore(al_session *s, struct al_vm_config *cfg, al_error *err);
 void al_template_free(struct al_template *t);
+/* exec.c: runs o for the library's own purposes (no stdin, output dropped, whatever o says of
+ * them); a run that does not exit 0 is an error about what. */
+int al_exec_quiet(al_session *s, al_exec_opts o, const char *what, al_error *err);
 /* checkpoint.c: the PING round trip that leaves the agent idle at a frame boundary. */
 int al_session_barrier(al_session *s, al_error *err);
 /* The description a crashed guest's QEMU is started again from (takes xml; freed without

@@ -50,8 +50,8 @@
 #define RESYNC_MS 15000
 /* The warm-up's imports take 20-30 s under emulation on a busy host. */
 #define WARM_EXEC_MS 300000
-/* Entropy handed to the guest's kernel RNG on each restore. */
-#define SEED_BYTES 64
+/* The agent's REFRESH after the restore: a few syscalls, ~1 ms; the rest is a loaded host. */
+#define REFRESH_MS 15000
 /* What the python kernel imports (and draws once) in the template, inside a function so the
  * user's namespace stays empty: later imports are then lookups in sys.modules. The kernel
  * starts in /workspace, as chat runs ask. */
@@ -591,34 +591,14 @@ static int migrate_wait(al_session *s, const char *what, al_error *err)
 
 /* ---- building ---- */
 
-static int discard_output(void *ctx, int stream, const uint8_t *data, size_t len)
-{
-    (void)ctx, (void)stream, (void)data, (void)len;
-    return 0;
-}
-
 /* Runs code in the python kernel; its output is dropped, a failure is an error. */
 static int python_run(al_session *s, const char *code, const char *cwd, unsigned timeout_ms,
                       const char *what, al_error *err)
 {
     const char *argv[] = {code, NULL};
-    al_exec_opts o = {.argv = argv,
-                      .lang = "python",
-                      .kernel = true,
-                      .cwd = cwd,
-                      .timeout_ms = timeout_ms,
-                      .stdin_fd = -1,
-                      .stdout_fd = -1,
-                      .stderr_fd = -1,
-                      .output = discard_output};
-    al_exec_result res;
-    int r = al_exec(s, &o, &res, err);
-    if (r < 0)
-        return r;
-    if (res.how != AL_EXEC_EXITED || res.value != 0)
-        return al_err(err, -EIO, "%s: the python kernel ended with status %d%s", what, res.value,
-                      res.timed_out ? " (timed out)" : "");
-    return 0;
+    al_exec_opts o = {
+        .argv = argv, .lang = "python", .kernel = true, .cwd = cwd, .timeout_ms = timeout_ms};
+    return al_exec_quiet(s, o, what, err);
 }
 
 static bool has_python_kernel(const al_session *s)
@@ -701,17 +681,12 @@ int al_template_save(al_session *s, const struct al_template_id *id, const char 
     bool python = has_python_kernel(s);
     if (python) {
         const char *mk[] = {"mkdir", "-p", "/workspace", NULL};
-        al_exec_opts eo = {.argv = mk,
-                           .stdin_fd = -1,
-                           .stdout_fd = -1,
-                           .stderr_fd = -1,
-                           .output = discard_output,
-                           .timeout_ms = 30000};
-        al_exec_result res;
-        r = al_exec(s, &eo, &res, err);
+        al_exec_opts eo = {.argv = mk, .timeout_ms = 30000};
+        r = al_exec_quiet(s, eo, "making /workspace", err);
     }
     if (r == 0 && python)
-        r = python_run(s, WARM_PYTHON, "/workspace", WARM_EXEC_MS, "warming the template", err);
+        r = python_run(s, WARM_PYTHON, "/workspace", WARM_EXEC_MS,
+                       "warming the template's python kernel", err);
     if (r == 0)
         r = al_session_barrier(s, err);
     if (r == 0 && virDomainSuspend(s->dom) < 0)
@@ -776,58 +751,45 @@ int al_template_replace(const struct al_template_id *id, al_error *err)
 
 /* ---- restoring ---- */
 
-static int pipe_with(const char *text, int *rd)
-{
-    int p[2];
-    if (pipe2(p, O_CLOEXEC) < 0)
-        return -errno;
-    size_t n = strlen(text);
-    ssize_t w = write(p[1], text, n); /* well under a pipe's buffer */
-    close(p[1]);
-    if (w != (ssize_t)n) {
-        close(p[0]);
-        return -EIO;
-    }
-    *rd = p[0];
-    return 0;
-}
-
 /* Makes the restored guest its own: host entropy into its kernel RNG, the host's clock, the
- * session's name as hostname, a fresh machine-id (guest-agent/refresh.c). */
+ * session's name as hostname, a fresh machine-id, in one REFRESH the agent applies in its own
+ * process (guest-agent/refresh.c). */
 static int make_unique(al_session *s, al_error *err)
 {
-    uint8_t seed[SEED_BYTES], id[16];
+    if (!(s->caps & AL_CAP_REFRESH))
+        return al_err(err, -ENOTSUP, "the template's agent cannot refresh a restored guest");
+    uint8_t seed[AL_REFRESH_SEED], id[AL_MACHINE_ID];
     if (getrandom(seed, sizeof(seed), 0) != sizeof(seed) ||
         getrandom(id, sizeof(id), 0) != sizeof(id))
         return al_err(err, -EIO, "getrandom failed");
-    char seed_hex[2 * SEED_BYTES + 1], id_hex[33], input[512];
-    al_hexify(seed, sizeof(seed), seed_hex);
-    al_hexify(id, sizeof(id), id_hex);
     struct timespec now;
     clock_gettime(CLOCK_REALTIME, &now);
-    snprintf(input, sizeof(input), "seed %s\nclock %lld %ld\nhostname %s\nmachine-id %s\n",
-             seed_hex, (long long)now.tv_sec, now.tv_nsec, s->name, id_hex);
-    explicit_bzero(seed, sizeof(seed));
-    explicit_bzero(seed_hex, sizeof(seed_hex));
-    _cleanup_close_ int in = -1;
-    int r = pipe_with(input, &in);
-    explicit_bzero(input, sizeof(input));
-    if (r < 0)
-        return al_err(err, r, "cannot make a pipe: %s", strerror(-r));
-    /* PID 1 is the agent's init, the same binary, wherever the image keeps it. */
-    const char *argv[] = {"/proc/1/exe", "--refresh", NULL};
-    al_exec_opts o = {.argv = argv,
-                      .stdin_fd = in,
-                      .stdout_fd = -1,
-                      .stderr_fd = -1,
-                      .output = discard_output,
-                      .timeout_ms = 30000};
-    al_exec_result res;
-    r = al_exec(s, &o, &res, err);
+    int r = al_link_ready(s, err);
     if (r < 0)
         return r;
-    if (res.how != AL_EXEC_EXITED || res.value != 0)
-        return al_err(err, -EIO, "the agent could not refresh the guest (status %d)", res.value);
+    struct al_msg m = {.type = AL_REFRESH, .id = (uint32_t)al_link_next_id(s)};
+    m.u.refresh.seed = seed;
+    m.u.refresh.sec = (uint64_t)now.tv_sec;
+    m.u.refresh.nsec = (uint32_t)now.tv_nsec;
+    m.u.refresh.machine_id = id;
+    m.u.refresh.hostname = al_str_cstr(s->name);
+    r = al_channel_send(&s->ch, &m, err);
+    explicit_bzero(seed, sizeof(seed));
+    if (r < 0)
+        return r;
+    uint32_t rid = m.id;
+    r = al_link_recv_until(s, rid, &m, -1, al_now_ms() + REFRESH_MS, err);
+    if (r == -ETIMEDOUT && err->code == 0)
+        return al_err(err, -ETIMEDOUT, "the agent did not refresh the restored guest in time");
+    if (r == 0)
+        return al_err(err, -ECANCELED, "cancelled while refreshing the restored guest");
+    if (r < 0)
+        return r;
+    if (m.type == AL_ERROR)
+        return al_channel_guest_error(&m, "the restored guest", err);
+    if (m.type != AL_OK)
+        return al_err(err, -EPROTO, "guest answered a refresh with a %s frame",
+                      al_type_name(m.type));
     /* The python kernel reseeds its generators itself before its next block, once it sees the
      * new machine-id (guest-agent/kernels/python.py, reseed_if_restored). */
     return 0;

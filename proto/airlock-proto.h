@@ -29,6 +29,9 @@
 #define AL_PATH_MAX 4096    /* a guest path, as PATH_MAX */
 #define AL_MESSAGE_MAX 512  /* an error message: one phrase, not a log */
 #define AL_SHORT_STR_MAX 64 /* agent version, language names */
+#define AL_REFRESH_SEED 64  /* bytes of host entropy in a REFRESH */
+#define AL_MACHINE_ID 16    /* bytes of a machine-id (32 hex digits in /etc/machine-id) */
+#define AL_HOSTNAME_MAX 63  /* a REFRESH's hostname: one DNS label */
 /* Default flow-control window per stream: the receiver buffers at most this much unconsumed. */
 #define AL_WINDOW_DEFAULT (1024 * 1024)
 #define AL_WINDOW_MIN AL_DATA_CHUNK_MAX
@@ -61,7 +64,8 @@ enum al_type {
     AL_PONG = 15,      /* guest -> host: same cookie */
     AL_SHUTDOWN = 16,  /* host -> guest: power off (or reboot) */
     AL_WAITING = 17,   /* guest -> host: the run has been blocked reading its stdin a while */
-    AL_TYPE_MAX_ = 17,
+    AL_REFRESH = 18,   /* host -> guest: make a guest restored from a template its own */
+    AL_TYPE_MAX_ = 18,
 };
 
 enum al_flag {
@@ -83,7 +87,8 @@ enum al_caps {
     AL_CAP_FILES = 1 << 1,
     AL_CAP_SIGNAL = 1 << 2,
     AL_CAP_SHUTDOWN = 1 << 3,
-    AL_CAP_CGROUP = 1 << 4, /* execs run in their own cgroup (pids, kill-all) */
+    AL_CAP_CGROUP = 1 << 4,  /* execs run in their own cgroup (pids, kill-all) */
+    AL_CAP_REFRESH = 1 << 5, /* takes REFRESH */
 };
 
 enum al_exec_flags {
@@ -218,6 +223,13 @@ struct al_msg {
         struct {
             uint32_t waited_ms; /* how long the run has been blocked on its stdin */
         } waiting;
+        struct {
+            const uint8_t *seed;       /* AL_REFRESH_SEED bytes, into the kernel's RNG */
+            uint64_t sec;              /* the host's wall clock */
+            uint32_t nsec;             /* < 1e9 */
+            const uint8_t *machine_id; /* AL_MACHINE_ID bytes */
+            struct al_str hostname;    /* 1..AL_HOSTNAME_MAX of [A-Za-z0-9-] */
+        } refresh;
     } u;
 };
 

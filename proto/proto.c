@@ -132,6 +132,30 @@ static struct al_str get_str(struct reader *r, uint32_t max, const char *what)
     return s;
 }
 
+/* n raw bytes, in place. */
+static const uint8_t *get_bytes(struct reader *r, size_t n, const char *what)
+{
+    if (!take(r, n, what))
+        return NULL;
+    const uint8_t *p = r->p;
+    r->p += n;
+    r->left -= n;
+    return p;
+}
+
+static bool hostname_ok(struct al_str s)
+{
+    if (s.len == 0 || s.len > AL_HOSTNAME_MAX)
+        return false;
+    for (uint32_t i = 0; i < s.len; i++) {
+        char c = s.p[i];
+        if (!((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
+              c == '-'))
+            return false;
+    }
+    return true;
+}
+
 static uint32_t get_strlist(struct reader *r, struct al_str *v, uint32_t max_count,
                             uint32_t max_len, const char *what)
 {
@@ -313,6 +337,19 @@ int al_msg_decode(const struct al_header *h, const uint8_t *payload, struct al_m
     case AL_WAITING:
         m.u.waiting.waited_ms = get_u32(&r, "truncated waiting");
         break;
+    case AL_REFRESH:
+        m.u.refresh.seed = get_bytes(&r, AL_REFRESH_SEED, "truncated refresh");
+        m.u.refresh.sec = get_u64(&r, "truncated refresh");
+        m.u.refresh.nsec = get_u32(&r, "truncated refresh");
+        m.u.refresh.machine_id = get_bytes(&r, AL_MACHINE_ID, "truncated refresh");
+        m.u.refresh.hostname = get_str(&r, AL_HOSTNAME_MAX, "bad refresh hostname");
+        if (!r.why && m.u.refresh.nsec >= 1000000000u)
+            r.why = "bad refresh clock";
+        if (!r.why && m.u.refresh.sec > INT64_MAX)
+            r.why = "bad refresh clock";
+        if (!r.why && !hostname_ok(m.u.refresh.hostname))
+            r.why = "bad refresh hostname";
+        break;
     default:
         *why = "unknown frame type";
         return -EPROTONOSUPPORT;
@@ -417,6 +454,15 @@ int al_msg_encode(const struct al_msg *m, uint8_t *out, size_t cap)
         break;
     case AL_WAITING:
         put_u32(&w, m->u.waiting.waited_ms);
+        break;
+    case AL_REFRESH:
+        if (!m->u.refresh.seed || !m->u.refresh.machine_id)
+            return -EINVAL;
+        put(&w, m->u.refresh.seed, AL_REFRESH_SEED);
+        put_u64(&w, m->u.refresh.sec);
+        put_u32(&w, m->u.refresh.nsec);
+        put(&w, m->u.refresh.machine_id, AL_MACHINE_ID);
+        put_str(&w, m->u.refresh.hostname);
         break;
     default:
         return -EINVAL;
@@ -540,6 +586,7 @@ const char *al_type_name(uint8_t type)
         [AL_PONG] = "pong",
         [AL_SHUTDOWN] = "shutdown",
         [AL_WAITING] = "waiting",
+        [AL_REFRESH] = "refresh",
     };
     if (type == 0 || type > AL_TYPE_MAX_)
         return "unknown";

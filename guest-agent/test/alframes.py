@@ -8,11 +8,12 @@ import time
 
 HDR = struct.Struct('<2sBBII')
 HELLO, HELLO_ACK, EXEC, STARTED, DATA, CREDIT, SIGNAL, EXIT, ERROR = range(1, 10)
-FILE_PUT, FILE_GET, FILE_INFO, OK, PING, PONG, SHUTDOWN, WAITING = range(10, 18)
+FILE_PUT, FILE_GET, FILE_INFO, OK, PING, PONG, SHUTDOWN, WAITING, REFRESH = range(10, 19)
 NAMES = {v: k for k, v in dict(HELLO=1, HELLO_ACK=2, EXEC=3, STARTED=4, DATA=5, CREDIT=6,
                                   SIGNAL=7, EXIT=8, ERROR=9, FILE_PUT=10, FILE_GET=11,
                                   FILE_INFO=12, OK=13, PING=14, PONG=15, SHUTDOWN=16,
-                                  WAITING=17).items()}
+                                  WAITING=17, REFRESH=18).items()}
+CAP_REFRESH = 32
 EOF_FLAG = 1
 EXEC_STDIN, EXEC_KERNEL = 1, 2
 PROTO_VERSION = 3
@@ -69,6 +70,10 @@ def ping(cookie, fid=0):
 
 def shutdown(how=0):
     return frame(SHUTDOWN, 0, struct.pack('<I', how))
+
+
+def refresh(fid, hostname, sec=0, nsec=0):
+    return frame(REFRESH, fid, bytes(64) + struct.pack('<QI', sec, nsec) + bytes(16) + s(hostname))
 
 
 def decode(t, p):

@@ -8,6 +8,7 @@ import json
 import os
 import re
 import shutil
+import socket
 import signal as sig
 import stat
 import struct
@@ -42,6 +43,7 @@ c.send(hello(nonce=0x1234))
 t, _, i, d = c.expect(HELLO_ACK)
 check('hello-ack', d['nonce'] == 0x1234 and d['version'] == PROTO_VERSION and 'sh' in d['langs'], d)
 print('#   ', d)
+ack = d
 
 d, out, err, fr = c.run(2, ['echo', 'hi'])
 check('echo hi', d.get('how') == 0 and d['value'] == 0 and out == b'hi\n', (d, out))
@@ -183,6 +185,17 @@ check('alive after garbage', i == 17 and d['value'] == 42, d)
 c.send(shutdown())
 t, _, i, d = c.expect(ERROR)
 check('shutdown refused in stdio mode', d['klass'] == ERR['UNSUPPORTED'], d)
+# REFRESH is for a VM restored from a template: an agent anywhere else (this host) neither
+# announces it nor lets it set the machine's clock or name.
+host_name, epoch_clock = socket.gethostname(), time.time()
+c.send(refresh(18, 'not-this-host', sec=1))
+t, _, i, d = c.expect(ERROR)
+check('refresh refused in stdio mode', i == 18 and d['klass'] == ERR['UNSUPPORTED'] and
+      not ack['caps'] & CAP_REFRESH and socket.gethostname() == host_name and
+      time.time() >= epoch_clock, (d, ack['caps']))
+c.send(refresh(19, 'a.b'))
+t, _, i, d = c.expect(ERROR)
+check('refresh with a dotted hostname is malformed', i == 19 and d['klass'] == ERR['PROTOCOL'], d)
 
 # Files beneath --root.
 os.mkdir(os.path.join(root, 'sub'))

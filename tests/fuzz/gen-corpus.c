@@ -126,6 +126,14 @@ static void input_wait_over(struct al_msg *m)
 {
     m->u.exec.input_wait_ms = AL_INPUT_WAIT_MAX_MS + 1;
 }
+static void nsec_over(struct al_msg *m)
+{
+    m->u.refresh.nsec = 1000000000u;
+}
+static void hostname_dot(struct al_msg *m)
+{
+    m->u.refresh.hostname = al_str_cstr("a.b");
+}
 
 int main(int argc, char **argv)
 {
@@ -173,12 +181,14 @@ int main(int argc, char **argv)
     emit_raw("bad-error-class-9", "error-io", class_9);
     emit_raw("bad-file-put-mode", "file-put", mode_high);
     emit_raw("bad-shutdown-2", "shutdown-reboot", shutdown_2);
+    emit_raw("bad-refresh-nsec", "refresh", nsec_over);
+    emit_raw("bad-refresh-hostname", "refresh", hostname_dot);
     emit_raw("bad-credit-over-window", "credit-stdout", credit_over);
     emit_raw("bad-data-stream-5", "data-stdout", stream_over);
     emit_raw("bad-data-unknown-flag", "data-stdout", flag_unknown);
     emit_raw("bad-ping-eof-flag", "ping", flag_eof);
     emit_raw("bad-type-0", "ping", type_0);
-    emit_raw("bad-type-18", "ping", type_over);
+    emit_raw("bad-type-over", "ping", type_over);
     emit_raw("bad-exec-kernel-no-lang", "exec-kernel", kernel_no_lang);
     emit_raw("bad-exec-input-wait-over", "exec-kernel", input_wait_over);
 

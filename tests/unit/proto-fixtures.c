@@ -186,6 +186,13 @@ size_t raw_msg(struct raw *r, const struct al_msg *m)
     case AL_WAITING:
         raw_u32(r, m->u.waiting.waited_ms);
         break;
+    case AL_REFRESH:
+        raw_bytes(r, m->u.refresh.seed, AL_REFRESH_SEED);
+        raw_u64(r, m->u.refresh.sec);
+        raw_u32(r, m->u.refresh.nsec);
+        raw_bytes(r, m->u.refresh.machine_id, AL_MACHINE_ID);
+        raw_str(r, m->u.refresh.hostname);
+        break;
     default: /* unknown types go out with an empty payload */
         break;
     }
@@ -302,6 +309,14 @@ bool fix_msg_same(const struct al_msg *a, const struct al_msg *b, const char **f
         break;
     case AL_WAITING:
         SAME_FIELD(waiting.waited_ms);
+        break;
+    case AL_REFRESH:
+        SAME(memcmp(a->u.refresh.seed, b->u.refresh.seed, AL_REFRESH_SEED) == 0, "refresh.seed");
+        SAME_FIELD(refresh.sec);
+        SAME_FIELD(refresh.nsec);
+        SAME(memcmp(a->u.refresh.machine_id, b->u.refresh.machine_id, AL_MACHINE_ID) == 0,
+             "refresh.machine_id");
+        SAME_STR(refresh.hostname);
         break;
     default:
         break;
@@ -592,6 +607,19 @@ static void build_small(void)
     m->u.waiting.waited_ms = 2000;
     m = add(AL_WAITING, UINT32_MAX, "waiting-max");
     m->u.waiting.waited_ms = UINT32_MAX;
+
+    m = add(AL_REFRESH, 25, "refresh");
+    m->u.refresh.seed = (const uint8_t *)fix_str(AL_REFRESH_SEED).p;
+    m->u.refresh.sec = 1796103306;
+    m->u.refresh.nsec = 123456789;
+    m->u.refresh.machine_id = (const uint8_t *)fix_str(AL_REFRESH_SEED + AL_MACHINE_ID).p + 7;
+    m->u.refresh.hostname = S("airlock-3c0a0d4228c7");
+    m = add(AL_REFRESH, 26, "refresh-limits");
+    m->u.refresh.seed = (const uint8_t *)fix_str(AL_REFRESH_SEED).p;
+    m->u.refresh.sec = INT64_MAX;
+    m->u.refresh.nsec = 999999999;
+    m->u.refresh.machine_id = (const uint8_t *)fix_str(AL_MACHINE_ID).p;
+    m->u.refresh.hostname = S("a-123456789-123456789-123456789-123456789-123456789-123456789-1");
 }
 
 size_t fix_samples(const struct sample **out)

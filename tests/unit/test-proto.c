@@ -750,6 +750,36 @@ static void set_shutdown(struct al_msg *m, int64_t v)
     m->u.shutdown.how = (uint32_t)v;
 }
 
+static void set_refresh(struct al_msg *m)
+{
+    m->type = AL_REFRESH;
+    m->id = 1;
+    m->u.refresh.seed = (const uint8_t *)fix_str(AL_REFRESH_SEED).p;
+    m->u.refresh.machine_id = (const uint8_t *)fix_str(AL_MACHINE_ID).p;
+    m->u.refresh.hostname = al_str_cstr("airlock-1");
+}
+
+static void set_refresh_nsec(struct al_msg *m, int64_t v)
+{
+    set_refresh(m);
+    m->u.refresh.nsec = (uint32_t)v;
+}
+
+static void set_refresh_sec(struct al_msg *m, int64_t v)
+{
+    set_refresh(m);
+    m->u.refresh.sec = (uint64_t)v;
+}
+
+static char hostname_buf[AL_HOSTNAME_MAX + 2];
+
+static void set_refresh_hostname_len(struct al_msg *m, int64_t v)
+{
+    set_refresh(m);
+    memset(hostname_buf, 'h', sizeof(hostname_buf));
+    m->u.refresh.hostname = (struct al_str){hostname_buf, (uint32_t)v};
+}
+
 /* Not here: the HELLO / HELLO_ACK window. Frames carry any value; each side's handshake checks
  * the peer's against AL_WINDOW_MIN..AL_WINDOW_MAX (samples hello-window-min and -max). */
 static const struct bound bounds[] = {
@@ -777,6 +807,9 @@ static const struct bound bounds[] = {
     {"file-get path length", 0, AL_PATH_MAX, false, set_get_path_len, NULL},
     {"file-info mode", 0, 07777, false, set_info_mode, NULL, .octal = true},
     {"shutdown kind", 0, AL_SHUTDOWN_REBOOT, false, set_shutdown, NULL},
+    {"refresh clock nanoseconds", 0, 999999999, false, set_refresh_nsec, NULL},
+    {"refresh clock seconds", 0, INT64_MAX, false, set_refresh_sec, NULL},
+    {"refresh hostname length", 1, AL_HOSTNAME_MAX, true, set_refresh_hostname_len, NULL},
 };
 
 static struct al_msg bound_msg; /* large: kept off the stack */
@@ -874,6 +907,26 @@ static void test_bounds(void)
     set_argc(&bound_msg, 0);
     OK(al_msg_encode(&bound_msg, frame, sizeof(frame)) == -EINVAL,
        "encode of exec argc 0 is -EINVAL");
+
+    /* A REFRESH's hostname is one label of letters, digits and '-': sethostname takes any
+     * bytes, the guest's tools do not. */
+    static const char *const bad_names[] = {"a.b", "a/b", "a b", "a\nb", "a\0b", "\xc3\xa9"};
+    for (size_t i = 0; i < ARRAY_SIZE(bad_names); i++) {
+        memset(&bound_msg, 0, sizeof(bound_msg));
+        set_refresh(&bound_msg);
+        bound_msg.u.refresh.hostname =
+            (struct al_str){bad_names[i], i == 4 ? 3 : (uint32_t)strlen(bad_names[i])};
+        char name[64];
+        snprintf(name, sizeof(name), "refresh hostname #%zu outside [A-Za-z0-9-]", i);
+        expect_reject(frame, raw_frame(frame, &bound_msg), -EPROTO, NULL, name);
+        OK(al_msg_encode(&bound_msg, other, sizeof(other)) == -EINVAL, "encode of %s is -EINVAL",
+           name);
+    }
+    memset(&bound_msg, 0, sizeof(bound_msg));
+    set_refresh(&bound_msg);
+    bound_msg.u.refresh.seed = NULL;
+    OK(al_msg_encode(&bound_msg, other, sizeof(other)) == -EINVAL,
+       "encode of a refresh without its seed is -EINVAL");
 
     /* A kernel run names its kernel: the flag without a language is refused both ways. */
     memset(&bound_msg, 0, sizeof(bound_msg));
