@@ -33,7 +33,6 @@
 #include <stdarg.h>
 #include <stdio.h>
 #include <string.h>
-#include <sys/file.h>
 #include <sys/random.h>
 #include <sys/stat.h>
 #include <time.h>
@@ -461,15 +460,7 @@ static int build_lock(const char *tdir, const char *prefix)
     char path[AL_PATH_MAX];
     if (al_pathf(path, sizeof(path), "%s/.%slock", tdir, prefix) < 0)
         return -ENAMETOOLONG;
-    int fd = open(path, O_RDWR | O_CREAT | O_NOFOLLOW | O_CLOEXEC, 0600);
-    if (fd < 0)
-        return -errno;
-    if (flock(fd, LOCK_EX) < 0) {
-        int e = -errno;
-        close(fd);
-        return e;
-    }
-    return fd;
+    return al_lock_file(path);
 }
 
 bool al_template_applies(const al_session *s, const al_session_opts *opts, enum al_transport kind)

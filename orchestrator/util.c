@@ -9,6 +9,7 @@
 #include <stdarg.h>
 #include <stdio.h>
 #include <string.h>
+#include <sys/file.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <time.h>
@@ -265,6 +266,21 @@ int al_write_all(int fd, const void *buf, size_t len)
         len -= (size_t)n;
     }
     return 0;
+}
+
+int al_lock_file(const char *path)
+{
+    int fd = open(path, O_RDWR | O_CREAT | O_NOFOLLOW | O_CLOEXEC, 0600);
+    if (fd < 0)
+        return -errno;
+    while (flock(fd, LOCK_EX) < 0) {
+        if (errno != EINTR) {
+            int e = -errno;
+            close(fd);
+            return e;
+        }
+    }
+    return fd;
 }
 
 void al_hexify(const unsigned char *b, size_t n, char *out)

@@ -64,6 +64,9 @@ void al_vnotify(void (*fn)(void *ctx, const char *msg), void *ctx, const char *f
 
 /* Writes all len bytes (a write cut short or interrupted goes on); 0 or -errno. */
 int al_write_all(int fd, const void *buf, size_t len);
+/* Opens (creating, 0600, never through a symlink) the lock file path and waits for it
+ * exclusively (flock); the fd holds the lock until closed, or -errno. */
+int al_lock_file(const char *path);
 /* n bytes as 2n lowercase hex digits and a NUL into out. */
 void al_hexify(const unsigned char *b, size_t n, char *out);
 

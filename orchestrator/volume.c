@@ -21,7 +21,6 @@
 #include <openssl/evp.h>
 #include <stdio.h>
 #include <string.h>
-#include <sys/file.h>
 #include <sys/stat.h>
 
 #define POOL_NAME "airlock"
@@ -225,16 +224,9 @@ static int upload_lock(al_error *err)
         return r;
     if (al_pathf(path, sizeof(path), "%s/upload.lock", state) < 0)
         return al_err(err, -ENAMETOOLONG, "state path too long");
-    int fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0600);
+    int fd = al_lock_file(path);
     if (fd < 0)
-        return al_err(err, -errno, "cannot open '%s': %s", path, strerror(errno));
-    while (flock(fd, LOCK_EX) < 0) {
-        if (errno != EINTR) {
-            r = al_err(err, -errno, "cannot lock '%s': %s", path, strerror(errno));
-            close(fd);
-            return r;
-        }
-    }
+        return al_err(err, fd, "cannot lock '%s': %s", path, strerror(-fd));
     return fd;
 }
 
