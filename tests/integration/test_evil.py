@@ -104,9 +104,12 @@ class EvilGuestTest(unittest.TestCase):
                              stdin=stdin, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
             # Long enough for the boot, the takeover and a few forged credits. Monotonic: the
             # wall clock of these machines has been seen to jump during a run.
+            # Blocked means blocked for a second on end: early on QEMU still drains the socket
+            # into the guest's empty buffers, and a single look can catch a burst in flight.
             deadline = time.monotonic() + 90
-            while time.monotonic() < deadline and p.poll() is None and \
-                    not self.host_blocked_in_write(p.pid):
+            steady = 0
+            while time.monotonic() < deadline and p.poll() is None and steady < 5:
+                steady = steady + 1 if self.host_blocked_in_write(p.pid) else 0
                 time.sleep(0.2)
             if p.poll() is not None:
                 self.fail("airlock ended before its writes blocked: %r" % p.stderr.read()[-2000:])
