@@ -275,6 +275,9 @@ bool ad_runs_active(struct ad_session *s);
  * output callback al_exec takes (ctx: the run). */
 int ad_run_push(struct ad_run *r, const char *type, cJSON *data);
 int ad_run_output(void *ctx, int stream, const uint8_t *data, size_t len);
+/* A kernel run's result as a "result" event (a refused one as "refused"), with the same wait for
+ * room as output; its data is al_result_json's object. An al_result_fn. */
+int ad_run_result(void *ctx, const al_result *r);
 /* Cancelled (the session ends) or the daemon stopping. */
 bool ad_run_cancelled(struct ad_run *r);
 /* Set on shutdown: event streams end. */

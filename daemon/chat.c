@@ -159,6 +159,15 @@ static void ui_run_end(void *ctx, const al_exec_result *r, const char *summary)
     cJSON_Delete(o);
 }
 
+/* Each result of a code run (values, display()s, figures, errors) as the run's "result" event,
+ * as for a kernel run of the runs API: the page shows figures from it, so that the daemon never
+ * writes them to a file of its own. */
+static void ui_result(void *ctx, const al_result *r)
+{
+    struct ad_chat *ch = ctx;
+    ad_run_result(ch->run, r);
+}
+
 #define FILES_NOTICE "files written by the run:\n"
 
 static void ui_notice(void *ctx, const char *msg)
@@ -241,6 +250,7 @@ static int chat_ready(struct ad_session *s, struct ad_fail *f)
         .auto_run = true,
         .image = s->image,
         .checkpoint = s->checkpoints ? s->policy : AL_CHECKPOINT_NEVER,
+        .results_to_ui = true,
     };
     al_chat_ui ui = {
         .ctx = ch,
@@ -251,6 +261,7 @@ static int chat_ready(struct ad_session *s, struct ad_fail *f)
         .confirm = ui_confirm,
         .output = ui_output,
         .run_end = ui_run_end,
+        .result = ui_result,
         .notice = ui_notice,
     };
     al_error err = {0};

@@ -49,8 +49,9 @@ struct ad_run {
     char *lang, *cwd;
     bool kernel;
     unsigned timeout_ms;
-    uint64_t give_up_ms; /* ad_now_ms() past which output waits no more for room; 0: never */
-    uint64_t dropped;    /* output bytes dropped past give_up_ms */
+    uint64_t give_up_ms;      /* ad_now_ms() past which output waits no more for room; 0: never */
+    uint64_t dropped;         /* output bytes dropped past give_up_ms */
+    unsigned results_dropped; /* results dropped past give_up_ms */
     int stdin_rd;
     uint64_t started; /* unix time */
     /* a run of something else than al_exec (a chat turn): its body, which fills the end
@@ -112,23 +113,17 @@ void ad_run_put(struct ad_run *r)
  * -ETIME (the event dropped) when the run's time is up. With
  * result, the run's last event: the run is done in the same step (taking result), so that no
  * reader sees the end before the run is counted as finished. */
-static int push_ex(struct ad_run *r, const char *type, cJSON *data, bool wait, cJSON *result)
+static int push_json(struct ad_run *r, const char *type, const char *json, bool wait, cJSON *result)
 {
-    char *json = cJSON_PrintUnformatted(data);
-    if (!json)
-        return -ENOMEM;
     size_t cap = strlen(json) + strlen(type) + 64;
     struct event *e = malloc(sizeof(*e) + cap);
-    if (!e) {
-        free(json);
+    if (!e)
         return -ENOMEM;
-    }
     pthread_mutex_lock(&r->mu);
     e->next = NULL;
     e->seq = r->next_seq;
     e->len = (size_t)snprintf(e->text, cap, "id: %llu\nevent: %s\ndata: %s\n\n",
                               (unsigned long long)e->seq, type, json);
-    free(json);
     for (;;) {
         while (r->head && r->held + e->len > ad_cfg.run_buffer_bytes &&
                r->head->seq <= r->max_sent) {
@@ -184,6 +179,16 @@ static int push_ex(struct ad_run *r, const char *type, cJSON *data, bool wait, c
     return 0;
 }
 
+static int push_ex(struct ad_run *r, const char *type, cJSON *data, bool wait, cJSON *result)
+{
+    char *json = cJSON_PrintUnformatted(data);
+    if (!json)
+        return -ENOMEM;
+    int rc = push_json(r, type, json, wait, result);
+    free(json);
+    return rc;
+}
+
 static int push(struct ad_run *r, const char *type, cJSON *data, bool wait)
 {
     return push_ex(r, type, data, wait, NULL);
@@ -226,6 +231,25 @@ int ad_run_output(void *ctx, int stream, const uint8_t *data, size_t len)
     /* Cancelled while waiting for room: the library then sends the guest SIGPIPE and drops the
      * rest of this stream, and the cancel byte already in the pipe ends the run. */
     return rc == -ECANCELED ? -EPIPE : rc;
+}
+
+int ad_run_result(void *ctx, const al_result *res)
+{
+    struct ad_run *r = ctx;
+    /* The library checked it (sizes, UTF-8, base64, image kinds) before this call, and its JSON
+     * is the same object `airlock exec --json` prints. */
+    char *json = al_result_json(res);
+    if (!json)
+        return -ENOMEM;
+    int rc = push_json(r, res->kind == AL_RESULT_REFUSED ? "refused" : "result", json, true, NULL);
+    free(json);
+    if (rc == -ETIME) { /* as for output: counted, and the library's timeout ends the run */
+        pthread_mutex_lock(&r->mu);
+        r->results_dropped++;
+        pthread_mutex_unlock(&r->mu);
+        return 0;
+    }
+    return rc == -ECANCELED ? 0 : rc; /* cancelled: the cancel byte ends the run */
 }
 
 static void drain_cancel(struct ad_session *s)
@@ -298,6 +322,8 @@ static void *run_thread(void *arg)
             .stderr_fd = -1,
             .output = ad_run_output,
             .output_ctx = r,
+            .result = ad_run_result,
+            .result_ctx = r,
         };
         if (r->timeout_ms)
             r->give_up_ms = ad_now_ms() + r->timeout_ms +
@@ -322,6 +348,13 @@ static void *run_thread(void *arg)
         cJSON_AddNumberToObject(o, "duration_ms", (double)(res.duration_us / 1000));
         cJSON_AddBoolToObject(o, "timed_out", res.timed_out);
         cJSON_AddBoolToObject(o, "interrupted", res.interrupted);
+        if (r->kernel) {
+            if (res.results.have_count)
+                cJSON_AddNumberToObject(o, "execution_count", res.results.execution_count);
+            cJSON_AddBoolToObject(o, "raised", res.results.error);
+            cJSON_AddNumberToObject(o, "results", res.results.results);
+            cJSON_AddNumberToObject(o, "refused", res.results.refused);
+        }
     }
     finish(r, type, o);
     return NULL;
@@ -332,6 +365,8 @@ static void finish(struct ad_run *r, const char *type, cJSON *o)
     struct ad_session *s = r->sess;
     if (r->dropped) /* output nobody read before the run's time was up */
         cJSON_AddNumberToObject(o, "output_dropped_bytes", (double)r->dropped);
+    if (r->results_dropped)
+        cJSON_AddNumberToObject(o, "results_dropped", r->results_dropped);
     cJSON_AddStringToObject(o, "run", r->id);
     cJSON *result = cJSON_Duplicate(o, true);
     cJSON_AddStringToObject(result, "type", type);

@@ -398,11 +398,13 @@ char *al_result_json(const al_result *r)
                  cJSON_AddNumberToObject(o, "height", r->height);
     } else if (ok && r->kind == AL_RESULT_ERROR) {
         ok = cJSON_AddStringToObject(o, "type", "error") &&
+             cJSON_AddStringToObject(o, "kind", "error") &&
              cJSON_AddStringToObject(o, "name", r->name ? r->name : "") &&
              cJSON_AddStringToObject(o, "value", r->value ? r->value : "") &&
              cJSON_AddStringToObject(o, "traceback", r->traceback ? r->traceback : "");
     } else if (ok) {
         ok = cJSON_AddStringToObject(o, "type", "refused") &&
+             cJSON_AddStringToObject(o, "kind", "refused") &&
              cJSON_AddStringToObject(o, "why", r->why ? r->why : "");
     }
     char *text = ok ? cJSON_PrintUnformatted(o) : NULL;

@@ -1,8 +1,10 @@
 // Airlock's web page: everything through the public HTTP API (docs/API.md), so that it is also
 // the API's example. Signed in by an HttpOnly cookie (POST /v1/auth/login), or by nothing over
 // the unix socket's local forward. Nothing from the guest or the model is ever parsed as HTML:
-// it goes into the page as textContent; image results are shown from blobs, HTML results in a
-// sandboxed iframe without scripts.
+// it goes into the page as textContent (Markdown is built as DOM nodes from text); image results
+// are shown from blobs made from the run's result events, HTML results in a sandboxed iframe
+// without scripts, with a CSP of its own, cleared of everything that would make the browser
+// connect anywhere.
 
 const $ = (id) => document.getElementById(id);
 const SHOWN_MAX = 65536; // characters of one output shown before "show more"
@@ -148,6 +150,156 @@ async function select(id) {
 // Escape sequences (CSI, OSC, single ESC) and other controls but tab and newline.
 const ANSI = /\x1b\[[0-?]*[ -/]*[@-~]|\x1b\][^\x07\x1b]*(\x07|\x1b\\)?|\x1b[@-_]|[\x00-\x08\x0b-\x1f\x7f]/g;
 
+function b64bytes(b64) {
+  const bin = atob(b64);
+  const bytes = new Uint8Array(bin.length);
+  for (let i = 0; i < bin.length; i++) bytes[i] = bin.charCodeAt(i);
+  return bytes;
+}
+
+// ---- Markdown (model text, text/markdown results): built as DOM nodes from text, never parsed
+// as HTML. Fenced code, headings, lists, paragraphs; inline code, **bold**, *italic*, and links
+// to http(s) only.
+
+function mdInline(parent, text) {
+  const re = /`([^`\n]+)`|\*\*([^*\n]+)\*\*|\*([^*\s][^*\n]*)\*|\[([^\]\n]+)\]\((https?:\/\/[^\s)]+)\)/g;
+  let at = 0;
+  for (const m of text.matchAll(re)) {
+    if (m.index > at) parent.append(text.slice(at, m.index));
+    if (m[1] !== undefined) parent.append(el('code', '', m[1]));
+    else if (m[2] !== undefined) parent.append(el('strong', '', m[2]));
+    else if (m[3] !== undefined) parent.append(el('em', '', m[3]));
+    else {
+      const a = el('a', '', m[4]);
+      a.href = m[5];
+      a.rel = 'noopener noreferrer nofollow';
+      a.target = '_blank';
+      parent.append(a);
+    }
+    at = m.index + m[0].length;
+  }
+  if (at < text.length) parent.append(text.slice(at));
+}
+
+function renderMarkdown(text) {
+  const frag = document.createDocumentFragment();
+  const lines = text.split('\n');
+  let para = null;
+  let list = null;
+  const close = () => { para = null; list = null; };
+  for (let i = 0; i < lines.length; i++) {
+    const line = lines[i];
+    const fence = line.match(/^\s*(```|~~~)\s*([\w+-]*)/);
+    if (fence) {
+      const body = [];
+      for (i++; i < lines.length && !lines[i].trimStart().startsWith(fence[1]); i++) body.push(lines[i]);
+      const pre = el('pre', 'md-code', body.join('\n'));
+      if (fence[2]) pre.dataset.lang = fence[2];
+      frag.append(pre);
+      close();
+      continue;
+    }
+    const h = line.match(/^(#{1,6})\s+(.*)$/);
+    const li = line.match(/^\s*(?:[-*+]|(\d+)[.)])\s+(.*)$/);
+    if (!line.trim()) {
+      close();
+    } else if (h) {
+      const e = el('h' + Math.min(h[1].length + 2, 6), 'md-h');
+      mdInline(e, h[2]);
+      frag.append(e);
+      close();
+    } else if (li) {
+      const tag = li[1] === undefined ? 'ul' : 'ol';
+      if (!list || list.tagName.toLowerCase() !== tag) {
+        list = el(tag, 'md-list');
+        frag.append(list);
+      }
+      const item = el('li');
+      mdInline(item, li[2]);
+      list.append(item);
+      para = null;
+    } else if (para) {
+      para.append('\n');
+      mdInline(para, line);
+    } else {
+      para = el('p', 'md-p');
+      mdInline(para, line);
+      frag.append(para);
+      list = null;
+    }
+  }
+  return frag;
+}
+
+// ---- guest HTML (a DataFrame's table): in an iframe with sandbox="" (no scripts, an opaque
+// origin), its own CSP (nothing loads but data: images), and taken apart first by DOMParser
+// (which runs and loads nothing) so that no element or attribute that makes the browser
+// connect (resource hints, frames, base, forms, URL attributes) is left.
+
+const HTML_DROP = 'script, link, meta, base, iframe, frame, frameset, object, embed, applet, portal, form, noscript, template';
+const URL_ATTRS = ['href', 'src', 'srcset', 'action', 'formaction', 'poster', 'background', 'ping', 'cite', 'data', 'codebase', 'manifest', 'xlink:href', 'imagesrcset', 'lowsrc', 'dynsrc', 'longdesc'];
+const FRAME_CSP = "default-src 'none'; img-src data:; style-src 'unsafe-inline'; base-uri 'none'; form-action 'none'";
+
+function frameDoc(html) {
+  const doc = new DOMParser().parseFromString(html, 'text/html');
+  for (const e of doc.querySelectorAll(HTML_DROP)) e.remove();
+  for (const e of doc.querySelectorAll('*')) {
+    for (const a of [...e.attributes]) {
+      const n = a.name.toLowerCase();
+      const dataImg = /^\s*data:image\/(png|jpeg|gif|webp);/i.test(a.value);
+      if (n.startsWith('on') || (URL_ATTRS.includes(n) && !(n === 'src' && dataImg)) || /url\s*\(|@import/i.test(n === 'style' ? a.value : '')) e.removeAttribute(a.name);
+    }
+  }
+  for (const st of doc.querySelectorAll('style')) if (/url\s*\(|@import/i.test(st.textContent)) st.remove();
+  return '<!doctype html><html><head><meta charset="utf-8">' +
+    `<meta http-equiv="Content-Security-Policy" content="${FRAME_CSP}">` +
+    '<meta http-equiv="x-dns-prefetch-control" content="off"></head><body>' +
+    doc.body.innerHTML + '</body></html>';
+}
+
+function htmlFrame(html) {
+  const f = el('iframe');
+  f.setAttribute('sandbox', ''); // no scripts, no same origin
+  f.setAttribute('referrerpolicy', 'no-referrer');
+  f.srcdoc = frameDoc(html);
+  return f;
+}
+
+// ---- a kernel run's results, from the run's result events (docs/API.md, "Kernel results") ----
+
+const IMAGE_TYPES = ['image/png', 'image/jpeg', 'image/svg+xml'];
+
+function showResult(parent, d) {
+  const box = el('div', 'result');
+  box.dataset.kind = d.kind;
+  if (d.kind === 'error') {
+    box.append(el('div', 'error', `${d.name}: ${d.value}`));
+    parent.append(box);
+    return;
+  }
+  const data = d.data || {};
+  const type = IMAGE_TYPES.find((t) => t in data);
+  if (type) {
+    const img = el('img');
+    const bytes = type === 'image/svg+xml' ? new TextEncoder().encode(data[type]) : b64bytes(data[type]);
+    img.src = URL.createObjectURL(new Blob([bytes], { type }));
+    img.alt = data['text/plain'] || type;
+    if (d.width) img.dataset.width = d.width;
+    box.append(img);
+  } else if ('text/html' in data) {
+    box.append(htmlFrame(data['text/html']));
+  } else if ('text/markdown' in data) {
+    const md = el('div', 'msg md');
+    md.append(renderMarkdown(data['text/markdown']));
+    box.append(md);
+  } else {
+    const text = data['text/plain'] ?? data['text/latex'] ?? JSON.stringify(data['application/json'] ?? null);
+    box.append(el('pre', 'value', String(text).replace(ANSI, '')));
+  }
+  if (d.kind === 'value' && d.execution_count) box.append(el('div', 'exit', `Out[${d.execution_count}]`));
+  parent.append(box);
+}
+
 class Output {
   constructor(parent) {
     this.box = el('div', 'output');
@@ -160,10 +312,7 @@ class Output {
     this.dec = { stdout: new TextDecoder(), stderr: new TextDecoder() };
   }
   add(stream, b64) {
-    const bin = atob(b64);
-    const bytes = new Uint8Array(bin.length);
-    for (let i = 0; i < bin.length; i++) bytes[i] = bin.charCodeAt(i);
-    this.text += (this.dec[stream] || this.dec.stdout).decode(bytes, { stream: true }).replace(ANSI, '');
+    this.text += (this.dec[stream] || this.dec.stdout).decode(b64bytes(b64), { stream: true }).replace(ANSI, '');
     this.render();
   }
   render() {
@@ -191,6 +340,7 @@ async function showFile(parent, path) {
   const r = await api('GET', sp(`/files?path=${encodeURIComponent(path)}`));
   const blob = await r.blob();
   const box = el('div', 'result');
+  box.dataset.kind = 'file';
   if (IMAGE_EXT.test(path)) {
     const type = path.toLowerCase().endsWith('.svg') ? 'image/svg+xml' : 'image/' + path.split('.').pop().toLowerCase().replace('jpg', 'jpeg');
     const img = el('img');
@@ -198,10 +348,7 @@ async function showFile(parent, path) {
     img.src = URL.createObjectURL(new Blob([blob], { type }));
     box.append(img);
   } else if (/\.html?$/i.test(path)) {
-    const f = el('iframe');
-    f.setAttribute('sandbox', ''); // no scripts, no same origin
-    f.srcdoc = await blob.text();
-    box.append(f);
+    box.append(htmlFrame(await blob.text()));
   } else {
     return;
   }
@@ -217,6 +364,7 @@ function follow(runId, box, onEnd) {
   activeRun = { id: runId, source: src };
   $('stop').disabled = false;
   let textDiv = null;
+  let textAcc = '';
   let out = null;
   const on = (type, fn) => src.addEventListener(type, (ev) => fn(JSON.parse(ev.data)));
   // A dropped connection: EventSource comes back by itself with Last-Event-ID.
@@ -227,9 +375,11 @@ function follow(runId, box, onEnd) {
   on('text', (d) => {
     if (!textDiv) {
       textDiv = el('div', 'msg model');
+      textAcc = '';
       box.append(textDiv);
     }
-    textDiv.textContent += d.text;
+    textAcc += d.text;
+    textDiv.replaceChildren(renderMarkdown(textAcc));
     scroll();
   });
   on('text_end', () => { textDiv = null; });
@@ -279,6 +429,12 @@ function follow(runId, box, onEnd) {
     out.add(d.stream, d.data_b64);
     scroll();
   });
+  on('result', (d) => {
+    showResult(box, d);
+    out = null; // output after a result goes below it
+    scroll();
+  });
+  on('refused', (d) => box.append(el('div', 'msg notice refused', 'result refused: ' + d.why)));
   on('run_end', (d) => {
     box.append(el('div', 'exit', `${d.how} ${d.value}${d.interrupted ? ' (interrupted)' : ''}${d.timed_out ? ' (timed out)' : ''}`));
     out = null;

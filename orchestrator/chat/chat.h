@@ -37,6 +37,11 @@ typedef struct al_chat_cfg {
     enum al_checkpoint_policy checkpoint; /* when to take one before a run (needs a session
                                              opened with checkpoints unless NEVER) */
     bool vision;                  /* image/png results go back to the model as images (vision.c) */
+    bool results_to_ui;           /* a kernel run's results reach the front through ui.result
+                                     only (airlockd's events): their text is not also output,
+                                     and no figure is written to a file on this machine;
+                                     without it figures are copied to the outputs directory
+                                     (figures.c) */
     const char *const *net_allow; /* the session's allowlist, for the prompt; NULL or
                                      empty: the VM has no network */
 } al_chat_cfg;
@@ -69,6 +74,14 @@ typedef struct al_chat_ui {
     void (*message)(void *ctx, const cJSON *msg);
 } al_chat_ui;
 
+/* The figures one session copied to the outputs directory (figures.c): the chat's, and those
+ * of `airlock exec --kernel`. */
+typedef struct al_figures {
+    al_session *session; /* names the files; not owned */
+    unsigned saved;      /* files written so far */
+    uint64_t bytes;      /* their bytes, against AL_FIGURES_SESSION_BYTES_MAX */
+} al_figures;
+
 typedef struct al_chat {
     al_chat_cfg cfg;
     al_chat_ui ui;
@@ -78,10 +91,9 @@ typedef struct al_chat {
     char langs[256];      /* space-separated languages the model may use */
     bool kernels;         /* they run in the session's long-lived kernels */
     bool stamped;         /* the guest's "files written since" stamp exists */
-    unsigned outputs;     /* figures copied out so far */
+    al_figures figures;   /* figures copied out so far */
     cJSON *images;        /* images of the run in progress for a vision model: [{"media_type",
                              "data"}], moved into its result message */
-    uint64_t out_bytes;   /* their bytes, against AL_FIGURES_SESSION_BYTES_MAX */
     struct al_chat_ckpt { /* checkpoints this chat took, for %checkpoints */
         uint32_t id;
         char code[72]; /* the first line of the code that ran after it */
@@ -168,10 +180,10 @@ int al_outputs_prune(const char *dir, size_t keep_files, uint64_t keep_bytes, al
 /* Copies the figure at guest_path to the outputs directory (its name in host) within the
  * bounds above, checks its bytes, then prunes the directory. -ENOTSUP: not a figure's name;
  * -EFBIG, -EDQUOT: over a bound; -EINVAL: not the image it claims (deleted). */
-int al_figure_get(al_chat *c, const char *guest_path, char *host, size_t len, al_error *err);
+int al_figure_get(al_figures *f, const char *guest_path, char *host, size_t len, al_error *err);
 /* Writes an image result (image/png, image/jpeg, image/svg+xml) to the outputs directory
  * within the same bounds; its name in host. */
-int al_figure_save(al_chat *c, const al_mime *m, char *host, size_t len, al_error *err);
+int al_figure_save(al_figures *f, const al_mime *m, char *host, size_t len, al_error *err);
 
 /* ---- images for a vision model (vision.c) ---- */
 /* Vision APIs scale big images down themselves, and bill for them: 1024 px on the longer side

@@ -127,34 +127,34 @@ int al_outputs_prune(const char *dir, size_t keep_files, uint64_t keep_bytes, al
 
 /* The host path of the session's next output file (ext: ".png"...) in the outputs dir, which
  * goes to dir. */
-static int output_path(const al_chat *c, const char *ext, char *dir, size_t dlen, char *host,
+static int output_path(const al_figures *f, const char *ext, char *dir, size_t dlen, char *host,
                        size_t len, al_error *err)
 {
     int r = al_data_dir("outputs", dir, dlen, err);
     if (r < 0)
         return r;
-    if (snprintf(host, len, "%s/%s-%u%s", dir, al_session_name(c->session), c->outputs + 1, ext) >=
+    if (snprintf(host, len, "%s/%s-%u%s", dir, al_session_name(f->session), f->saved + 1, ext) >=
         (int)len)
         return al_err(err, -ENAMETOOLONG, "host path too long");
     return 0;
 }
 
-int al_figure_get(al_chat *c, const char *guest_path, char *host, size_t len, al_error *err)
+int al_figure_get(al_figures *f, const char *guest_path, char *host, size_t len, al_error *err)
 {
     const char *ext = strrchr(guest_path, '.');
     if (!al_figure_ext_ok(ext) || strchr(ext, '/'))
         return al_err(err, -ENOTSUP, "'%s' is not a figure", guest_path);
-    if (c->out_bytes >= AL_FIGURES_SESSION_BYTES_MAX)
+    if (f->bytes >= AL_FIGURES_SESSION_BYTES_MAX)
         return al_err(err, -EDQUOT, "this session's figures reached the limit of %llu MiB",
                       AL_FIGURES_SESSION_BYTES_MAX >> 20);
-    uint64_t left = AL_FIGURES_SESSION_BYTES_MAX - c->out_bytes;
+    uint64_t left = AL_FIGURES_SESSION_BYTES_MAX - f->bytes;
     uint64_t max = left < AL_FIGURE_BYTES_MAX ? left : AL_FIGURE_BYTES_MAX;
     char dir[AL_PATH_MAX];
-    int r = output_path(c, ext, dir, sizeof(dir), host, len, err);
+    int r = output_path(f, ext, dir, sizeof(dir), host, len, err);
     if (r < 0)
         return r;
     al_error ge = {0};
-    r = al_file_get_max(c->session, guest_path, host, max, &ge);
+    r = al_file_get_max(f->session, guest_path, host, max, &ge);
     if (r == -EFBIG && max < AL_FIGURE_BYTES_MAX)
         return al_err(err, -EDQUOT, "over what is left of this session's %llu MiB of figures",
                       AL_FIGURES_SESSION_BYTES_MAX >> 20);
@@ -162,7 +162,7 @@ int al_figure_get(al_chat *c, const char *guest_path, char *host, size_t len, al
         return al_err(err, r, "over the limit of %llu MiB per figure", AL_FIGURE_BYTES_MAX >> 20);
     if (r < 0)
         return al_err(err, r, "%s", ge.msg);
-    c->outputs++;
+    f->saved++;
     int fd = open(host, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
     struct stat st;
     /* Data, never a program, whatever mode the guest gave it. */
@@ -174,13 +174,13 @@ int al_figure_get(al_chat *c, const char *guest_path, char *host, size_t len, al
         unlink(host);
         return al_err(err, -EINVAL, "its bytes are not a %s image", ext + 1);
     }
-    c->out_bytes += (uint64_t)st.st_size;
+    f->bytes += (uint64_t)st.st_size;
     al_error pe = {0};
     al_outputs_prune(dir, AL_OUTPUTS_KEEP_FILES, AL_OUTPUTS_KEEP_BYTES, &pe);
     return 0;
 }
 
-int al_figure_save(al_chat *c, const al_mime *m, char *host, size_t len, al_error *err)
+int al_figure_save(al_figures *f, const al_mime *m, char *host, size_t len, al_error *err)
 {
     const char *ext = !strcmp(m->type, "image/png")       ? ".png"
                       : !strcmp(m->type, "image/jpeg")    ? ".jpg"
@@ -191,11 +191,11 @@ int al_figure_save(al_chat *c, const al_mime *m, char *host, size_t len, al_erro
     if (m->len > AL_FIGURE_BYTES_MAX)
         return al_err(err, -EFBIG, "over the limit of %llu MiB per figure",
                       AL_FIGURE_BYTES_MAX >> 20);
-    if (c->out_bytes + m->len > AL_FIGURES_SESSION_BYTES_MAX)
+    if (f->bytes + m->len > AL_FIGURES_SESSION_BYTES_MAX)
         return al_err(err, -EDQUOT, "over what is left of this session's %llu MiB of figures",
                       AL_FIGURES_SESSION_BYTES_MAX >> 20);
     char dir[AL_PATH_MAX];
-    int r = output_path(c, ext, dir, sizeof(dir), host, len, err);
+    int r = output_path(f, ext, dir, sizeof(dir), host, len, err);
     if (r < 0)
         return r;
     /* The name is ours; the bytes were checked to be of their kind by the result reader. */
@@ -208,8 +208,8 @@ int al_figure_save(al_chat *c, const al_mime *m, char *host, size_t len, al_erro
         unlink(host);
         return al_err(err, r, "cannot write '%s': %s", host, strerror(-r));
     }
-    c->outputs++;
-    c->out_bytes += m->len;
+    f->saved++;
+    f->bytes += m->len;
     al_error pe = {0};
     al_outputs_prune(dir, AL_OUTPUTS_KEEP_FILES, AL_OUTPUTS_KEEP_BYTES, &pe);
     return 0;

@@ -55,6 +55,7 @@ int al_chat_init(al_chat *c, const al_chat_cfg *cfg, const al_chat_ui *ui, al_se
     if (c->cfg.max_output < AL_CHAT_MAX_OUTPUT_MIN)
         c->cfg.max_output = AL_CHAT_MAX_OUTPUT_MIN;
     c->session = s;
+    c->figures.session = s;
     c->cancel_fd = cfg->model.cancel_fd;
     /* The session says "kernel:python" for languages with a long-lived interpreter; where there
      * are such, only they are offered, so the model does not pick between sh and shell. */
@@ -265,8 +266,9 @@ static cJSON *with_images(al_chat *c, cJSON *m)
 #define TRACEBACK_TAIL_LINES 12
 
 /* A result as text, for the model (inside the capture's head+tail bound) and for the user's
- * terminal (as output): text/plain as the value; an image saved to the outputs directory and
- * named; HTML and the rest as a short note; an error as "name: value" and the traceback's
+ * terminal (as output, unless results_to_ui: the front shows the result itself): text/plain
+ * as the value; an image saved to the outputs directory and named (with results_to_ui only
+ * named); HTML and the rest as a short note; an error as "name: value" and the traceback's
  * tail (stderr showed the user the whole of it). */
 static int on_result(void *ctx, const al_result *r)
 {
@@ -303,7 +305,11 @@ static int on_result(void *ctx, const al_result *r)
         al_error fe = {0};
         if (img && c->cfg.vision && !strcmp(img->type, "image/png"))
             vision_add(c, img, sent, sizeof(sent));
-        if (img && al_figure_save(c, img, host, sizeof(host), &fe) == 0) {
+        if (img && c->cfg.results_to_ui) { /* the front shows it from the result */
+            if (asprintf(&text, "[%s %ux%u shown to the user%s]\n", img->type, r->width, r->height,
+                         sent) < 0)
+                text = NULL;
+        } else if (img && al_figure_save(&c->figures, img, host, sizeof(host), &fe) == 0) {
             if (asprintf(&text, "[%s %ux%u saved: %s%s]\n", img->type, r->width, r->height, host,
                          sent) < 0)
                 text = NULL;
@@ -320,7 +326,11 @@ static int on_result(void *ctx, const al_result *r)
     }
     if (!text)
         return -ENOMEM;
-    int ret = on_output(rc, 1, (const uint8_t *)text, strlen(text));
+    int ret = 0;
+    if (c->cfg.results_to_ui) /* the front shows the result itself: the text is the model's */
+        al_capture_add(&rc->cap, text, strlen(text));
+    else
+        ret = on_output(rc, 1, (const uint8_t *)text, strlen(text));
     free(text);
     return ret;
 }
@@ -480,11 +490,13 @@ static bool report_files(al_chat *c, char **text)
             break;
         }
         fprintf(f, "%s\n", line);
-        if (strncmp(line, OUTPUTS_GUEST_DIR "/", sizeof(OUTPUTS_GUEST_DIR)))
+        /* Without files of its own (airlockd), the front fetches the figures it lists. */
+        if (c->cfg.results_to_ui || strncmp(line, OUTPUTS_GUEST_DIR "/", sizeof(OUTPUTS_GUEST_DIR)))
             continue;
         char host[AL_PATH_MAX];
         al_error fe = {0};
-        int fr = al_figure_get(c, line, host, sizeof(host), &fe); /* bounded, checked: figures.c */
+        /* bounded, checked: figures.c */
+        int fr = al_figure_get(&c->figures, line, host, sizeof(host), &fe);
         if (fr == 0)
             notice(c, "figure copied to %s", host);
         else if (fr != -ENOTSUP) { /* the user and the model both learn why */

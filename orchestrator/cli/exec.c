@@ -1,5 +1,6 @@
 /* airlock exec: boot a fresh VM, run one command, stream its output, destroy the VM. */
 #include "airlock-proto.h"
+#include "chat.h"
 #include "cli.h"
 
 #include <cjson/cJSON.h>
@@ -42,7 +43,8 @@ static const char usage[] =
     "  -c, --code CODE           the code to run (default with --lang: read stdin)\n"
     "  -k, --kernel              run the code in LANG's stateful kernel (python, shell,\n"
     "                            javascript): a notebook cell; its value and display()\n"
-    "                            results print as text (images as a note)\n"
+    "                            results print as text; figures are saved to the\n"
+    "                            outputs directory, named on stderr\n"
     "      --json                one JSON object per line for each event: stdout, stderr,\n"
     "                            result, error, refused, end (docs/PROTOCOL.md, \"airlock\n"
     "                            exec --json\")\n"
@@ -447,7 +449,8 @@ static void print_timing(al_session *s)
 
 /* Where a kernel run's results go without --json: the text a REPL shows. */
 struct text_results {
-    al_exec_opts *eo; /* its output callback and fds, as for the streams */
+    al_exec_opts *eo;   /* its output callback and fds, as for the streams */
+    al_figures figures; /* the figures saved to the outputs directory */
 };
 
 static int put_stdout(al_exec_opts *eo, const char *p, size_t n)
@@ -466,7 +469,28 @@ static int put_stdout(al_exec_opts *eo, const char *p, size_t n)
     return 0;
 }
 
-/* text/plain on stdout as the value's line; an image or HTML without text as a note. */
+/* An image saved to the outputs directory, named on stderr (as the chat does); its text/plain
+ * ("<Figure size 640x480 with 1 Axes>") says nothing more. */
+static bool result_figure(struct text_results *t, const al_result *r)
+{
+    static const char *const kinds[] = {"image/png", "image/jpeg", "image/svg+xml"};
+    const al_mime *img = NULL;
+    for (size_t i = 0; !img && i < sizeof(kinds) / sizeof(kinds[0]); i++)
+        img = al_result_mime(r, kinds[i]);
+    if (!img)
+        return false;
+    char host[AL_PATH_MAX], size[32] = "";
+    al_error fe = {0};
+    if (r->width)
+        snprintf(size, sizeof(size), " %ux%u", r->width, r->height);
+    if (al_figure_save(&t->figures, img, host, sizeof(host), &fe) == 0)
+        fprintf(stderr, "airlock: figure%s saved: %s\n", size, host);
+    else
+        fprintf(stderr, "airlock: figure%s not saved: %s\n", size, fe.msg);
+    return true;
+}
+
+/* text/plain on stdout as the value's line; an image to a file; HTML without text as a note. */
 static int result_text(void *ctx, const al_result *r)
 {
     struct text_results *t = ctx;
@@ -475,6 +499,8 @@ static int result_text(void *ctx, const al_result *r)
         return 0;
     }
     if (r->kind == AL_RESULT_ERROR) /* its traceback is on stderr already */
+        return 0;
+    if (result_figure(t, r))
         return 0;
     const al_mime *m = al_result_mime(r, "text/plain");
     char note[128];
@@ -563,7 +589,7 @@ static int exec_run(al_session *s, struct exec_args *a, int *status, al_error *e
      * character made visible, since the guest may write escape sequences. */
     struct cli_termout tty;
     cli_termout_init(&tty, false);
-    struct text_results tr = {eo};
+    struct text_results tr = {eo, {.session = s}};
     if (a->json) {
         eo->output = json_output;
         eo->result = json_result;

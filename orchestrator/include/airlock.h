@@ -252,8 +252,9 @@ typedef int (*al_result_fn)(void *ctx, const al_result *r);
 const al_mime *al_result_mime(const al_result *r, const char *type);
 /* One JSON object for the result (malloc'd, NULL when out of memory): {"type": "result",
  * "kind": "value"|"display", "execution_count", "data": {MIME: text, image as base64,
- * application/json as its value}, "width", "height"}, {"type": "error", "name", "value",
- * "traceback"} or {"type": "refused", "why"}: what `airlock exec --json` prints. */
+ * application/json as its value}, "width", "height"}, {"type": "error", "kind": "error",
+ * "name", "value", "traceback"} or {"type": "refused", "kind": "refused", "why"}: what
+ * `airlock exec --json` prints and the data of airlockd's result and refused events. */
 char *al_result_json(const al_result *r);
 bool al_utf8_valid(const uint8_t *p, size_t n);
 /* The length of the well-formed UTF-8 sequence at p, n bytes available (RFC 3629: no overlong

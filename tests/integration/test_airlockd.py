@@ -13,6 +13,7 @@ import shutil
 import signal
 import socket
 import ssl
+import struct
 import subprocess
 import tempfile
 import threading
@@ -915,6 +916,122 @@ class DebianTest(unittest.TestCase):
         finally:
             self.assertEqual(d.stop(), 0)
             shutil.rmtree(d.dir, ignore_errors=True)
+
+
+class ResultsTest(unittest.TestCase):
+    """A kernel run's results through the API and the Python client (issue 26): values,
+    display()s, figures and errors as result events, refusals as refused events, resumable with
+    Last-Event-ID like output. One debian session for all."""
+
+    @classmethod
+    def setUpClass(cls):
+        cls.d = Daemon()
+        try:
+            cls.sb = Sandbox(image="debian", client=cls.d.unix())
+        except BaseException:
+            cls.d.stop()
+            shutil.rmtree(cls.d.dir, ignore_errors=True)
+            raise
+
+    @classmethod
+    def tearDownClass(cls):
+        cls.sb.kill()
+        rc = cls.d.stop()
+        shutil.rmtree(cls.d.dir, ignore_errors=True)
+        if rc != 0:
+            raise AssertionError("airlockd exited %d" % rc)
+
+    def test_value_text(self):
+        ex = self.sb.run_code("1 + 1")
+        self.assertEqual(ex.text, "2", ex)
+        self.assertEqual(len(ex.results), 1)
+        self.assertTrue(ex.results[0].is_main_result)
+        self.assertIsNone(ex.error)
+        self.assertEqual(ex.stdout, "")
+        self.assertIsInstance(ex.execution_count, int)
+        self.assertEqual(ex.results[0].execution_count, ex.execution_count)
+        self.assertEqual(ex.result["results"], 1)
+
+    def test_dataframe_html(self):
+        ex = self.sb.run_code("import pandas as pd\npd.DataFrame({'a': [1, 2], 'b': [3, 4]})")
+        self.assertEqual(len(ex.results), 1, ex)
+        self.assertIn("<table", ex.results[0].html)
+        self.assertIn("a", ex.results[0].text)
+
+    def test_figure_png(self):
+        seen = []
+        ex = self.sb.run_code(
+            "import matplotlib.pyplot as plt\n"
+            "fig = plt.figure(figsize=(4, 3), dpi=100)\n"
+            "plt.plot([0, 1, 2], [0, 1, 4])\n"
+            "plt.show()", on_result=seen.append)
+        figs = [r for r in ex.results if r.png]
+        self.assertEqual(len(figs), 1, ex)
+        png = figs[0].png
+        self.assertEqual(png[:8], b"\x89PNG\r\n\x1a\n")
+        w, h = struct.unpack(">II", png[16:24])
+        self.assertEqual((w, h), (400, 300))
+        self.assertEqual((figs[0].width, figs[0].height), (400, 300))
+        self.assertFalse(figs[0].is_main_result)
+        self.assertEqual([r.kind for r in seen], [r.kind for r in ex.results])
+
+    def test_displays_then_value_in_order(self):
+        ex = self.sb.run_code("display('first')\ndisplay({'k': 2})\n'third'")
+        self.assertEqual([(r.kind, r.text) for r in ex.results],
+                         [("display", "'first'"), ("display", "{'k': 2}"), ("value", "'third'")])
+        self.assertEqual(ex.text, "'third'")
+
+    def test_error(self):
+        errors = []
+        ex = self.sb.run_code("def f():\n    return 1 / 0\nf()", on_error=errors.append)
+        self.assertIsNotNone(ex.error)
+        self.assertEqual(ex.error.name, "ZeroDivisionError")
+        self.assertIn("division by zero", ex.error.value)
+        self.assertIn("ZeroDivisionError", ex.error.traceback)
+        self.assertIn("f()", ex.error.traceback)
+        self.assertEqual(len(errors), 1)
+        self.assertTrue(ex.result["raised"])
+        self.assertEqual(ex.results, [])
+
+    def test_huge_repr_is_refused_and_the_kernel_lives(self):
+        self.sb.run_code("kept = 'before the big one'")
+        ex = self.sb.run_code("class Big:\n"
+                              "    def __repr__(self):\n"
+                              "        return 'x' * (50 << 20)\n"
+                              "Big()", timeout=300)
+        self.assertEqual(len(ex.refused), 1, ex)
+        self.assertIn("over the limit", ex.refused[0])
+        self.assertEqual(ex.results, [])
+        self.assertEqual(ex.result["refused"], 1)
+        after = self.sb.run_code("kept")
+        self.assertEqual(after.text, "'before the big one'")
+
+    def test_results_resume_exactly_once(self):
+        run = self.sb.commands.start(None, language="python", kernel=True, code=(
+            "import time\n"
+            "for i in range(8):\n"
+            "    display(i)\n"
+            "    time.sleep(0.3)\n"
+            "'end'"))
+        got = []
+        for ev in run.events():  # cut after the second result
+            if ev.type == "result":
+                got.append(ev.data["data"]["text/plain"])
+                if len(got) == 2:
+                    break
+        self.assertEqual(got, ["0", "1"])
+        time.sleep(1)
+        ids = []
+        for ev in run.events():  # from the last event seen, by Last-Event-ID
+            ids.append(ev.id)
+            if ev.type == "result":
+                got.append(ev.data["data"]["text/plain"])
+        self.assertEqual(got, [str(i) for i in range(8)] + ["'end'"])
+        self.assertEqual(len(ids), len(set(ids)))
+        # and from the start, the whole run again
+        again = [ev.data["data"]["text/plain"] for ev in run.events(last_event_id=0)
+                 if ev.type == "result"]
+        self.assertEqual(again, got)
 
 
 NET_GUEST = r"""

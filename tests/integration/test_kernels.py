@@ -9,6 +9,8 @@ the CLI. Usage: test_kernels.py DRIVER [unittest args].
 import base64
 import json
 import os
+import re
+import shutil
 import struct
 import subprocess
 import sys
@@ -295,6 +297,28 @@ class CliTest(unittest.TestCase):
         self.assertEqual((events[2]["status"], events[2]["waited_input"], events[2]["error"]),
                          (130, True, True), events[2])
         self.assertIn(b"waited for input", err)
+
+    def test_kernel_text_saves_figures(self):
+        # Without --json: the value as text, a figure as a file in the outputs dir named on
+        # stderr (not its "<Figure size ...>" text).
+        data = tempfile.mkdtemp(prefix="airlock-outputs-")
+        self.addCleanup(shutil.rmtree, data, True)
+        r = altest.run(["-q", "exec", "--image", IMAGE, "--lang", "python", "--kernel", "-c",
+                        "import matplotlib.pyplot as plt\n"
+                        "plt.figure(figsize=(3, 2), dpi=100)\n"
+                        "plt.plot([1, 2])\n"
+                        "plt.show()\n"
+                        "1 + 1"], env={"XDG_DATA_HOME": data})
+        err = r.stderr.decode()
+        self.assertEqual((r.returncode, r.stdout), (0, b"2\n"), err)
+        m = re.search(r"^airlock: figure 300x200 saved: (.+)$", err, re.M)
+        self.assertTrue(m, err)
+        path = m.group(1)
+        self.assertEqual(os.path.dirname(path), os.path.join(data, "airlock", "outputs"))
+        with open(path, "rb") as f:
+            png = f.read()
+        self.assertEqual(png[:8], b"\x89PNG\r\n\x1a\n")
+        self.assertEqual(struct.unpack(">II", png[16:24]), (300, 200))
 
 
 if __name__ == "__main__":

@@ -41,16 +41,39 @@ SHOTS = os.environ.get("AIRLOCK_WEB_SHOTS") or os.path.join(
     os.path.dirname(os.environ.get("AIRLOCKD_BIN", ".")), "..", "web-screenshots")
 BOOT_S = 300
 
-PLOT = """import matplotlib
-matplotlib.use("Agg")
-import matplotlib.pyplot as plt
+# A port on the host where guest HTML would make the browser connect (resource hints, images,
+# links): nothing may arrive there.
+BAIT = socket.socket()
+BAIT.bind(("127.0.0.1", 0))
+BAIT.listen(16)
+BAIT_PORT = BAIT.getsockname()[1]
+
+PLOT = """import matplotlib.pyplot as plt
 print("hello from the guest", 6 * 7)
 plt.plot([0, 1, 2, 3], [0, 1, 4, 9])
 plt.savefig("/workspace/plot.png")
+plt.close()
 open("/workspace/report.html", "w").write(
     "<p id=r>report</p><script>parent.__pwned = 9; document.body.append('ran')</script>")
 """
-HOSTILE_TEXT = ('Here: <img src=x onerror="window.__pwned=1"> and '
+# IPython's own figure (plt.show() on the kernel's inline backend) and an HTML result, each a
+# result event.
+SHOW = """import matplotlib.pyplot as plt
+from IPython.display import HTML, display
+plt.figure(figsize=(5, 3), dpi=100)
+plt.plot([0, 1, 2], [2, 0, 1])
+plt.show()
+display(HTML("<table id=t><tr><td>cell-ok</td></tr></table>"
+             "<script>document.body.append('RAN-SCRIPT'); top.__pwned = 10</script>"
+             "<img src=x onerror=\\"document.body.append('RAN-ONERROR'); top.__pwned = 11\\">"
+             "<link rel=preconnect href='http://127.0.0.1:%(p)d'>"
+             "<link rel=dns-prefetch href='http://127.0.0.1:%(p)d'>"
+             "<link rel=prefetch href='http://127.0.0.1:%(p)d/prefetch'>"
+             "<img src='http://127.0.0.1:%(p)d/img'>"
+             "<div style='background: url(http://127.0.0.1:%(p)d/bg)'>styled</div>"
+             "<a href='http://127.0.0.1:%(p)d/a'>link</a>"))
+""" % {"p": BAIT_PORT}
+HOSTILE_TEXT = ('**Done.**\n\nHere: <img src=x onerror="window.__pwned=1"> and '
                 '</script><script>window.__pwned=2</script> done')
 HOSTILE_SH = ("printf '<img src=x onerror=\"window.__pwned=3\">\\n</script>"
               "<script>window.__pwned=4</script>\\n\\033[31mRED\\033[0m\\n'; "
@@ -63,6 +86,7 @@ def call(name, args):
 
 REPLIES = [
     call("plot", {"language": "python", "code": PLOT}),
+    call("show", {"language": "python", "code": SHOW}),
     {"text": HOSTILE_TEXT},
     call("rm", {"language": "bash", "code": "rm /workspace/keep.txt"}),
     {"text": "deleted it"},
@@ -143,9 +167,16 @@ class WebTest(unittest.TestCase):
         cls.fm, port = altest.start_fake_model(REPLIES, cls.tmp)
         base = "http://127.0.0.1:%d/v1" % port
         os.environ["WEB_TEST_MODEL_KEY"] = "sk-web-test"
+        # The daemon's home: it must write nothing there (figures reach the page as events).
+        cls.home = os.path.join(cls.tmp, "home")
+        os.makedirs(cls.home)
         cls.d = Daemon(model_api="openai", model_api_base=base, model="fake",
                        model_api_key_env="WEB_TEST_MODEL_KEY", max_upload_bytes=16 << 20,
-                       run_buffer_bytes=1048576, connection_timeout_s=30)
+                       run_buffer_bytes=1048576, connection_timeout_s=30,
+                       env={"HOME": cls.home,
+                            "XDG_DATA_HOME": os.path.join(cls.home, ".local", "share"),
+                            "XDG_STATE_HOME": os.path.join(cls.home, ".local", "state"),
+                            "XDG_CACHE_HOME": os.path.join(cls.home, ".cache")})
         cls.key = cls.d.key("web")
         # the browser reaches the daemon through a forward the test can cut
         cls.fwd = Forward(port=cls.d.port)
@@ -244,21 +275,52 @@ class WebTest(unittest.TestCase):
         turn = self.chat("print something and plot y = x^2")
         self.assertEqual(self.wait_done(turn), "done")
         self.wait(lambda: "hello from the guest 42" in turn.text, 10, "the run's output")
-        self.wait(lambda: turn.find_elements(By.CSS_SELECTOR, ".result img"), 30, "the figure")
-        img = turn.find_element(By.CSS_SELECTOR, ".result img")
+        self.wait(lambda: turn.find_elements(By.CSS_SELECTOR, ".result[data-kind=file] img"), 30,
+                  "the figure")
+        img = turn.find_element(By.CSS_SELECTOR, ".result[data-kind=file] img")
         self.wait(lambda: b.execute_script("return arguments[0].naturalWidth", img) > 0, 10,
                   "the figure loads")
         # the HTML result: in a sandboxed frame (no scripts, not the page's origin)
-        frame = self.wait(lambda: turn.find_elements(By.CSS_SELECTOR, ".result iframe"), 30,
-                          "the HTML result")[0]
+        frame = self.wait(lambda: turn.find_elements(
+            By.CSS_SELECTOR, ".result[data-kind=file] iframe"), 30, "the HTML file")[0]
         self.assertEqual(frame.get_attribute("sandbox"), "")
         b.switch_to.frame(frame)
         self.wait(lambda: "report" in b.find_element(By.TAG_NAME, "body").text, 10, "its text")
         self.assertNotIn("ran", b.find_element(By.TAG_NAME, "body").text)
         b.switch_to.default_content()
+        # plt.show(): an <img> from the result event (a blob, not a file) of the figure's size
+        shown = self.wait(lambda: turn.find_elements(
+            By.CSS_SELECTOR, ".result[data-kind=display] img"), 30, "the shown figure")[0]
+        self.wait(lambda: b.execute_script("return arguments[0].naturalWidth", shown) > 0, 10,
+                  "the shown figure loads")
+        self.assertEqual(b.execute_script(
+            "return [arguments[0].naturalWidth, arguments[0].naturalHeight]", shown), [500, 300])
+        self.assertTrue(shown.get_attribute("src").startswith("blob:"))
+        # its HTML result: the table shows; no script or handler ran, nothing connected out
+        frames = self.wait(lambda: [f for f in turn.find_elements(
+            By.CSS_SELECTOR, ".result[data-kind=display] iframe")], 30, "the HTML result")
+        self.assertEqual(frames[0].get_attribute("sandbox"), "")
+        b.switch_to.frame(frames[0])
+        self.wait(lambda: "cell-ok" in b.find_element(By.TAG_NAME, "body").text, 10, "the table")
+        time.sleep(2)  # time for a handler or a resource hint to act
+        body = b.find_element(By.TAG_NAME, "body").text
+        b.switch_to.default_content()
+        self.assertNotIn("RAN-SCRIPT", body)
+        self.assertNotIn("RAN-ONERROR", body)
+        BAIT.settimeout(0.5)
+        with self.assertRaises(socket.timeout, msg="guest HTML made the browser connect"):
+            BAIT.accept()[0].close()
+        # model text as Markdown, built from text: the hostile tags are text, not elements
+        self.assertEqual([e.text for e in turn.find_elements(By.CSS_SELECTOR, ".msg.model strong")],
+                         ["Done."])
         self.assertIn('<img src=x onerror="window.__pwned=1">', turn.text)  # shown as text
         self.assertIn("</script><script>window.__pwned=2</script>", turn.text)
+        self.assertEqual(turn.find_elements(By.CSS_SELECTOR, ".msg.model img, .msg.model script"),
+                         [])
         self.assert_alive()
+        # nothing under the daemon's home: no figure file, nothing else
+        left = [os.path.join(r, f) for r, _, fs in os.walk(self.home) for f in fs]
+        self.assertEqual(left, [])
         print("chat turn with a plot: %.1f s" % (time.time() - t0), file=sys.stderr)
         self.shot("02-chat-figure")
 

@@ -14,6 +14,7 @@ Where the daemon is: the `url` argument, else $AIRLOCK_HOST, else the unix socke
 "https://host:port"; over TCP an API key is needed ($AIRLOCK_API_KEY or `api_key`).
 """
 import base64
+import codecs
 import http.client
 import json
 import os
@@ -21,7 +22,8 @@ import socket
 import ssl
 import urllib.parse
 
-__all__ = ["Client", "Sandbox", "Run", "Event", "APIError", "CommandResult", "Execution"]
+__all__ = ["Client", "Sandbox", "Run", "Event", "APIError", "CommandResult", "Execution",
+           "Result", "ExecutionError", "Logs"]
 
 DEFAULT_SOCKET = "/run/airlock/airlockd.sock"
 
@@ -133,7 +135,8 @@ def _q(s):
 
 class Event:
     """One event of a run: id (its sequence number), type ("start", "output", "checkpoint",
-    "exit", "error") and data (a dict; output's bytes are in .bytes)."""
+    "result", "refused", "exit", "error"; a chat turn's others) and data (a dict; output's
+    bytes are in .bytes)."""
 
     def __init__(self, id, type, data):
         self.id = id
@@ -237,8 +240,95 @@ class CommandResult:
                                                                       self.stdout, self.stderr)
 
 
+class Result:
+    """One result of a kernel run: the value of the cell's last expression (is_main_result) or
+    one display() (a figure shown by matplotlib is one). Each MIME type of the bundle is an
+    attribute: text, html, markdown, svg, latex (str), png, jpeg (bytes), json (the value);
+    None when absent. data is the bundle as sent (images base64)."""
+
+    _TYPES = (("text", "text/plain"), ("html", "text/html"), ("markdown", "text/markdown"),
+              ("svg", "image/svg+xml"), ("latex", "text/latex"), ("json", "application/json"))
+
+    def __init__(self, event):
+        self.kind = event.get("kind")
+        self.is_main_result = self.kind == "value"
+        self.execution_count = event.get("execution_count")
+        self.data = event.get("data") or {}
+        self.width = event.get("width")
+        self.height = event.get("height")
+        for attr, mime in self._TYPES:
+            setattr(self, attr, self.data.get(mime))
+        self.png = self._bytes("image/png")
+        self.jpeg = self._bytes("image/jpeg")
+
+    def _bytes(self, mime):
+        v = self.data.get(mime)
+        return base64.b64decode(v) if isinstance(v, str) else None
+
+    def formats(self):
+        """The MIME types it carries."""
+        return list(self.data)
+
+    def __repr__(self):
+        return "Result(%s: %s)" % (self.kind, ", ".join(self.formats()))
+
+
+class ExecutionError:
+    """Why a run did not complete: the exception a cell raised (name "ZeroDivisionError", value
+    its message, traceback the text), or the run's own failure (name the error code, e.g.
+    "cancelled", value its message, traceback "")."""
+
+    def __init__(self, name, value, traceback=""):
+        self.name = name
+        self.value = value
+        self.traceback = traceback
+
+    def __repr__(self):
+        return "ExecutionError(%r, %r)" % (self.name, self.value)
+
+
+class Logs:
+    """stdout and stderr of a run as the chunks that came."""
+
+    def __init__(self):
+        self.stdout = []
+        self.stderr = []
+
+    def __repr__(self):
+        return "Logs(stdout=%r, stderr=%r)" % (self.stdout, self.stderr)
+
+
 class Execution(CommandResult):
-    """What run_code returns: stdout, stderr (text), exit_code, error (the error event's data)."""
+    """What run_code returns: results (Result objects, in order), text (the main result's text),
+    error (an ExecutionError, or None), logs (Logs), stdout and stderr (text), exit_code,
+    execution_count, refused (why each result the host refused was refused), run_error (the run's
+    error event's data, when it failed)."""
+
+    def __init__(self, stdout, stderr, result, results=(), logs=None, refused=(), raised=None):
+        super().__init__(stdout, stderr, result)
+        self.run_error = self.error
+        self.results = list(results)
+        self.logs = logs or Logs()
+        self.refused = list(refused)
+        self.execution_count = self.result.get("execution_count")
+        if raised is not None:
+            self.error = raised
+        elif self.run_error:
+            self.error = ExecutionError(self.run_error.get("code", "error"),
+                                        self.run_error.get("message", ""))
+        else:
+            self.error = None
+
+    @property
+    def text(self):
+        for r in self.results:
+            if r.is_main_result:
+                return r.text
+        return None
+
+    def __repr__(self):
+        return "Execution(results=%r, error=%r, exit_code=%r)" % (self.results, self.error,
+                                                                  self.exit_code)
 
 
 class _Commands:
@@ -380,31 +470,67 @@ class Sandbox:
                                         body={"seconds": int(seconds)})
         return self.info
 
-    def _collect(self, run, on_stdout, on_stderr, kind):
+    def _events(self, run, on_stdout, on_stderr, on_event=None):
+        """Reads the run to its end: (stdout, stderr, the end event's data, the Logs)."""
         out, err = [], []
         result = None
+        logs = Logs()
+        # bytes of a stream decoded across chunks (a character may span two)
+        dec = {s: codecs.getincrementaldecoder("utf-8")("replace") for s in ("stdout", "stderr")}
         for ev in run.events():
             if ev.type == "output":
-                text = ev.bytes.decode(errors="replace")
-                (out if ev.stream == "stdout" else err).append(text)
-                cb = on_stdout if ev.stream == "stdout" else on_stderr
-                if cb:
+                stream = "stderr" if ev.stream == "stderr" else "stdout"
+                text = dec[stream].decode(ev.bytes)
+                (err if stream == "stderr" else out).append(text)
+                getattr(logs, stream).append(text)
+                cb = on_stdout if stream == "stdout" else on_stderr
+                if cb and text:
                     cb(text)
             elif ev.type in ("exit", "error"):
                 result = dict(ev.data, type=ev.type)
+            elif on_event:
+                on_event(ev)
+        for stream, parts in (("stdout", out), ("stderr", err)):
+            tail = dec[stream].decode(b"", final=True)
+            if tail:
+                parts.append(tail)
         if result is None:
             result = run.wait().get("result")
-        return kind("".join(out), "".join(err), result)
+        return "".join(out), "".join(err), result, logs
 
-    def run_code(self, code, language="python", on_stdout=None, on_stderr=None, timeout=None,
-                 kernel=None):
+    def _collect(self, run, on_stdout, on_stderr, kind):
+        out, err, result, _ = self._events(run, on_stdout, on_stderr)
+        return kind(out, err, result)
+
+    def run_code(self, code, language="python", on_stdout=None, on_stderr=None, on_result=None,
+                 on_error=None, timeout=None, kernel=None):
         """Runs code in language; in the session's kernel for it (state kept between calls)
-        when the image has one, unless kernel=False."""
+        when the image has one, unless kernel=False. Returns an Execution; on_result gets each
+        Result as it comes, on_error the ExecutionError of an exception the code raised."""
         if kernel is None:
             kernel = ("kernel:" + language) in self.info.get("languages", "").split()
         run = self.commands.start(None, code=code, language=language, kernel=kernel,
                                   timeout=timeout)
-        return self._collect(run, on_stdout, on_stderr, Execution)
+        results, refused, raised = [], [], []
+
+        def on_event(ev):
+            if ev.type == "refused":
+                refused.append(ev.data.get("why", ""))
+            elif ev.type == "result" and ev.data.get("kind") == "error":
+                e = ExecutionError(ev.data.get("name", ""), ev.data.get("value", ""),
+                                   ev.data.get("traceback", ""))
+                raised.append(e)
+                if on_error:
+                    on_error(e)
+            elif ev.type == "result":
+                r = Result(ev.data)
+                results.append(r)
+                if on_result:
+                    on_result(r)
+
+        out, err, result, logs = self._events(run, on_stdout, on_stderr, on_event)
+        return Execution(out, err, result, results, logs, refused,
+                         raised[-1] if raised else None)
 
     def runs(self):
         return self.client.request("GET", self._path + "/runs")["runs"]
