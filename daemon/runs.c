@@ -44,6 +44,8 @@ struct ad_run {
     bool done, cancelled, running;
     cJSON *result; /* the exit or error event's data */
     int stdin_wr;
+    int cancel[2]; /* the run's own signal pipe (al_exec_opts.cancel_fd): runs of a session run
+                      at once, each signalled apart; a chat turn (body) has the session's */
     /* what al_exec runs */
     char **argv, **env;
     char *lang, *cwd;
@@ -92,6 +94,9 @@ static void run_free(struct ad_run *r)
         close(r->stdin_wr);
     if (r->stdin_rd >= 0)
         close(r->stdin_rd);
+    for (int i = 0; i < 2; i++)
+        if (r->cancel[i] >= 0)
+            close(r->cancel[i]);
     cJSON_Delete(r->result);
     pthread_mutex_destroy(&r->mu);
     pthread_cond_destroy(&r->cv);
@@ -252,14 +257,38 @@ int ad_run_result(void *ctx, const al_result *res)
     return rc == -ECANCELED ? 0 : rc; /* cancelled: the cancel byte ends the run */
 }
 
-static void drain_cancel(struct ad_session *s)
+/* Signal bytes the run did not take (it ended first). */
+static void drain_cancel(struct ad_run *r)
 {
     char buf[64];
-    while (read(s->cancel_rd, buf, sizeof(buf)) > 0)
+    int fd = r->cancel[0] >= 0 ? r->cancel[0] : r->sess->cancel_rd;
+    while (read(fd, buf, sizeof(buf)) > 0)
         ;
 }
 
+/* Where a signal for the run goes. */
+static int cancel_wr(struct ad_run *r)
+{
+    return r->cancel[1] >= 0 ? r->cancel[1] : r->sess->cancel_wr;
+}
+
 static void finish(struct ad_run *r, const char *type, cJSON *o);
+
+/* Other runs of r's session are not finished. */
+static bool others_active(struct ad_run *r)
+{
+    bool any = false;
+    pthread_mutex_lock(&list_lock);
+    for (struct ad_run *x = r->sess->runs; x && !any; x = x->next) {
+        if (x == r)
+            continue;
+        pthread_mutex_lock(&x->mu);
+        any = !x->done;
+        pthread_mutex_unlock(&x->mu);
+    }
+    pthread_mutex_unlock(&list_lock);
+    return any;
+}
 
 static void *run_thread(void *arg)
 {
@@ -282,13 +311,20 @@ static void *run_thread(void *arg)
         pthread_mutex_unlock(&r->mu);
         cJSON *o = cJSON_CreateObject();
         const char *type = r->body(r, r->body_ctx, o);
-        drain_cancel(s);
+        drain_cancel(r);
         finish(r, type, o);
         return NULL;
     }
 
-    if (s->policy != AL_CHECKPOINT_NEVER &&
-        al_checkpoint_policy_wants(r->lang, r->lang ? r->argv[0] : NULL, s->policy)) {
+    /* A checkpoint needs the session idle (the library refuses one while other runs run: a
+     * background server would hold every later run's start for nothing). */
+    if (s->policy != AL_CHECKPOINT_NEVER && others_active(r)) {
+        cJSON *o = cJSON_CreateObject();
+        cJSON_AddStringToObject(o, "skipped", "other runs of the session are running");
+        push(r, "checkpoint", o, false);
+        cJSON_Delete(o);
+    } else if (s->policy != AL_CHECKPOINT_NEVER &&
+               al_checkpoint_policy_wants(r->lang, r->lang ? r->argv[0] : NULL, s->policy)) {
         al_checkpoint_info ci;
         al_error cerr = {0};
         int c = al_checkpoint_create(s->s, NULL, &ci, &cerr);
@@ -324,13 +360,14 @@ static void *run_thread(void *arg)
             .output_ctx = r,
             .result = ad_run_result,
             .result_ctx = r,
+            .cancel_fd = r->cancel[0],
         };
         if (r->timeout_ms)
             r->give_up_ms = ad_now_ms() + r->timeout_ms +
                             (r->kernel ? GIVE_UP_GRACE_KERNEL_MS : GIVE_UP_GRACE_MS);
         rc = al_exec(s->s, &o, &res, &err);
     }
-    drain_cancel(s);
+    drain_cancel(r);
     ad_metrics_run_end(rc < 0, ad_now_ms() - t0);
 
     cJSON *o = cJSON_CreateObject();
@@ -468,6 +505,7 @@ int ad_run_start(struct ad_session *s, const struct ad_exec_req *q, const struct
     pthread_mutex_init(&r->mu, NULL);
     pthread_cond_init(&r->cv, NULL);
     r->stdin_wr = r->stdin_rd = -1;
+    r->cancel[0] = r->cancel[1] = -1;
     r->next_seq = 1;
     r->started = (uint64_t)time(NULL);
     r->body = q->body;
@@ -493,6 +531,12 @@ int ad_run_start(struct ad_session *s, const struct ad_exec_req *q, const struct
         ad_failf(f, 400, "invalid", "%s", why ? why : "bad request");
         run_free(r);
         return -EINVAL;
+    }
+    if (!q->body && pipe2(r->cancel, O_CLOEXEC | O_NONBLOCK) < 0) {
+        ad_failf(f, 500, "internal", "pipe: %s", strerror(errno));
+        r->cancel[0] = r->cancel[1] = -1;
+        run_free(r);
+        return -EIO;
     }
     if (q->stdin_data || q->stdin_open) {
         int p[2];
@@ -721,7 +765,6 @@ int ad_run_signal(struct ad_run *r, int signo, struct ad_fail *f)
 {
     pthread_mutex_lock(&r->mu);
     bool running = r->running && !r->done;
-    struct ad_session *s = r->sess;
     if (running && signo != SIGINT && signo != SIGQUIT) {
         /* The library kills the run on any other byte; if its output callback waits for room,
          * this lets it go. */
@@ -734,7 +777,7 @@ int ad_run_signal(struct ad_run *r, int signo, struct ad_fail *f)
         return -ESRCH;
     }
     uint8_t b = (uint8_t)signo;
-    if (write(s->cancel_wr, &b, 1) != 1) {
+    if (write(cancel_wr(r), &b, 1) != 1) {
         ad_failf(f, 503, "busy", "signals are queued already");
         return -EAGAIN;
     }
@@ -744,23 +787,19 @@ int ad_run_signal(struct ad_run *r, int signo, struct ad_fail *f)
 void ad_runs_cancel(struct ad_session *s)
 {
     pthread_mutex_lock(&list_lock);
-    bool any = false;
     for (struct ad_run *r = s->runs; r; r = r->next) {
         pthread_mutex_lock(&r->mu);
         if (!r->done) {
             r->cancelled = true;
-            any |= r->running;
+            uint8_t b = SIGKILL;
+            if (r->running && write(cancel_wr(r), &b, 1) < 0) {
+                /* full of bytes already: the run ends on those */
+            }
         }
         pthread_cond_broadcast(&r->cv);
         pthread_mutex_unlock(&r->mu);
     }
     pthread_mutex_unlock(&list_lock);
-    if (any) {
-        uint8_t b = SIGKILL;
-        if (write(s->cancel_wr, &b, 1) < 0) {
-            /* full of bytes already: the run ends on those */
-        }
-    }
 }
 
 void ad_runs_free(struct ad_session *s)

@@ -5,6 +5,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <poll.h>
+#include <pthread.h>
 #include <signal.h>
 #include <stdio.h>
 #include <string.h>
@@ -30,11 +31,14 @@ int al_channel_init(struct al_channel *ch, int fd, unsigned stall_ms, int wake_f
     al_decoder_init(&ch->dec, ch->rbuf, CHANNEL_BUF);
     ch->fd = fd;
     ch->stall_ms = stall_ms ? stall_ms : 10000;
+    pthread_mutex_init(&ch->wlock, NULL);
     return 0;
 }
 
 void al_channel_destroy(struct al_channel *ch)
 {
+    if (ch->rbuf)
+        pthread_mutex_destroy(&ch->wlock);
     al_closep(&ch->fd);
     ch->fd = -1;
     free(ch->rbuf);
@@ -95,10 +99,13 @@ static int write_all(struct al_channel *ch, const void *buf, size_t len, al_erro
 
 int al_channel_send(struct al_channel *ch, const struct al_msg *m, al_error *err)
 {
+    pthread_mutex_lock(&ch->wlock);
     int n = al_msg_encode(m, ch->wbuf, CHANNEL_BUF);
-    if (n < 0)
-        return al_err(err, n, "cannot encode %s frame: %s", al_type_name(m->type), strerror(-n));
-    return write_all(ch, ch->wbuf, (size_t)n, err);
+    int r = n < 0
+                ? al_err(err, n, "cannot encode %s frame: %s", al_type_name(m->type), strerror(-n))
+                : write_all(ch, ch->wbuf, (size_t)n, err);
+    pthread_mutex_unlock(&ch->wlock);
+    return r;
 }
 
 int al_channel_send_data(struct al_channel *ch, uint32_t id, uint8_t stream, uint8_t flags,
@@ -106,14 +113,33 @@ int al_channel_send_data(struct al_channel *ch, uint32_t id, uint8_t stream, uin
 {
     if (len > AL_DATA_CHUNK_MAX)
         return al_err(err, -EMSGSIZE, "data chunk too large");
+    pthread_mutex_lock(&ch->wlock);
     al_data_header(ch->wbuf, id, stream, flags, (uint32_t)len);
     if (len)
         memcpy(ch->wbuf + AL_FRAME_HEADER_SIZE + 1, data, len);
-    return write_all(ch, ch->wbuf, AL_FRAME_HEADER_SIZE + 1 + len, err);
+    int r = write_all(ch, ch->wbuf, AL_FRAME_HEADER_SIZE + 1 + len, err);
+    pthread_mutex_unlock(&ch->wlock);
+    return r;
+}
+
+int al_channel_send_nowait(struct al_channel *ch, const struct al_msg *m)
+{
+    uint8_t buf[256];
+    int n = al_msg_encode(m, buf, sizeof(buf));
+    if (n < 0)
+        return n;
+    if (pthread_mutex_trylock(&ch->wlock))
+        return -EAGAIN;
+    ssize_t w = ch->broken ? -1 : send(ch->fd, buf, (size_t)n, MSG_NOSIGNAL | MSG_DONTWAIT);
+    int r = w == n ? 0 : -EAGAIN;
+    if (w > 0 && w < n)
+        ch->broken = true; /* half a frame: nothing more can follow */
+    pthread_mutex_unlock(&ch->wlock);
+    return r;
 }
 
 int al_channel_recv(struct al_channel *ch, struct al_msg *m, uint64_t deadline_ms, int wake_fd,
-                    int extra_fd, al_error *err)
+                    int extra_fd, int kick_fd, al_error *err)
 {
     uint64_t partial_since = 0;
     for (;;) {
@@ -144,18 +170,19 @@ int al_channel_recv(struct al_channel *ch, struct al_msg *m, uint64_t deadline_m
             if (timeout < 0 || left < timeout)
                 timeout = left;
         }
-        struct pollfd pfd[4] = {{ch->fd, POLLIN, 0},
+        struct pollfd pfd[5] = {{ch->fd, POLLIN, 0},
                                 {wake_fd, POLLIN, 0},
                                 {extra_fd, POLLIN, 0},
-                                {ch->alarm_fd, POLLIN, 0}};
-        int pr = poll(pfd, 4, timeout);
+                                {ch->alarm_fd, POLLIN, 0},
+                                {kick_fd, POLLIN, 0}};
+        int pr = poll(pfd, 5, timeout);
         if (pr < 0 && errno == EINTR)
             continue;
         if (pr < 0)
             return al_err(err, -errno, "poll failed: %s", strerror(errno));
         if (pfd[3].revents)
             return al_err(err, -ENOSPC, "%s", ch->alarm_msg ? ch->alarm_msg : "session stopped");
-        if (pfd[1].revents || pfd[2].revents)
+        if (pfd[1].revents || pfd[2].revents || pfd[4].revents)
             return 0;
         if (!pfd[0].revents)
             continue;

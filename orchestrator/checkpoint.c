@@ -41,6 +41,10 @@
 #define PROBE_MS 3000
 /* The PING before a savevm: the agent answers at once unless something is wrong. */
 #define BARRIER_MS 10000
+/* A checkpoint waits this long for requests in flight to end (a background process does not:
+ * the checkpoint is refused, EBUSY); a restore, which ends them, this long for them to go. */
+#define EXCLUSIVE_WAIT_MS 1000
+#define RESTORE_WAIT_MS 5000
 /* A guest that powered off or panicked: QEMU is exiting; wait this long for it to be gone
  * before starting a new one. */
 #define EXIT_WAIT_MS 10000
@@ -207,7 +211,7 @@ static int barrier(al_session *s, al_error *err)
         return r;
     uint64_t deadline = al_now_ms() + BARRIER_MS;
     for (;;) {
-        r = al_channel_recv(&s->ch, &m, deadline, -1, -1, err);
+        r = al_channel_recv(&s->ch, &m, deadline, -1, -1, -1, err);
         if (r == -ETIMEDOUT && err->code == 0)
             return al_err(err, -ETIMEDOUT, "the guest agent did not answer a ping");
         if (r < 0)
@@ -378,15 +382,19 @@ int al_checkpoint_create(al_session *s, const char *name, al_checkpoint_info *ou
         if (!c->xml)
             return al_err_virt(err, -EIO, "cannot read the VM's description");
     }
-    r = barrier(s, err);
+    /* The agent idle at a frame boundary: no request may be in flight. */
+    r = al_link_exclusive(s, EXCLUSIVE_WAIT_MS, err);
     if (r < 0)
-        return r;
+        return al_err(err, r, "cannot take a checkpoint now: %s", err->msg);
+    r = barrier(s, err);
     uint32_t id = c->next_id;
     char tag[32], cmd[64];
     snprintf(tag, sizeof(tag), TAG_FMT, id);
     snprintf(cmd, sizeof(cmd), "savevm %s", tag);
     uint64_t t0 = al_now_ms();
-    r = hmp(s, "take a checkpoint", cmd, err);
+    if (r == 0)
+        r = hmp(s, "take a checkpoint", cmd, err);
+    al_link_exclusive_end(s);
     if (r < 0)
         return r;
     struct ckpt *k = &c->list[c->n];
@@ -454,7 +462,13 @@ int al_checkpoint_rollback(al_session *s, uint32_t id, al_error *err)
         return -ENOTSUP;
     if (!find_id(c, id))
         return al_err(err, -ENOENT, "no checkpoint %u", id);
-    int r = restore(s, id, err);
+    /* What runs now runs in a future the VM leaves: those requests end. */
+    al_link_fail_all(s, -ECANCELED, "the session was rolled back to a checkpoint");
+    int r = al_link_exclusive(s, RESTORE_WAIT_MS, err);
+    if (r < 0)
+        return al_err(err, r, "cannot roll back now: %s", err->msg);
+    r = restore(s, id, err);
+    al_link_exclusive_end(s);
     if (r < 0)
         return r;
     c->current = id;
@@ -481,17 +495,26 @@ int al_checkpoint_recover(al_session *s, uint32_t *restored_id, al_error *err)
     struct al_checkpoints *c = checkpoints(s, err);
     if (!c)
         return -ENOTSUP;
+    al_link_fail_all(s, -ECONNRESET, "the guest stopped answering and is being recovered");
+    int r = al_link_exclusive(s, RESTORE_WAIT_MS, err);
+    if (r < 0)
+        return al_err(err, r, "cannot recover the session now: %s", err->msg);
     /* A guest that broke the protocol is not asked whether it is fine. */
     if (domain_running(s) && !s->poisoned) {
         al_error probe = {0};
-        if (al_link_resync(s, PROBE_MS, &probe) == 0)
+        if (al_link_resync(s, PROBE_MS, &probe) == 0) {
+            al_link_exclusive_end(s);
             return 0; /* the agent answers: nothing to undo */
+        }
     }
-    if (!c->current)
+    if (!c->current) {
+        al_link_exclusive_end(s);
         return al_err(err, -ENOENT,
                       "the VM stopped answering and there is no checkpoint to "
                       "go back to");
-    int r = restore(s, c->current, err);
+    }
+    r = restore(s, c->current, err);
+    al_link_exclusive_end(s);
     if (r < 0)
         return r;
     *restored_id = c->current;

@@ -174,18 +174,14 @@ static void serve_exec(struct al_control *c, int fd, const cJSON *req, int fds[3
     al_exec_result res = {0};
     al_error err = {0};
     int r;
-    {
-        AL_SESSION_LOCKED(c->s);
-        if (atomic_load(&c->stopping)) {
-            answer_error(fd, -ESHUTDOWN, "the session is closing");
-            return;
-        }
-        /* The owner's signals stay the owner's; closing the session cancels ours. */
-        int saved = c->s->cancel_fd;
-        c->s->cancel_fd = c->cancel_pipe[0];
-        r = al_exec(c->s, &o, &res, &err);
-        c->s->cancel_fd = saved;
+    if (atomic_load(&c->stopping)) {
+        answer_error(fd, -ESHUTDOWN, "the session is closing");
+        return;
     }
+    /* A request beside the owner's (link.c); the owner's signals stay the owner's, closing the
+     * session cancels ours. */
+    o.cancel_fd = c->cancel_pipe[0];
+    r = al_exec(c->s, &o, &res, &err);
     if (r < 0) {
         answer_error(fd, r, err.msg);
         return;

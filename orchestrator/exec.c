@@ -26,6 +26,7 @@ static size_t count(const char *const *v)
 struct exec_state {
     al_session *s;
     uint32_t id;
+    int cancel_fd;                 /* its signal pipe: the run's own or the session's */
     int stdin_fd;                  /* -1 once EOF was sent */
     uint64_t stdin_credit;         /* bytes the agent still accepts on stdin */
     bool out_broken[3];            /* host stdout/stderr went away: discard */
@@ -133,13 +134,18 @@ static int on_data(struct exec_state *st, const al_exec_opts *o, const struct al
 static int on_cancel(struct exec_state *st, al_error *err)
 {
     uint8_t sig = 0;
-    ssize_t n = read(st->s->cancel_fd, &sig, 1);
+    ssize_t n = read(st->cancel_fd, &sig, 1);
     if (n != 1)
         return 0;
     if (sig == SIGINT || sig == SIGQUIT) {
         st->interrupted = true;
         return send_signal(st, sig, err);
     }
+    /* What the run started goes with it (the agent kills its cgroup), unless the guest is not
+     * reading: the caller is not kept waiting for that. */
+    struct al_msg kill = {.type = AL_SIGNAL, .id = st->id};
+    kill.u.signal.signo = SIGKILL;
+    al_channel_send_nowait(&st->s->ch, &kill);
     return al_err(err, -ECANCELED, "cancelled by signal %u", sig);
 }
 
@@ -169,17 +175,22 @@ static int on_host_deadline(struct exec_state *st, const al_exec_opts *o, uint64
                   o->timeout_ms / 1000);
 }
 
-static int exec_locked(al_session *s, const al_exec_opts *o, al_exec_result *out,
-                       al_result_reader *results, uint32_t op, al_error *err);
+static int exec_run(al_session *s, const al_exec_opts *o, al_exec_result *out,
+                    al_result_reader *results, uint32_t op, uint32_t id, al_error *err);
 
+/* Each exec is a request of its own on the channel: others run beside it (link.c). */
 static int exec_with(al_session *s, const al_exec_opts *o, al_exec_result *out, uint32_t op,
                      al_error *err)
 {
-    AL_SESSION_LOCKED(s);
     al_result_reader *results = NULL;
+    uint32_t id = 0;
     int r = o->kernel ? al_result_reader_new(&results, err) : 0;
     if (r == 0)
-        r = exec_locked(s, o, out, results, op, err);
+        r = al_link_begin(s, o->cancel_fd, &id, err);
+    if (r == 0) {
+        r = exec_run(s, o, out, results, op, id, err);
+        al_link_end(s, id);
+    }
     al_result_reader_free(results);
     return al_link_check(s, r, err);
 }
@@ -266,8 +277,8 @@ static int kernel_lang(const al_exec_opts *o, char *out, size_t cap, al_error *e
     return 0;
 }
 
-static int exec_locked(al_session *s, const al_exec_opts *o, al_exec_result *out,
-                       al_result_reader *results, uint32_t op, al_error *err)
+static int exec_run(al_session *s, const al_exec_opts *o, al_exec_result *out,
+                    al_result_reader *results, uint32_t op, uint32_t id, al_error *err)
 {
     size_t argc = count(o->argv), envc = count(o->env);
     if (argc == 0 || argc > AL_ARGV_MAX)
@@ -286,8 +297,11 @@ static int exec_locked(al_session *s, const al_exec_opts *o, al_exec_result *out
     int ready = al_link_ready(s, err);
     if (ready < 0)
         return ready;
-    struct exec_state st = {
-        .s = s, .id = (uint32_t)al_link_next_id(s), .stdin_fd = -1, .results = results};
+    struct exec_state st = {.s = s,
+                            .id = id,
+                            .cancel_fd = al_link_cancel_fd(s, id),
+                            .stdin_fd = -1,
+                            .results = results};
     struct al_msg m = {.type = AL_EXEC, .id = st.id};
     m.u.exec.flags = (o->stdin_fd >= 0 ? AL_EXEC_STDIN : 0) | (o->kernel ? AL_EXEC_KERNEL : 0) | op;
     m.u.exec.timeout_ms = o->timeout_ms;
@@ -330,7 +344,7 @@ static int exec_locked(al_session *s, const al_exec_opts *o, al_exec_result *out
             return r;
         if (r == 0) {
             /* Woken by the cancel pipe or stdin: find out which without blocking. */
-            struct pollfd pfd[2] = {{s->cancel_fd, POLLIN, 0}, {extra, POLLIN, 0}};
+            struct pollfd pfd[2] = {{st.cancel_fd, POLLIN, 0}, {extra, POLLIN, 0}};
             if (poll(pfd, 2, 0) < 0 && errno != EINTR)
                 return al_err(err, -errno, "poll failed: %s", strerror(errno));
             if (pfd[0].revents) {

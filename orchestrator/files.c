@@ -8,6 +8,10 @@
 #include <string.h>
 #include <sys/stat.h>
 
+/* A copy's guest sends a frame at least this often: a chunk, a credit, its end. A stopped agent
+ * (SIGSTOP, a guest speaking for it) fails the copy, never holds the caller. */
+#define FILE_STALL_MS 30000
+
 static int guest_path_ok(const char *p, al_error *err)
 {
     size_t n = strlen(p);
@@ -23,9 +27,19 @@ static int file_begin(al_session *s, const char *guest_path, al_error *err)
     return r < 0 ? r : al_link_ready(s, err);
 }
 
-int al_file_put(al_session *s, const char *host_path, const char *guest_path, al_error *err)
+/* The next frame of a copy: a guest that sends nothing for FILE_STALL_MS is not copying. */
+static int file_recv(al_session *s, uint32_t id, struct al_msg *m, al_error *err)
 {
-    AL_SESSION_LOCKED(s);
+    int r = al_link_recv_until(s, id, m, -1, al_now_ms() + FILE_STALL_MS, err);
+    if (r == -ETIMEDOUT && err->code == 0)
+        return al_err(err, -ETIMEDOUT, "the guest agent sent nothing for %d s during a file copy",
+                      FILE_STALL_MS / 1000);
+    return r;
+}
+
+static int file_put(al_session *s, const char *host_path, const char *guest_path, uint32_t id,
+                    al_error *err)
+{
     int r = file_begin(s, guest_path, err);
     if (r < 0)
         return r;
@@ -36,7 +50,6 @@ int al_file_put(al_session *s, const char *host_path, const char *guest_path, al
     if (!S_ISREG(st.st_mode))
         return al_err(err, -EINVAL, "'%s' is not a regular file", host_path);
 
-    uint32_t id = (uint32_t)al_link_next_id(s);
     struct al_msg m = {.type = AL_FILE_PUT, .id = id};
     m.u.file_put.mode = st.st_mode & 0777;
     m.u.file_put.size = (uint64_t)st.st_size;
@@ -66,7 +79,7 @@ int al_file_put(al_session *s, const char *host_path, const char *guest_path, al
             credit -= (uint64_t)n;
             eof_sent = flags & AL_FLAG_EOF;
         }
-        r = al_link_recv(s, id, &m, -1, err);
+        r = file_recv(s, id, &m, err);
         if (r < 0)
             return r;
         if (r == 0)
@@ -118,7 +131,7 @@ static int receive_file(al_session *s, uint32_t id, int fd, const char *guest_pa
     bool have_info = false, eof = false;
     uint64_t size = 0, got = 0;
     for (;;) {
-        int r = al_link_recv(s, id, &m, -1, err);
+        int r = file_recv(s, id, &m, err);
         if (r < 0)
             return r;
         if (r == 0)
@@ -177,9 +190,8 @@ static int receive_file(al_session *s, uint32_t id, int fd, const char *guest_pa
 }
 
 static int file_get(al_session *s, const char *guest_path, const char *host_path,
-                    uint64_t max_bytes, al_error *err)
+                    uint64_t max_bytes, uint32_t id, al_error *err)
 {
-    AL_SESSION_LOCKED(s);
     int r = file_begin(s, guest_path, err);
     if (r < 0)
         return r;
@@ -196,7 +208,6 @@ static int file_get(al_session *s, const char *guest_path, const char *host_path
         return al_err(err, -errno, "cannot create a file next to '%s': %s", target,
                       strerror(errno));
 
-    uint32_t id = (uint32_t)al_link_next_id(s);
     struct al_msg m = {.type = AL_FILE_GET, .id = id};
     m.u.file_get.path = al_str_cstr(guest_path);
     uint32_t mode = 0600;
@@ -214,13 +225,37 @@ static int file_get(al_session *s, const char *guest_path, const char *host_path
     return r;
 }
 
+int al_file_put(al_session *s, const char *host_path, const char *guest_path, al_error *err)
+{
+    uint32_t id = 0;
+    int r = al_link_begin(s, -1, &id, err);
+    if (r < 0)
+        return r;
+    r = file_put(s, host_path, guest_path, id, err);
+    al_link_end(s, id);
+    return r;
+}
+
+/* Each copy is a request of its own: runs go on beside it (link.c). */
+static int file_get_request(al_session *s, const char *guest_path, const char *host_path,
+                            uint64_t max_bytes, al_error *err)
+{
+    uint32_t id = 0;
+    int r = al_link_begin(s, -1, &id, err);
+    if (r < 0)
+        return r;
+    r = file_get(s, guest_path, host_path, max_bytes, id, err);
+    al_link_end(s, id);
+    return r;
+}
+
 int al_file_get(al_session *s, const char *guest_path, const char *host_path, al_error *err)
 {
-    return file_get(s, guest_path, host_path, 0, err);
+    return file_get_request(s, guest_path, host_path, 0, err);
 }
 
 int al_file_get_max(al_session *s, const char *guest_path, const char *host_path,
                     uint64_t max_bytes, al_error *err)
 {
-    return file_get(s, guest_path, host_path, max_bytes, err);
+    return file_get_request(s, guest_path, host_path, max_bytes, err);
 }

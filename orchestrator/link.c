@@ -5,10 +5,15 @@
 
 #include "transport/transport.h"
 
+#include <errno.h>
+#include <fcntl.h>
 #include <poll.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/random.h>
+#include <time.h>
+#include <unistd.h>
 
 /* The handshake after a reconnect. */
 #define RECONNECT_HANDSHAKE_MS 8000
@@ -110,7 +115,7 @@ static int hello_ack(al_session *s, const struct al_msg *m, uint64_t nonce, al_e
 int al_link_hello_wait(al_session *s, uint64_t nonce, uint64_t deadline, al_error *err)
 {
     struct al_msg m;
-    int r = al_channel_recv(&s->ch, &m, deadline, s->cancel_fd, -1, err);
+    int r = al_channel_recv(&s->ch, &m, deadline, s->cancel_fd, -1, -1, err);
     if (r < 0)
         return r;
     if (r == 0)
@@ -210,7 +215,7 @@ static int resync(al_session *s, unsigned total_ms, al_error *err)
             attempt_end = end;
         for (;;) {
             al_error ignored = {0};
-            r = al_channel_recv(&s->ch, &m, attempt_end, -1, -1, &ignored);
+            r = al_channel_recv(&s->ch, &m, attempt_end, -1, -1, -1, &ignored);
             if (r == 1 && m.type == AL_HELLO_ACK && m.u.hello_ack.nonce == nonce)
                 return hello_ack(s, &m, nonce, err);
             if (r == 1)
@@ -253,6 +258,8 @@ int al_link_check(al_session *s, int r, const al_error *err)
     if ((r == -EPROTO || r == -EMSGSIZE) && !s->poisoned) {
         s->poisoned = true;
         snprintf(s->poison_why, sizeof(s->poison_why), "%.200s", err->msg);
+        /* whatever else runs on this agent's word ends too */
+        al_link_fail_all(s, -EPROTO, err->msg);
     }
     return r;
 }
@@ -281,22 +288,415 @@ int al_link_recv(al_session *s, uint32_t id, struct al_msg *m, int extra_fd, al_
     return al_link_recv_until(s, id, m, extra_fd, 0, err);
 }
 
+/* ---- many requests at once on one channel ----
+ *
+ * Each request in flight has an entry here. No thread of its own reads the channel: whichever
+ * request waits first while nobody reads becomes the reader (the others wait on their wake
+ * pipes); it hands each frame it reads to the request it belongs to, as a copy in that
+ * request's bounded queue, until one of its own comes, its deadline passes, or its cancel pipe
+ * or stdin wakes it; then it leaves the reading to another waiter. So a request waits only for
+ * its own frames, and one whose caller is slow to take them (a client that stops reading its
+ * output) holds nothing but its queue: the agent sends it no more than its credit. */
+
+/* A request's queue: its credit on its streams (stdout, stderr, results, a file) and a few
+ * small frames; an agent that sends more is not honouring credit. */
+#define QUEUE_SLACK (256 * 1024)
+
+struct qframe {
+    struct qframe *next;
+    size_t len;
+    uint8_t buf[]; /* the frame, encoded again */
+};
+
+struct al_link_req {
+    struct al_link_req *next;
+    uint32_t id;
+    int wake[2];   /* a byte: a frame is queued, the reading is free, or the request failed */
+    int cancel_fd; /* its signal pipe: its own, or the session's */
+    struct qframe *head, *tail;
+    size_t queued; /* bytes in the queue */
+    int fail;      /* negative: it failed while another request read (fail_msg) */
+    char fail_msg[sizeof(((al_error *)0)->msg)];
+    struct qframe *cur; /* the frame handed out last, kept until the next receive */
+    bool waiting;       /* its thread waits for the reading or a frame */
+};
+
+struct al_link_mux {
+    pthread_mutex_t mu;
+    pthread_cond_t idle; /* exclusive use ended, or the last request ended */
+    struct al_link_req *reqs;
+    unsigned n;       /* requests in flight */
+    bool reading;     /* a request's thread is reading the channel */
+    bool exclusive;   /* a checkpoint, a restore or a reconnect has the channel alone */
+    uint8_t *scratch; /* the reader's, to copy frames */
+};
+
+struct al_link_mux *al_link_mux_new(void)
+{
+    struct al_link_mux *x = calloc(1, sizeof(*x));
+    if (!x)
+        return NULL;
+    x->scratch = malloc(AL_FRAME_HEADER_SIZE + AL_FRAME_PAYLOAD_MAX);
+    if (!x->scratch) {
+        free(x);
+        return NULL;
+    }
+    pthread_mutex_init(&x->mu, NULL);
+    pthread_cond_init(&x->idle, NULL);
+    return x;
+}
+
+void al_link_mux_free(struct al_link_mux *x)
+{
+    if (!x)
+        return;
+    pthread_mutex_destroy(&x->mu);
+    pthread_cond_destroy(&x->idle);
+    free(x->scratch);
+    free(x);
+}
+
+static struct al_link_req *req_find(struct al_link_mux *x, uint32_t id)
+{
+    for (struct al_link_req *q = x->reqs; q; q = q->next)
+        if (q->id == id)
+            return q;
+    return NULL;
+}
+
+static void req_kick(struct al_link_req *q)
+{
+    uint8_t b = 1;
+    if (write(q->wake[1], &b, 1) < 0) {
+        /* full: it is woken already */
+    }
+}
+
+static void req_drain(struct al_link_req *q)
+{
+    uint8_t buf[64];
+    while (read(q->wake[0], buf, sizeof(buf)) > 0)
+        ;
+}
+
+/* The reading is free: one waiter that has nothing queued takes it. Called with mu held. */
+static void pass_reading(struct al_link_mux *x, const struct al_link_req *self)
+{
+    for (struct al_link_req *q = x->reqs; q; q = q->next)
+        if (q != self && q->waiting && !q->head && !q->fail) {
+            req_kick(q);
+            return;
+        }
+}
+
+static void req_fail(struct al_link_req *q, int code, const char *msg)
+{
+    if (q->fail)
+        return;
+    q->fail = code;
+    snprintf(q->fail_msg, sizeof(q->fail_msg), "%s", msg);
+    req_kick(q);
+}
+
+/* Fails every request in flight but self (the channel broke, the guest broke the protocol, the
+ * session is being restored). */
+static void fail_others(struct al_link_mux *x, const struct al_link_req *self, int code,
+                        const char *msg)
+{
+    for (struct al_link_req *q = x->reqs; q; q = q->next)
+        if (q != self)
+            req_fail(q, code, msg);
+}
+
+int al_link_begin(al_session *s, int cancel_fd, uint32_t *id, al_error *err)
+{
+    struct al_link_mux *x = s->mux;
+    struct al_link_req *q = calloc(1, sizeof(*q));
+    if (!q)
+        return al_err(err, -ENOMEM, "out of memory");
+    if (pipe2(q->wake, O_CLOEXEC | O_NONBLOCK) < 0) {
+        free(q);
+        return al_err(err, -errno, "pipe: %s", strerror(errno));
+    }
+    q->cancel_fd = cancel_fd > 0 ? cancel_fd : s->cancel_fd;
+    pthread_mutex_lock(&x->mu);
+    while (x->exclusive)
+        pthread_cond_wait(&x->idle, &x->mu);
+    if (x->n >= AL_LINK_REQUESTS_MAX) {
+        pthread_mutex_unlock(&x->mu);
+        close(q->wake[0]);
+        close(q->wake[1]);
+        free(q);
+        return al_err(err, -EBUSY, "%d requests of this session are running already",
+                      AL_LINK_REQUESTS_MAX);
+    }
+    q->id = (uint32_t)al_link_next_id(s);
+    q->next = x->reqs;
+    x->reqs = q;
+    x->n++;
+    pthread_mutex_unlock(&x->mu);
+    *id = q->id;
+    return 0;
+}
+
+static void qframes_free(struct qframe *f)
+{
+    while (f) {
+        struct qframe *n = f->next;
+        free(f);
+        f = n;
+    }
+}
+
+void al_link_end(al_session *s, uint32_t id)
+{
+    struct al_link_mux *x = s->mux;
+    pthread_mutex_lock(&x->mu);
+    struct al_link_req **pp = &x->reqs;
+    while (*pp && (*pp)->id != id)
+        pp = &(*pp)->next;
+    struct al_link_req *q = *pp;
+    if (q) {
+        *pp = q->next;
+        x->n--;
+        if (x->n == 0)
+            pthread_cond_broadcast(&x->idle);
+    }
+    pthread_mutex_unlock(&x->mu);
+    if (!q)
+        return;
+    qframes_free(q->head);
+    free(q->cur);
+    close(q->wake[0]);
+    close(q->wake[1]);
+    free(q);
+}
+
+int al_link_exclusive(al_session *s, unsigned wait_ms, al_error *err)
+{
+    struct al_link_mux *x = s->mux;
+    pthread_mutex_lock(&x->mu);
+    uint64_t end = al_now_ms() + wait_ms;
+    while (x->exclusive || x->n) {
+        uint64_t now = al_now_ms();
+        if (now >= end) {
+            unsigned n = x->n;
+            pthread_mutex_unlock(&x->mu);
+            return al_err(err, -EBUSY,
+                          "%u request%s of this session %s running (background processes); "
+                          "this needs the session idle",
+                          n, n == 1 ? "" : "s", n == 1 ? "is" : "are");
+        }
+        struct timespec ts;
+        clock_gettime(CLOCK_REALTIME, &ts);
+        uint64_t ns = (uint64_t)ts.tv_nsec + (end - now) * 1000000ull;
+        ts.tv_sec += (time_t)(ns / 1000000000ull);
+        ts.tv_nsec = (long)(ns % 1000000000ull);
+        pthread_cond_timedwait(&x->idle, &x->mu, &ts);
+    }
+    x->exclusive = true;
+    pthread_mutex_unlock(&x->mu);
+    return 0;
+}
+
+void al_link_exclusive_end(al_session *s)
+{
+    struct al_link_mux *x = s->mux;
+    pthread_mutex_lock(&x->mu);
+    x->exclusive = false;
+    pthread_cond_broadcast(&x->idle);
+    pthread_mutex_unlock(&x->mu);
+}
+
+void al_link_fail_all(al_session *s, int code, const char *msg)
+{
+    struct al_link_mux *x = s->mux;
+    pthread_mutex_lock(&x->mu);
+    fail_others(x, NULL, code, msg);
+    pthread_mutex_unlock(&x->mu);
+}
+
+int al_link_cancel_fd(al_session *s, uint32_t id)
+{
+    struct al_link_mux *x = s->mux;
+    pthread_mutex_lock(&x->mu);
+    struct al_link_req *q = req_find(x, id);
+    int fd = q ? q->cancel_fd : s->cancel_fd;
+    pthread_mutex_unlock(&x->mu);
+    return fd;
+}
+
+/* A copy of the frame m (which points into the channel's buffer), or NULL. */
+static struct qframe *frame_copy(struct al_link_mux *x, const struct al_msg *m)
+{
+    int n = al_msg_encode(m, x->scratch, AL_FRAME_HEADER_SIZE + AL_FRAME_PAYLOAD_MAX);
+    struct qframe *f = n < 0 ? NULL : malloc(sizeof(*f) + (size_t)n);
+    if (!f)
+        return NULL;
+    f->next = NULL;
+    f->len = (size_t)n;
+    memcpy(f->buf, x->scratch, (size_t)n);
+    return f;
+}
+
+/* The frame m read for another request: a copy into its queue. 0, or -ENOMEM. */
+static int enqueue(struct al_link_mux *x, struct al_link_req *q, const struct al_msg *m,
+                   uint32_t window)
+{
+    if (q->fail)
+        return 0; /* it ends without reading more */
+    struct qframe *f = frame_copy(x, m);
+    if (!f)
+        return -ENOMEM;
+    if (q->queued + f->len > 4ull * window + QUEUE_SLACK) {
+        free(f);
+        req_fail(q, -EPROTO, "the guest sent a request more than its credit allows");
+        return 0;
+    }
+    if (q->tail)
+        q->tail->next = f;
+    else
+        q->head = f;
+    q->tail = f;
+    q->queued += f->len;
+    req_kick(q);
+    return 0;
+}
+
+/* The frame f, now q's current one, into *m (pointing into it). */
+static int take(struct al_link_req *q, struct qframe *f, struct al_msg *m, al_error *err)
+{
+    free(q->cur);
+    q->cur = f;
+    struct al_header h;
+    const char *why = "?";
+    if (al_header_decode(f->buf, f->len, &h, &why) < 0 ||
+        al_msg_decode(&h, f->buf + AL_FRAME_HEADER_SIZE, m, &why) < 0)
+        return al_err(err, -EPROTO, "a queued frame does not decode: %s", why);
+    return 1;
+}
+
+/* The queue's first frame into *m. */
+static int dequeue(struct al_link_req *q, struct al_msg *m, al_error *err)
+{
+    struct qframe *f = q->head;
+    q->head = f->next;
+    if (!q->head)
+        q->tail = NULL;
+    q->queued -= f->len;
+    return take(q, f, m, err);
+}
+
+/* Reads the channel for q, handing others their frames, until a frame of q's (1, *m), a wake
+ * (0), or a failure. Called and returns with mu held; unlocks around the read. */
+static int read_for(al_session *s, struct al_link_req *q, struct al_msg *m, int extra_fd,
+                    uint64_t until, al_error *err)
+{
+    struct al_link_mux *x = s->mux;
+    x->reading = true;
+    int r;
+    for (;;) {
+        pthread_mutex_unlock(&x->mu);
+        r = al_channel_recv(&s->ch, m, until, q->cancel_fd, extra_fd, q->wake[0], err);
+        pthread_mutex_lock(&x->mu);
+        if (r <= 0)
+            break;
+        if (m->id == q->id && !(m->type == AL_ERROR && m->id == 0)) {
+            /* Ours, copied: the next reader reuses the channel's buffer at once. */
+            struct qframe *f = frame_copy(x, m);
+            r = f ? take(q, f, m, err) : al_err(err, -ENOMEM, "out of memory for a frame");
+            break;
+        }
+        struct al_link_req *o = m->id ? req_find(x, m->id) : NULL;
+        if (o) {
+            if ((r = enqueue(x, o, m, s->agent_window)) < 0) {
+                r = al_err(err, r, "out of memory for a frame");
+                break;
+            }
+            continue;
+        }
+        if ((r = al_link_stray_frame(s, m, NULL, err)) < 0)
+            break;
+    }
+    x->reading = false;
+    /* The channel itself failed: every request on it fails the same way. A deadline of q's, a
+     * wake or a frame of its own concern q alone. */
+    if (r < 0 && !(r == -ETIMEDOUT && err->code == 0))
+        fail_others(x, q, r, err->msg);
+    pass_reading(x, q);
+    return r;
+}
+
 int al_link_recv_until(al_session *s, uint32_t id, struct al_msg *m, int extra_fd,
                        uint64_t deadline, al_error *err)
 {
-    for (;;) {
-        bool ours = deadline && (!s->expires_ms || deadline < s->expires_ms);
-        int r = al_channel_recv(&s->ch, m, ours ? deadline : s->expires_ms, s->cancel_fd, extra_fd,
-                                err);
-        if (r == -ETIMEDOUT && err->code == 0 && ours)
-            return r;
-        if (r == -ETIMEDOUT && err->code == 0)
-            return al_err(err, -ETIME, "session lifetime exceeded");
-        if (r <= 0)
-            return r;
-        if (m->id == id && !(m->type == AL_ERROR && m->id == 0))
-            return 1;
-        if ((r = al_link_stray_frame(s, m, NULL, err)) < 0)
-            return r;
+    struct al_link_mux *x = s->mux;
+    bool ours = deadline && (!s->expires_ms || deadline < s->expires_ms);
+    uint64_t until = ours ? deadline : s->expires_ms;
+    pthread_mutex_lock(&x->mu);
+    struct al_link_req *q = req_find(x, id);
+    if (!q) {
+        pthread_mutex_unlock(&x->mu);
+        return al_err(err, -EINVAL, "request %u is not in flight", id);
     }
+    int r;
+    for (;;) {
+        if (q->head) {
+            r = dequeue(q, m, err);
+            break;
+        }
+        if (q->fail) {
+            r = al_err(err, q->fail, "%s", q->fail_msg);
+            break;
+        }
+        if (!x->reading) {
+            req_drain(q);
+            r = read_for(s, q, m, extra_fd, until, err);
+            if (r == 0 && q->fail)
+                continue; /* woken to fail */
+            if (r == 0) {
+                /* Woken by its own pipe (a frame or the reading passed to it): read on. */
+                struct pollfd p[2] = {{q->cancel_fd, POLLIN, 0}, {extra_fd, POLLIN, 0}};
+                if (poll(p, 2, 0) <= 0)
+                    continue;
+            }
+            break;
+        }
+        /* Another request reads: wait for a frame, the reading, a wake of our own. */
+        q->waiting = true;
+        pthread_mutex_unlock(&x->mu);
+        uint64_t now = al_now_ms();
+        int timeout = -1;
+        if (until)
+            timeout = now >= until ? 0 : (int)(until - now);
+        struct pollfd p[3] = {
+            {q->wake[0], POLLIN, 0}, {q->cancel_fd, POLLIN, 0}, {extra_fd, POLLIN, 0}};
+        int pr = poll(p, 3, timeout);
+        int saved = errno;
+        pthread_mutex_lock(&x->mu);
+        q->waiting = false;
+        if (pr < 0 && saved != EINTR) {
+            r = al_err(err, -saved, "poll failed: %s", strerror(saved));
+            break;
+        }
+        if (pr == 0 && until && al_now_ms() >= until) {
+            r = -ETIMEDOUT;
+            break;
+        }
+        if (pr > 0 && (p[1].revents || p[2].revents)) {
+            r = 0;
+            break;
+        }
+        if (pr > 0 && p[0].revents)
+            req_drain(q);
+    }
+    /* Leaving without the reading: another waiter may need it. */
+    if (!x->reading)
+        pass_reading(x, q);
+    pthread_mutex_unlock(&x->mu);
+    if (r == -ETIMEDOUT && err->code == 0 && ours)
+        return r;
+    if (r == -ETIMEDOUT && err->code == 0)
+        return al_err(err, -ETIME, "session lifetime exceeded");
+    return r;
 }

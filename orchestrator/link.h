@@ -29,6 +29,25 @@ int al_link_resync(al_session *s, unsigned total_ms, al_error *err);
  * paused it; reconnects (with backoff) when the transport lost its connection. */
 int al_link_ready(al_session *s, al_error *err);
 int al_link_next_id(al_session *s);
+
+/* Many requests at once (link.c, "many requests at once"): each request in flight is begun
+ * (its id, its signal pipe: cancel_fd when > 0, else the session's) and ended on every path;
+ * its frames reach only its own al_link_recv. At most AL_LINK_REQUESTS_MAX at once, as many as
+ * the agent runs (its AGENT_REQ_MAX). */
+#define AL_LINK_REQUESTS_MAX 64
+struct al_link_mux *al_link_mux_new(void);
+void al_link_mux_free(struct al_link_mux *x);
+int al_link_begin(al_session *s, int cancel_fd, uint32_t *id, al_error *err);
+void al_link_end(al_session *s, uint32_t id);
+/* The signal pipe of request id. */
+int al_link_cancel_fd(al_session *s, uint32_t id);
+/* The channel alone, for what talks to the agent outside any request (a checkpoint's barrier, a
+ * restore's handshake, a reconnect): waits up to wait_ms for the requests in flight to end
+ * (-EBUSY after that), and holds new ones back until al_link_exclusive_end. */
+int al_link_exclusive(al_session *s, unsigned wait_ms, al_error *err);
+void al_link_exclusive_end(al_session *s);
+/* Every request in flight fails with code and msg (the session was poisoned or restored). */
+void al_link_fail_all(al_session *s, int code, const char *msg);
 /* Returns r; when r says the guest broke the protocol (-EPROTO, or -EMSGSIZE for data past a
  * cap), the session takes no more requests until a checkpoint restore: its agent is not ours. */
 int al_link_check(al_session *s, int r, const al_error *err);
@@ -37,8 +56,8 @@ int al_link_check(al_session *s, int r, const al_error *err);
  * guest speaking out of turn: -EPROTO, "guest sent a TYPE frame " and when (NULL: "for unknown
  * request ID"). */
 int al_link_stray_frame(al_session *s, const struct al_msg *m, const char *when, al_error *err);
-/* The next frame for request id, dropping late frames of finished requests. 0 when cancel_fd
- * or extra_fd became readable. */
+/* The next frame for request id (begun), dropping late frames of finished requests. 0 when its
+ * signal pipe or extra_fd became readable. */
 int al_link_recv(al_session *s, uint32_t id, struct al_msg *m, int extra_fd, al_error *err);
 /* The same with a deadline of the caller's (0: none): -ETIMEDOUT with err untouched when it
  * passes before the session's lifetime ends. */

@@ -331,6 +331,11 @@ static al_session *session_new(const al_session_opts *opts)
     al_session *s = calloc(1, sizeof(*s));
     if (!s)
         return NULL;
+    s->mux = al_link_mux_new();
+    if (!s->mux) {
+        free(s);
+        return NULL;
+    }
     s->lock_fd = -1;
     s->state_lock_fd = -1;
     s->ch.fd = -1;
@@ -709,6 +714,7 @@ void al_session_close(al_session *s)
     al_closep(&s->state_lock_fd);
     al_image_free(&s->img);
     pthread_mutex_destroy(&s->lock);
+    al_link_mux_free(s->mux);
     free(s);
 }
 

@@ -34,8 +34,9 @@ struct al_session {
     void (*on_notice)(void *ctx, const char *msg);
     void *notice_ctx;
     int cancel_fd;               /* -1 or the caller's signal pipe */
-    pthread_mutex_t lock;        /* recursive; one request at a time on the channel, whether the
-                                    owner's or a control-socket client's (control.c) */
+    pthread_mutex_t lock;        /* recursive; checkpoints and restores one at a time (requests
+                                    share the channel through mux) */
+    struct al_link_mux *mux;     /* link.c: the requests in flight on the channel */
     struct al_control *control;  /* the control socket's server thread, or NULL */
     struct al_checkpoints *ckpt; /* checkpoint.c's state; NULL without opts.checkpoints */
     struct al_channel ch;

@@ -742,6 +742,9 @@ int al_template_replace(const struct al_template_id *id, al_error *err)
 
 /* ---- restoring ---- */
 
+static int refresh_request(al_session *s, uint32_t rid, uint8_t *seed, const uint8_t *id,
+                           const struct timespec *t, al_error *err);
+
 /* Makes the restored guest its own: host entropy into its kernel RNG, the host's clock, the
  * session's name as hostname, a fresh machine-id, in one REFRESH the agent applies in its own
  * process (guest-agent/refresh.c). */
@@ -756,19 +759,34 @@ static int make_unique(al_session *s, al_error *err)
     struct timespec now;
     clock_gettime(CLOCK_REALTIME, &now);
     int r = al_link_ready(s, err);
-    if (r < 0)
+    uint32_t rid = 0;
+    if (r == 0)
+        r = al_link_begin(s, -1, &rid, err);
+    if (r < 0) {
+        explicit_bzero(seed, sizeof(seed));
         return r;
-    struct al_msg m = {.type = AL_REFRESH, .id = (uint32_t)al_link_next_id(s)};
+    }
+    r = refresh_request(s, rid, seed, id, &now, err);
+    al_link_end(s, rid);
+    explicit_bzero(seed, sizeof(seed));
+    return r;
+}
+
+/* The REFRESH frame as request rid, and its answer. */
+static int refresh_request(al_session *s, uint32_t rid, uint8_t *seed, const uint8_t *id,
+                           const struct timespec *t, al_error *err)
+{
+    struct timespec now = *t;
+    struct al_msg m = {.type = AL_REFRESH, .id = rid};
     m.u.refresh.seed = seed;
     m.u.refresh.sec = (uint64_t)now.tv_sec;
     m.u.refresh.nsec = (uint32_t)now.tv_nsec;
     m.u.refresh.machine_id = id;
     m.u.refresh.hostname = al_str_cstr(s->name);
-    r = al_channel_send(&s->ch, &m, err);
-    explicit_bzero(seed, sizeof(seed));
+    int r = al_channel_send(&s->ch, &m, err);
+    explicit_bzero(seed, AL_REFRESH_SEED);
     if (r < 0)
         return r;
-    uint32_t rid = m.id;
     r = al_link_recv_until(s, rid, &m, -1, al_now_ms() + REFRESH_MS, err);
     if (r == -ETIMEDOUT && err->code == 0)
         return al_err(err, -ETIMEDOUT, "the agent did not refresh the restored guest in time");

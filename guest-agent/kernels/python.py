@@ -492,7 +492,13 @@ class IPythonKernel(Kernel):
                     if isinstance(sys.exc_info()[1], KeyboardInterrupt) and kernel.pending:
                         self.showtraceback(exception_only=True)
                     else:
-                        self.showtraceback(running_compiled_code=True)
+                        try:
+                            self.showtraceback(running_compiled_code=True)
+                        except Exception:
+                            # IPython's formatter fails on some frames (stack_data finds no
+                            # statement in a cell interrupted before its first line): the
+                            # exception alone, not the formatter's own traceback.
+                            self.showtraceback(exception_only=True)
                     return True
                 return False
 

@@ -306,6 +306,11 @@ typedef struct al_exec_opts {
      * name (letters, digits, '_', '-', '.', at most 32) is a kernel of its own, with its own
      * state and cwd, started by its first run. */
     const char *context;
+    /* > 0: this run's own signal pipe, read as the session's cancel_fd is (SIGINT and SIGQUIT
+     * bytes are passed to the program, any other byte kills it and everything it started, and
+     * the exec fails with -ECANCELED), so that several runs of one session can be signalled
+     * apart; 0 or -1: the session's. */
+    int cancel_fd;
 } al_exec_opts;
 
 typedef struct al_exec_result {

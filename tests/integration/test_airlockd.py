@@ -21,7 +21,7 @@ import time
 import unittest
 
 import altest
-from airlock import APIError, Client, Run, Sandbox
+from airlock import APIError, Client, Run, Sandbox, TimeoutException
 
 AIRLOCKD = os.environ.get("AIRLOCKD_BIN", "airlockd")
 NOBODY = 65534
@@ -1032,6 +1032,132 @@ class ResultsTest(unittest.TestCase):
         again = [ev.data["data"]["text/plain"] for ev in run.events(last_event_id=0)
                  if ev.type == "result"]
         self.assertEqual(again, got)
+
+
+class ProcessesTest(unittest.TestCase):
+    """One session, many processes (issue 27): runs of one session run at once, each with its
+    own timeout and signals; a kill takes the run's whole tree; a run nobody reads holds no
+    other. One debian session for all."""
+
+    @classmethod
+    def setUpClass(cls):
+        cls.d = Daemon()
+        try:
+            cls.sb = Sandbox(image="debian", client=cls.d.unix())
+        except BaseException:
+            cls.d.stop()
+            shutil.rmtree(cls.d.dir, ignore_errors=True)
+            raise
+
+    @classmethod
+    def tearDownClass(cls):
+        cls.sb.kill()
+        rc = cls.d.stop()
+        shutil.rmtree(cls.d.dir, ignore_errors=True)
+        if rc != 0:
+            raise AssertionError("airlockd exited %d" % rc)
+
+    def ps(self, regex):
+        """Processes in the guest whose command line matches regex (anchored at its start, so
+        that neither this grep nor the shell around it counts)."""
+        out = self.sb.commands.run("ps -eo args | grep -cE '^%s' || true" % regex).stdout
+        return int(out.strip() or 0)
+
+    def test_background_server_and_tree_kill(self):
+        server = self.sb.commands.run("cd /tmp && exec python3 -m http.server 8731",
+                                      background=True)
+        self.assertTrue(server.running)
+        # a foreground run reaches it while it runs
+        self.addCleanup(server.kill)
+        got = self.sb.commands.run(
+            "for i in $(seq 100); do curl -sf -o /dev/null http://127.0.0.1:8731/ && "
+            "echo reached && exit 0; sleep 0.2; done; exit 1", timeout=60)
+        self.assertEqual((got.exit_code, got.stdout), (0, "reached\n"), got.stderr)
+        self.assertIn(server.id, [r["id"] for r in self.sb.commands.list()])
+        self.assertEqual(self.ps("python3 -m http.server 8731"), 1)
+        # a kill ends it and everything of its tree; the next request finds nobody
+        self.assertTrue(self.sb.commands.kill(server.id))
+        self.assertNotEqual(server.wait(timeout=30)["state"], "running")
+        self.assertEqual(self.ps("python3 -m http.server 8731"), 0)
+        after = self.sb.commands.run("curl -s -m 5 http://127.0.0.1:8731/; echo $?")
+        self.assertNotEqual(after.stdout.strip(), "0")
+        # a tree: a shell whose children outlive it unless the kill takes them all
+        tree = self.sb.commands.run("sleep 301 & sleep 302 & (sleep 303 &) ; wait",
+                                    background=True)
+        self.addCleanup(tree.kill)
+        for _ in range(50):
+            if self.ps("sleep 30") == 3:
+                break
+            time.sleep(0.2)
+        self.assertEqual(self.ps("sleep 30"), 3)
+        tree.kill()
+        tree.wait(timeout=30)
+        self.assertEqual(self.ps("sleep 30"), 0)
+
+    def test_foreground_timeout_while_background_runs(self):
+        bg = self.sb.commands.run("sleep 40; echo bg-done", background=True)
+        self.addCleanup(bg.kill)
+        t = time.monotonic()
+        with self.assertRaises(TimeoutException):
+            self.sb.commands.run("sleep 30", timeout=2)
+        self.assertLess(time.monotonic() - t, 20)  # not held by the background run
+        self.assertTrue(bg.running)
+        fg = self.sb.commands.run("echo fg", timeout=10)
+        self.assertEqual(fg.stdout, "fg\n")
+        bg.kill()
+
+    def test_kernel_and_command_overlap(self):
+        py = self.sb.commands.start(None, language="python", kernel=True, code=(
+            "import time\na = time.time()\ntime.sleep(4)\nprint(a, time.time())"))
+        sh = self.sb.commands.run("a=$(date +%s.%N); sleep 4; echo $a $(date +%s.%N)",
+                                  background=True)
+        p0, p1 = map(float, py.result().stdout.split())
+        s0, s1 = map(float, sh.result().stdout.split())
+        # both ran at once: each started before the other ended
+        self.assertLess(p0, s1)
+        self.assertLess(s0, p1)
+
+    def test_unread_run_does_not_hold_another(self):
+        # nobody reads it: its replay buffer (256 KiB here) fills, the agent runs out of credit
+        flood = self.sb.commands.start("yes flood", timeout=120)
+        self.addCleanup(flood.kill)
+        time.sleep(3)
+        t = time.monotonic()
+        quick = self.sb.commands.run("echo quick", timeout=60)
+        self.assertEqual(quick.stdout, "quick\n")
+        self.assertLess(time.monotonic() - t, 30)
+        self.assertTrue(flood.running)
+        flood.kill()
+        self.assertEqual(flood.wait(timeout=60)["state"], "done")
+        self.assertEqual(self.ps("yes flood"), 0)
+
+    def test_background_output_attached_later(self):
+        run = self.sb.commands.run("for i in 1 2 3 4 5; do echo line-$i; sleep 0.3; done",
+                                   background=True)
+        time.sleep(3)  # it ran (and ended) while nobody read it
+        again = self.sb.commands.connect(run.id)
+        res = again.result()
+        self.assertEqual(res.stdout.split(), ["line-%d" % i for i in range(1, 6)])
+        self.assertEqual(res.exit_code, 0)
+
+    def test_many_at_once(self):
+        # up to the session's limit of unfinished runs (16), then 429 with the limit's name
+        runs = []
+        with self.assertRaises(APIError) as e:
+            for i in range(40):
+                runs.append(self.sb.commands.start("sleep 2; echo run-%d" % i))
+        self.assertEqual((e.exception.status, e.exception.limit), (429, "active_runs"))
+        self.assertGreaterEqual(len(runs), 12)
+        outs = [r.result().stdout for r in runs]
+        self.assertEqual(outs, ["run-%d\n" % i for i in range(len(runs))])
+
+    def test_file_copy_while_a_run_runs(self):
+        bg = self.sb.commands.run("sleep 60", background=True)
+        self.addCleanup(bg.kill)
+        data = os.urandom(3 << 20)
+        self.sb.files.write("/tmp/during.bin", data)
+        self.assertEqual(self.sb.files.read("/tmp/during.bin"), data)
+        bg.kill()
 
 
 NET_GUEST = r"""

@@ -23,7 +23,7 @@ import ssl
 import urllib.parse
 
 __all__ = ["Client", "Sandbox", "Run", "Event", "APIError", "CommandResult", "Execution",
-           "Result", "ExecutionError", "Logs"]
+           "Result", "ExecutionError", "Logs", "TimeoutException"]
 
 DEFAULT_SOCKET = "/run/airlock/airlockd.sock"
 
@@ -37,6 +37,14 @@ class APIError(Exception):
         self.code = code
         self.message = message
         self.limit = limit
+
+
+class TimeoutException(Exception):
+    """A run that went past its timeout (it was killed); result is what it returned so far."""
+
+    def __init__(self, message, result=None):
+        super().__init__(message)
+        self.result = result
 
 
 class _UnixConnection(http.client.HTTPConnection):
@@ -222,6 +230,26 @@ class Run:
     def signal(self, sig="INT"):
         self.sandbox.client.request("POST", self._path + "/signal", body={"signal": sig})
 
+    def kill(self):
+        """Kills the run and everything it started (its cgroup in the guest). True when it was
+        running, False when it had ended already."""
+        try:
+            self.signal("KILL")
+            return True
+        except APIError as e:
+            if e.status in (404, 409):  # ended (and perhaps no longer kept)
+                return False
+            raise
+
+    def result(self, on_stdout=None, on_stderr=None):
+        """Reads the run's events from where this object left off to the end: a CommandResult
+        (a run started in the background, attached again with commands.connect, included)."""
+        return self.sandbox._collect(self, on_stdout, on_stderr, CommandResult)
+
+    @property
+    def running(self):
+        return self.get()["state"] != "done"
+
     def get(self):
         return self.sandbox.client.request("GET", self._path)
 
@@ -354,9 +382,35 @@ class _Commands:
             body["timeout_s"] = int(timeout)
         return Run(self._sb, self._sb.client.request("POST", self._sb._path + "/runs", body=body))
 
-    def run(self, cmd, on_stdout=None, on_stderr=None, **kw):
-        """Runs cmd (a string for sh -c, or an argv list) to its end; returns a CommandResult."""
-        return self._sb._collect(self.start(cmd, **kw), on_stdout, on_stderr, CommandResult)
+    def run(self, cmd, on_stdout=None, on_stderr=None, background=False, **kw):
+        """Runs cmd (a string for sh -c, or an argv list) to its end and returns a
+        CommandResult; one past its timeout raises TimeoutException. With background=True it
+        returns the Run at once: the command goes on beside the session's other runs (until
+        its timeout, a kill or the session's end), whoever reads it; .result() reads it to its
+        end, .kill() ends it and what it started, .send_stdin() (with stdin_open=True)."""
+        run = self.start(cmd, **kw)
+        if background:
+            return run
+        res = self._sb._collect(run, on_stdout, on_stderr, CommandResult)
+        if res.result.get("timed_out"):
+            raise TimeoutException("the command exceeded its timeout of %s s" % kw.get("timeout"),
+                                   res)
+        return res
+
+    def list(self, all=False):
+        """The session's runs (id, state, started, ...) that are not finished; all=True: the
+        finished ones it keeps too."""
+        runs = self._sb.runs()
+        return runs if all else [r for r in runs if r["state"] != "done"]
+
+    def connect(self, run_id):
+        """The Run of that id, to read its output from the start (its replay buffer) or to
+        signal it."""
+        return Run(self._sb, self._sb.client.request(
+            "GET", self._sb._path + "/runs/" + _q(run_id)))
+
+    def kill(self, run_id):
+        return self.connect(run_id).kill()
 
 
 class _Files:
@@ -529,8 +583,10 @@ class Sandbox:
                     on_result(r)
 
         out, err, result, logs = self._events(run, on_stdout, on_stderr, on_event)
-        return Execution(out, err, result, results, logs, refused,
-                         raised[-1] if raised else None)
+        ex = Execution(out, err, result, results, logs, refused, raised[-1] if raised else None)
+        if ex.result.get("timed_out"):
+            raise TimeoutException("the code exceeded its timeout of %s s" % timeout, ex)
+        return ex
 
     def runs(self):
         return self.client.request("GET", self._path + "/runs")["runs"]
