@@ -14,7 +14,11 @@
  *       in one session, alternated: the round trip of `1+1` in the python kernel (its value
  *       comes back as a result) against `true` through exec; then a matplotlib figure (drawn
  *       and sent as an image/png result) and display() of its PNG made once (sent only)
- *       against a print of as many bytes as the figure's results. */
+ *       against a print of as many bytes as the figure's results.
+ *   airlock-bench procs [IMAGE] [ROUNDS]
+ *       in one session, requests at once: 8 `sleep 1` against one (wall time), the round trip
+ *       of `true` beside a run streaming output as fast as it can (read here) against alone,
+ *       64 `echo` at once (each output checked) and the host RSS they cost. */
 #include "airlock-proto.h"
 #include "airlock.h"
 
@@ -561,6 +565,199 @@ static int cmd_kernel(int argc, char **argv)
     return 0;
 }
 
+/* ---- procs: many requests of one session at once (link.c's multiplexer) ---- */
+
+struct proc_job {
+    al_session *s;
+    const char *code;
+    int out;
+    int rc;
+    char text[64]; /* the stdout it got (up to its size) */
+    size_t len;
+};
+
+static int to_text(void *ctx, int stream, const uint8_t *data, size_t n)
+{
+    struct proc_job *j = ctx;
+    if (stream == 1) {
+        size_t room = sizeof(j->text) - 1 - j->len;
+        n = n < room ? n : room;
+        memcpy(j->text + j->len, data, n);
+        j->len += n;
+    }
+    return 0;
+}
+
+static void *proc_thread(void *arg)
+{
+    struct proc_job *j = arg;
+    const char *argv[] = {j->code, NULL};
+    al_exec_opts o = {.argv = argv,
+                      .lang = "sh",
+                      .stdin_fd = -1,
+                      .stdout_fd = j->out,
+                      .stderr_fd = 2,
+                      .output = j->out < 0 ? to_text : NULL,
+                      .output_ctx = j};
+    al_exec_result r;
+    al_error err = {0};
+    j->rc = al_exec(j->s, &o, &r, &err);
+    if (j->rc == 0 && (r.how != AL_EXEC_EXITED || r.value != 0))
+        j->rc = -EIO;
+    if (j->rc < 0)
+        fprintf(stderr, "airlock-bench: %s: %s\n", j->code, err.msg);
+    return NULL;
+}
+
+/* n copies of code at once (each its own thread and request); wall seconds. */
+static double at_once(al_session *s, const char *code, int n, struct proc_job *jobs)
+{
+    pthread_t th[64];
+    double t0 = now_s();
+    for (int i = 0; i < n; i++) {
+        if (!jobs[i].s)
+            jobs[i] = (struct proc_job){.s = s, .code = code, .out = -1};
+        if (pthread_create(&th[i], NULL, proc_thread, &jobs[i]))
+            die("pthread_create");
+    }
+    for (int i = 0; i < n; i++)
+        pthread_join(th[i], NULL);
+    for (int i = 0; i < n; i++)
+        if (jobs[i].rc < 0)
+            die("a concurrent run failed");
+    return now_s() - t0;
+}
+
+static long rss_kib(void)
+{
+    FILE *f = fopen("/proc/self/status", "r");
+    char line[256];
+    long kib = -1;
+    while (f && fgets(line, sizeof(line), f))
+        if (!strncmp(line, "VmRSS:", 6))
+            kib = atol(line + 6);
+    if (f)
+        fclose(f);
+    return kib;
+}
+
+struct streamer {
+    al_session *s;
+    volatile bool stop;
+    uint64_t bytes;
+    double seconds;
+};
+
+static int count_bytes(void *ctx, int stream, const uint8_t *data, size_t n)
+{
+    struct streamer *st = ctx;
+    (void)stream, (void)data;
+    st->bytes += n;
+    return st->stop ? -EPIPE : 0;
+}
+
+/* A background run that streams output as fast as it can, read (and dropped) here. */
+static void *stream_thread(void *arg)
+{
+    struct streamer *st = arg;
+    const char *argv[] = {"cat /dev/zero", NULL};
+    al_exec_opts o = {.argv = argv,
+                      .lang = "sh",
+                      .stdin_fd = -1,
+                      .stdout_fd = -1,
+                      .stderr_fd = -1,
+                      .output = count_bytes,
+                      .output_ctx = st};
+    al_exec_result r;
+    al_error err = {0};
+    double t0 = now_s();
+    al_exec(st->s, &o, &r, &err);
+    st->seconds = now_s() - t0;
+    return NULL;
+}
+
+static void rtts(al_session *s, int n, double *out, int null)
+{
+    const char *argv[] = {"true", NULL};
+    for (int i = 0; i < n; i++) {
+        double t0 = now_s();
+        exec_or_die(s, argv, NULL, null);
+        out[i] = (now_s() - t0) * 1e3;
+    }
+}
+
+static int cmd_procs(int argc, char **argv)
+{
+    const char *image = argc > 0 ? argv[0] : "tiny";
+    int n = argc > 1 ? atoi(argv[1]) : 5;
+    if (n < 1 || n > 100)
+        die("rounds must be 1..100");
+    al_session_opts so = {.image = image, .quiet = true};
+    al_session *s = NULL;
+    al_error err = {0};
+    if (al_session_open(&so, &s, &err) < 0)
+        die(err.msg);
+    int null = open("/dev/null", O_WRONLY | O_CLOEXEC);
+    struct proc_job jobs[64];
+    double one[100], eight[100];
+    /* 8 sleeps at once against one, rounds alternated */
+    for (int i = 0; i < n; i++) {
+        memset(jobs, 0, sizeof(jobs));
+        one[i] = at_once(s, "sleep 1", 1, jobs);
+        memset(jobs, 0, sizeof(jobs));
+        eight[i] = at_once(s, "sleep 1", 8, jobs);
+    }
+    /* exec round trips alone, then beside a stream read as it comes */
+    enum { RTT_N = 40 };
+    double alone[RTT_N], beside[RTT_N];
+    rtts(s, RTT_N, alone, null);
+    struct streamer st = {.s = s};
+    pthread_t sth;
+    if (pthread_create(&sth, NULL, stream_thread, &st))
+        die("pthread_create");
+    while (st.bytes < (8u << 20))
+        usleep(10000);
+    uint64_t b0 = st.bytes;
+    double t0 = now_s();
+    rtts(s, RTT_N, beside, null);
+    double mbps = (double)(st.bytes - b0) / (now_s() - t0) / 1e6;
+    st.stop = true;
+    pthread_join(sth, NULL);
+    /* 64 at once, each checked, and what they cost the host */
+    long rss0 = rss_kib();
+    memset(jobs, 0, sizeof(jobs));
+    char codes[64][32];
+    for (int i = 0; i < 64; i++) {
+        snprintf(codes[i], sizeof(codes[i]), "echo run-%d", i);
+        jobs[i] = (struct proc_job){.s = s, .code = codes[i], .out = -1};
+    }
+    double t64 = at_once(s, NULL, 64, jobs);
+    int correct = 0;
+    for (int i = 0; i < 64; i++) {
+        char want[40];
+        snprintf(want, sizeof(want), "run-%d\n", i);
+        correct += jobs[i].len == strlen(want) && !memcmp(jobs[i].text, want, jobs[i].len);
+    }
+    long rss1 = rss_kib();
+    double m1 = median(one, n), m8 = median(eight, n), ma = median(alone, RTT_N),
+           mb = median(beside, RTT_N);
+    printf("{\"image\": \"%s\", \"rounds\": %d, \"kvm\": %s, ", image, n,
+           al_session_kvm(s) ? "true" : "false");
+    printf("\"sleep1_one_s\": %.3f, \"sleep1_eight_s\": %.3f, \"eight_vs_one\": %.3f, ", m1, m8,
+           m8 / m1);
+    printf("\"rtt_alone_ms\": %.2f, \"rtt_beside_stream_ms\": %.2f, \"beside_vs_alone\": %.3f, "
+           "\"stream_mb_s\": %.1f, ",
+           ma, mb, mb / ma, mbps);
+    printf("\"echo64_s\": %.3f, \"echo64_correct\": %d, \"echo64_rss_growth_kib\": %ld, ", t64,
+           correct, rss1 - rss0);
+    print_series("rtt_alone_ms_sorted", alone, RTT_N, false);
+    print_series("rtt_beside_stream_ms_sorted", beside, RTT_N, true);
+    printf("}\n");
+    close(null);
+    al_session_close(s);
+    return correct == 64 ? 0 : 1;
+}
+
 int main(int argc, char **argv)
 {
     signal(SIGPIPE, SIG_IGN);
@@ -572,10 +769,13 @@ int main(int argc, char **argv)
         return cmd_checkpoint(argc - 2, argv + 2);
     if (argc >= 2 && !strcmp(argv[1], "kernel"))
         return cmd_kernel(argc - 2, argv + 2);
+    if (argc >= 2 && !strcmp(argv[1], "procs"))
+        return cmd_procs(argc - 2, argv + 2);
     fprintf(stderr,
             "usage: airlock-bench direct QEMU KERNEL INITRD CMDLINE MEMORY_MIB kvm|tcg VCPUS\n"
             "       airlock-bench session [IMAGE] [RTT_COUNT] [STREAM_MIB] [VCPUS]\n"
             "       airlock-bench checkpoint [IMAGE] [MEMORY_MIB] [ROUNDS]\n"
-            "       airlock-bench kernel [IMAGE] [ROUNDS]\n");
+            "       airlock-bench kernel [IMAGE] [ROUNDS]\n"
+            "       airlock-bench procs [IMAGE] [ROUNDS]\n");
     return 2;
 }

@@ -200,13 +200,10 @@ static bool domain_running(al_session *s)
  * input, so a snapshot taken now restores an agent idle at a frame boundary. */
 static int barrier(al_session *s, al_error *err)
 {
-    int r = al_link_ready(s, err);
-    if (r < 0)
-        return r;
     uint64_t cookie = al_now_us();
     struct al_msg m = {.type = AL_PING};
     m.u.ping.cookie = cookie;
-    r = al_channel_send(&s->ch, &m, err);
+    int r = al_channel_send(&s->ch, &m, err);
     if (r < 0)
         return r;
     uint64_t deadline = al_now_ms() + BARRIER_MS;
@@ -305,7 +302,14 @@ int al_checkpoints_set_xml(al_session *s, char *xml)
 
 int al_session_barrier(al_session *s, al_error *err)
 {
-    return barrier(s, err);
+    int r = al_link_ready(s, err);
+    if (r == 0)
+        r = al_link_exclusive(s, EXCLUSIVE_WAIT_MS, err);
+    if (r < 0)
+        return r;
+    r = barrier(s, err);
+    al_link_exclusive_end(s);
+    return r;
 }
 
 static bool name_ok(const char *name)
@@ -383,9 +387,12 @@ int al_checkpoint_create(al_session *s, const char *name, al_checkpoint_info *ou
             return al_err_virt(err, -EIO, "cannot read the VM's description");
     }
     /* The agent idle at a frame boundary: no request may be in flight. */
-    r = al_link_exclusive(s, EXCLUSIVE_WAIT_MS, err);
+    r = al_link_ready(s, err);
     if (r < 0)
-        return al_err(err, r, "cannot take a checkpoint now: %s", err->msg);
+        return r;
+    al_error busy = {0};
+    if ((r = al_link_exclusive(s, EXCLUSIVE_WAIT_MS, &busy)) < 0)
+        return al_err(err, r, "cannot take a checkpoint now: %s", busy.msg);
     r = barrier(s, err);
     uint32_t id = c->next_id;
     char tag[32], cmd[64];
@@ -464,9 +471,10 @@ int al_checkpoint_rollback(al_session *s, uint32_t id, al_error *err)
         return al_err(err, -ENOENT, "no checkpoint %u", id);
     /* What runs now runs in a future the VM leaves: those requests end. */
     al_link_fail_all(s, -ECANCELED, "the session was rolled back to a checkpoint");
-    int r = al_link_exclusive(s, RESTORE_WAIT_MS, err);
+    al_error busy = {0};
+    int r = al_link_exclusive(s, RESTORE_WAIT_MS, &busy);
     if (r < 0)
-        return al_err(err, r, "cannot roll back now: %s", err->msg);
+        return al_err(err, r, "cannot roll back now: %s", busy.msg);
     r = restore(s, id, err);
     al_link_exclusive_end(s);
     if (r < 0)
@@ -496,9 +504,10 @@ int al_checkpoint_recover(al_session *s, uint32_t *restored_id, al_error *err)
     if (!c)
         return -ENOTSUP;
     al_link_fail_all(s, -ECONNRESET, "the guest stopped answering and is being recovered");
-    int r = al_link_exclusive(s, RESTORE_WAIT_MS, err);
+    al_error busy = {0};
+    int r = al_link_exclusive(s, RESTORE_WAIT_MS, &busy);
     if (r < 0)
-        return al_err(err, r, "cannot recover the session now: %s", err->msg);
+        return al_err(err, r, "cannot recover the session now: %s", busy.msg);
     /* A guest that broke the protocol is not asked whether it is fine. */
     if (domain_running(s) && !s->poisoned) {
         al_error probe = {0};

@@ -184,7 +184,10 @@ static int exec_with(al_session *s, const al_exec_opts *o, al_exec_result *out, 
 {
     al_result_reader *results = NULL;
     uint32_t id = 0;
-    int r = o->kernel ? al_result_reader_new(&results, err) : 0;
+    /* Ready first: a reconnect ends the requests in flight, and this one is not yet. */
+    int r = al_link_ready(s, err);
+    if (r == 0 && o->kernel)
+        r = al_result_reader_new(&results, err);
     if (r == 0)
         r = al_link_begin(s, o->cancel_fd, &id, err);
     if (r == 0) {
@@ -294,9 +297,6 @@ static int exec_run(al_session *s, const al_exec_opts *o, al_exec_result *out,
     int lr = kernel_lang(o, lang, sizeof(lang), err);
     if (lr < 0)
         return lr;
-    int ready = al_link_ready(s, err);
-    if (ready < 0)
-        return ready;
     struct exec_state st = {.s = s,
                             .id = id,
                             .cancel_fd = al_link_cancel_fd(s, id),

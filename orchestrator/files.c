@@ -40,9 +40,7 @@ static int file_recv(al_session *s, uint32_t id, struct al_msg *m, al_error *err
 static int file_put(al_session *s, const char *host_path, const char *guest_path, uint32_t id,
                     al_error *err)
 {
-    int r = file_begin(s, guest_path, err);
-    if (r < 0)
-        return r;
+    int r;
     _cleanup_close_ int fd = open(host_path, O_RDONLY | O_CLOEXEC);
     struct stat st;
     if (fd < 0 || fstat(fd, &st) < 0)
@@ -192,11 +190,8 @@ static int receive_file(al_session *s, uint32_t id, int fd, const char *guest_pa
 static int file_get(al_session *s, const char *guest_path, const char *host_path,
                     uint64_t max_bytes, uint32_t id, al_error *err)
 {
-    int r = file_begin(s, guest_path, err);
-    if (r < 0)
-        return r;
     char target[AL_PATH_MAX];
-    r = get_target(guest_path, host_path, target, sizeof(target), err);
+    int r = get_target(guest_path, host_path, target, sizeof(target), err);
     if (r < 0)
         return r;
     char dir_copy[AL_PATH_MAX], tmp[AL_PATH_MAX];
@@ -228,7 +223,9 @@ static int file_get(al_session *s, const char *guest_path, const char *host_path
 int al_file_put(al_session *s, const char *host_path, const char *guest_path, al_error *err)
 {
     uint32_t id = 0;
-    int r = al_link_begin(s, -1, &id, err);
+    int r = file_begin(s, guest_path, err);
+    if (r == 0)
+        r = al_link_begin(s, -1, &id, err);
     if (r < 0)
         return r;
     r = file_put(s, host_path, guest_path, id, err);
@@ -241,7 +238,9 @@ static int file_get_request(al_session *s, const char *guest_path, const char *h
                             uint64_t max_bytes, al_error *err)
 {
     uint32_t id = 0;
-    int r = al_link_begin(s, -1, &id, err);
+    int r = file_begin(s, guest_path, err);
+    if (r == 0)
+        r = al_link_begin(s, -1, &id, err);
     if (r < 0)
         return r;
     r = file_get(s, guest_path, host_path, max_bytes, id, err);

@@ -17,6 +17,8 @@
 
 /* The handshake after a reconnect. */
 #define RECONNECT_HANDSHAKE_MS 8000
+/* How long a reconnect waits for the requests on the lost connection to end. */
+#define RECONNECT_WAIT_MS 5000
 /* One HELLO's wait for its answer after a restore; then another HELLO with a fresh nonce, in
  * case the first reached an agent whose input was mid-frame. The restored guest runs its first
  * instructions slowly under emulation (its translated code is gone): about 0.3 s. */
@@ -195,7 +197,15 @@ int al_link_ready(al_session *s, al_error *err)
     const struct al_transport_ops *ops = s->tport->ops;
     if (!ops->lost || !ops->lost(s->tport))
         return 0;
-    return link_reconnect(s, err);
+    /* The requests on the lost connection end; the new one is made with the channel alone
+     * (it replaces the channel they would read). */
+    al_link_fail_all(s, -ECONNRESET, "the connection to the guest was lost");
+    r = al_link_exclusive(s, RECONNECT_WAIT_MS, err);
+    if (r < 0)
+        return r;
+    r = ops->lost(s->tport) ? link_reconnect(s, err) : 0; /* another request may have done it */
+    al_link_exclusive_end(s);
+    return r;
 }
 
 /* Runs the handshake again with whatever agent the VM now holds: drops stale bytes, sends
@@ -298,9 +308,10 @@ int al_link_recv(al_session *s, uint32_t id, struct al_msg *m, int extra_fd, al_
  * its own frames, and one whose caller is slow to take them (a client that stops reading its
  * output) holds nothing but its queue: the agent sends it no more than its credit. */
 
-/* A request's queue: its credit on its streams (stdout, stderr, results, a file) and a few
- * small frames; an agent that sends more is not honouring credit. */
-#define QUEUE_SLACK (256 * 1024)
+/* A request's queue: the credit the host gives the agent on each of its streams (stdout,
+ * stderr, results, a file: AL_WINDOW_DEFAULT each, link_send_hello) and a few small frames; an
+ * agent that sends more is not honouring credit. */
+#define QUEUE_MAX (4ull * AL_WINDOW_DEFAULT + 256 * 1024)
 
 struct qframe {
     struct qframe *next;
@@ -318,6 +329,8 @@ struct al_link_req {
     int fail;      /* negative: it failed while another request read (fail_msg) */
     char fail_msg[sizeof(((al_error *)0)->msg)];
     struct qframe *cur; /* the frame handed out last, kept until the next receive */
+    struct qframe *own; /* where its own frames are copied as they are read (one buffer for the
+                           request's life, not one allocation per frame), or NULL */
     bool waiting;       /* its thread waits for the reading or a frame */
 };
 
@@ -466,7 +479,9 @@ void al_link_end(al_session *s, uint32_t id)
     if (!q)
         return;
     qframes_free(q->head);
-    free(q->cur);
+    if (q->cur != q->own)
+        free(q->cur);
+    free(q->own);
     close(q->wake[0]);
     close(q->wake[1]);
     free(q);
@@ -540,15 +555,14 @@ static struct qframe *frame_copy(struct al_link_mux *x, const struct al_msg *m)
 }
 
 /* The frame m read for another request: a copy into its queue. 0, or -ENOMEM. */
-static int enqueue(struct al_link_mux *x, struct al_link_req *q, const struct al_msg *m,
-                   uint32_t window)
+static int enqueue(struct al_link_mux *x, struct al_link_req *q, const struct al_msg *m)
 {
     if (q->fail)
         return 0; /* it ends without reading more */
     struct qframe *f = frame_copy(x, m);
     if (!f)
         return -ENOMEM;
-    if (q->queued + f->len > 4ull * window + QUEUE_SLACK) {
+    if (q->queued + f->len > QUEUE_MAX) {
         free(f);
         req_fail(q, -EPROTO, "the guest sent a request more than its credit allows");
         return 0;
@@ -566,7 +580,8 @@ static int enqueue(struct al_link_mux *x, struct al_link_req *q, const struct al
 /* The frame f, now q's current one, into *m (pointing into it). */
 static int take(struct al_link_req *q, struct qframe *f, struct al_msg *m, al_error *err)
 {
-    free(q->cur);
+    if (q->cur != q->own)
+        free(q->cur);
     q->cur = f;
     struct al_header h;
     const char *why = "?";
@@ -574,6 +589,20 @@ static int take(struct al_link_req *q, struct qframe *f, struct al_msg *m, al_er
         al_msg_decode(&h, f->buf + AL_FRAME_HEADER_SIZE, m, &why) < 0)
         return al_err(err, -EPROTO, "a queued frame does not decode: %s", why);
     return 1;
+}
+
+/* The frame m (in the channel's buffer), q's own, into q's own buffer and *m. */
+static int own_copy(struct al_link_req *q, struct al_msg *m, al_error *err)
+{
+    const size_t cap = AL_FRAME_HEADER_SIZE + AL_FRAME_PAYLOAD_MAX;
+    if (!q->own && !(q->own = malloc(sizeof(*q->own) + cap)))
+        return al_err(err, -ENOMEM, "out of memory for a frame");
+    int n = al_msg_encode(m, q->own->buf, cap);
+    if (n < 0)
+        return al_err(err, n, "cannot copy a %s frame", al_type_name(m->type));
+    q->own->len = (size_t)n;
+    q->own->next = NULL;
+    return take(q, q->own, m, err);
 }
 
 /* The queue's first frame into *m. */
@@ -603,13 +632,12 @@ static int read_for(al_session *s, struct al_link_req *q, struct al_msg *m, int 
             break;
         if (m->id == q->id && !(m->type == AL_ERROR && m->id == 0)) {
             /* Ours, copied: the next reader reuses the channel's buffer at once. */
-            struct qframe *f = frame_copy(x, m);
-            r = f ? take(q, f, m, err) : al_err(err, -ENOMEM, "out of memory for a frame");
+            r = own_copy(q, m, err);
             break;
         }
         struct al_link_req *o = m->id ? req_find(x, m->id) : NULL;
         if (o) {
-            if ((r = enqueue(x, o, m, s->agent_window)) < 0) {
+            if ((r = enqueue(x, o, m)) < 0) {
                 r = al_err(err, r, "out of memory for a frame");
                 break;
             }

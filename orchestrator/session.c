@@ -670,6 +670,29 @@ fail:
     return r;
 }
 
+int al_session_open_peer(const char *const *argv, const al_session_opts *opts, al_session **out,
+                         al_error *err)
+{
+    al_session *s = session_new(opts);
+    if (!s)
+        return al_err(err, -ENOMEM, "out of memory");
+    snprintf(s->name, sizeof(s->name), "airlock-peer");
+    int r = al_transport_peer(argv, &s->tport, err);
+    uint64_t deadline = al_now_ms() + s->boot_timeout_ms;
+    if (r == 0)
+        r = al_link_connect(s, deadline, err);
+    if (r == 0)
+        r = al_link_handshake(s, deadline, err);
+    if (r < 0) {
+        al_session_close(s);
+        return r;
+    }
+    if (opts->lifetime_s)
+        s->expires_ms = al_now_ms() + (uint64_t)opts->lifetime_s * 1000u;
+    *out = s;
+    return 0;
+}
+
 void al_session_close(al_session *s)
 {
     if (!s)

@@ -105,6 +105,11 @@ void al_net_reap(const char *session_dir);
  * for its address. Fuzzed by tests/fuzz/fuzz-netlog.c. */
 int al_net_log_line(char *const *allow, char *line, al_net_request *out);
 
+/* A session whose agent is argv on this machine (the peer transport): no VM, no disk, no
+ * checkpoints; for tests of the link and the host's limits (tests/unit/test-link.c). */
+int al_session_open_peer(const char *const *argv, const al_session_opts *opts, al_session **out,
+                         al_error *err);
+
 /* Holds the session's channel until the end of the enclosing block. */
 static inline void al_session_unlockp(al_session **s)
 {

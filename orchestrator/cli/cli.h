@@ -34,6 +34,7 @@ int cmd_conversations(struct cli_globals *g, int argc, char **argv);
  * whether exec and ps go to a daemon (--server or $AIRLOCK_HOST). */
 int cli_remote_exec(struct cli_globals *g, int argc, char **argv);
 int cli_remote_session(struct cli_globals *g, int argc, char **argv);
+int cli_remote_proc(struct cli_globals *g, int argc, char **argv);
 bool cli_remote_wanted(const struct cli_globals *g);
 
 /* The workdir (cli/workdir.c): copy in with warnings, print the change list, ask and apply. */

@@ -29,6 +29,8 @@ static const char usage[] =
     "                                   (one side SESSION:/path, or :/path)\n"
     "  session start|ls|stop|extend     sessions of airlockd that outlive a command; then\n"
     "                                   'exec --session ID'; rm ID is session stop\n"
+    "  proc ls|logs|kill|wait SESSION   the runs of an airlockd session, which run at\n"
+    "                                   once ('exec --session ID --detach -- CMD')\n"
     "\n"
     "Options:\n"
     "  -c, --connect URI   libvirt URI (default: $LIBVIRT_DEFAULT_URI, else qemu:///system\n"
@@ -166,6 +168,8 @@ int main(int argc, char **argv)
                                      : cmd_ps(&g, sub_argc, sub_argv);
     if (!strcmp(cmd, "session"))
         return cli_remote_session(&g, sub_argc, sub_argv);
+    if (!strcmp(cmd, "proc"))
+        return cli_remote_proc(&g, sub_argc, sub_argv);
     if (!strcmp(cmd, "rm")) {
         sub_argv[0] = (char *)"stop"; /* airlock rm ID... is airlock session stop ID... */
         return cli_remote_session(&g, sub_argc + 1, sub_argv - 1);

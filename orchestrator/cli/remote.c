@@ -192,6 +192,32 @@ static int on_event(void *ctx, const char *event, const char *data, size_t len)
             }
         }
         free(bytes);
+    } else if (!strcmp(event, "result")) {
+        /* A kernel run's value or display(), as a local `exec --kernel` prints it: its text;
+         * an error's traceback is on stderr already. */
+        const cJSON *bundle = cJSON_GetObjectItemCaseSensitive(j, "data");
+        const char *text =
+            cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(bundle, "text/plain"));
+        const char *kind = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(j, "kind"));
+        bool image = cJSON_GetObjectItemCaseSensitive(bundle, "image/png") ||
+                     cJSON_GetObjectItemCaseSensitive(bundle, "image/jpeg") ||
+                     cJSON_GetObjectItemCaseSensitive(bundle, "image/svg+xml");
+        if (image)
+            fprintf(stderr, "airlock: an image result (fetch figures with the API)\n");
+        else if (text && kind && strcmp(kind, "error")) {
+            size_t n = strlen(text);
+            if (s->tty) {
+                cli_termout_write(s->tty, 1, (const uint8_t *)text, n);
+                cli_termout_write(s->tty, 1, (const uint8_t *)"\n", 1);
+            } else if (write(1, text, n) < 0 || write(1, "\n", 1) < 0) {
+                /* the reader went away */
+            }
+        }
+    } else if (!strcmp(event, "refused")) {
+        const char *why = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(j, "why"));
+        char safe[512];
+        fprintf(stderr, "airlock: %s\n",
+                al_term_escape(why ? why : "result refused", safe, sizeof(safe)));
     } else if (!strcmp(event, "exit")) {
         const char *how = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(j, "how"));
         int v = (int)cJSON_GetNumberValue(cJSON_GetObjectItemCaseSensitive(j, "value"));
@@ -318,6 +344,8 @@ static void usage_exec(FILE *f)
           "  -c, --code CODE     the code\n"
           "  -e, --env K=V       -w, --cwd DIR    -t, --timeout SECONDS\n"
           "  --raw               guest output to a terminal byte for byte\n"
+          "  -D, --detach        with --session: start the run, print its id and return; it\n"
+          "                      runs beside the session's others ('airlock proc')\n"
           "Server: --server (or $AIRLOCK_HOST) unix:/path, http(s)://host:port; "
           "default " DEFAULT_SOCKET "; --server-key (or $AIRLOCK_API_KEY) for TCP.\n",
           f);
@@ -325,7 +353,7 @@ static void usage_exec(FILE *f)
 
 int cli_remote_exec(struct cli_globals *g, int argc, char **argv)
 {
-    enum { OPT_SESSION = 1000, OPT_RAW };
+    enum { OPT_SESSION = 1000, OPT_RAW, OPT_DETACH };
     static const struct option opts[] = {
         {"session", required_argument, NULL, OPT_SESSION},
         {"image", required_argument, NULL, 'i'},
@@ -337,16 +365,20 @@ int cli_remote_exec(struct cli_globals *g, int argc, char **argv)
         {"cwd", required_argument, NULL, 'w'},
         {"timeout", required_argument, NULL, 't'},
         {"raw", no_argument, NULL, OPT_RAW},
+        {"detach", no_argument, NULL, 'D'},
         {"help", no_argument, NULL, 'h'},
         {NULL, 0, NULL, 0},
     };
     const char *sid = NULL, *image = NULL, *lang = NULL, *code = NULL, *cwd = NULL;
     unsigned long memory = 0, timeout = 0;
-    bool kernel = false, raw = false;
+    bool kernel = false, raw = false, detach = false;
     cJSON *env = cJSON_CreateObject();
     int c;
-    while ((c = getopt_long(argc, argv, "+i:m:l:c:ke:w:t:h", opts, NULL)) != -1) {
+    while ((c = getopt_long(argc, argv, "+i:m:l:c:ke:w:t:Dh", opts, NULL)) != -1) {
         switch (c) {
+        case 'D':
+            detach = true;
+            break;
         case OPT_SESSION:
             sid = optarg;
             break;
@@ -403,6 +435,12 @@ int cli_remote_exec(struct cli_globals *g, int argc, char **argv)
         cJSON_Delete(env);
         return 2;
     }
+    if (detach && !sid) {
+        fprintf(stderr, "airlock: --detach needs --session ID (a fresh session would end with "
+                        "the command)\n");
+        cJSON_Delete(env);
+        return 2;
+    }
     struct remote r;
     if (remote_init(&r, g) < 0) {
         cJSON_Delete(env);
@@ -424,7 +462,7 @@ int cli_remote_exec(struct cli_globals *g, int argc, char **argv)
         cJSON_AddStringToObject(in, "cwd", cwd);
     if (timeout)
         cJSON_AddNumberToObject(in, "timeout_s", (double)timeout);
-    bool feed = !isatty(0);
+    bool feed = !isatty(0) && !detach;
     if (feed)
         cJSON_AddBoolToObject(in, "stdin_open", true);
 
@@ -454,6 +492,12 @@ int cli_remote_exec(struct cli_globals *g, int argc, char **argv)
     if (call(&r, "POST", path, in, &run, NULL) < 0 ||
         !(rid = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(run, "id"))))
         goto out;
+    if (detach) {
+        char safe[64];
+        printf("%s\n", al_term_escape(rid, safe, sizeof(safe)));
+        rc = 0;
+        goto out;
+    }
     pthread_t th;
     struct stdin_ctx sc = {.r = &r};
     snprintf(sc.path, sizeof(sc.path), "/v1/sessions/%s/runs/%s/stdin", sid, rid);
@@ -607,6 +651,120 @@ int cli_remote_session(struct cli_globals *g, int argc, char **argv)
         return k < 0;
     }
     usage_session(stderr);
+    return 2;
+}
+
+/* ---- a session's runs: airlock proc ---- */
+
+static void usage_proc(FILE *f)
+{
+    fputs("Usage: airlock [--server URL] proc ls SESSION\n"
+          "       airlock [--server URL] proc logs SESSION RUN\n"
+          "       airlock [--server URL] proc kill SESSION RUN\n"
+          "       airlock [--server URL] proc wait SESSION RUN\n"
+          "\n"
+          "The runs of a session of airlockd, which run at once (start one in the background\n"
+          "with 'airlock exec --session ID --detach -- CMD'): ls lists them; logs streams a\n"
+          "run's output from its start (as far as its buffer holds) to its end and exits with\n"
+          "its status; kill ends it and everything it started; wait waits for its end and\n"
+          "exits with its status.\n",
+          f);
+}
+
+static int proc_ls(const struct remote *r, const char *sid)
+{
+    char path[300];
+    snprintf(path, sizeof(path), "/v1/sessions/%s/runs", sid);
+    cJSON *out = NULL;
+    if (call(r, "GET", path, NULL, &out, NULL) < 0)
+        return 1;
+    time_t now = time(NULL);
+    printf("%-8s %-8s %6s %s\n", "RUN", "STATE", "AGE", "RESULT");
+    cJSON *x;
+    cJSON_ArrayForEach(x, cJSON_GetObjectItemCaseSensitive(out, "runs"))
+    {
+        char id[32], state[32];
+        al_term_escape(cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(x, "id")) ?: "?", id,
+                       sizeof(id));
+        al_term_escape(cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(x, "state")) ?: "?",
+                       state, sizeof(state));
+        double started = cJSON_GetNumberValue(cJSON_GetObjectItemCaseSensitive(x, "started"));
+        const cJSON *res = cJSON_GetObjectItemCaseSensitive(x, "result");
+        const char *how = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(res, "how"));
+        const char *code = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(res, "code"));
+        double v = cJSON_GetNumberValue(cJSON_GetObjectItemCaseSensitive(res, "value"));
+        char result[64] = "";
+        if (how)
+            snprintf(result, sizeof(result), "%s %.0f", how, v);
+        else if (code)
+            al_term_escape(code, result, sizeof(result));
+        printf("%-8s %-8s %5.0fs %s\n", id, state, difftime(now, started), result);
+    }
+    cJSON_Delete(out);
+    return 0;
+}
+
+int cli_remote_proc(struct cli_globals *g, int argc, char **argv)
+{
+    if (argc < 2 || !strcmp(argv[1], "-h") || !strcmp(argv[1], "--help")) {
+        usage_proc(argc < 2 ? stderr : stdout);
+        return argc < 2 ? 2 : 0;
+    }
+    struct remote r;
+    if (remote_init(&r, g) < 0)
+        return 2;
+    const char *sub = argv[1];
+    if (!strcmp(sub, "ls") && argc == 3)
+        return proc_ls(&r, argv[2]);
+    if (argc != 4) {
+        usage_proc(stderr);
+        return 2;
+    }
+    const char *sid = argv[2], *rid = argv[3];
+    char path[300];
+    if (!strcmp(sub, "logs")) {
+        struct cli_termout tty;
+        cli_termout_init(&tty, false);
+        struct stream st = {.tty = cli_termout_any(&tty) ? &tty : NULL};
+        int rc = stream_events(&r, sid, rid, &st, cli_cancel_pipe(NULL)) == 0 ? st.exit_code
+                                                                              : EXIT_AIRLOCK_FAILED;
+        if (st.tty)
+            cli_termout_end(&tty);
+        return rc;
+    }
+    if (!strcmp(sub, "kill")) {
+        snprintf(path, sizeof(path), "/v1/sessions/%s/runs/%s/signal", sid, rid);
+        cJSON *in = cJSON_CreateObject();
+        cJSON_AddStringToObject(in, "signal", "KILL");
+        int k = call(&r, "POST", path, in, NULL, NULL);
+        cJSON_Delete(in);
+        return k < 0;
+    }
+    if (!strcmp(sub, "wait")) {
+        for (;;) {
+            snprintf(path, sizeof(path), "/v1/sessions/%s/runs/%s/wait?timeout_s=300", sid, rid);
+            cJSON *out = NULL;
+            if (call(&r, "GET", path, NULL, &out, NULL) < 0)
+                return EXIT_AIRLOCK_FAILED;
+            const char *state =
+                cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(out, "state"));
+            if (!state || strcmp(state, "done")) {
+                cJSON_Delete(out);
+                continue;
+            }
+            const cJSON *res = cJSON_GetObjectItemCaseSensitive(out, "result");
+            const char *how = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(res, "how"));
+            int v = (int)cJSON_GetNumberValue(cJSON_GetObjectItemCaseSensitive(res, "value"));
+            bool timed_out = cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(res, "timed_out"));
+            int rc = !how                       ? EXIT_AIRLOCK_FAILED
+                     : timed_out                ? EXIT_TIMED_OUT
+                     : !strcmp(how, "signaled") ? 128 + v
+                                                : v;
+            cJSON_Delete(out);
+            return rc;
+        }
+    }
+    usage_proc(stderr);
     return 2;
 }
 

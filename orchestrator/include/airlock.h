@@ -456,8 +456,8 @@ void al_workdir_diff_free(al_workdir_diff *d);
 /* ---- sessions other airlock processes hold (airlock cp, airlock ps) ---- */
 
 /* Serves this session to other processes of the same user over a unix socket (mode 0600) in
- * the session's runtime dir, from a thread, until the session closes. Their requests and this
- * process's own calls take turns on the channel. */
+ * the session's runtime dir, from a thread, until the session closes. Their requests run beside
+ * this process's own, each a request of its own on the channel. */
 int al_session_serve_control(al_session *s, al_error *err);
 
 typedef struct al_session_info {
@@ -515,8 +515,11 @@ const char *al_term_escape(const char *s, char *buf, size_t len);
 /* A checkpoint is the whole VM (memory, devices, disk) saved inside the running QEMU as an
  * internal qcow2 snapshot of the session's disk (QEMU's savevm/loadvm). Needs a session opened
  * with opts.checkpoints. Checkpoints live in the session's runtime dir and go with the session.
- * Take them between runs only: the library runs one request at a time, so any call made while
- * no al_exec/al_file_* call is in progress qualifies. */
+ * Take them between runs: a checkpoint needs the agent idle, so while other threads' requests
+ * are in flight (a background process) it waits a second for them and then fails with -EBUSY.
+ * A rollback ends the requests in flight (they fail with -ECANCELED: the VM leaves the future
+ * they ran in). Requests (al_exec, al_file_*) run at once, each on its own (at most
+ * AL_LINK_REQUESTS_MAX, 64). */
 
 /* Checkpoints kept at once; creating one more deletes the oldest unnamed one. Each holds the
  * guest's used memory (tens to hundreds of MiB) on the host's disk. */

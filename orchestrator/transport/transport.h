@@ -83,6 +83,9 @@ extern const struct al_transport_ops al_transport_stream;
  * a remote host: its port forward would be on that host. */
 int al_transport_new(enum al_transport kind, const struct al_transport_env *env,
                      struct al_tport **out, al_error *err);
+/* The peer transport (transport/peer.c): argv run on this machine, speaking the agent's side on
+ * its stdin and stdout; for tests of the link without a VM. */
+int al_transport_peer(const char *const *argv, struct al_tport **out, al_error *err);
 /* Disconnects and frees; NULL is fine. */
 void al_transport_free(struct al_tport *t);
 

@@ -18,7 +18,7 @@ _airlock_chat_flags="$_airlock_chat_common --resume"
 _airlock_run_flags="$_airlock_chat_common --json"
 _airlock_import_flags='--name --user --memory --force --help'
 _airlock_warm_flags='--memory --cpus --help'
-_airlock_commands='chat run conversations exec image doctor gc ps cp session rm help'
+_airlock_commands='chat run conversations exec image doctor gc ps cp session proc rm help'
 _airlock_session_start_flags='--image --memory --cpus --idle-timeout --lifetime --checkpoints'
 
 # The first column of a listing, without its header line, up to its first blank line (image ls
@@ -110,6 +110,7 @@ _airlock()
     chat) _airlock_words "$_airlock_chat_flags" "$cur" ;;
     run) [[ $cur == -* ]] && _airlock_words "$_airlock_run_flags" "$cur" ;;
     exec) [[ $cur == -* ]] && _airlock_words "$_airlock_exec_flags" "$cur" ;;
+    proc) ((${#args[@]} == 0)) && _airlock_words 'ls logs kill wait' "$cur" ;;
     session)
         case ${args[0]:-} in
         '') _airlock_words 'start ls stop extend' "$cur" ;;

@@ -1151,6 +1151,36 @@ class ProcessesTest(unittest.TestCase):
         outs = [r.result().stdout for r in runs]
         self.assertEqual(outs, ["run-%d\n" % i for i in range(len(runs))])
 
+    def test_cli_detach_and_proc(self):
+        srv = ["--server", "unix:" + self.d.sock]
+        sid = self.sb.id
+        r = altest.run(srv + ["exec", "--session", sid, "--detach", "--", "sh", "-c",
+                              "for i in 1 2 3; do echo p-$i; sleep 0.5; done; exit 3"])
+        self.assertEqual(r.returncode, 0, r.stderr)
+        rid = r.stdout.decode().strip()
+        self.assertRegex(rid, r"^r[0-9]+$")
+        r = altest.run(srv + ["proc", "ls", sid])
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertIn(rid, r.stdout.decode())
+        r = altest.run(srv + ["proc", "wait", sid, rid])
+        self.assertEqual(r.returncode, 3, r.stderr)
+        r = altest.run(srv + ["proc", "logs", sid, rid])
+        self.assertEqual((r.returncode, r.stdout), (3, b"p-1\np-2\np-3\n"), r.stderr)
+        r = altest.run(srv + ["exec", "--session", sid, "--detach", "--", "sleep", "300"])
+        rid = r.stdout.decode().strip()
+        r = altest.run(srv + ["proc", "kill", sid, rid])
+        self.assertEqual(r.returncode, 0, r.stderr)
+        r = altest.run(srv + ["proc", "wait", sid, rid])
+        self.assertNotEqual(r.returncode, 0, r.stderr)
+        self.assertEqual(self.ps("sleep 300"), 0)
+        # a kernel run's value prints as a local one's does
+        r = altest.run(srv + ["exec", "--session", sid, "--lang", "python", "--kernel", "-c",
+                              "6 * 7"])
+        self.assertEqual((r.returncode, r.stdout), (0, b"42\n"), r.stderr)
+        r = altest.run(srv + ["exec", "--detach", "--", "true"])
+        self.assertEqual(r.returncode, 2)
+        self.assertIn(b"--detach needs --session", r.stderr)
+
     def test_file_copy_while_a_run_runs(self):
         bg = self.sb.commands.run("sleep 60", background=True)
         self.addCleanup(bg.kill)

@@ -1,0 +1,389 @@
+/* The link without a VM (orchestrator/link.c through the peer transport, transport/peer.c):
+ * many requests of one session at once against the real agent (`airlock-agent --stdio`), and
+ * the host's own checks against a scripted hostile peer, this program run again as
+ * `test-link --peer MODE`. TAP; seconds, no libvirt.
+ *
+ *   test-link AGENT                 the tests
+ *   test-link --peer MODE           the peer: answers the handshake, then plays MODE:
+ *     reverse     takes 64 EXECs, then answers them in reverse order, each request's frames
+ *                 interleaved with the others' (STARTED all, DATA all, EXIT all)
+ *     unknown     answers an EXEC with DATA for a request that was never made
+ *     flood       for the first EXEC, sends a chunk of stdout; once the second EXEC came
+ *                 (STARTED, nothing more), stdout of the first without end and without
+ *                 credit */
+#include "link.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "tap.h"
+
+/* ---- the scripted peer ---- */
+
+static uint8_t pbuf[AL_FRAME_HEADER_SIZE + AL_FRAME_PAYLOAD_MAX];
+static uint8_t prbuf[AL_FRAME_HEADER_SIZE + AL_FRAME_PAYLOAD_MAX];
+static struct al_decoder pdec;
+
+static void psend(const struct al_msg *m)
+{
+    int n = al_msg_encode(m, pbuf, sizeof(pbuf));
+    if (n < 0 || al_write_all(1, pbuf, (size_t)n) < 0)
+        exit(3);
+}
+
+static void psend_data(uint32_t id, uint8_t stream, uint8_t flags, const void *p, size_t n)
+{
+    al_data_header(pbuf, id, stream, flags, (uint32_t)n);
+    memcpy(pbuf + AL_FRAME_HEADER_SIZE + 1, p, n);
+    if (al_write_all(1, pbuf, AL_FRAME_HEADER_SIZE + 1 + n) < 0)
+        exit(3);
+}
+
+static void precv(struct al_msg *m)
+{
+    for (;;) {
+        const char *why;
+        int r = al_decoder_next(&pdec, m, &why);
+        if (r < 0)
+            exit(4);
+        if (r == 1)
+            return;
+        size_t avail;
+        uint8_t *space = al_decoder_space(&pdec, &avail);
+        ssize_t n = read(0, space, avail);
+        if (n <= 0)
+            exit(0);
+        al_decoder_commit(&pdec, (size_t)n);
+    }
+}
+
+/* The next EXEC's id; other frames (credits, signals) are read past. */
+static uint32_t pnext_exec(void)
+{
+    struct al_msg m;
+    do
+        precv(&m);
+    while (m.type != AL_EXEC);
+    return m.id;
+}
+
+static void pstarted(uint32_t id)
+{
+    struct al_msg m = {.type = AL_STARTED, .id = id};
+    m.u.started.pid = 100 + id;
+    psend(&m);
+}
+
+static void pexit(uint32_t id, int value)
+{
+    struct al_msg m = {.type = AL_EXIT, .id = id};
+    m.u.exit.how = AL_EXIT_CODE;
+    m.u.exit.value = value;
+    psend(&m);
+}
+
+static int peer(const char *mode)
+{
+    al_decoder_init(&pdec, prbuf, sizeof(prbuf));
+    struct al_msg m;
+    precv(&m);
+    if (m.type != AL_HELLO)
+        return 5;
+    struct al_msg a = {.type = AL_HELLO_ACK};
+    a.u.hello_ack.version = AL_PROTO_VERSION;
+    a.u.hello_ack.nonce = m.u.hello.nonce;
+    a.u.hello_ack.window = AL_WINDOW_MIN;
+    a.u.hello_ack.agent_version = al_str_cstr("peer");
+    a.u.hello_ack.nlangs = 1;
+    a.u.hello_ack.langs[0] = al_str_cstr("sh");
+    psend(&a);
+    if (!strcmp(mode, "reverse")) {
+        uint32_t ids[64];
+        for (int i = 0; i < 64; i++)
+            ids[i] = pnext_exec();
+        for (int i = 63; i >= 0; i--)
+            pstarted(ids[i]);
+        char text[32];
+        for (int i = 63; i >= 0; i--) {
+            int n = snprintf(text, sizeof(text), "reply-%u\n", ids[i]);
+            psend_data(ids[i], AL_STREAM_STDOUT, 0, text, (size_t)n);
+        }
+        for (int i = 63; i >= 0; i--)
+            pexit(ids[i], (int)(ids[i] % 100));
+    } else if (!strcmp(mode, "unknown")) {
+        uint32_t id = pnext_exec();
+        pstarted(id);
+        psend_data(id + 1000, AL_STREAM_STDOUT, 0, "x", 1);
+    } else if (!strcmp(mode, "flood")) {
+        static uint8_t chunk[AL_DATA_CHUNK_MAX];
+        memset(chunk, 'f', sizeof(chunk));
+        uint32_t first = pnext_exec();
+        pstarted(first);
+        psend_data(first, AL_STREAM_STDOUT, 0, chunk, sizeof(chunk));
+        uint32_t second = pnext_exec();
+        pstarted(second);
+        for (;;)
+            psend_data(first, AL_STREAM_STDOUT, 0, chunk, sizeof(chunk));
+    }
+    for (;;) /* hold the channel open, answering nothing */
+        precv(&m);
+}
+
+/* ---- the tests ---- */
+
+static const char *self_path;
+
+static al_session *open_peer(const char *const *argv)
+{
+    al_session_opts so = {.quiet = true};
+    al_session *s = NULL;
+    al_error err = {0};
+    if (al_session_open_peer(argv, &so, &s, &err) < 0)
+        printf("# open: %s\n", err.msg);
+    return s;
+}
+
+struct job {
+    al_session *s;
+    const char *const *argv;
+    int stdin_fd;
+    unsigned timeout_ms;
+    int (*slow)(void *ctx, int stream, const uint8_t *data, size_t n);
+    int rc;
+    al_exec_result res;
+    al_error err;
+    char out[256];
+    size_t len;
+};
+
+static int collect(void *ctx, int stream, const uint8_t *data, size_t n)
+{
+    struct job *j = ctx;
+    if (stream == 1) {
+        size_t room = sizeof(j->out) - 1 - j->len;
+        n = n < room ? n : room;
+        memcpy(j->out + j->len, data, n);
+        j->len += n;
+    }
+    return 0;
+}
+
+static void *job_thread(void *arg)
+{
+    struct job *j = arg;
+    al_exec_opts o = {.argv = j->argv,
+                      .stdin_fd = j->stdin_fd,
+                      .stdout_fd = -1,
+                      .stderr_fd = -1,
+                      .timeout_ms = j->timeout_ms,
+                      .output = j->slow ? j->slow : collect,
+                      .output_ctx = j};
+    j->rc = al_exec(j->s, &o, &j->res, &j->err);
+    return NULL;
+}
+
+static void test_agent(const char *agent)
+{
+    char root[] = "/tmp/airlock-test-link-XXXXXX";
+    if (!mkdtemp(root)) {
+        ok(false, "mkdtemp");
+        return;
+    }
+    const char *argv[] = {agent, "--stdio", "--root", root, NULL};
+    al_session *s = open_peer(argv);
+    ok(s != NULL, "a session on airlock-agent --stdio, no VM");
+    if (!s)
+        return;
+
+    /* A run blocked on its stdin does not hold another: the second ends first. */
+    int in[2];
+    if (pipe2(in, O_CLOEXEC) < 0)
+        return;
+    const char *cat_argv[] = {"/bin/sh", "-c", "read x; echo got-$x", NULL};
+    const char *echo_argv[] = {"/bin/echo", "beside", NULL};
+    struct job a = {.s = s, .argv = cat_argv, .stdin_fd = in[0]};
+    struct job b = {.s = s, .argv = echo_argv, .stdin_fd = -1};
+    pthread_t ta, tb;
+    pthread_create(&ta, NULL, job_thread, &a);
+    usleep(200 * 1000);
+    pthread_create(&tb, NULL, job_thread, &b);
+    pthread_join(tb, NULL);
+    ok(b.rc == 0 && !strcmp(b.out, "beside\n"), "a run ends while another waits for input (%s)",
+       b.rc ? b.err.msg : b.out);
+    if (write(in[1], "yes\n", 4) != 4)
+        ok(false, "write stdin");
+    close(in[1]);
+    pthread_join(ta, NULL);
+    close(in[0]);
+    ok(a.rc == 0 && !strcmp(a.out, "got-yes\n"), "the waiting run then gets its input (%s)",
+       a.rc ? a.err.msg : a.out);
+
+    /* 64 at once, each with its own output and status. */
+    enum { N = 60 };
+    static struct job jobs[N];
+    static char codes[N][48];
+    static const char *argvs[N][4];
+    pthread_t th[N];
+    for (int i = 0; i < N; i++) {
+        snprintf(codes[i], sizeof(codes[i]), "sleep 0.$((%d %% 5)); echo run-%d; exit %d", i, i,
+                 i % 7);
+        argvs[i][0] = "/bin/sh", argvs[i][1] = "-c", argvs[i][2] = codes[i], argvs[i][3] = NULL;
+        jobs[i] = (struct job){.s = s, .argv = argvs[i], .stdin_fd = -1};
+        pthread_create(&th[i], NULL, job_thread, &jobs[i]);
+    }
+    int right = 0;
+    for (int i = 0; i < N; i++) {
+        pthread_join(th[i], NULL);
+        char want[32];
+        snprintf(want, sizeof(want), "run-%d\n", i);
+        right += jobs[i].rc == 0 && !strcmp(jobs[i].out, want) && jobs[i].res.value == i % 7;
+    }
+    ok(right == N, "%d runs at once: %d with their own output and status", N, right);
+
+    /* A timeout of one run holds while another runs on. */
+    const char *long_argv[] = {"/bin/sh", "-c", "sleep 3; echo long", NULL};
+    const char *short_argv[] = {"/bin/sh", "-c", "sleep 30", NULL};
+    struct job l = {.s = s, .argv = long_argv, .stdin_fd = -1};
+    struct job t = {.s = s, .argv = short_argv, .stdin_fd = -1, .timeout_ms = 500};
+    pthread_create(&ta, NULL, job_thread, &l);
+    pthread_create(&tb, NULL, job_thread, &t);
+    pthread_join(tb, NULL);
+    pthread_join(ta, NULL);
+    ok(t.rc == 0 && t.res.timed_out, "the short timeout fired (%s)", t.err.msg);
+    ok(l.rc == 0 && !strcmp(l.out, "long\n") && !l.res.timed_out, "the other run went on");
+    al_session_close(s);
+    al_rmtree(root);
+}
+
+static void test_reverse(void)
+{
+    const char *argv[] = {self_path, "--peer", "reverse", NULL};
+    al_session *s = open_peer(argv);
+    ok(s != NULL, "a session on the scripted peer");
+    if (!s)
+        return;
+    static struct job jobs[64];
+    static const char *one[] = {"x", NULL};
+    pthread_t th[64];
+    for (int i = 0; i < 64; i++) {
+        jobs[i] = (struct job){.s = s, .argv = one, .stdin_fd = -1};
+        pthread_create(&th[i], NULL, job_thread, &jobs[i]);
+    }
+    int right = 0;
+    uint32_t seen = 0;
+    for (int i = 0; i < 64; i++) {
+        pthread_join(th[i], NULL);
+        unsigned id = 0;
+        if (jobs[i].rc == 0 && sscanf(jobs[i].out, "reply-%u", &id) == 1 &&
+            jobs[i].res.value == (int)(id % 100) && id < 64 + 8)
+            right++, seen++;
+        else
+            printf("# job %d: rc %d %s out '%s'\n", i, jobs[i].rc, jobs[i].err.msg, jobs[i].out);
+    }
+    ok(right == 64, "64 requests answered in reverse, interleaved: %d got their own frames", right);
+    al_session_close(s);
+}
+
+static void test_unknown(void)
+{
+    const char *argv[] = {self_path, "--peer", "unknown", NULL};
+    al_session *s = open_peer(argv);
+    if (!s) {
+        ok(false, "a session on the scripted peer");
+        return;
+    }
+    static const char *one[] = {"x", NULL};
+    struct job j = {.s = s, .argv = one, .stdin_fd = -1};
+    job_thread(&j);
+    ok(j.rc == -EPROTO && strstr(j.err.msg, "unknown request"),
+       "a frame for a request never made fails the run (%s)", j.err.msg);
+    struct job k = {.s = s, .argv = one, .stdin_fd = -1};
+    job_thread(&k);
+    ok(k.rc == -EPROTO && strstr(k.err.msg, "broke the protocol"),
+       "and the session takes no more requests (%s)", k.err.msg);
+    al_session_close(s);
+}
+
+/* The first run's caller stops taking its output; the peer floods it past its credit while the
+ * second run reads the channel: the flood lands in the first's bounded queue, which fails the
+ * session instead of growing. */
+static volatile int slow_started;
+
+static int slow_output(void *ctx, int stream, const uint8_t *data, size_t n)
+{
+    (void)ctx, (void)stream, (void)data, (void)n;
+    if (!slow_started) {
+        slow_started = 1;
+        sleep(3);
+    }
+    return 0;
+}
+
+static long rss_kib(void)
+{
+    FILE *f = fopen("/proc/self/status", "r");
+    char line[256];
+    long kib = -1;
+    while (f && fgets(line, sizeof(line), f))
+        if (!strncmp(line, "VmRSS:", 6))
+            kib = atol(line + 6);
+    if (f)
+        fclose(f);
+    return kib;
+}
+
+static void test_flood(void)
+{
+    const char *argv[] = {self_path, "--peer", "flood", NULL};
+    al_session *s = open_peer(argv);
+    if (!s) {
+        ok(false, "a session on the scripted peer");
+        return;
+    }
+    static const char *one[] = {"x", NULL};
+    struct job a = {.s = s, .argv = one, .stdin_fd = -1, .slow = slow_output};
+    struct job b = {.s = s, .argv = one, .stdin_fd = -1};
+    long rss0 = rss_kib();
+    pthread_t ta, tb;
+    pthread_create(&ta, NULL, job_thread, &a);
+    while (!slow_started)
+        usleep(10000);
+    pthread_create(&tb, NULL, job_thread, &b);
+    pthread_join(tb, NULL);
+    pthread_join(ta, NULL);
+    long grown = rss_kib() - rss0;
+    ok(a.rc == -EPROTO && strstr(a.err.msg, "credit"), "the flooded run fails: %s", a.err.msg);
+    ok(b.rc == -EPROTO, "the other run ends with it: %s", b.err.msg);
+    ok(grown < 64 * 1024, "the host grew by %ld KiB, not by the flood", grown);
+    al_session_close(s);
+}
+
+int main(int argc, char **argv)
+{
+    signal(SIGPIPE, SIG_IGN);
+    if (argc == 3 && !strcmp(argv[1], "--peer"))
+        return peer(argv[2]);
+    setvbuf(stdout, NULL, _IOLBF, 0);
+    if (argc != 2) {
+        fprintf(stderr, "usage: test-link AGENT | test-link --peer MODE\n");
+        return 2;
+    }
+    self_path = "/proc/self/exe";
+    static char exe[4096];
+    ssize_t n = readlink("/proc/self/exe", exe, sizeof(exe) - 1);
+    if (n > 0) {
+        exe[n] = '\0';
+        self_path = exe;
+    }
+    test_agent(argv[1]);
+    test_reverse();
+    test_unknown();
+    test_flood();
+    return tap_done();
+}
