@@ -9,6 +9,7 @@
 #include "airlockd.h"
 
 #include <errno.h>
+#include <openssl/evp.h>
 #include <poll.h>
 #include <stdio.h>
 #include <string.h>
@@ -37,10 +38,12 @@ static pthread_cond_t chat_cv = PTHREAD_COND_INITIALIZER;
 /* The chat states of every session: busy and ready change under this. */
 static pthread_mutex_t chat_lock = PTHREAD_MUTEX_INITIALIZER;
 
+/* Every string of an event is valid UTF-8 (the guest's bytes in a file name, the model's in its
+ * text): a bad byte is U+FFFD. */
 static void ev_str(struct ad_chat *ch, const char *type, const char *k, const char *v, size_t n)
 {
     cJSON *o = cJSON_CreateObject();
-    char *t = strndup(v, n);
+    char *t = al_utf8_repair((const uint8_t *)v, n, NULL);
     cJSON_AddStringToObject(o, k, t ? t : "");
     free(t);
     ad_run_push(ch->run, type, o);
@@ -73,8 +76,8 @@ static void ui_code(void *ctx, const char *lang, const char *code)
 {
     struct ad_chat *ch = ctx;
     cJSON *o = cJSON_CreateObject();
-    cJSON_AddStringToObject(o, "language", lang ? lang : "");
-    cJSON_AddStringToObject(o, "code", code ? code : "");
+    ad_json_add_text(o, "language", lang ? lang : "");
+    ad_json_add_text(o, "code", code ? code : "");
     ad_run_push(ch->run, "code", o);
     cJSON_Delete(o);
 }
@@ -86,8 +89,8 @@ static int ui_confirm(void *ctx, const char *lang, char **code)
 {
     struct ad_chat *ch = ctx;
     cJSON *o = cJSON_CreateObject();
-    cJSON_AddStringToObject(o, "language", lang ? lang : "");
-    cJSON_AddStringToObject(o, "code", *code ? *code : "");
+    ad_json_add_text(o, "language", lang ? lang : "");
+    ad_json_add_text(o, "code", *code ? *code : "");
     pthread_mutex_lock(&chat_lock);
     ch->asking = true;
     ch->answer = -1;
@@ -179,12 +182,31 @@ static void ui_notice(void *ctx, const char *msg)
     if (strncmp(msg, FILES_NOTICE, strlen(FILES_NOTICE)))
         return;
     cJSON *o = cJSON_CreateObject(), *a = cJSON_AddArrayToObject(o, "paths");
+    /* A name that is not UTF-8: U+FFFD for each bad byte in paths, its exact bytes in base64 at
+     * the same place of paths_b64 (null for the others), as the files API gives names. */
+    cJSON *b = cJSON_CreateArray();
+    bool any_lossy = false;
     char *copy = strdup(msg + strlen(FILES_NOTICE));
     for (char *save = NULL, *l = copy ? strtok_r(copy, "\n", &save) : NULL; l;
-         l = strtok_r(NULL, "\n", &save))
-        if (l[0] == '/')
-            cJSON_AddItemToArray(a, cJSON_CreateString(l));
+         l = strtok_r(NULL, "\n", &save)) {
+        if (l[0] != '/')
+            continue;
+        bool lossy = false;
+        char *text = al_utf8_repair((const uint8_t *)l, strlen(l), &lossy);
+        cJSON_AddItemToArray(a, cJSON_CreateString(text ? text : ""));
+        free(text);
+        char *b64 = lossy ? malloc(4 * ((strlen(l) + 2) / 3) + 1) : NULL;
+        if (b64)
+            EVP_EncodeBlock((unsigned char *)b64, (const unsigned char *)l, (int)strlen(l));
+        cJSON_AddItemToArray(b, b64 ? cJSON_CreateString(b64) : cJSON_CreateNull());
+        free(b64);
+        any_lossy |= lossy;
+    }
     free(copy);
+    if (any_lossy)
+        cJSON_AddItemToObject(o, "paths_b64", b);
+    else
+        cJSON_Delete(b);
     ad_run_push(ch->run, "files", o);
     cJSON_Delete(o);
 }

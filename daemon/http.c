@@ -86,25 +86,9 @@ enum MHD_Result ad_reply_json(struct MHD_Connection *c, struct ad_req *q, unsign
 
 bool ad_json_add_text(cJSON *o, const char *key, const char *s)
 {
-    size_t len = strlen(s), n = 0;
     bool lossy = false;
-    char *out = malloc(3 * len + 1); /* a bad byte becomes U+FFFD, 3 bytes */
-    if (!out)
-        return false;
-    const unsigned char *end = (const unsigned char *)s + len;
-    for (const unsigned char *p = (const unsigned char *)s; *p;) {
-        size_t k = al_utf8_len(p, (size_t)(end - p));
-        if (k) {
-            memcpy(out + n, p, k);
-            n += k, p += k;
-        } else {
-            memcpy(out + n, "\xef\xbf\xbd", 3);
-            n += 3, p++;
-            lossy = true;
-        }
-    }
-    out[n] = 0;
-    cJSON_AddStringToObject(o, key, out);
+    char *out = al_utf8_repair((const uint8_t *)s, strlen(s), &lossy);
+    cJSON_AddStringToObject(o, key, out ? out : "");
     free(out);
     return lossy;
 }

@@ -3,6 +3,7 @@
 #include "airlockd.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <openssl/crypto.h>
 #include <openssl/evp.h>
 #include <openssl/rand.h>
@@ -10,7 +11,9 @@
 #include <stddef.h>
 #include <stdio.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <time.h>
+#include <unistd.h>
 
 static sqlite3 *db;
 static pthread_mutex_t db_lock = PTHREAD_MUTEX_INITIALIZER;
@@ -80,6 +83,24 @@ static void columns(char *buf, size_t len, const char *suffix)
 
 int ad_keys_open(const char *path, char *why, size_t len)
 {
+    /* Made 0600 before SQLite opens it (its journals take the file's mode); one others may read
+     * (an older airlockd's 0644) is refused. */
+    int fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0600);
+    struct stat st;
+    if (fd < 0 || fstat(fd, &st) < 0) {
+        snprintf(why, len, "cannot open key store '%s': %s", path, strerror(errno));
+        if (fd >= 0)
+            close(fd);
+        return -EIO;
+    }
+    close(fd);
+    if (!S_ISREG(st.st_mode) || st.st_uid != geteuid() || (st.st_mode & 077)) {
+        snprintf(why, len,
+                 "the key store '%s' must be a file of this user that no other user can read or "
+                 "write (mode %04o, owner %u): chmod 600 it",
+                 path, (unsigned)(st.st_mode & 07777), (unsigned)st.st_uid);
+        return -EACCES;
+    }
     if (sqlite3_open_v2(path, &db,
                         SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | SQLITE_OPEN_FULLMUTEX,
                         NULL) != SQLITE_OK) {

@@ -34,7 +34,8 @@ static void usage(FILE *f)
 static int mkdirs(const char *path, mode_t mode)
 {
     char buf[512];
-    snprintf(buf, sizeof(buf), "%s", path);
+    if (snprintf(buf, sizeof(buf), "%s", path) >= (int)sizeof(buf))
+        return -ENAMETOOLONG;
     for (char *p = buf + 1; *p; p++) {
         if (*p != '/')
             continue;
@@ -48,6 +49,32 @@ static int mkdirs(const char *path, mode_t mode)
     return 0;
 }
 
+/* The key store's and the spool's directories are the daemon's alone: made 0700 (the last
+ * part; the parts above may be the library's, which QEMU's user traverses), and refused when
+ * another user may read or write them (a store an older airlockd made 0755, say). */
+static int private_dir(const char *dir, const char *what)
+{
+    int r = mkdirs(dir, 0700);
+    if (r < 0) {
+        fprintf(stderr, "airlockd: cannot make %s '%s': %s\n", what, dir, strerror(-r));
+        return -1;
+    }
+    struct stat st;
+    if (lstat(dir, &st) < 0) {
+        fprintf(stderr, "airlockd: %s '%s': %s\n", what, dir, strerror(errno));
+        return -1;
+    }
+    if (!S_ISDIR(st.st_mode) || st.st_uid != geteuid() || (st.st_mode & 077)) {
+        fprintf(stderr,
+                "airlockd: %s '%s' must be a directory of this user that no other user can "
+                "read or write (it is %s, mode %04o, owner %u): chmod 700 it\n",
+                what, dir, S_ISDIR(st.st_mode) ? "a directory" : "not a directory",
+                (unsigned)(st.st_mode & 07777), (unsigned)st.st_uid);
+        return -1;
+    }
+    return 0;
+}
+
 static int open_keys(void)
 {
     char dir[512], why[600];
@@ -55,10 +82,8 @@ static int open_keys(void)
     char *slash = strrchr(dir, '/');
     if (slash && slash != dir) {
         *slash = 0;
-        if (mkdirs(dir, 0700) < 0) {
-            fprintf(stderr, "airlockd: cannot make '%s': %s\n", dir, strerror(errno));
+        if (private_dir(dir, "the key store's directory") < 0)
             return -1;
-        }
     }
     if (ad_keys_open(ad_cfg.keys_db, why, sizeof(why)) < 0) {
         fprintf(stderr, "airlockd: %s\n", why);
@@ -220,11 +245,8 @@ static int cmd_hosts(void)
 static int serve(void)
 {
     char why[600];
-    if (mkdirs(ad_cfg.spool_dir, 0700) < 0) {
-        fprintf(stderr, "airlockd: cannot make '%s': %s\n", ad_cfg.spool_dir, strerror(errno));
-        return 1;
-    }
-    if (open_keys() < 0)
+    /* the key store first: the spool's parents are made 0755, the store's own dir 0700 */
+    if (open_keys() < 0 || private_dir(ad_cfg.spool_dir, "the upload spool") < 0)
         return 1;
     /* Signals are taken by sigwait below, in this thread only. */
     sigset_t set;

@@ -30,7 +30,11 @@ const char *ad_web_file(const char *path, size_t *len, const char **type)
     return NULL;
 }
 
-#define WEB_SESSIONS_MAX 256 /* signed-in browsers at once; the oldest makes room */
+/* Signed-in browsers at once; a key holds at most WEB_SESSIONS_PER_KEY of them, its own oldest
+ * making room for its next, so that one key's sign-ins never sign another key's browsers out
+ * (it would take WEB_SESSIONS_MAX / WEB_SESSIONS_PER_KEY keys to fill the table). */
+#define WEB_SESSIONS_MAX 1024
+#define WEB_SESSIONS_PER_KEY 16
 #define WEB_SESSION_S (12 * 3600)
 
 struct web_session {
@@ -53,15 +57,28 @@ int ad_web_login(const char *api_key, char *token, size_t len)
         snprintf(token + 2 * i, 3, "%02x", raw[i]);
     uint64_t now = ad_now_ms();
     pthread_mutex_lock(&web_lock);
-    struct web_session *w = &web[0];
+    struct web_session *w = NULL, *oldest = &web[0], *own_oldest = NULL;
+    unsigned own = 0;
     for (size_t i = 0; i < WEB_SESSIONS_MAX; i++) {
-        if (!web[i].token[0] || web[i].expires_ms < now) {
-            w = &web[i];
-            break;
+        struct web_session *x = &web[i];
+        bool live = x->token[0] && x->expires_ms >= now;
+        if (!live) {
+            if (!w)
+                w = x;
+            continue;
         }
-        if (web[i].expires_ms < w->expires_ms)
-            w = &web[i];
+        if (!strcmp(x->key, api_key)) {
+            own++;
+            if (!own_oldest || x->expires_ms < own_oldest->expires_ms)
+                own_oldest = x;
+        }
+        if (x->expires_ms < oldest->expires_ms)
+            oldest = x;
     }
+    if (own >= WEB_SESSIONS_PER_KEY)
+        w = own_oldest;
+    else if (!w)
+        w = oldest;
     snprintf(w->token, sizeof(w->token), "%s", token);
     snprintf(w->key, sizeof(w->key), "%s", api_key);
     w->expires_ms = now + WEB_SESSION_S * 1000ull;

@@ -64,6 +64,31 @@ size_t al_utf8_len(const uint8_t *p, size_t n)
     return len > 0 ? (size_t)len : 0;
 }
 
+char *al_utf8_repair(const uint8_t *p, size_t n, bool *lossy)
+{
+    char *out = malloc(3 * n + 1); /* a bad byte becomes U+FFFD, 3 bytes */
+    if (!out)
+        return NULL;
+    size_t o = 0;
+    bool bad = false;
+    for (size_t i = 0, k; i < n; i += k) {
+        k = p[i] ? al_utf8_len(p + i, n - i) : 1;
+        if (k && p[i]) {
+            memcpy(out + o, p + i, k);
+            o += k;
+        } else {
+            memcpy(out + o, "\xef\xbf\xbd", 3);
+            o += 3;
+            bad = true;
+            k = 1;
+        }
+    }
+    out[o] = '\0';
+    if (lossy)
+        *lossy = bad;
+    return out;
+}
+
 /* One unit at in[0..n): writes its rendering to out (at most 4 bytes) and returns the bytes
  * it took, or 0 when in holds only the start of a UTF-8 sequence (never when final). */
 static size_t term_step(const unsigned char *in, size_t n, bool final, bool oneline, bool *cr,

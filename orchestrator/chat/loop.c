@@ -393,7 +393,11 @@ static char *run_code(al_chat *c, const char *lang, const char *code, bool *canc
     /* Only the user's Ctrl-C (the cancel pipe, passed on to the guest) ends the task; a timeout
      * or an exit status of 130 is the run's result like any other. */
     *cancelled = ret == 0 && r.interrupted;
-    char *out = al_capture_text(&rc.cap);
+    /* What the model gets is text: the guest's bytes that are not UTF-8 become U+FFFD (the
+     * user saw them made visible as they came). */
+    char *raw = al_capture_text(&rc.cap);
+    char *out = raw ? al_utf8_repair((const uint8_t *)raw, strlen(raw), NULL) : NULL;
+    free(raw);
     al_capture_free(&rc.cap);
     if (!out)
         return al_err(err, -ENOMEM, "out of memory"), NULL;
@@ -509,11 +513,13 @@ static bool report_files(al_chat *c, char **text)
     free(l);
     if (n && list) {
         notice(c, "files written by the run:\n%s", list);
-        char *t = NULL;
-        if (*text && asprintf(&t, "%s\n[files written by this run:\n%s]", *text, list) >= 0) {
+        char *t = NULL, *names = al_utf8_repair((const uint8_t *)list, strlen(list), NULL);
+        if (*text && names &&
+            asprintf(&t, "%s\n[files written by this run:\n%s]", *text, names) >= 0) {
             free(*text);
             *text = t;
         }
+        free(names);
     }
     free(list);
     return r.interrupted;

@@ -260,6 +260,10 @@ bool al_utf8_valid(const uint8_t *p, size_t n);
 /* The length of the well-formed UTF-8 sequence at p, n bytes available (RFC 3629: no overlong
  * forms, no surrogates, nothing past U+10FFFF; ASCII is 1), or 0. */
 size_t al_utf8_len(const uint8_t *p, size_t n);
+/* The n bytes at p as UTF-8 text (malloc'd, NUL-terminated, NULL when out of memory): each byte
+ * that is not part of a well-formed sequence, and each NUL, becomes U+FFFD; *lossy (if given)
+ * says whether one did. */
+char *al_utf8_repair(const uint8_t *p, size_t n, bool *lossy);
 
 /* The reader the exec uses on the guest's result stream, public for tests and fuzzing: feed
  * it bytes as they come, end it at the stream's end. */

@@ -5,6 +5,7 @@ session to save boots. Environment: AIRLOCKD_BIN and the usual integration varia
 """
 import base64
 import hashlib
+import http.client
 import json
 import os
 import random
@@ -38,8 +39,9 @@ class Daemon:
             "socket": self.sock,
             "socket_mode": "0666",
             "tcp": "127.0.0.1:0",
-            "keys_db": os.path.join(self.dir, "keys.db"),
-            "spool_dir": os.path.join(self.dir, "spool"),
+            # the daemon's own dir: it makes it 0700 (the socket's dir stays 0755 for nobody)
+            "keys_db": os.path.join(self.dir, "store", "keys.db"),
+            "spool_dir": os.path.join(self.dir, "store", "spool"),
             "heartbeat_s": 1,
             "connection_timeout_s": 4,
             "run_buffer_bytes": 262144,
@@ -499,7 +501,7 @@ class AirlockdTest(unittest.TestCase):
         with self.assertRaises(APIError) as e:
             f.stat("/tmp/d")
         self.assertEqual(e.exception.status, 404)
-        self.assertEqual(os.listdir(os.path.join(self.d.dir, "spool")), [])
+        self.assertEqual(os.listdir(os.path.join(self.d.dir, "store", "spool")), [])
 
     # ---- sessions ----
 
@@ -610,6 +612,59 @@ class AirlockdTest(unittest.TestCase):
         r = altest.run(["--server", "http://127.0.0.1:%d" % self.d.port, "exec", "--", "true"])
         self.assertEqual(r.returncode, 125)
         self.assertIn(b"401", r.stderr)
+
+    def test_web_sign_ins_are_bounded_per_key(self):
+        # issue 29, 7: another key's many sign-ins do not sign this key's browser out.
+        def login(key):
+            c = http.client.HTTPConnection("127.0.0.1", self.d.port, timeout=30)
+            c.request("POST", "/v1/auth/login", body=json.dumps({"api_key": key}),
+                      headers={"Content-Type": "application/json"})
+            r = c.getresponse()
+            r.read()
+            c.close()
+            self.assertEqual(r.status, 200)
+            return r.getheader("Set-Cookie").split(";")[0]
+
+        def works(cookie):
+            c = http.client.HTTPConnection("127.0.0.1", self.d.port, timeout=30)
+            c.request("GET", "/v1/sessions", headers={"Cookie": cookie})
+            r = c.getresponse()
+            r.read()
+            c.close()
+            return r.status == 200
+
+        mine = login(self.key_a)
+        theirs = [login(self.key_b) for _ in range(300)]
+        self.assertTrue(works(mine), "key A's browser was signed out by key B's sign-ins")
+        self.assertTrue(works(theirs[-1]))
+        self.assertFalse(works(theirs[0]), "key B keeps only its newest sign-ins")
+
+    def test_key_store_is_private(self):
+        # issue 29, 11: the store's dir 0700 and keys.db 0600, made so even with umask 022;
+        # a store others can read is refused at start, naming the fix.
+        store = os.path.join(self.d.dir, "store")
+        self.assertEqual(os.stat(store).st_mode & 0o777, 0o700)
+        self.assertEqual(os.stat(os.path.join(store, "keys.db")).st_mode & 0o777, 0o600)
+        self.assertEqual(os.stat(os.path.join(store, "spool")).st_mode & 0o777, 0o700)
+        with tempfile.TemporaryDirectory() as t:
+            os.chmod(t, 0o755)
+            conf = os.path.join(t, "c.conf")
+            with open(conf, "w") as f:
+                f.write("keys_db = %s/keys.db\n" % t)
+            p = subprocess.run([AIRLOCKD, "--config", conf, "key", "list"],
+                               stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+            self.assertEqual(p.returncode, 1)
+            self.assertIn("no other user can read or write", p.stderr)
+            self.assertIn("chmod 700", p.stderr)
+            self.assertFalse(os.path.exists(os.path.join(t, "keys.db")))
+            os.chmod(t, 0o700)
+            with open(os.path.join(t, "keys.db"), "w"):
+                pass
+            os.chmod(os.path.join(t, "keys.db"), 0o644)
+            p = subprocess.run([AIRLOCKD, "--config", conf, "key", "list"],
+                               stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+            self.assertEqual(p.returncode, 1)
+            self.assertIn("chmod 600", p.stderr)
 
     def test_log_has_no_secrets(self):
         self.d.tcp(self.key_a).sessions()
@@ -886,6 +941,45 @@ class ChatTimeoutTest(unittest.TestCase):
             self.assertLess(took, 100)
             sb.kill()
             self.assertTrue(domain_gone(sb.id))
+        finally:
+            self.assertEqual(d.stop(), 0)
+            shutil.rmtree(d.dir, ignore_errors=True)
+
+
+class ChatBytesTest(unittest.TestCase):
+    """issue 29, 10: a file name that is not UTF-8 (and output that is not) reaches the chat's
+    events, and the history, as valid UTF-8: U+FFFD for each bad byte, the exact bytes in
+    paths_b64."""
+
+    def test_non_utf8_names_in_events(self):
+        tmp = tempfile.mkdtemp(prefix="airlockd-chat-")
+        self.addCleanup(shutil.rmtree, tmp, True)
+        fm, port = altest.start_fake_model([
+            {"tool_calls": [{"id": "c1", "name": "execute", "arguments": {
+                "language": "sh",
+                "code": "mkdir -p /workspace && printf x > \"/workspace/bad$(printf '\\377\\376').txt\""
+                        " && printf 'out\\377\\n'"}}]},
+            {"text": "made it"}], tmp)
+        self.addCleanup(lambda: (fm.kill(), fm.wait()))
+        d = Daemon(model_api="openai", model_api_base="http://127.0.0.1:%d/v1" % port,
+                   model="fake")
+        try:
+            sb = Sandbox(client=d.unix())
+            info = sb.client.request("POST", "/v1/sessions/%s/chat" % sb.id,
+                                     {"message": "make a file", "auto_run": True})
+            evs = list(Run(sb, info).events(timeout=120))  # raised on bytes that are not UTF-8
+            self.assertEqual(evs[-1].type, "done", evs[-1])
+            files = [e.data for e in evs if e.type == "files"]
+            self.assertEqual(len(files), 1, evs)
+            self.assertEqual(files[0]["paths"], ["/workspace/bad\ufffd\ufffd.txt"])
+            self.assertEqual(base64.b64decode(files[0]["paths_b64"][0]),
+                             b"/workspace/bad\xff\xfe.txt")
+            # the history holds text: the output's bad byte as U+FFFD
+            chat = sb.client.request("GET", "/v1/sessions/%s/chat" % sb.id)
+            self.assertIn("out\ufffd", json.dumps(chat, ensure_ascii=False))
+            with open(os.path.join(tmp, "requests.jsonl"), "rb") as f:
+                f.read().decode("utf-8")  # what the model was sent is UTF-8 too
+            sb.kill()
         finally:
             self.assertEqual(d.stop(), 0)
             shutil.rmtree(d.dir, ignore_errors=True)

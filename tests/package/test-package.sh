@@ -154,7 +154,7 @@ ok "the service is hardened as documented" bash -c "
 # a socket in that dir; then the same through socket activation (LISTEN_FDS), as systemd would.
 daemon_runs() {
     local d=$tmp/daemon pid i
-    mkdir -p "$d"
+    mkdir -p -m 0700 "$d"
     sed -e "s|^socket = .*|socket = $d/airlockd.sock|" -e "s|^keys_db = .*|keys_db = $d/keys.db|" \
         -e "s|^spool_dir = .*|spool_dir = $d/spool|" \
         -e "s|^allow_group = airlock\$|allow_group = $(awk -F: '$1 == "airlock" {print $3}' "$root/etc/group")|" \
@@ -175,7 +175,7 @@ daemon_runs() {
 ok "the installed airlockd starts in the foreground and answers /v1/health" daemon_runs
 activated() {
     local d=$tmp/activated pid i
-    mkdir -p "$d"
+    mkdir -p -m 0700 "$d"
     printf 'socket = %s\nkeys_db = %s\nspool_dir = %s\n' /nonexistent/unused.sock "$d/keys.db" \
         "$d/spool" >"$d/conf"
     LD_LIBRARY_PATH=$lib systemd-socket-activate -l "$d/act.sock" \
