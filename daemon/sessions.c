@@ -23,6 +23,10 @@ static pthread_cond_t cond = PTHREAD_COND_INITIALIZER;
 static struct slot *slots;
 static pthread_t reaper;
 static bool stopping, reaper_started;
+static unsigned enders; /* sessions being ended by threads of their own */
+/* How long shutdown waits for the sessions being ended: past it the daemon exits and their VMs
+ * end with its libvirt connections (AUTODESTROY), their files with the next gc. */
+#define SHUTDOWN_WAIT_MS 60000
 
 /* Labels: a few short strings for the caller's bookkeeping. */
 #define LABELS_MAX 16
@@ -192,6 +196,9 @@ static void finish(struct ad_session *s, unsigned own)
 {
     pthread_mutex_unlock(&lock);
     ad_runs_cancel(s);
+    /* The VM goes first: whatever a request of this session waits for (a frozen agent, a guest
+     * that stopped reading), it fails now, and the references it holds come back. */
+    al_session_stop(s->s);
     pthread_mutex_lock(&lock);
     while (s->refs > own)
         pthread_cond_wait(&cond, &lock);
@@ -224,20 +231,47 @@ void ad_session_delete(struct ad_session *s)
         return;
     }
     s->gone = true;
-    unlink_slot(s);
     finish(s, 1);
     s->refs = 0;
+    unlink_slot(s);
+    pthread_cond_broadcast(&cond);
     pthread_mutex_unlock(&lock);
     free(s);
 }
 
+/* A session being ended stays in its slot, counted against its owner's quota (its VM lives
+ * until the end is done), and is seen by no request. */
+static void *ender(void *arg)
+{
+    struct ad_session *s = arg;
+    pthread_mutex_lock(&lock);
+    finish(s, 0);
+    unlink_slot(s);
+    enders--;
+    pthread_cond_broadcast(&cond);
+    pthread_mutex_unlock(&lock);
+    free(s);
+    return NULL;
+}
+
+/* Ends s in a thread of its own, so that the reaper and the shutdown never wait on one session.
+ * Called with lock held. */
 static void reap_one(struct ad_session *s, const char *why)
 {
     ad_log("session %s of %s: %s", s->id, s->owner, why);
     s->gone = true;
-    unlink_slot(s);
-    finish(s, 0);
-    free(s);
+    pthread_t th;
+    pthread_attr_t at;
+    pthread_attr_init(&at);
+    pthread_attr_setdetachstate(&at, PTHREAD_CREATE_DETACHED);
+    enders++;
+    if (pthread_create(&th, &at, ender, s)) { /* no thread: end it here */
+        enders--;
+        finish(s, 0);
+        unlink_slot(s);
+        free(s);
+    }
+    pthread_attr_destroy(&at);
 }
 
 static void *reap_loop(void *arg)
@@ -262,7 +296,7 @@ static void *reap_loop(void *arg)
                 continue;
             if (now >= s->deadline_ms) {
                 reap_one(s, "lifetime over");
-                break; /* the list changed; look again next round */
+                continue; /* its slot stays until its end is done */
             }
             s->refs++; /* kept while the lock is let go: a delete waits for it */
             pthread_mutex_unlock(&lock);
@@ -275,10 +309,8 @@ static void *reap_loop(void *arg)
             /* now again: a request may have touched it while the lock was let go */
             now = ad_now_ms();
             if (!busy && s->refs == 0 && s->idle_s && now >= s->used_ms &&
-                now - s->used_ms >= s->idle_s * 1000ull) {
+                now - s->used_ms >= s->idle_s * 1000ull)
                 reap_one(s, "idle timeout");
-                break;
-            }
         }
     }
     pthread_mutex_unlock(&lock);
@@ -298,14 +330,20 @@ void ad_sessions_shutdown(void)
         pthread_join(reaper, NULL);
     ad_runs_shutdown();
     pthread_mutex_lock(&lock);
-    for (;;) {
-        struct slot *sl = slots;
-        while (sl && (!sl->s || sl->s->gone))
-            sl = sl->next;
-        if (!sl)
-            break;
-        reap_one(sl->s, "daemon stopping");
+    for (struct slot *sl = slots; sl; sl = sl->next)
+        if (sl->s && !sl->s->gone)
+            reap_one(sl->s, "daemon stopping");
+    /* Each ends in its own thread, all at once; shutdown always ends. */
+    uint64_t end = ad_now_ms() + SHUTDOWN_WAIT_MS;
+    while (enders && ad_now_ms() < end) {
+        struct timespec ts;
+        clock_gettime(CLOCK_REALTIME, &ts);
+        ts.tv_sec += 1;
+        pthread_cond_timedwait(&cond, &lock, &ts);
     }
+    if (enders)
+        ad_log("%u sessions did not end within %d s; leaving them to libvirt and gc", enders,
+               SHUTDOWN_WAIT_MS / 1000);
     pthread_mutex_unlock(&lock);
 }
 
@@ -372,8 +410,9 @@ static int quota(const char *owner, const struct ad_limits *lim, unsigned memory
                  struct ad_fail *f)
 {
     unsigned n = 0, mem = 0;
+    /* a session being ended counts until its VM is gone */
     for (struct slot *sl = slots; sl; sl = sl->next)
-        if (!strcmp(sl->owner, owner) && !(sl->s && sl->s->gone)) {
+        if (!strcmp(sl->owner, owner)) {
             n++;
             mem += sl->memory_mib;
         }

@@ -693,6 +693,13 @@ int al_session_open_peer(const char *const *argv, const al_session_opts *opts, a
     return 0;
 }
 
+void al_session_stop(al_session *s)
+{
+    al_link_fail_all(s, -ESHUTDOWN, "the session is being ended");
+    if (s->dom)
+        virDomainDestroy(s->dom);
+}
+
 void al_session_close(al_session *s)
 {
     if (!s)

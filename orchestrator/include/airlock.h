@@ -161,6 +161,10 @@ typedef struct al_session_opts {
 int al_session_open(const al_session_opts *opts, al_session **out, al_error *err);
 /* Destroys the VM and removes the session's files. Safe on NULL. */
 void al_session_close(al_session *s);
+/* Ends the session's VM now, from any thread: every request in flight on it fails at once
+ * (-ESHUTDOWN), whatever the guest does; al_session_close still frees it, once those calls
+ * have returned. */
+void al_session_stop(al_session *s);
 const char *al_session_name(const al_session *s);
 const char *al_session_console_path(const al_session *s);
 const char *al_session_raw_port_path(const al_session *s);

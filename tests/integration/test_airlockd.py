@@ -946,6 +946,59 @@ class ChatTimeoutTest(unittest.TestCase):
             shutil.rmtree(d.dir, ignore_errors=True)
 
 
+class FrozenAgentTest(unittest.TestCase):
+    """issue 29, 1: guest code stops the agent (SIGSTOP); a download from that session then gets
+    no answer. Its lifetime still ends it (the VM goes at once, the download fails), another
+    session is still reaped at its lifetime, and SIGTERM still stops the daemon."""
+
+    def test_frozen_agent_wedges_nothing(self):
+        d = Daemon()
+        stopped = False
+        try:
+            c = d.unix()
+            a = Sandbox(client=c, lifetime_s=15)
+            b = Sandbox(client=c, lifetime_s=20)
+            t0 = time.monotonic()
+            a.commands.run("kill -STOP $(cat /run/airlock-agent.pid); sleep 1000",
+                           background=True)
+            time.sleep(2)
+            got = {}
+
+            def download():
+                try:
+                    got["data"] = a.files.read("/etc/hostname")
+                except Exception as e:  # noqa: BLE001 (any clear failure will do)
+                    got["error"] = e
+                got["t"] = time.monotonic() - t0
+
+            th = threading.Thread(target=download, daemon=True)
+            th.start()
+            # A's lifetime ends it although a download waits on its frozen agent
+            for _ in range(300):
+                if domain_gone(a.id):
+                    break
+                time.sleep(0.2)
+            self.assertTrue(domain_gone(a.id), "the frozen session outlived its lifetime")
+            self.assertLess(time.monotonic() - t0, 45)
+            th.join(60)
+            self.assertFalse(th.is_alive(), "the download never ended")
+            self.assertIn("error", got, got)
+            # the reaper goes on: B ends at its lifetime too
+            for _ in range(300):
+                if domain_gone(b.id):
+                    break
+                time.sleep(0.2)
+            self.assertTrue(domain_gone(b.id), "the reaper stopped after the frozen session")
+            t = time.monotonic()
+            self.assertEqual(d.stop(timeout=60), 0)
+            stopped = True
+            self.assertLess(time.monotonic() - t, 30)
+        finally:
+            if not stopped:
+                d.stop(sig=signal.SIGKILL)
+            shutil.rmtree(d.dir, ignore_errors=True)
+
+
 class ChatBytesTest(unittest.TestCase):
     """issue 29, 10: a file name that is not UTF-8 (and output that is not) reaches the chat's
     events, and the history, as valid UTF-8: U+FFFD for each bad byte, the exact bytes in
