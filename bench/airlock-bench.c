@@ -646,13 +646,21 @@ struct streamer {
     volatile bool stop;
     uint64_t bytes;
     double seconds;
+    double t0;
+    double mb_s; /* the rate its reader takes the stream at (MB/s), 0: as fast as it comes */
 };
 
+/* The stream's reader: counts, and holds the pace a client reading at mb_s would. */
 static int count_bytes(void *ctx, int stream, const uint8_t *data, size_t n)
 {
     struct streamer *st = ctx;
     (void)stream, (void)data;
     st->bytes += n;
+    if (st->mb_s > 0) {
+        double ahead = (double)st->bytes / (st->mb_s * 1e6) - (now_s() - st->t0);
+        if (ahead > 0)
+            usleep((useconds_t)(ahead * 1e6));
+    }
     return st->stop ? -EPIPE : 0;
 }
 
@@ -670,9 +678,9 @@ static void *stream_thread(void *arg)
                       .output_ctx = st};
     al_exec_result r;
     al_error err = {0};
-    double t0 = now_s();
+    st->t0 = now_s();
     al_exec(st->s, &o, &r, &err);
-    st->seconds = now_s() - t0;
+    st->seconds = now_s() - st->t0;
     return NULL;
 }
 
@@ -685,6 +693,25 @@ static void rtts(al_session *s, int n, double *out, int null)
         out[i] = (now_s() - t0) * 1e3;
     }
 }
+
+/* Round trips of `true` beside a stream its reader takes at mb_s (0: flat out); its rate as
+ * measured into *got. */
+static void rtts_beside(al_session *s, double mb_s, int n, double *out, double *got, int null)
+{
+    struct streamer st = {.s = s, .mb_s = mb_s};
+    pthread_t sth;
+    if (pthread_create(&sth, NULL, stream_thread, &st))
+        die("pthread_create");
+    while (st.bytes < (8u << 20))
+        usleep(10000);
+    uint64_t b0 = st.bytes;
+    double t0 = now_s();
+    rtts(s, n, out, null);
+    *got = (double)(st.bytes - b0) / (now_s() - t0) / 1e6;
+    st.stop = true;
+    pthread_join(sth, NULL);
+}
+
 
 static int cmd_procs(int argc, char **argv)
 {
@@ -709,20 +736,11 @@ static int cmd_procs(int argc, char **argv)
     }
     /* exec round trips alone, then beside a stream read as it comes */
     enum { RTT_N = 40 };
-    double alone[RTT_N], beside[RTT_N];
+    double alone[RTT_N], beside[RTT_N], flat[RTT_N], mbps, flat_mbps;
     rtts(s, RTT_N, alone, null);
-    struct streamer st = {.s = s};
-    pthread_t sth;
-    if (pthread_create(&sth, NULL, stream_thread, &st))
-        die("pthread_create");
-    while (st.bytes < (8u << 20))
-        usleep(10000);
-    uint64_t b0 = st.bytes;
-    double t0 = now_s();
-    rtts(s, RTT_N, beside, null);
-    double mbps = (double)(st.bytes - b0) / (now_s() - t0) / 1e6;
-    st.stop = true;
-    pthread_join(sth, NULL);
+    /* the goal's case: a client reading a stream at 100 MB/s; then one taking it flat out */
+    rtts_beside(s, 100, RTT_N, beside, &mbps, null);
+    rtts_beside(s, 0, RTT_N, flat, &flat_mbps, null);
     /* 64 at once, each checked, and what they cost the host */
     long rss0 = rss_kib();
     memset(jobs, 0, sizeof(jobs));
@@ -745,9 +763,11 @@ static int cmd_procs(int argc, char **argv)
            al_session_kvm(s) ? "true" : "false");
     printf("\"sleep1_one_s\": %.3f, \"sleep1_eight_s\": %.3f, \"eight_vs_one\": %.3f, ", m1, m8,
            m8 / m1);
+    double mf = median(flat, RTT_N);
     printf("\"rtt_alone_ms\": %.2f, \"rtt_beside_stream_ms\": %.2f, \"beside_vs_alone\": %.3f, "
-           "\"stream_mb_s\": %.1f, ",
-           ma, mb, mb / ma, mbps);
+           "\"stream_mb_s\": %.1f, \"rtt_beside_flat_out_ms\": %.2f, "
+           "\"flat_out_vs_alone\": %.3f, \"flat_out_mb_s\": %.1f, ",
+           ma, mb, mb / ma, mbps, mf, mf / ma, flat_mbps);
     printf("\"echo64_s\": %.3f, \"echo64_correct\": %d, \"echo64_rss_growth_kib\": %ld, ", t64,
            correct, rss1 - rss0);
     print_series("rtt_alone_ms_sorted", alone, RTT_N, false);

@@ -80,6 +80,7 @@ struct ad_config {
     char spool_dir[512]; /* uploads and downloads pass through here, never memory */
     struct ad_limits limits;
     uint64_t run_buffer_bytes; /* a run's event replay buffer */
+    uint64_t spool_max_bytes;  /* what all uploads in flight may hold in spool_dir */
     unsigned runs_kept;        /* finished runs kept per session for late readers */
     unsigned heartbeat_s;
     unsigned connection_timeout_s;
@@ -349,6 +350,8 @@ struct ad_req {
     bool body_over;
     int spool_fd;
     uint64_t spool_len;
+    uint64_t spool_held; /* bytes of the spool's bounds this upload holds */
+    bool spool_over;     /* the spool's bounds refused more */
     cJSON *json;
     struct ad_session *sess; /* resolved {id}, referenced */
     /* log */

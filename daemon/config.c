@@ -26,6 +26,7 @@ void ad_config_defaults(struct ad_config *c)
         .disk_budget_bytes = 0,
     };
     c->run_buffer_bytes = 1 << 20;
+    c->spool_max_bytes = 8ull << 30;
     c->runs_kept = 4;
     c->heartbeat_s = 15;
     c->connection_timeout_s = 60;
@@ -177,6 +178,10 @@ static int set(struct ad_config *c, const char *k, char *v)
         return parse_uint(v, &c->limits.requests_per_s);
     if (!strcmp(k, "disk_budget_bytes"))
         return parse_u64(v, UINT64_MAX, &c->limits.disk_budget_bytes);
+    if (!strcmp(k, "spool_max_bytes"))
+        return (r = parse_u64(v, UINT64_MAX, &c->spool_max_bytes)) < 0 ? r
+               : c->spool_max_bytes                                     ? 0
+                                                                        : -ERANGE;
     if (!strcmp(k, "run_buffer_bytes")) {
         /* At least a few output chunks (64 KiB each, base64 in an event). */
         if ((r = parse_u64(v, 1ull << 30, &x)) < 0 || x < (256u << 10))

@@ -376,6 +376,95 @@ static bool rate_ok(const char *owner, unsigned per_s)
 
 /* ---- the access handler ---- */
 
+/* The request's {id}: the caller's session, referenced, or the answer (404, 502). */
+static bool find_session(struct MHD_Connection *c, struct ad_req *q, enum MHD_Result *r)
+{
+    q->sess = ad_session_get(q->owner, q->params[0]);
+    if (!q->sess) {
+        *r = ad_reply_error(c, q, 404, "not_found", "no session '%s'", q->params[0]);
+        return false;
+    }
+    ad_session_touch(q->sess);
+    if (q->sess->lost && !(q->route->flags & AD_LOST_OK)) {
+        *r = ad_reply_error(c, q, 502, "host_lost",
+                            "the host this session ran on stopped answering (%s); the session "
+                            "is lost: delete it and start another",
+                            q->sess->lost_why);
+        return false;
+    }
+    return true;
+}
+
+/* ---- the upload spool's bounds: what all uploads in flight hold, and each owner's ---- */
+
+/* All uploads at once: the spool's files are the host's disk. Each owner: twice its
+ * max_upload_bytes, so that one key's many uploads at once cannot take the spool from others. */
+#define SPOOL_OWNERS_MAX 1024
+
+static pthread_mutex_t spool_lock = PTHREAD_MUTEX_INITIALIZER;
+static uint64_t spool_total;
+static struct spool_owner {
+    char owner[40];
+    uint64_t held;
+} spool_owners[SPOOL_OWNERS_MAX];
+
+static struct spool_owner *spool_owner(const char *owner, bool make)
+{
+    struct spool_owner *free_slot = NULL;
+    for (size_t i = 0; i < SPOOL_OWNERS_MAX; i++) {
+        if (spool_owners[i].held && !strcmp(spool_owners[i].owner, owner))
+            return &spool_owners[i];
+        if (!spool_owners[i].held && !free_slot)
+            free_slot = &spool_owners[i];
+    }
+    if (make && free_slot)
+        snprintf(free_slot->owner, sizeof(free_slot->owner), "%s", owner);
+    return make ? free_slot : NULL;
+}
+
+/* Raises what q holds of the spool to want bytes; false when a bound says no. */
+static bool spool_reserve(struct ad_req *q, uint64_t want)
+{
+    if (want <= q->spool_held)
+        return true;
+    uint64_t more = want - q->spool_held;
+    uint64_t owner_max = q->lim.max_upload_bytes > UINT64_MAX / 2 ? UINT64_MAX
+                                                                  : 2 * q->lim.max_upload_bytes;
+    pthread_mutex_lock(&spool_lock);
+    struct spool_owner *o = spool_owner(q->owner, true);
+    bool ok = o && spool_total + more <= ad_cfg.spool_max_bytes && o->held + more <= owner_max;
+    if (ok) {
+        spool_total += more;
+        o->held += more;
+        q->spool_held = want;
+    }
+    pthread_mutex_unlock(&spool_lock);
+    return ok;
+}
+
+static void spool_release(struct ad_req *q)
+{
+    if (!q->spool_held)
+        return;
+    pthread_mutex_lock(&spool_lock);
+    struct spool_owner *o = spool_owner(q->owner, false);
+    if (o)
+        o->held -= q->spool_held < o->held ? q->spool_held : o->held;
+    spool_total -= q->spool_held < spool_total ? q->spool_held : spool_total;
+    pthread_mutex_unlock(&spool_lock);
+    q->spool_held = 0;
+}
+
+static enum MHD_Result spool_full(struct MHD_Connection *c, struct ad_req *q)
+{
+    enum MHD_Result r = ad_reply_error(c, q, 507, "spool_full",
+                                       "the upload spool has no room for this upload now (uploads "
+                                       "in flight hold it: at most %llu bytes in all, twice "
+                                       "max_upload_bytes per key); try again later",
+                                       (unsigned long long)ad_cfg.spool_max_bytes);
+    return r;
+}
+
 static enum MHD_Result first_call(struct MHD_Connection *c, struct ad_req *q, const char *url,
                                   const char *method)
 {
@@ -454,7 +543,16 @@ static enum MHD_Result first_call(struct MHD_Connection *c, struct ad_req *q, co
             return ad_reply_error(c, q, 415, "unsupported_media_type",
                                   "the body must be application/json");
     }
+    /* The session first: a body for a session that is not the caller's is never read. */
+    if (!(q->route->flags & AD_NO_SESSION)) {
+        enum MHD_Result r;
+        if (!find_session(c, q, &r))
+            return r;
+    }
     if (q->route->flags & AD_BODY_SPOOL) {
+        /* A declared length is held against the spool's bounds before a byte is read. */
+        if (cl && !spool_reserve(q, strtoull(cl, NULL, 10)))
+            return spool_full(c, q);
         q->spool_fd = open(ad_cfg.spool_dir, O_TMPFILE | O_RDWR | O_CLOEXEC, 0600);
         if (q->spool_fd < 0)
             return ad_reply_error(c, q, 500, "internal", "cannot make a spool file: %s",
@@ -468,6 +566,10 @@ static int take_body(struct ad_req *q, const char *data, size_t n)
     if (q->route->flags & AD_BODY_SPOOL) {
         if (q->spool_len + n > q->lim.max_upload_bytes) {
             q->body_over = true;
+            return 0;
+        }
+        if (q->spool_len + n > q->spool_held && !spool_reserve(q, q->spool_len + n)) {
+            q->spool_over = true;
             return 0;
         }
         for (size_t done = 0; done < n;) {
@@ -498,6 +600,8 @@ static int take_body(struct ad_req *q, const char *data, size_t n)
 
 static enum MHD_Result last_call(struct MHD_Connection *c, struct ad_req *q)
 {
+    if (q->spool_over)
+        return spool_full(c, q);
     if (q->body_over) {
         uint64_t bound =
             q->route->flags & AD_BODY_SPOOL ? q->lim.max_upload_bytes : ad_cfg.max_body_bytes;
@@ -516,17 +620,6 @@ static enum MHD_Result last_call(struct MHD_Connection *c, struct ad_req *q)
         }
         if (!cJSON_IsObject(q->json))
             return ad_reply_error(c, q, 400, "bad_json", "the body must be a JSON object");
-    }
-    if (!(q->route->flags & AD_NO_SESSION)) {
-        q->sess = ad_session_get(q->owner, q->params[0]);
-        if (!q->sess)
-            return ad_reply_error(c, q, 404, "not_found", "no session '%s'", q->params[0]);
-        ad_session_touch(q->sess);
-        if (q->sess->lost && !(q->route->flags & AD_LOST_OK))
-            return ad_reply_error(c, q, 502, "host_lost",
-                                  "the host this session ran on stopped answering (%s); the "
-                                  "session is lost: delete it and start another",
-                                  q->sess->lost_why);
     }
     return q->route->fn(c, q);
 }
@@ -581,6 +674,7 @@ static void completed(void *cls, struct MHD_Connection *c, void **con_cls,
         ad_session_put(q->sess);
     if (q->spool_fd >= 0)
         close(q->spool_fd);
+    spool_release(q);
     cJSON_Delete(q->json);
     free(q->body);
     free(q);

@@ -613,6 +613,48 @@ class AirlockdTest(unittest.TestCase):
         self.assertEqual(r.returncode, 125)
         self.assertIn(b"401", r.stderr)
 
+    def test_upload_spool_is_bounded(self):
+        # issue 29, 4: an upload to a session that is not the caller's is refused before its
+        # body is read; one key's uploads in flight hold at most twice max_upload_bytes (8 MiB
+        # here) of the spool, refused on Content-Length.
+        spool = os.path.join(self.d.dir, "store", "spool")
+        size = 7 << 20
+
+        def head(sid, key=None):
+            s = socket.create_connection(("127.0.0.1", self.d.port), timeout=30)
+            s.sendall(("PUT /v1/sessions/%s/files?path=/tmp/up HTTP/1.1\r\nHost: x\r\n"
+                       "Authorization: Bearer %s\r\nContent-Type: application/octet-stream\r\n"
+                       "Content-Length: %d\r\n\r\n" % (sid, key or self.key_a, size)).encode())
+            s.sendall(b"x" * 65536)
+            return s
+
+        def status(s):
+            s.settimeout(10)
+            try:
+                data = s.recv(4096)
+            except socket.timeout:
+                return 0
+            return status_of(data)
+
+        nobody = head("airlock-000000000000")
+        self.assertEqual(status(nobody), 404)
+        nobody.close()
+        theirs = head(self.sb.id, key=self.key_b)  # another key's view of A's session
+        self.assertEqual(status(theirs), 404)
+        theirs.close()
+        self.assertEqual(os.listdir(spool), [])
+        held = [head(self.sb.id), head(self.sb.id)]  # 14 MiB of 16 held
+        time.sleep(0.5)
+        third = head(self.sb.id)
+        self.assertEqual(status(third), 507)
+        third.close()
+        for s in held:
+            s.close()
+        time.sleep(1)
+        # released with their connections: a whole upload goes through again
+        self.sb.files.write("/tmp/after", os.urandom(size))
+        self.assertEqual(self.sb.files.stat("/tmp/after")["size"], size)
+
     def test_web_sign_ins_are_bounded_per_key(self):
         # issue 29, 7: another key's many sign-ins do not sign this key's browser out.
         def login(key):
