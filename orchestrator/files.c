@@ -21,10 +21,14 @@ static int guest_path_ok(const char *p, al_error *err)
 }
 
 /* Before a copy, under the session's lock: a guest path we accept, a session ready for it. */
-static int file_begin(al_session *s, const char *guest_path, al_error *err)
+/* A copy is a request of its own (runs go on beside it, link.c): the path checked, the link
+ * ready, the request begun (its id in *id; al_link_end ends it). */
+static int file_begin(al_session *s, const char *guest_path, uint32_t *id, al_error *err)
 {
     int r = guest_path_ok(guest_path, err);
-    return r < 0 ? r : al_link_ready(s, err);
+    if (r == 0)
+        r = al_link_ready(s, err);
+    return r < 0 ? r : al_link_begin(s, -1, id, err);
 }
 
 /* The next frame of a copy: a guest that sends nothing for FILE_STALL_MS is not copying. */
@@ -223,9 +227,7 @@ static int file_get(al_session *s, const char *guest_path, const char *host_path
 int al_file_put(al_session *s, const char *host_path, const char *guest_path, al_error *err)
 {
     uint32_t id = 0;
-    int r = file_begin(s, guest_path, err);
-    if (r == 0)
-        r = al_link_begin(s, -1, &id, err);
+    int r = file_begin(s, guest_path, &id, err);
     if (r < 0)
         return r;
     r = file_put(s, host_path, guest_path, id, err);
@@ -233,14 +235,11 @@ int al_file_put(al_session *s, const char *host_path, const char *guest_path, al
     return r;
 }
 
-/* Each copy is a request of its own: runs go on beside it (link.c). */
 static int file_get_request(al_session *s, const char *guest_path, const char *host_path,
                             uint64_t max_bytes, al_error *err)
 {
     uint32_t id = 0;
-    int r = file_begin(s, guest_path, err);
-    if (r == 0)
-        r = al_link_begin(s, -1, &id, err);
+    int r = file_begin(s, guest_path, &id, err);
     if (r < 0)
         return r;
     r = file_get(s, guest_path, host_path, max_bytes, id, err);

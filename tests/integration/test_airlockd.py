@@ -1107,10 +1107,8 @@ class DebianTest(unittest.TestCase):
             shutil.rmtree(d.dir, ignore_errors=True)
 
 
-class ResultsTest(unittest.TestCase):
-    """A kernel run's results through the API and the Python client (issue 26): values,
-    display()s, figures and errors as result events, refusals as refused events, resumable with
-    Last-Event-ID like output. One debian session for all."""
+class DebianSessionTest(unittest.TestCase):
+    """One daemon and one debian session (cls.sb) for the class's tests."""
 
     @classmethod
     def setUpClass(cls):
@@ -1129,6 +1127,12 @@ class ResultsTest(unittest.TestCase):
         shutil.rmtree(cls.d.dir, ignore_errors=True)
         if rc != 0:
             raise AssertionError("airlockd exited %d" % rc)
+
+
+class ResultsTest(DebianSessionTest):
+    """A kernel run's results through the API and the Python client (issue 26): values,
+    display()s, figures and errors as result events, refusals as refused events, resumable with
+    Last-Event-ID like output. One debian session for all."""
 
     def test_value_text(self):
         ex = self.sb.run_code("1 + 1")
@@ -1223,28 +1227,10 @@ class ResultsTest(unittest.TestCase):
         self.assertEqual(again, got)
 
 
-class ProcessesTest(unittest.TestCase):
+class ProcessesTest(DebianSessionTest):
     """One session, many processes (issue 27): runs of one session run at once, each with its
     own timeout and signals; a kill takes the run's whole tree; a run nobody reads holds no
     other. One debian session for all."""
-
-    @classmethod
-    def setUpClass(cls):
-        cls.d = Daemon()
-        try:
-            cls.sb = Sandbox(image="debian", client=cls.d.unix())
-        except BaseException:
-            cls.d.stop()
-            shutil.rmtree(cls.d.dir, ignore_errors=True)
-            raise
-
-    @classmethod
-    def tearDownClass(cls):
-        cls.sb.kill()
-        rc = cls.d.stop()
-        shutil.rmtree(cls.d.dir, ignore_errors=True)
-        if rc != 0:
-            raise AssertionError("airlockd exited %d" % rc)
 
     def ps(self, regex):
         """Processes in the guest whose command line matches regex (anchored at its start, so
