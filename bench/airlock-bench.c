@@ -712,7 +712,6 @@ static void rtts_beside(al_session *s, double mb_s, int n, double *out, double *
     pthread_join(sth, NULL);
 }
 
-
 static int cmd_procs(int argc, char **argv)
 {
     const char *image = argc > 0 ? argv[0] : "tiny";

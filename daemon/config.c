@@ -180,8 +180,8 @@ static int set(struct ad_config *c, const char *k, char *v)
         return parse_u64(v, UINT64_MAX, &c->limits.disk_budget_bytes);
     if (!strcmp(k, "spool_max_bytes"))
         return (r = parse_u64(v, UINT64_MAX, &c->spool_max_bytes)) < 0 ? r
-               : c->spool_max_bytes                                     ? 0
-                                                                        : -ERANGE;
+               : c->spool_max_bytes                                    ? 0
+                                                                       : -ERANGE;
     if (!strcmp(k, "run_buffer_bytes")) {
         /* At least a few output chunks (64 KiB each, base64 in an event). */
         if ((r = parse_u64(v, 1ull << 30, &x)) < 0 || x < (256u << 10))

@@ -428,8 +428,8 @@ static bool spool_reserve(struct ad_req *q, uint64_t want)
     if (want <= q->spool_held)
         return true;
     uint64_t more = want - q->spool_held;
-    uint64_t owner_max = q->lim.max_upload_bytes > UINT64_MAX / 2 ? UINT64_MAX
-                                                                  : 2 * q->lim.max_upload_bytes;
+    uint64_t owner_max =
+        q->lim.max_upload_bytes > UINT64_MAX / 2 ? UINT64_MAX : 2 * q->lim.max_upload_bytes;
     pthread_mutex_lock(&spool_lock);
     struct spool_owner *o = spool_owner(q->owner, true);
     bool ok = o && spool_total + more <= ad_cfg.spool_max_bytes && o->held + more <= owner_max;
