@@ -86,6 +86,7 @@ struct ad_config {
     unsigned connection_timeout_s;
     uint64_t max_body_bytes; /* a JSON request body */
     unsigned max_connections;
+    unsigned max_connections_per_ip; /* TCP connections one address may hold; 0: no bound */
     /* the chat's model: the key is read from the environment variable model_api_key_env at
      * start and never leaves the daemon */
     char model_api[16]; /* "openai" or "anthropic" */

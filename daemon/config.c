@@ -32,6 +32,7 @@ void ad_config_defaults(struct ad_config *c)
     c->connection_timeout_s = 60;
     c->max_body_bytes = 1 << 20;
     c->max_connections = 256;
+    c->max_connections_per_ip = 32;
     c->limits.net_bytes_max = AL_NET_BYTES_MAX_DEFAULT;
     snprintf(c->model_api, sizeof(c->model_api), "openai");
     c->model_tools = true;
@@ -216,6 +217,8 @@ static int set(struct ad_config *c, const char *k, char *v)
     }
     if (!strcmp(k, "max_connections"))
         return parse_uint(v, &c->max_connections);
+    if (!strcmp(k, "max_connections_per_ip"))
+        return parse_uint(v, &c->max_connections_per_ip);
     if (!strcmp(k, "pool_image"))
         return copy(c->pool_image, sizeof(c->pool_image), v);
     if (!strcmp(k, "pool_size")) {

@@ -878,19 +878,24 @@ static struct MHD_Daemon *start(struct listener *l, int fd, bool tls)
 {
     unsigned flags = MHD_USE_THREAD_PER_CONNECTION | MHD_USE_INTERNAL_POLLING_THREAD |
                      MHD_USE_ERROR_LOG | MHD_USE_ITC | (tls ? MHD_USE_TLS : 0);
+    /* Over TCP one address may hold only so many connections, so that a slow client cannot
+     * take them all from the others (the unix socket's peers share no address: its budget is
+     * its own listener's). */
+    unsigned per_ip = l->is_unix ? 0 : ad_cfg.max_connections_per_ip;
     if (tls)
         return MHD_start_daemon(
             flags, 0, NULL, NULL, handle, l, MHD_OPTION_EXTERNAL_LOGGER, mhd_log, NULL,
             MHD_OPTION_LISTEN_SOCKET, fd, MHD_OPTION_CONNECTION_TIMEOUT,
             ad_cfg.connection_timeout_s, MHD_OPTION_CONNECTION_LIMIT, ad_cfg.max_connections,
-            MHD_OPTION_CONNECTION_MEMORY_LIMIT, (size_t)CONNECTION_MEMORY,
-            MHD_OPTION_NOTIFY_COMPLETED, completed, NULL, MHD_OPTION_HTTPS_MEM_CERT, tls_cert,
-            MHD_OPTION_HTTPS_MEM_KEY, tls_key, MHD_OPTION_END);
-    return MHD_start_daemon(
-        flags, 0, NULL, NULL, handle, l, MHD_OPTION_EXTERNAL_LOGGER, mhd_log, NULL,
-        MHD_OPTION_LISTEN_SOCKET, fd, MHD_OPTION_CONNECTION_TIMEOUT, ad_cfg.connection_timeout_s,
-        MHD_OPTION_CONNECTION_LIMIT, ad_cfg.max_connections, MHD_OPTION_CONNECTION_MEMORY_LIMIT,
-        (size_t)CONNECTION_MEMORY, MHD_OPTION_NOTIFY_COMPLETED, completed, NULL, MHD_OPTION_END);
+            MHD_OPTION_PER_IP_CONNECTION_LIMIT, per_ip, MHD_OPTION_CONNECTION_MEMORY_LIMIT,
+            (size_t)CONNECTION_MEMORY, MHD_OPTION_NOTIFY_COMPLETED, completed, NULL,
+            MHD_OPTION_HTTPS_MEM_CERT, tls_cert, MHD_OPTION_HTTPS_MEM_KEY, tls_key, MHD_OPTION_END);
+    return MHD_start_daemon(flags, 0, NULL, NULL, handle, l, MHD_OPTION_EXTERNAL_LOGGER, mhd_log,
+                            NULL, MHD_OPTION_LISTEN_SOCKET, fd, MHD_OPTION_CONNECTION_TIMEOUT,
+                            ad_cfg.connection_timeout_s, MHD_OPTION_CONNECTION_LIMIT,
+                            ad_cfg.max_connections, MHD_OPTION_PER_IP_CONNECTION_LIMIT, per_ip,
+                            MHD_OPTION_CONNECTION_MEMORY_LIMIT, (size_t)CONNECTION_MEMORY,
+                            MHD_OPTION_NOTIFY_COMPLETED, completed, NULL, MHD_OPTION_END);
 }
 
 int ad_http_start(char *why, size_t len)

@@ -1041,6 +1041,50 @@ class FrozenAgentTest(unittest.TestCase):
             shutil.rmtree(d.dir, ignore_errors=True)
 
 
+class SlowClientTest(unittest.TestCase):
+    """issue 29, 5: one address holding its connections with a header byte now and then does
+    not lock other addresses (or the unix socket) out: TCP connections per address are
+    bounded."""
+
+    def test_slow_client_locks_out_no_one(self):
+        d = Daemon(max_connections=64, max_connections_per_ip=8, connection_timeout_s=30)
+        held = []
+        try:
+            # more than max_connections: its share is held, the rest are closed at once
+            for _ in range(70):
+                try:
+                    s = socket.create_connection(("127.0.0.1", d.port), timeout=5)
+                    held.append(s)
+                    s.sendall(b"G")
+                except OSError:
+                    pass
+            time.sleep(0.5)
+            # another address on the loopback still gets answers, and so does the socket
+            for _ in range(5):
+                c = socket.socket()
+                c.settimeout(10)
+                c.bind(("127.0.0.2", 0))
+                c.connect(("127.0.0.1", d.port))
+                c.sendall(b"GET /v1/health HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+                got = b""
+                while True:
+                    try:
+                        b = c.recv(4096)
+                    except socket.timeout:
+                        break
+                    if not b:
+                        break
+                    got += b
+                c.close()
+                self.assertEqual(status_of(got), 200, got[:200])
+            self.assertEqual(d.unix().health()["status"], "ok")
+        finally:
+            for s in held:
+                s.close()
+            self.assertEqual(d.stop(), 0)
+            shutil.rmtree(d.dir, ignore_errors=True)
+
+
 class ChatBytesTest(unittest.TestCase):
     """issue 29, 10: a file name that is not UTF-8 (and output that is not) reaches the chat's
     events, and the history, as valid UTF-8: U+FFFD for each bad byte, the exact bytes in
