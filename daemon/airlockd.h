@@ -45,6 +45,7 @@ void ad_log(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 struct ad_limits {
     unsigned max_sessions;       /* concurrent sessions */
     unsigned max_memory_mib;     /* total guest memory of those sessions */
+    unsigned max_vcpus;          /* total vCPUs of those sessions */
     unsigned max_lifetime_s;     /* a session's lifetime, also the default */
     unsigned max_idle_s;         /* a session's idle timeout, also the default */
     unsigned max_exec_timeout_s; /* a run's timeout, also the default */

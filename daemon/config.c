@@ -19,6 +19,7 @@ void ad_config_defaults(struct ad_config *c)
     c->limits = (struct ad_limits){
         .max_sessions = 8,
         .max_memory_mib = 8192,
+        .max_vcpus = 16,
         .max_lifetime_s = 24 * 3600,
         .max_idle_s = 1800,
         .max_exec_timeout_s = 3600,
@@ -167,6 +168,8 @@ static int set(struct ad_config *c, const char *k, char *v)
         return parse_uint(v, &c->limits.max_sessions);
     if (!strcmp(k, "max_memory_mib"))
         return parse_uint(v, &c->limits.max_memory_mib);
+    if (!strcmp(k, "max_vcpus"))
+        return parse_uint(v, &c->limits.max_vcpus);
     if (!strcmp(k, "max_lifetime_s"))
         return parse_uint(v, &c->limits.max_lifetime_s);
     if (!strcmp(k, "max_idle_s"))

@@ -37,6 +37,7 @@ static int sha256(const char *s, unsigned char out[32])
 const struct ad_limit_field ad_limit_fields[] = {
     {"max_sessions",       offsetof(struct ad_limits, max_sessions),       false},
     {"max_memory_mib",     offsetof(struct ad_limits, max_memory_mib),     false},
+    {"max_vcpus",          offsetof(struct ad_limits, max_vcpus),          false},
     {"max_lifetime_s",     offsetof(struct ad_limits, max_lifetime_s),     false},
     {"max_idle_s",         offsetof(struct ad_limits, max_idle_s),         false},
     {"max_exec_timeout_s", offsetof(struct ad_limits, max_exec_timeout_s), false},

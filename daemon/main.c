@@ -18,7 +18,7 @@ static void usage(FILE *f)
 {
     fprintf(f, "usage: airlockd [--config FILE]                 serve (in the foreground)\n"
                "       airlockd [--config FILE] key add NAME [--max-sessions N] "
-               "[--max-memory-mib M]\n"
+               "[--max-memory-mib M] [--max-vcpus N]\n"
                "                [--max-lifetime-s S] [--max-idle-s S] [--max-exec-timeout-s S]\n"
                "                [--max-upload-bytes B] [--disk-budget-bytes B] "
                "[--requests-per-s N]\n"

@@ -16,6 +16,7 @@ struct slot {
     struct ad_session *s; /* NULL while booting */
     char owner[40];
     unsigned memory_mib;
+    unsigned vcpus;
 };
 
 static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
@@ -407,14 +408,15 @@ cJSON *ad_session_json(struct ad_session *s)
 }
 
 static int quota(const char *owner, const struct ad_limits *lim, unsigned memory_mib,
-                 struct ad_fail *f)
+                 unsigned vcpus, struct ad_fail *f)
 {
-    unsigned n = 0, mem = 0;
+    unsigned n = 0, mem = 0, cpus = 0;
     /* a session being ended counts until its VM is gone */
     for (struct slot *sl = slots; sl; sl = sl->next)
         if (!strcmp(sl->owner, owner)) {
             n++;
             mem += sl->memory_mib;
+            cpus += sl->vcpus;
         }
     if (lim->max_sessions && n + 1 > lim->max_sessions) {
         ad_failf(f, 429, "quota_exceeded", "%u sessions open, the limit", n);
@@ -425,6 +427,12 @@ static int quota(const char *owner, const struct ad_limits *lim, unsigned memory
         ad_failf(f, 429, "quota_exceeded", "%u MiB held, %u more would pass the limit of %u", mem,
                  memory_mib, lim->max_memory_mib);
         f->limit = "max_memory_mib";
+        return -EDQUOT;
+    }
+    if (lim->max_vcpus && cpus + vcpus > lim->max_vcpus) {
+        ad_failf(f, 429, "quota_exceeded", "%u vCPUs held, %u more would pass the limit of %u",
+                 cpus, vcpus, lim->max_vcpus);
+        f->limit = "max_vcpus";
         return -EDQUOT;
     }
     return 0;
@@ -609,8 +617,9 @@ int ad_session_create(const char *owner, const struct ad_limits *lim, const stru
     }
     snprintf(sl->owner, sizeof(sl->owner), "%s", owner);
     sl->memory_mib = mem;
+    sl->vcpus = c->vcpus ? c->vcpus : 1; /* the library's default */
     pthread_mutex_lock(&lock);
-    r = stopping ? -ESHUTDOWN : quota(owner, lim, mem, f);
+    r = stopping ? -ESHUTDOWN : quota(owner, lim, mem, sl->vcpus, f);
     if (r == -ESHUTDOWN)
         ad_failf(f, 503, "stopping", "the daemon is stopping");
     if (r == 0) {

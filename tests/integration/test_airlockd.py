@@ -613,6 +613,14 @@ class AirlockdTest(unittest.TestCase):
         self.assertEqual(r.returncode, 125)
         self.assertIn(b"401", r.stderr)
 
+    def test_vcpus_are_in_the_quota(self):
+        # issue 29: vCPUs per owner are bounded (16 by default), checked before anything boots.
+        k = self.d.key("cpus", "--max-vcpus", "3")
+        with self.assertRaises(APIError) as e:
+            Sandbox(client=self.d.tcp(k), vcpus=4)
+        self.assertEqual((e.exception.status, e.exception.limit), (429, "max_vcpus"))
+        self.assertIn("limit of 3", e.exception.message)
+
     def test_upload_spool_is_bounded(self):
         # issue 29, 4: an upload to a session that is not the caller's is refused before its
         # body is read; one key's uploads in flight hold at most twice max_upload_bytes (8 MiB
