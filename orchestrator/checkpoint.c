@@ -25,6 +25,7 @@
 #include "transport/transport.h"
 
 #include <libvirt/libvirt-qemu.h>
+#include <libvirt/virterror.h>
 
 #include <ctype.h>
 #include <stdio.h>
@@ -48,6 +49,8 @@
 /* A guest that powered off or panicked: QEMU is exiting; wait this long for it to be gone
  * before starting a new one. */
 #define EXIT_WAIT_MS 10000
+/* How long a start again waits for libvirt to have removed the domain that ended. */
+#define REMOVED_WAIT_MS 5000
 /* Connecting to the agent socket of a QEMU started again. */
 #define RESTART_CONNECT_MS 30000
 /* QEMU's snapshot tag: ours, never the user's name, so no quoting in HMP is ever needed. */
@@ -242,9 +245,19 @@ static int restart(al_session *s, al_error *err)
         virDomainFree(s->dom);
         s->dom = NULL;
     }
-    /* AUTODESTROY as at first start: the new QEMU goes too if this process dies. */
-    s->dom =
-        virDomainCreateXML(s->conn, c->xml, VIR_DOMAIN_START_AUTODESTROY | VIR_DOMAIN_START_PAUSED);
+    /* AUTODESTROY as at first start: the new QEMU goes too if this process dies. libvirt
+     * removes the ended transient domain after it reports it shut off: a start of the same
+     * name meanwhile is refused ("already being removed"), so it is tried again a while. */
+    uint64_t until = al_now_ms() + REMOVED_WAIT_MS;
+    for (;;) {
+        s->dom = virDomainCreateXML(s->conn, c->xml,
+                                    VIR_DOMAIN_START_AUTODESTROY | VIR_DOMAIN_START_PAUSED);
+        const virError *e = s->dom ? NULL : virGetLastError();
+        if (s->dom || !e || !e->message || !strstr(e->message, "being removed") ||
+            al_now_ms() >= until)
+            break;
+        usleep(50 * 1000);
+    }
     if (!s->dom)
         return al_err_virt(err, -EIO, "cannot start the VM again");
     /* A connection into the guest (sshd) needs the guest running: al_link_resync makes it after

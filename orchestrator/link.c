@@ -597,6 +597,15 @@ static int own_copy(struct al_link_req *q, struct al_msg *m, al_error *err)
     const size_t cap = AL_FRAME_HEADER_SIZE + AL_FRAME_PAYLOAD_MAX;
     if (!q->own && !(q->own = malloc(sizeof(*q->own) + cap)))
         return al_err(err, -ENOMEM, "out of memory for a frame");
+    if (m->type == AL_DATA) {
+        /* The hot path (a stream's chunks): the payload alone, one memcpy. */
+        if (q->cur != q->own)
+            free(q->cur);
+        q->cur = q->own;
+        memcpy(q->own->buf, m->u.data.data, m->u.data.len);
+        m->u.data.data = q->own->buf;
+        return 1;
+    }
     int n = al_msg_encode(m, q->own->buf, cap);
     if (n < 0)
         return al_err(err, n, "cannot copy a %s frame", al_type_name(m->type));
