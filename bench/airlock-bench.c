@@ -487,6 +487,17 @@ static double timed_kernel(al_session *s, const char *code, int null, struct ker
     return (now_s() - t0) * 1e3;
 }
 
+/* A quiet session of image (NULL: the default), or the benchmark dies. */
+static al_session *bench_session(const char *image)
+{
+    al_session_opts so = {.image = image, .quiet = true};
+    al_session *s = NULL;
+    al_error err = {0};
+    if (al_session_open(&so, &s, &err) < 0)
+        die(err.msg);
+    return s;
+}
+
 /* The python kernel's round trip against exec's, and a figure result against printing as many
  * bytes, rounds alternated so that drift hits both alike. */
 static int cmd_kernel(int argc, char **argv)
@@ -495,11 +506,7 @@ static int cmd_kernel(int argc, char **argv)
     int n = argc > 1 ? atoi(argv[1]) : 30;
     if (n < 1 || n > 1000)
         die("rounds must be 1..1000");
-    al_session_opts so = {.image = image, .quiet = true};
-    al_session *s = NULL;
-    al_error err = {0};
-    if (al_session_open(&so, &s, &err) < 0)
-        die(err.msg);
+    al_session *s = bench_session(image);
     int null = open("/dev/null", O_WRONLY | O_CLOEXEC);
     struct kernel_run k = {0};
     /* Warm: the kernel started, IPython and matplotlib imported; png: the figure's PNG, made
@@ -718,11 +725,7 @@ static int cmd_procs(int argc, char **argv)
     int n = argc > 1 ? atoi(argv[1]) : 5;
     if (n < 1 || n > 100)
         die("rounds must be 1..100");
-    al_session_opts so = {.image = image, .quiet = true};
-    al_session *s = NULL;
-    al_error err = {0};
-    if (al_session_open(&so, &s, &err) < 0)
-        die(err.msg);
+    al_session *s = bench_session(image);
     int null = open("/dev/null", O_WRONLY | O_CLOEXEC);
     struct proc_job jobs[64];
     double one[100], eight[100];
