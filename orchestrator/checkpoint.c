@@ -313,6 +313,14 @@ int al_checkpoints_set_xml(al_session *s, char *xml)
     return 0;
 }
 
+/* The channel alone (al_link_exclusive) for what, within wait_ms; its refusal says so. */
+static int take_channel(al_session *s, unsigned wait_ms, const char *what, al_error *err)
+{
+    al_error busy = {0};
+    int r = al_link_exclusive(s, wait_ms, &busy);
+    return r < 0 ? al_err(err, r, "cannot %s now: %s", what, busy.msg) : 0;
+}
+
 int al_session_barrier(al_session *s, al_error *err)
 {
     int r = al_link_ready(s, err);
@@ -403,9 +411,8 @@ int al_checkpoint_create(al_session *s, const char *name, al_checkpoint_info *ou
     r = al_link_ready(s, err);
     if (r < 0)
         return r;
-    al_error busy = {0};
-    if ((r = al_link_exclusive(s, EXCLUSIVE_WAIT_MS, &busy)) < 0)
-        return al_err(err, r, "cannot take a checkpoint now: %s", busy.msg);
+    if ((r = take_channel(s, EXCLUSIVE_WAIT_MS, "take a checkpoint", err)) < 0)
+        return r;
     r = barrier(s, err);
     uint32_t id = c->next_id;
     char tag[32], cmd[64];
@@ -484,10 +491,9 @@ int al_checkpoint_rollback(al_session *s, uint32_t id, al_error *err)
         return al_err(err, -ENOENT, "no checkpoint %u", id);
     /* What runs now runs in a future the VM leaves: those requests end. */
     al_link_fail_all(s, -ECANCELED, "the session was rolled back to a checkpoint");
-    al_error busy = {0};
-    int r = al_link_exclusive(s, RESTORE_WAIT_MS, &busy);
+    int r = take_channel(s, RESTORE_WAIT_MS, "roll back", err);
     if (r < 0)
-        return al_err(err, r, "cannot roll back now: %s", busy.msg);
+        return r;
     r = restore(s, id, err);
     al_link_exclusive_end(s);
     if (r < 0)
@@ -510,6 +516,26 @@ int al_checkpoint_delete(al_session *s, uint32_t id, al_error *err)
     return drop(s, k, err);
 }
 
+/* al_checkpoint_recover with the channel alone. */
+static int recover(al_session *s, struct al_checkpoints *c, uint32_t *restored_id, al_error *err)
+{
+    /* A guest that broke the protocol is not asked whether it is fine. */
+    if (domain_running(s) && !s->poisoned) {
+        al_error probe = {0};
+        if (al_link_resync(s, PROBE_MS, &probe) == 0)
+            return 0; /* the agent answers: nothing to undo */
+    }
+    if (!c->current)
+        return al_err(err, -ENOENT,
+                      "the VM stopped answering and there is no checkpoint to "
+                      "go back to");
+    int r = restore(s, c->current, err);
+    if (r < 0)
+        return r;
+    *restored_id = c->current;
+    return 1;
+}
+
 int al_checkpoint_recover(al_session *s, uint32_t *restored_id, al_error *err)
 {
     AL_SESSION_LOCKED(s);
@@ -517,28 +543,10 @@ int al_checkpoint_recover(al_session *s, uint32_t *restored_id, al_error *err)
     if (!c)
         return -ENOTSUP;
     al_link_fail_all(s, -ECONNRESET, "the guest stopped answering and is being recovered");
-    al_error busy = {0};
-    int r = al_link_exclusive(s, RESTORE_WAIT_MS, &busy);
-    if (r < 0)
-        return al_err(err, r, "cannot recover the session now: %s", busy.msg);
-    /* A guest that broke the protocol is not asked whether it is fine. */
-    if (domain_running(s) && !s->poisoned) {
-        al_error probe = {0};
-        if (al_link_resync(s, PROBE_MS, &probe) == 0) {
-            al_link_exclusive_end(s);
-            return 0; /* the agent answers: nothing to undo */
-        }
-    }
-    if (!c->current) {
-        al_link_exclusive_end(s);
-        return al_err(err, -ENOENT,
-                      "the VM stopped answering and there is no checkpoint to "
-                      "go back to");
-    }
-    r = restore(s, c->current, err);
-    al_link_exclusive_end(s);
+    int r = take_channel(s, RESTORE_WAIT_MS, "recover the session", err);
     if (r < 0)
         return r;
-    *restored_id = c->current;
-    return 1;
+    r = recover(s, c, restored_id, err);
+    al_link_exclusive_end(s);
+    return r;
 }

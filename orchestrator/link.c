@@ -461,6 +461,14 @@ static void qframes_free(struct qframe *f)
     }
 }
 
+/* f becomes q's current frame; the one before goes, unless it is q's own buffer. */
+static void make_current(struct al_link_req *q, struct qframe *f)
+{
+    if (q->cur != q->own)
+        free(q->cur);
+    q->cur = f;
+}
+
 void al_link_end(al_session *s, uint32_t id)
 {
     struct al_link_mux *x = s->mux;
@@ -479,8 +487,7 @@ void al_link_end(al_session *s, uint32_t id)
     if (!q)
         return;
     qframes_free(q->head);
-    if (q->cur != q->own)
-        free(q->cur);
+    make_current(q, NULL);
     free(q->own);
     close(q->wake[0]);
     close(q->wake[1]);
@@ -580,9 +587,7 @@ static int enqueue(struct al_link_mux *x, struct al_link_req *q, const struct al
 /* The frame f, now q's current one, into *m (pointing into it). */
 static int take(struct al_link_req *q, struct qframe *f, struct al_msg *m, al_error *err)
 {
-    if (q->cur != q->own)
-        free(q->cur);
-    q->cur = f;
+    make_current(q, f);
     struct al_header h;
     const char *why = "?";
     if (al_header_decode(f->buf, f->len, &h, &why) < 0 ||
@@ -599,9 +604,7 @@ static int own_copy(struct al_link_req *q, struct al_msg *m, al_error *err)
         return al_err(err, -ENOMEM, "out of memory for a frame");
     if (m->type == AL_DATA) {
         /* The hot path (a stream's chunks): the payload alone, one memcpy. */
-        if (q->cur != q->own)
-            free(q->cur);
-        q->cur = q->own;
+        make_current(q, q->own);
         memcpy(q->own->buf, m->u.data.data, m->u.data.len);
         m->u.data.data = q->own->buf;
         return 1;
