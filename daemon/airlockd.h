@@ -373,6 +373,8 @@ enum MHD_Result ad_reply_error(struct MHD_Connection *c, struct ad_req *q, unsig
 /* Adds s as a JSON string of valid UTF-8: each byte not part of a well-formed sequence (a guest's
  * file name, a guest's error text) becomes U+FFFD. True when one did. */
 bool ad_json_add_text(cJSON *o, const char *key, const char *s);
+/* len bytes as base64 (malloc'd, NUL-terminated), or NULL when out of memory. */
+char *ad_base64(const void *data, size_t len);
 enum MHD_Result ad_reply_fail(struct MHD_Connection *c, struct ad_req *q, const struct ad_fail *f);
 enum MHD_Result ad_reply(struct MHD_Connection *c, struct ad_req *q, unsigned status,
                          struct MHD_Response *r);

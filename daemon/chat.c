@@ -9,7 +9,6 @@
 #include "airlockd.h"
 
 #include <errno.h>
-#include <openssl/evp.h>
 #include <poll.h>
 #include <stdio.h>
 #include <string.h>
@@ -195,9 +194,7 @@ static void ui_notice(void *ctx, const char *msg)
         char *text = al_utf8_repair((const uint8_t *)l, strlen(l), &lossy);
         cJSON_AddItemToArray(a, cJSON_CreateString(text ? text : ""));
         free(text);
-        char *b64 = lossy ? malloc(4 * ((strlen(l) + 2) / 3) + 1) : NULL;
-        if (b64)
-            EVP_EncodeBlock((unsigned char *)b64, (const unsigned char *)l, (int)strlen(l));
+        char *b64 = lossy ? ad_base64(l, strlen(l)) : NULL;
         cJSON_AddItemToArray(b, b64 ? cJSON_CreateString(b64) : cJSON_CreateNull());
         free(b64);
         any_lossy |= lossy;

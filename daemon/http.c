@@ -8,6 +8,7 @@
 #include <fcntl.h>
 #include <grp.h>
 #include <netdb.h>
+#include <openssl/evp.h>
 #include <pwd.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -82,6 +83,14 @@ enum MHD_Result ad_reply_json(struct MHD_Connection *c, struct ad_req *q, unsign
     }
     MHD_add_response_header(r, "Content-Type", "application/json");
     return ad_reply(c, q, status, r);
+}
+
+char *ad_base64(const void *data, size_t len)
+{
+    char *b64 = malloc(4 * ((len + 2) / 3) + 1);
+    if (b64)
+        EVP_EncodeBlock((unsigned char *)b64, data, (int)len);
+    return b64;
 }
 
 bool ad_json_add_text(cJSON *o, const char *key, const char *s)
@@ -457,12 +466,11 @@ static void spool_release(struct ad_req *q)
 
 static enum MHD_Result spool_full(struct MHD_Connection *c, struct ad_req *q)
 {
-    enum MHD_Result r = ad_reply_error(c, q, 507, "spool_full",
-                                       "the upload spool has no room for this upload now (uploads "
-                                       "in flight hold it: at most %llu bytes in all, twice "
-                                       "max_upload_bytes per key); try again later",
-                                       (unsigned long long)ad_cfg.spool_max_bytes);
-    return r;
+    return ad_reply_error(c, q, 507, "spool_full",
+                          "the upload spool has no room for this upload now (uploads in flight "
+                          "hold it: at most %llu bytes in all, twice max_upload_bytes per key); "
+                          "try again later",
+                          (unsigned long long)ad_cfg.spool_max_bytes);
 }
 
 static enum MHD_Result first_call(struct MHD_Connection *c, struct ad_req *q, const char *url,
@@ -568,7 +576,7 @@ static int take_body(struct ad_req *q, const char *data, size_t n)
             q->body_over = true;
             return 0;
         }
-        if (q->spool_len + n > q->spool_held && !spool_reserve(q, q->spool_len + n)) {
+        if (!spool_reserve(q, q->spool_len + n)) {
             q->spool_over = true;
             return 0;
         }

@@ -5,7 +5,6 @@
 
 #include <errno.h>
 #include <fcntl.h>
-#include <openssl/evp.h>
 #include <signal.h>
 #include <stdio.h>
 #include <string.h>
@@ -560,10 +559,10 @@ static cJSON *stat_json(const al_file_info *st)
     /* The guest's bytes: not always UTF-8, which JSON must be. The exact name then comes in
      * name_b64 too. */
     if (ad_json_add_text(o, "name", st->name)) {
-        size_t n = strlen(st->name);
-        char b64[4 * ((sizeof(st->name) + 2) / 3) + 1];
-        EVP_EncodeBlock((unsigned char *)b64, (const unsigned char *)st->name, (int)n);
-        cJSON_AddStringToObject(o, "name_b64", b64);
+        char *b64 = ad_base64(st->name, strlen(st->name));
+        if (b64)
+            cJSON_AddStringToObject(o, "name_b64", b64);
+        free(b64);
     }
     cJSON_AddStringToObject(o, "type", type_name(st->type));
     cJSON_AddNumberToObject(o, "size", (double)st->size);

@@ -13,7 +13,6 @@
 
 #include <errno.h>
 #include <fcntl.h>
-#include <openssl/evp.h>
 #include <poll.h>
 #include <signal.h>
 #include <stdio.h>
@@ -215,12 +214,9 @@ int ad_run_push(struct ad_run *r, const char *type, cJSON *data)
 int ad_run_output(void *ctx, int stream, const uint8_t *data, size_t len)
 {
     struct ad_run *r = ctx;
-    /* base64 of at most one chunk (AL_DATA_CHUNK_MAX) */
-    size_t blen = 4 * ((len + 2) / 3) + 1;
-    char *b64 = malloc(blen);
+    char *b64 = ad_base64(data, len); /* at most one chunk (AL_DATA_CHUNK_MAX) */
     if (!b64)
         return -ENOMEM;
-    EVP_EncodeBlock((unsigned char *)b64, data, (int)len);
     cJSON *o = cJSON_CreateObject();
     cJSON_AddStringToObject(o, "stream", stream == 2 ? "stderr" : "stdout");
     cJSON_AddStringToObject(o, "data_b64", b64);
