@@ -203,7 +203,7 @@ static bool seg_ok(const char *s, size_t n)
     return true;
 }
 
-/* Matches url against pattern, filling params. */
+/* Matches url against pattern, filling params ("/v1/sessions/" is "/v1/sessions"). */
 static bool match(const char *pattern, const char *url, char params[AD_PARAMS_MAX][128])
 {
     const char *p = pattern, *u = url;
@@ -223,7 +223,7 @@ static bool match(const char *pattern, const char *url, char params[AD_PARAMS_MA
         }
         p += pl, u += ul;
     }
-    return !*p && !*u;
+    return !*p && (!*u || !strcmp(u, "/")); /* one trailing slash is the same path */
 }
 
 /* ---- who asks ---- */
@@ -844,6 +844,9 @@ static int listen_tcp(char *why, size_t len)
         }
     }
     ad_log("listening on %s %s port %u", ad_cfg.tls_cert[0] ? "https" : "http", addr, port);
+    bool v6 = ss.ss_family == AF_INET6;
+    ad_log("web page: %s://%s%s%s:%u/ (sign in with an API key)",
+           ad_cfg.tls_cert[0] ? "https" : "http", v6 ? "[" : "", addr, v6 ? "]" : "", port);
     return fd;
 }
 
@@ -921,6 +924,9 @@ int ad_http_start(char *why, size_t len)
         ad_log("listening on %s (from systemd)", ad_cfg.socket_path);
     else
         ad_log("listening on %s (mode %04o)", ad_cfg.socket_path, ad_cfg.socket_mode);
+    ad_log("web page through the socket, no key needed: from your own machine 'ssh -L "
+           "8470:%s THIS-HOST', then http://127.0.0.1:8470/",
+           ad_cfg.socket_path);
     if (!ad_cfg.tcp_listen[0])
         return 0;
     bool tls = ad_cfg.tls_cert[0];

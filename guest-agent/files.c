@@ -111,7 +111,8 @@ void file_put_start(struct agent *a, const struct al_msg *m)
     }
     r->dir_fd = dir;
     if (fstatat(dir, r->name, &st, AT_SYMLINK_NOFOLLOW) == 0 && S_ISDIR(st.st_mode)) {
-        put_fail(a, r, AL_ERR_INVALID, 0, "target is a directory");
+        agent_send_error(a, r->id, AL_ERR_INVALID, EISDIR, "target is a directory");
+        req_free(a, r);
         return;
     }
     /* O_EXCL: never write through something already there (a planted symlink). */

@@ -213,7 +213,14 @@ int al_channel_guest_error(const struct al_msg *m, const char *what, al_error *e
     };
     /* klass was range-checked by the decoder */
     int code = codes[m->u.error.klass];
-    return al_err(err, -code, "%s: %.*s", what, (int)m->u.error.message.len, m->u.error.message.p);
+    if (code == EINVAL && m->u.error.err == EISDIR)
+        code = EISDIR; /* a copy's target is a directory: al_file_put copies into it */
+    /* The agent's message often begins with the path already: say it once. */
+    const struct al_str *t = &m->u.error.message;
+    size_t n = strlen(what);
+    if (t->len > n + 1 && !memcmp(t->p, what, n) && t->p[n] == ':')
+        return al_err(err, -code, "%.*s", (int)t->len, t->p);
+    return al_err(err, -code, "%s: %.*s", what, (int)t->len, t->p);
 }
 
 void al_channel_discard(struct al_channel *ch)

@@ -140,6 +140,8 @@ static int receive_file(al_session *s, uint32_t id, int fd, const char *guest_pa
             return al_err(err, -ECANCELED, "file copy cancelled");
         switch (m.type) {
         case AL_ERROR:
+            if (m.u.error.klass == AL_ERR_NOT_FOUND)
+                return al_err(err, -ENOENT, "no such file in the guest: %s", guest_path);
             return al_channel_guest_error(&m, guest_path, err);
         case AL_FILE_INFO:
             if (have_info)
@@ -224,7 +226,8 @@ static int file_get(al_session *s, const char *guest_path, const char *host_path
     return r;
 }
 
-int al_file_put(al_session *s, const char *host_path, const char *guest_path, al_error *err)
+static int file_put_request(al_session *s, const char *host_path, const char *guest_path,
+                            al_error *err)
 {
     uint32_t id = 0;
     int r = file_begin(s, guest_path, &id, err);
@@ -232,6 +235,40 @@ int al_file_put(al_session *s, const char *host_path, const char *guest_path, al
         return r;
     r = file_put(s, host_path, guest_path, id, err);
     al_link_end(s, id);
+    return r;
+}
+
+/* guest_dir/ + the host file's own name (a regular file's: never empty, "." or ".."). */
+static int put_into(const char *guest_dir, const char *host_path, char *out, size_t len,
+                    al_error *err)
+{
+    char copy[AL_PATH_MAX + 1];
+    snprintf(copy, sizeof(copy), "%s", host_path);
+    size_t n = strlen(guest_dir);
+    if (snprintf(out, len, "%s%s%s", guest_dir, n && guest_dir[n - 1] == '/' ? "" : "/",
+                 basename(copy)) >= (int)len)
+        return al_err(err, -ENAMETOOLONG, "guest path too long: '%s'", guest_dir);
+    return 0;
+}
+
+int al_file_put(al_session *s, const char *host_path, const char *guest_path, al_error *err)
+{
+    /* A directory as the target ("/tmp/", or "/tmp" that the guest says is one) gets the file
+     * under its host name, as cp does. */
+    char into[AL_PATH_MAX + 1];
+    size_t n = strlen(guest_path);
+    if (n && guest_path[n - 1] == '/') {
+        int r = put_into(guest_path, host_path, into, sizeof(into), err);
+        return r < 0 ? r : file_put_request(s, host_path, into, err);
+    }
+    int r = file_put_request(s, host_path, guest_path, err);
+    if (r == -EISDIR) {
+        al_error e = {0};
+        r = put_into(guest_path, host_path, into, sizeof(into), &e);
+        if (r == 0)
+            r = file_put_request(s, host_path, into, &e);
+        *err = e;
+    }
     return r;
 }
 

@@ -454,6 +454,22 @@ class IPythonKernel(Kernel):
             # it as part of the kernel's process group.
             system = InteractiveShell.system_raw
 
+            def showtraceback(self, exc_tuple=None, *args, **kwargs):
+                etype, evalue, _ = exc_tuple or sys.exc_info()
+                if kernel.quiet_interrupt and etype is KeyboardInterrupt:
+                    # IPython's own work on the cell was interrupted, not the block: nothing
+                    # of the block to show (formatting IPython's frames can itself fail).
+                    self._showtraceback(etype, evalue, ['KeyboardInterrupt'])
+                    return
+                try:
+                    InteractiveShell.showtraceback(self, exc_tuple, *args, **kwargs)
+                except Exception:
+                    # IPython's formatter fails on some frames (stack_data finds no statement
+                    # in a cell interrupted before its first line): the exception alone, not
+                    # the formatter's own traceback.
+                    self._showtraceback(etype, evalue,
+                                        traceback.format_exception_only(etype, evalue))
+
             def _showtraceback(self, etype, evalue, stb):
                 if kernel.quiet_interrupt and etype is KeyboardInterrupt:
                     stb = ['KeyboardInterrupt']  # not the block's: no traceback to show
@@ -492,13 +508,7 @@ class IPythonKernel(Kernel):
                     if isinstance(sys.exc_info()[1], KeyboardInterrupt) and kernel.pending:
                         self.showtraceback(exception_only=True)
                     else:
-                        try:
-                            self.showtraceback(running_compiled_code=True)
-                        except Exception:
-                            # IPython's formatter fails on some frames (stack_data finds no
-                            # statement in a cell interrupted before its first line): the
-                            # exception alone, not the formatter's own traceback.
-                            self.showtraceback(exception_only=True)
+                        self.showtraceback(running_compiled_code=True)
                     return True
                 return False
 

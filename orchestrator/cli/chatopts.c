@@ -61,7 +61,8 @@ const char chat_opts_help[] =
     "      --disk-budget MIB     host disk for the VM's disk and checkpoints (default 6144)\n"
     "Output:\n"
     "      --plain               no colours, no spinner\n"
-    "      --verbose             show requests (never the key) and run details\n";
+    "      --verbose             show requests (never the key) and run details\n"
+    "      --connect URI, --debug, --quiet  as for airlock itself\n";
 
 enum {
     O_MODEL = 256,
@@ -607,7 +608,6 @@ int chat_opts_parse(struct chat_opts *o, struct cli_globals *g, int argc, char *
         if (c == O_PROFILE)
             o->profile = optarg;
     optind = 0;
-    opterr = 1;
     const char *profile = o->profile;
     char dflt[AL_PATH_MAX];
     if (!profile) {
@@ -631,10 +631,8 @@ int chat_opts_parse(struct chat_opts *o, struct cli_globals *g, int argc, char *
             fputs(chat_opts_help, stdout);
             return 1;
         }
-        if (c == '?' || c == ':') {
-            fputs(usage, stderr);
-            return 2;
-        }
+        if (c == '?' || c == ':')
+            return cli_bad_option(is_run ? "run" : "chat", argc, argv, short_opts, long_opts);
         if (c == O_PROFILE)
             continue;
         if ((c == O_JSON && !is_run) || (c == O_RESUME && is_run)) {

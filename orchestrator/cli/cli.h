@@ -72,6 +72,15 @@ void cli_error(const al_error *err);
 /* A session's notice (al_session_opts.on_notice; ctx unused) as one line on stderr, made inert
  * for a terminal. */
 void cli_print_notice(void *ctx, const char *msg);
+/* The name in names (NULL-terminated) nearest to word's first n bytes, or NULL when none is
+ * close enough to suggest (cli/usage.c). */
+const char *cli_nearest(const char *word, size_t n, const char *const *names);
+/* On getopt_long's '?' (with opterr 0, as main sets it): says in one line what was wrong with
+ * the option just read (unknown, with the nearest one; missing its value; ambiguous) and points
+ * to 'airlock CMD --help' (cmd NULL: airlock's own); returns 2, the usage error's status. */
+struct option;
+int cli_bad_option(const char *cmd, int argc, char **argv, const char *shorts,
+                   const struct option *longs);
 /* Parses a non-negative integer option; exits with a usage error when it is not one. */
 unsigned long cli_number(const char *opt, const char *value, unsigned long max);
 

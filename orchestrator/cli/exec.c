@@ -14,6 +14,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -52,7 +53,9 @@ static const char usage[] =
     "  -e, --env KEY=VALUE       set a variable in the guest (repeatable)\n"
     "  -w, --cwd DIR             working directory in the guest (default /)\n"
     "  -t, --timeout SECONDS     kill the command after this long (default: none)\n"
-    "      --output-limit BYTES  keep at most this much of stdout and of stderr each\n"
+    "      --output-limit BYTES  keep at most this much of stdout and of stderr each (a\n"
+    "                            cut is said on stderr, even with -q; the exit status\n"
+    "                            stays the command's)\n"
     "      --put HOST:GUEST      copy a host file into the guest before running\n"
     "      --get GUEST:HOST      copy a guest file out after running (HOST may be a dir)\n"
     "      --get-limit BYTES     largest file --get accepts (default 1 GiB)\n"
@@ -74,7 +77,11 @@ static const char usage[] =
     "      --raw                 write the guest's output to a terminal as is (by default\n"
     "                            control characters are shown, not obeyed; a pipe or a\n"
     "                            file always gets the exact bytes)\n"
-    "      --connect URI, --debug, -q  as for airlock itself\n"
+    "      --session ID          run in a running session of airlockd instead ('airlock\n"
+    "                            session start'; 'airlock exec --session ID --help')\n"
+    "      --detach              with --session: start the run, print its id, return\n"
+    "                            ('airlock proc')\n"
+    "      --connect URI, --debug, -q/--quiet  as for airlock itself\n"
     "  -h, --help                this help\n";
 
 static int cancel_fd = -1; /* cli_cancel_pipe's */
@@ -380,10 +387,8 @@ static int exec_parse_args(int argc, char **argv, struct exec_args *a)
         for (size_t i = 0; i < EXEC_OPTIONS && !o; i++)
             if (c == (exec_options[i].letter ? exec_options[i].letter : 256 + (int)i))
                 o = &exec_options[i];
-        if (!o) {
-            fputs(usage, stderr);
-            return 2;
-        }
+        if (!o)
+            return cli_bad_option("exec", argc, argv, shorts, longs);
         int r = exec_option_apply(a, o, optarg);
         if (r >= 0)
             return r;
@@ -631,8 +636,11 @@ static int exec_run(al_session *s, struct exec_args *a, int *status, al_error *e
     if (res.waited_input)
         fprintf(stderr, "airlock: the program waited for input for %u s and was interrupted\n",
                 eo->input_wait_ms / 1000);
-    if (!a->so.quiet && (res.truncated_stdout || res.truncated_stderr))
-        fprintf(stderr, "airlock: notice: output truncated at %llu bytes per stream\n",
+    /* Not a notice -q hides: what was printed is not all the command wrote. */
+    if (res.truncated_stdout || res.truncated_stderr)
+        fprintf(stderr,
+                "airlock: output cut at %llu bytes per stream (--output-limit); the "
+                "exit status is the command's\n",
                 (unsigned long long)eo->output_cap);
     return 0;
 }
@@ -691,6 +699,47 @@ static void print_net_request(void *ctx, const al_net_request *r)
     else if (a->debug)
         fprintf(stderr, "airlock: net: %s %s:%u %u %llu bytes\n", r->method, r->host, r->port,
                 r->status, (unsigned long long)r->bytes);
+}
+
+/* What the host gives the run, checked before a VM boots for it: each --put a readable regular
+ * file, each --get's destination a directory or in one, --workdir a directory. 0, else the
+ * problem said in one line and airlock's failure status. */
+static int exec_check_inputs(const struct exec_args *a)
+{
+    struct stat st;
+    for (size_t i = 0; i < a->nput; i++) {
+        const char *p = a->puts_[i][0];
+        int fd = open(p, O_RDONLY | O_CLOEXEC);
+        if (fd < 0 || fstat(fd, &st) < 0) {
+            fprintf(stderr, "airlock: --put: cannot open '%s': %s\n", p, strerror(errno));
+            if (fd >= 0)
+                close(fd);
+            return EXIT_AIRLOCK_FAILED;
+        }
+        close(fd);
+        if (!S_ISREG(st.st_mode)) {
+            fprintf(stderr, "airlock: --put: '%s' is not a regular file\n", p);
+            return EXIT_AIRLOCK_FAILED;
+        }
+    }
+    for (size_t i = 0; i < a->nget; i++) {
+        const char *p = a->gets_[i][1];
+        if (stat(p, &st) == 0 && S_ISDIR(st.st_mode))
+            continue;
+        char dir[AL_PATH_MAX];
+        const char *slash = strrchr(p, '/');
+        snprintf(dir, sizeof(dir), "%.*s", slash ? (int)(slash - p) + 1 : 1, slash ? p : ".");
+        if (stat(dir, &st) < 0 || !S_ISDIR(st.st_mode)) {
+            fprintf(stderr, "airlock: --get: no such host directory: '%s'\n", dir);
+            return EXIT_AIRLOCK_FAILED;
+        }
+    }
+    if (a->workdir && (stat(a->workdir, &st) < 0 || !S_ISDIR(st.st_mode))) {
+        fprintf(stderr, "airlock: --workdir: '%s' is not a directory%s%s\n", a->workdir,
+                errno == ENOENT ? ": " : "", errno == ENOENT ? strerror(errno) : "");
+        return EXIT_AIRLOCK_FAILED;
+    }
+    return 0;
 }
 
 /* Boots the session, copies in, runs, copies out; the exit status. */
@@ -754,6 +803,12 @@ int cmd_exec(struct cli_globals *g, int argc, char **argv)
     rc = exec_build_opts(&a);
     if (rc >= 0)
         return rc;
+    rc = exec_check_inputs(&a);
+    if (rc) {
+        free(a.stdin_code);
+        al_net_allow_free(a.net_allow);
+        return rc;
+    }
 
     if (setup_signals() < 0) {
         fprintf(stderr, "airlock: cannot set up signal handling: %s\n", strerror(errno));

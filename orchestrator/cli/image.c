@@ -159,8 +159,7 @@ static int image_warm(struct cli_globals *g, int argc, char **argv)
             fputs(usage, stdout);
             return 0;
         default:
-            fputs(usage, stderr);
-            return 2;
+            return cli_bad_option("image warm", argc, argv, "h", opts);
         }
     }
     if (optind != argc - 1) {
@@ -214,8 +213,7 @@ static int image_import(int argc, char **argv)
             fputs(usage, stdout);
             return 0;
         default:
-            fputs(usage, stderr);
-            return 2;
+            return cli_bad_option("image import", argc, argv, "h", opts);
         }
     }
     if (optind != argc - 1 || !o.name) {
@@ -264,9 +262,12 @@ int cmd_image(struct cli_globals *g, int argc, char **argv)
         }
         return 0;
     }
-    if (strcmp(sub, "ls") && strcmp(sub, "build") && strcmp(sub, "rm"))
-        fprintf(stderr, "airlock: unknown image command '%s'\n", sub);
-    else
+    static const char *const subs[] = {"ls", "build", "rm", "import", "warm", NULL};
+    if (strcmp(sub, "ls") && strcmp(sub, "build") && strcmp(sub, "rm")) {
+        const char *near = cli_nearest(sub, strlen(sub), subs);
+        fprintf(stderr, "airlock: unknown image command '%s'%s%s%s (see 'airlock image --help')\n",
+                sub, near ? "; did you mean '" : "", near ? near : "", near ? "'?" : "");
+    } else
         fputs(usage, stderr);
     return 2;
 }

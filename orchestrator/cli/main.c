@@ -21,7 +21,9 @@ static const char usage[] =
     "  run [OPTIONS] TASK               one task, no questions asked but the y/n for code\n"
     "  conversations                    list saved conversations (continue: --resume ID)\n"
     "  exec [OPTIONS] -- CMD [ARGS...]  run a command in a fresh VM, then destroy it\n"
-    "  image ls|build NAME|rm NAME      list, build or remove images in the store\n"
+    "  image ls|build|import|warm|rm    the images in the store: list them, build one\n"
+    "                                   from its recipe, import a qcow2, build its warm\n"
+    "                                   template, remove one\n"
     "  doctor                           check libvirt, KVM and images; say how to fix\n"
     "  gc                               reap VMs and files left by crashed runs\n"
     "  ps                               list the running sessions\n"
@@ -87,6 +89,7 @@ static bool is_global_opt(const char *a, bool *takes_value)
 int main(int argc, char **argv)
 {
     ensure_std_fds();
+    opterr = 0; /* getopt's own messages: cli_bad_option says it in one line */
     /* 'airlock' alone, or 'airlock --model X ...', is the chat: find where the global options
      * end, and if no command follows, hand the rest to it. */
     int end = 1;
@@ -134,8 +137,7 @@ int main(int argc, char **argv)
             printf("airlock %s (protocol %d)\n", AIRLOCK_VERSION, AL_PROTO_VERSION);
             return 0;
         default:
-            fputs(usage, stderr);
-            return 2;
+            return cli_bad_option(NULL, global_argc, argv, "+c:dqhV", opts);
         }
     }
     if (to_chat) {
@@ -184,6 +186,11 @@ int main(int argc, char **argv)
         fputs(usage, stdout);
         return 0;
     }
-    fprintf(stderr, "airlock: unknown command '%s' (see 'airlock --help')\n", cmd);
+    static const char *const commands[] = {
+        "chat", "run", "conversations", "exec", "image", "doctor", "gc",
+        "ps",   "cp",  "session",       "proc", "rm",    "help",   NULL};
+    const char *near = cli_nearest(cmd, strlen(cmd), commands);
+    fprintf(stderr, "airlock: unknown command '%s'%s%s%s (see 'airlock --help')\n", cmd,
+            near ? "; did you mean '" : "", near ? near : "", near ? "'?" : "");
     return 2;
 }

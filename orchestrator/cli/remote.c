@@ -423,9 +423,8 @@ int cli_remote_exec(struct cli_globals *g, int argc, char **argv)
             cJSON_Delete(env);
             return 0;
         default:
-            usage_exec(stderr);
             cJSON_Delete(env);
-            return 2;
+            return cli_bad_option("exec", argc, argv, "+i:m:l:c:ke:w:t:Dh", opts);
         }
     }
     if (optind < argc && !strcmp(argv[optind], "--"))
@@ -578,8 +577,7 @@ static int session_start(const struct remote *r, int argc, char **argv)
             break;
         default:
             cJSON_Delete(in);
-            usage_session(stderr);
-            return 2;
+            return cli_bad_option("session", argc, argv, "i:m:", opts);
         }
     }
     cJSON *out = NULL;

@@ -143,6 +143,50 @@ def check_daemon(src, man):
                                        " ".join(sorted(in_sample - keys))))
 
 
+def help_of(binary, *args):
+    with tempfile.TemporaryDirectory() as home:
+        env = dict(os.environ, HOME=home, XDG_CONFIG_HOME=os.path.join(home, "cfg"))
+        p = subprocess.run([binary, *args, "--help"], env=env, stdout=subprocess.PIPE,
+                           stderr=subprocess.PIPE, text=True, timeout=60)
+    return p.returncode, p.stdout
+
+
+def check_help(src, binary):
+    """--help against the sources: airlock's names every command main.c dispatches and every
+    image subcommand; each command's names every flag of its getopt table."""
+    cli = cliflags.cli_dir(src)
+    main_c = open(os.path.join(cli, "main.c"), encoding="utf-8").read()
+    image_c = open(os.path.join(cli, "image.c"), encoding="utf-8").read()
+    commands = set(re.findall(r'!strcmp\(cmd, "([a-z]+)"\)', main_c)) - {"help"}
+    subs = set(re.findall(r'!strcmp\(sub, "([a-z]+)"\)', image_c))
+    rc, top = help_of(binary)
+    words = set(re.findall(r"[a-z]+", top))
+    check(rc == 0 and len(commands) > 10 and not commands - words,
+          "airlock --help names every command", "missing: " + " ".join(sorted(commands - words)))
+    check(len(subs) >= 5 and not subs - words, "airlock --help names every image subcommand",
+          "missing: " + " ".join(sorted(subs - words)))
+    rc, image = help_of(binary, "image")
+    check(rc == 0 and not subs - set(re.findall(r"[a-z]+", image)),
+          "airlock image --help names every image subcommand")
+    # The remote exec's table is the second one of remote.c (after the session's).
+    wanted = [
+        (("exec",), cliflags.table_of(src, "exec.c") | {"--session", "--detach"}),
+        (("exec", "--session", "x"), set(re.findall(
+            r'\{\s*"([a-z][a-z0-9-]*)"\s*,', open(os.path.join(cli, "remote.c")).read().split(
+                "int cli_remote_exec", 1)[1].split("getopt_long", 1)[0]))),
+        (("chat",), cliflags.table_of(src, "chatopts.c") - {"--json"}),
+        (("run",), cliflags.table_of(src, "chatopts.c") - {"--resume"}),
+        (("image",), cliflags.table_of(src, "image.c")),
+    ]
+    for args, flags in wanted:
+        flags = {f if f.startswith("--") else "--" + f for f in flags} - {"--help"}
+        rc, text = help_of(binary, *args)
+        missing = sorted(flags - set(FLAG.findall(text)))
+        check(rc == 0 and len(flags) > 1 and not missing,
+              "airlock %s --help names every flag it accepts" % " ".join(args),
+              "missing: " + " ".join(missing))
+
+
 def main():
     src = sys.argv[1]
     man = os.path.join(src, "docs", "man")
@@ -210,6 +254,8 @@ def main():
         check(len(ok_keys) > 20 and verdict.get("model"), "the binary accepts profile keys",
               "accepted only: " + " ".join(sorted(ok_keys)))
 
+    if binary:
+        check_help(src, binary)
     check_daemon(src, man)
 
     print("1..%d" % len(results))

@@ -242,6 +242,24 @@ class AirlockdTest(unittest.TestCase):
             self.assertEqual(e.exception.status, 404, (method, p))
         self.assertEqual(self.sb.refresh()["id"], self.sb.id)
 
+    def test_start_log_says_where_the_web_page_is(self):
+        text = self.d.text()
+        self.assertIn("web page: http://127.0.0.1:%d/" % self.d.port, text)
+        self.assertIn("'ssh -L 8470:%s " % self.d.sock, text)
+
+    def test_trailing_slash_is_the_same_path(self):
+        ids = sorted(s["id"] for s in self.a.sessions())
+        self.assertIn(self.sb.id, ids)
+        self.assertEqual(sorted(s["id"] for s in self.a.request("GET", "/v1/sessions/")
+                                ["sessions"]), ids)
+        self.assertEqual(self.a.request("GET", "/v1/sessions/%s/" % self.sb.id)["id"],
+                         self.sb.id)
+        # ...but only one slash, and never an empty id.
+        for p in ["/v1/sessions//", "/v1/sessions//%s" % self.sb.id]:
+            with self.assertRaises(APIError) as e:
+                self.a.request("GET", p)
+            self.assertEqual(e.exception.status, 404, p)
+
     # ---- malformed requests ----
 
     def test_malformed_requests_get_clear_4xx(self):
@@ -1289,6 +1307,29 @@ class ProcessesTest(DebianSessionTest):
         that neither this grep nor the shell around it counts)."""
         out = self.sb.commands.run("ps -eo args | grep -cE '^%s' || true" % regex).stdout
         return int(out.strip() or 0)
+
+    def test_client_first_hour(self):
+        # The caller's sessions, whichever way they were started; a live one runs.
+        client = self.sb.client
+        self.assertIn(self.sb.id, [x["id"] for x in Sandbox.list(client=client)])
+        self.assertTrue(self.sb.is_running())
+        self.assertFalse(Sandbox(client=client, _info={"id": "s-nobody"}).is_running())
+        # set_timeout: the session now ends that long from now.
+        self.sb.set_timeout(3000)
+        left = self.sb.refresh()["expires"] - time.time()
+        self.assertTrue(2900 < left <= 3001, left)
+        # Relative paths are the sandbox's cwd's, and a write makes the directories it lacks.
+        there = Sandbox.connect(self.sb.id, client=client, cwd="/tmp/first-hour")
+        there.files.write("deep/er/f.txt", "hi\n")
+        self.assertEqual(self.sb.files.read("/tmp/first-hour/deep/er/f.txt"), b"hi\n")
+        self.assertEqual(there.files.read("deep/er/f.txt"), b"hi\n")
+        self.assertEqual(there.commands.run("cat deep/er/f.txt; pwd").stdout,
+                         "hi\n/tmp/first-hour\n")
+        self.assertEqual([e["name"] for e in there.files.list("deep")], ["er"])
+        # A run past its timeout raises, with what it printed.
+        with self.assertRaises(TimeoutException) as e:
+            self.sb.commands.run("echo before; sleep 60", timeout=2)
+        self.assertEqual(e.exception.result.stdout, "before\n")
 
     def test_background_server_and_tree_kill(self):
         server = self.sb.commands.run("cd /tmp && exec python3 -m http.server 8731",

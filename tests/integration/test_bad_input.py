@@ -107,12 +107,68 @@ class BadInputTest(unittest.TestCase):
             self.fails_cleanly(["exec", "--image", "tiny", "--put",
                                 f.name + ":../../../etc/escape", "--", "true"], b"escape")
 
+    def test_host_inputs_are_checked_before_booting(self):
+        # Each is said before a VM boots: through a libvirt nobody can reach, the answer is
+        # still about the input (booting first would say "cannot reach libvirt").
+        nowhere = ["--connect", "qemu+unix:///system?socket=/nonexistent"]
+        for args, expect in [
+                (["--put", "/nonexistent/missing.csv:/tmp/x"],
+                 b"--put: cannot open '/nonexistent/missing.csv': No such file"),
+                (["--put", "/tmp:/tmp/x"], b"--put: '/tmp' is not a regular file"),
+                (["--get", "/etc/hostname:/nonexistent/dir/h"],
+                 b"--get: no such host directory: '/nonexistent/dir/'"),
+                (["--workdir", "/nonexistent/proj"], b"--workdir: '/nonexistent/proj' is not")]:
+            self.fails_cleanly(nowhere + ["exec", "--image", "tiny"] + args + ["--", "true"],
+                               expect)
+        # Too little memory for the image: refused with the least it boots in.
+        line = self.fails_cleanly(["exec", "--image", "tiny", "--memory", "64", "--", "true"],
+                                  b"64 MiB of memory is too little for image 'tiny'")
+        self.assertRegex(line, rb"at least \d+ MiB$")
+
+    def test_copies_into_a_directory_and_say_a_missing_file_once(self):
+        with tempfile.TemporaryDirectory() as d:
+            src = os.path.join(d, "data.csv")
+            with open(src, "w") as f:
+                f.write("a,b\n")
+            # "/tmp/" and "/tmp" (which the guest says is a directory) both copy into it.
+            r = altest.run(["-q", "exec", "--image", "tiny", "--put", src + ":/tmp/",
+                            "--put", src + ":/root", "--", "cat", "/tmp/data.csv",
+                            "/root/data.csv"], image_dir=self.store.dir)
+            self.assertEqual((r.returncode, r.stdout), (0, b"a,b\na,b\n"), r.stderr)
+            r = altest.run(["-q", "exec", "--image", "tiny", "--get", "/nonexist:" + d, "--",
+                            "true"], image_dir=self.store.dir)
+            self.assertEqual(r.returncode, 125, r.stderr)
+            self.assertEqual(r.stderr.strip().splitlines(),
+                             [b"airlock: --get failed: no such file in the guest: /nonexist"])
+
     def test_usage_errors(self):
         r = altest.run(["exec"])
         self.assertEqual(r.returncode, 2)
         r = altest.run(["exec", "--timeout", "soon", "--", "true"])
         self.assertEqual(r.returncode, 2)
         self.assertIn(b"--timeout", r.stderr)
+        # A mistyped option or command: one line, the nearest one, where the help is.
+        for args, line in [
+                (["exec", "--imgae", "tiny", "--", "true"],
+                 b"airlock: unknown option --imgae; did you mean --image? "
+                 b"(see 'airlock exec --help')"),
+                (["exce", "--", "true"],
+                 b"airlock: unknown command 'exce'; did you mean 'exec'? (see 'airlock --help')"),
+                (["exec", "--image"],
+                 b"airlock: option --image wants a value (see 'airlock exec --help')"),
+                (["exec", "--kernel=yes", "--", "true"],
+                 b"airlock: option --kernel takes no value (see 'airlock exec --help')"),
+                (["image", "wram", "tiny"],
+                 b"airlock: unknown image command 'wram'; did you mean 'warm'? "
+                 b"(see 'airlock image --help')"),
+                (["run", "--modle", "x", "task"],
+                 b"airlock: unknown option --modle; did you mean --model? "
+                 b"(see 'airlock run --help')"),
+                (["exec", "-Z"], b"airlock: unknown option -Z (see 'airlock exec --help')"),
+                (["exec", "--zzzzzz"],
+                 b"airlock: unknown option --zzzzzz (see 'airlock exec --help')")]:
+            r = altest.run(args)
+            self.assertEqual((r.returncode, r.stderr.strip().splitlines()), (2, [line]), args)
 
 
 if __name__ == "__main__":

@@ -214,15 +214,15 @@ static void test_agent(const char *agent)
     usleep(200 * 1000);
     pthread_create(&tb, NULL, job_thread, &b);
     pthread_join(tb, NULL);
-    ok(b.rc == 0 && !strcmp(b.out, "beside\n"), "a run ends while another waits for input (%s)",
-       b.rc ? b.err.msg : b.out);
+    ok(b.rc == 0 && !strcmp(b.out, "beside\n"), "a run ends while another waits for input (%.*s)",
+       (int)strcspn(b.rc ? b.err.msg : b.out, "\n"), b.rc ? b.err.msg : b.out);
     if (write(in[1], "yes\n", 4) != 4)
         ok(false, "write stdin");
     close(in[1]);
     pthread_join(ta, NULL);
     close(in[0]);
-    ok(a.rc == 0 && !strcmp(a.out, "got-yes\n"), "the waiting run then gets its input (%s)",
-       a.rc ? a.err.msg : a.out);
+    ok(a.rc == 0 && !strcmp(a.out, "got-yes\n"), "the waiting run then gets its input (%.*s)",
+       (int)strcspn(a.rc ? a.err.msg : a.out, "\n"), a.rc ? a.err.msg : a.out);
 
     /* 64 at once, each with its own output and status. */
     enum { N = 60 };

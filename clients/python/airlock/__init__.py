@@ -18,6 +18,7 @@ import codecs
 import http.client
 import json
 import os
+import posixpath
 import socket
 import ssl
 import urllib.parse
@@ -372,6 +373,7 @@ class _Commands:
             body["argv"] = ["sh", "-c", cmd] if isinstance(cmd, str) else list(cmd)
         if env:
             body["env"] = env
+        cwd = cwd or self._sb.cwd
         if cwd:
             body["cwd"] = cwd
         if stdin is not None:
@@ -418,16 +420,28 @@ class _Files:
         self._sb = sb
 
     def write(self, path, data):
-        """Writes bytes, text or a binary file object to path in the guest."""
+        """Writes bytes, text or a binary file object to path in the guest (relative: to the
+        sandbox's cwd), making the directories it lacks."""
         if isinstance(data, str):
             data = data.encode()
-        return self._sb.client.request(
-            "PUT", self._sb._path + "/files?path=" + _q(path), body=data,
-            headers={"Content-Type": "application/octet-stream"})
+        path = self._sb._abs(path)
+
+        def put():
+            return self._sb.client.request(
+                "PUT", self._sb._path + "/files?path=" + _q(path), body=data,
+                headers={"Content-Type": "application/octet-stream"})
+        try:
+            return put()
+        except APIError as e:
+            parent = posixpath.dirname(path)
+            if e.status != 404 or parent in ("", "/") or hasattr(data, "read"):
+                raise
+            self.make_dir(parent, parents=True)
+            return put()
 
     def read(self, path, to=None):
         """The file's bytes; with `to` (a binary file object) streamed into it instead."""
-        c, r = self._sb.client.open("GET", self._sb._path + "/files?path=" + _q(path))
+        c, r = self._sb.client.open("GET", self._sb._path + "/files?path=" + _q(self._sb._abs(path)))
         try:
             if r.status != 200:
                 _decode(r, r.read())
@@ -444,7 +458,8 @@ class _Files:
     def stat(self, path):
         """{"name", "type" (file, dir, symlink, other), "size", "mode", "mtime"}; a name that is
         not UTF-8 has U+FFFD for each bad byte and its exact bytes base64 in "name_b64"."""
-        return self._sb.client.request("GET", self._sb._path + "/files/stat?path=" + _q(path))
+        return self._sb.client.request("GET", self._sb._path + "/files/stat?path=" +
+                                       _q(self._sb._abs(path)))
 
     def exists(self, path):
         try:
@@ -458,26 +473,31 @@ class _Files:
     def list(self, path):
         """The directory's entries, as stat() describes them."""
         return self._sb.client.request(
-            "GET", self._sb._path + "/files/list?path=" + _q(path))["entries"]
+            "GET", self._sb._path + "/files/list?path=" + _q(self._sb._abs(path)))["entries"]
 
     def remove(self, path, recursive=False):
-        self._sb.client.request("DELETE", self._sb._path + "/files?path=" + _q(path) +
+        self._sb.client.request("DELETE", self._sb._path + "/files?path=" + _q(self._sb._abs(path)) +
                                 ("&recursive=1" if recursive else ""))
 
     def make_dir(self, path, parents=False):
-        self._sb.client.request("POST", self._sb._path + "/files/mkdir?path=" + _q(path) +
+        self._sb.client.request("POST", self._sb._path + "/files/mkdir?path=" +
+                                _q(self._sb._abs(path)) +
                                 ("&parents=1" if parents else ""))
 
 
 class Sandbox:
-    """A session in airlockd. Sandbox(...) starts one; Sandbox.connect(id) comes back to one."""
+    """A session in airlockd. Sandbox(...) or Sandbox.create(...) starts one;
+    Sandbox.connect(id) comes back to one; Sandbox.list() lists the caller's."""
 
     def __init__(self, image=None, memory_mib=None, vcpus=None, transport=None,
                  checkpoint_policy=None, checkpoints=None, idle_timeout_s=None, lifetime_s=None,
-                 labels=None, net=None, client=None, url=None, api_key=None, _info=None):
+                 labels=None, net=None, client=None, url=None, api_key=None, cwd="/",
+                 _info=None):
         """net: None (no network, the default), a list of hosts and "*.suffix" patterns the
-        session's proxy lets through, or a dict {"allow": [...], "bytes_max": N}."""
+        session's proxy lets through, or a dict {"allow": [...], "bytes_max": N}. cwd: where
+        commands run and what relative file paths are relative to."""
         self.client = client or Client(url, api_key)
+        self.cwd = cwd
         if isinstance(net, (list, tuple)):
             net = {"allow": list(net)}
         if _info is None:
@@ -493,13 +513,30 @@ class Sandbox:
         self.files = _Files(self)
 
     @classmethod
-    def connect(cls, id, client=None, url=None, api_key=None):
+    def create(cls, image=None, timeout=None, **kw):
+        """As Sandbox(...); timeout: the session's lifetime in seconds (lifetime_s)."""
+        if timeout is not None:
+            kw.setdefault("lifetime_s", int(timeout))
+        return cls(image=image, **kw)
+
+    @classmethod
+    def connect(cls, id, client=None, url=None, api_key=None, cwd="/"):
         client = client or Client(url, api_key)
-        return cls(client=client, _info=client.request("GET", "/v1/sessions/" + _q(id)))
+        return cls(client=client, cwd=cwd,
+                   _info=client.request("GET", "/v1/sessions/" + _q(id)))
+
+    @classmethod
+    def list(cls, client=None, url=None, api_key=None):
+        """The caller's sessions (those of its API key or uid, whichever front started them),
+        as the API describes them (id, image, state, created, expires, ...)."""
+        return (client or Client(url, api_key)).sessions()
 
     @property
     def _path(self):
         return "/v1/sessions/" + _q(self.id)
+
+    def _abs(self, path):
+        return path if path.startswith("/") else posixpath.join(self.cwd or "/", path)
 
     def __enter__(self):
         return self
@@ -520,9 +557,21 @@ class Sandbox:
                 raise
 
     def extend(self, seconds):
+        """The session now ends seconds from now (within the daemon's max_lifetime_s)."""
         self.info = self.client.request("POST", self._path + "/extend",
                                         body={"seconds": int(seconds)})
         return self.info
+
+    set_timeout = extend
+
+    def is_running(self):
+        """Whether the session is still there and its VM up (not ended, not lost)."""
+        try:
+            return not self.refresh().get("lost")
+        except APIError as e:
+            if e.status == 404:
+                return False
+            raise
 
     def _events(self, run, on_stdout, on_stderr, on_event=None):
         """Reads the run to its end: (stdout, stderr, the end event's data, the Logs)."""

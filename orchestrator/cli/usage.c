@@ -1,0 +1,91 @@
+/* Mistakes on the command line answered in one line: what was wrong, the nearest option or
+ * command when one is close, and where the help is. */
+#include "cli.h"
+
+#include <getopt.h>
+#include <stdio.h>
+#include <string.h>
+
+#define WORD_MAX 48
+
+/* Edit distance of a and b with adjacent transpositions ("exce" is one step from "exec"); words
+ * longer than WORD_MAX are far from everything. */
+static size_t distance(const char *a, size_t na, const char *b, size_t nb)
+{
+    if (na > WORD_MAX || nb > WORD_MAX)
+        return SIZE_MAX;
+    size_t d[WORD_MAX + 1][WORD_MAX + 1];
+    for (size_t i = 0; i <= na; i++)
+        d[i][0] = i;
+    for (size_t j = 0; j <= nb; j++)
+        d[0][j] = j;
+    for (size_t i = 1; i <= na; i++)
+        for (size_t j = 1; j <= nb; j++) {
+            size_t best = d[i - 1][j - 1] + (a[i - 1] != b[j - 1]);
+            if (d[i - 1][j] + 1 < best)
+                best = d[i - 1][j] + 1;
+            if (d[i][j - 1] + 1 < best)
+                best = d[i][j - 1] + 1;
+            if (i > 1 && j > 1 && a[i - 1] == b[j - 2] && a[i - 2] == b[j - 1] &&
+                d[i - 2][j - 2] + 1 < best)
+                best = d[i - 2][j - 2] + 1;
+            d[i][j] = best;
+        }
+    return d[na][nb];
+}
+
+const char *cli_nearest(const char *word, size_t n, const char *const *names)
+{
+    const char *best = NULL;
+    size_t best_d = n < 4 ? 1 : n < 8 ? 2 : 3; /* further than this is no suggestion */
+    for (; *names; names++) {
+        size_t d = distance(word, n, *names, strlen(*names));
+        if (d <= best_d && (!best || d < best_d)) {
+            best = *names;
+            best_d = d;
+        }
+    }
+    return best;
+}
+
+int cli_bad_option(const char *cmd, int argc, char **argv, const char *shorts,
+                   const struct option *longs)
+{
+    const char *arg = optind >= 1 && optind <= argc ? argv[optind - 1] : "";
+    char see[80];
+    snprintf(see, sizeof(see), "see 'airlock %s%s--help'", cmd ? cmd : "", cmd ? " " : "");
+    if (!strncmp(arg, "--", 2)) {
+        const char *name = arg + 2;
+        size_t n = strcspn(name, "=");
+        const char *names[128];
+        size_t count = 0, prefixed = 0;
+        const struct option *exact = NULL;
+        for (const struct option *o = longs; o && o->name && count < 127; o++) {
+            names[count++] = o->name;
+            if (strlen(o->name) == n && !strncmp(o->name, name, n))
+                exact = o;
+            else if (!strncmp(o->name, name, n))
+                prefixed++;
+        }
+        names[count] = NULL;
+        if (exact)
+            fprintf(stderr, "airlock: option --%s %s (%s)\n", exact->name,
+                    exact->has_arg == no_argument ? "takes no value" : "wants a value", see);
+        else if (prefixed > 1)
+            fprintf(stderr, "airlock: option --%.*s is ambiguous (%s)\n", (int)n, name, see);
+        else {
+            const char *near = cli_nearest(name, n, names);
+            fprintf(stderr, "airlock: unknown option --%.*s%s%s%s (%s)\n", (int)n, name,
+                    near ? "; did you mean --" : "", near ? near : "", near ? "?" : "", see);
+        }
+        return 2;
+    }
+    const char *at = optopt ? strchr(shorts, optopt) : NULL;
+    if (at && optopt != ':' && optopt != '+')
+        fprintf(stderr, "airlock: option -%c wants a value (%s)\n", optopt, see);
+    else if (optopt > 32 && optopt < 127)
+        fprintf(stderr, "airlock: unknown option -%c (%s)\n", optopt, see);
+    else
+        fprintf(stderr, "airlock: bad option %s (%s)\n", arg, see);
+    return 2;
+}
