@@ -12,6 +12,8 @@
 #include <sys/random.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
 
 /* Room for tar's own bytes around the file data: a header block and padding per entry, and
  * long-name records. Bounds the spool file; the reader enforces the exact limits. */
@@ -603,6 +605,50 @@ static int apply_delete(int dirfd, struct change *c)
 static bool applicable(const struct change *c, int kind)
 {
     return !c->pub.refused && !c->done && !c->pub.held && c->pub.kind == kind;
+}
+
+int al_workdir_diff_keep(al_workdir_diff *d, char *path, size_t len, al_error *err)
+{
+    if (d->spool < 0)
+        return al_err(err, -EINVAL, "nothing to keep");
+    char dir[AL_PATH_MAX];
+    int r = al_state_dir(dir, sizeof(dir), err);
+    if (r < 0)
+        return r;
+    size_t n = strlen(dir);
+    if (snprintf(dir + n, sizeof(dir) - n, "/kept") >= (int)(sizeof(dir) - n))
+        return al_err(err, -ENAMETOOLONG, "state directory path too long");
+    struct stat st;
+    if (mkdir(dir, 0700) < 0 && errno != EEXIST)
+        return al_err(err, -errno, "cannot create '%s': %s", dir, strerror(errno));
+    if (lstat(dir, &st) < 0 || !S_ISDIR(st.st_mode) || st.st_uid != geteuid() || (st.st_mode & 077))
+        return al_err(err, -EPERM, "refusing '%s': not a private directory of ours", dir);
+    char stamp[32];
+    time_t now = time(NULL);
+    struct tm tm;
+    strftime(stamp, sizeof(stamp), "%Y%m%d-%H%M%S", localtime_r(&now, &tm));
+    if (al_pathf(path, len, "%s/workspace-%s-XXXXXX.tar", dir, stamp) < 0)
+        return al_err(err, -ENAMETOOLONG, "kept file's path too long");
+    _cleanup_close_ int fd = mkostemps(path, 4, O_CLOEXEC); /* 0600 */
+    if (fd < 0)
+        return al_err(err, -errno, "cannot create '%s': %s", path, strerror(errno));
+    off_t off = 0;
+    if (fstat(d->spool, &st) < 0)
+        r = -errno;
+    while (r == 0 && off < st.st_size) {
+        ssize_t k = copy_file_range(d->spool, &off, fd, NULL, (size_t)(st.st_size - off), 0);
+        if (k < 0 && errno == EINTR)
+            continue;
+        if (k <= 0)
+            r = k < 0 ? -errno : -EIO;
+    }
+    if (r == 0 && fsync(fd) < 0)
+        r = -errno;
+    if (r < 0) {
+        unlink(path);
+        return al_err(err, r, "cannot write '%s': %s", path, strerror(-r));
+    }
+    return 0;
 }
 
 int al_workdir_apply(al_workdir_diff *d, unsigned allow, al_error *err)

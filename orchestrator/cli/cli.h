@@ -44,9 +44,12 @@ int cli_workdir_push(al_session *s, const char *dir, const al_workdir_opts *o, b
 void cli_changes_print(const al_workdir_diff *d, const char *title);
 /* Applies per mode (ask: on a terminal only); -EIO when some change failed (printed). allow
  * (AL_APPLY_*) holds the consents given as flags (--sync-back-git, --sync-back-exec); in ask
- * mode the missing ones are asked for, each on its own, after the main question. */
+ * mode the missing ones are asked for, each on its own, after the main question. Where ask mode
+ * has nobody to ask (hung_up: a SIGTERM or SIGHUP ended the run; stdin not a terminal; the
+ * question answered by end of input or a signal), the changes are kept
+ * (al_workdir_diff_keep), never dropped, and where they are is said in one line. */
 int cli_workdir_sync(al_workdir_diff *d, const char *dir, enum cli_sync mode, unsigned allow,
-                     al_error *err);
+                     bool hung_up, al_error *err);
 
 /* Guest output for a terminal (cli/termout.c): stream 1 to fd 1 and 2 to fd 2, each through
  * al_term_sanitize when on (force, or that fd is a terminal), else byte for byte. */

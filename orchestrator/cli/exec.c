@@ -759,12 +759,24 @@ static int exec_session(struct exec_args *a, al_workdir_diff **diff, al_error *e
         goto out;
     if (a->workdir && !a->eo.cwd)
         a->eo.cwd = AL_WORKDIR_GUEST_DIR;
-    if (exec_run(s, a, &status, err) < 0)
+    if (exec_run(s, a, &status, err) < 0) {
+        /* Interrupted, the run's files are still the user's: the workdir's changes are
+         * fetched (and offered, or kept) all the same. */
+        if (!a->workdir || err->code != -ECANCELED)
+            goto out;
+        al_error werr = {0};
+        al_session_set_cancel_fd(s, -1);
+        exec_workdir_changes(s, a, true, diff, &status, &werr);
+        if (werr.code)
+            cli_error(&werr);
         goto out;
+    }
     if (a->linger_s)
         linger(a->linger_s);
     if (exec_copy_out(s, a, &status, &get_failed, err) < 0)
         goto out;
+    /* From here on a signal never reaches the guest's tools (the changes' tar). */
+    al_session_set_cancel_fd(s, -1);
     exec_workdir_changes(s, a, get_failed, diff, &status, err);
 out:
     if (err->code) {
@@ -826,7 +838,9 @@ int cmd_exec(struct cli_globals *g, int argc, char **argv)
     /* The VM is gone before the question: nothing waits on the user's answer. */
     if (diff && a.workdir) {
         al_error serr = {0};
-        if (cli_workdir_sync(diff, a.workdir, a.sync, a.sync_allow, &serr) < 0 && serr.code) {
+        bool hung_up = last_signal == SIGTERM || last_signal == SIGHUP;
+        if (cli_workdir_sync(diff, a.workdir, a.sync, a.sync_allow, hung_up, &serr) < 0 &&
+            serr.code) {
             cli_error(&serr);
             status = EXIT_AIRLOCK_FAILED;
         }

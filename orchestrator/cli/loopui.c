@@ -18,6 +18,7 @@ static int cancel_fd = -1; /* cli_cancel_pipe's */
 static volatile sig_atomic_t quit_flag;
 static volatile sig_atomic_t interrupted;
 static volatile sig_atomic_t last_int_sec; /* CLOCK_MONOTONIC seconds * 10 of the last Ctrl-C */
+static volatile sig_atomic_t hung_up;      /* a SIGTERM or SIGHUP came */
 
 static void on_signal(int sig)
 {
@@ -31,7 +32,13 @@ static void on_signal(int sig)
         interrupted = 1;
     } else {
         quit_flag = 1;
+        hung_up = 1;
     }
+}
+
+bool loopui_hung_up(void)
+{
+    return hung_up;
 }
 
 int loopui_signals(void)
@@ -380,6 +387,22 @@ static void ui_message(void *ctx, const cJSON *m)
     }
 }
 
+/* What to do about a model that cannot be reached, in one line. */
+static const char *model_hint(const struct chat_opts *o)
+{
+    if (o->local && !strcmp(o->local, "ollama"))
+        return "start it ('ollama serve', then 'ollama pull MODEL'), or use --local "
+               "llamacpp|lmstudio or --api-base URL";
+    if (o->local && !strcmp(o->local, "llamacpp"))
+        return "start it ('llama-server -m MODEL.gguf --port 8080'), or use --api-base URL";
+    if (o->local)
+        return "start LM Studio's server (port 1234), or use --api-base URL";
+    if (o->api_base)
+        return "is the server at --api-base running?";
+    return "or --api-key-file FILE; or --local for a server on this machine (ollama); or "
+           "--api-base URL";
+}
+
 int loopui_open(struct loopui *u, struct chat_opts *o, struct cli_globals *g)
 {
     u->opts = o;
@@ -396,9 +419,16 @@ int loopui_open(struct loopui *u, struct chat_opts *o, struct cli_globals *g)
     so.notice_ctx = u;
     if (g->debug)
         so.console_to = stderr;
+    al_error err = {0};
+    /* A model that cannot be reached is said before a VM boots for it. */
+    if (al_model_check(&o->cfg.model, &err) < 0) {
+        if (u->json)
+            loopui_json_event("airlock", "error", err.msg);
+        fprintf(stderr, "airlock: %s; %s\n", err.msg, model_hint(o));
+        return 1;
+    }
     if (!u->json)
         render_spinner(&u->render, "Starting the sandbox VM…");
-    al_error err = {0};
     int r = al_session_open(&so, &u->session, &err);
     if (!u->json)
         render_spinner(&u->render, NULL);
@@ -450,6 +480,11 @@ int loopui_close(struct loopui *u)
     al_workdir_diff *diff = NULL;
     al_error err = {0};
     int status = 0;
+    /* From here on a signal never reaches the guest's tools: a second Ctrl-C (the documented
+     * way out) or a SIGTERM must not cut the copy of the changes short. */
+    if (u->session)
+        al_session_set_cancel_fd(u->session, -1);
+    loopui_drain();
     if (u->session && u->opts->workdir &&
         al_workdir_diff_new(u->session, u->opts->workdir, &u->opts->wo, &diff, &err) < 0) {
         cli_error(&err);
@@ -465,8 +500,8 @@ int loopui_close(struct loopui *u)
     if (diff) {
         cli_changes_print(diff, "changes in " AL_WORKDIR_GUEST_DIR);
         al_error serr = {0};
-        if (cli_workdir_sync(diff, u->opts->workdir, u->opts->sync, u->opts->sync_allow, &serr) <
-            0) {
+        if (cli_workdir_sync(diff, u->opts->workdir, u->opts->sync, u->opts->sync_allow,
+                             loopui_hung_up(), &serr) < 0) {
             if (serr.code)
                 cli_error(&serr);
             status = 1;

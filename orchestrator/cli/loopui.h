@@ -24,6 +24,8 @@ int loopui_cancel_fd(void);
 void loopui_drain(void);
 /* True when Ctrl-C was pressed twice within a second, or SIGTERM/SIGHUP arrived. */
 bool loopui_quit(void);
+/* Whether a SIGTERM or SIGHUP came: nobody is there to answer a question. */
+bool loopui_hung_up(void);
 /* Seconds-based stamp of the last Ctrl-C, 0 if none since the last drain. */
 bool loopui_interrupted(void);
 

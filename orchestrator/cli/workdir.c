@@ -171,18 +171,36 @@ static bool answer(const char *question, char *line, size_t len)
     return true;
 }
 
-static bool ask(const char *dir)
+/* The changes nobody could be asked about, kept where the user is told. */
+static int keep(al_workdir_diff *d, const char *dir, const char *why, al_error *err)
 {
-    if (!isatty(STDIN_FILENO)) {
-        fprintf(stderr,
-                "airlock: stdin is not a terminal: not applying the changes to %s "
-                "(--sync-back yes applies them)\n",
-                dir);
-        return false;
+    char path[AL_PATH_MAX];
+    int r = al_workdir_diff_keep(d, path, sizeof(path), err);
+    if (r < 0) {
+        fprintf(stderr, "airlock: changes not applied to %s (%s), and they could not be kept: %s\n",
+                dir, why, err->msg);
+        err->code = 0; /* said */
+        return -EIO;
     }
+    char esc[AL_PATH_MAX * 2];
+    fprintf(stderr,
+            "airlock: changes not applied to %s (%s); the guest's %s is kept in %s (the "
+            "guest's files: 'tar -tvf' it before extracting; --sync-back yes applies)\n",
+            dir, why, AL_WORKDIR_GUEST_DIR, al_path_escape(path, esc, sizeof(esc)));
+    return 0;
+}
+
+enum answer { ANSWER_NO, ANSWER_YES, ANSWER_NONE };
+
+static enum answer ask(const char *dir)
+{
     char q[AL_PATH_MAX + 100], line[64]; /* a question quoting a path */
     snprintf(q, sizeof(q), "Apply these changes to %s? [y/N] ", dir);
-    return answer(q, line, sizeof(line)) && (line[0] == 'y' || line[0] == 'Y');
+    if (!answer(q, line, sizeof(line))) {
+        fputc('\n', stderr);
+        return ANSWER_NONE;
+    }
+    return line[0] == 'y' || line[0] == 'Y' ? ANSWER_YES : ANSWER_NO;
 }
 
 /* The long list through the user's pager, on a terminal, before the question. */
@@ -211,16 +229,25 @@ static size_t count_flag(const al_workdir_diff *d, unsigned flags)
 }
 
 int cli_workdir_sync(al_workdir_diff *d, const char *dir, enum cli_sync mode, unsigned allow,
-                     al_error *err)
+                     bool hung_up, al_error *err)
 {
     size_t n = al_workdir_diff_count(d), applicable = 0;
     for (size_t i = 0; i < n; i++)
         applicable += !al_workdir_diff_at(d, i)->refused;
     if (applicable == 0)
         return 0;
-    if (mode == CLI_SYNC_ASK)
+    if (mode == CLI_SYNC_ASK && hung_up)
+        return keep(d, dir, "ended by a signal, nobody to ask", err);
+    if (mode == CLI_SYNC_ASK && !isatty(STDIN_FILENO))
+        return keep(d, dir, "stdin is not a terminal", err);
+    enum answer said = ANSWER_NO;
+    if (mode == CLI_SYNC_ASK) {
         page_full_list();
-    if (mode == CLI_SYNC_NO || (mode == CLI_SYNC_ASK && !ask(dir))) {
+        said = ask(dir);
+    }
+    if (said == ANSWER_NONE)
+        return keep(d, dir, "no answer", err);
+    if (mode == CLI_SYNC_NO || (mode == CLI_SYNC_ASK && said == ANSWER_NO)) {
         fprintf(stderr, "airlock: changes not applied; %s is as it was\n", dir);
         return 0;
     }

@@ -459,6 +459,11 @@ const al_change *al_workdir_diff_at(const al_workdir_diff *d, size_t i);
  * has AL_APPLY_EXEC. Works after the session is closed. Returns how many changes were applied;
  * each change's result says how it went. */
 int al_workdir_apply(al_workdir_diff *d, unsigned allow, al_error *err);
+/* Keeps what the guest sent (its whole directory, as the tar stream it sent) in a new private
+ * file under the state directory's kept/ (mode 0600), for changes nobody could be asked about;
+ * its path into path. The file is the guest's: list it (tar -tvf) before extracting anything.
+ * Works after the session is closed. */
+int al_workdir_diff_keep(al_workdir_diff *d, char *path, size_t len, al_error *err);
 void al_workdir_diff_free(al_workdir_diff *d);
 
 /* ---- sessions other airlock processes hold (airlock cp, airlock ps) ---- */

@@ -88,6 +88,9 @@ static bool host_is_local(const char *host)
     return false;
 }
 
+/* How long al_model_check waits for a local server to take the connection. */
+#define MODEL_CHECK_CONNECT_MS 2000L
+
 static int endpoint_url(const al_model_cfg *cfg, char **out, bool *local, al_error *err)
 {
     const char *base = cfg->api_base;
@@ -402,8 +405,9 @@ static int headers(const al_model_cfg *cfg, struct curl_slist **out)
     return r;
 }
 
-int al_model_chat(const al_model_cfg *cfg, const cJSON *messages, const cJSON *tools,
-                  const al_model_stream_cb *cb, al_model_reply *out, al_error *err)
+/* What every request needs first: a whole configuration, libcurl, the endpoint's URL (into
+ * *url) and, for a hosted API, a key. */
+static int model_prepare(const al_model_cfg *cfg, char **url, bool *local, al_error *err)
 {
     if (!cfg->api_base || !*cfg->api_base)
         return al_err(err, -EINVAL, "no model API base URL");
@@ -415,14 +419,50 @@ int al_model_chat(const al_model_cfg *cfg, const cJSON *messages, const cJSON *t
     if (global_rc != CURLE_OK)
         return al_err(err, -ENOMEM, "cannot initialise libcurl: %s", curl_easy_strerror(global_rc));
 
-    _cleanup_free_ char *url = NULL;
-    bool local = false;
-    int r = endpoint_url(cfg, &url, &local, err);
+    int r = endpoint_url(cfg, url, local, err);
     if (r < 0)
         return r;
-    if (!local && !(cfg->api_key && *cfg->api_key))
+    if (!*local && !(cfg->api_key && *cfg->api_key)) {
+        free(*url);
+        *url = NULL;
         return al_err(err, -EACCES, "no API key for the hosted model API at %s: set %s",
                       cfg->api_base, key_env(cfg->api));
+    }
+    return 0;
+}
+
+int al_model_check(const al_model_cfg *cfg, al_error *err)
+{
+    _cleanup_free_ char *url = NULL;
+    bool local = false;
+    int r = model_prepare(cfg, &url, &local, err);
+    if (r < 0 || !local)
+        return r;
+    /* A server on this machine answers at once or not at all: connect, send nothing. */
+    CURL *h = curl_easy_init();
+    if (!h)
+        return al_err(err, -ENOMEM, "cannot initialise libcurl");
+    curl_easy_setopt(h, CURLOPT_URL, url);
+    curl_easy_setopt(h, CURLOPT_CONNECT_ONLY, 1L);
+    curl_easy_setopt(h, CURLOPT_CONNECTTIMEOUT_MS, MODEL_CHECK_CONNECT_MS);
+    curl_easy_setopt(h, CURLOPT_NOSIGNAL, 1L);
+    curl_easy_setopt(h, CURLOPT_NOPROXY, "*");
+    CURLcode c = curl_easy_perform(h);
+    curl_easy_cleanup(h);
+    if (c != CURLE_OK)
+        return al_err(err, -ECONNREFUSED, "no model server answers at %s (%s)", cfg->api_base,
+                      curl_easy_strerror(c));
+    return 0;
+}
+
+int al_model_chat(const al_model_cfg *cfg, const cJSON *messages, const cJSON *tools,
+                  const al_model_stream_cb *cb, al_model_reply *out, al_error *err)
+{
+    _cleanup_free_ char *url = NULL;
+    bool local = false;
+    int r = model_prepare(cfg, &url, &local, err);
+    if (r < 0)
+        return r;
 
     _cleanup_free_ char *body = NULL;
     r = cfg->api == AL_API_ANTHROPIC ? al_anthropic_body(cfg, messages, tools, &body, err)

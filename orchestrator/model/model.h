@@ -95,6 +95,10 @@ typedef struct al_model_stream_cb {
  * timeouts apply to each attempt. A server that ignores "stream" and answers with one JSON
  * object is understood too (the text then arrives as one piece). out is the caller's to free
  * with al_model_reply_free(), and is written only on success. */
+/* Whether requests could be sent, asked before a VM boots for them: the configuration whole, a
+ * key for a hosted API, and a server on this machine (a local base URL) taking a connection
+ * within 2 s. Sends no request; a hosted API is not contacted. 0, else a one-line reason. */
+int al_model_check(const al_model_cfg *cfg, al_error *err);
 int al_model_chat(const al_model_cfg *cfg, const cJSON *messages, const cJSON *tools,
                   const al_model_stream_cb *cb, al_model_reply *out, al_error *err);
 void al_model_reply_free(al_model_reply *r);

@@ -7,9 +7,12 @@ import json
 import struct
 import os
 import pty
+import re
 import select
 import shutil
+import signal
 import subprocess
+import tarfile
 import tempfile
 import time
 import unittest
@@ -62,6 +65,15 @@ def execute(code, lang="sh", id=None):
     return c
 
 
+def pty_env(fm):
+    """The environment of an airlock run on a pseudo-terminal for fake model fm."""
+    env = dict(os.environ)
+    env.update(fm.env)
+    env["AIRLOCK_IMAGE_DIR"] = altest.IMAGE_DIR
+    env["TERM"] = "xterm"
+    return env
+
+
 def tool_results(req):
     """The tool results in an OpenAI request body, in order."""
     return [m for m in req["body"]["messages"] if m.get("role") == "tool"]
@@ -95,6 +107,16 @@ class ChatTest(unittest.TestCase):
         fm = FakeModel(replies)
         self.addCleanup(fm.close)
         return fm
+
+    def fake_with_workdir(self, replies, files):
+        """A fake model and a host directory (fm.dir/work) holding files {name: text}."""
+        fm = self.fake(replies)
+        wd = os.path.join(fm.dir, "work")
+        os.mkdir(wd)
+        for name, text in files.items():
+            with open(os.path.join(wd, name), "w") as f:
+                f.write(text)
+        return fm, wd
 
     def run_airlock(self, fm, args, input=None, timeout=240):
         return altest.run(args, input=input, env=fm.env, timeout=timeout)
@@ -332,13 +354,11 @@ class ChatTest(unittest.TestCase):
                     self.assertNotIn(KEY.encode(), fh.read(), f)
 
     def test_workdir_in_and_changes_synced_back(self):
-        fm = self.fake([{"tool_calls": [execute("cd /workspace && cat in.txt && "
-                                                "tr a-z A-Z < in.txt > out.txt && rm in.txt")]},
-                        {"text": "converted"}])
-        wd = os.path.join(fm.dir, "work")
-        os.mkdir(wd)
-        with open(os.path.join(wd, "in.txt"), "w") as f:
-            f.write("hello workdir\n")
+        fm, wd = self.fake_with_workdir(
+            [{"tool_calls": [execute("cd /workspace && cat in.txt && "
+                                     "tr a-z A-Z < in.txt > out.txt && rm in.txt")]},
+             {"text": "converted"}],
+            {"in.txt": "hello workdir\n"})
         r = self.run_airlock(fm, ["run", "-y", "--workdir", wd, "--sync-back", "yes"] +
                              fm.args() + ["convert"])
         self.assertEqual(r.returncode, 0, r.stderr)
@@ -354,14 +374,10 @@ class ChatTest(unittest.TestCase):
     def test_runs_start_in_workspace_and_list_only_their_own_files(self):
         # Relative paths: the run starts where the user's files are. The files copied in are
         # not the run's, even though they landed a moment before it.
-        fm = self.fake([{"tool_calls": [execute("pwd; cat sales.csv; wc -l < sales.csv > count.txt")]},
-                        {"text": "counted"}])
-        wd = os.path.join(fm.dir, "work")
-        os.mkdir(wd)
-        with open(os.path.join(wd, "sales.csv"), "w") as f:
-            f.write("region,amount\nnorth,10\nsouth,20\n")
-        with open(os.path.join(wd, "notes.txt"), "w") as f:
-            f.write("untouched\n")
+        fm, wd = self.fake_with_workdir(
+            [{"tool_calls": [execute("pwd; cat sales.csv; wc -l < sales.csv > count.txt")]},
+             {"text": "counted"}],
+            {"sales.csv": "region,amount\nnorth,10\nsouth,20\n", "notes.txt": "untouched\n"})
         r = self.run_airlock(fm, ["run", "-y", "--workdir", wd, "--sync-back", "yes"] +
                              fm.args() + ["count the sales"])
         self.assertEqual(r.returncode, 0, r.stderr)
@@ -376,12 +392,10 @@ class ChatTest(unittest.TestCase):
             self.assertEqual(f.read().strip(), "3")
 
     def test_chat_runs_start_in_workspace(self):
-        fm = self.fake([{"tool_calls": [execute("cat sales.csv; echo done > done.txt")]},
-                        {"text": "read it"}])
-        wd = os.path.join(fm.dir, "work")
-        os.mkdir(wd)
-        with open(os.path.join(wd, "sales.csv"), "w") as f:
-            f.write("north,10\n")
+        fm, wd = self.fake_with_workdir(
+            [{"tool_calls": [execute("cat sales.csv; echo done > done.txt")]},
+             {"text": "read it"}],
+            {"sales.csv": "north,10\n"})
         r = self.run_airlock(fm, ["chat", "-y", "--plain", "--workdir", wd, "--sync-back", "yes"]
                              + fm.args(), input=b"read the sales\n")
         self.assertEqual(r.returncode, 0, r.stderr)
@@ -391,7 +405,7 @@ class ChatTest(unittest.TestCase):
         self.assertEqual(sorted(os.listdir(wd)), ["done.txt", "sales.csv"])
 
     def test_runs_start_in_workspace_without_workdir(self):
-        fm = self.fake([{"tool_calls": [execute("pwd; echo hi > rel.txt")]}, {"text": "ok"}])
+        fm, wd = self.fake_with_workdir([{"tool_calls": [execute("pwd; echo hi > rel.txt")]}, {"text": "ok"}])
         r = self.run_airlock(fm, ["run", "-y"] + fm.args() + ["t"])
         self.assertEqual(r.returncode, 0, r.stderr)
         res = tool_results(fm.requests()[1])[0]["content"]
@@ -419,6 +433,27 @@ class ChatTest(unittest.TestCase):
         r = altest.run(["run", "-y", "--image", "tiny", "--model", "gpt-4o", "task"], env=env)
         self.assertEqual(r.returncode, 1)
         self.assertIn(b"OPENAI_API_KEY", r.stderr)
+
+    def test_model_checked_before_booting(self):
+        # Each said in one line with what to do, before a VM boots (through a libvirt nobody
+        # can reach, booting first would say "cannot reach libvirt").
+        fm = self.fake([])
+        env = dict(fm.env, OPENAI_API_KEY="", ANTHROPIC_API_KEY="")
+        nowhere = ["--connect", "qemu+unix:///system?socket=/nonexistent"]
+        for args, said in [
+                (["run", "-y", "--image", "tiny", "task"],
+                 b"airlock: no API key for the hosted model API at https://api.openai.com/v1: "
+                 b"set OPENAI_API_KEY; or --api-key-file FILE; or --local for a server on this "
+                 b"machine (ollama); or --api-base URL"),
+                (["run", "-y", "--image", "tiny", "--local", "task"],
+                 b"airlock: no model server answers at http://localhost:11434/v1 (Couldn't "
+                 b"connect to server); start it ('ollama serve', then 'ollama pull MODEL'), or "
+                 b"use --local llamacpp|lmstudio or --api-base URL"),
+                (["chat", "--image", "tiny", "--api-base", "http://127.0.0.1:9/v1"],
+                 b"airlock: no model server answers at http://127.0.0.1:9/v1 (Couldn't connect "
+                 b"to server); is the server at --api-base running?")]:
+            r = altest.run(nowhere + args, env=env)
+            self.assertEqual((r.returncode, r.stderr.strip().splitlines()), (1, [said]), args)
 
     def test_unreachable_endpoint(self):
         fm = self.fake([])
@@ -611,11 +646,8 @@ class ChatTest(unittest.TestCase):
             {"tool_calls": [execute("print(x + 1)", lang="python")]},
             {"tool_calls": [execute("process.cwd()", lang="javascript")]},
             {"text": "done"},
-        ])
-        wd = os.path.join(fm.dir, "work")
-        os.mkdir(wd)
-        with open(os.path.join(wd, "sales.csv"), "w") as f:
-            f.write("north,10\n")
+        ],
+                                        {"sales.csv": "north,10\n"})
         args = [a if a != "tiny" else "debian" for a in fm.args()]
         r = self.run_airlock(fm, ["run", "-y", "--run-timeout", "3", "--workdir", wd,
                                   "--sync-back", "yes"] + args + ["t"], timeout=600)
@@ -696,16 +728,101 @@ class ChatTest(unittest.TestCase):
         self.assertGreaterEqual(shown, 0, out[-2000:])
         self.assertGreater(saved, shown, out[-2000:])
 
+    def chat_on_pty(self, fm, wd):
+        """airlock chat --workdir wd on a pseudo-terminal, after one turn whose run wrote
+        out.txt in /workspace: (pid, fd, expect, output so far)."""
+        env = pty_env(fm)
+        pid, fd = pty.fork()
+        if pid == 0:
+            os.execve(altest.AIRLOCK, [altest.AIRLOCK, "chat", "-y", "--plain", "--workdir", wd]
+                      + fm.args(), env)
+        self.addCleanup(altest.reap_pty, pid, fd)
+        got = [b""]
+
+        def expect(needle, timeout=120):
+            end = time.time() + timeout
+            while needle not in got[0]:
+                left = end - time.time()
+                if left <= 0:
+                    self.fail("timed out waiting for %r; got %r" % (needle, got[0][-2000:]))
+                if select.select([fd], [], [], left)[0]:
+                    try:
+                        b = os.read(fd, 4096)
+                    except OSError:
+                        b = b""
+                    if not b:
+                        self.fail("chat ended waiting for %r; got %r" % (needle, got[0][-2000:]))
+                    got[0] += b
+        expect(b"> ")
+        os.write(fd, b"write it\r")
+        expect(b"written")
+        expect(b"> ")
+        return pid, fd, expect, got
+
+    def workdir_fake(self):
+        return self.fake_with_workdir(
+            [{"tool_calls": [execute("echo result > /workspace/out.txt")]}, {"text": "written"}],
+            {"in.txt": "x\n"})
+
+    def wait_exit(self, pid, fd, got, timeout=120):
+        end = time.time() + timeout
+        while time.time() < end:
+            wpid, status = os.waitpid(pid, os.WNOHANG)
+            if wpid:
+                return os.waitstatus_to_exitcode(status)
+            try:
+                if select.select([fd], [], [], 0.2)[0]:
+                    got[0] += os.read(fd, 4096)
+            except OSError:
+                pass
+        self.fail("chat did not exit; got %r" % got[0][-2000:])
+
+    def test_ctrl_c_twice_offers_the_review_and_a_signal_never_reaches_the_tar(self):
+        # The documented way out (Ctrl-C twice), a third Ctrl-C while the changes are fetched:
+        # the review is offered, and the run's file reaches the directory.
+        fm, wd = self.workdir_fake()
+        pid, fd, expect, got = self.chat_on_pty(fm, wd)
+        os.write(fd, b"\x03")
+        time.sleep(0.2)
+        os.write(fd, b"\x03")
+        time.sleep(0.3)
+        os.write(fd, b"\x03")
+        expect(b"Apply these changes to %s? [y/N] " % wd.encode())
+        self.assertIn(b"added     out.txt", got[0])
+        self.assertNotIn(b"tar in the guest failed", got[0])
+        os.write(fd, b"y\r")
+        self.assertEqual(self.wait_exit(pid, fd, got), 0, got[0][-2000:])
+        with open(os.path.join(wd, "out.txt")) as f:
+            self.assertEqual(f.read(), "result\n")
+
+    def test_sigterm_keeps_the_changes_it_cannot_ask_about(self):
+        fm, wd = self.workdir_fake()
+        pid, fd, expect, got = self.chat_on_pty(fm, wd)
+        os.kill(pid, signal.SIGTERM)
+        self.wait_exit(pid, fd, got)
+        self.assertNotIn(b"Apply these changes", got[0])
+        m = re.search(rb"changes not applied to (\S+) \(ended by a signal, nobody to ask\); "
+                      rb"the guest's /workspace is kept in (\S+) ", got[0])
+        self.assertTrue(m, got[0][-2000:])
+        self.assertEqual(m.group(1), wd.encode())
+        kept = m.group(2).decode()
+        self.addCleanup(os.unlink, kept)
+        self.assertEqual(os.stat(kept).st_mode & 0o777, 0o600)
+        self.assertEqual(os.stat(os.path.dirname(kept)).st_mode & 0o777, 0o700)
+        with tarfile.open(kept) as t:
+            names = [n.lstrip("./") for n in t.getnames()]
+            self.assertIn("out.txt", names)
+            member = t.getmember(t.getnames()[names.index("out.txt")])
+            self.assertEqual(t.extractfile(member).read(), b"result\n")
+        self.assertEqual(sorted(os.listdir(wd)), ["in.txt"])  # nothing applied
+
     def test_ctrl_c_interrupts_the_guest_and_returns_to_the_prompt(self):
         fm = self.fake([
             {"tool_calls": [execute("echo started; sleep 100; echo not-reached")]},
             {"tool_calls": [execute("echo second-run-ok")]},
             {"text": "all good"},
         ])
-        env = dict(os.environ)
-        env.update(fm.env)
-        env["AIRLOCK_IMAGE_DIR"] = altest.IMAGE_DIR
-        env["TERM"] = "xterm"
+        env = pty_env(fm)
         pid, fd = pty.fork()
         if pid == 0:
             os.execve(altest.AIRLOCK, [altest.AIRLOCK, "chat", "-y"] + fm.args(), env)

@@ -11,6 +11,7 @@ import pty
 import re
 import select
 import shutil
+import socket
 import tempfile
 import time
 import unittest
@@ -109,11 +110,17 @@ class FirstContactTest(unittest.TestCase):
         env["AIRLOCK_IMAGE_DIR"] = altest.IMAGE_DIR
         env["TERM"] = "xterm"
         env["XDG_DATA_HOME"] = os.path.join(rt, "data")
-        # No model is reached: the chat boots its VM before the first question.
+        # No model is asked: the chat boots its VM before the first question (a server that
+        # takes connections and says nothing passes the check made before booting).
+        srv = socket.socket()
+        self.addCleanup(srv.close)
+        srv.bind(("127.0.0.1", 0))
+        srv.listen(4)
+        base = "http://127.0.0.1:%d/v1" % srv.getsockname()[1]
         pid, fd = pty.fork()
         if pid == 0:
             os.execve(altest.AIRLOCK, [altest.AIRLOCK, "chat", "--image", "tiny", "--api-base",
-                                       "http://127.0.0.1:9/v1", "--model", "m"], env)
+                                       base, "--model", "m"], env)
         out = b""
         try:
             end = time.time() + 180
