@@ -26,6 +26,10 @@ airlock image build tiny
 # archive) and is cached in /var/cache/airlock; without it airlock still works with tiny.
 airlock image build debian ||
   echo "airlock: the debian image could not be built; sessions use 'tiny'" >&2
+# Its warm template: a session's first plot then takes about a second, not a cold kernel's
+# 15-20 s (a minute or two to build under emulation).
+airlock image ls | grep -q '^debian ' && { airlock image warm debian ||
+  echo "airlock: no warm template for debian; sessions boot cold ('airlock image warm debian')" >&2; }
 echo "airlock: installed; running 'uname -a' in a disposable VM:" >&2
 airlock exec -- uname -a
 if [ -t 0 ] && [ -t 1 ]; then

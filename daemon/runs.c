@@ -381,6 +381,10 @@ static void *run_thread(void *arg)
         cJSON_AddNumberToObject(o, "duration_ms", (double)(res.duration_us / 1000));
         cJSON_AddBoolToObject(o, "timed_out", res.timed_out);
         cJSON_AddBoolToObject(o, "interrupted", res.interrupted);
+        if (res.offline) /* the session has no network and the output says it wanted some */
+            ad_json_add_text(o, "offline",
+                             AL_OFFLINE_HINT "; allow hosts in the session's "
+                                             "net.allow (pip: " AL_OFFLINE_PIP_HOSTS ")");
         if (r->kernel) {
             if (res.results.have_count)
                 cJSON_AddNumberToObject(o, "execution_count", res.results.execution_count);

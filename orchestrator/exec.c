@@ -23,6 +23,9 @@ static size_t count(const char *const *v)
 #define HOST_GRACE_KERNEL_MS 60000u
 #define HOST_KILL_WAIT_MS 3000u
 
+/* Longer than any message offline_says holds. */
+#define OFFLINE_TAIL 64
+
 struct exec_state {
     al_session *s;
     uint32_t id;
@@ -37,7 +40,56 @@ struct exec_state {
     bool waited_input; /* the guest reported the program waiting for input */
     bool killed;       /* the host deadline passed and SIGKILL was sent */
     bool interrupted;  /* a signal from the cancel fd was passed on to the program */
+    bool offline;      /* the output said a host could not be reached (no network) */
+    bool scan;         /* look for that: a session without network */
+    /* The end of each stream's last chunk: a message cut between two chunks is still seen. */
+    char tail[AL_STREAM_COUNT][OFFLINE_TAIL];
+    size_t tail_len[AL_STREAM_COUNT];
 };
+
+/* What programs print when no host can be reached: resolvers (glibc, curl, Python, Node, Go)
+ * and connects. Looked for only in sessions without network, where they mean just that. */
+static const char *const offline_says[] = {
+    "Temporary failure in name resolution",
+    "Name or service not known",
+    "Could not resolve host",
+    "No address associated with hostname",
+    "Network is unreachable",
+    "getaddrinfo EAI_AGAIN",
+    "getaddrinfo ENOTFOUND",
+    "server misbehaving",
+    "no such host",
+    "bad address '", /* busybox */
+};
+
+static bool says_offline(const char *p, size_t n)
+{
+    for (size_t i = 0; i < sizeof(offline_says) / sizeof(offline_says[0]); i++)
+        if (memmem(p, n, offline_says[i], strlen(offline_says[i])))
+            return true;
+    return false;
+}
+
+/* Looks at one chunk of stdout or stderr (with what ended the stream's last one). */
+static void scan_offline(struct exec_state *st, uint8_t stream, const uint8_t *data, size_t n)
+{
+    if (!st->scan || st->offline || !n)
+        return;
+    char buf[2 * OFFLINE_TAIL];
+    size_t t = st->tail_len[stream];
+    size_t head = n < OFFLINE_TAIL ? n : OFFLINE_TAIL;
+    memcpy(buf, st->tail[stream], t);
+    memcpy(buf + t, data, head);
+    st->offline = says_offline(buf, t + head) || says_offline((const char *)data, n);
+    size_t keep = n < OFFLINE_TAIL ? n : OFFLINE_TAIL;
+    if (t + keep > OFFLINE_TAIL) { /* slide: the newest OFFLINE_TAIL bytes */
+        size_t old = OFFLINE_TAIL - keep;
+        memmove(st->tail[stream], st->tail[stream] + t - old, old);
+        t = old;
+    }
+    memcpy(st->tail[stream] + t, data + n - keep, keep);
+    st->tail_len[stream] = t + keep;
+}
 
 static int send_signal(struct exec_state *st, int signo, al_error *err)
 {
@@ -113,6 +165,7 @@ static int on_data(struct exec_state *st, const al_exec_opts *o, const struct al
                       stream == AL_STREAM_STDOUT ? "stdout" : "stderr");
     }
     st->got[stream] += m->u.data.len;
+    scan_offline(st, stream, m->u.data.data, m->u.data.len);
     if (m->u.data.len && !st->out_broken[stream]) {
         int r = o->output ? o->output(o->output_ctx, stream, m->u.data.data, m->u.data.len)
                           : al_write_all(fd, m->u.data.data, m->u.data.len);
@@ -301,7 +354,8 @@ static int exec_run(al_session *s, const al_exec_opts *o, al_exec_result *out,
                             .id = id,
                             .cancel_fd = al_link_cancel_fd(s, id),
                             .stdin_fd = -1,
-                            .results = results};
+                            .results = results,
+                            .scan = !al_session_net(s)};
     struct al_msg m = {.type = AL_EXEC, .id = st.id};
     m.u.exec.flags = (o->stdin_fd >= 0 ? AL_EXEC_STDIN : 0) | (o->kernel ? AL_EXEC_KERNEL : 0) | op;
     m.u.exec.timeout_ms = o->timeout_ms;
@@ -405,6 +459,7 @@ static int exec_run(al_session *s, const al_exec_opts *o, al_exec_result *out,
                 .truncated_stderr = o->output_cap && st.got[AL_STREAM_STDERR] >= o->output_cap,
                 .waited_input = st.waited_input,
                 .interrupted = st.interrupted,
+                .offline = st.offline,
             };
             if (results)
                 al_result_reader_stats(results, &res.results);

@@ -65,6 +65,8 @@ typedef struct al_chat_ui {
     void (*code)(void *ctx, const char *lang, const char *code); /* code about to be offered */
     /* Asks to run; 1 run, 0 decline. May replace *code (a malloc'd string) after editing. */
     int (*confirm)(void *ctx, const char *lang, char **code);
+    /* A run begins; cold: it starts LANG's kernel first (seconds under emulation). */
+    void (*run_start)(void *ctx, const char *lang, bool cold);
     int (*output)(void *ctx, int stream, const uint8_t *data, size_t n); /* live run output */
     void (*run_end)(void *ctx, const al_exec_result *r, const char *summary);
     /* Each structured result of a kernel run, as it arrives (its text is also output). */
@@ -91,6 +93,7 @@ typedef struct al_chat {
     char langs[256];      /* space-separated languages the model may use */
     bool kernels;         /* they run in the session's long-lived kernels */
     bool stamped;         /* the guest's "files written since" stamp exists */
+    char warm_langs[128]; /* " LANG" for each language whose kernel this chat started */
     al_figures figures;   /* figures copied out so far */
     cJSON *images;        /* images of the run in progress for a vision model: [{"media_type",
                              "data"}], moved into its result message */
@@ -222,6 +225,10 @@ typedef struct al_conv_info {
 int al_conv_list(void (*fn)(void *ctx, const al_conv_info *ci), void *ctx, al_error *err);
 /* The conversation as Markdown (%markdown). */
 int al_conv_markdown(const al_chat *c, FILE *out, al_error *err);
+/* The last `exchanges` exchanges, a line per message (the user's, the model's text and how many
+ * blocks it ran in which languages), each cut to one terminal line (made inert), for a resumed
+ * chat. */
+int al_conv_recap(const al_chat *c, unsigned exchanges, FILE *out, al_error *err);
 
 /* ---- profiles ($XDG_CONFIG_HOME/airlock/profiles/NAME.yaml) ---- */
 /* Calls fn for each top-level "key: scalar" pair of the profile, in order. */

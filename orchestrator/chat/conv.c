@@ -341,6 +341,67 @@ int al_conv_list(void (*fn)(void *ctx, const al_conv_info *ci), void *ctx, al_er
     return count;
 }
 
+/* Width of a recap line's text, in bytes before escaping. */
+#define RECAP_TEXT_MAX 100
+
+static bool is_user_text(const cJSON *m)
+{
+    const char *role = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(m, "role"));
+    return role && !strcmp(role, "user") && !cJSON_GetObjectItemCaseSensitive(m, "kind");
+}
+
+static void recap_line(FILE *out, const char *who, const char *text, const char *extra)
+{
+    char first[RECAP_TEXT_MAX + 1], esc[4 * RECAP_TEXT_MAX + 8];
+    size_t n = text ? strcspn(text, "\n") : 0;
+    bool cut = text && (n > RECAP_TEXT_MAX || text[n] == '\n');
+    snprintf(first, sizeof(first), "%.*s", (int)(n < RECAP_TEXT_MAX ? n : RECAP_TEXT_MAX),
+             text ? text : "");
+    al_term_escape(first, esc, sizeof(esc));
+    fprintf(out, "  %-6s %s%s%s%s\n", who, esc, cut ? " …" : "", *esc && *extra ? " " : "", extra);
+}
+
+int al_conv_recap(const al_chat *c, unsigned exchanges, FILE *out, al_error *err)
+{
+    int total = cJSON_GetArraySize(c->messages), start = total;
+    for (unsigned seen = 0; start > 0 && seen < exchanges;)
+        seen += is_user_text(cJSON_GetArrayItem(c->messages, --start));
+    for (int i = start; i < total; i++) {
+        const cJSON *m = cJSON_GetArrayItem(c->messages, i);
+        const char *role = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(m, "role"));
+        const char *content = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(m, "content"));
+        if (is_user_text(m)) {
+            recap_line(out, "you:", content, "");
+        } else if (role && !strcmp(role, "assistant")) {
+            const cJSON *calls = cJSON_GetObjectItemCaseSensitive(m, "tool_calls");
+            const cJSON *call;
+            char ran[128] = "";
+            int n = cJSON_GetArraySize(calls);
+            if (n > 0) {
+                size_t at =
+                    (size_t)snprintf(ran, sizeof(ran), "[ran %d block%s:", n, n == 1 ? "" : "s");
+                cJSON_ArrayForEach(call, calls)
+                {
+                    const cJSON *args = cJSON_GetObjectItemCaseSensitive(call, "arguments");
+                    const char *lang =
+                        cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(args, "language"));
+                    char l[24];
+                    al_term_escape(lang ? lang : "?", l, sizeof(l));
+                    if (at < sizeof(ran))
+                        at += (size_t)snprintf(ran + at, sizeof(ran) - at, " %s", l);
+                }
+                if (at < sizeof(ran))
+                    snprintf(ran + at, sizeof(ran) - at, "]");
+            }
+            if ((content && *content) || *ran)
+                recap_line(out, "model:", content, ran);
+        }
+    }
+    if (ferror(out))
+        return al_err(err, -EIO, "cannot write the recap");
+    return 0;
+}
+
 int al_conv_markdown(const al_chat *c, FILE *out, al_error *err)
 {
     fprintf(out, "# Airlock conversation %s\n\nModel: %s, image: %s\n\n", c->id[0] ? c->id : "",

@@ -403,9 +403,17 @@ static char *run_code(al_chat *c, const char *lang, const char *code, bool *canc
         return al_err(err, -ENOMEM, "out of memory"), NULL;
     if (c->ui.run_end)
         c->ui.run_end(c->ui.ctx, ret == 0 ? &r : NULL, status);
+    /* The model hears why as the user does, rather than retrying installs that cannot work. */
+    static const char offline_how[] =
+        "; only the user can allow hosts (airlock: --net allow=HOST,...; pip needs "
+        "--net allow=" AL_OFFLINE_PIP_HOSTS ")";
+    if (ret == 0 && r.offline)
+        notice(c, AL_OFFLINE_HINT "%s", offline_how);
     char *text = NULL;
     size_t ol = strlen(out);
-    if (asprintf(&text, "%s%s%s", out, ol && out[ol - 1] != '\n' ? "\n" : "", status) < 0)
+    if (asprintf(&text, "%s%s%s%s%s%s", out, ol && out[ol - 1] != '\n' ? "\n" : "", status,
+                 ret == 0 && r.offline ? "\n[" AL_OFFLINE_HINT : "",
+                 ret == 0 && r.offline ? offline_how : "", ret == 0 && r.offline ? "]" : "") < 0)
         text = NULL;
     free(out);
     if (!text)
@@ -878,6 +886,15 @@ static int one_run(al_chat *c, const char *lang, char **code, uint64_t *seen, si
         return *result ? 0 : al_err(err, -ENOMEM, "out of memory");
     }
     uint32_t ckpt = checkpoint_before(c, lang, *code);
+    if (c->ui.run_start) {
+        char word[sizeof(c->warm_langs)];
+        snprintf(word, sizeof(word), " %s ", lang);
+        size_t have = strlen(c->warm_langs);
+        bool cold = c->kernels && !strstr(c->warm_langs, word);
+        if (cold && have + strlen(word) < sizeof(c->warm_langs))
+            snprintf(c->warm_langs + have, sizeof(c->warm_langs) - have, "%s", word + (have > 0));
+        c->ui.run_start(c->ui.ctx, lang, cold);
+    }
     *result = run_code(c, lang, *code, &cancelled, &broken, err);
     if (!*result)
         return err->code;

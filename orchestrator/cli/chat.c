@@ -409,8 +409,9 @@ int cmd_chat(struct cli_globals *g, int argc, char **argv)
             chat_opts_free(&o);
             return 1;
         }
-        printf("Resumed conversation %s (%d messages) in a fresh VM.\n", rp.u.chat.id,
-               cJSON_GetArraySize(rp.u.chat.messages));
+        printf("Resumed conversation %s (%d messages) in a fresh VM. Where it ended:\n",
+               rp.u.chat.id, cJSON_GetArraySize(rp.u.chat.messages));
+        al_conv_recap(&rp.u.chat, 3, stdout, &e);
     }
     setup_editline(&rp, argv[0]);
     if (rp.tty)

@@ -36,6 +36,16 @@ int cli_remote_exec(struct cli_globals *g, int argc, char **argv);
 int cli_remote_session(struct cli_globals *g, int argc, char **argv);
 int cli_remote_proc(struct cli_globals *g, int argc, char **argv);
 bool cli_remote_wanted(const struct cli_globals *g);
+/* The sessions this user sees, in one table: those of airlock processes here, and airlockd's
+ * (the one --server or $AIRLOCK_HOST names, else the default socket's when it is there):
+ * airlock ps and airlock session ls. The exit status. */
+int cli_sessions_table(struct cli_globals *g);
+/* Whether airlockd's default socket is there. */
+bool cli_daemon_here(void);
+/* airlock cp with an airlockd session: src into session's dst (to_guest) or its src out to dst,
+ * over the files API. The exit status. */
+int cli_remote_cp(struct cli_globals *g, const char *session, const char *src, const char *dst,
+                  bool to_guest);
 
 /* The workdir (cli/workdir.c): copy in with warnings, print the change list, ask and apply. */
 enum cli_sync { CLI_SYNC_ASK, CLI_SYNC_YES, CLI_SYNC_NO };
@@ -81,6 +91,11 @@ const char *cli_nearest(const char *word, size_t n, const char *const *names);
 /* On getopt_long's '?' (with opterr 0, as main sets it): says in one line what was wrong with
  * the option just read (unknown, with the nearest one; missing its value; ambiguous) and points
  * to 'airlock CMD --help' (cmd NULL: airlock's own); returns 2, the usage error's status. */
+/* A --put source, before anything boots: a regular file we can open; else said in one line
+ * and -1. */
+int cli_check_put(const char *path);
+/* A --get destination: a directory, or a name in one; else said in one line and -1. */
+int cli_check_get(const char *path);
 struct option;
 int cli_bad_option(const char *cmd, int argc, char **argv, const char *shorts,
                    const struct option *longs);

@@ -10,7 +10,32 @@ struct doctor {
     int errors;
     int images;
     bool tiny;
+    char warm[1024]; /* " IMAGE" for each image with a usable template, python warm */
 };
+
+static void note_template(void *ctx, const al_template_info *t)
+{
+    struct doctor *d = ctx;
+    size_t n = strlen(d->warm);
+    if (!t->why && t->python && n + strlen(t->image) + 3 < sizeof(d->warm))
+        snprintf(d->warm + n, sizeof(d->warm) - n, " %s ", t->image);
+}
+
+/* An image with a python kernel: whether its first python run restores a warm one. */
+static void check_warm(const struct doctor *d, const al_image *img)
+{
+    if (!strstr(img->languages, "python"))
+        return;
+    char word[80];
+    snprintf(word, sizeof(word), " %s ", img->name);
+    if (strstr(d->warm, word))
+        printf("ok    image %s has a warm template (its python starts in about a second)\n",
+               img->name);
+    else
+        printf("warn  image %s has no warm template: each session's first python run waits "
+               "for a cold kernel (15-20 s under emulation)\n      fix: airlock image warm %s\n",
+               img->name, img->name);
+}
 
 static bool in_path(const char *prog)
 {
@@ -40,6 +65,7 @@ static void check_image(void *ctx, const al_image *img, const char *name, const 
     if (img->transport != AL_TRANSPORT_SSH) {
         printf("ok    image %s (protocol %u; %s)\n", img->name, img->agent_protocol,
                img->languages);
+        check_warm(d, img);
         return;
     }
     /* An SSH session makes its keys and its cloud-init seed with these. */
@@ -122,6 +148,8 @@ int cmd_doctor(struct cli_globals *g, int argc, char **argv)
         d.errors++;
     } else {
         printf("ok    image store %s\n", store);
+        al_error terr = {0};
+        al_template_list(note_template, &d, &terr);
         al_image_list(check_image, &d, &err);
         if (!d.tiny) {
             printf("FAIL  image tiny missing\n      fix: ./install.sh (or images/build-tiny.sh "

@@ -633,6 +633,9 @@ static int exec_run(al_session *s, struct exec_args *a, int *status, al_error *e
     }
     if (a->json)
         json_end(&res, *status);
+    if (res.offline)
+        fprintf(stderr, "airlock: " AL_OFFLINE_HINT "; allow hosts with --net allow=HOST,... "
+                        "(pip: --net allow=" AL_OFFLINE_PIP_HOSTS ")\n");
     if (res.waited_input)
         fprintf(stderr, "airlock: the program waited for input for %u s and was interrupted\n",
                 eo->input_wait_ms / 1000);
@@ -707,33 +710,12 @@ static void print_net_request(void *ctx, const al_net_request *r)
 static int exec_check_inputs(const struct exec_args *a)
 {
     struct stat st;
-    for (size_t i = 0; i < a->nput; i++) {
-        const char *p = a->puts_[i][0];
-        int fd = open(p, O_RDONLY | O_CLOEXEC);
-        if (fd < 0 || fstat(fd, &st) < 0) {
-            fprintf(stderr, "airlock: --put: cannot open '%s': %s\n", p, strerror(errno));
-            if (fd >= 0)
-                close(fd);
+    for (size_t i = 0; i < a->nput; i++)
+        if (cli_check_put(a->puts_[i][0]) < 0)
             return EXIT_AIRLOCK_FAILED;
-        }
-        close(fd);
-        if (!S_ISREG(st.st_mode)) {
-            fprintf(stderr, "airlock: --put: '%s' is not a regular file\n", p);
+    for (size_t i = 0; i < a->nget; i++)
+        if (cli_check_get(a->gets_[i][1]) < 0)
             return EXIT_AIRLOCK_FAILED;
-        }
-    }
-    for (size_t i = 0; i < a->nget; i++) {
-        const char *p = a->gets_[i][1];
-        if (stat(p, &st) == 0 && S_ISDIR(st.st_mode))
-            continue;
-        char dir[AL_PATH_MAX];
-        const char *slash = strrchr(p, '/');
-        snprintf(dir, sizeof(dir), "%.*s", slash ? (int)(slash - p) + 1 : 1, slash ? p : ".");
-        if (stat(dir, &st) < 0 || !S_ISDIR(st.st_mode)) {
-            fprintf(stderr, "airlock: --get: no such host directory: '%s'\n", dir);
-            return EXIT_AIRLOCK_FAILED;
-        }
-    }
     if (a->workdir && (stat(a->workdir, &st) < 0 || !S_ISDIR(st.st_mode))) {
         fprintf(stderr, "airlock: --workdir: '%s' is not a directory%s%s\n", a->workdir,
                 errno == ENOENT ? ": " : "", errno == ENOENT ? strerror(errno) : "");

@@ -234,11 +234,26 @@ static int ui_confirm(void *ctx, const char *lang, char **code)
     }
 }
 
+/* A kernel's first start is seconds of silence under emulation: say what is waited for. */
+static void ui_run_start(void *ctx, const char *lang, bool cold)
+{
+    struct loopui *u = ctx;
+    if (u->json || !cold)
+        return;
+    char safe[64];
+    snprintf(u->spin_label, sizeof(u->spin_label),
+             "Starting the %s kernel (its first run in "
+             "this session)…",
+             al_term_escape(lang, safe, sizeof(safe)));
+    render_spinner(&u->render, u->spin_label);
+}
+
 static int ui_output(void *ctx, int stream, const uint8_t *data, size_t n)
 {
     struct loopui *u = ctx;
     if (u->json)
         return 0;
+    render_spinner(&u->render, NULL);
     /* Shown, not obeyed: the guest's escape sequences never reach the terminal. */
     int r = cli_termout_write(&u->out, stream, data, n);
     return r == -EPIPE ? -EPIPE : 0; /* the screen going away must not end the run */
@@ -297,6 +312,7 @@ static void show_image(const struct loopui *u, const al_mime *png)
 static void ui_result(void *ctx, const al_result *r)
 {
     struct loopui *u = ctx;
+    render_spinner(&u->render, NULL);
     if (!u->json) {
         const al_mime *png = al_result_mime(r, "image/png");
         if (png && (r->kind == AL_RESULT_VALUE || r->kind == AL_RESULT_DISPLAY))
@@ -315,6 +331,7 @@ static void ui_result(void *ctx, const al_result *r)
 static void ui_run_end(void *ctx, const al_exec_result *r, const char *summary)
 {
     struct loopui *u = ctx;
+    render_spinner(&u->render, NULL);
     if (!u->json)
         cli_termout_end(&u->out);
     if (!u->json && (u->opts->verbose || !r || r->how != AL_EXEC_EXITED || r->value != 0))
@@ -458,6 +475,7 @@ int loopui_open(struct loopui *u, struct chat_opts *o, struct cli_globals *g)
         .text_end = ui_text_end,
         .code = ui_code,
         .confirm = ui_confirm,
+        .run_start = ui_run_start,
         .output = ui_output,
         .run_end = ui_run_end,
         .result = ui_result,

@@ -15,6 +15,7 @@ struct loopui {
     int confirm_fd; /* where y/n/e answers are read, -1: cannot ask */
     bool json;      /* JSON lines on stdout instead of the terminal view */
     bool chat_ready;
+    char spin_label[160]; /* the spinner's words while a run starts */
 };
 
 /* Ctrl-C: each press writes SIGINT to the cancel pipe, which the session (forwarding it to the

@@ -166,8 +166,7 @@ int main(int argc, char **argv)
     if (!strcmp(cmd, "cp"))
         return cmd_cp(&g, sub_argc, sub_argv);
     if (!strcmp(cmd, "ps"))
-        return cli_remote_wanted(&g) ? cli_remote_session(&g, 2, (char *[]){"session", "ls", NULL})
-                                     : cmd_ps(&g, sub_argc, sub_argv);
+        return cmd_ps(&g, sub_argc, sub_argv);
     if (!strcmp(cmd, "session"))
         return cli_remote_session(&g, sub_argc, sub_argv);
     if (!strcmp(cmd, "proc"))

@@ -7,6 +7,7 @@
 #include <cjson/cJSON.h>
 #include <curl/curl.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <getopt.h>
 #include <openssl/evp.h>
 #include <poll.h>
@@ -15,6 +16,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -28,6 +30,7 @@ struct remote {
     char base[512];        /* "http://localhost" for a socket, else the URL */
     const char *unix_path; /* NULL over TCP */
     char auth[600];        /* "Authorization: Bearer ..." or "" */
+    bool quiet;            /* call() says nothing of failures (a daemon asked on the side) */
 };
 
 static int remote_init(struct remote *r, const struct cli_globals *g)
@@ -135,9 +138,12 @@ static int call(const struct remote *r, const char *method, const char *path, cJ
     free(text);
     int rc = 0;
     if (cc != CURLE_OK) {
-        fprintf(stderr, "airlock: cannot reach airlockd at %s: %s\n",
-                r->unix_path ? r->unix_path : r->base, curl_easy_strerror(cc));
+        if (!r->quiet)
+            fprintf(stderr, "airlock: cannot reach airlockd at %s: %s\n",
+                    r->unix_path ? r->unix_path : r->base, curl_easy_strerror(cc));
         rc = -ECONNREFUSED;
+    } else if (status >= 400 && r->quiet) {
+        rc = -EIO;
     } else if (status >= 400) {
         cJSON *j = b.buf ? cJSON_Parse(b.buf) : NULL;
         cJSON *e = cJSON_GetObjectItemCaseSensitive(j, "error");
@@ -331,6 +337,175 @@ static int stream_events(const struct remote *r, const char *sid, const char *ri
     return 0;
 }
 
+/* ---- --put and --get over the files API ---- */
+
+#define REMOTE_COPIES_MAX 32
+
+struct copies {
+    char *put[REMOTE_COPIES_MAX][2], *get[REMOTE_COPIES_MAX][2]; /* {source, destination} */
+    size_t nput, nget;
+};
+
+/* HOST:GUEST (put) or GUEST:HOST (get), split at the first ':'. */
+static int copy_add(struct copies *cp, bool put, char *spec)
+{
+    char *colon = strchr(spec, ':');
+    size_t *n = put ? &cp->nput : &cp->nget;
+    if (!colon || colon == spec || !colon[1] || *n >= REMOTE_COPIES_MAX) {
+        fprintf(stderr, "airlock: --%s wants SOURCE:DEST (at most %d)\n", put ? "put" : "get",
+                REMOTE_COPIES_MAX);
+        return -EINVAL;
+    }
+    *colon = '\0';
+    char *(*slot)[2] = put ? &cp->put[*n] : &cp->get[*n];
+    (*slot)[0] = spec;
+    (*slot)[1] = colon + 1;
+    (*n)++;
+    return 0;
+}
+
+/* The host's side of each copy, before anything is asked of the daemon. */
+static int copies_check(const struct copies *cp)
+{
+    for (size_t i = 0; i < cp->nput; i++)
+        if (cli_check_put(cp->put[i][0]) < 0)
+            return -EINVAL;
+    for (size_t i = 0; i < cp->nget; i++)
+        if (cli_check_get(cp->get[i][1]) < 0)
+            return -EINVAL;
+    return 0;
+}
+
+/* /v1/sessions/SID/files?path=GUEST, the path escaped. */
+static int files_path(char *out, size_t len, const char *sid, const char *guest)
+{
+    char *q = curl_easy_escape(NULL, guest, 0);
+    if (!q)
+        return -ENOMEM;
+    int n = snprintf(out, len, "/v1/sessions/%s/files?path=%s", sid, q);
+    curl_free(q);
+    return n < 0 || (size_t)n >= len ? -ENAMETOOLONG : 0;
+}
+
+/* A transfer's failure in one line: the daemon's message, or curl's. */
+static int copy_failed(const char *what, const char *name, CURLcode cc, long status,
+                       const struct body *b)
+{
+    cJSON *j = b && b->buf ? cJSON_Parse(b->buf) : NULL;
+    const char *msg = cJSON_GetStringValue(
+        cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItemCaseSensitive(j, "error"), "message"));
+    char safe[512], n[256];
+    fprintf(stderr, "airlock: %s '%s' failed: %s\n", what, al_term_escape(name, n, sizeof(n)),
+            cc != CURLE_OK ? curl_easy_strerror(cc)
+                           : al_term_escape(msg ? msg : "error", safe, sizeof(safe)));
+    (void)status;
+    cJSON_Delete(j);
+    return -EIO;
+}
+
+static int copies_put(const struct remote *r, const char *sid, const struct copies *cp)
+{
+    for (size_t i = 0; i < cp->nput; i++) {
+        const char *host = cp->put[i][0], *guest = cp->put[i][1];
+        char path[AL_PATH_MAX + 300];
+        /* A directory as the target: the file under its own name, as cp does. */
+        const char *base = strrchr(host, '/');
+        char into[AL_PATH_MAX + 1];
+        if (guest[strlen(guest) - 1] == '/') {
+            snprintf(into, sizeof(into), "%s%s", guest, base ? base + 1 : host);
+            guest = into;
+        }
+        FILE *f = fopen(host, "rb");
+        struct stat st;
+        if (!f || fstat(fileno(f), &st) < 0 || files_path(path, sizeof(path), sid, guest) < 0) {
+            fprintf(stderr, "airlock: --put: cannot read '%s': %s\n", host, strerror(errno));
+            if (f)
+                fclose(f);
+            return -EIO;
+        }
+        struct curl_slist *hdrs = curl_slist_append(NULL, "Content-Type: application/octet-stream");
+        CURL *c = handle(r, "PUT", path, &hdrs);
+        if (!c) {
+            fclose(f);
+            curl_slist_free_all(hdrs);
+            return -ENOMEM;
+        }
+        curl_easy_setopt(c, CURLOPT_UPLOAD, 1L);
+        curl_easy_setopt(c, CURLOPT_READDATA, f);
+        curl_easy_setopt(c, CURLOPT_INFILESIZE_LARGE, (curl_off_t)st.st_size);
+        struct body b = {0};
+        long status;
+        CURLcode cc = perform(c, hdrs, to_body, &b, &status);
+        fclose(f);
+        int k = cc != CURLE_OK || status >= 400 ? copy_failed("--put", host, cc, status, &b) : 0;
+        free(b.buf);
+        if (k < 0)
+            return k;
+    }
+    return 0;
+}
+
+static size_t to_file(char *p, size_t size, size_t n, void *ctx)
+{
+    return fwrite(p, size, n, ctx);
+}
+
+/* Each --get, to HOST (or HOST/NAME when HOST is a directory), written to a temporary file and
+ * renamed into place; a copy that fails is said and the others are still made. */
+static int copies_get(const struct remote *r, const char *sid, const struct copies *cp)
+{
+    int rc = 0;
+    mode_t mask = umask(077);
+    umask(mask);
+    for (size_t i = 0; i < cp->nget; i++) {
+        const char *guest = cp->get[i][0], *host = cp->get[i][1];
+        char target[AL_PATH_MAX], tmp[AL_PATH_MAX + 16], path[AL_PATH_MAX + 300];
+        struct stat st;
+        const char *base = strrchr(guest, '/');
+        base = base ? base + 1 : guest;
+        if (stat(host, &st) == 0 && S_ISDIR(st.st_mode) && *base && strcmp(base, "..") &&
+            strcmp(base, "."))
+            snprintf(target, sizeof(target), "%s/%s", host, base);
+        else
+            snprintf(target, sizeof(target), "%s", host);
+        snprintf(tmp, sizeof(tmp), "%s.XXXXXX", target);
+        int fd = files_path(path, sizeof(path), sid, guest) < 0 ? -1 : mkostemp(tmp, O_CLOEXEC);
+        FILE *f = fd < 0 ? NULL : fdopen(fd, "wb");
+        if (!f) {
+            fprintf(stderr, "airlock: --get: cannot write next to '%s': %s\n", target,
+                    strerror(errno));
+            if (fd >= 0)
+                close(fd), unlink(tmp);
+            rc = -EIO;
+            continue;
+        }
+        struct curl_slist *hdrs = NULL;
+        CURL *c = handle(r, "GET", path, &hdrs);
+        long status = 0;
+        CURLcode cc = c ? perform(c, hdrs, to_file, f, &status) : CURLE_OUT_OF_MEMORY;
+        bool ok = cc == CURLE_OK && status == 200;
+        if (fclose(f) != 0)
+            ok = false;
+        if (ok && (chmod(tmp, 0666 & ~mask) < 0 || rename(tmp, target) < 0))
+            ok = false;
+        if (!ok) {
+            /* The error's body went to the file: read it back for its message. */
+            struct body b = {0};
+            FILE *e = fopen(tmp, "rb");
+            char buf[4096];
+            size_t k = e ? fread(buf, 1, sizeof(buf) - 1, e) : 0;
+            if (e)
+                fclose(e);
+            buf[k] = '\0';
+            b.buf = buf;
+            unlink(tmp);
+            copy_failed("--get", guest, cc, status, &b);
+            rc = -EIO;
+        }
+    }
+    return rc;
+}
+
 static void usage_exec(FILE *f)
 {
     fputs("Usage: airlock [--server URL] exec [--session ID] [OPTIONS] -- CMD [ARGS...]\n"
@@ -344,6 +519,8 @@ static void usage_exec(FILE *f)
           "  -c, --code CODE     the code\n"
           "  -e, --env K=V       -w, --cwd DIR    -t, --timeout SECONDS\n"
           "  --raw               guest output to a terminal byte for byte\n"
+          "  --put HOST:GUEST    copy a host file into the session before the run\n"
+          "  --get GUEST:HOST    copy a file out after it (HOST may be a directory)\n"
           "  -D, --detach        with --session: start the run, print its id and return; it\n"
           "                      runs beside the session's others ('airlock proc')\n"
           "Server: --server (or $AIRLOCK_HOST) unix:/path, http(s)://host:port; "
@@ -353,9 +530,11 @@ static void usage_exec(FILE *f)
 
 int cli_remote_exec(struct cli_globals *g, int argc, char **argv)
 {
-    enum { OPT_SESSION = 1000, OPT_RAW, OPT_DETACH };
+    enum { OPT_SESSION = 1000, OPT_RAW, OPT_DETACH, OPT_PUT, OPT_GET };
     static const struct option opts[] = {
         {"session", required_argument, NULL, OPT_SESSION},
+        {"put", required_argument, NULL, OPT_PUT},
+        {"get", required_argument, NULL, OPT_GET},
         {"image", required_argument, NULL, 'i'},
         {"memory", required_argument, NULL, 'm'},
         {"lang", required_argument, NULL, 'l'},
@@ -370,6 +549,7 @@ int cli_remote_exec(struct cli_globals *g, int argc, char **argv)
         {NULL, 0, NULL, 0},
     };
     const char *sid = NULL, *image = NULL, *lang = NULL, *code = NULL, *cwd = NULL;
+    struct copies cp = {0};
     unsigned long memory = 0, timeout = 0;
     bool kernel = false, raw = false, detach = false;
     cJSON *env = cJSON_CreateObject();
@@ -378,6 +558,13 @@ int cli_remote_exec(struct cli_globals *g, int argc, char **argv)
         switch (c) {
         case 'D':
             detach = true;
+            break;
+        case OPT_PUT:
+        case OPT_GET:
+            if (copy_add(&cp, c == OPT_PUT, optarg) < 0) {
+                cJSON_Delete(env);
+                return 2;
+            }
             break;
         case OPT_SESSION:
             sid = optarg;
@@ -440,6 +627,15 @@ int cli_remote_exec(struct cli_globals *g, int argc, char **argv)
         cJSON_Delete(env);
         return 2;
     }
+    if (detach && cp.nget) {
+        fprintf(stderr, "airlock: --get needs the run's end: not with --detach\n");
+        cJSON_Delete(env);
+        return 2;
+    }
+    if (copies_check(&cp) < 0) {
+        cJSON_Delete(env);
+        return EXIT_AIRLOCK_FAILED;
+    }
     struct remote r;
     if (remote_init(&r, g) < 0) {
         cJSON_Delete(env);
@@ -486,6 +682,8 @@ int cli_remote_exec(struct cli_globals *g, int argc, char **argv)
             fprintf(stderr, "airlock: session %s\n", sid);
     }
     char path[300];
+    if (copies_put(&r, sid, &cp) < 0)
+        goto out;
     snprintf(path, sizeof(path), "/v1/sessions/%s/runs", sid);
     const char *rid = NULL;
     if (call(&r, "POST", path, in, &run, NULL) < 0 ||
@@ -504,8 +702,13 @@ int cli_remote_exec(struct cli_globals *g, int argc, char **argv)
     struct cli_termout tty;
     cli_termout_init(&tty, false);
     struct stream st = {.tty = !raw && cli_termout_any(&tty) ? &tty : NULL};
-    if (stream_events(&r, sid, rid, &st, cancel_fd) == 0)
+    if (stream_events(&r, sid, rid, &st, cancel_fd) == 0) {
         rc = st.exit_code;
+        /* As a local exec: a failed --get keeps a failed command's status, and fails one that
+         * succeeded. */
+        if (copies_get(&r, sid, &cp) < 0 && rc == 0)
+            rc = EXIT_AIRLOCK_FAILED;
+    }
     if (st.tty)
         cli_termout_end(&tty);
     if (pumping)
@@ -590,29 +793,91 @@ static int session_start(const struct remote *r, int argc, char **argv)
     return k == 0 && id ? 0 : 1;
 }
 
-static int session_ls(const struct remote *r)
+/* ---- the sessions one sees: airlock ps, airlock session ls ---- */
+
+static void print_local(void *ctx, const al_session_info *info)
+{
+    time_t now = *(time_t *)ctx;
+    long age = (long)(now - info->started);
+    char name[64], image[64];
+    printf("%-22s %-12s %6lds %-9ld %s\n", al_term_escape(info->name, name, sizeof(name)),
+           al_term_escape(info->image, image, sizeof(image)), age > 0 ? age : 0, info->pid, "-");
+}
+
+/* The daemon's (r's) sessions as rows of the table; -1 when it did not answer. */
+static int print_daemon(const struct remote *r)
 {
     cJSON *out = NULL;
     if (call(r, "GET", "/v1/sessions", NULL, &out, NULL) < 0)
-        return 1;
+        return -1;
     time_t now = time(NULL);
-    printf("%-22s %-12s %7s %6s %8s\n", "ID", "IMAGE", "MEMORY", "AGE", "EXPIRES");
     cJSON *s;
     cJSON_ArrayForEach(s, cJSON_GetObjectItemCaseSensitive(out, "sessions"))
     {
-        char id[64], image[64];
+        char id[64], image[64], expires[24] = "-";
         al_term_escape(cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(s, "id")) ?: "?", id,
                        sizeof(id));
         al_term_escape(cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(s, "image")) ?: "?",
                        image, sizeof(image));
-        double created = cJSON_GetNumberValue(cJSON_GetObjectItemCaseSensitive(s, "created"));
-        double expires = cJSON_GetNumberValue(cJSON_GetObjectItemCaseSensitive(s, "expires"));
-        double mem = cJSON_GetNumberValue(cJSON_GetObjectItemCaseSensitive(s, "memory_mib"));
-        printf("%-22s %-12s %4.0fMiB %5.0fs %7.0fs\n", id, image, mem, difftime(now, created),
-               difftime(expires, now));
+        time_t created =
+            (time_t)cJSON_GetNumberValue(cJSON_GetObjectItemCaseSensitive(s, "created"));
+        const cJSON *e = cJSON_GetObjectItemCaseSensitive(s, "expires");
+        if (cJSON_IsNumber(e))
+            snprintf(expires, sizeof(expires), "%.0fs", difftime((time_t)e->valuedouble, now));
+        printf("%-22s %-12s %6.0fs %-9s %s\n", id, image, difftime(now, created), "airlockd",
+               expires);
     }
     cJSON_Delete(out);
     return 0;
+}
+
+bool cli_daemon_here(void)
+{
+    return access(DEFAULT_SOCKET, F_OK) == 0;
+}
+
+int cli_sessions_table(struct cli_globals *g)
+{
+    /* A daemon named (--server, $AIRLOCK_HOST) must answer; the default one is asked only when
+     * its socket is there, and quietly (it may not let this user in). */
+    bool named = cli_remote_wanted(g);
+    time_t now = time(NULL);
+    printf("%-22s %-12s %7s %-9s %s\n", "NAME", "IMAGE", "AGE", "WHERE", "EXPIRES");
+    al_error err = {0};
+    int rc = 0;
+    if (al_session_list(print_local, &now, &err) < 0) {
+        cli_error(&err);
+        rc = 1;
+    }
+    struct remote r;
+    if (!named && !cli_daemon_here())
+        return rc;
+    if (remote_init(&r, g) < 0)
+        return 2;
+    r.quiet = !named;
+    if (print_daemon(&r) < 0 && named)
+        rc = 1;
+    return rc;
+}
+
+int cli_remote_cp(struct cli_globals *g, const char *session, const char *src, const char *dst,
+                  bool to_guest)
+{
+    struct remote r;
+    if (remote_init(&r, g) < 0)
+        return 2;
+    struct copies cp = {0};
+    char *pair[2] = {(char *)src, (char *)dst};
+    if (to_guest) {
+        memcpy(cp.put[0], pair, sizeof(pair));
+        cp.nput = 1;
+    } else {
+        memcpy(cp.get[0], pair, sizeof(pair));
+        cp.nget = 1;
+    }
+    if (copies_check(&cp) < 0)
+        return 1;
+    return (to_guest ? copies_put(&r, session, &cp) : copies_get(&r, session, &cp)) < 0;
 }
 
 int cli_remote_session(struct cli_globals *g, int argc, char **argv)
@@ -628,7 +893,7 @@ int cli_remote_session(struct cli_globals *g, int argc, char **argv)
     if (!strcmp(sub, "start"))
         return session_start(&r, argc - 1, argv + 1);
     if (!strcmp(sub, "ls") && argc == 2)
-        return session_ls(&r);
+        return cli_sessions_table(g);
     if ((!strcmp(sub, "stop") || !strcmp(sub, "rm")) && argc >= 3) {
         int rc = 0;
         for (int i = 2; i < argc; i++) {

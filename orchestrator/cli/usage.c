@@ -2,9 +2,13 @@
  * command when one is close, and where the help is. */
 #include "cli.h"
 
+#include <errno.h>
+#include <fcntl.h>
 #include <getopt.h>
 #include <stdio.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #define WORD_MAX 48
 
@@ -46,6 +50,39 @@ const char *cli_nearest(const char *word, size_t n, const char *const *names)
         }
     }
     return best;
+}
+
+int cli_check_put(const char *path)
+{
+    struct stat st;
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0 || fstat(fd, &st) < 0) {
+        fprintf(stderr, "airlock: --put: cannot open '%s': %s\n", path, strerror(errno));
+        if (fd >= 0)
+            close(fd);
+        return -1;
+    }
+    close(fd);
+    if (!S_ISREG(st.st_mode)) {
+        fprintf(stderr, "airlock: --put: '%s' is not a regular file\n", path);
+        return -1;
+    }
+    return 0;
+}
+
+int cli_check_get(const char *path)
+{
+    struct stat st;
+    if (stat(path, &st) == 0 && S_ISDIR(st.st_mode))
+        return 0;
+    char dir[4096];
+    const char *slash = strrchr(path, '/');
+    snprintf(dir, sizeof(dir), "%.*s", slash ? (int)(slash - path) + 1 : 1, slash ? path : ".");
+    if (stat(dir, &st) < 0 || !S_ISDIR(st.st_mode)) {
+        fprintf(stderr, "airlock: --get: no such host directory: '%s'\n", dir);
+        return -1;
+    }
+    return 0;
 }
 
 int cli_bad_option(const char *cmd, int argc, char **argv, const char *shorts,

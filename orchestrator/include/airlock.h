@@ -333,7 +333,16 @@ typedef struct al_exec_result {
                                 run, and it was sent to the program (the user's Ctrl-C, as
                                 opposed to a timeout or an input wait) */
     al_result_stats results; /* a kernel run's: its number, whether it raised, counts */
+    bool offline;            /* the session has no network and the run's output says it tried
+                                to reach a host (a name that did not resolve, a network that
+                                was unreachable): AL_OFFLINE_HINT says what to do */
 } al_exec_result;
+
+/* What a front says when al_exec_result.offline is set, followed by how it allows hosts. */
+#define AL_OFFLINE_HINT                                                                            \
+    "this session has no network (no NIC, no resolver): nothing outside the VM can be reached"
+/* The hosts pip needs, for that how. */
+#define AL_OFFLINE_PIP_HOSTS "pypi.org,files.pythonhosted.org"
 
 /* Runs one command and streams its output. A command that cannot be started fails with
  * -ENOENT (not found) or -EACCES. */

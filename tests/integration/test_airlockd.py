@@ -606,10 +606,46 @@ class AirlockdTest(unittest.TestCase):
             self.assertEqual((r.returncode, r.stdout), (0, b"piped b\n"), r.stderr)
             r = altest.run(srv + ["exec", "--session", sid, "--", "/no/such"])
             self.assertEqual(r.returncode, 127, r.stderr)
-            r = altest.run(srv + ["ps"])
-            self.assertIn(sid.encode(), r.stdout)
-            r = altest.run(["session", "ls"], env={"AIRLOCK_HOST": "unix:" + self.d.sock})
-            self.assertIn(sid.encode(), r.stdout)
+            # --put and --get as a local exec has them: into a directory, out to one.
+            with tempfile.TemporaryDirectory() as d:
+                src = os.path.join(d, "in.txt")
+                with open(src, "w") as f:
+                    f.write("to the guest\n")
+                out = os.path.join(d, "out")
+                os.mkdir(out)
+                r = altest.run(srv + ["exec", "--session", sid, "--put", src + ":/tmp/",
+                                      "--get", "/tmp/made.txt:" + out, "--", "sh", "-c",
+                                      "tr a-z A-Z < /tmp/in.txt > /tmp/made.txt"])
+                self.assertEqual(r.returncode, 0, r.stderr)
+                with open(os.path.join(out, "made.txt")) as f:
+                    self.assertEqual(f.read(), "TO THE GUEST\n")
+                self.assertEqual(os.listdir(out), ["made.txt"])  # no temporary left
+                # A missing host file is said before anything runs; a missing guest one after,
+                # failing a command that succeeded.
+                r = altest.run(srv + ["exec", "--session", sid, "--put", d + "/nope:/tmp/x",
+                                      "--", "touch", "/tmp/ran"])
+                self.assertEqual(r.returncode, 125)
+                self.assertIn(b"--put: cannot open '%s/nope'" % d.encode(), r.stderr)
+                r = altest.run(srv + ["exec", "--session", sid, "--get", "/tmp/none:" + out,
+                                      "--", "test", "!", "-e", "/tmp/ran"])
+                self.assertEqual(r.returncode, 125, r.stderr)
+                self.assertIn(b"--get '/tmp/none' failed: ", r.stderr)
+                self.assertEqual(os.listdir(out), ["made.txt"])
+                # airlock cp reaches the daemon's sessions as a local one's.
+                r = altest.run(srv + ["cp", src, sid + ":/tmp/copied.txt"])
+                self.assertEqual(r.returncode, 0, r.stderr)
+                r = altest.run(srv + ["cp", sid + ":/tmp/copied.txt", out])
+                self.assertEqual(r.returncode, 0, r.stderr)
+                with open(os.path.join(out, "copied.txt")) as f:
+                    self.assertEqual(f.read(), "to the guest\n")
+            # ps and session ls: one table, the daemon's sessions marked as its.
+            for args, env in [(srv + ["ps"], None),
+                              (["session", "ls"], {"AIRLOCK_HOST": "unix:" + self.d.sock})]:
+                r = altest.run(args, env=env)
+                self.assertEqual(r.returncode, 0, r.stderr)
+                rows = [l.split() for l in r.stdout.decode().splitlines()]
+                self.assertEqual(rows[0], ["NAME", "IMAGE", "AGE", "WHERE", "EXPIRES"])
+                self.assertIn([sid, "airlockd"], [[x[0], x[3]] for x in rows[1:]], args)
             r = altest.run(srv + ["session", "extend", sid, "100"])
             self.assertEqual(r.returncode, 0, r.stderr)
         finally:
@@ -1326,6 +1362,12 @@ class ProcessesTest(DebianSessionTest):
         self.assertEqual(there.commands.run("cat deep/er/f.txt; pwd").stdout,
                          "hi\n/tmp/first-hour\n")
         self.assertEqual([e["name"] for e in there.files.list("deep")], ["er"])
+        # A session without network says so where a run wanted a host.
+        r = self.sb.commands.run("curl -sS https://pypi.org/simple/")
+        self.assertEqual(r.exit_code, 6, r.stderr)
+        self.assertIn("no network", r.result["offline"])
+        self.assertIn("pypi.org,files.pythonhosted.org", r.result["offline"])
+        self.assertNotIn("offline", self.sb.commands.run("false").result)
         # A run past its timeout raises, with what it printed.
         with self.assertRaises(TimeoutException) as e:
             self.sb.commands.run("echo before; sleep 60", timeout=2)

@@ -353,6 +353,18 @@ class ChatTest(unittest.TestCase):
                 with open(os.path.join(root, f), "rb") as fh:
                     self.assertNotIn(KEY.encode(), fh.read(), f)
 
+    def test_no_network_is_said_to_the_user_and_the_model(self):
+        fm = self.fake([{"tool_calls": [execute("wget -q http://pypi.org/simple/")]},
+                        {"text": "no network"}])
+        r = self.run_airlock(fm, ["run", "-y"] + fm.args() + ["fetch it"])
+        self.assertEqual(r.returncode, 0, r.stderr)
+        said = ("this session has no network (no NIC, no resolver): nothing outside the VM can "
+                "be reached; only the user can allow hosts (airlock: --net allow=HOST,...; pip "
+                "needs --net allow=pypi.org,files.pythonhosted.org)")
+        self.assertIn(said.encode(), r.stderr + r.stdout)
+        res = tool_results(fm.requests()[1])[0]["content"]
+        self.assertIn("[exit status 1]\n[" + said + "]", res)
+
     def test_workdir_in_and_changes_synced_back(self):
         fm, wd = self.fake_with_workdir(
             [{"tool_calls": [execute("cd /workspace && cat in.txt && "
@@ -405,7 +417,7 @@ class ChatTest(unittest.TestCase):
         self.assertEqual(sorted(os.listdir(wd)), ["done.txt", "sales.csv"])
 
     def test_runs_start_in_workspace_without_workdir(self):
-        fm, wd = self.fake_with_workdir([{"tool_calls": [execute("pwd; echo hi > rel.txt")]}, {"text": "ok"}])
+        fm = self.fake([{"tool_calls": [execute("pwd; echo hi > rel.txt")]}, {"text": "ok"}])
         r = self.run_airlock(fm, ["run", "-y"] + fm.args() + ["t"])
         self.assertEqual(r.returncode, 0, r.stderr)
         res = tool_results(fm.requests()[1])[0]["content"]
@@ -511,6 +523,8 @@ class ChatTest(unittest.TestCase):
         self.assertIn(cid.encode(), ls.stdout)
         r = self.run_airlock(fm, ["--resume", cid, "--plain"] + fm.args(), input=b"three\n")
         self.assertEqual(r.returncode, 0, r.stderr)
+        # Where the conversation ended, before the first question.
+        self.assertIn(b"Where it ended:\n  you:   one\n  model: first answer\n", r.stdout)
         msgs = fm.requests()[2]["body"]["messages"]
         self.assertEqual([m["content"] for m in msgs if m["role"] == "user"], ["one", "three"])
         self.assertEqual(len(fm.conversations()), 1)  # continued in the same file
@@ -638,7 +652,7 @@ class ChatTest(unittest.TestCase):
                 "/usr/lib/python3/dist-packages/airlock-slow-start.pth; pwd")
         first = ("import os\nprint(os.getcwd())\nprint(open('sales.csv').read().strip())\n"
                  "open('out.txt', 'w').write('from python\\n')\nx = 5")
-        fm = self.fake([
+        fm, wd = self.fake_with_workdir([
             {"tool_calls": [execute(slow, lang="shell")]},
             {"tool_calls": [execute(first, lang="python")]},
             {"tool_calls": [execute("print('looping', flush=True)\nwhile True: pass",
@@ -646,8 +660,7 @@ class ChatTest(unittest.TestCase):
             {"tool_calls": [execute("print(x + 1)", lang="python")]},
             {"tool_calls": [execute("process.cwd()", lang="javascript")]},
             {"text": "done"},
-        ],
-                                        {"sales.csv": "north,10\n"})
+        ], {"sales.csv": "north,10\n"})
         args = [a if a != "tiny" else "debian" for a in fm.args()]
         r = self.run_airlock(fm, ["run", "-y", "--run-timeout", "3", "--workdir", wd,
                                   "--sync-back", "yes"] + args + ["t"], timeout=600)
@@ -723,6 +736,8 @@ class ChatTest(unittest.TestCase):
         finally:
             altest.reap_pty(pid, fd)
         self.assertEqual(os.waitstatus_to_exitcode(status), 0, out[-2000:])
+        # The kernel's first start is not silence: the spinner says what is waited for.
+        self.assertIn(b"Starting the python kernel (its first run in this session)", out)
         shown = out.find(b"\x1b_Gf=100,a=T,m=0;" + png.encode() + b"\x1b\\")
         saved = out.find(b"[image/png 1x1 saved: ")
         self.assertGreaterEqual(shown, 0, out[-2000:])

@@ -104,11 +104,27 @@ class ExecTest(unittest.TestCase):
         self.assertEqual(p.wait(timeout=60), 128 + signal.SIGINT)
 
     def test_output_limit(self):
-        r = altest.run(["exec", "--output-limit", "1000", "--", "head", "-c", "5000",
-                        "/dev/zero"])
-        self.assertEqual(r.returncode, 0, r.stderr)
+        # The cut is said even with -q (what was printed is not all there was); the status is
+        # the command's.
+        r = altest.run(["-q", "exec", "--output-limit", "1000", "--", "sh", "-c",
+                        "head -c 5000 /dev/zero; exit 3"])
+        self.assertEqual(r.returncode, 3, r.stderr)
         self.assertEqual(len(r.stdout), 1000)
-        self.assertIn(b"truncated", r.stderr)
+        self.assertEqual(r.stderr.strip().splitlines(),
+                         [b"airlock: output cut at 1000 bytes per stream (--output-limit); the "
+                          b"exit status is the command's"])
+
+    def test_no_network_said_in_one_line(self):
+        # A session without network whose program tried to reach a host is told why, and
+        # how to allow hosts; a failure of another kind is not.
+        r = altest.run(["-q", "exec", "--", "wget", "-q", "http://pypi.org/"])
+        self.assertEqual(r.returncode, 1, r.stderr)
+        self.assertEqual(r.stderr.strip().splitlines()[-1],
+                         b"airlock: this session has no network (no NIC, no resolver): nothing "
+                         b"outside the VM can be reached; allow hosts with --net allow=HOST,... "
+                         b"(pip: --net allow=pypi.org,files.pythonhosted.org)")
+        r = altest.run(["-q", "exec", "--", "sh", "-c", "echo 'no such file' >&2; exit 1"])
+        self.assertEqual((r.returncode, r.stderr), (1, b"no such file\n"))
 
     def test_env_and_cwd(self):
         r = altest.run(["-q", "exec", "-e", "GREETING=hi there", "-w", "/tmp", "--", "sh", "-c",

@@ -106,8 +106,13 @@ IDENTITY_JS = "console.log(Math.random(), Math.random())"
 class Warm(unittest.TestCase):
     def test_1_restored_sessions(self):
         """Two sessions from one template at once: unique, isolated, on the host's clock, the
-        template's disk untouched; listed by image ls."""
+        template's disk untouched; listed by image ls; doctor says whether there is one."""
+        doc = altest.run(["doctor"]).stdout.decode()
+        self.assertIn("warn  image debian has no warm template", doc)
+        self.assertIn("fix: airlock image warm debian", doc)
         warm()
+        self.assertIn("ok    image debian has a warm template",
+                      altest.run(["doctor"]).stdout.decode())
         names = templates()
         self.assertEqual(len(names), 1, names)
         tdir = os.path.join(STATE, "templates", names[0])
