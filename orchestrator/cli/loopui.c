@@ -254,6 +254,8 @@ static int ui_output(void *ctx, int stream, const uint8_t *data, size_t n)
     if (u->json)
         return 0;
     render_spinner(&u->render, NULL);
+    if (n)
+        u->line_open[stream == 2] = data[n - 1] != '\n';
     /* Shown, not obeyed: the guest's escape sequences never reach the terminal. */
     int r = cli_termout_write(&u->out, stream, data, n);
     return r == -EPIPE ? -EPIPE : 0; /* the screen going away must not end the run */
@@ -334,6 +336,10 @@ static void ui_run_end(void *ctx, const al_exec_result *r, const char *summary)
     render_spinner(&u->render, NULL);
     if (!u->json)
         cli_termout_end(&u->out);
+    /* What follows (the model's text, the next code) starts on a line of its own. */
+    for (int i = 0; i < 2 && !u->json; i++)
+        if (u->line_open[i] && al_write_all(i + 1, "\n", 1) == 0)
+            u->line_open[i] = false;
     if (!u->json && (u->opts->verbose || !r || r->how != AL_EXEC_EXITED || r->value != 0))
         fprintf(stderr, "%s%s%s\n", u->render.color ? "\033[2m" : "", summary,
                 u->render.color ? "\033[0m" : "");

@@ -16,6 +16,7 @@ struct loopui {
     bool json;      /* JSON lines on stdout instead of the terminal view */
     bool chat_ready;
     char spin_label[160]; /* the spinner's words while a run starts */
+    bool line_open[2];    /* the run's stdout, stderr ended without a newline so far */
 };
 
 /* Ctrl-C: each press writes SIGINT to the cancel pipe, which the session (forwarding it to the

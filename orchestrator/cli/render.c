@@ -59,6 +59,7 @@ static void put_char(struct render *r, char ch)
 {
     if (!r->color) {
         fputc(ch, r->out);
+        r->line_start = ch == '\n'; /* the text's end gets its newline (render_text_end) */
         return;
     }
     if (r->line_start) {

@@ -476,8 +476,9 @@ class AirlockdTest(unittest.TestCase):
         with self.assertRaises(APIError) as e:
             self.sb.files.read("/no/such/file")
         self.assertEqual(e.exception.status, 404)
+        # The API takes absolute paths only (the client makes a relative one its cwd's).
         with self.assertRaises(APIError) as e:
-            self.sb.files.read("relative/path")
+            self.sb.client.request("GET", self.sb._path + "/files?path=relative/path")
         self.assertEqual(e.exception.status, 400)
         # list, stat, mkdir, remove; names the guest chose come back as they are
         f = self.sb.files

@@ -353,6 +353,15 @@ class ChatTest(unittest.TestCase):
                 with open(os.path.join(root, f), "rb") as fh:
                     self.assertNotIn(KEY.encode(), fh.read(), f)
 
+    def test_run_to_a_pipe_keeps_each_part_on_its_lines(self):
+        # The model's text, its code, the run's output (without a final newline) and the
+        # closing text: each begins on a line of its own, and the end has its newline.
+        fm = self.fake([{"text": "Let me look.", "tool_calls": [execute("printf hi")]},
+                        {"text": "It printed hi."}])
+        r = self.run_airlock(fm, ["run", "-y"] + fm.args() + ["look"])
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertEqual(r.stdout, b"Let me look.\n```sh\nprintf hi\n```\nhi\nIt printed hi.\n")
+
     def test_no_network_is_said_to_the_user_and_the_model(self):
         fm = self.fake([{"tool_calls": [execute("wget -q http://pypi.org/simple/")]},
                         {"text": "no network"}])
