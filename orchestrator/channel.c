@@ -215,12 +215,21 @@ int al_channel_guest_error(const struct al_msg *m, const char *what, al_error *e
     int code = codes[m->u.error.klass];
     if (code == EINVAL && m->u.error.err == EISDIR)
         code = EISDIR; /* a copy's target is a directory: al_file_put copies into it */
-    /* The agent's message often begins with the path already: say it once. */
-    const struct al_str *t = &m->u.error.message;
-    size_t n = strlen(what);
-    if (t->len > n + 1 && !memcmp(t->p, what, n) && t->p[n] == ':')
-        return al_err(err, -code, "%.*s", (int)t->len, t->p);
-    return al_err(err, -code, "%s: %.*s", what, (int)t->len, t->p);
+    /* The agent's message often begins with the path (cut to its length): say it once, ours. */
+    const char *t = m->u.error.message.p;
+    size_t len = m->u.error.message.len, n = strlen(what);
+    const char *colon = memmem(t, len, ": ", 2);
+    size_t head = colon ? (size_t)(colon - t) : 0;
+    if (head && head <= n && !memcmp(t, what, head)) {
+        t += head + 2;
+        len -= head + 2;
+    }
+    /* "No space left" from the guest is the guest's disk or its memory-backed /tmp, never the
+     * host's (whose own limits say so in words of their own, budget.c). */
+    return al_err(err, -code, "%s: %.*s%s", what, (int)len, t,
+                  m->u.error.err == ENOSPC ? " (in the guest: its disk, or /tmp, which is in its "
+                                             "memory, is full)"
+                                           : "");
 }
 
 void al_channel_discard(struct al_channel *ch)

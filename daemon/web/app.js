@@ -386,6 +386,7 @@ function follow(runId, box, onEnd) {
   let lastCode = null;
   on('code', (d) => {
     lastCode = el('pre', 'code', d.code);
+    lastCode.dataset.lang = d.language || '';
     box.append(lastCode);
     out = null;
   });

@@ -140,6 +140,15 @@ class BadInputTest(unittest.TestCase):
             self.assertEqual(r.returncode, 125, r.stderr)
             self.assertEqual(r.stderr.strip().splitlines(),
                              [b"airlock: --get failed: no such file in the guest: /nonexist"])
+            # A guest out of room says it is the guest's (tiny's /tmp is half its memory).
+            big = os.path.join(d, "big")
+            with open(big, "wb") as f:
+                f.truncate(64 << 20)
+            line = self.fails_cleanly(["exec", "--image", "tiny", "--memory", "96", "--put",
+                                       big + ":/tmp/big", "--", "true"], b"No space left")
+            self.assertEqual(line, b"airlock: /tmp/big: write failed: No space left on device "
+                             b"(in the guest: its disk, or /tmp, which is in its memory, is "
+                             b"full)")
 
     def test_usage_errors(self):
         r = altest.run(["exec"])

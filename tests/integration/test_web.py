@@ -275,6 +275,16 @@ class WebTest(unittest.TestCase):
         turn = self.chat("print something and plot y = x^2")
         self.assertEqual(self.wait_done(turn), "done")
         self.wait(lambda: "hello from the guest 42" in turn.text, 10, "the run's output")
+        # code, its output and the model's words each look their own
+        looks = b.execute_script(
+            "const f = (s) => { const e = arguments[0].querySelector(s); if (!e) return null;"
+            "  const c = getComputedStyle(e); return c.backgroundColor + ' ' + c.borderLeftColor; };"
+            "return [f('pre.code'), f('pre.out'), f('.msg.model')]", turn)
+        self.assertTrue(all(looks), looks)
+        self.assertEqual(len(set(looks)), 3, looks)
+        label = b.execute_script("return getComputedStyle(arguments[0].querySelector('pre.code'),"
+                                 " '::before').content", turn)
+        self.assertIn("code", label)
         self.wait(lambda: turn.find_elements(By.CSS_SELECTOR, ".result[data-kind=file] img"), 30,
                   "the figure")
         img = turn.find_element(By.CSS_SELECTOR, ".result[data-kind=file] img")
@@ -345,7 +355,10 @@ class WebTest(unittest.TestCase):
         self.assertIn("rolled back", self.qs(".msg.notice")[-1].text)
         self.assertEqual(sb.files.read("/workspace/keep.txt"), b"precious\n")
 
-        # upload (the file input the drop zone shares), then download from the page's link
+        # upload (the file input the drop zone shares), then download from the page's link;
+        # a file with a long name beside it
+        long_name = "a-very-long-file-name-" * 10 + ".csv"
+        sb.files.write("/workspace/" + long_name, "x\n")
         data = os.urandom(300000) + b"<script>window.__pwned=5</script>"
         up = os.path.join(self.tmp, "up<b>load.bin")
         with open(up, "wb") as f:
@@ -363,6 +376,17 @@ class WebTest(unittest.TestCase):
             "  for (let i = 0; i < u.length; i++) s += String.fromCharCode(u[i]);"
             "  done(btoa(s)); }, e => done('ERR ' + e));", href)
         self.assertEqual(base64.b64decode(got), data)
+        self.wait(lambda: b.execute_script(find, long_name), 60, "the long name is listed")
+        # no pane scrolls sideways, whatever the names and lines in it
+        for pane in ("#side-pane", "#chat-pane", "#sessions-pane"):
+            w = b.execute_script(
+                "const e = document.querySelector(arguments[0]);"
+                "const right = e.getBoundingClientRect().right;"
+                "const wide = [...e.querySelectorAll('*')].filter("
+                "  x => x.getBoundingClientRect().right > right + 1).slice(0, 3)"
+                "  .map(x => x.tagName + '#' + x.id + '.' + x.className);"
+                "return [e.scrollWidth, e.clientWidth, wide]", pane)
+            self.assertLessEqual(w[0], w[1], (pane, w[2]))
         self.shot("04-files")
 
         # the whole folder as a tar
