@@ -521,6 +521,7 @@ static void usage_exec(FILE *f)
           "  --raw               guest output to a terminal byte for byte\n"
           "  --put HOST:GUEST    copy a host file into the session before the run\n"
           "  --get GUEST:HOST    copy a file out after it (HOST may be a directory)\n"
+          "  --workdir DIR       not with a session of airlockd yet (use --put and --get)\n"
           "  -D, --detach        with --session: start the run, print its id and return; it\n"
           "                      runs beside the session's others ('airlock proc')\n"
           "Server: --server (or $AIRLOCK_HOST) unix:/path, http(s)://host:port; "
@@ -530,10 +531,11 @@ static void usage_exec(FILE *f)
 
 int cli_remote_exec(struct cli_globals *g, int argc, char **argv)
 {
-    enum { OPT_SESSION = 1000, OPT_RAW, OPT_DETACH, OPT_PUT, OPT_GET };
+    enum { OPT_SESSION = 1000, OPT_RAW, OPT_DETACH, OPT_PUT, OPT_GET, OPT_WORKDIR };
     static const struct option opts[] = {
         {"session", required_argument, NULL, OPT_SESSION},
         {"put", required_argument, NULL, OPT_PUT},
+        {"workdir", required_argument, NULL, OPT_WORKDIR},
         {"get", required_argument, NULL, OPT_GET},
         {"image", required_argument, NULL, 'i'},
         {"memory", required_argument, NULL, 'm'},
@@ -559,6 +561,12 @@ int cli_remote_exec(struct cli_globals *g, int argc, char **argv)
         case 'D':
             detach = true;
             break;
+        case OPT_WORKDIR:
+            fprintf(stderr, "airlock: --workdir is not there yet with --session (airlockd has no "
+                            "workdir API): copy files with --put and --get, or run a local "
+                            "'airlock exec --workdir'\n");
+            cJSON_Delete(env);
+            return 2;
         case OPT_PUT:
         case OPT_GET:
             if (copy_add(&cp, c == OPT_PUT, optarg) < 0) {
