@@ -38,6 +38,14 @@ static bool domain_dead(virDomainPtr d, const char *sessions)
                                                    VIR_DOMAIN_AFFECT_LIVE);
     if (!md)
         return false; /* not ours */
+    /* Another machine's (a libvirt host both use): only that machine can tell whether its
+     * owner lives; a path missing here says nothing. */
+    char machine[40];
+    al_machine_id(machine, sizeof(machine));
+    const char *m = strstr(md, "<machine>");
+    if (m && (!machine[0] || strncmp(m + strlen("<machine>"), machine, 32) != 0 ||
+              m[strlen("<machine>") + 32] != '<'))
+        return false;
     /* libvirt hands the element back without our prefix. */
     const char *open_tag = strstr(md, "<dir>");
     const char *start = open_tag ? open_tag + strlen("<dir>") : NULL;

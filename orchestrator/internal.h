@@ -189,6 +189,9 @@ void al_console_tail(const char *path, char *out, size_t len);
  * need be and refused when it is not ours alone to change. */
 int al_runtime_dir(char *buf, size_t len, al_error *err);
 int al_state_dir(char *buf, size_t len, al_error *err);
+/* This machine's id (/etc/machine-id: 32 hex digits) into buf (at least 33 bytes); "" when it
+ * has none. Written into each domain's metadata, so that gc judges only this machine's. */
+void al_machine_id(char *buf, size_t len);
 /* Opens path for writing, creating it 0600, in a place others might have reached first: never
  * through a symlink, and only a regular file we own with one link (else -EPERM). flags: any of
  * O_EXCL, O_APPEND, O_RDWR, and O_TRUNC (done once the checks pass). Returns an O_CLOEXEC fd

@@ -101,6 +101,9 @@ const char *al_spool_dir(void);
 int al_tree_put(const struct al_runner *run, int dirfd, const struct al_tree *t, int file_fd,
                 const char *prefix, const char *guest_dir, al_error *err);
 
+/* al_workdir_push through any runner (airlockd's runs API: cli/remote.c). */
+int al_workdir_push_run(const struct al_runner *run, const char *dir, const al_workdir_opts *o,
+                        al_workdir_push_result *out, al_error *err);
 /* Diff of guest_dir against the host directory dir (NULL: against nothing). */
 int al_workdir_diff_run(const struct al_runner *run, const char *dir, const al_workdir_opts *o,
                         al_workdir_diff **out, al_error *err);

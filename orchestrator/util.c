@@ -181,6 +181,21 @@ mode_t al_umask(void)
     return old;
 }
 
+void al_machine_id(char *buf, size_t len)
+{
+    buf[0] = '\0';
+    char id[64] = "";
+    FILE *f = fopen("/etc/machine-id", "re");
+    if (f) {
+        if (!fgets(id, sizeof(id), f))
+            id[0] = '\0';
+        fclose(f);
+    }
+    id[strcspn(id, "\n")] = '\0';
+    if (strlen(id) == 32 && strspn(id, "0123456789abcdef") == 32 && len > 32)
+        snprintf(buf, len, "%s", id);
+}
+
 /* Where sessions keep their disks and checkpoints: disk-backed storage, never the runtime dir
  * (tmpfs on most hosts: a guest writing its disk would fill the host's RAM). $AIRLOCK_STATE_DIR,
  * else /var/lib/airlock/state for root, else $XDG_STATE_HOME/airlock (~/.local/state/airlock).

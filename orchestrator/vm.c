@@ -406,6 +406,10 @@ char *al_vm_xml(const struct al_vm_config *cfg)
     fprintf(f, "  <metadata><%s:session xmlns:%s='%s' pid='%ld'>\n", AL_METADATA_PREFIX,
             AL_METADATA_PREFIX, AL_METADATA_NS, (long)getpid());
     xml_elem(f, "    ", AL_METADATA_PREFIX ":dir", cfg->session_dir);
+    char machine[40];
+    al_machine_id(machine, sizeof(machine));
+    if (machine[0])
+        xml_elem(f, "    ", AL_METADATA_PREFIX ":machine", machine);
     fprintf(f,
             "  </%s:session></metadata>\n"
             "  <os>\n    <type arch='x86_64' machine='q35'>hvm</type>\n",

@@ -159,6 +159,13 @@ static const char *guest_dir(const al_workdir_opts *o)
 int al_workdir_push(al_session *s, const char *dir, const al_workdir_opts *o,
                     al_workdir_push_result *out, al_error *err)
 {
+    struct al_runner run = session_runner(s);
+    return al_workdir_push_run(&run, dir, o, out, err);
+}
+
+int al_workdir_push_run(const struct al_runner *run, const char *dir, const al_workdir_opts *o,
+                        al_workdir_push_result *out, al_error *err)
+{
     _cleanup_close_ int dfd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
     if (dfd < 0)
         return al_err(err, -errno, "cannot open directory '%s': %s", dir, strerror(errno));
@@ -168,13 +175,12 @@ int al_workdir_push(al_session *s, const char *dir, const al_workdir_opts *o,
     if (r == 0 && t.bytes > lim.bytes_max)
         r = al_err(err, -EFBIG, "'%s' holds %llu bytes of files, over the limit of %llu", dir,
                    (unsigned long long)t.bytes, (unsigned long long)lim.bytes_max);
-    struct al_runner run = session_runner(s);
     const char *mkdir_argv[] = {"mkdir", "-p", guest_dir(o), NULL};
     bool trunc;
     if (r == 0)
-        r = guest_run(&run, mkdir_argv, -1, -1, TAR_STDERR_MAX, &trunc, err);
+        r = guest_run(run, mkdir_argv, -1, -1, TAR_STDERR_MAX, &trunc, err);
     if (r == 0)
-        r = al_tree_put(&run, dfd, &t, -1, "", guest_dir(o), err);
+        r = al_tree_put(run, dfd, &t, -1, "", guest_dir(o), err);
     if (r < 0) {
         al_tree_free(&t);
         return r;

@@ -52,6 +52,8 @@ enum cli_sync { CLI_SYNC_ASK, CLI_SYNC_YES, CLI_SYNC_NO };
 int cli_workdir_push(al_session *s, const char *dir, const al_workdir_opts *o, bool quiet,
                      al_error *err);
 void cli_changes_print(const al_workdir_diff *d, const char *title);
+/* What a push left out (warnings) and, unless quiet, what it copied. */
+void cli_workdir_pushed(const al_workdir_push_result *res, const char *guest_dir, bool quiet);
 /* Applies per mode (ask: on a terminal only); -EIO when some change failed (printed). allow
  * (AL_APPLY_*) holds the consents given as flags (--sync-back-git, --sync-back-exec); in ask
  * mode the missing ones are asked for, each on its own, after the main question. Where ask mode

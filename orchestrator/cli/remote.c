@@ -3,6 +3,7 @@
  * HTTP through libcurl (a unix socket or TCP), events through the model client's SSE parser. */
 #include "cli.h"
 #include "model.h"
+#include "tar.h" /* al_runner */
 
 #include <cjson/cJSON.h>
 #include <curl/curl.h>
@@ -170,7 +171,29 @@ struct stream {
     uint64_t seen; /* events received: the stream's ids are 1, 2, ... */
     bool ended;
     int exit_code;
+    /* A run of our own (a runner's, below): output to fd[1] and fd[2] (-1: dropped), at most
+     * cap bytes each (0: no cap); its end recorded, not printed. */
+    bool to_fds;
+    int fd[3];
+    uint64_t cap, got[3];
+    bool truncated[3], signaled, timed_out, failed, not_found;
+    int value;
+    char why[256];
 };
+
+/* One stream's bytes to its fd, within the cap. */
+static void to_fd(struct stream *s, int stream, const unsigned char *p, size_t n)
+{
+    if (s->cap && n > s->cap - s->got[stream]) {
+        n = (size_t)(s->cap - s->got[stream]);
+        s->truncated[stream] = true;
+    }
+    s->got[stream] += n;
+    if (s->cap && s->got[stream] >= s->cap)
+        s->truncated[stream] = true;
+    if (s->fd[stream] >= 0 && n && al_write_all(s->fd[stream], p, n) < 0)
+        s->fd[stream] = -1; /* the reader went away: the rest is dropped */
+}
 
 static int on_event(void *ctx, const char *event, const char *data, size_t len)
 {
@@ -191,13 +214,29 @@ static int on_event(void *ctx, const char *event, const char *data, size_t len)
             k -= n >= 1 && b64[n - 1] == '=' ? 1 : 0; /* DecodeBlock counts padding as zeros */
             k -= n >= 2 && b64[n - 2] == '=' ? 1 : 0;
             int stream = st && !strcmp(st, "stderr") ? 2 : 1;
-            if (s->tty)
+            if (s->to_fds)
+                to_fd(s, stream, bytes, (size_t)k);
+            else if (s->tty)
                 cli_termout_write(s->tty, stream, bytes, (size_t)k);
             else if (write(stream, bytes, (size_t)k) < 0) {
                 /* the reader went away: nothing to tell */
             }
         }
         free(bytes);
+    } else if (s->to_fds && !strcmp(event, "exit")) {
+        const char *how = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(j, "how"));
+        s->signaled = how && !strcmp(how, "signaled");
+        s->value = (int)cJSON_GetNumberValue(cJSON_GetObjectItemCaseSensitive(j, "value"));
+        s->timed_out = cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(j, "timed_out"));
+        s->ended = true;
+    } else if (s->to_fds && !strcmp(event, "error")) {
+        const char *code = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(j, "code"));
+        const char *msg = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(j, "message"));
+        al_term_escape(msg ? msg : "run failed", s->why, sizeof(s->why));
+        s->not_found = code && !strcmp(code, "not_found");
+        s->failed = s->ended = true;
+    } else if (s->to_fds) {
+        /* a run of our own has no results to show */
     } else if (!strcmp(event, "result")) {
         /* A kernel run's value or display(), as a local `exec --kernel` prints it: its text;
          * an error's traceback is on stderr already. */
@@ -272,15 +311,16 @@ static int on_progress(void *ctx, curl_off_t a, curl_off_t b, curl_off_t c, curl
 struct stdin_ctx {
     const struct remote *r;
     char path[300]; /* the run's stdin route */
+    int fd;         /* what is sent: this process's stdin (0), or a runner's */
 };
 
-/* Sends this process's stdin to the run in pieces, then EOF. */
+/* Sends fd to the run in pieces, then EOF. */
 static void *pump_stdin(void *arg)
 {
     struct stdin_ctx *sc = arg;
     char buf[65536];
     for (;;) {
-        ssize_t n = read(0, buf, sizeof(buf));
+        ssize_t n = read(sc->fd, buf, sizeof(buf));
         if (n < 0 && errno == EINTR)
             continue;
         struct curl_slist *hdrs = NULL;
@@ -506,6 +546,63 @@ static int copies_get(const struct remote *r, const char *sid, const struct copi
     return rc;
 }
 
+/* ---- our own commands in a session of airlockd: the workdir's tar, as for a local one ---- */
+
+struct remote_runner {
+    const struct remote *r;
+    const char *sid;
+};
+
+/* An al_runner's exec (tar.h) through the runs API: stdin from o->stdin_fd, output to its fds
+ * within o->output_cap, the end as al_exec would give it. */
+static int runner_exec(void *ctx, const al_exec_opts *o, al_exec_result *out, al_error *err)
+{
+    struct remote_runner *rr = ctx;
+    struct remote q = *rr->r;
+    q.quiet = true;
+    cJSON *in = cJSON_CreateObject();
+    cJSON *argv = cJSON_AddArrayToObject(in, "argv");
+    for (const char *const *p = o->argv; *p; p++)
+        cJSON_AddItemToArray(argv, cJSON_CreateString(*p));
+    if (o->cwd)
+        cJSON_AddStringToObject(in, "cwd", o->cwd);
+    if (o->timeout_ms)
+        cJSON_AddNumberToObject(in, "timeout_s", (double)((o->timeout_ms + 999) / 1000));
+    if (o->stdin_fd >= 0)
+        cJSON_AddBoolToObject(in, "stdin_open", true);
+    char path[300], rid[64] = "";
+    snprintf(path, sizeof(path), "/v1/sessions/%s/runs", rr->sid);
+    cJSON *run = NULL;
+    long status = 0;
+    int k = call(&q, "POST", path, in, &run, &status);
+    cJSON_Delete(in);
+    const char *id = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(run, "id"));
+    if (id)
+        snprintf(rid, sizeof(rid), "%s", id);
+    cJSON_Delete(run);
+    if (k < 0 || !rid[0])
+        return al_err(err, -EIO, "airlockd did not start %s (%ld)", o->argv[0], status);
+    pthread_t th;
+    struct stdin_ctx sc = {.r = rr->r, .fd = o->stdin_fd};
+    snprintf(sc.path, sizeof(sc.path), "/v1/sessions/%s/runs/%s/stdin", rr->sid, rid);
+    bool pumping = o->stdin_fd >= 0 && pthread_create(&th, NULL, pump_stdin, &sc) == 0;
+    struct stream st = {
+        .to_fds = true, .fd = {-1, o->stdout_fd, o->stderr_fd}, .cap = o->output_cap};
+    int r = stream_events(rr->r, rr->sid, rid, &st, -1);
+    if (pumping)
+        pthread_join(th, NULL);
+    if (r < 0)
+        return al_err(err, -EIO, "lost the run of %s in airlockd", o->argv[0]);
+    if (st.failed)
+        return al_err(err, st.not_found ? -ENOENT : -EIO, "%s", st.why);
+    *out = (al_exec_result){.how = st.signaled ? AL_EXEC_SIGNALED : AL_EXEC_EXITED,
+                            .value = st.value,
+                            .timed_out = st.timed_out,
+                            .truncated_stdout = st.truncated[1],
+                            .truncated_stderr = st.truncated[2]};
+    return 0;
+}
+
 static void usage_exec(FILE *f)
 {
     fputs("Usage: airlock [--server URL] exec [--session ID] [OPTIONS] -- CMD [ARGS...]\n"
@@ -521,7 +618,8 @@ static void usage_exec(FILE *f)
           "  --raw               guest output to a terminal byte for byte\n"
           "  --put HOST:GUEST    copy a host file into the session before the run\n"
           "  --get GUEST:HOST    copy a file out after it (HOST may be a directory)\n"
-          "  --workdir DIR       not with a session of airlockd yet (use --put and --get)\n"
+          "  --workdir DIR       copy DIR into /workspace (the run's cwd), and afterwards\n"
+          "                      show what changed there; --sync-back ask|yes|no applies it\n"
           "  -D, --detach        with --session: start the run, print its id and return; it\n"
           "                      runs beside the session's others ('airlock proc')\n"
           "Server: --server (or $AIRLOCK_HOST) unix:/path, http(s)://host:port; "
@@ -531,11 +629,12 @@ static void usage_exec(FILE *f)
 
 int cli_remote_exec(struct cli_globals *g, int argc, char **argv)
 {
-    enum { OPT_SESSION = 1000, OPT_RAW, OPT_DETACH, OPT_PUT, OPT_GET, OPT_WORKDIR };
+    enum { OPT_SESSION = 1000, OPT_RAW, OPT_DETACH, OPT_PUT, OPT_GET, OPT_WORKDIR, OPT_SYNC };
     static const struct option opts[] = {
         {"session", required_argument, NULL, OPT_SESSION},
         {"put", required_argument, NULL, OPT_PUT},
         {"workdir", required_argument, NULL, OPT_WORKDIR},
+        {"sync-back", required_argument, NULL, OPT_SYNC},
         {"get", required_argument, NULL, OPT_GET},
         {"image", required_argument, NULL, 'i'},
         {"memory", required_argument, NULL, 'm'},
@@ -552,6 +651,8 @@ int cli_remote_exec(struct cli_globals *g, int argc, char **argv)
     };
     const char *sid = NULL, *image = NULL, *lang = NULL, *code = NULL, *cwd = NULL;
     struct copies cp = {0};
+    const char *workdir = NULL;
+    enum cli_sync sync = CLI_SYNC_ASK;
     unsigned long memory = 0, timeout = 0;
     bool kernel = false, raw = false, detach = false;
     cJSON *env = cJSON_CreateObject();
@@ -562,11 +663,19 @@ int cli_remote_exec(struct cli_globals *g, int argc, char **argv)
             detach = true;
             break;
         case OPT_WORKDIR:
-            fprintf(stderr, "airlock: --workdir is not there yet with --session (airlockd has no "
-                            "workdir API): copy files with --put and --get, or run a local "
-                            "'airlock exec --workdir'\n");
-            cJSON_Delete(env);
-            return 2;
+            workdir = optarg;
+            break;
+        case OPT_SYNC:
+            sync = !strcmp(optarg, "yes")   ? CLI_SYNC_YES
+                   : !strcmp(optarg, "no")  ? CLI_SYNC_NO
+                   : !strcmp(optarg, "ask") ? CLI_SYNC_ASK
+                                            : (enum cli_sync) - 1;
+            if ((int)sync < 0) {
+                fprintf(stderr, "airlock: --sync-back wants ask, yes or no, not '%s'\n", optarg);
+                cJSON_Delete(env);
+                return 2;
+            }
+            break;
         case OPT_PUT:
         case OPT_GET:
             if (copy_add(&cp, c == OPT_PUT, optarg) < 0) {
@@ -644,6 +753,17 @@ int cli_remote_exec(struct cli_globals *g, int argc, char **argv)
         cJSON_Delete(env);
         return EXIT_AIRLOCK_FAILED;
     }
+    struct stat wst;
+    if (workdir && (stat(workdir, &wst) < 0 || !S_ISDIR(wst.st_mode))) {
+        fprintf(stderr, "airlock: --workdir: '%s' is not a directory\n", workdir);
+        cJSON_Delete(env);
+        return EXIT_AIRLOCK_FAILED;
+    }
+    if (workdir && detach) {
+        fprintf(stderr, "airlock: --workdir needs the run's end: not with --detach\n");
+        cJSON_Delete(env);
+        return 2;
+    }
     struct remote r;
     if (remote_init(&r, g) < 0) {
         cJSON_Delete(env);
@@ -673,6 +793,7 @@ int cli_remote_exec(struct cli_globals *g, int argc, char **argv)
     char own[128] = "";
     int rc = EXIT_AIRLOCK_FAILED;
     cJSON *sess = NULL, *run = NULL;
+    al_workdir_diff *diff = NULL;
     if (!sid) { /* a fresh session, ended below */
         cJSON *sin = cJSON_CreateObject();
         if (image)
@@ -692,6 +813,22 @@ int cli_remote_exec(struct cli_globals *g, int argc, char **argv)
     char path[300];
     if (copies_put(&r, sid, &cp) < 0)
         goto out;
+    /* The workdir goes in and comes back through our own tar runs, as for a local session. */
+    struct remote_runner rr = {&r, sid};
+    struct al_runner runner = {.exec = runner_exec, .ctx = &rr, .spool_dir = al_spool_dir()};
+    al_workdir_opts wo = {0};
+    al_error werr = {0};
+    if (workdir) {
+        al_workdir_push_result pr;
+        if (al_workdir_push_run(&runner, workdir, &wo, &pr, &werr) < 0) {
+            cli_error(&werr);
+            goto out;
+        }
+        cli_workdir_pushed(&pr, AL_WORKDIR_GUEST_DIR, g->quiet);
+        al_workdir_push_result_free(&pr);
+        if (!cwd)
+            cJSON_AddStringToObject(in, "cwd", AL_WORKDIR_GUEST_DIR);
+    }
     snprintf(path, sizeof(path), "/v1/sessions/%s/runs", sid);
     const char *rid = NULL;
     if (call(&r, "POST", path, in, &run, NULL) < 0 ||
@@ -716,6 +853,10 @@ int cli_remote_exec(struct cli_globals *g, int argc, char **argv)
          * succeeded. */
         if (copies_get(&r, sid, &cp) < 0 && rc == 0)
             rc = EXIT_AIRLOCK_FAILED;
+        if (workdir && al_workdir_diff_run(&runner, workdir, &wo, &diff, &werr) < 0) {
+            cli_error(&werr);
+            rc = EXIT_AIRLOCK_FAILED;
+        }
     }
     if (st.tty)
         cli_termout_end(&tty);
@@ -725,6 +866,17 @@ out:
     if (own[0]) {
         snprintf(path, sizeof(path), "/v1/sessions/%s", own);
         call(&r, "DELETE", path, NULL, NULL, NULL);
+    }
+    /* A fresh session is gone before the question: nothing waits on the user's answer. */
+    if (diff) {
+        cli_changes_print(diff, "changes in " AL_WORKDIR_GUEST_DIR);
+        al_error serr = {0};
+        if (cli_workdir_sync(diff, workdir, sync, 0, false, &serr) < 0) {
+            if (serr.code)
+                cli_error(&serr);
+            rc = EXIT_AIRLOCK_FAILED;
+        }
+        al_workdir_diff_free(diff);
     }
     cJSON_Delete(in);
     cJSON_Delete(sess);

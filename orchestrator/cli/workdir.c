@@ -39,17 +39,22 @@ int cli_workdir_push(al_session *s, const char *dir, const al_workdir_opts *o, b
     int r = al_workdir_push(s, dir, o, &res, err);
     if (r < 0)
         return r;
-    char esc[512];
-    for (size_t i = 0; i < res.nskipped; i++)
-        fprintf(stderr, "airlock: warning: %s\n", al_path_escape(res.skipped[i], esc, sizeof(esc)));
-    if (!quiet) {
-        char sz[32];
-        fprintf(stderr, "airlock: copied %zu files (%s) into %s\n", res.files,
-                size_str(res.bytes, sz, sizeof(sz)),
-                o && o->guest_dir ? o->guest_dir : AL_WORKDIR_GUEST_DIR);
-    }
+    cli_workdir_pushed(&res, o && o->guest_dir ? o->guest_dir : AL_WORKDIR_GUEST_DIR, quiet);
     al_workdir_push_result_free(&res);
     return 0;
+}
+
+void cli_workdir_pushed(const al_workdir_push_result *res, const char *guest_dir, bool quiet)
+{
+    char esc[512];
+    for (size_t i = 0; i < res->nskipped; i++)
+        fprintf(stderr, "airlock: warning: %s\n",
+                al_path_escape(res->skipped[i], esc, sizeof(esc)));
+    if (!quiet) {
+        char sz[32];
+        fprintf(stderr, "airlock: copied %zu files (%s) into %s\n", res->files,
+                size_str(res->bytes, sz, sizeof(sz)), guest_dir);
+    }
 }
 
 /* One change as a line: kind, path, size, what it needs. */

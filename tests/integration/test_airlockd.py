@@ -639,6 +639,20 @@ class AirlockdTest(unittest.TestCase):
                 self.assertEqual(r.returncode, 0, r.stderr)
                 with open(os.path.join(out, "copied.txt")) as f:
                     self.assertEqual(f.read(), "to the guest\n")
+                # --workdir as a local exec has it: copied in, the run there, its changes back
+                wd = os.path.join(d, "proj")
+                os.mkdir(wd)
+                with open(os.path.join(wd, "in.txt"), "w") as f:
+                    f.write("hello\n")
+                r = altest.run(srv + ["exec", "--session", sid, "--workdir", wd, "--sync-back",
+                                      "yes", "--", "sh", "-c",
+                                      "pwd; tr a-z A-Z < in.txt > out.txt; rm in.txt"])
+                self.assertEqual((r.returncode, r.stdout), (0, b"/workspace\n"), r.stderr)
+                self.assertIn(b"copied 1 files", r.stderr)
+                self.assertIn(b"1 added, 0 modified, 1 deleted", r.stderr)
+                self.assertEqual(os.listdir(wd), ["out.txt"])
+                with open(os.path.join(wd, "out.txt")) as f:
+                    self.assertEqual(f.read(), "HELLO\n")
             # ps and session ls: one table, the daemon's sessions marked as its.
             for args, env in [(srv + ["ps"], None),
                               (["session", "ls"], {"AIRLOCK_HOST": "unix:" + self.d.sock})]:

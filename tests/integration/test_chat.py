@@ -801,15 +801,29 @@ class ChatTest(unittest.TestCase):
                 pass
         self.fail("chat did not exit; got %r" % got[0][-2000:])
 
-    def test_ctrl_c_twice_offers_the_review_and_a_signal_never_reaches_the_tar(self):
-        # The documented way out (Ctrl-C twice), a third Ctrl-C while the changes are fetched:
-        # the review is offered, and the run's file reaches the directory.
+    def kept_file(self, got, wd, why):
+        """The tar the chat said it kept the changes in (why: its reason), checked private;
+        the bytes of out.txt in it."""
+        m = re.search(rb"changes not applied to (\S+) \(%s\); the guest's /workspace is kept "
+                      rb"in (\S+) " % re.escape(why), got)
+        self.assertTrue(m, got[-2000:])
+        self.assertEqual(m.group(1), wd.encode())
+        kept = m.group(2).decode()
+        self.addCleanup(os.unlink, kept)
+        self.assertEqual(os.stat(kept).st_mode & 0o777, 0o600)
+        self.assertEqual(os.stat(os.path.dirname(kept)).st_mode & 0o777, 0o700)
+        with tarfile.open(kept) as t:
+            names = [n.lstrip("./") for n in t.getnames()]
+            self.assertIn("out.txt", names)
+            return t.extractfile(t.getmember(t.getnames()[names.index("out.txt")])).read()
+
+    def test_ctrl_c_twice_offers_the_review(self):
+        # The documented way out: the second Ctrl-C no longer reaches the guest's tar; the
+        # review is offered, and the run's file reaches the directory.
         fm, wd = self.workdir_fake()
         pid, fd, expect, got = self.chat_on_pty(fm, wd)
         os.write(fd, b"\x03")
         time.sleep(0.2)
-        os.write(fd, b"\x03")
-        time.sleep(0.3)
         os.write(fd, b"\x03")
         expect(b"Apply these changes to %s? [y/N] " % wd.encode())
         self.assertIn(b"added     out.txt", got[0])
@@ -819,25 +833,34 @@ class ChatTest(unittest.TestCase):
         with open(os.path.join(wd, "out.txt")) as f:
             self.assertEqual(f.read(), "result\n")
 
+    def test_more_ctrl_c_on_the_way_out_loses_nothing(self):
+        # Ctrl-C pressed on while the chat copies the changes back, or at the question: the
+        # copy is never cut (the signal never reaches the guest's tar), and the changes end
+        # either applied (the question answered) or kept (Ctrl-C was the answer).
+        fm, wd = self.workdir_fake()
+        pid, fd, expect, got = self.chat_on_pty(fm, wd)
+        for _ in range(5):
+            os.write(fd, b"\x03")
+            time.sleep(0.15)
+        expect(b"Apply these changes to %s? [y/N] " % wd.encode())
+        time.sleep(0.5)
+        os.write(fd, b"y\r")
+        self.assertEqual(self.wait_exit(pid, fd, got), 0, got[0][-2000:])
+        self.assertNotIn(b"tar in the guest failed", got[0])
+        if os.path.exists(os.path.join(wd, "out.txt")):
+            with open(os.path.join(wd, "out.txt")) as f:
+                self.assertEqual(f.read(), "result\n")
+        else:
+            self.assertEqual(self.kept_file(got[0], wd, b"no answer"), b"result\n")
+
     def test_sigterm_keeps_the_changes_it_cannot_ask_about(self):
         fm, wd = self.workdir_fake()
         pid, fd, expect, got = self.chat_on_pty(fm, wd)
         os.kill(pid, signal.SIGTERM)
         self.wait_exit(pid, fd, got)
         self.assertNotIn(b"Apply these changes", got[0])
-        m = re.search(rb"changes not applied to (\S+) \(ended by a signal, nobody to ask\); "
-                      rb"the guest's /workspace is kept in (\S+) ", got[0])
-        self.assertTrue(m, got[0][-2000:])
-        self.assertEqual(m.group(1), wd.encode())
-        kept = m.group(2).decode()
-        self.addCleanup(os.unlink, kept)
-        self.assertEqual(os.stat(kept).st_mode & 0o777, 0o600)
-        self.assertEqual(os.stat(os.path.dirname(kept)).st_mode & 0o777, 0o700)
-        with tarfile.open(kept) as t:
-            names = [n.lstrip("./") for n in t.getnames()]
-            self.assertIn("out.txt", names)
-            member = t.getmember(t.getnames()[names.index("out.txt")])
-            self.assertEqual(t.extractfile(member).read(), b"result\n")
+        self.assertEqual(self.kept_file(got[0], wd, b"ended by a signal, nobody to ask"),
+                         b"result\n")
         self.assertEqual(sorted(os.listdir(wd)), ["in.txt"])  # nothing applied
 
     def test_ctrl_c_interrupts_the_guest_and_returns_to_the_prompt(self):

@@ -97,6 +97,41 @@ class LifecycleTest(unittest.TestCase):
         p.stdout.close()
         p.stderr.close()
 
+    def test_gc_spares_another_machines_sessions(self):
+        # A libvirt host two machines share: a domain whose metadata names another machine is
+        # that machine's to judge, even though its session dir is missing here; one naming this
+        # machine with a missing dir is reaped (so the first survives for the right reason).
+        with open("/etc/machine-id") as f:
+            here = f.read().strip()
+        ns = "https://airlock.invalid/xmlns/session/1"
+
+        def domain(name, machine):
+            xml = ("<domain type='qemu'><name>%s</name><memory unit='MiB'>64</memory>"
+                   "<metadata><airlock:session xmlns:airlock='%s' pid='1'>"
+                   "<airlock:dir>/nonexistent/%s</airlock:dir>"
+                   "<airlock:machine>%s</airlock:machine></airlock:session></metadata>"
+                   "<os><type arch='x86_64' machine='q35'>hvm</type></os>"
+                   "<devices></devices></domain>"
+                   % (name, ns, name, machine))
+            path = os.path.join(tempfile.mkdtemp(prefix="airlock-dom-"), "d.xml")
+            self.addCleanup(shutil.rmtree, os.path.dirname(path), True)
+            with open(path, "w") as f:
+                f.write(xml)
+            r = subprocess.run(["virsh", "-c", "qemu:///system", "create", path, "--paused"],
+                               stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+            self.assertEqual(r.returncode, 0, r.stderr)
+            self.addCleanup(subprocess.run, ["virsh", "-c", "qemu:///system", "destroy", name],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+            return name
+
+        theirs = domain("airlock-0ther0machine", "f" * 32 if here != "f" * 32 else "e" * 32)
+        ours = domain("airlock-0ur0machine0", here)
+        r = altest.run(["gc"])
+        self.assertEqual(r.returncode, 0, r.stderr)
+        names = altest.virsh_names()
+        self.assertIn(theirs, names)
+        self.assertNotIn(ours, names)
+
     def test_sigterm_tears_down(self):
         p = altest.popen_sh("echo up; sleep 1000", debug=True)
         self.assertEqual(p.stdout.readline(), b"up\n")
