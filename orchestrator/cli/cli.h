@@ -93,6 +93,9 @@ const char *cli_nearest(const char *word, size_t n, const char *const *names);
 /* On getopt_long's '?' (with opterr 0, as main sets it): says in one line what was wrong with
  * the option just read (unknown, with the nearest one; missing its value; ambiguous) and points
  * to 'airlock CMD --help' (cmd NULL: airlock's own); returns 2, the usage error's status. */
+/* "A:B" split at its first ':' into two non-empty halves (arg is cut there); false when it is
+ * not one (--put, --get, local or through airlockd). */
+bool cli_split_pair(char *arg, char **a, char **b);
 /* A --put source, before anything boots: a regular file we can open; else said in one line
  * and -1. */
 int cli_check_put(const char *path);

@@ -146,17 +146,6 @@ static void linger(unsigned seconds)
 }
 
 /* Splits "A:B" at the first colon into two non-empty halves. */
-static bool split_pair(char *arg, char **a, char **b)
-{
-    char *colon = strchr(arg, ':');
-    if (!colon || colon == arg || !colon[1])
-        return false;
-    *colon = '\0';
-    *a = arg;
-    *b = colon + 1;
-    return true;
-}
-
 /* Everything cmd_exec's options say, and what is built from them. */
 struct exec_args {
     al_session_opts so;
@@ -247,7 +236,7 @@ static int opt_env(struct exec_args *a, char *value)
 static int opt_copy(const char *name, char *(*slots)[2], size_t *n, char *value)
 {
     char *x, *y;
-    if (*n >= COPIES_MAX || !split_pair(value, &x, &y)) {
+    if (*n >= COPIES_MAX || !cli_split_pair(value, &x, &y)) {
         fprintf(stderr, "airlock: --%s wants SOURCE:DEST\n", name);
         return 2;
     }

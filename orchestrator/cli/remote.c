@@ -389,17 +389,13 @@ struct copies {
 /* HOST:GUEST (put) or GUEST:HOST (get), split at the first ':'. */
 static int copy_add(struct copies *cp, bool put, char *spec)
 {
-    char *colon = strchr(spec, ':');
     size_t *n = put ? &cp->nput : &cp->nget;
-    if (!colon || colon == spec || !colon[1] || *n >= REMOTE_COPIES_MAX) {
+    char *(*slot)[2] = put ? &cp->put[*n] : &cp->get[*n];
+    if (*n >= REMOTE_COPIES_MAX || !cli_split_pair(spec, &(*slot)[0], &(*slot)[1])) {
         fprintf(stderr, "airlock: --%s wants SOURCE:DEST (at most %d)\n", put ? "put" : "get",
                 REMOTE_COPIES_MAX);
         return -EINVAL;
     }
-    *colon = '\0';
-    char *(*slot)[2] = put ? &cp->put[*n] : &cp->get[*n];
-    (*slot)[0] = spec;
-    (*slot)[1] = colon + 1;
     (*n)++;
     return 0;
 }
@@ -428,8 +424,7 @@ static int files_path(char *out, size_t len, const char *sid, const char *guest)
 }
 
 /* A transfer's failure in one line: the daemon's message, or curl's. */
-static int copy_failed(const char *what, const char *name, CURLcode cc, long status,
-                       const struct body *b)
+static int copy_failed(const char *what, const char *name, CURLcode cc, const struct body *b)
 {
     cJSON *j = b && b->buf ? cJSON_Parse(b->buf) : NULL;
     const char *msg = cJSON_GetStringValue(
@@ -438,7 +433,6 @@ static int copy_failed(const char *what, const char *name, CURLcode cc, long sta
     fprintf(stderr, "airlock: %s '%s' failed: %s\n", what, al_term_escape(name, n, sizeof(n)),
             cc != CURLE_OK ? curl_easy_strerror(cc)
                            : al_term_escape(msg ? msg : "error", safe, sizeof(safe)));
-    (void)status;
     cJSON_Delete(j);
     return -EIO;
 }
@@ -477,7 +471,7 @@ static int copies_put(const struct remote *r, const char *sid, const struct copi
         long status;
         CURLcode cc = perform(c, hdrs, to_body, &b, &status);
         fclose(f);
-        int k = cc != CURLE_OK || status >= 400 ? copy_failed("--put", host, cc, status, &b) : 0;
+        int k = cc != CURLE_OK || status >= 400 ? copy_failed("--put", host, cc, &b) : 0;
         free(b.buf);
         if (k < 0)
             return k;
@@ -539,7 +533,7 @@ static int copies_get(const struct remote *r, const char *sid, const struct copi
             buf[k] = '\0';
             b.buf = buf;
             unlink(tmp);
-            copy_failed("--get", guest, cc, status, &b);
+            copy_failed("--get", guest, cc, &b);
             rc = -EIO;
         }
     }

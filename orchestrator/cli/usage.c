@@ -52,6 +52,17 @@ const char *cli_nearest(const char *word, size_t n, const char *const *names)
     return best;
 }
 
+bool cli_split_pair(char *arg, char **a, char **b)
+{
+    char *colon = strchr(arg, ':');
+    if (!colon || colon == arg || !colon[1])
+        return false;
+    *colon = '\0';
+    *a = arg;
+    *b = colon + 1;
+    return true;
+}
+
 int cli_check_put(const char *path)
 {
     struct stat st;
