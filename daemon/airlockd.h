@@ -85,6 +85,7 @@ struct ad_config {
     unsigned runs_kept;        /* finished runs kept per session for late readers */
     unsigned heartbeat_s;
     unsigned connection_timeout_s;
+    unsigned head_timeout_s; /* a request's head (line and headers) arrives within this */
     uint64_t max_body_bytes; /* a JSON request body */
     unsigned max_connections;
     unsigned max_connections_per_ip; /* TCP connections one address may hold; 0: no bound */

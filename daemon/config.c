@@ -31,6 +31,7 @@ void ad_config_defaults(struct ad_config *c)
     c->runs_kept = 4;
     c->heartbeat_s = 15;
     c->connection_timeout_s = 60;
+    c->head_timeout_s = 20;
     c->max_body_bytes = 1 << 20;
     c->max_connections = 256;
     c->max_connections_per_ip = 32;
@@ -199,6 +200,8 @@ static int set(struct ad_config *c, const char *k, char *v)
         return (r = parse_uint(v, &c->heartbeat_s)) < 0 ? r : c->heartbeat_s ? 0 : -ERANGE;
     if (!strcmp(k, "connection_timeout_s"))
         return parse_uint(v, &c->connection_timeout_s);
+    if (!strcmp(k, "head_timeout_s"))
+        return (r = parse_uint(v, &c->head_timeout_s)) < 0 ? r : c->head_timeout_s ? 0 : -ERANGE;
     if (!strcmp(k, "max_body_bytes"))
         return parse_u64(v, 64u << 20, &c->max_body_bytes);
     if (!strcmp(k, "model_api")) {

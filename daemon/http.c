@@ -9,6 +9,8 @@
 #include <grp.h>
 #include <netdb.h>
 #include <openssl/evp.h>
+#include <poll.h>
+#include <pthread.h>
 #include <pwd.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -632,6 +634,88 @@ static enum MHD_Result last_call(struct MHD_Connection *c, struct ad_req *q)
     return q->route->fn(c, q);
 }
 
+/* ---- request heads: a deadline for each (issue 29 #5) ----
+ *
+ * libmicrohttpd's timeout is an idle one: a client that sends a byte of its head every few
+ * seconds keeps a connection, and a thread, forever. Each connection is watched from its start,
+ * and again from the end of each request it made, until its next request's head is complete
+ * (handle() runs); one that takes longer than head_timeout_s is shut down (not closed: the fd
+ * stays libmicrohttpd's, which closes it after it hears of the end, and after it told us it
+ * closes, so the fd here is never another connection's). Being idle between requests counts as
+ * waiting for a head: keep-alive lasts head_timeout_s. */
+struct watch {
+    struct watch *prev, *next;
+    int fd;
+    uint64_t since_ms; /* 0: a request is under way, not waiting for a head */
+};
+
+static pthread_mutex_t watch_mu = PTHREAD_MUTEX_INITIALIZER;
+static struct watch *watched;
+static pthread_t watcher;
+static bool watcher_running;
+static int watcher_stop[2] = {-1, -1};
+
+static void notify_connection(void *cls, struct MHD_Connection *c, void **socket_context,
+                              enum MHD_ConnectionNotificationCode code)
+{
+    (void)cls;
+    pthread_mutex_lock(&watch_mu);
+    struct watch *w = *socket_context;
+    if (code == MHD_CONNECTION_NOTIFY_STARTED) {
+        const union MHD_ConnectionInfo *ci =
+            MHD_get_connection_info(c, MHD_CONNECTION_INFO_CONNECTION_FD);
+        w = ci ? calloc(1, sizeof(*w)) : NULL;
+        if (w) {
+            w->fd = ci->connect_fd;
+            w->since_ms = ad_now_ms();
+            w->next = watched;
+            if (watched)
+                watched->prev = w;
+            watched = w;
+        }
+        *socket_context = w;
+    } else if (w) { /* closed */
+        if (w->prev)
+            w->prev->next = w->next;
+        else
+            watched = w->next;
+        if (w->next)
+            w->next->prev = w->prev;
+        free(w);
+        *socket_context = NULL;
+    }
+    pthread_mutex_unlock(&watch_mu);
+}
+
+/* A request's head is complete (waiting: false), or its request ended (true). */
+static void head_mark(struct MHD_Connection *c, bool waiting)
+{
+    const union MHD_ConnectionInfo *ci =
+        MHD_get_connection_info(c, MHD_CONNECTION_INFO_SOCKET_CONTEXT);
+    pthread_mutex_lock(&watch_mu);
+    struct watch *w = ci ? ci->socket_context : NULL;
+    if (w)
+        w->since_ms = waiting ? ad_now_ms() : 0;
+    pthread_mutex_unlock(&watch_mu);
+}
+
+static void *watch_heads(void *arg)
+{
+    (void)arg;
+    struct pollfd p = {.fd = watcher_stop[0], .events = POLLIN};
+    while (poll(&p, 1, 1000) == 0 || (p.revents == 0 && errno == EINTR)) {
+        uint64_t now = ad_now_ms(), max = (uint64_t)ad_cfg.head_timeout_s * 1000;
+        pthread_mutex_lock(&watch_mu);
+        for (struct watch *w = watched; w; w = w->next)
+            if (w->since_ms && now - w->since_ms > max) {
+                shutdown(w->fd, SHUT_RDWR);
+                w->since_ms = 0; /* once */
+            }
+        pthread_mutex_unlock(&watch_mu);
+    }
+    return NULL;
+}
+
 static enum MHD_Result handle(void *cls, struct MHD_Connection *c, const char *url,
                               const char *method, const char *version, const char *upload,
                               size_t *upload_size, void **con_cls)
@@ -649,6 +733,7 @@ static enum MHD_Result handle(void *cls, struct MHD_Connection *c, const char *u
         q->is_unix = l->is_unix;
         snprintf(q->method, sizeof(q->method), "%s", method);
         q->started = true;
+        head_mark(c, false);
         return first_call(c, q, url, method);
     }
     if (q->status) { /* answered already: drop the rest of the body */
@@ -668,7 +753,8 @@ static enum MHD_Result handle(void *cls, struct MHD_Connection *c, const char *u
 static void completed(void *cls, struct MHD_Connection *c, void **con_cls,
                       enum MHD_RequestTerminationCode toe)
 {
-    (void)cls, (void)c;
+    (void)cls;
+    head_mark(c, true); /* the next request's head, from now */
     struct ad_req *q = *con_cls;
     if (!q)
         return;
@@ -900,17 +986,25 @@ static struct MHD_Daemon *start(struct listener *l, int fd, bool tls)
             ad_cfg.connection_timeout_s, MHD_OPTION_CONNECTION_LIMIT, ad_cfg.max_connections,
             MHD_OPTION_PER_IP_CONNECTION_LIMIT, per_ip, MHD_OPTION_CONNECTION_MEMORY_LIMIT,
             (size_t)CONNECTION_MEMORY, MHD_OPTION_NOTIFY_COMPLETED, completed, NULL,
-            MHD_OPTION_HTTPS_MEM_CERT, tls_cert, MHD_OPTION_HTTPS_MEM_KEY, tls_key, MHD_OPTION_END);
+            MHD_OPTION_NOTIFY_CONNECTION, notify_connection, NULL, MHD_OPTION_HTTPS_MEM_CERT,
+            tls_cert, MHD_OPTION_HTTPS_MEM_KEY, tls_key, MHD_OPTION_END);
     return MHD_start_daemon(flags, 0, NULL, NULL, handle, l, MHD_OPTION_EXTERNAL_LOGGER, mhd_log,
                             NULL, MHD_OPTION_LISTEN_SOCKET, fd, MHD_OPTION_CONNECTION_TIMEOUT,
                             ad_cfg.connection_timeout_s, MHD_OPTION_CONNECTION_LIMIT,
                             ad_cfg.max_connections, MHD_OPTION_PER_IP_CONNECTION_LIMIT, per_ip,
                             MHD_OPTION_CONNECTION_MEMORY_LIMIT, (size_t)CONNECTION_MEMORY,
-                            MHD_OPTION_NOTIFY_COMPLETED, completed, NULL, MHD_OPTION_END);
+                            MHD_OPTION_NOTIFY_COMPLETED, completed, NULL,
+                            MHD_OPTION_NOTIFY_CONNECTION, notify_connection, NULL, MHD_OPTION_END);
 }
 
 int ad_http_start(char *why, size_t len)
 {
+    if (pipe2(watcher_stop, O_CLOEXEC) < 0 ||
+        pthread_create(&watcher, NULL, watch_heads, NULL) != 0) {
+        snprintf(why, len, "cannot start the request watcher: %s", strerror(errno));
+        return -EIO;
+    }
+    watcher_running = true;
     int fd = listen_unix(why, len);
     if (fd < 0)
         return fd;
@@ -964,6 +1058,12 @@ void ad_http_stop(void)
     if (unix_l.d)
         MHD_stop_daemon(unix_l.d);
     tcp_l.d = unix_l.d = NULL;
+    if (watcher_running) {
+        close(watcher_stop[1]);
+        pthread_join(watcher, NULL);
+        close(watcher_stop[0]);
+        watcher_running = false;
+    }
     if (!inherited)
         unlink(ad_cfg.socket_path);
     free(tls_cert);

@@ -4,7 +4,12 @@
  * EGRESS_TUNNEL_PORT), each of which leads to the session's proxy on the host. This forwarder
  * accepts those as idle tunnels and pairs each program that connects to 127.0.0.1:3128 (the
  * http_proxy every process gets) with one of them. Nothing here is trusted by the host: the
- * proxy enforces the allowlist; a guest that kills or rewrites this only loses its network. */
+ * proxy enforces the allowlist; a guest that kills or rewrites this only loses its network.
+ *
+ * The host forward listens on the host's loopback, where any local user can connect too, and
+ * such a connection would arrive here like the host's. So a tunnel is only a tunnel once it has
+ * sent the session's key (AL_EGRESS_KEY_PATH, which the host wrote over the agent's channel)
+ * within EGRESS_AUTH_MS; until then it is pending and sees nothing of a program's. */
 #include "agent.h"
 
 #include <arpa/inet.h>
@@ -19,6 +24,7 @@
 #include <sys/prctl.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
+#include <time.h>
 
 /* The guest's address on QEMU's user network (its default), where the host forward lands. */
 #define EGRESS_ADDR "10.0.2.15"
@@ -32,6 +38,10 @@
 #define EGRESS_IDLE_MAX 32
 #define EGRESS_WAITING_MAX 64
 #define EGRESS_BUF 16384
+/* Tunnels that have not sent the key yet, and how long one may take: connections a local user
+ * opens to the forward land here; the oldest goes when a new one comes and there is no room. */
+#define EGRESS_PENDING_MAX 16
+#define EGRESS_AUTH_MS 3000
 
 bool egress_present(void)
 {
@@ -83,7 +93,18 @@ struct pair {
     struct half h[2]; /* program to tunnel, tunnel to program */
 };
 
+struct pending {
+    int fd;
+    uint64_t deadline_ms;
+    size_t got;
+    unsigned char key[AL_EGRESS_KEY_LEN];
+};
+
 static struct pair pairs[EGRESS_PAIRS_MAX];
+static struct pending pending[EGRESS_PENDING_MAX];
+static int npending;
+static unsigned char key[AL_EGRESS_KEY_LEN];
+static bool have_key;
 static int idle[EGRESS_IDLE_MAX], nidle;
 static int waiting[EGRESS_WAITING_MAX], nwaiting;
 static void pair_close(struct pair *p);
@@ -108,6 +129,9 @@ static void flush_all(void)
     for (int i = 0; i < nidle; i++)
         close(idle[i]);
     nidle = 0;
+    for (int i = 0; i < npending; i++)
+        close(pending[i].fd);
+    npending = 0;
     for (int i = 0; i < nwaiting; i++)
         close(waiting[i]);
     nwaiting = 0;
@@ -195,6 +219,68 @@ static int accept_nb(int lfd)
     return accept4(lfd, NULL, NULL, SOCK_CLOEXEC | SOCK_NONBLOCK);
 }
 
+static uint64_t now_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
+}
+
+/* The key the host wrote before it opened the first tunnel; read once it is needed. */
+static bool key_load(void)
+{
+    if (have_key)
+        return true;
+    _cleanup_close_ int fd = open(AL_EGRESS_KEY_PATH, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
+    if (fd < 0)
+        return false;
+    have_key = read(fd, key, sizeof(key)) == (ssize_t)sizeof(key);
+    return have_key;
+}
+
+static void pending_drop(int i)
+{
+    close(pending[i].fd);
+    pending[i] = pending[--npending];
+}
+
+static void pending_add(int fd)
+{
+    if (npending == EGRESS_PENDING_MAX) { /* the oldest goes */
+        int oldest = 0;
+        for (int i = 1; i < npending; i++)
+            if (pending[i].deadline_ms < pending[oldest].deadline_ms)
+                oldest = i;
+        pending_drop(oldest);
+    }
+    pending[npending++] = (struct pending){.fd = fd, .deadline_ms = now_ms() + EGRESS_AUTH_MS};
+}
+
+/* Reads what a pending tunnel sent of the key. True when it is done with (became idle, or was
+ * dropped): the caller removes it from the pending list then. */
+static bool pending_step(struct pending *p)
+{
+    ssize_t n = read(p->fd, p->key + p->got, sizeof(p->key) - p->got);
+    if (n < 0 && (errno == EAGAIN || errno == EINTR))
+        return false;
+    if (n <= 0) {
+        close(p->fd);
+        return true;
+    }
+    p->got += (size_t)n;
+    if (p->got < sizeof(p->key))
+        return false;
+    unsigned char diff = 0;
+    bool known = key_load();
+    for (size_t i = 0; i < sizeof(key); i++)
+        diff |= (unsigned char)(p->key[i] ^ key[i]);
+    if (!known || diff != 0 || nidle == EGRESS_IDLE_MAX)
+        close(p->fd);
+    else
+        idle[nidle++] = p->fd;
+    return true;
+}
+
 static _Noreturn void egress_run(void)
 {
     prctl(PR_SET_NAME, "airlock-egress");
@@ -211,7 +297,7 @@ static _Noreturn void egress_run(void)
     sigemptyset(&usr1);
     sigaddset(&usr1, SIGUSR1);
     sigprocmask(SIG_UNBLOCK, &usr1, NULL);
-    static struct pollfd pfd[3 + EGRESS_IDLE_MAX + 2 * EGRESS_PAIRS_MAX];
+    static struct pollfd pfd[3 + EGRESS_PENDING_MAX + EGRESS_IDLE_MAX + 2 * EGRESS_PAIRS_MAX];
     for (;;) {
         /* First come, first served: the host caps the tunnels, so programs queue here. */
         while (nidle > 0 && nwaiting > 0) {
@@ -221,8 +307,17 @@ static _Noreturn void egress_run(void)
         size_t n = 0;
         pfd[n++] =
             (struct pollfd){.fd = nwaiting < EGRESS_WAITING_MAX ? lprog : -1, .events = POLLIN};
-        pfd[n++] = (struct pollfd){.fd = nidle < EGRESS_IDLE_MAX ? ltun : -1, .events = POLLIN};
+        pfd[n++] = (struct pollfd){.fd = ltun, .events = POLLIN};
         pfd[n++] = (struct pollfd){.fd = flush_pipe[0], .events = POLLIN};
+        size_t pending_at = n;
+        int npolled = npending, timeout = -1;
+        uint64_t now = now_ms();
+        for (int i = 0; i < npending; i++) {
+            pfd[n++] = (struct pollfd){.fd = pending[i].fd, .events = POLLIN};
+            uint64_t left = pending[i].deadline_ms > now ? pending[i].deadline_ms - now : 0;
+            if (timeout < 0 || left < (uint64_t)timeout)
+                timeout = (int)left;
+        }
         size_t idle_at = n;
         for (int i = 0; i < nidle; i++)
             pfd[n++] = (struct pollfd){.fd = idle[i], .events = POLLIN}; /* closed by the host */
@@ -240,7 +335,7 @@ static _Noreturn void egress_run(void)
             }
         }
         n = pairs_at + 2 * EGRESS_PAIRS_MAX;
-        if (poll(pfd, n, -1) < 0)
+        if (poll(pfd, n, timeout) < 0)
             continue;
         if (pfd[2].revents) {
             flush_all();
@@ -251,10 +346,20 @@ static _Noreturn void egress_run(void)
             if (fd >= 0)
                 waiting[nwaiting++] = fd;
         }
+        /* Pending tunnels first (backwards, as removal moves the last into the gap), then the
+         * new ones, which join them. */
+        now = now_ms();
+        for (int i = npolled - 1; i >= 0; i--)
+            if (pfd[pending_at + (size_t)i].revents ? pending_step(&pending[i])
+                                                    : now >= pending[i].deadline_ms) {
+                if (!pfd[pending_at + (size_t)i].revents)
+                    close(pending[i].fd);
+                pending[i] = pending[--npending];
+            }
         if (pfd[1].revents & POLLIN) {
             int fd = accept_nb(ltun);
             if (fd >= 0)
-                idle[nidle++] = fd;
+                pending_add(fd);
         }
         /* An idle tunnel that becomes readable was closed by the host (it never speaks
          * first): drop it. Walk backwards so removal keeps the indices below valid. */

@@ -11,7 +11,14 @@
  * opens the connections (a few kept idle) and the guest's forwarder hands each to a program.
  * Squid runs unprivileged (as the proxy user when we are root), one per session, with its
  * configuration, logs and pid in the session's runtime dir; its access log is read back, with
- * bounds, into the session's list of requests. */
+ * bounds, into the session's list of requests.
+ *
+ * Both host-side hops are TCP on the host's loopback, which every local user can reach, so each
+ * is authenticated. The forward: the host writes a random key into the guest over the agent's
+ * channel (AL_EGRESS_KEY_PATH) and sends it first on each tunnel; the guest's forwarder uses no
+ * tunnel that did not. Squid: it takes only connections that start with a PROXY protocol header
+ * (require-proxy-header), and serves only the source address that header claims, a random
+ * IPv6 address known to this process and the session's 0600 squid.conf. */
 #include "session.h"
 #include "transport/transport.h"
 
@@ -25,6 +32,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/random.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
@@ -72,6 +80,11 @@ struct al_net {
     pid_t squid; /* the keeper, whose child Squid is */
     int life;    /* the keeper's stdin: Squid lives while this is open */
     unsigned squid_port, fwd_port;
+    unsigned char key[AL_EGRESS_KEY_LEN]; /* sent first on each tunnel into the guest */
+    char relay_addr[INET6_ADDRSTRLEN];    /* the source the PROXY header claims to Squid */
+    unsigned char relay_in6[16];
+    char proxy_hdr[128];
+    size_t proxy_hdr_len;
     uint64_t bytes_max;
     unsigned conns_max;
     char **allow;
@@ -205,10 +218,10 @@ static void copy_field(char *dst, size_t len, const char *src)
             *c = '?';
 }
 
-/* One line of our logformat: "%ts.%03tu %rm %>rd %>rP %>Hs %<st %>st %Ss %err_code". Squid
- * writes it, but the host and method are the guest's words: printable ASCII only, bounded.
- * Squid 5.7 keeps no space in them (it drops those of "CONNECT [a b]:443"), but a proxy that
- * did must not shift the fields after the host (a forged "200 ... TCP_TUNNEL" in it): the host
+/* One line of our logformat, after its client address: "%ts.%03tu %rm %>rd %>rP %>Hs %<st %>st %Ss
+ * %err_code". Squid writes it, but the host and method are the guest's words: printable ASCII only,
+ * bounded. Squid 5.7 keeps no space in them (it drops those of "CONNECT [a b]:443"), but a proxy
+ * that did must not shift the fields after the host (a forged "200 ... TCP_TUNNEL" in it): the host
  * is whatever lies between the method and Squid's own last six words. */
 int al_net_log_line(char *const *allow, char *line, al_net_request *out)
 {
@@ -296,8 +309,17 @@ static void log_read(struct al_net *n)
                 continue;
             }
             line[len - 1] = '\0';
+            /* Our format puts the client first: only the relay's lines are the guest's (another
+             * local user's connections to the port are 127.0.0.1's, and refused). */
+            char *rest = strchr(line, ' ');
+            struct in6_addr a;
+            if (!rest)
+                continue;
+            *rest++ = '\0';
+            if (inet_pton(AF_INET6, line, &a) != 1 || memcmp(&a, n->relay_in6, sizeof(a)) != 0)
+                continue;
             al_net_request r;
-            if (al_net_log_line(n->allow, line, &r) > 0)
+            if (al_net_log_line(n->allow, rest, &r) > 0)
                 record(n, &r);
         }
     }
@@ -346,6 +368,35 @@ static int connect_local(unsigned port)
         return -1;
     }
     fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) | O_NONBLOCK);
+    return fd;
+}
+
+/* A fresh connection's first bytes, all at once: a socket's empty send buffer takes them. */
+static bool send_first(int fd, const void *buf, size_t len)
+{
+    return send(fd, buf, len, MSG_NOSIGNAL) == (ssize_t)len;
+}
+
+/* A tunnel into the guest: QEMU's forward, then the key that makes the guest's forwarder use
+ * it. */
+static int tunnel_open(struct al_net *n)
+{
+    int fd = connect_local(n->fwd_port);
+    if (fd >= 0 && !send_first(fd, n->key, sizeof(n->key))) {
+        close(fd);
+        return -1;
+    }
+    return fd;
+}
+
+/* A connection to Squid, which serves it only after the PROXY header with the relay's address. */
+static int proxy_open(struct al_net *n)
+{
+    int fd = connect_local(n->squid_port);
+    if (fd >= 0 && !send_first(fd, n->proxy_hdr, n->proxy_hdr_len)) {
+        close(fd);
+        return -1;
+    }
     return fd;
 }
 
@@ -464,7 +515,7 @@ static void *relay_main(void *arg)
                 i++;
             if (i == n->ntun)
                 break;
-            int fd = connect_local(n->fwd_port);
+            int fd = tunnel_open(n);
             if (fd < 0) { /* QEMU not listening yet */
                 retry_at = now + backoff;
                 backoff = backoff * 2 > NET_RETRY_MAX_MS ? NET_RETRY_MAX_MS : backoff * 2;
@@ -543,7 +594,7 @@ static void *relay_main(void *arg)
                 n->bytes += (uint64_t)r;
                 bool capped = n->capped || n->bytes > n->bytes_max;
                 pthread_mutex_unlock(&n->mu);
-                if (capped || (t->p = connect_local(n->squid_port)) < 0) {
+                if (capped || (t->p = proxy_open(n)) < 0) {
                     if (capped)
                         answer_capped(n, t->g);
                     tunnel_close(t);
@@ -600,45 +651,58 @@ static void write_host_addrs(FILE *f)
 
 static int write_conf(struct al_net *n, const char *hosts, const char *user, al_error *err)
 {
-    FILE *f = fopen(n->conf, "wex");
-    if (!f)
-        return al_err(err, -errno, "cannot write the proxy's configuration: %s", strerror(errno));
+    int fd = open(n->conf, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+    FILE *f = fd >= 0 ? fdopen(fd, "w") : NULL;
+    if (!f) {
+        int e = errno;
+        if (fd >= 0)
+            close(fd);
+        return al_err(err, -e, "cannot write the proxy's configuration: %s", strerror(e));
+    }
     /* Paths are the session dir's, which airlock names: no spaces or quotes in them. */
-    fprintf(f,
-            "# Generated by airlock for one session (orchestrator/net.c).\n"
-            "http_port 127.0.0.1:%u\n"
-            "pid_filename %s/squid.pid\n"
-            "cache_log %s/cache.log\n"
-            "logformat airlock %%ts.%%03tu %%rm %%>rd %%>rP %%>Hs %%<st %%>st %%Ss %%err_code\n"
-            "access_log stdio:%s logformat=airlock\n"
-            "logfile_rotate 0\n"
-            "coredump_dir %s\n"
-            "cache deny all\n"
-            "cache_mem 0 MB\n"
-            "netdb_filename none\n"
-            "pinger_enable off\n"
-            "icp_port 0\n"
-            "htcp_port 0\n"
-            "shutdown_lifetime 0 seconds\n"
-            "max_filedescriptors 1024\n"
-            "forwarded_for delete\n"
-            "via off\n"
-            "httpd_suppress_version_string on\n"
-            /* Caps: connections at once from the relay (all from 127.0.0.1, one session); a
-             * reply or request body over the session's byte cap is refused up front when its
-             * length is known (the relay's count is the hard cap). Slow or stuck clients. */
-            "client_ip_max_connections %u\n"
-            "reply_body_max_size %llu KB\n"
-            "request_body_max_size %llu KB\n"
-            "request_header_max_size 64 KB\n"
-            "request_timeout 10 seconds\n"
-            "client_idle_pconn_timeout 10 seconds\n"
-            "read_timeout 60 seconds\n"
-            "connect_timeout 15 seconds\n"
-            "client_lifetime 1 hour\n",
-            n->squid_port, n->dir, n->dir, n->log, n->dir, n->conns_max,
-            (unsigned long long)(n->bytes_max / 1024 + 1),
-            (unsigned long long)(n->bytes_max / 1024 + 1));
+    fprintf(
+        f,
+        "# Generated by airlock for one session (orchestrator/net.c).\n"
+        /* Only the relay: connections that open with a PROXY header (any other is closed),
+         * served only for the address it claims (al_relay below). */
+        "http_port 127.0.0.1:%u require-proxy-header\n"
+        "proxy_protocol_access allow localhost\n"
+        "proxy_protocol_access deny all\n"
+        "acl al_relay src %s\n"
+        "pid_filename %s/squid.pid\n"
+        "cache_log %s/cache.log\n"
+        "logformat airlock %%>a %%ts.%%03tu %%rm %%>rd %%>rP %%>Hs %%<st %%>st %%Ss %%err_code\n"
+        "access_log stdio:%s logformat=airlock\n"
+        "logfile_rotate 0\n"
+        "coredump_dir %s\n"
+        "cache deny all\n"
+        "cache_mem 0 MB\n"
+        "netdb_filename none\n"
+        "pinger_enable off\n"
+        "icp_port 0\n"
+        "htcp_port 0\n"
+        "shutdown_lifetime 0 seconds\n"
+        "max_filedescriptors 1024\n"
+        "forwarded_for delete\n"
+        "via off\n"
+        "httpd_suppress_version_string on\n"
+        /* Caps: the relay holds the connections at once to the session's cap (Squid's own
+         * per-address cap would count other local users' connections from 127.0.0.1
+         * against the guest); a reply or request body over the session's byte cap is
+         * refused up front when its length is known (the relay's count is the hard cap).
+         * Slow or stuck clients, and connections that never send their PROXY header. */
+        "reply_body_max_size %llu KB\n"
+        "request_body_max_size %llu KB\n"
+        "request_header_max_size 64 KB\n"
+        "request_start_timeout 10 seconds\n"
+        "request_timeout 10 seconds\n"
+        "client_idle_pconn_timeout 10 seconds\n"
+        "read_timeout 60 seconds\n"
+        "connect_timeout 15 seconds\n"
+        "client_lifetime 1 hour\n",
+        n->squid_port, n->relay_addr, n->dir, n->dir, n->log, n->dir,
+        (unsigned long long)(n->bytes_max / 1024 + 1),
+        (unsigned long long)(n->bytes_max / 1024 + 1));
     if (user)
         fprintf(f, "cache_effective_user %s\n", user);
     if (hosts)
@@ -660,6 +724,7 @@ static int write_conf(struct al_net *n, const char *hosts, const char *user, al_
           f);
     write_host_addrs(f);
     fputs("\n"
+          "http_access deny !al_relay\n"
           "http_access deny !al_ports\n"
           "http_access deny al_connect !al_tls\n"
           "http_access deny !al_allowed\n"
@@ -767,7 +832,7 @@ static int squid_start(struct al_net *n, al_error *err)
     int life[2];
     if (pipe2(life, O_CLOEXEC) < 0)
         return al_err(err, -errno, "cannot start the network proxy: %s", strerror(errno));
-    int out = open(n->out, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    int out = open(n->out, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
     if (out < 0) {
         int e = errno;
         close(life[0]);
@@ -801,7 +866,7 @@ static int squid_wait_ready(struct al_net *n, al_error *err)
             return al_err(err, -EIO, "the network proxy (squid) did not start: %s",
                           why[0] ? why : "it exited");
         }
-        int fd = connect_local(n->squid_port);
+        int fd = proxy_open(n);
         if (fd >= 0) {
             close(fd);
             return 0;
@@ -901,7 +966,18 @@ int al_net_prepare(al_session *s, const al_session_opts *opts, struct al_vm_conf
         return al_err(err, -ENAMETOOLONG, "session path too long");
     if (strpbrk(n->dir, " \t\n\"'"))
         return al_err(err, -EINVAL, "the session dir's path has spaces or quotes");
-    if (mkdir(n->dir, 0755) < 0)
+    /* The secrets: the tunnels' key, and the relay's address (a random ULA) in its header. */
+    unsigned char a6[16];
+    if (getrandom(n->key, sizeof(n->key), 0) != (ssize_t)sizeof(n->key) ||
+        getrandom(a6, sizeof(a6), 0) != (ssize_t)sizeof(a6))
+        return al_err(err, -EIO, "getrandom: %s", strerror(errno));
+    a6[0] = 0xfd;
+    memcpy(n->relay_in6, a6, sizeof(a6));
+    inet_ntop(AF_INET6, a6, n->relay_addr, sizeof(n->relay_addr));
+    n->proxy_hdr_len = (size_t)snprintf(n->proxy_hdr, sizeof(n->proxy_hdr),
+                                        "PROXY TCP6 %s ::1 1024 3128\r\n", n->relay_addr);
+    /* 0700: Squid's files (its configuration names the relay's address) are nobody else's. */
+    if (mkdir(n->dir, 0700) < 0)
         return al_err(err, -errno, "cannot make %s: %s", n->dir, strerror(errno));
     const char *user = NULL;
     if (geteuid() == 0) {
@@ -927,13 +1003,31 @@ int al_net_prepare(al_session *s, const al_session_opts *opts, struct al_vm_conf
     return 0;
 }
 
+/* The tunnels' key, into the guest over the agent's channel (a file copy through a 0600 file of
+ * the session's own dir), before the relay opens the first tunnel. */
+static int key_to_guest(al_session *s, struct al_net *n, al_error *err)
+{
+    char tmp[AL_PATH_MAX];
+    if (al_pathf(tmp, sizeof(tmp), "%s/egress.key", s->dir) < 0)
+        return al_err(err, -ENAMETOOLONG, "session path too long");
+    int fd = open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, 0600);
+    if (fd < 0)
+        return al_err(err, -errno, "cannot write the network key: %s", strerror(errno));
+    bool ok = write(fd, n->key, sizeof(n->key)) == (ssize_t)sizeof(n->key);
+    ok = close(fd) == 0 && ok;
+    int r = ok ? al_file_put(s, tmp, AL_EGRESS_KEY_PATH, err)
+               : al_err(err, -EIO, "cannot write the network key");
+    unlink(tmp);
+    return r;
+}
+
 int al_net_start(al_session *s, al_error *err)
 {
     struct al_net *n = s->net;
     if (!n)
         return 0;
     int r = squid_wait_ready(n, err);
-    if (r < 0)
+    if (r < 0 || (r = key_to_guest(s, n, err)) < 0)
         return r;
     if (pipe2(n->stop, O_CLOEXEC) < 0)
         return al_err(err, -errno, "cannot make a pipe: %s", strerror(errno));

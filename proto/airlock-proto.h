@@ -32,6 +32,11 @@
 #define AL_REFRESH_SEED 64  /* bytes of host entropy in a REFRESH */
 #define AL_MACHINE_ID 16    /* bytes of a machine-id (32 hex digits in /etc/machine-id) */
 #define AL_HOSTNAME_MAX 63  /* a REFRESH's hostname: one DNS label */
+/* Network on request: the host writes a key of its own to this guest file (a FILE_PUT, over the
+ * agent's channel) before it opens any tunnel, and sends the key first on each tunnel; the
+ * guest's forwarder pairs a program only with a tunnel that sent it (docs/PROTOCOL.md). */
+#define AL_EGRESS_KEY_PATH "/run/airlock-egress.key"
+#define AL_EGRESS_KEY_LEN 32
 /* Default flow-control window per stream: the receiver buffers at most this much unconsumed. */
 #define AL_WINDOW_DEFAULT (1024 * 1024)
 #define AL_WINDOW_MIN AL_DATA_CHUNK_MAX

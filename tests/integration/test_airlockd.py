@@ -1161,6 +1161,47 @@ class SlowClientTest(unittest.TestCase):
             self.assertEqual(d.stop(), 0)
             shutil.rmtree(d.dir, ignore_errors=True)
 
+    def test_a_trickled_head_is_cut_at_its_deadline(self):
+        # One byte of the head every second keeps libmicrohttpd's idle timer (30 s) from
+        # firing; the head's own deadline (3 s here) closes the connection all the same. A
+        # request whose head comes at once, on a connection kept alive, is answered.
+        d = Daemon(connection_timeout_s=30, head_timeout_s=3)
+        try:
+            s = socket.create_connection(("127.0.0.1", d.port), timeout=30)
+            t0 = time.time()
+            head = b"GET /v1/health HTTP/1.1\r\nHost: x\r\nX-Slow: " + b"a" * 40
+            cut_at = None
+            for b in head:
+                try:
+                    s.sendall(bytes([b]))
+                    s.settimeout(1)
+                    if s.recv(1) == b"":
+                        cut_at = time.time() - t0
+                        break
+                except socket.timeout:
+                    continue
+                except OSError:
+                    cut_at = time.time() - t0
+                    break
+            s.close()
+            self.assertIsNotNone(cut_at, "a trickled head was never cut")
+            self.assertGreater(cut_at, 2)
+            self.assertLess(cut_at, 12)
+            k = socket.create_connection(("127.0.0.1", d.port), timeout=10)
+            for _ in range(2):
+                k.sendall(b"GET /v1/health HTTP/1.1\r\nHost: x\r\n\r\n")
+                got = b""
+                while b"\r\n\r\n" not in got or not got.rstrip().endswith(b"}"):
+                    b = k.recv(4096)
+                    if not b:
+                        break
+                    got += b
+                self.assertEqual(status_of(got), 200, got[:200])
+            k.close()
+        finally:
+            self.assertEqual(d.stop(), 0)
+            shutil.rmtree(d.dir, ignore_errors=True)
+
 
 class ChatBytesTest(unittest.TestCase):
     """issue 29, 10: a file name that is not UTF-8 (and output that is not) reaches the chat's

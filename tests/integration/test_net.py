@@ -8,6 +8,7 @@ apt in the guest); the --net none and start-failure cases use tiny."""
 import json
 import os
 import re
+import shutil
 import socket
 import subprocess
 import sys
@@ -185,6 +186,78 @@ def squids_of(name):
         if b"squid" in cmd and name.encode() in cmd:
             found.append(pid)
     return found
+
+
+# A guest program that fetches three times once the test says so (the other user is ready).
+LOCAL_USER_GUEST = r"""
+import json, sys, urllib.request
+print("ready", flush=True)
+sys.stdin.readline()
+R = []
+for i in range(3):
+    try:
+        with urllib.request.urlopen("http://web.test/hello.txt", timeout=60) as r:
+            R.append([r.status, r.read().decode()])
+    except Exception as e:
+        R.append([0, repr(e)[:300]])
+print(json.dumps(R), flush=True)
+"""
+
+# Another local user (run as nobody): arguments the forward's port, Squid's, its squid.conf.
+LOCAL_USER = r"""
+import json, socket, sys
+fwd, squid, conf = int(sys.argv[1]), int(sys.argv[2]), sys.argv[3]
+R = {}
+try:
+    open(conf).read()
+    R["conf"] = "read"
+except OSError as e:
+    R["conf"] = e.errno
+tun = []
+for i in range(8):
+    try:
+        tun.append(socket.create_connection(("127.0.0.1", fwd), timeout=5))
+    except OSError:
+        pass
+R["tunnels"] = len(tun)
+def ask(pre):
+    try:
+        s = socket.create_connection(("127.0.0.1", squid), timeout=15)
+        s.sendall(pre + b"GET http://web.test/hello.txt HTTP/1.1\r\nHost: web.test\r\n\r\n")
+        out = b""
+        while True:
+            b = s.recv(65536)
+            if not b:
+                break
+            out += b
+        s.close()
+        return out.decode(errors="replace")[:300]
+    except OSError as e:
+        return repr(e)
+R["plain"] = ask(b"")
+R["proxy_header"] = ask(b"PROXY TCP4 127.0.0.1 127.0.0.1 1024 3128\r\n")
+held = []
+for i in range(40):
+    try:
+        held.append(socket.create_connection(("127.0.0.1", squid), timeout=5))
+    except OSError:
+        pass
+R["held"] = len(held)
+print(json.dumps(R), flush=True)
+sys.stdin.readline()
+got = b""
+for s in tun:
+    s.settimeout(0.5)
+    try:
+        while True:
+            b = s.recv(65536)
+            if not b:
+                break
+            got += b
+    except OSError:
+        pass
+print(json.dumps({"tunnel_bytes": got.decode(errors="replace")[:500]}), flush=True)
+"""
 
 
 class HostListener:
@@ -428,6 +501,83 @@ class NetTest(unittest.TestCase):
         r = altest.run(["gc"])
         self.assertEqual(r.returncode, 0, r.stderr)
         self.assertFalse(os.path.exists(os.path.join(altest.runtime_sessions_dir(), name)))
+
+    def test_another_local_user_reaches_neither_the_tunnels_nor_the_proxy(self):
+        # issue 29, 2 and 3: a local user who finds the QEMU forward's port (it is on QEMU's
+        # command line) and the session's Squid port opens connections to both while the guest
+        # is about to fetch: the guest's requests go through the host's own tunnels all the same,
+        # none of them reaches that user, Squid serves that user nothing, and 40 connections held
+        # to it do not cut the guest off.
+        if not shutil.which("setpriv"):
+            self.skipTest("needs setpriv to act as another user")
+        p = altest.popen(["--debug", "exec", "--image", "debian", "--net", "allow=web.test",
+                          "--", "python3", "-c", LOCAL_USER_GUEST],
+                         env=dict(os.environ, **self.env), stdin=subprocess.PIPE,
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        err = []
+        t = threading.Thread(target=lambda: err.append(p.stderr.read()), daemon=True)
+        t.start()
+        attacker = None
+        try:
+            self.assertEqual(p.stdout.readline(), b"ready\n")
+            fwd = squid = None
+            for pid in os.listdir("/proc"):
+                try:
+                    with open("/proc/%s/cmdline" % pid, "rb") as f:
+                        cmd = f.read().replace(b"\0", b" ")
+                except OSError:
+                    continue
+                m = re.search(rb"hostfwd=tcp:127\.0\.0\.1:(\d+)-:3129", cmd)
+                if m and b"qemu" in cmd:
+                    fwd = int(m.group(1))
+                    name = re.search(rb"guest=(airlock-[0-9a-f]+)", cmd).group(1).decode()
+            self.assertIsNotNone(fwd, "no QEMU with the network forward")
+            net = os.path.join(altest.runtime_sessions_dir(), name, "net")
+            conf = os.path.join(net, "squid.conf")
+            with open(conf) as f:
+                squid = int(re.search(r"http_port 127\.0\.0\.1:(\d+)", f.read()).group(1))
+            self.assertEqual(os.stat(net).st_mode & 0o777, 0o700)
+            self.assertEqual(os.stat(conf).st_mode & 0o777, 0o600)
+            attacker = subprocess.Popen(
+                ["setpriv", "--reuid", "65534", "--regid", "65534", "--clear-groups",
+                 sys.executable, "-c", LOCAL_USER, str(fwd), str(squid), conf],
+                stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+            seen = json.loads(attacker.stdout.readline() or b"{}")
+            if not seen:
+                attacker.kill()
+                self.fail(attacker.stderr.read()[-2000:])
+            p.stdin.write(b"go\n")
+            p.stdin.flush()
+            line = p.stdout.readline()
+            attacker.stdin.write(b"done\n")
+            attacker.stdin.flush()
+            got = json.loads(attacker.stdout.readline() or b"{}")
+            attacker.wait(timeout=60)
+            p.stdin.close()
+            self.assertEqual(p.wait(timeout=300), 0)
+        finally:
+            for q in (p, attacker):
+                if q and q.poll() is None:
+                    q.kill()
+                    q.wait()
+            t.join(timeout=30)
+            for q in (p, attacker):
+                for f in (q.stdin, q.stdout, q.stderr) if q else ():
+                    f.close()
+        dump = "%s\n%s\n%s\n%s" % (line, seen, got, (err or [b""])[0].decode(errors="replace")[-3000:])
+        hello = "hello from the test internet\n"
+        self.assertEqual(json.loads(line), [[200, hello]] * 3, dump)
+        self.assertEqual(seen["conf"], 13, dump)  # EACCES
+        self.assertEqual(seen["tunnels"], 8, dump)  # QEMU took its connections...
+        self.assertEqual(got["tunnel_bytes"], "", dump)  # ...which carried nothing of the guest's
+        self.assertNotIn("hello", seen["plain"], dump)
+        self.assertNotIn("hello", seen["proxy_header"], dump)
+        self.assertEqual(seen["held"], 40, dump)
+        # The session's requests are the guest's three; the other user's leave no line there.
+        log = (err or [b""])[0].decode(errors="replace")
+        self.assertEqual(len(re.findall(r"airlock: net: GET web\.test:80 200 ", log)), 3, dump)
+        self.assertNotIn("airlock: net: GET web.test:80 403", log, dump)
+        self.assertNotIn("blocked:", log, dump)
 
     def test_net_none_has_no_nic(self):
         r = altest.run(["exec", "--image", "tiny", "--net", "none", "--", "ls", "/sys/class/net"])
