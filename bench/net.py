@@ -6,7 +6,8 @@
 Against the test internet of tests/integration/netlab.py (a network namespace on this machine,
 nothing leaves it), in one run:
   download: MB/s of a 32 MiB file from the lab's HTTP server, (a) by the host directly, (b) by
-    the host through the session's Squid (the proxy's own cost), (c) by a program in the guest
+    the host through the session's Squid (the proxy's own cost; with the PROXY header its relay
+    sends), (c) by a program in the guest
     through the whole path (guest forwarder, QEMU's user network, the relay, Squid);
   small_request: median ms of a GET of a 29-byte file on a fresh connection, the same three ways.
 The guest runs under emulation here, so (c) measures the emulated guest as much as the path.
@@ -28,9 +29,18 @@ sys.path.insert(0, os.path.join(HERE, "..", "tests", "integration"))
 import netlab  # noqa: E402
 
 MEASURE = r'''
-import json, statistics, sys, time, urllib.request
-def measure(big, small, rounds, proxy):
-    op = urllib.request.build_opener(urllib.request.ProxyHandler(proxy))
+import http.client, json, statistics, sys, time, urllib.request
+class _First(http.client.HTTPConnection):
+    first = b""  # sent before each request's bytes: the PROXY header Squid asks of its relay
+    def connect(self):
+        super().connect()
+        self.sock.sendall(self.first)
+class _FirstHandler(urllib.request.HTTPHandler):
+    def http_open(self, req):
+        return self.do_open(_First, req)
+def measure(big, small, rounds, proxy, first=b""):
+    _First.first = first
+    op = urllib.request.build_opener(urllib.request.ProxyHandler(proxy), _FirstHandler)
     rates, lat = [], []
     for _ in range(rounds):
         t = time.monotonic()
@@ -89,7 +99,11 @@ def main():
         run_dir = os.environ.get("AIRLOCK_RUNTIME_DIR", "/run/airlock") + "/sessions"
         conf = open(os.path.join(run_dir, name, "net", "squid.conf")).read()
         port = int(re.search(r"^http_port 127\.0\.0\.1:(\d+)", conf, re.M).group(1))
-        via_squid = ns["measure"](big, small, a.rounds, {"http": "http://127.0.0.1:%d" % port})
+        # Squid serves only its relay: a PROXY header with the relay's address (the conf's).
+        relay = re.search(r"^acl al_relay src (\S+)", conf, re.M)
+        first = ("PROXY TCP6 %s ::1 1024 3128\r\n" % relay.group(1)).encode() if relay else b""
+        via_squid = ns["measure"](big, small, a.rounds, {"http": "http://127.0.0.1:%d" % port},
+                                  first)
         p.terminate()  # airlock closes the session: the VM and its Squid go
         p.wait()
     finally:
