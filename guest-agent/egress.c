@@ -24,7 +24,6 @@
 #include <sys/prctl.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
-#include <time.h>
 
 /* The guest's address on QEMU's user network (its default), where the host forward lands. */
 #define EGRESS_ADDR "10.0.2.15"
@@ -221,9 +220,7 @@ static int accept_nb(int lfd)
 
 static uint64_t now_ms(void)
 {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
+    return now_us() / 1000;
 }
 
 /* The key the host wrote before it opened the first tunnel; read once it is needed. */
@@ -349,13 +346,14 @@ static _Noreturn void egress_run(void)
         /* Pending tunnels first (backwards, as removal moves the last into the gap), then the
          * new ones, which join them. */
         now = now_ms();
-        for (int i = npolled - 1; i >= 0; i--)
-            if (pfd[pending_at + (size_t)i].revents ? pending_step(&pending[i])
-                                                    : now >= pending[i].deadline_ms) {
-                if (!pfd[pending_at + (size_t)i].revents)
-                    close(pending[i].fd);
-                pending[i] = pending[--npending];
+        for (int i = npolled - 1; i >= 0; i--) {
+            if (!pfd[pending_at + (size_t)i].revents) {
+                if (now >= pending[i].deadline_ms)
+                    pending_drop(i); /* never sent the key in time */
+            } else if (pending_step(&pending[i])) {
+                pending[i] = pending[--npending]; /* its fd is idle now, or closed */
             }
+        }
         if (pfd[1].revents & POLLIN) {
             int fd = accept_nb(ltun);
             if (fd >= 0)

@@ -971,13 +971,11 @@ int al_net_prepare(al_session *s, const al_session_opts *opts, struct al_vm_conf
     if (strpbrk(n->dir, " \t\n\"'"))
         return al_err(err, -EINVAL, "the session dir's path has spaces or quotes");
     /* The secrets: the tunnels' key, and the relay's address (a random ULA) in its header. */
-    unsigned char a6[16];
     if (getrandom(n->key, sizeof(n->key), 0) != (ssize_t)sizeof(n->key) ||
-        getrandom(a6, sizeof(a6), 0) != (ssize_t)sizeof(a6))
+        getrandom(n->relay_in6, sizeof(n->relay_in6), 0) != (ssize_t)sizeof(n->relay_in6))
         return al_err(err, -EIO, "getrandom: %s", strerror(errno));
-    a6[0] = 0xfd;
-    memcpy(n->relay_in6, a6, sizeof(a6));
-    inet_ntop(AF_INET6, a6, n->relay_addr, sizeof(n->relay_addr));
+    n->relay_in6[0] = 0xfd;
+    inet_ntop(AF_INET6, n->relay_in6, n->relay_addr, sizeof(n->relay_addr));
     n->proxy_hdr_len = (size_t)snprintf(n->proxy_hdr, sizeof(n->proxy_hdr),
                                         "PROXY TCP6 %s ::1 1024 3128\r\n", n->relay_addr);
     /* 0700: Squid's files (its configuration names the relay's address) are nobody else's. */

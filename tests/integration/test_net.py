@@ -220,16 +220,18 @@ for i in range(8):
     except OSError:
         pass
 R["tunnels"] = len(tun)
+def drain(s, sink):  # reads to EOF into sink; what came before an error stays there
+    while True:
+        b = s.recv(65536)
+        if not b:
+            return
+        sink += b
 def ask(pre):
     try:
         s = socket.create_connection(("127.0.0.1", squid), timeout=15)
         s.sendall(pre + b"GET http://web.test/hello.txt HTTP/1.1\r\nHost: web.test\r\n\r\n")
-        out = b""
-        while True:
-            b = s.recv(65536)
-            if not b:
-                break
-            out += b
+        out = bytearray()
+        drain(s, out)
         s.close()
         return out.decode(errors="replace")[:300]
     except OSError as e:
@@ -245,15 +247,11 @@ for i in range(40):
 R["held"] = len(held)
 print(json.dumps(R), flush=True)
 sys.stdin.readline()
-got = b""
+got = bytearray()
 for s in tun:
     s.settimeout(0.5)
     try:
-        while True:
-            b = s.recv(65536)
-            if not b:
-                break
-            got += b
+        drain(s, got)
     except OSError:
         pass
 print(json.dumps({"tunnel_bytes": got.decode(errors="replace")[:500]}), flush=True)
