@@ -18,13 +18,18 @@
  *   airlock-bench procs [IMAGE] [ROUNDS]
  *       in one session, requests at once: 8 `sleep 1` against one (wall time), the round trip
  *       of `true` beside a run streaming output as fast as it can (read here) against alone,
- *       64 `echo` at once (each output checked) and the host RSS they cost. */
+ *       64 `echo` at once (each output checked) and the host RSS they cost.
+ *   airlock-bench pty [IMAGE] [ROUNDS]
+ *       in one session, alternated with exec round trips of `true`: a keystroke to its echo on
+ *       the host (`cat` on a terminal: the guest's line discipline echoes it), and a login
+ *       shell on a terminal started until its prompt shows. */
 #include "airlock-proto.h"
 #include "airlock.h"
 
 #include <errno.h>
 #include <fcntl.h>
 #include <libvirt/libvirt.h>
+#include <poll.h>
 #include <pthread.h>
 #include <signal.h>
 #include <stdbool.h>
@@ -691,6 +696,19 @@ static void *stream_thread(void *arg)
     return NULL;
 }
 
+/* [IMAGE] [ROUNDS] (1..100, default dflt): a session of IMAGE (default tiny), and /dev/null. */
+static al_session *bench_rounds(int argc, char **argv, int dflt, const char **image, int *n,
+                                int *null)
+{
+    *image = argc > 0 ? argv[0] : "tiny";
+    *n = argc > 1 ? atoi(argv[1]) : dflt;
+    if (*n < 1 || *n > 100)
+        die("rounds must be 1..100");
+    if ((*null = open("/dev/null", O_WRONLY | O_CLOEXEC)) < 0)
+        die("/dev/null");
+    return bench_session(*image);
+}
+
 static void rtts(al_session *s, int n, double *out, int null)
 {
     const char *argv[] = {"true", NULL};
@@ -721,12 +739,9 @@ static void rtts_beside(al_session *s, double mb_s, int n, double *out, double *
 
 static int cmd_procs(int argc, char **argv)
 {
-    const char *image = argc > 0 ? argv[0] : "tiny";
-    int n = argc > 1 ? atoi(argv[1]) : 5;
-    if (n < 1 || n > 100)
-        die("rounds must be 1..100");
-    al_session *s = bench_session(image);
-    int null = open("/dev/null", O_WRONLY | O_CLOEXEC);
+    const char *image;
+    int n, null;
+    al_session *s = bench_rounds(argc, argv, 5, &image, &n, &null);
     struct proc_job jobs[64];
     double one[100], eight[100];
     /* 8 sleeps at once against one, rounds alternated */
@@ -780,6 +795,127 @@ static int cmd_procs(int argc, char **argv)
     return correct == 64 ? 0 : 1;
 }
 
+/* A pty run in a thread: what it shows lands in text (bounded), each chunk says so on a pipe. */
+struct pty_job {
+    al_session *s;
+    const char *const *argv;
+    int keys[2], note[2];
+    char text[4096];
+    size_t len;
+    int rc;
+};
+
+static int pty_output(void *ctx, int stream, const uint8_t *data, size_t n)
+{
+    struct pty_job *j = ctx;
+    (void)stream;
+    size_t take = n < sizeof(j->text) - 1 - j->len ? n : sizeof(j->text) - 1 - j->len;
+    memcpy(j->text + j->len, data, take);
+    j->len += take;
+    j->text[j->len] = '\0';
+    (void)!write(j->note[1], "x", 1);
+    return 0;
+}
+
+static void *pty_thread(void *arg)
+{
+    struct pty_job *j = arg;
+    al_exec_opts o = {.argv = j->argv,
+                      .stdin_fd = j->keys[0],
+                      .stdout_fd = -1,
+                      .stderr_fd = -1,
+                      .output = pty_output,
+                      .output_ctx = j,
+                      .pty_rows = 24,
+                      .pty_cols = 80};
+    al_exec_result r;
+    al_error err = {0};
+    j->rc = al_exec(j->s, &o, &r, &err);
+    if (j->rc < 0)
+        fprintf(stderr, "airlock-bench: %s: %s\n", j->argv[0], err.msg);
+    (void)!write(j->note[1], "x", 1);
+    return NULL;
+}
+
+static void pty_start(struct pty_job *j, al_session *s, const char *const *argv, pthread_t *t)
+{
+    *j = (struct pty_job){.s = s, .argv = argv};
+    if (pipe(j->keys) < 0 || pipe(j->note) < 0 || pthread_create(t, NULL, pty_thread, j))
+        die("pty job");
+}
+
+/* Waits until the job's text holds want (a chunk at a time), at most 120 s. */
+static void pty_wait_for(struct pty_job *j, const char *want)
+{
+    double end = now_s() + 120;
+    while (!strstr(j->text, want)) {
+        struct pollfd p = {j->note[0], POLLIN, 0};
+        char b[64];
+        if (now_s() > end || poll(&p, 1, 1000) < 0)
+            die("the terminal never showed what was awaited");
+        if (p.revents && read(j->note[0], b, sizeof(b)) <= 0)
+            die("read");
+    }
+}
+
+static void pty_end(struct pty_job *j, pthread_t t)
+{
+    close(j->keys[1]); /* the terminal closes: the run is hung up */
+    pthread_join(t, NULL);
+    close(j->keys[0]);
+    close(j->note[0]);
+    close(j->note[1]);
+}
+
+static int cmd_pty(int argc, char **argv)
+{
+    const char *image;
+    int n, null;
+    al_session *s = bench_rounds(argc, argv, 20, &image, &n, &null);
+    double key[100], rtt_k[100], prompt[100], rtt_p[100];
+    /* keystrokes into one `cat`, each to its echo, alternated with round trips */
+    const char *cat[] = {"cat", NULL};
+    struct pty_job j;
+    pthread_t t;
+    pty_start(&j, s, cat, &t);
+    for (int i = 0; i < n; i++) {
+        rtts(s, 1, &rtt_k[i], null);
+        char want[8];
+        snprintf(want, sizeof(want), "%c", 'a' + i % 26);
+        j.len = 0;
+        j.text[0] = '\0';
+        double t0 = now_s();
+        if (write(j.keys[1], want, 1) != 1)
+            die("write");
+        pty_wait_for(&j, want);
+        key[i] = (now_s() - t0) * 1e3;
+    }
+    pty_end(&j, t);
+    /* a login shell until its prompt, alternated with round trips */
+    const char *shell[] = {"/bin/sh", "-c", "PS1='ready> ' exec sh -i", NULL};
+    for (int i = 0; i < n; i++) {
+        rtts(s, 1, &rtt_p[i], null);
+        double t0 = now_s();
+        pty_start(&j, s, shell, &t);
+        pty_wait_for(&j, "ready> ");
+        prompt[i] = (now_s() - t0) * 1e3;
+        pty_end(&j, t);
+    }
+    double mk = median(key, n), mrk = median(rtt_k, n), mp = median(prompt, n),
+           mrp = median(rtt_p, n);
+    printf("{\"image\": \"%s\", \"rounds\": %d, \"kvm\": %s, ", image, n,
+           al_session_kvm(s) ? "true" : "false");
+    printf("\"keystroke_echo_ms\": %.2f, \"rtt_true_ms\": %.2f, \"keystroke_vs_rtt\": %.3f, ", mk,
+           mrk, mk / mrk);
+    printf("\"shell_prompt_ms\": %.2f, \"rtt_true_beside_ms\": %.2f, \"prompt_vs_rtt\": %.3f, ", mp,
+           mrp, mp / mrp);
+    print_series("keystroke_echo_ms_sorted", key, n, true);
+    printf("}\n");
+    close(null);
+    al_session_close(s);
+    return 0;
+}
+
 int main(int argc, char **argv)
 {
     signal(SIGPIPE, SIG_IGN);
@@ -793,11 +929,14 @@ int main(int argc, char **argv)
         return cmd_kernel(argc - 2, argv + 2);
     if (argc >= 2 && !strcmp(argv[1], "procs"))
         return cmd_procs(argc - 2, argv + 2);
+    if (argc >= 2 && !strcmp(argv[1], "pty"))
+        return cmd_pty(argc - 2, argv + 2);
     fprintf(stderr,
             "usage: airlock-bench direct QEMU KERNEL INITRD CMDLINE MEMORY_MIB kvm|tcg VCPUS\n"
             "       airlock-bench session [IMAGE] [RTT_COUNT] [STREAM_MIB] [VCPUS]\n"
             "       airlock-bench checkpoint [IMAGE] [MEMORY_MIB] [ROUNDS]\n"
             "       airlock-bench kernel [IMAGE] [ROUNDS]\n"
-            "       airlock-bench procs [IMAGE] [ROUNDS]\n");
+            "       airlock-bench procs [IMAGE] [ROUNDS]\n"
+            "       airlock-bench pty [IMAGE] [ROUNDS]\n");
     return 2;
 }

@@ -66,7 +66,7 @@ class Bench:
         return dt, r
 
     def exec_true(self, warm):
-        dt, r = self.run([self.airlock, "--debug", "-q", "exec", "-i", self.args.image, "--",
+        dt, r = self.run([self.airlock, "--debug", "-q", "exec", "--image", self.args.image, "--",
                           "true"], warm)
         m = READY_LINE.search(r.stderr)
         split = {k: int(v) for k, v in zip(("ready", "prepare", "start", "handshake", "unique"),
@@ -129,7 +129,7 @@ class Bench:
 
     def first_plot(self):
         cold, warm, cold_end, warm_end = [], [], [], []
-        argv = [self.airlock, "-q", "exec", "-i", self.args.image, "--lang", "python", "--kernel",
+        argv = [self.airlock, "-q", "exec", "--image", self.args.image, "--lang", "python", "--kernel",
                 "-c", PLOT]
         outputs = tempfile.mkdtemp(prefix="airlock-warm-bench-out-")
         try:

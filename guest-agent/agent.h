@@ -125,6 +125,8 @@ struct req {
                                      a process); get: out[0] is the file */
     int in_fd;                    /* exec: stdin pipe; put: temporary file; -1 when closed */
     bool want_stdin;              /* exec: the host sends stdin */
+    int pty_fd;                   /* exec on a pty (AL_EXEC_PTY): its master, for RESIZE; out[0]
+                                     and in_fd are dups of it; -1: none */
     bool in_eof;                  /* host sent EOF on the input stream */
     uint64_t in_unacked;          /* input bytes received but not yet credited back */
     struct ibuf inq;              /* exec stdin not yet accepted by the pipe */
@@ -269,6 +271,8 @@ void exec_start(struct agent *a, const struct al_msg *m);
 void exec_stdin(struct agent *a, struct req *r, const struct al_msg *m);
 void exec_flush_stdin(struct agent *a, struct req *r);
 void exec_signal(struct agent *a, const struct al_msg *m);
+/* RESIZE: a pty run's new window size (the kernel tells its foreground group with SIGWINCH). */
+void exec_resize(struct agent *a, const struct al_msg *m);
 /* Reaps exited children; true when more may be waiting. */
 bool exec_reap(struct agent *a);
 void exec_tick(struct agent *a, struct req *r, uint64_t now);
@@ -285,6 +289,7 @@ struct spawn {
     char **argv;
     char **envp;
     const char *cwd;
+    bool ctty; /* fd 0 is a terminal: it becomes the process's controlling terminal */
 };
 /* Starts sp in its own session (in cg_fd's cgroup when >= 0) with fds[i] as its fd i. Returns
  * the pid once execve succeeded; else -1 with the failing stage and errno in e. */

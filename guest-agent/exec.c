@@ -6,9 +6,11 @@
 #include <linux/magic.h>
 #include <linux/sched.h>
 #include <poll.h>
+#include <pty.h>
 #include <signal.h>
 #include <stdio.h>
 #include <string.h>
+#include <sys/ioctl.h>
 #include <sys/stat.h>
 #include <sys/statfs.h>
 #include <sys/syscall.h>
@@ -299,6 +301,9 @@ static __attribute__((noreturn)) void child_run(const struct spawn *sp, const in
     for (int i = 0; i < nfds; i++)
         if (fds[i] == i ? fcntl(i, F_SETFD, 0) < 0 : dup2(fds[i], i) < 0)
             goto fail;
+    /* A new session has no terminal yet: its first one is this. */
+    if (sp->ctty && ioctl(0, TIOCSCTTY, 0) < 0)
+        goto fail;
     e[0] = STAGE_CWD;
     if (chdir(sp->cwd) < 0)
         goto fail;
@@ -397,11 +402,66 @@ void exec_stdin_identity(struct req *r, int fd)
     }
 }
 
+/* An output stream of an exec, at the start of its credit. */
+static struct ostream exec_stream(struct agent *a, int fd, uint8_t stream, uint64_t cap)
+{
+    return (struct ostream){.fd = fd, .stream = stream, .credit = a->window, .limit = cap};
+}
+
+/* Starts sp for r with fds as its 0, 1 and 2, in a cgroup of r's own when the guest has them;
+ * 0, or sends the error itself and returns -1. */
+static int spawn_req(struct agent *a, struct req *r, struct spawn *sp, const int fds[3])
+{
+    _cleanup_close_ int cg_fd = -1;
+    int e[2];
+    if (a->cgroup && (cg_fd = cgroup_create(a, r)) < 0) {
+        agent_send_error(a, r->id, errno_class(-cg_fd), -cg_fd, "cannot create cgroup: %s",
+                         strerror(-cg_fd));
+        return -1;
+    }
+    r->start_us = now_us();
+    pid_t pid = spawn_process(sp, fds, 3, cg_fd, e);
+    if (pid < 0) {
+        spawn_error(a, r->id, e, sp);
+        return -1;
+    }
+    r->pid = pid;
+    return 0;
+}
+
+/* Starts the process of r on a new pseudo-terminal: the child's stdin, stdout and stderr are its
+ * slave, which is also its controlling terminal (job control, ^C ^Z ^\ as the line discipline
+ * has them); the agent keeps the master, read as the STDOUT stream, written as stdin, sized by
+ * RESIZE. Returns 0, or sends the error itself and returns -1. */
+static int spawn_pty(struct agent *a, struct req *r, const struct al_msg *m, struct spawn *sp)
+{
+    _cleanup_close_ int master = -1, slave = -1, out = -1, in = -1;
+    struct winsize ws = {.ws_row = m->u.exec.rows, .ws_col = m->u.exec.cols};
+    bool want_stdin = m->u.exec.flags & AL_EXEC_STDIN;
+    if (openpty(&master, &slave, NULL, NULL, &ws) < 0 || fcntl(master, F_SETFD, FD_CLOEXEC) < 0 ||
+        fcntl(slave, F_SETFD, FD_CLOEXEC) < 0 || fcntl(master, F_SETFL, O_NONBLOCK) < 0 ||
+        (out = fcntl(master, F_DUPFD_CLOEXEC, 0)) < 0 ||
+        (want_stdin && (in = fcntl(master, F_DUPFD_CLOEXEC, 0)) < 0)) {
+        agent_send_error(a, r->id, errno_class(errno), errno, "cannot open a terminal: %s",
+                         strerror(errno));
+        return -1;
+    }
+    int fds[3] = {slave, slave, slave};
+    sp->ctty = true;
+    if (spawn_req(a, r, sp, fds) < 0)
+        return -1;
+    /* One stream: a terminal interleaves what the program writes on stdout and stderr. */
+    r->out[0] = exec_stream(a, steal_fd(&out), AL_STREAM_STDOUT, m->u.exec.output_cap);
+    r->in_fd = steal_fd(&in);
+    r->want_stdin = want_stdin;
+    r->pty_fd = steal_fd(&master);
+    return 0;
+}
+
 /* Starts the process of r; returns 0, or sends the error itself and returns -1. */
-static int spawn(struct agent *a, struct req *r, const struct al_msg *m, const struct spawn *sp)
+static int spawn(struct agent *a, struct req *r, const struct al_msg *m, struct spawn *sp)
 {
     _cleanup_close_ int out_r = -1, out_w = -1, err_r = -1, err_w = -1, in_r = -1, in_w = -1;
-    _cleanup_close_ int cg_fd = -1;
     bool want_stdin = m->u.exec.flags & AL_EXEC_STDIN;
     /* A read must be able to wait to be reported: without host stdin the run gets a pipe that
      * nobody writes instead of /dev/null. */
@@ -421,35 +481,16 @@ static int spawn(struct agent *a, struct req *r, const struct al_msg *m, const s
     }
     fcntl(out_r, F_SETPIPE_SZ, AGENT_PIPE_SIZE);
     fcntl(err_r, F_SETPIPE_SZ, AGENT_PIPE_SIZE);
-    if (a->cgroup && (cg_fd = cgroup_create(a, r)) < 0) {
-        agent_send_error(a, r->id, errno_class(-cg_fd), -cg_fd, "cannot create cgroup: %s",
-                         strerror(-cg_fd));
+    int fds[3] = {in_r >= 0 ? in_r : a->null_fd, out_w, err_w};
+    if (spawn_req(a, r, sp, fds) < 0)
         return -1;
-    }
-
-    r->start_us = now_us();
-    int fds[3] = {in_r >= 0 ? in_r : a->null_fd, out_w, err_w}, e[2];
-    pid_t pid = spawn_process(sp, fds, 3, cg_fd, e);
-    if (pid < 0) {
-        spawn_error(a, r->id, e, sp);
-        return -1;
-    }
-    r->pid = pid;
-    r->out[0] = (struct ostream){.fd = steal_fd(&out_r),
-                                 .stream = AL_STREAM_STDOUT,
-                                 .credit = a->window,
-                                 .limit = m->u.exec.output_cap};
-    r->out[1] = (struct ostream){.fd = steal_fd(&err_r),
-                                 .stream = AL_STREAM_STDERR,
-                                 .credit = a->window,
-                                 .limit = m->u.exec.output_cap};
+    r->out[0] = exec_stream(a, steal_fd(&out_r), AL_STREAM_STDOUT, m->u.exec.output_cap);
+    r->out[1] = exec_stream(a, steal_fd(&err_r), AL_STREAM_STDERR, m->u.exec.output_cap);
     if (in_w >= 0)
         exec_stdin_identity(r, in_w);
     r->in_fd = want_stdin ? steal_fd(&in_w) : -1;
     r->stdin_hold[1] = held_stdin ? steal_fd(&in_w) : -1;
     r->want_stdin = want_stdin;
-    if (m->u.exec.timeout_ms)
-        r->deadline_us = r->start_us + (uint64_t)m->u.exec.timeout_ms * 1000;
     return 0;
 }
 
@@ -477,10 +518,13 @@ void exec_start(struct agent *a, const struct al_msg *m)
         agent_log("exec id=%u lang=%s", r->id, printable(m->u.exec.lang, name, sizeof(name)));
     else
         agent_log("exec id=%u argv0=%s", r->id, printable(m->u.exec.argv[0], name, sizeof(name)));
-    if (spawn(a, r, m, &sp) < 0) {
+    sp.ctty = false;
+    if ((m->u.exec.flags & AL_EXEC_PTY ? spawn_pty(a, r, m, &sp) : spawn(a, r, m, &sp)) < 0) {
         req_free(a, r);
         return;
     }
+    if (m->u.exec.timeout_ms)
+        r->deadline_us = r->start_us + (uint64_t)m->u.exec.timeout_ms * 1000;
     struct al_msg started = {.type = AL_STARTED, .id = r->id};
     started.u.started.pid = (uint32_t)r->pid;
     agent_send(a, &started);
@@ -518,6 +562,21 @@ void exec_flush_stdin(struct agent *a, struct req *r)
         r->in_unacked -= done;
         agent_send_credit(a, r->id, AL_STREAM_STDIN, (uint32_t)done);
     }
+}
+
+/* A pty run's terminal closed (the host's EOF on its input): the master goes, so the kernel
+ * hangs the terminal up as when a terminal emulator's window closes (SIGHUP and SIGCONT to the
+ * session, EOF and EIO on the slave); what the run still had to show is dropped. */
+static void pty_hangup(struct agent *a, struct req *r)
+{
+    agent_log("hangup id=%u", r->id);
+    closep(&r->in_fd);
+    r->in_fd = -1;
+    r->inq.head = r->inq.len = 0;
+    if (r->out[0].fd >= 0)
+        ostream_close(a, r, &r->out[0]);
+    closep(&r->pty_fd);
+    r->pty_fd = -1;
 }
 
 void exec_stdin(struct agent *a, struct req *r, const struct al_msg *m)
@@ -563,6 +622,8 @@ void exec_stdin(struct agent *a, struct req *r, const struct al_msg *m)
     q->len += len;
     r->in_unacked += len;
     exec_flush_stdin(a, r);
+    if (r->in_eof && r->pty_fd >= 0)
+        pty_hangup(a, r);
 }
 
 void exec_signal(struct agent *a, const struct al_msg *m)
@@ -587,6 +648,19 @@ void exec_signal(struct agent *a, const struct al_msg *m)
     else if (kill(-r->pid, signo) < 0 && errno != ESRCH)
         agent_send_error(a, m->id, errno_class(errno), errno, "cannot send signal %d: %s", signo,
                          strerror(errno));
+}
+
+void exec_resize(struct agent *a, const struct al_msg *m)
+{
+    struct req *r = req_find(a, m->id);
+    if (!r || r->kind != REQ_EXEC || r->pty_fd < 0) {
+        agent_send_error(a, m->id, r ? AL_ERR_INVALID : AL_ERR_NOT_FOUND, 0,
+                         r ? "request %u has no terminal" : "no request %u", m->id);
+        return;
+    }
+    struct winsize ws = {.ws_row = m->u.resize.rows, .ws_col = m->u.resize.cols};
+    if (ioctl(r->pty_fd, TIOCSWINSZ, &ws) < 0)
+        agent_log("resize id=%u: %s", r->id, strerror(errno));
 }
 
 bool exec_reap(struct agent *a)

@@ -211,7 +211,7 @@ struct req *req_new(struct agent *a, uint32_t id, enum req_kind kind)
         r->id = id;
         r->kind = kind;
         r->in_fd = r->dir_fd = r->out[0].fd = r->out[1].fd = r->out[2].fd = -1;
-        r->stdin_hold[0] = r->stdin_hold[1] = -1;
+        r->stdin_hold[0] = r->stdin_hold[1] = r->pty_fd = -1;
         return r;
     }
     agent_send_error(a, id, AL_ERR_LIMIT, 0, "too many requests (at most %d)", AGENT_REQ_MAX);
@@ -228,6 +228,7 @@ void req_free(struct agent *a, struct req *r)
     closep(&r->stdin_hold[0]);
     closep(&r->stdin_hold[1]);
     closep(&r->in_fd);
+    closep(&r->pty_fd);
     if (r->tmp[0])
         unlinkat(r->dir_fd, r->tmp, 0); /* a FILE_PUT that did not finish */
     closep(&r->dir_fd);
@@ -526,6 +527,9 @@ static void dispatch(struct agent *a, const struct al_msg *m)
         break;
     case AL_SIGNAL:
         exec_signal(a, m);
+        break;
+    case AL_RESIZE:
+        exec_resize(a, m);
         break;
     case AL_FILE_PUT:
         file_put_start(a, m);

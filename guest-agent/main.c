@@ -94,7 +94,7 @@ int main(int argc, char **argv)
             a->kernels_dir = relay.kernels = optarg;
             break;
         case 'V':
-            printf("airlock-agent %s\n", AIRLOCK_VERSION);
+            printf("airlock-agent %s protocol %d\n", AIRLOCK_VERSION, AL_PROTO_VERSION);
             return 0;
         case 'h':
             usage(stdout);

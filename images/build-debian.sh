@@ -55,6 +55,7 @@ export SOURCE_DATE_EPOCH=${SOURCE_DATE_EPOCH:-1700000000}
 
 [ -x "$agent" ] || die "agent '$agent' is not an executable"
 agent_version=$("$agent" --version | awk '{print $2}')
+agent_protocol=$("$agent" --version | awk '{print $4}')
 [ -n "$agent_version" ] || die "'$agent --version' printed no version"
 boot_find_kernel
 kernels=${AIRLOCK_KERNELS_DIR:-$here/../guest-agent/kernels}
@@ -192,7 +193,7 @@ cat >"$stage/manifest.json" <<EOF
   "disk": "rootfs.qcow2",
   "cmdline": "$boot_cmdline airlock.root=/dev/vda",
   "languages": ["python", "shell", "javascript"],
-  "agent_protocol": 3,
+  "agent_protocol": $agent_protocol,
   "agent_version": "$agent_version",
   "memory_mib": 512,
   "toolchain": $toolchain,

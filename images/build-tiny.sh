@@ -34,6 +34,7 @@ busybox=$(command -v busybox) || die "busybox not found (install busybox-static)
 readelf -l "$busybox" | grep -q 'program interpreter' && die "$busybox is not static (install busybox-static)"
 boot_find_kernel
 agent_version=$("$agent" --version | awk '{print $2}')
+agent_protocol=$("$agent" --version | awk '{print $4}')
 [ -n "$agent_version" ] || die "'$agent --version' printed no version"
 
 stage=$(mktemp -d)
@@ -80,7 +81,7 @@ cat >"$stage/manifest.json" <<EOF
   "disk": null,
   "cmdline": "$boot_cmdline",
   "languages": ["sh"],
-  "agent_protocol": 3,
+  "agent_protocol": $agent_protocol,
   "agent_version": "$agent_version",
   "memory_mib": 256
 }

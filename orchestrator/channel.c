@@ -139,7 +139,7 @@ int al_channel_send_nowait(struct al_channel *ch, const struct al_msg *m)
 }
 
 int al_channel_recv(struct al_channel *ch, struct al_msg *m, uint64_t deadline_ms, int wake_fd,
-                    int extra_fd, int kick_fd, al_error *err)
+                    int extra_fd, int extra2_fd, int kick_fd, al_error *err)
 {
     uint64_t partial_since = 0;
     for (;;) {
@@ -170,19 +170,17 @@ int al_channel_recv(struct al_channel *ch, struct al_msg *m, uint64_t deadline_m
             if (timeout < 0 || left < timeout)
                 timeout = left;
         }
-        struct pollfd pfd[5] = {{ch->fd, POLLIN, 0},
-                                {wake_fd, POLLIN, 0},
-                                {extra_fd, POLLIN, 0},
-                                {ch->alarm_fd, POLLIN, 0},
-                                {kick_fd, POLLIN, 0}};
-        int pr = poll(pfd, 5, timeout);
+        struct pollfd pfd[6] = {{ch->fd, POLLIN, 0},   {wake_fd, POLLIN, 0},
+                                {extra_fd, POLLIN, 0}, {ch->alarm_fd, POLLIN, 0},
+                                {kick_fd, POLLIN, 0},  {extra2_fd, POLLIN, 0}};
+        int pr = poll(pfd, 6, timeout);
         if (pr < 0 && errno == EINTR)
             continue;
         if (pr < 0)
             return al_err(err, -errno, "poll failed: %s", strerror(errno));
         if (pfd[3].revents)
             return al_err(err, -ENOSPC, "%s", ch->alarm_msg ? ch->alarm_msg : "session stopped");
-        if (pfd[1].revents || pfd[2].revents || pfd[4].revents)
+        if (pfd[1].revents || pfd[2].revents || pfd[4].revents || pfd[5].revents)
             return 0;
         if (!pfd[0].revents)
             continue;

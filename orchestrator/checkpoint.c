@@ -211,7 +211,7 @@ static int barrier(al_session *s, al_error *err)
         return r;
     uint64_t deadline = al_now_ms() + BARRIER_MS;
     for (;;) {
-        r = al_channel_recv(&s->ch, &m, deadline, -1, -1, -1, err);
+        r = al_channel_recv(&s->ch, &m, deadline, -1, -1, -1, -1, err);
         if (r == -ETIMEDOUT && err->code == 0)
             return al_err(err, -ETIMEDOUT, "the guest agent did not answer a ping");
         if (r < 0)

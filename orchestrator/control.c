@@ -1,9 +1,10 @@
-/* The control socket: lets other airlock processes of the same user (airlock cp, airlock ps)
- * use a session this process holds. One unix socket per session, in its runtime dir, mode
- * 0600, served by one thread; a request is one JSON line (bounded) plus the three fds of the
- * command's stdin, stdout and stderr passed with SCM_RIGHTS, the answer one JSON line. The
- * session's channel takes one request at a time: requests wait for the owner's and the other
- * way round (the session's lock). */
+/* The control socket: lets other airlock processes of the same user (airlock cp, airlock ps,
+ * airlock shell) use a session this process holds. One unix socket per session, in its runtime
+ * dir, mode 0600; a thread accepts, and each connection is served by a thread of its own (at
+ * most CONTROL_WORKERS_MAX at once), so a shell held open does not hold up a copy. A request is
+ * one JSON line (bounded) plus the fds of the command's stdin, stdout and stderr (and a pty
+ * run's resizes) passed with SCM_RIGHTS, the answer one JSON line. Each request is one of the
+ * session's requests in flight beside the owner's (link.c). */
 #include "session.h"
 #include "tar.h"
 
@@ -26,18 +27,31 @@
 #define ANSWER_MAX 4096
 /* A client has this long to send its request once connected; the server serves one at a time. */
 #define REQUEST_TIMEOUT_S 5
+/* Connections served at once; more are answered "busy". */
+#define CONTROL_WORKERS_MAX 16
+/* stdin, stdout, stderr and a pty run's resize pipe. */
+#define CONTROL_FDS 4
 /* The info file is a few fields. */
 #define INFO_MAX 4096
 #define CONTROL_SOCK "control.sock"
 #define INFO_FILE "info.json"
 
+struct control_worker {
+    struct al_control *c;
+    int fd;             /* the connection; -1: a free slot */
+    int cancel_pipe[2]; /* its request's signal pipe: closing the session writes to it */
+};
+
 struct al_control {
     al_session *s;
     int listen_fd;
-    int stop_pipe[2];   /* wakes the server to end */
-    int cancel_pipe[2]; /* the session's cancel fd while a request of ours runs */
+    int stop_pipe[2]; /* wakes the server to end */
     atomic_bool stopping;
     pthread_t thread;
+    pthread_mutex_t mu; /* the workers' slots and count */
+    pthread_cond_t idle;
+    unsigned nworkers;
+    struct control_worker workers[CONTROL_WORKERS_MAX];
     char path[AL_PATH_MAX];
 };
 
@@ -86,7 +100,7 @@ static int recv_request(int fd, char *buf, size_t len, int *fds, size_t nfds)
     while (have < len - 1) {
         union {
             struct cmsghdr h;
-            char b[CMSG_SPACE(3 * sizeof(int))];
+            char b[CMSG_SPACE(CONTROL_FDS * sizeof(int))];
         } cm;
         struct iovec iov = {buf + have, len - 1 - have};
         struct msghdr mh = {.msg_iov = &iov, .msg_iovlen = 1};
@@ -104,9 +118,10 @@ static int recv_request(int fd, char *buf, size_t len, int *fds, size_t nfds)
                 if (c->cmsg_level != SOL_SOCKET || c->cmsg_type != SCM_RIGHTS)
                     continue;
                 size_t k = (c->cmsg_len - CMSG_LEN(0)) / sizeof(int);
-                int got[3];
-                memcpy(got, CMSG_DATA(c), (k < 3 ? k : 3) * sizeof(int));
-                for (size_t i = 0; i < k && i < 3; i++) {
+                int got[CONTROL_FDS];
+                k = k < CONTROL_FDS ? k : CONTROL_FDS; /* the buffer holds no more */
+                memcpy(got, CMSG_DATA(c), k * sizeof(int));
+                for (size_t i = 0; i < k; i++) {
                     if (i < nfds)
                         fds[i] = got[i];
                     else
@@ -146,14 +161,27 @@ static char **json_strings(const cJSON *arr, size_t max)
     return v;
 }
 
-static void serve_exec(struct al_control *c, int fd, const cJSON *req, int fds[3])
+/* A number of a request in 0..max, else -1 (JSON numbers are doubles: kept in range before
+ * the cast). */
+static long json_uint(const cJSON *j, double max)
 {
+    return cJSON_IsNumber(j) && j->valuedouble >= 0 && j->valuedouble <= max ? (long)j->valuedouble
+                                                                             : -1;
+}
+
+static void serve_exec(struct control_worker *w, int fd, const cJSON *req, int fds[CONTROL_FDS])
+{
+    struct al_control *c = w->c;
     _cleanup_free_ char **argv = json_strings(cJSON_GetObjectItem(req, "argv"), AL_ARGV_MAX);
     const cJSON *cwd = cJSON_GetObjectItem(req, "cwd");
     const cJSON *cap = cJSON_GetObjectItem(req, "output_cap");
     const cJSON *tmo = cJSON_GetObjectItem(req, "timeout_ms");
+    const cJSON *pty = cJSON_GetObjectItem(req, "pty");
+    long rows = pty ? json_uint(cJSON_GetArrayItem(pty, 0), AL_PTY_ROWS_COLS_MAX) : 0;
+    long cols = pty ? json_uint(cJSON_GetArrayItem(pty, 1), AL_PTY_ROWS_COLS_MAX) : 0;
     if (!argv || fds[1] < 0 || fds[2] < 0 || (cwd && !cJSON_IsString(cwd)) ||
-        (cap && !cJSON_IsNumber(cap)) || (tmo && !cJSON_IsNumber(tmo))) {
+        (cap && !cJSON_IsNumber(cap)) || (tmo && !cJSON_IsNumber(tmo)) ||
+        (pty && (!cJSON_IsArray(pty) || rows < 1 || cols < 1))) {
         answer_error(fd, -EINVAL, "malformed exec request");
         return;
     }
@@ -167,9 +195,12 @@ static void serve_exec(struct al_control *c, int fd, const cJSON *req, int fds[3
         .timeout_ms = tmo && tmo->valuedouble > 0 && tmo->valuedouble < 0x1p32
                           ? (unsigned)tmo->valuedouble
                           : 0,
-        .stdin_fd = fds[0],
+        .stdin_fd = pty && cJSON_IsFalse(cJSON_GetObjectItem(req, "stdin")) ? -1 : fds[0],
         .stdout_fd = fds[1],
         .stderr_fd = fds[2],
+        .pty_rows = pty ? (unsigned)rows : 0,
+        .pty_cols = pty ? (unsigned)cols : 0,
+        .resize_fd = pty ? fds[3] : -1,
     };
     al_exec_result res = {0};
     al_error err = {0};
@@ -180,7 +211,7 @@ static void serve_exec(struct al_control *c, int fd, const cJSON *req, int fds[3
     }
     /* A request beside the owner's (link.c); the owner's signals stay the owner's, closing the
      * session cancels ours. */
-    o.cancel_fd = c->cancel_pipe[0];
+    o.cancel_fd = w->cancel_pipe[0];
     r = al_exec(c->s, &o, &res, &err);
     if (r < 0) {
         answer_error(fd, r, err.msg);
@@ -199,7 +230,7 @@ static void serve_exec(struct al_control *c, int fd, const cJSON *req, int fds[3
     send_line(fd, j);
 }
 
-static void serve_one(struct al_control *c, int fd)
+static void serve_one(struct control_worker *w, int fd)
 {
     struct ucred cred;
     socklen_t clen = sizeof(cred);
@@ -209,17 +240,64 @@ static void serve_one(struct al_control *c, int fd)
     struct timeval tv = {.tv_sec = REQUEST_TIMEOUT_S};
     setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
     _cleanup_free_ char *buf = malloc(REQUEST_MAX);
-    int fds[3] = {-1, -1, -1};
-    if (buf && recv_request(fd, buf, REQUEST_MAX, fds, 3) == 0) {
+    int fds[CONTROL_FDS] = {-1, -1, -1, -1};
+    if (buf && recv_request(fd, buf, REQUEST_MAX, fds, CONTROL_FDS) == 0) {
         _cleanup_cjson_ cJSON *req = cJSON_Parse(buf);
         const cJSON *op = cJSON_GetObjectItem(req, "op");
         if (cJSON_IsString(op) && !strcmp(op->valuestring, "exec"))
-            serve_exec(c, fd, req, fds);
+            serve_exec(w, fd, req, fds);
         else
             answer_error(fd, -EINVAL, "unknown request");
     }
-    for (int i = 0; i < 3; i++)
+    for (int i = 0; i < CONTROL_FDS; i++)
         al_closep(&fds[i]);
+}
+
+static void *work(void *p)
+{
+    struct control_worker *w = p;
+    struct al_control *c = w->c;
+    serve_one(w, w->fd);
+    pthread_mutex_lock(&c->mu);
+    al_closep(&w->fd);
+    for (int i = 0; i < 2; i++)
+        al_closep(&w->cancel_pipe[i]);
+    if (--c->nworkers == 0)
+        pthread_cond_broadcast(&c->idle);
+    pthread_mutex_unlock(&c->mu);
+    return NULL;
+}
+
+/* Hands the connection to a thread of its own in a free slot; "busy" when there is none. */
+static void dispatch(struct al_control *c, int fd)
+{
+    pthread_mutex_lock(&c->mu);
+    struct control_worker *w = NULL;
+    for (size_t i = 0; i < CONTROL_WORKERS_MAX && !w; i++)
+        if (c->workers[i].fd < 0)
+            w = &c->workers[i];
+    pthread_t t;
+    pthread_attr_t attr;
+    bool started = false;
+    if (w && pipe2(w->cancel_pipe, O_CLOEXEC | O_NONBLOCK) == 0) {
+        w->fd = fd;
+        pthread_attr_init(&attr);
+        pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
+        started = pthread_create(&t, &attr, work, w) == 0;
+        pthread_attr_destroy(&attr);
+        if (started) {
+            c->nworkers++;
+        } else {
+            w->fd = -1;
+            for (int i = 0; i < 2; i++)
+                al_closep(&w->cancel_pipe[i]);
+        }
+    }
+    pthread_mutex_unlock(&c->mu);
+    if (!started) {
+        answer_error(fd, -EBUSY, "the session serves too many requests at once");
+        close(fd);
+    }
 }
 
 static void *serve(void *p)
@@ -233,9 +311,9 @@ static void *serve(void *p)
             break;
         if (!pfd[0].revents)
             continue;
-        _cleanup_close_ int fd = accept4(c->listen_fd, NULL, NULL, SOCK_CLOEXEC);
+        int fd = accept4(c->listen_fd, NULL, NULL, SOCK_CLOEXEC);
         if (fd >= 0)
-            serve_one(c, fd);
+            dispatch(c, fd);
     }
     return NULL;
 }
@@ -270,10 +348,10 @@ static int write_info(al_session *s, al_error *err)
 static void control_free(struct al_control *c)
 {
     al_closep(&c->listen_fd);
-    for (int i = 0; i < 2; i++) {
+    for (int i = 0; i < 2; i++)
         al_closep(&c->stop_pipe[i]);
-        al_closep(&c->cancel_pipe[i]);
-    }
+    pthread_mutex_destroy(&c->mu);
+    pthread_cond_destroy(&c->idle);
     free(c);
 }
 
@@ -285,13 +363,17 @@ int al_session_serve_control(al_session *s, al_error *err)
     if (!c)
         return al_err(err, -ENOMEM, "out of memory");
     c->s = s;
-    c->listen_fd = c->stop_pipe[0] = c->stop_pipe[1] = c->cancel_pipe[0] = c->cancel_pipe[1] = -1;
+    c->listen_fd = c->stop_pipe[0] = c->stop_pipe[1] = -1;
+    pthread_mutex_init(&c->mu, NULL);
+    pthread_cond_init(&c->idle, NULL);
+    for (size_t i = 0; i < CONTROL_WORKERS_MAX; i++)
+        c->workers[i] = (struct control_worker){c, -1, {-1, -1}};
     struct sockaddr_un sa = {.sun_family = AF_UNIX};
     int r = 0;
     if (al_pathf(c->path, sizeof(c->path), "%s/" CONTROL_SOCK, s->dir) < 0 ||
         strlen(c->path) >= sizeof(sa.sun_path))
         r = al_err(err, -ENAMETOOLONG, "control socket path too long: %s", c->path);
-    if (r == 0 && (pipe2(c->stop_pipe, O_CLOEXEC) < 0 || pipe2(c->cancel_pipe, O_CLOEXEC) < 0 ||
+    if (r == 0 && (pipe2(c->stop_pipe, O_CLOEXEC) < 0 ||
                    (c->listen_fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0)) < 0))
         r = al_err(err, -errno, "cannot make the control socket: %s", strerror(errno));
     if (r == 0) {
@@ -326,8 +408,17 @@ void al_control_stop(al_session *s)
     atomic_store(&c->stopping, true);
     uint8_t sig = SIGTERM;
     (void)!write(c->stop_pipe[1], &sig, 1);
-    (void)!write(c->cancel_pipe[1], &sig, 1);
     pthread_join(c->thread, NULL);
+    /* No new worker now; those at work are cancelled and waited for (they use the session). */
+    pthread_mutex_lock(&c->mu);
+    for (size_t i = 0; i < CONTROL_WORKERS_MAX; i++)
+        if (c->workers[i].fd >= 0) {
+            (void)!write(c->workers[i].cancel_pipe[1], &sig, 1);
+            shutdown(c->workers[i].fd, SHUT_RD); /* a request still being read ends */
+        }
+    while (c->nworkers)
+        pthread_cond_wait(&c->idle, &c->mu);
+    pthread_mutex_unlock(&c->mu);
     unlink(c->path);
     control_free(c);
     s->control = NULL;
@@ -471,22 +562,24 @@ const char *al_remote_name(const al_remote *r)
     return r->name;
 }
 
-static int send_request(int fd, const char *text, const int fds[3])
+static int send_request(int fd, const char *text, const int *fds, size_t nfds)
 {
     union {
         struct cmsghdr h;
-        char b[CMSG_SPACE(3 * sizeof(int))];
+        char b[CMSG_SPACE(CONTROL_FDS * sizeof(int))];
     } cm;
     memset(&cm, 0, sizeof(cm));
     size_t len = strlen(text);
     struct iovec iov = {(void *)text, len};
-    struct msghdr mh = {
-        .msg_iov = &iov, .msg_iovlen = 1, .msg_control = cm.b, .msg_controllen = sizeof(cm.b)};
+    struct msghdr mh = {.msg_iov = &iov,
+                        .msg_iovlen = 1,
+                        .msg_control = cm.b,
+                        .msg_controllen = CMSG_SPACE(nfds * sizeof(int))};
     struct cmsghdr *c = CMSG_FIRSTHDR(&mh);
     c->cmsg_level = SOL_SOCKET;
     c->cmsg_type = SCM_RIGHTS;
-    c->cmsg_len = CMSG_LEN(3 * sizeof(int));
-    memcpy(CMSG_DATA(c), fds, 3 * sizeof(int));
+    c->cmsg_len = CMSG_LEN(nfds * sizeof(int));
+    memcpy(CMSG_DATA(c), fds, nfds * sizeof(int));
     ssize_t n;
     do
         n = sendmsg(fd, &mh, MSG_NOSIGNAL);
@@ -508,6 +601,19 @@ int al_remote_exec(al_remote *r, const al_exec_opts *o, al_exec_result *out, al_
         cJSON_AddStringToObject(req, "cwd", o->cwd);
     cJSON_AddNumberToObject(req, "output_cap", (double)o->output_cap);
     cJSON_AddNumberToObject(req, "timeout_ms", o->timeout_ms);
+    bool pty = o->pty_rows > 0;
+    if (pty) {
+        if (!o->pty_cols)
+            return al_err(err, -EINVAL, "a terminal needs rows and columns");
+        cJSON *size = cJSON_AddArrayToObject(req, "pty");
+        unsigned rows = o->pty_rows > AL_PTY_ROWS_COLS_MAX ? AL_PTY_ROWS_COLS_MAX : o->pty_rows;
+        unsigned cols = o->pty_cols > AL_PTY_ROWS_COLS_MAX ? AL_PTY_ROWS_COLS_MAX : o->pty_cols;
+        cJSON_AddItemToArray(size, cJSON_CreateNumber(rows));
+        cJSON_AddItemToArray(size, cJSON_CreateNumber(cols));
+        /* Its end of input would be its terminal's hangup: none is none. */
+        if (o->stdin_fd < 0)
+            cJSON_AddBoolToObject(req, "stdin", false);
+    }
     _cleanup_free_ char *text = cJSON_PrintUnformatted(req);
     _cleanup_free_ char *line = text ? malloc(strlen(text) + 2) : NULL;
     if (!line)
@@ -516,8 +622,16 @@ int al_remote_exec(al_remote *r, const al_exec_opts *o, al_exec_result *out, al_
         return al_err(err, -E2BIG, "the command is longer than %d bytes", REQUEST_MAX);
     sprintf(line, "%s\n", text);
 
+    /* A pty run's resizes: the caller's pipe, or one nobody writes. */
+    int hold[2] = {-1, -1};
+    if (pty && o->resize_fd <= 0 && pipe2(hold, O_CLOEXEC) < 0)
+        return al_err(err, -errno, "cannot make a pipe: %s", strerror(errno));
+    _cleanup_close_ int hold_r = hold[0], hold_w = hold[1];
     _cleanup_close_ int devnull = o->stdin_fd < 0 ? open("/dev/null", O_RDONLY | O_CLOEXEC) : -1;
-    int fds[3] = {o->stdin_fd >= 0 ? o->stdin_fd : devnull, o->stdout_fd, o->stderr_fd};
+    int fds[CONTROL_FDS] = {o->stdin_fd >= 0 ? o->stdin_fd : devnull, o->stdout_fd, o->stderr_fd,
+                            !pty               ? -1
+                            : o->resize_fd > 0 ? o->resize_fd
+                                               : hold_r};
     if (fds[0] < 0)
         return al_err(err, -errno, "cannot open /dev/null: %s", strerror(errno));
     struct sockaddr_un sa = {.sun_family = AF_UNIX};
@@ -528,7 +642,7 @@ int al_remote_exec(al_remote *r, const al_exec_opts *o, al_exec_result *out, al_
     _cleanup_close_ int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
     if (fd < 0 || connect(fd, (struct sockaddr *)&sa, sizeof(sa)) < 0)
         return al_err(err, -errno, "cannot reach session %s: %s", r->name, strerror(errno));
-    int ret = send_request(fd, line, fds);
+    int ret = send_request(fd, line, fds, pty ? 4 : 3);
     if (ret < 0)
         return al_err(err, ret, "cannot send to session %s: %s", r->name, strerror(-ret));
     char ans[ANSWER_MAX + 1];

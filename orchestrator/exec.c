@@ -23,6 +23,12 @@ static size_t count(const char *const *v)
 #define HOST_GRACE_KERNEL_MS 60000u
 #define HOST_KILL_WAIT_MS 3000u
 
+_Static_assert(AL_PTY_ROWS_COLS_MAX == AL_PTY_DIM_MAX, "the public bound is the wire's");
+/* A pty run whose terminal closed (EOF on its stdin) is hung up by the agent; this long later
+ * whatever still runs of it is killed, as a terminal's hangup leaves nothing behind. */
+#define PTY_HANGUP_KILL_MS 3000u
+#define PTY_TERM_DEFAULT "TERM=xterm-256color"
+
 /* Longer than any message offline_says holds. */
 #define OFFLINE_TAIL 64
 
@@ -42,6 +48,10 @@ struct exec_state {
     bool interrupted;  /* a signal from the cancel fd was passed on to the program */
     bool offline;      /* the output said a host could not be reached (no network) */
     bool scan;         /* look for that: a session without network */
+    bool pty;          /* the run is on a pseudo-terminal: its output is stream 1 alone */
+    int resize_fd;     /* a pty run's new sizes; -1: none */
+    uint64_t hup_ms;   /* a pty run's terminal closed: when its tree is killed; 0: not */
+    bool hup_killed;   /* and it was */
     /* The end of each stream's last chunk: a message cut between two chunks is still seen. */
     char tail[AL_STREAM_COUNT][OFFLINE_TAIL];
     size_t tail_len[AL_STREAM_COUNT];
@@ -110,6 +120,10 @@ static int pump_stdin(struct exec_state *st, al_error *err)
         return 0;
     if (n <= 0) { /* EOF, or an unreadable stdin, ends the guest's stdin */
         st->stdin_fd = -1;
+        /* A terminal has no end of input (^D is a byte): for a pty run this is its hangup (the
+         * agent closes the terminal), and a run that outlives it is killed. */
+        if (st->pty)
+            st->hup_ms = al_now_ms() + PTY_HANGUP_KILL_MS;
         return al_channel_send_data(&st->s->ch, st->id, AL_STREAM_STDIN, AL_FLAG_EOF, NULL, 0, err);
     }
     st->stdin_credit -= (uint64_t)n;
@@ -150,8 +164,9 @@ static int on_data(struct exec_state *st, const al_exec_opts *o, const struct al
     uint8_t stream = m->u.data.stream;
     if (stream == AL_STREAM_RESULT)
         return on_results(st, o, m, err);
-    if (stream != AL_STREAM_STDOUT && stream != AL_STREAM_STDERR)
-        return al_err(err, -EPROTO, "guest sent data on stream %u of an exec", stream);
+    if (stream != AL_STREAM_STDOUT && (stream != AL_STREAM_STDERR || st->pty))
+        return al_err(err, -EPROTO, "guest sent data on stream %u of %s", stream,
+                      st->pty ? "a terminal's run" : "an exec");
     int fd = stream == AL_STREAM_STDOUT ? o->stdout_fd : o->stderr_fd;
     /* The agent stops at the cap; more is a guest speaking for it. Nothing past the cap is
      * written, and the run is killed. */
@@ -200,6 +215,57 @@ static int on_cancel(struct exec_state *st, al_error *err)
     kill.u.signal.signo = SIGKILL;
     al_channel_send_nowait(&st->s->ch, &kill);
     return al_err(err, -ECANCELED, "cancelled by signal %u", sig);
+}
+
+int al_pty_resize(int fd, unsigned rows, unsigned cols)
+{
+    if (!rows || !cols)
+        return -EINVAL;
+    rows = rows > AL_PTY_DIM_MAX ? AL_PTY_DIM_MAX : rows;
+    cols = cols > AL_PTY_DIM_MAX ? AL_PTY_DIM_MAX : cols;
+    uint8_t b[4] = {(uint8_t)rows, (uint8_t)(rows >> 8), (uint8_t)cols, (uint8_t)(cols >> 8)};
+    ssize_t n;
+    do
+        n = write(fd, b, sizeof(b));
+    while (n < 0 && errno == EINTR);
+    return n == (ssize_t)sizeof(b) ? 0 : n < 0 ? -errno : -EIO;
+}
+
+/* The terminal's newest size (older ones queued behind it are skipped) to the guest. A writer
+ * gone ends the resizes, not the run. */
+static int on_resize(struct exec_state *st, al_error *err)
+{
+    uint8_t b[64 * 4];
+    ssize_t n = read(st->resize_fd, b, sizeof(b));
+    if (n < 0 && (errno == EINTR || errno == EAGAIN))
+        return 0;
+    if (n <= 0) {
+        st->resize_fd = -1;
+        return 0;
+    }
+    if (n < 4)
+        return 0; /* not al_pty_resize's: dropped */
+    const uint8_t *p = b + (n / 4 - 1) * 4;
+    unsigned rows = p[0] | (unsigned)p[1] << 8, cols = p[2] | (unsigned)p[3] << 8;
+    if (!rows || !cols || rows > AL_PTY_DIM_MAX || cols > AL_PTY_DIM_MAX)
+        return 0;
+    struct al_msg m = {.type = AL_RESIZE, .id = st->id};
+    m.u.resize.rows = (uint16_t)rows;
+    m.u.resize.cols = (uint16_t)cols;
+    return al_channel_send(&st->s->ch, &m, err);
+}
+
+/* A second after a pty run's hangup: its tree is killed; a while after that, a run still not
+ * ended means an agent that is not ours. */
+static int on_hangup(struct exec_state *st, al_error *err)
+{
+    if (st->hup_killed)
+        return al_err(err, -ETIMEDOUT,
+                      "the guest did not end the run after its terminal closed; the guest agent "
+                      "is not answering");
+    st->hup_killed = true;
+    st->hup_ms = al_now_ms() + HOST_KILL_WAIT_MS;
+    return send_signal(st, SIGKILL, err);
 }
 
 /* A Ctrl-C that arrived while a write waited for the guest (channel.c kept it). */
@@ -345,6 +411,16 @@ static int exec_run(al_session *s, const al_exec_opts *o, al_exec_result *out,
         return al_err(err, -EINVAL, "a kernel run needs a language");
     if (o->input_wait_ms > AL_INPUT_WAIT_MAX_MS)
         return al_err(err, -EINVAL, "the input wait is at most %d s", AL_INPUT_WAIT_MAX_MS / 1000);
+    bool pty = o->pty_rows > 0;
+    if (pty && (o->kernel || op))
+        return al_err(err, -EINVAL, "a kernel run has no terminal");
+    if (pty && !o->pty_cols)
+        return al_err(err, -EINVAL, "a terminal needs rows and columns");
+    bool term_set = false;
+    for (size_t i = 0; pty && i < envc; i++)
+        term_set |= !strncmp(o->env[i], "TERM=", 5);
+    if (pty && !term_set && envc + 1 > AL_ENV_MAX)
+        return al_err(err, -EINVAL, "at most %d environment entries with TERM", AL_ENV_MAX - 1);
 
     char lang[AL_SHORT_STR_MAX + AL_CONTEXT_MAX + 2];
     int lr = kernel_lang(o, lang, sizeof(lang), err);
@@ -355,9 +431,16 @@ static int exec_run(al_session *s, const al_exec_opts *o, al_exec_result *out,
                             .cancel_fd = al_link_cancel_fd(s, id),
                             .stdin_fd = -1,
                             .results = results,
-                            .scan = !al_session_net(s)};
+                            .scan = !al_session_net(s),
+                            .pty = pty,
+                            .resize_fd = pty && o->resize_fd > 0 ? o->resize_fd : -1};
     struct al_msg m = {.type = AL_EXEC, .id = st.id};
-    m.u.exec.flags = (o->stdin_fd >= 0 ? AL_EXEC_STDIN : 0) | (o->kernel ? AL_EXEC_KERNEL : 0) | op;
+    m.u.exec.flags = (o->stdin_fd >= 0 ? AL_EXEC_STDIN : 0) | (o->kernel ? AL_EXEC_KERNEL : 0) |
+                     op | (pty ? AL_EXEC_PTY : 0);
+    if (pty) {
+        m.u.exec.rows = (uint16_t)(o->pty_rows > AL_PTY_DIM_MAX ? AL_PTY_DIM_MAX : o->pty_rows);
+        m.u.exec.cols = (uint16_t)(o->pty_cols > AL_PTY_DIM_MAX ? AL_PTY_DIM_MAX : o->pty_cols);
+    }
     m.u.exec.timeout_ms = o->timeout_ms;
     m.u.exec.input_wait_ms = o->input_wait_ms;
     m.u.exec.output_cap = o->output_cap;
@@ -369,6 +452,8 @@ static int exec_run(al_session *s, const al_exec_opts *o, al_exec_result *out,
     m.u.exec.envc = (uint32_t)envc;
     for (size_t i = 0; i < envc; i++)
         m.u.exec.env[i] = al_str_cstr(o->env[i]);
+    if (pty && !term_set)
+        m.u.exec.env[m.u.exec.envc++] = al_str_cstr(PTY_TERM_DEFAULT);
     int r = al_channel_send(&s->ch, &m, err);
     if (r == -EMSGSIZE)
         return al_err(err, -E2BIG, "command and arguments exceed %d bytes", AL_FRAME_PAYLOAD_MAX);
@@ -386,8 +471,18 @@ static int exec_run(al_session *s, const al_exec_opts *o, al_exec_result *out,
             return r;
         if (o->timeout_ms && !st.killed)
             deadline = sent_ms + o->timeout_ms + grace;
+        uint64_t wake = deadline;
+        if (st.hup_ms && (!wake || st.hup_ms < wake))
+            wake = st.hup_ms;
         int extra = st.started && st.stdin_fd >= 0 && st.stdin_credit > 0 ? st.stdin_fd : -1;
-        r = al_link_recv_until(s, st.id, &m, extra, deadline, err);
+        int resize = st.started ? st.resize_fd : -1;
+        r = al_link_recv_until(s, st.id, &m, extra, resize, wake, err);
+        if (r == -ETIMEDOUT && err->code == 0 && st.hup_ms && al_now_ms() >= st.hup_ms) {
+            r = on_hangup(&st, err);
+            if (r < 0)
+                return r;
+            continue;
+        }
         if (r == -ETIMEDOUT && err->code == 0) {
             r = on_host_deadline(&st, o, &deadline, err);
             if (r < 0)
@@ -398,9 +493,15 @@ static int exec_run(al_session *s, const al_exec_opts *o, al_exec_result *out,
             return r;
         if (r == 0) {
             /* Woken by the cancel pipe or stdin: find out which without blocking. */
-            struct pollfd pfd[2] = {{st.cancel_fd, POLLIN, 0}, {extra, POLLIN, 0}};
-            if (poll(pfd, 2, 0) < 0 && errno != EINTR)
+            struct pollfd pfd[3] = {
+                {st.cancel_fd, POLLIN, 0}, {extra, POLLIN, 0}, {resize, POLLIN, 0}};
+            if (poll(pfd, 3, 0) < 0 && errno != EINTR)
                 return al_err(err, -errno, "poll failed: %s", strerror(errno));
+            if (pfd[2].revents) {
+                r = on_resize(&st, err);
+                if (r < 0)
+                    return r;
+            }
             if (pfd[0].revents) {
                 r = on_cancel(&st, err);
                 if (r < 0)

@@ -34,7 +34,7 @@ static int file_begin(al_session *s, const char *guest_path, uint32_t *id, al_er
 /* The next frame of a copy: a guest that sends nothing for FILE_STALL_MS is not copying. */
 static int file_recv(al_session *s, uint32_t id, struct al_msg *m, al_error *err)
 {
-    int r = al_link_recv_until(s, id, m, -1, al_now_ms() + FILE_STALL_MS, err);
+    int r = al_link_recv_until(s, id, m, -1, -1, al_now_ms() + FILE_STALL_MS, err);
     if (r == -ETIMEDOUT && err->code == 0)
         return al_err(err, -ETIMEDOUT, "the guest agent sent nothing for %d s during a file copy",
                       FILE_STALL_MS / 1000);

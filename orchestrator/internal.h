@@ -56,11 +56,11 @@ int al_channel_send(struct al_channel *ch, const struct al_msg *m, al_error *err
 int al_channel_send_data(struct al_channel *ch, uint32_t id, uint8_t stream, uint8_t flags,
                          const void *data, size_t len, al_error *err);
 /* Waits for one frame until deadline_ms (monotonic; 0: forever). Also wakes when wake_fd
- * (if >= 0) is readable. Returns 1 with *m set, 0 when woken by wake_fd, extra_fd or kick_fd,
- * -ETIMEDOUT at the deadline, other negatives on failure. extra_fd and kick_fd (if >= 0) are
- * polled for POLLIN too. */
+ * (if >= 0) is readable. Returns 1 with *m set, 0 when woken by wake_fd, extra_fd, extra2_fd or
+ * kick_fd, -ETIMEDOUT at the deadline, other negatives on failure. extra_fd, extra2_fd and
+ * kick_fd (if >= 0) are polled for POLLIN too. */
 int al_channel_recv(struct al_channel *ch, struct al_msg *m, uint64_t deadline_ms, int wake_fd,
-                    int extra_fd, int kick_fd, al_error *err);
+                    int extra_fd, int extra2_fd, int kick_fd, al_error *err);
 /* Sends a small frame only if it goes at once (-EAGAIN otherwise: nothing was sent, unless half
  * of it, which leaves the channel unusable): a kill on the way out of a cancelled request. */
 int al_channel_send_nowait(struct al_channel *ch, const struct al_msg *m);

@@ -117,7 +117,7 @@ static int hello_ack(al_session *s, const struct al_msg *m, uint64_t nonce, al_e
 int al_link_hello_wait(al_session *s, uint64_t nonce, uint64_t deadline, al_error *err)
 {
     struct al_msg m;
-    int r = al_channel_recv(&s->ch, &m, deadline, s->cancel_fd, -1, -1, err);
+    int r = al_channel_recv(&s->ch, &m, deadline, s->cancel_fd, -1, -1, -1, err);
     if (r < 0)
         return r;
     if (r == 0)
@@ -225,7 +225,7 @@ static int resync(al_session *s, unsigned total_ms, al_error *err)
             attempt_end = end;
         for (;;) {
             al_error ignored = {0};
-            r = al_channel_recv(&s->ch, &m, attempt_end, -1, -1, -1, &ignored);
+            r = al_channel_recv(&s->ch, &m, attempt_end, -1, -1, -1, -1, &ignored);
             if (r == 1 && m.type == AL_HELLO_ACK && m.u.hello_ack.nonce == nonce)
                 return hello_ack(s, &m, nonce, err);
             if (r == 1)
@@ -295,7 +295,7 @@ int al_link_stray_frame(al_session *s, const struct al_msg *m, const char *when,
 
 int al_link_recv(al_session *s, uint32_t id, struct al_msg *m, int extra_fd, al_error *err)
 {
-    return al_link_recv_until(s, id, m, extra_fd, 0, err);
+    return al_link_recv_until(s, id, m, extra_fd, -1, 0, err);
 }
 
 /* ---- many requests at once on one channel ----
@@ -631,14 +631,14 @@ static int dequeue(struct al_link_req *q, struct al_msg *m, al_error *err)
 /* Reads the channel for q, handing others their frames, until a frame of q's (1, *m), a wake
  * (0), or a failure. Called and returns with mu held; unlocks around the read. */
 static int read_for(al_session *s, struct al_link_req *q, struct al_msg *m, int extra_fd,
-                    uint64_t until, al_error *err)
+                    int extra2_fd, uint64_t until, al_error *err)
 {
     struct al_link_mux *x = s->mux;
     x->reading = true;
     int r;
     for (;;) {
         pthread_mutex_unlock(&x->mu);
-        r = al_channel_recv(&s->ch, m, until, q->cancel_fd, extra_fd, q->wake[0], err);
+        r = al_channel_recv(&s->ch, m, until, q->cancel_fd, extra_fd, extra2_fd, q->wake[0], err);
         pthread_mutex_lock(&x->mu);
         if (r <= 0)
             break;
@@ -667,7 +667,7 @@ static int read_for(al_session *s, struct al_link_req *q, struct al_msg *m, int 
     return r;
 }
 
-int al_link_recv_until(al_session *s, uint32_t id, struct al_msg *m, int extra_fd,
+int al_link_recv_until(al_session *s, uint32_t id, struct al_msg *m, int extra_fd, int extra2_fd,
                        uint64_t deadline, al_error *err)
 {
     struct al_link_mux *x = s->mux;
@@ -691,13 +691,14 @@ int al_link_recv_until(al_session *s, uint32_t id, struct al_msg *m, int extra_f
         }
         if (!x->reading) {
             req_drain(q);
-            r = read_for(s, q, m, extra_fd, until, err);
+            r = read_for(s, q, m, extra_fd, extra2_fd, until, err);
             if (r == 0 && q->fail)
                 continue; /* woken to fail */
             if (r == 0) {
                 /* Woken by its own pipe (a frame or the reading passed to it): read on. */
-                struct pollfd p[2] = {{q->cancel_fd, POLLIN, 0}, {extra_fd, POLLIN, 0}};
-                if (poll(p, 2, 0) <= 0)
+                struct pollfd p[3] = {
+                    {q->cancel_fd, POLLIN, 0}, {extra_fd, POLLIN, 0}, {extra2_fd, POLLIN, 0}};
+                if (poll(p, 3, 0) <= 0)
                     continue;
             }
             break;
@@ -709,9 +710,11 @@ int al_link_recv_until(al_session *s, uint32_t id, struct al_msg *m, int extra_f
         int timeout = -1;
         if (until)
             timeout = now >= until ? 0 : (int)(until - now);
-        struct pollfd p[3] = {
-            {q->wake[0], POLLIN, 0}, {q->cancel_fd, POLLIN, 0}, {extra_fd, POLLIN, 0}};
-        int pr = poll(p, 3, timeout);
+        struct pollfd p[4] = {{q->wake[0], POLLIN, 0},
+                              {q->cancel_fd, POLLIN, 0},
+                              {extra_fd, POLLIN, 0},
+                              {extra2_fd, POLLIN, 0}};
+        int pr = poll(p, 4, timeout);
         int saved = errno;
         pthread_mutex_lock(&x->mu);
         q->waiting = false;
@@ -723,7 +726,7 @@ int al_link_recv_until(al_session *s, uint32_t id, struct al_msg *m, int extra_f
             r = -ETIMEDOUT;
             break;
         }
-        if (pr > 0 && (p[1].revents || p[2].revents)) {
+        if (pr > 0 && (p[1].revents || p[2].revents || p[3].revents)) {
             r = 0;
             break;
         }

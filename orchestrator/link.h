@@ -59,9 +59,9 @@ int al_link_stray_frame(al_session *s, const struct al_msg *m, const char *when,
 /* The next frame for request id (begun), dropping late frames of finished requests. 0 when its
  * signal pipe or extra_fd became readable. */
 int al_link_recv(al_session *s, uint32_t id, struct al_msg *m, int extra_fd, al_error *err);
-/* The same with a deadline of the caller's (0: none): -ETIMEDOUT with err untouched when it
- * passes before the session's lifetime ends. */
-int al_link_recv_until(al_session *s, uint32_t id, struct al_msg *m, int extra_fd,
+/* The same with a second fd that wakes it (a pty run's resizes) and a deadline of the caller's
+ * (0: none): -ETIMEDOUT with err untouched when it passes before the session's lifetime ends. */
+int al_link_recv_until(al_session *s, uint32_t id, struct al_msg *m, int extra_fd, int extra2_fd,
                        uint64_t deadline, al_error *err);
 
 #endif

@@ -787,7 +787,7 @@ static int refresh_request(al_session *s, uint32_t rid, uint8_t *seed, const uin
     explicit_bzero(seed, AL_REFRESH_SEED);
     if (r < 0)
         return r;
-    r = al_link_recv_until(s, rid, &m, -1, al_now_ms() + REFRESH_MS, err);
+    r = al_link_recv_until(s, rid, &m, -1, -1, al_now_ms() + REFRESH_MS, err);
     if (r == -ETIMEDOUT && err->code == 0)
         return al_err(err, -ETIMEDOUT, "the agent did not refresh the restored guest in time");
     if (r == 0)

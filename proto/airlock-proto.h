@@ -10,7 +10,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#define AL_PROTO_VERSION 3
+#define AL_PROTO_VERSION 4
 
 /* 'A' 'L' type flags id:u32 len:u32, little-endian. */
 #define AL_FRAME_HEADER_SIZE 12
@@ -50,6 +50,9 @@
 /* Longest EXEC.input_wait_ms: a program quiet on its stdin for longer than an hour is hung, which
  * is timeout_ms's business; a bound also keeps the field a duration rather than a sentinel. */
 #define AL_INPUT_WAIT_MAX_MS (3600 * 1000)
+/* A terminal's rows and columns (EXEC with AL_EXEC_PTY, RESIZE): 1 to this each. More than any
+ * screen shows; a bound keeps the guest's line discipline from sizing buffers by the host. */
+#define AL_PTY_DIM_MAX 1000
 
 enum al_type {
     AL_HELLO = 1,      /* host -> guest: version, nonce, window */
@@ -70,7 +73,8 @@ enum al_type {
     AL_SHUTDOWN = 16,  /* host -> guest: power off (or reboot) */
     AL_WAITING = 17,   /* guest -> host: the run has been blocked reading its stdin a while */
     AL_REFRESH = 18,   /* host -> guest: make a guest restored from a template its own */
-    AL_TYPE_MAX_ = 18,
+    AL_RESIZE = 19,    /* host -> guest: a PTY run's terminal has a new size */
+    AL_TYPE_MAX_ = 19,
 };
 
 enum al_flag {
@@ -101,8 +105,11 @@ enum al_exec_flags {
     AL_EXEC_KERNEL = 1 << 1,    /* argv[0] is a code block for lang's long-lived kernel */
     AL_EXEC_KERNEL_OP = 1 << 2, /* with AL_EXEC_KERNEL: argv[0] is "stop" or "list", see
                                    docs/PROTOCOL.md, "Contexts" */
+    AL_EXEC_PTY = 1 << 3,       /* a process (not a kernel run) on a pseudo-terminal of
+                                   EXEC.rows x EXEC.cols: its controlling terminal, stdin, stdout
+                                   and stderr; its output is the STDOUT stream */
 };
-#define AL_EXEC_FLAGS_KNOWN (AL_EXEC_STDIN | AL_EXEC_KERNEL | AL_EXEC_KERNEL_OP)
+#define AL_EXEC_FLAGS_KNOWN (AL_EXEC_STDIN | AL_EXEC_KERNEL | AL_EXEC_KERNEL_OP | AL_EXEC_PTY)
 /* A kernel context's name in EXEC.lang ("python@NAME"): letters, digits, '_', '-', '.'. */
 #define AL_CONTEXT_MAX 32
 
@@ -171,6 +178,7 @@ struct al_msg {
             uint32_t timeout_ms;    /* 0: none */
             uint32_t input_wait_ms; /* send WAITING after this long blocked on stdin; 0: never */
             uint64_t output_cap;    /* per stream; 0: none */
+            uint16_t rows, cols;    /* AL_EXEC_PTY: 1..AL_PTY_DIM_MAX; else 0 */
             struct al_str lang;     /* empty: argv[0] is a program; else argv[0] is code */
             struct al_str cwd;      /* empty: / */
             uint32_t argc;
@@ -228,6 +236,9 @@ struct al_msg {
         struct {
             uint32_t waited_ms; /* how long the run has been blocked on its stdin */
         } waiting;
+        struct {
+            uint16_t rows, cols; /* 1..AL_PTY_DIM_MAX */
+        } resize;
         struct {
             const uint8_t *seed;       /* AL_REFRESH_SEED bytes, into the kernel's RNG */
             uint64_t sec;              /* the host's wall clock */

@@ -171,6 +171,11 @@ static uint32_t get_strlist(struct reader *r, struct al_str *v, uint32_t max_cou
     return r->why ? 0 : n;
 }
 
+static bool pty_dims_ok(uint16_t rows, uint16_t cols)
+{
+    return rows >= 1 && rows <= AL_PTY_DIM_MAX && cols >= 1 && cols <= AL_PTY_DIM_MAX;
+}
+
 static bool stream_ok(uint8_t s)
 {
     return s < AL_STREAM_COUNT;
@@ -242,6 +247,8 @@ int al_msg_decode(const struct al_header *h, const uint8_t *payload, struct al_m
         m.u.exec.timeout_ms = get_u32(&r, "truncated exec");
         m.u.exec.input_wait_ms = get_u32(&r, "truncated exec");
         m.u.exec.output_cap = get_u64(&r, "truncated exec");
+        m.u.exec.rows = get_u16(&r, "truncated exec");
+        m.u.exec.cols = get_u16(&r, "truncated exec");
         m.u.exec.lang = get_str(&r, AL_SHORT_STR_MAX, "bad exec language");
         m.u.exec.cwd = get_str(&r, AL_PATH_MAX, "bad exec cwd");
         m.u.exec.argc =
@@ -258,6 +265,11 @@ int al_msg_decode(const struct al_header *h, const uint8_t *payload, struct al_m
             r.why = "kernel operation without the kernel flag";
         if (!r.why && m.u.exec.input_wait_ms > AL_INPUT_WAIT_MAX_MS)
             r.why = "input wait too long";
+        if (!r.why && (m.u.exec.flags & AL_EXEC_PTY) &&
+            (m.u.exec.flags & AL_EXEC_KERNEL || !pty_dims_ok(m.u.exec.rows, m.u.exec.cols)))
+            r.why = "bad terminal for an exec";
+        if (!r.why && !(m.u.exec.flags & AL_EXEC_PTY) && (m.u.exec.rows || m.u.exec.cols))
+            r.why = "terminal size without a terminal";
         break;
     case AL_STARTED:
         m.u.started.pid = get_u32(&r, "truncated started");
@@ -337,6 +349,12 @@ int al_msg_decode(const struct al_header *h, const uint8_t *payload, struct al_m
     case AL_WAITING:
         m.u.waiting.waited_ms = get_u32(&r, "truncated waiting");
         break;
+    case AL_RESIZE:
+        m.u.resize.rows = get_u16(&r, "truncated resize");
+        m.u.resize.cols = get_u16(&r, "truncated resize");
+        if (!r.why && !pty_dims_ok(m.u.resize.rows, m.u.resize.cols))
+            r.why = "bad terminal size";
+        break;
     case AL_REFRESH:
         m.u.refresh.seed = get_bytes(&r, AL_REFRESH_SEED, "truncated refresh");
         m.u.refresh.sec = get_u64(&r, "truncated refresh");
@@ -394,6 +412,8 @@ int al_msg_encode(const struct al_msg *m, uint8_t *out, size_t cap)
         put_u32(&w, m->u.exec.timeout_ms);
         put_u32(&w, m->u.exec.input_wait_ms);
         put_u64(&w, m->u.exec.output_cap);
+        put_u16(&w, m->u.exec.rows);
+        put_u16(&w, m->u.exec.cols);
         put_str(&w, m->u.exec.lang);
         put_str(&w, m->u.exec.cwd);
         put_strlist(&w, m->u.exec.argv, m->u.exec.argc);
@@ -454,6 +474,12 @@ int al_msg_encode(const struct al_msg *m, uint8_t *out, size_t cap)
         break;
     case AL_WAITING:
         put_u32(&w, m->u.waiting.waited_ms);
+        break;
+    case AL_RESIZE:
+        if (!pty_dims_ok(m->u.resize.rows, m->u.resize.cols))
+            return -EINVAL;
+        put_u16(&w, m->u.resize.rows);
+        put_u16(&w, m->u.resize.cols);
         break;
     case AL_REFRESH:
         if (!m->u.refresh.seed || !m->u.refresh.machine_id)
@@ -587,6 +613,7 @@ const char *al_type_name(uint8_t type)
         [AL_SHUTDOWN] = "shutdown",
         [AL_WAITING] = "waiting",
         [AL_REFRESH] = "refresh",
+        [AL_RESIZE] = "resize",
     };
     if (type == 0 || type > AL_TYPE_MAX_)
         return "unknown";

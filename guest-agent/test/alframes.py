@@ -8,15 +8,18 @@ import time
 
 HDR = struct.Struct('<2sBBII')
 HELLO, HELLO_ACK, EXEC, STARTED, DATA, CREDIT, SIGNAL, EXIT, ERROR = range(1, 10)
-FILE_PUT, FILE_GET, FILE_INFO, OK, PING, PONG, SHUTDOWN, WAITING, REFRESH = range(10, 19)
+FILE_PUT, FILE_GET, FILE_INFO, OK, PING, PONG, SHUTDOWN, WAITING, REFRESH, RESIZE = range(10, 20)
 NAMES = {v: k for k, v in dict(HELLO=1, HELLO_ACK=2, EXEC=3, STARTED=4, DATA=5, CREDIT=6,
                                   SIGNAL=7, EXIT=8, ERROR=9, FILE_PUT=10, FILE_GET=11,
                                   FILE_INFO=12, OK=13, PING=14, PONG=15, SHUTDOWN=16,
-                                  WAITING=17, REFRESH=18).items()}
+                                  WAITING=17, REFRESH=18, RESIZE=19).items()}
 CAP_REFRESH = 32
 EOF_FLAG = 1
-EXEC_STDIN, EXEC_KERNEL = 1, 2
-PROTO_VERSION = 3
+EXEC_STDIN, EXEC_KERNEL, EXEC_PTY = 1, 2, 8
+# The version the header says (this file sits in guest-agent/test).
+with open(os.path.join(os.path.dirname(os.path.abspath(__file__)), '..', '..', 'proto',
+                       'airlock-proto.h')) as _h:
+    PROTO_VERSION = int(next(l.split()[2] for l in _h if l.startswith('#define AL_PROTO_VERSION ')))
 TRUNC_OUT, TRUNC_ERR, TIMED_OUT = 1, 2, 4
 ERR = dict(PROTOCOL=1, NOT_FOUND=2, PERMISSION=3, INVALID=4, LIMIT=5, IO=6, INTERNAL=7,
            UNSUPPORTED=8)
@@ -39,9 +42,14 @@ def hello(nonce=1, window=1 << 20, version=PROTO_VERSION):
     return frame(HELLO, 0, struct.pack('<IQI', version, nonce, window))
 
 
-def exec_(fid, argv, lang='', cwd='', env=(), flags=0, timeout_ms=0, cap=0, input_wait_ms=0):
-    return frame(EXEC, fid, struct.pack('<IIIQ', flags, timeout_ms, input_wait_ms, cap) + s(lang) +
-                 s(cwd) + slist(argv) + slist(env))
+def exec_(fid, argv, lang='', cwd='', env=(), flags=0, timeout_ms=0, cap=0, input_wait_ms=0,
+          rows=0, cols=0):
+    return frame(EXEC, fid, struct.pack('<IIIQHH', flags, timeout_ms, input_wait_ms, cap, rows,
+                                        cols) + s(lang) + s(cwd) + slist(argv) + slist(env))
+
+
+def resize(fid, rows, cols):
+    return frame(RESIZE, fid, struct.pack('<HH', rows, cols))
 
 
 def data(fid, stream, b, eof=False):

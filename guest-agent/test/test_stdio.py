@@ -197,6 +197,72 @@ c.send(refresh(19, 'a.b'))
 t, _, i, d = c.expect(ERROR)
 check('refresh with a dotted hostname is malformed', i == 19 and d['klass'] == ERR['PROTOCOL'], d)
 
+# A run on a terminal: the program's controlling terminal, of the size asked, resized by RESIZE;
+# stdout and stderr as one stream; ^C is the line discipline's; stdin's EOF hangs it up.
+PTY_SH = ('tty >/dev/null && echo is-a-tty; stty size; echo to-stderr >&2; read line; '
+          'echo "read:$line"; trap "stty size; echo winch" WINCH; echo trapped; '
+          'while :; do sleep 0.1; done')
+c.send(exec_(30, ['/bin/sh', '-c', PTY_SH], flags=EXEC_PTY | EXEC_STDIN, rows=24, cols=80))
+c.expect(STARTED)
+
+
+pty_streams = []  # streams other than 1 a terminal's run sent on
+
+
+def pty_until(fid, want, timeout=10):
+    got = b''
+    end = time.time() + timeout
+    while want not in got and time.time() < end:
+        f = c.recv(max(0, end - time.time()))
+        if f is None:
+            break
+        t, _, i, d = f
+        if t == DATA and i == fid and d['stream'] != 1:
+            pty_streams.append(d['stream'])
+        if t == DATA and i == fid:
+            got += d['data']
+            if d['data']:
+                c.send(credit(fid, 1, len(d['data'])))
+        if t in (EXIT, ERROR) and i == fid:
+            return got, d
+    return got, None
+
+
+got, _ = pty_until(30, b'to-stderr\r\n')
+check('pty: a terminal of the size asked, stderr on it, \\n made \\r\\n',
+      b'is-a-tty\r\n24 80\r\n' in got and b'to-stderr\r\n' in got, got)
+c.send(data(30, 0, b'typed\r'))
+got, _ = pty_until(30, b'trapped')
+check('pty: keys are the terminal\'s input (echoed by it)', b'typed\r\n' in got and b'read:typed' in got, got)
+c.send(resize(30, 50, 132))
+got, _ = pty_until(30, b'winch')
+check('pty: RESIZE sets the size and the program gets SIGWINCH', b'50 132' in got, got)
+c.send(data(30, 0, b'\x03'))
+got, d = pty_until(30, b'never')
+check('pty: ^C is the terminal\'s interrupt', d is not None and d.get('how') == 1 and d.get('value') == 2, (got, d))
+c.send(exec_(31, ['/bin/sh', '-c', 'sleep 100'], flags=EXEC_PTY | EXEC_STDIN, rows=24, cols=80))
+c.expect(STARTED)
+c.send(data(31, 0, b'', eof=True))
+got, d = pty_until(31, b'never')
+check('pty: stdin\'s EOF hangs the terminal up (SIGHUP)', d is not None and d.get('how') == 1 and d.get('value') == 1, (got, d))
+c.send(resize(13, 24, 80))
+t, _, i, d = c.expect(ERROR)
+check('pty: RESIZE of a request that is none', i == 13 and d['klass'] == ERR['NOT_FOUND'], d)
+c.send(exec_(32, ['sleep', '5']))
+c.expect(STARTED)
+c.send(resize(32, 24, 80))
+t, _, i, d = c.expect(ERROR)
+check('pty: RESIZE of a run without a terminal', i == 32 and d['klass'] == ERR['INVALID'], d)
+c.send(signal(32, 9))
+c.until(EXIT)
+c.send(resize(33, 0, 80))
+t, _, i, d = c.expect(ERROR)
+check('pty: a 0-row RESIZE is malformed', i == 33 and d['klass'] == ERR['PROTOCOL'], d)
+c.send(exec_(34, ['true'], flags=EXEC_PTY, rows=1001, cols=80))
+t, _, i, d = c.expect(ERROR)
+check('pty: 1001 rows are refused', i == 34 and d['klass'] == ERR['PROTOCOL'], d)
+check('pty: one stream, 1 (stdout and stderr together)', not pty_streams, pty_streams)
+
 # Files beneath --root.
 os.mkdir(os.path.join(root, 'sub'))
 os.symlink('/etc', os.path.join(root, 'etc-link'))

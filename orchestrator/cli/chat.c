@@ -43,6 +43,8 @@ static const char magic_help[] =
     "  %auto-run on|off   run code without asking\n"
     "  %markdown [FILE]   export the conversation as Markdown (default: stdout)\n"
     "  %% CMD             run a shell command in the VM directly\n"
+    "  %shell             a login shell on a terminal in the VM; exit (or Ctrl-]) returns\n"
+    "                     here\n"
     "  Ctrl-C interrupts; twice within a second, or Ctrl-D, exits.\n";
 
 struct repl {
@@ -195,6 +197,25 @@ static void direct_shell(struct repl *rp, const char *cmd)
         fprintf(stderr, "[%s %d]\n", r.how == AL_EXEC_EXITED ? "exit status" : "signal", r.value);
 }
 
+/* %shell: the VM's login shell on this terminal, back to the chat when it ends. */
+static void chat_shell(struct repl *rp)
+{
+    const char *argv[] = {"/bin/sh", "-c", CLI_LOGIN_SH, NULL};
+    al_exec_opts o = {.argv = argv, .stdin_fd = -1, .stdout_fd = 1, .stderr_fd = 2};
+    al_exec_result r = {0};
+    al_error e = {0};
+    struct cli_tty t;
+    loopui_drain();
+    int ret = cli_tty_open(&t, true, &o, &e);
+    if (ret == 0)
+        ret = al_exec(rp->u.session, &o, &r, &e);
+    cli_tty_close(&t);
+    if (ret < 0)
+        cli_error(&e);
+    else
+        fprintf(stderr, "[back in the chat%s]\n", t.left ? ": left the shell with Ctrl-]" : "");
+}
+
 static void show_checkpoint(void *ctx, const al_checkpoint_info *ci)
 {
     const al_chat *c = ctx;
@@ -239,6 +260,8 @@ static bool magic(struct repl *rp, const char *line, bool *quit)
             direct_shell(rp, arg);
         else
             fputs("usage: %% CMD\n", stderr);
+    } else if (!strcmp(cmd, "%shell")) {
+        chat_shell(rp);
     } else if (!strcmp(cmd, "%help")) {
         fputs(magic_help, stdout);
     } else if (!strcmp(cmd, "%reset")) {

@@ -5,6 +5,8 @@
 #include "airlock.h"
 #include "util.h" /* al_pathf */
 
+#include <pthread.h>
+
 /* Exit statuses of airlock itself, chosen not to collide with a command's own (as timeout(1)
  * and container runtimes do): the command's status passes through otherwise. */
 #define EXIT_AIRLOCK_FAILED 125 /* airlock could not run the command */
@@ -25,6 +27,7 @@ int cmd_image(struct cli_globals *g, int argc, char **argv);
 int cmd_doctor(struct cli_globals *g, int argc, char **argv);
 int cmd_gc(struct cli_globals *g, int argc, char **argv);
 int cmd_cp(struct cli_globals *g, int argc, char **argv);
+int cmd_shell(struct cli_globals *g, int argc, char **argv);
 int cmd_ps(struct cli_globals *g, int argc, char **argv);
 int cmd_chat(struct cli_globals *g, int argc, char **argv);
 int cmd_run(struct cli_globals *g, int argc, char **argv);
@@ -82,6 +85,34 @@ void cli_termout_end(struct cli_termout *t);
  * process (cli/signals.c). */
 int cli_cancel_pipe(void (*hook)(int sig));
 
+/* A terminal into a pty run (cli/tty.c): cli_tty_open sizes eo's pty from the local terminal
+ * (24x80 when there is none) and sends it the local terminal's new sizes (SIGWINCH); with input,
+ * the keys typed reach eo->stdin_fd through a thread, the local terminal in raw mode until
+ * cli_tty_close (and at exit), and Ctrl-] leaves (the guest's side hangs up: left is set).
+ * The local TERM is the guest's unless eo->env has one; eo->env then points into t.
+ * Without input the run gets no stdin. One at a time per process. */
+#define CLI_TTY_ENV_MAX 130 /* AL_ENV_MAX entries, TERM and the NULL */
+struct cli_tty {
+    int in_fd, out_fd;
+    const char *env[CLI_TTY_ENV_MAX]; /* eo->env with TERM= added when it had none */
+    char term[128];
+    int keys[2];   /* the relayed keys: [0] is eo->stdin_fd */
+    int resize[2]; /* al_pty_resize messages: [0] is eo->resize_fd */
+    int stop[2];
+    unsigned rows, cols;
+    bool raw; /* the local terminal was put in raw mode */
+    bool relaying;
+    bool left; /* the user pressed Ctrl-] */
+    pthread_t thread;
+};
+/* A login shell (bash -l, else sh -l) in /workspace where there is one: airlock shell, %shell. */
+#define CLI_LOGIN_SH                                                                               \
+    "cd /workspace 2>/dev/null || cd; "                                                            \
+    "if command -v bash >/dev/null 2>&1; then exec bash -l; fi; exec sh -l"
+#define CLI_TTY_LEAVE_HELP "Ctrl-] leaves (the shell gets SIGHUP, as when a terminal closes)"
+int cli_tty_open(struct cli_tty *t, bool input, al_exec_opts *eo, al_error *err);
+void cli_tty_close(struct cli_tty *t);
+
 /* Prints "airlock: MESSAGE" once, for the outermost caller. */
 void cli_error(const al_error *err);
 /* A session's notice (al_session_opts.on_notice; ctx unused) as one line on stderr, made inert
@@ -104,6 +135,9 @@ int cli_check_get(const char *path);
 struct option;
 int cli_bad_option(const char *cmd, int argc, char **argv, const char *shorts,
                    const struct option *longs);
+/* airlock exec's -i and -t are docker's (stdin kept open, a terminal): an old "-t N" (a timeout)
+ * is said in one line pointing to --timeout N, returning 2; else -1. */
+int cli_check_docker_shorts(int argc, char **argv);
 /* Parses a non-negative integer option; exits with a usage error when it is not one. */
 unsigned long cli_number(const char *opt, const char *value, unsigned long max);
 

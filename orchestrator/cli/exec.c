@@ -33,7 +33,13 @@ static const char usage[] =
     "A --get that fails after the command ran is reported; the command's status stands\n"
     "when it is not 0, else the exit status is 125.\n"
     "\n"
-    "  -i, --image NAME          image to boot (default: $AIRLOCK_IMAGE, else debian\n"
+    "  -i, --interactive         keep stdin open (docker's -i): with -t the keys typed\n"
+    "                            reach the terminal; without -t stdin is always passed\n"
+    "  -t, --tty                 run CMD on a terminal of this terminal's size (docker's\n"
+    "                            -t): a shell, an editor, a REPL; this terminal is raw\n"
+    "                            meanwhile, Ctrl-C and Ctrl-Z are the guest's, and\n"
+    "                            " CLI_TTY_LEAVE_HELP "\n"
+    "      --image NAME          image to boot (default: $AIRLOCK_IMAGE, else debian\n"
     "                            when built, else tiny)\n"
     "      --transport virtio|ssh  how to reach the guest's agent (default: the image's;\n"
     "                            ssh images get the agent copied in over SFTP)\n"
@@ -52,7 +58,7 @@ static const char usage[] =
     "      --input-wait SECONDS  interrupt a program that waits this long for input\n"
     "  -e, --env KEY=VALUE       set a variable in the guest (repeatable)\n"
     "  -w, --cwd DIR             working directory in the guest (default /)\n"
-    "  -t, --timeout SECONDS     kill the command after this long (default: none)\n"
+    "      --timeout SECONDS     kill the command after this long (default: none)\n"
     "      --output-limit BYTES  keep at most this much of stdout and of stderr each (a\n"
     "                            cut is said on stderr, even with -q; the exit status\n"
     "                            stays the command's)\n"
@@ -164,8 +170,10 @@ struct exec_args {
     al_workdir_opts wo;
     unsigned linger_s;
     bool raw;
-    bool json;  /* --json: one object per event on stdout */
-    char **cmd; /* the operands after the options */
+    bool json;        /* --json: one object per event on stdout */
+    bool interactive; /* -i */
+    bool tty;         /* -t: a pty run */
+    char **cmd;       /* the operands after the options */
     int ncmd;
     char *stdin_code;         /* the code read from stdin, owned */
     char **net_allow;         /* --net allow=...: so.net.allow, owned */
@@ -290,7 +298,9 @@ static int opt_help(struct exec_args *a, char *value)
 #define FIELD(f) offsetof(struct exec_args, f)
 // clang-format off
 static const struct exec_option exec_options[] = {
-    {"image",          required_argument, 'i', OPT_STRING, FIELD(so.image),             0,         0,        NULL},
+    {"image",          required_argument, 0,   OPT_STRING, FIELD(so.image),             0,         0,        NULL},
+    {"interactive",    no_argument,       'i', OPT_TRUE,   FIELD(interactive),          0,         0,        NULL},
+    {"tty",            no_argument,       't', OPT_TRUE,   FIELD(tty),                  0,         0,        NULL},
     {"transport",      required_argument, 0,   OPT_CALL,   0,                           0,         0,        opt_transport},
     {"net",            required_argument, 0,   OPT_CALL,   0,                           0,         0,        opt_net},
     {"net-limit",      required_argument, 0,   OPT_U64,    FIELD(so.net.bytes_max),     ~0ul >> 1, 1,        NULL},
@@ -300,7 +310,7 @@ static const struct exec_option exec_options[] = {
     {"input-wait",     required_argument, 0,   OPT_CALL,   0,                           0,         0,        opt_input_wait},
     {"env",            required_argument, 'e', OPT_CALL,   0,                           0,         0,        opt_env},
     {"cwd",            required_argument, 'w', OPT_STRING, FIELD(eo.cwd),               0,         0,        NULL},
-    {"timeout",        required_argument, 't', OPT_UINT,   FIELD(eo.timeout_ms),        4000000,   1000,     NULL},
+    {"timeout",        required_argument, 0,   OPT_UINT,   FIELD(eo.timeout_ms),        4000000,   1000,     NULL},
     {"output-limit",   required_argument, 0,   OPT_U64,    FIELD(eo.output_cap),        ~0ul >> 1, 1,        NULL},
     {"put",            required_argument, 0,   OPT_CALL,   0,                           0,         0,        opt_put},
     {"get",            required_argument, 0,   OPT_CALL,   0,                           0,         0,        opt_get},
@@ -392,6 +402,16 @@ static int exec_parse_args(int argc, char **argv, struct exec_args *a)
 static int exec_build_opts(struct exec_args *a)
 {
     al_exec_opts *eo = &a->eo;
+    if (a->interactive && a->ncmd >= 2 && !strcmp(a->cmd[1], "--")) {
+        fprintf(stderr, "airlock: -i keeps stdin open (docker's -i); the image is --image %s\n",
+                a->cmd[0]);
+        return 2;
+    }
+    if (a->tty && (eo->kernel || a->json)) {
+        fprintf(stderr, "airlock: -t runs a program on a terminal: not with %s\n",
+                eo->kernel ? "--kernel" : "--json");
+        return 2;
+    }
     a->env[a->nenv] = NULL;
     eo->env = a->nenv ? a->env : NULL;
     if (eo->lang) {
@@ -595,8 +615,20 @@ static int exec_run(al_session *s, struct exec_args *a, int *status, al_error *e
         eo->result = result_text;
         eo->result_ctx = &tr;
     }
+    struct cli_tty term = {.relaying = false};
+    if (a->tty) {
+        /* The user asked for a terminal: the guest's bytes reach this one as they are. */
+        eo->output = NULL;
+        if (cli_tty_open(&term, a->interactive, eo, err) < 0)
+            return err->code;
+    }
     al_exec_result res;
     int r = al_exec(s, eo, &res, err);
+    if (a->tty) {
+        cli_tty_close(&term);
+        if (term.left)
+            fprintf(stderr, "airlock: left the terminal (Ctrl-])\n");
+    }
     if (eo->output)
         cli_termout_end(&tty);
     if (r == -ENOENT || r == -EACCES) {
@@ -766,6 +798,9 @@ out:
 
 int cmd_exec(struct cli_globals *g, int argc, char **argv)
 {
+    int shorts = cli_check_docker_shorts(argc, argv);
+    if (shorts >= 0)
+        return shorts;
     /* In a session of airlockd (--session ID), or in a fresh one of it (--server). */
     for (int i = 1; i < argc && strcmp(argv[i], "--"); i++)
         if (!strcmp(argv[i], "--session") || !strncmp(argv[i], "--session=", 10))

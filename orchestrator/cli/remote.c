@@ -604,11 +604,13 @@ static void usage_exec(FILE *f)
           "\n"
           "Runs in a session of airlockd: ID, or a fresh one ended afterwards.\n"
           "  --session ID        the session (airlock session start)\n"
-          "  -i, --image NAME    a fresh session's image\n"
+          "  --image NAME        a fresh session's image\n"
+          "  -i, --interactive   accepted (stdin is streamed to the run);  -t, --tty  not\n"
+          "                      yet here: 'airlock shell' and 'exec -it' open a terminal\n"
           "  -m, --memory MIB    a fresh session's memory\n"
           "  -l, --lang LANG     run code in LANG;  -k, --kernel  in its kernel\n"
           "  -c, --code CODE     the code\n"
-          "  -e, --env K=V       -w, --cwd DIR    -t, --timeout SECONDS\n"
+          "  -e, --env K=V       -w, --cwd DIR    --timeout SECONDS\n"
           "  --raw               guest output to a terminal byte for byte\n"
           "  --put HOST:GUEST    copy a host file into the session before the run\n"
           "  --get GUEST:HOST    copy a file out after it (HOST may be a directory)\n"
@@ -623,21 +625,33 @@ static void usage_exec(FILE *f)
 
 int cli_remote_exec(struct cli_globals *g, int argc, char **argv)
 {
-    enum { OPT_SESSION = 1000, OPT_RAW, OPT_DETACH, OPT_PUT, OPT_GET, OPT_WORKDIR, OPT_SYNC };
+    enum {
+        OPT_SESSION = 1000,
+        OPT_RAW,
+        OPT_DETACH,
+        OPT_PUT,
+        OPT_GET,
+        OPT_WORKDIR,
+        OPT_SYNC,
+        OPT_IMAGE,
+        OPT_TIMEOUT
+    };
     static const struct option opts[] = {
         {"session", required_argument, NULL, OPT_SESSION},
         {"put", required_argument, NULL, OPT_PUT},
         {"workdir", required_argument, NULL, OPT_WORKDIR},
         {"sync-back", required_argument, NULL, OPT_SYNC},
         {"get", required_argument, NULL, OPT_GET},
-        {"image", required_argument, NULL, 'i'},
+        {"image", required_argument, NULL, OPT_IMAGE},
+        {"interactive", no_argument, NULL, 'i'},
+        {"tty", no_argument, NULL, 't'},
         {"memory", required_argument, NULL, 'm'},
         {"lang", required_argument, NULL, 'l'},
         {"code", required_argument, NULL, 'c'},
         {"kernel", no_argument, NULL, 'k'},
         {"env", required_argument, NULL, 'e'},
         {"cwd", required_argument, NULL, 'w'},
-        {"timeout", required_argument, NULL, 't'},
+        {"timeout", required_argument, NULL, OPT_TIMEOUT},
         {"raw", no_argument, NULL, OPT_RAW},
         {"detach", no_argument, NULL, 'D'},
         {"help", no_argument, NULL, 'h'},
@@ -651,7 +665,7 @@ int cli_remote_exec(struct cli_globals *g, int argc, char **argv)
     bool kernel = false, raw = false, detach = false;
     cJSON *env = cJSON_CreateObject();
     int c;
-    while ((c = getopt_long(argc, argv, "+i:m:l:c:ke:w:t:Dh", opts, NULL)) != -1) {
+    while ((c = getopt_long(argc, argv, "+itm:l:c:ke:w:Dh", opts, NULL)) != -1) {
         switch (c) {
         case 'D':
             detach = true;
@@ -680,9 +694,17 @@ int cli_remote_exec(struct cli_globals *g, int argc, char **argv)
         case OPT_SESSION:
             sid = optarg;
             break;
-        case 'i':
+        case OPT_IMAGE:
             image = optarg;
             break;
+        case 'i': /* stdin is streamed to the run as it is */
+            break;
+        case 't':
+            fprintf(stderr, "airlock: a terminal (-t) in a session of airlockd is not there yet; "
+                            "'airlock shell' and 'airlock exec -it' open one in a session of "
+                            "their own\n");
+            cJSON_Delete(env);
+            return 2;
         case 'm':
             memory = cli_number("--memory", optarg, 65536);
             break;
@@ -710,7 +732,7 @@ int cli_remote_exec(struct cli_globals *g, int argc, char **argv)
         case 'w':
             cwd = optarg;
             break;
-        case 't':
+        case OPT_TIMEOUT:
             timeout = cli_number("--timeout", optarg, 4000000);
             break;
         case OPT_RAW:
@@ -722,7 +744,7 @@ int cli_remote_exec(struct cli_globals *g, int argc, char **argv)
             return 0;
         default:
             cJSON_Delete(env);
-            return cli_bad_option("exec", argc, argv, "+i:m:l:c:ke:w:t:Dh", opts);
+            return cli_bad_option("exec", argc, argv, "+itm:l:c:ke:w:Dh", opts);
         }
     }
     if (optind < argc && !strcmp(argv[optind], "--"))

@@ -137,3 +137,28 @@ int cli_bad_option(const char *cmd, int argc, char **argv, const char *shorts,
         fprintf(stderr, "airlock: bad option %s (%s)\n", arg, see);
     return 2;
 }
+
+static bool all_digits(const char *s)
+{
+    return *s && strspn(s, "0123456789") == strlen(s);
+}
+
+int cli_check_docker_shorts(int argc, char **argv)
+{
+    for (int i = 1; i < argc && strcmp(argv[i], "--"); i++) {
+        const char *a = argv[i];
+        if (a[0] != '-' || a[1] == '-' || !a[1])
+            continue;
+        const char *t = strchr(a + 1, 't');
+        /* -t5, -t 5, -it 5: the old short form of --timeout. */
+        if (t && strspn(a + 1, "it") == (size_t)(t - a) &&
+            (all_digits(t + 1) || (!t[1] && i + 1 < argc && all_digits(argv[i + 1])))) {
+            fprintf(stderr,
+                    "airlock: -t opens a terminal (as docker's -t); for a timeout write "
+                    "--timeout %s\n",
+                    t[1] ? t + 1 : argv[i + 1]);
+            return 2;
+        }
+    }
+    return -1;
+}

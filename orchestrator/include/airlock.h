@@ -319,7 +319,26 @@ typedef struct al_exec_opts {
      * the exec fails with -ECANCELED), so that several runs of one session can be signalled
      * apart; 0 or -1: the session's. */
     int cancel_fd;
+    /* > 0: the program runs on a pseudo-terminal of pty_rows x pty_cols (each at most
+     * AL_PTY_ROWS_COLS_MAX: more is cut to it; pty_cols 0 is refused), its controlling terminal
+     * and its stdin, stdout and stderr, for a shell, an editor, a REPL. Its output comes as
+     * stream 1 alone, exactly as a terminal is to show it (escape sequences included: for a
+     * terminal the user asked for, never for text shown as text). TERM is xterm-256color unless
+     * env sets it. Ctrl-C and the like are bytes of stdin, the terminal's own; EOF on stdin_fd
+     * is the terminal closing: the guest hangs it up (SIGHUP to its session), and what still
+     * runs of the program 3 s later is killed. Not for kernel runs. */
+    unsigned pty_rows, pty_cols;
+    /* > 0 with a pty: where the terminal's new sizes come from while it runs, each written by
+     * al_pty_resize (a pipe the caller owns); 0 or -1: the size stays. */
+    int resize_fd;
 } al_exec_opts;
+
+/* Most rows or columns of a pty run's terminal. */
+#define AL_PTY_ROWS_COLS_MAX 1000
+/* Tells the pty run reading fd's other end (al_exec_opts.resize_fd) its terminal's new size:
+ * one write of 4 bytes, so it is safe in a signal handler (SIGWINCH) and atomic on a pipe.
+ * 0, or -errno (-EINVAL for 0 rows or columns). */
+int al_pty_resize(int fd, unsigned rows, unsigned cols);
 
 typedef struct al_exec_result {
     int how; /* enum al_exec_how */

@@ -4,7 +4,7 @@
 # (tests/docs/test-completion.py): a flag added or dropped there fails it until added here.
 
 _airlock_global_flags='--connect --debug --quiet --help --version --server --server-key'
-_airlock_exec_flags='--image --transport --net --net-limit --lang --code --kernel --input-wait --env --cwd --timeout
+_airlock_exec_flags='--image --interactive --tty --transport --net --net-limit --lang --code --kernel --input-wait --env --cwd --timeout
  --output-limit --put --get --get-limit --memory --cpus --lifetime --boot-timeout --disk-budget
  --connect --debug --workdir --sync-back --sync-back-git --sync-back-exec --workdir-limit
  --linger --raw --json --quiet --help'
@@ -18,7 +18,7 @@ _airlock_chat_flags="$_airlock_chat_common --resume"
 _airlock_run_flags="$_airlock_chat_common --json"
 _airlock_import_flags='--name --user --memory --force --help'
 _airlock_warm_flags='--memory --cpus --help'
-_airlock_commands='chat run conversations exec image doctor gc ps cp session proc rm help'
+_airlock_commands='chat run conversations exec image doctor gc ps cp shell session proc rm help'
 _airlock_session_start_flags='--image --memory --cpus --idle-timeout --lifetime --checkpoints'
 
 # The first column of a listing, without its header line, up to its first blank line (image ls
@@ -39,7 +39,7 @@ _airlock_value()
 {
     local bin=$1 opt=$2 cur=$3
     case $opt in
-    -i | --image) _airlock_words "$(_airlock_column1 "$bin" image ls)" "$cur" ;;
+    --image | -i) _airlock_words "$(_airlock_column1 "$bin" image ls)" "$cur" ;;
     --transport) _airlock_words 'virtio ssh' "$cur" ;;
     --net) _airlock_words 'none allow=' "$cur" ;;
     --sync-back) _airlock_words 'ask yes no' "$cur" ;;
@@ -61,7 +61,7 @@ _airlock_value()
     --model | --api-base | --api-key | --temperature | --max-tokens | --context-window | \
         --retries | --request-timeout | --max-turns | --max-output | --token-budget | \
         --run-timeout | --system-message | --instructions | -m | --memory | --cpus | \
-        --disk-budget | --workdir-limit | --code | --input-wait | -e | --env | -t | --timeout | \
+        --disk-budget | --workdir-limit | --code | --input-wait | -e | --env | --timeout | \
         --output-limit | --get-limit | --lifetime | --boot-timeout | --linger | --name | --user | \
         --server | --server-key | --session | --idle-timeout) ;;
     *) return 1 ;;

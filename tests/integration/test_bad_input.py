@@ -12,16 +12,20 @@ import altest
 
 # Loads the virtio modules and finds the agent port the way the agent does, then misbehaves.
 HOSTILE_INIT = r"""#!/bin/sh
-[ "$1" = --version ] && { echo hostile-agent 0; exit 0; }
+[ "$1" = --version ] && { echo hostile-agent 0 protocol %(protocol)s; exit 0; }
 mount -t proc proc /proc; mount -t sysfs sys /sys; mount -t devtmpfs dev /dev
 while read m; do insmod "$m"; done < /etc/airlock/modules
 for p in /sys/class/virtio-ports/*; do
   [ "$(cat $p/name)" = org.airlock.agent.0 ] && port=/dev/${p##*/}
 done
 exec 3<>"$port"
-%s
+%(body)s
 sleep 100000
 """
+# The manifest claims the protocol this airlock speaks (as the real agent's --version says), so
+# that the host goes as far as talking to the hostile guest.
+PROTOCOL = subprocess.run([altest.AGENT, "--version"], capture_output=True, text=True,
+                          check=True).stdout.split()[3]
 
 GARBAGE = "while :; do echo 'this is not a frame' >&3; sleep 1; done"
 # A frame header that promises 100 payload bytes, and then only 10 of them.
@@ -42,7 +46,7 @@ class BadInputTest(unittest.TestCase):
                            ("oldagent", OLD_AGENT)):
             init = os.path.join(cls.store.dir, name + ".init")
             with open(init, "w") as f:
-                f.write(HOSTILE_INIT % body)
+                f.write(HOSTILE_INIT % {"body": body, "protocol": PROTOCOL})
             os.chmod(init, 0o755)
             altest.build_image(init, os.path.join(cls.store.dir, name))
         cls.store.copy_image("tiny", "tiny")

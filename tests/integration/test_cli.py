@@ -1,9 +1,15 @@
 #!/usr/bin/env python3
 """The CLI around exec: help, version, image ls, doctor, gc — against the real libvirtd."""
+import os
+import re
 import tempfile
 import unittest
 
 import altest
+
+# The protocol this tree speaks, as its header says it.
+with open(os.path.join(altest.SOURCE_ROOT, "proto", "airlock-proto.h")) as f:
+    PROTOCOL = int(re.search(r"#define AL_PROTO_VERSION (\d+)", f.read()).group(1))
 
 
 class CliTest(unittest.TestCase):
@@ -18,7 +24,7 @@ class CliTest(unittest.TestCase):
     def test_version(self):
         r = altest.run(["--version"])
         self.assertEqual(r.returncode, 0)
-        self.assertRegex(r.stdout, rb"^airlock \d+\.\d+\.\d+ \(protocol 3\)\n$")
+        self.assertRegex(r.stdout, rb"^airlock \d+\.\d+\.\d+ \(protocol %d\)\n$" % PROTOCOL)
 
     def test_unknown_command(self):
         r = altest.run(["frobnicate"])
@@ -28,7 +34,7 @@ class CliTest(unittest.TestCase):
     def test_image_ls(self):
         r = altest.run(["image", "ls"])
         self.assertEqual(r.returncode, 0, r.stderr)
-        self.assertRegex(r.stdout, rb"\ntiny +3 +virtio +sh ")
+        self.assertRegex(r.stdout, rb"\ntiny +%d +virtio +sh " % PROTOCOL)
 
     def test_image_ls_reports_a_broken_image(self):
         store = altest.Store()

@@ -239,7 +239,7 @@ class Warm(unittest.TestCase):
         with tempfile.TemporaryDirectory() as wd:
             with open(os.path.join(wd, "in.txt"), "w") as f:
                 f.write("from the host\n")
-            r = altest.run(["exec", "-i", IMAGE, "--workdir", wd, "--sync-back", "yes", "--",
+            r = altest.run(["exec", "--image", IMAGE, "--workdir", wd, "--sync-back", "yes", "--",
                             "sh", "-c", "hostname; cat /workspace/in.txt; "
                             "echo from the guest > /workspace/out.txt"])
             self.assertEqual(r.returncode, 0, r.stderr)
@@ -260,7 +260,7 @@ class Warm(unittest.TestCase):
                     f.write(b"\xff\xfe")
             else:
                 os.chmod(os.path.join(tdir, "ram"), 0o644)
-            r = altest.run(["exec", "-i", IMAGE, "--", "hostname"])
+            r = altest.run(["exec", "--image", IMAGE, "--", "hostname"])
             self.assertEqual(r.returncode, 0, r.stderr)
             self.assertEqual(r.stdout, b"airlock\n", "restored from a tampered template")
             self.assertRegex(r.stderr.decode(), r"airlock: notice: the warm template of image "
@@ -284,7 +284,7 @@ class Warm(unittest.TestCase):
                 else:
                     shutil.copy2(os.path.join(src, f), os.path.join(dst, f))
             env = {"AIRLOCK_IMAGE_DIR": store, "AIRLOCK_WARM": "auto"}
-            r = altest.run(["exec", "-i", IMAGE, "--", "hostname"], image_dir=store, env=env,
+            r = altest.run(["exec", "--image", IMAGE, "--", "hostname"], image_dir=store, env=env,
                            timeout=900)
             self.assertEqual(r.returncode, 0, r.stderr)
             self.assertRegex(r.stdout.decode(), r"^airlock-[0-9a-f]{12}\n$", "auto: not warm")
@@ -292,12 +292,12 @@ class Warm(unittest.TestCase):
             before = set(mine)
             with open(os.path.join(dst, "manifest.json"), "a") as f:
                 f.write("\n")
-            r = altest.run(["exec", "-i", IMAGE, "--", "hostname"], image_dir=store,
+            r = altest.run(["exec", "--image", IMAGE, "--", "hostname"], image_dir=store,
                            env={"AIRLOCK_IMAGE_DIR": store})
             self.assertEqual(r.returncode, 0, r.stderr)
             self.assertEqual(r.stdout, b"airlock\n")
             self.assertIn("is stale", r.stderr.decode())
-            r = altest.run(["exec", "-i", IMAGE, "--", "hostname"], image_dir=store, env=env,
+            r = altest.run(["exec", "--image", IMAGE, "--", "hostname"], image_dir=store, env=env,
                            timeout=900)
             self.assertEqual(r.returncode, 0, r.stderr)
             self.assertRegex(r.stdout.decode(), r"^airlock-[0-9a-f]{12}\n$", "not rebuilt")
@@ -313,10 +313,10 @@ class Warm(unittest.TestCase):
         and one with network (whose tunnel key the host makes per session) boots cold."""
         if not any(t.startswith(IMAGE + "-") for t in templates()):
             warm()
-        plain = altest.run(["--debug", "exec", "-i", IMAGE, "--", "true"], timeout=900)
+        plain = altest.run(["--debug", "exec", "--image", IMAGE, "--", "true"], timeout=900)
         self.assertEqual(plain.returncode, 0, plain.stderr)
         self.assertIn(b"restored from a template", plain.stderr)
-        net = altest.run(["--debug", "exec", "-i", IMAGE, "--net", "allow=example.org", "--", "sh", "-c",
+        net = altest.run(["--debug", "exec", "--image", IMAGE, "--net", "allow=example.org", "--", "sh", "-c",
                           "test -s /run/airlock-egress.key && echo key"], timeout=900)
         self.assertEqual(net.returncode, 0, net.stderr)
         self.assertEqual(net.stdout, b"key\n")

@@ -14,7 +14,7 @@ import unittest
 
 import altest
 
-IMAGE = ["-i", "tiny"]  # busybox tar; the debian image has GNU tar and behaves the same
+IMAGE = ["--image", "tiny"]  # busybox tar; the debian image has GNU tar and behaves the same
 
 
 def tree_hash(root):

@@ -131,6 +131,8 @@ size_t raw_msg(struct raw *r, const struct al_msg *m)
         raw_u32(r, m->u.exec.timeout_ms);
         raw_u32(r, m->u.exec.input_wait_ms);
         raw_u64(r, m->u.exec.output_cap);
+        raw_u16(r, m->u.exec.rows);
+        raw_u16(r, m->u.exec.cols);
         raw_str(r, m->u.exec.lang);
         raw_str(r, m->u.exec.cwd);
         raw_list(r, m->u.exec.argv, m->u.exec.argc, AL_ARGV_MAX);
@@ -185,6 +187,10 @@ size_t raw_msg(struct raw *r, const struct al_msg *m)
         break;
     case AL_WAITING:
         raw_u32(r, m->u.waiting.waited_ms);
+        break;
+    case AL_RESIZE:
+        raw_u16(r, m->u.resize.rows);
+        raw_u16(r, m->u.resize.cols);
         break;
     case AL_REFRESH:
         raw_bytes(r, m->u.refresh.seed, AL_REFRESH_SEED);
@@ -251,6 +257,8 @@ bool fix_msg_same(const struct al_msg *a, const struct al_msg *b, const char **f
         SAME_FIELD(exec.timeout_ms);
         SAME_FIELD(exec.input_wait_ms);
         SAME_FIELD(exec.output_cap);
+        SAME_FIELD(exec.rows);
+        SAME_FIELD(exec.cols);
         SAME_STR(exec.lang);
         SAME_STR(exec.cwd);
         SAME_FIELD(exec.argc);
@@ -309,6 +317,10 @@ bool fix_msg_same(const struct al_msg *a, const struct al_msg *b, const char **f
         break;
     case AL_WAITING:
         SAME_FIELD(waiting.waited_ms);
+        break;
+    case AL_RESIZE:
+        SAME_FIELD(resize.rows);
+        SAME_FIELD(resize.cols);
         break;
     case AL_REFRESH:
         SAME(memcmp(a->u.refresh.seed, b->u.refresh.seed, AL_REFRESH_SEED) == 0, "refresh.seed");
@@ -452,10 +464,27 @@ static void build_exec(void)
     for (int i = 0; i < AL_ENV_MAX; i++)
         m->u.exec.env[i] = fix_str((uint32_t)i * 3);
 
-    /* flags, timeout, input wait, cap: 20; lang, cwd, argc, argv[0] length, envc: 4 each */
+    /* flags, timeout, input wait, cap: 20; rows, cols: 4; lang, cwd, argc, argv[0] length, envc:
+     * 4 each */
     m = add(AL_EXEC, 4, "exec-payload-max");
     m->u.exec.argc = 1;
     m->u.exec.argv[0] = fix_str(AL_FRAME_PAYLOAD_MAX - FIX_EXEC_OVERHEAD);
+
+    m = add(AL_EXEC, 7, "exec-pty");
+    m->u.exec.flags = AL_EXEC_PTY | AL_EXEC_STDIN;
+    m->u.exec.rows = 24;
+    m->u.exec.cols = 80;
+    m->u.exec.argc = 2;
+    m->u.exec.argv[0] = S("/bin/bash");
+    m->u.exec.argv[1] = S("-l");
+    m->u.exec.envc = 1;
+    m->u.exec.env[0] = S("TERM=xterm-256color");
+    m = add(AL_EXEC, 8, "exec-pty-limits");
+    m->u.exec.flags = AL_EXEC_PTY;
+    m->u.exec.rows = AL_PTY_DIM_MAX;
+    m->u.exec.cols = 1;
+    m->u.exec.argc = 1;
+    m->u.exec.argv[0] = S("top");
 
     m = add(AL_EXEC, 5, "exec-kernel");
     m->u.exec.flags = AL_EXEC_KERNEL;
@@ -607,6 +636,13 @@ static void build_small(void)
     m->u.waiting.waited_ms = 2000;
     m = add(AL_WAITING, UINT32_MAX, "waiting-max");
     m->u.waiting.waited_ms = UINT32_MAX;
+
+    m = add(AL_RESIZE, 7, "resize");
+    m->u.resize.rows = 50;
+    m->u.resize.cols = 132;
+    m = add(AL_RESIZE, UINT32_MAX, "resize-limits");
+    m->u.resize.rows = 1;
+    m->u.resize.cols = AL_PTY_DIM_MAX;
 
     m = add(AL_REFRESH, 25, "refresh");
     m->u.refresh.seed = (const uint8_t *)fix_str(AL_REFRESH_SEED).p;

@@ -11,8 +11,8 @@
 #include <stdint.h>
 
 /* Payload bytes of an exec with one empty argv entry and nothing else: flags, timeout, input wait,
- * cap (20), then the lengths of lang, cwd, argc, argv[0] and envc (4 each). */
-#define FIX_EXEC_OVERHEAD 40
+ * cap (20), rows and cols (4), then the lengths of lang, cwd, argc, argv[0] and envc (4 each). */
+#define FIX_EXEC_OVERHEAD 44
 
 /* Room for the largest legal frame, plus slack for frames one byte over it. */
 #define FIX_FRAME_ROOM (AL_FRAME_HEADER_SIZE + AL_FRAME_PAYLOAD_MAX + 64)

@@ -790,7 +790,8 @@ static const struct bound bounds[] = {
     {"exec envc", 0, AL_ENV_MAX, false, set_envc},
     {"exec language length", 0, AL_SHORT_STR_MAX, false, set_exec_lang_len, NULL},
     {"exec cwd length", 0, AL_PATH_MAX, false, set_exec_cwd_len, NULL},
-    {"exec flags", 0, AL_EXEC_FLAGS_KNOWN, false, set_exec_flags, NULL},
+    /* Every flag but the pty's, which needs a size and no kernel (test_bounds' own cases). */
+    {"exec flags", 0, AL_EXEC_FLAGS_KNOWN & ~AL_EXEC_PTY, false, set_exec_flags, NULL},
     {"exec input wait", 0, AL_INPUT_WAIT_MAX_MS, false, set_exec_input_wait, NULL},
     {"data chunk length", 0, AL_DATA_CHUNK_MAX, false, set_data_len},
     {"data stream", 0, AL_STREAM_COUNT - 1, false, set_data_stream},
@@ -884,7 +885,10 @@ static void test_bounds(void)
     raw_begin(&w, AL_EXEC, 0, 1);
     raw_u32(&w, 0);
     raw_u32(&w, 0);
+    raw_u32(&w, 0);
     raw_u64(&w, 0);
+    raw_u16(&w, 0);
+    raw_u16(&w, 0);
     raw_str(&w, fix_str(0));
     raw_str(&w, fix_str(0));
     raw_u32(&w, UINT32_MAX); /* argc, and no entries: the count alone must stop it */
@@ -950,6 +954,51 @@ static void test_bounds(void)
     OK(decode_one(frame, raw_frame(frame, &bound_msg), &m, &why) == 1 &&
            m.u.exec.flags == (AL_EXEC_KERNEL | AL_EXEC_KERNEL_OP),
        "exec with the kernel and kernel operation flags decodes");
+
+    /* The flag past every known one is refused; the pty's flag with a size decodes. */
+    memset(&bound_msg, 0, sizeof(bound_msg));
+    set_exec_flags(&bound_msg, AL_EXEC_FLAGS_KNOWN + 1);
+    expect_reject(frame, raw_frame(frame, &bound_msg), -EPROTO, NULL, "exec flags past the known");
+    memset(&bound_msg, 0, sizeof(bound_msg));
+    set_exec_flags(&bound_msg, AL_EXEC_PTY | AL_EXEC_STDIN);
+    bound_msg.u.exec.rows = AL_PTY_DIM_MAX;
+    bound_msg.u.exec.cols = 1;
+    OK(decode_one(frame, raw_frame(frame, &bound_msg), &m, &why) == 1 &&
+           m.u.exec.rows == AL_PTY_DIM_MAX && m.u.exec.cols == 1,
+       "a pty exec of %dx1 decodes", AL_PTY_DIM_MAX);
+    /* A terminal has 1..AL_PTY_DIM_MAX rows and columns; only a process gets one, and only a
+     * terminal has a size. */
+    static const uint16_t dims[][2] = {
+        {0, 80}, {24, 0}, {0, 0}, {AL_PTY_DIM_MAX + 1, 80}, {24, UINT16_MAX}};
+    for (size_t i = 0; i < ARRAY_SIZE(dims); i++) {
+        memset(&bound_msg, 0, sizeof(bound_msg));
+        set_exec_flags(&bound_msg, AL_EXEC_PTY);
+        bound_msg.u.exec.rows = dims[i][0];
+        bound_msg.u.exec.cols = dims[i][1];
+        char name[64];
+        snprintf(name, sizeof(name), "pty exec of %ux%u", dims[i][0], dims[i][1]);
+        expect_reject(frame, raw_frame(frame, &bound_msg), -EPROTO, NULL, name);
+        OK(al_msg_encode(&bound_msg, other, sizeof(other)) == -EINVAL, "encode of %s is -EINVAL",
+           name);
+        struct al_msg rs = {.type = AL_RESIZE, .id = 1};
+        rs.u.resize.rows = dims[i][0];
+        rs.u.resize.cols = dims[i][1];
+        snprintf(name, sizeof(name), "resize to %ux%u", dims[i][0], dims[i][1]);
+        expect_reject(frame, raw_frame(frame, &rs), -EPROTO, NULL, name);
+        OK(al_msg_encode(&rs, other, sizeof(other)) == -EINVAL, "encode of %s is -EINVAL", name);
+    }
+    memset(&bound_msg, 0, sizeof(bound_msg));
+    set_exec_flags(&bound_msg, AL_EXEC_PTY | AL_EXEC_KERNEL);
+    bound_msg.u.exec.lang = fix_str(1);
+    bound_msg.u.exec.rows = 24;
+    bound_msg.u.exec.cols = 80;
+    expect_reject(frame, raw_frame(frame, &bound_msg), -EPROTO, NULL, "a kernel run on a pty");
+    memset(&bound_msg, 0, sizeof(bound_msg));
+    set_exec_flags(&bound_msg, 0);
+    bound_msg.u.exec.rows = 24;
+    bound_msg.u.exec.cols = 80;
+    expect_reject(frame, raw_frame(frame, &bound_msg), -EPROTO, NULL,
+                  "a terminal size without the pty flag");
 }
 
 /* ---- outputs untouched on failure, reasons given ---- */
@@ -1036,9 +1085,9 @@ static void test_partial(void)
 /* Payload sizes of the fixed-size frames, so that made-up headers often declare a size the
  * payload decoder accepts and the field checks get exercised. */
 static const uint8_t fixed_len[AL_TYPE_MAX_ + 1] = {
-    [AL_HELLO] = 16, [AL_STARTED] = 4, [AL_DATA] = 9,       [AL_CREDIT] = 5,
-    [AL_SIGNAL] = 4, [AL_EXIT] = 17,   [AL_FILE_INFO] = 12, [AL_OK] = 8,
-    [AL_PING] = 8,   [AL_PONG] = 8,    [AL_SHUTDOWN] = 4,   [AL_WAITING] = 4,
+    [AL_HELLO] = 16,   [AL_STARTED] = 4,    [AL_DATA] = 9,   [AL_CREDIT] = 5, [AL_SIGNAL] = 4,
+    [AL_EXIT] = 17,    [AL_FILE_INFO] = 12, [AL_OK] = 8,     [AL_PING] = 8,   [AL_PONG] = 8,
+    [AL_SHUTDOWN] = 4, [AL_WAITING] = 4,    [AL_RESIZE] = 4,
 };
 
 /* A third pure noise; a third a made-up header over small field values; a third a sample frame
