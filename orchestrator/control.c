@@ -606,10 +606,8 @@ int al_remote_exec(al_remote *r, const al_exec_opts *o, al_exec_result *out, al_
         if (!o->pty_cols)
             return al_err(err, -EINVAL, "a terminal needs rows and columns");
         cJSON *size = cJSON_AddArrayToObject(req, "pty");
-        unsigned rows = o->pty_rows > AL_PTY_ROWS_COLS_MAX ? AL_PTY_ROWS_COLS_MAX : o->pty_rows;
-        unsigned cols = o->pty_cols > AL_PTY_ROWS_COLS_MAX ? AL_PTY_ROWS_COLS_MAX : o->pty_cols;
-        cJSON_AddItemToArray(size, cJSON_CreateNumber(rows));
-        cJSON_AddItemToArray(size, cJSON_CreateNumber(cols));
+        cJSON_AddItemToArray(size, cJSON_CreateNumber(al_pty_dim(o->pty_rows)));
+        cJSON_AddItemToArray(size, cJSON_CreateNumber(al_pty_dim(o->pty_cols)));
         /* Its end of input would be its terminal's hangup: none is none. */
         if (o->stdin_fd < 0)
             cJSON_AddBoolToObject(req, "stdin", false);
@@ -622,16 +620,12 @@ int al_remote_exec(al_remote *r, const al_exec_opts *o, al_exec_result *out, al_
         return al_err(err, -E2BIG, "the command is longer than %d bytes", REQUEST_MAX);
     sprintf(line, "%s\n", text);
 
-    /* A pty run's resizes: the caller's pipe, or one nobody writes. */
-    int hold[2] = {-1, -1};
-    if (pty && o->resize_fd <= 0 && pipe2(hold, O_CLOEXEC) < 0)
-        return al_err(err, -errno, "cannot make a pipe: %s", strerror(errno));
-    _cleanup_close_ int hold_r = hold[0], hold_w = hold[1];
+    /* A pty run's resizes, when the caller has any, go as a fourth fd; without one the server's
+     * run keeps its size. */
+    bool resizes = pty && o->resize_fd > 0;
     _cleanup_close_ int devnull = o->stdin_fd < 0 ? open("/dev/null", O_RDONLY | O_CLOEXEC) : -1;
     int fds[CONTROL_FDS] = {o->stdin_fd >= 0 ? o->stdin_fd : devnull, o->stdout_fd, o->stderr_fd,
-                            !pty               ? -1
-                            : o->resize_fd > 0 ? o->resize_fd
-                                               : hold_r};
+                            resizes ? o->resize_fd : -1};
     if (fds[0] < 0)
         return al_err(err, -errno, "cannot open /dev/null: %s", strerror(errno));
     struct sockaddr_un sa = {.sun_family = AF_UNIX};
@@ -642,7 +636,7 @@ int al_remote_exec(al_remote *r, const al_exec_opts *o, al_exec_result *out, al_
     _cleanup_close_ int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
     if (fd < 0 || connect(fd, (struct sockaddr *)&sa, sizeof(sa)) < 0)
         return al_err(err, -errno, "cannot reach session %s: %s", r->name, strerror(errno));
-    int ret = send_request(fd, line, fds, pty ? 4 : 3);
+    int ret = send_request(fd, line, fds, resizes ? 4 : 3);
     if (ret < 0)
         return al_err(err, ret, "cannot send to session %s: %s", r->name, strerror(-ret));
     char ans[ANSWER_MAX + 1];

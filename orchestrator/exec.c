@@ -221,8 +221,8 @@ int al_pty_resize(int fd, unsigned rows, unsigned cols)
 {
     if (!rows || !cols)
         return -EINVAL;
-    rows = rows > AL_PTY_DIM_MAX ? AL_PTY_DIM_MAX : rows;
-    cols = cols > AL_PTY_DIM_MAX ? AL_PTY_DIM_MAX : cols;
+    rows = al_pty_dim(rows);
+    cols = al_pty_dim(cols);
     uint8_t b[4] = {(uint8_t)rows, (uint8_t)(rows >> 8), (uint8_t)cols, (uint8_t)(cols >> 8)};
     ssize_t n;
     do
@@ -438,8 +438,8 @@ static int exec_run(al_session *s, const al_exec_opts *o, al_exec_result *out,
     m.u.exec.flags = (o->stdin_fd >= 0 ? AL_EXEC_STDIN : 0) | (o->kernel ? AL_EXEC_KERNEL : 0) |
                      op | (pty ? AL_EXEC_PTY : 0);
     if (pty) {
-        m.u.exec.rows = (uint16_t)(o->pty_rows > AL_PTY_DIM_MAX ? AL_PTY_DIM_MAX : o->pty_rows);
-        m.u.exec.cols = (uint16_t)(o->pty_cols > AL_PTY_DIM_MAX ? AL_PTY_DIM_MAX : o->pty_cols);
+        m.u.exec.rows = (uint16_t)al_pty_dim(o->pty_rows);
+        m.u.exec.cols = (uint16_t)al_pty_dim(o->pty_cols);
     }
     m.u.exec.timeout_ms = o->timeout_ms;
     m.u.exec.input_wait_ms = o->input_wait_ms;

@@ -26,6 +26,12 @@ static inline void al_closep(int *fd)
         errno = saved;
     }
 }
+/* A pty run's rows or columns as the library sends them: cut to AL_PTY_ROWS_COLS_MAX. */
+static inline unsigned al_pty_dim(unsigned v)
+{
+    return v > AL_PTY_ROWS_COLS_MAX ? AL_PTY_ROWS_COLS_MAX : v;
+}
+
 static inline void al_cjsonp(cJSON **j)
 {
     cJSON_Delete(*j);
