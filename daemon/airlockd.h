@@ -252,6 +252,9 @@ struct ad_exec_req {
     const char *stdin_data; /* written then closed, unless stdin_open */
     bool stdin_open;
     unsigned timeout_s;
+    /* > 0: on a terminal of this size (1..AL_PTY_ROWS_COLS_MAX each), stdin open; with neither
+     * argv nor code, the login shell (AL_LOGIN_SHELL) */
+    unsigned pty_rows, pty_cols;
     /* instead of argv or code: a run whose thread calls body (a chat turn), which fills the
      * end event's object and returns its type ("done", "error") */
     const char *(*body)(struct ad_run *r, void *ctx, cJSON *end);
@@ -269,6 +272,8 @@ void ad_run_list(struct ad_session *s, cJSON *arr);
 struct MHD_Response *ad_run_events(struct ad_run *r, uint64_t last_id, struct ad_fail *f);
 int ad_run_stdin(struct ad_run *r, const void *data, size_t len, bool eof, struct ad_fail *f);
 int ad_run_signal(struct ad_run *r, int signo, struct ad_fail *f);
+/* A pty run's new terminal size (1..AL_PTY_ROWS_COLS_MAX each). */
+int ad_run_resize(struct ad_run *r, unsigned rows, unsigned cols, struct ad_fail *f);
 /* Waits up to timeout_ms for the end; returns the run's JSON (done or not). */
 cJSON *ad_run_wait(struct ad_run *r, unsigned timeout_ms);
 /* Cancels every run of s (delete, reaping, shutdown) and waits for their threads. */

@@ -505,6 +505,8 @@ static enum MHD_Result first_call(struct MHD_Connection *c, struct ad_req *q, co
             MHD_add_response_header(
                 r, "Content-Security-Policy",
                 "default-src 'none'; script-src 'self'; style-src 'self'; "
+                /* xterm.js writes its theme and sizes as <style> elements (not attributes) */
+                "style-src-elem 'self' 'unsafe-inline'; "
                 "img-src 'self' blob:; connect-src 'self' blob:; frame-src blob:; "
                 "base-uri 'none'; form-action 'none'; frame-ancestors 'none'");
             return ad_reply(c, q, 200, r);

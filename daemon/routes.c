@@ -52,6 +52,28 @@ static int get_bool(struct ad_req *q, const char *k, bool *out, char *why, size_
     return 0;
 }
 
+/* A terminal's size: {"rows": R, "cols": C} at o's key k (k NULL: o itself), each from 1 to
+ * AL_PTY_ROWS_COLS_MAX; both left 0 when k is absent. */
+static int get_size(cJSON *o, const char *k, unsigned *rows, unsigned *cols, char *why, size_t len)
+{
+    cJSON *v = k ? cJSON_GetObjectItemCaseSensitive(o, k) : o;
+    if (k && (!v || cJSON_IsNull(v)))
+        return 0;
+    cJSON *r = cJSON_GetObjectItemCaseSensitive(v, "rows");
+    cJSON *c = cJSON_GetObjectItemCaseSensitive(v, "cols");
+    if (!cJSON_IsObject(v) || !cJSON_IsNumber(r) || !cJSON_IsNumber(c) || r->valuedouble < 1 ||
+        c->valuedouble < 1 || r->valuedouble > AL_PTY_ROWS_COLS_MAX ||
+        c->valuedouble > AL_PTY_ROWS_COLS_MAX || r->valuedouble != (int)r->valuedouble ||
+        c->valuedouble != (int)c->valuedouble) {
+        snprintf(why, len, "%s%s{\"rows\": R, \"cols\": C}, each a whole number from 1 to %d",
+                 k ? k : "", k ? ": " : "", AL_PTY_ROWS_COLS_MAX);
+        return -EINVAL;
+    }
+    *rows = (unsigned)r->valuedouble;
+    *cols = (unsigned)c->valuedouble;
+    return 0;
+}
+
 static const char *query(struct MHD_Connection *c, const char *k)
 {
     return MHD_lookup_connection_value(c, MHD_GET_ARGUMENT_KIND, k);
@@ -260,7 +282,8 @@ static enum MHD_Result run_start(struct MHD_Connection *c, struct ad_req *q)
         get_str(q, "cwd", &r.cwd, why, sizeof(why)) < 0 ||
         get_str(q, "stdin", &r.stdin_data, why, sizeof(why)) < 0 ||
         get_bool(q, "stdin_open", &r.stdin_open, why, sizeof(why)) < 0 ||
-        get_uint(q, "timeout_s", &r.timeout_s, why, sizeof(why)) < 0)
+        get_uint(q, "timeout_s", &r.timeout_s, why, sizeof(why)) < 0 ||
+        get_size(q->json, "pty", &r.pty_rows, &r.pty_cols, why, sizeof(why)) < 0)
         return ad_reply_error(c, q, 400, "invalid", "%s", why);
     cJSON *out;
     struct ad_fail f;
@@ -437,6 +460,24 @@ static enum MHD_Result run_stdin(struct MHD_Connection *c, struct ad_req *q)
     struct ad_fail f;
     int rc = ad_run_stdin(r, q->body ? q->body : "", q->body_len,
                           eof && (!strcmp(eof, "1") || !strcmp(eof, "true")), &f);
+    ad_run_put(r);
+    if (rc < 0)
+        return ad_reply_fail(c, q, &f);
+    return ad_reply(c, q, 204, MHD_create_response_from_buffer(0, NULL, MHD_RESPMEM_PERSISTENT));
+}
+
+static enum MHD_Result run_resize(struct MHD_Connection *c, struct ad_req *q)
+{
+    unsigned rows = 0, cols = 0;
+    char why[256] = "";
+    if (get_size(q->json, NULL, &rows, &cols, why, sizeof(why)) < 0 || !rows)
+        return ad_reply_error(c, q, 400, "invalid", "%s", why[0] ? why : "rows and cols");
+    enum MHD_Result ret;
+    struct ad_run *r = find_run(c, q, &ret);
+    if (!r)
+        return ret;
+    struct ad_fail f;
+    int rc = ad_run_resize(r, rows, cols, &f);
     ad_run_put(r);
     if (rc < 0)
         return ad_reply_fail(c, q, &f);
@@ -743,6 +784,7 @@ const struct ad_route ad_routes[] = {
     {"GET",    "/v1/sessions/{id}/runs/{run}/wait", 0, run_wait, "wait for the run's end"},
     {"POST",   "/v1/sessions/{id}/runs/{run}/stdin", AD_BODY_RAW, run_stdin, "write to the run's stdin"},
     {"POST",   "/v1/sessions/{id}/runs/{run}/signal", AD_BODY_JSON, run_signal, "signal the run"},
+    {"POST",   "/v1/sessions/{id}/runs/{run}/resize", AD_BODY_JSON, run_resize, "a pty run's new terminal size"},
     {"POST",   "/v1/sessions/{id}/chat", AD_BODY_JSON, chat_post, "a chat turn: a user message (a run)"},
     {"GET",    "/v1/sessions/{id}/chat", 0, chat_get, "the chat's history and checkpoints"},
     {"POST",   "/v1/sessions/{id}/chat/undo", 0, chat_undo, "undo the last exchange"},

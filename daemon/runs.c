@@ -49,6 +49,8 @@ struct ad_run {
     char **argv, **env;
     char *lang, *cwd;
     bool kernel;
+    unsigned pty_rows, pty_cols; /* a terminal's size, 0 for none (its latest, under mu) */
+    int resize[2];               /* a pty run's al_pty_resize pipe: [0] is al_exec's resize_fd */
     unsigned timeout_ms;
     uint64_t give_up_ms;      /* ad_now_ms() past which output waits no more for room; 0: never */
     uint64_t dropped;         /* output bytes dropped past give_up_ms */
@@ -93,9 +95,12 @@ static void run_free(struct ad_run *r)
         close(r->stdin_wr);
     if (r->stdin_rd >= 0)
         close(r->stdin_rd);
-    for (int i = 0; i < 2; i++)
+    for (int i = 0; i < 2; i++) {
         if (r->cancel[i] >= 0)
             close(r->cancel[i]);
+        if (r->resize[i] >= 0)
+            close(r->resize[i]);
+    }
     cJSON_Delete(r->result);
     pthread_mutex_destroy(&r->mu);
     pthread_cond_destroy(&r->cv);
@@ -357,6 +362,9 @@ static void *run_thread(void *arg)
             .result = ad_run_result,
             .result_ctx = r,
             .cancel_fd = r->cancel[0],
+            .pty_rows = r->pty_rows,
+            .pty_cols = r->pty_cols,
+            .resize_fd = r->resize[0],
         };
         if (r->timeout_ms)
             r->give_up_ms = ad_now_ms() + r->timeout_ms +
@@ -475,8 +483,8 @@ int ad_run_start(struct ad_session *s, const struct ad_exec_req *q, const struct
                  cJSON **out, struct ad_fail *f)
 {
     const char *why = NULL;
-    if (!q->body && !!q->argv == !!q->code) {
-        ad_failf(f, 400, "invalid", "give argv or code, not both");
+    if (!q->body && ((q->argv && q->code) || !(q->pty_rows || q->argv || q->code))) {
+        ad_failf(f, 400, "invalid", "give argv or code, not both (a pty alone: the login shell)");
         return -EINVAL;
     }
     if (q->code && !q->language) {
@@ -485,6 +493,16 @@ int ad_run_start(struct ad_session *s, const struct ad_exec_req *q, const struct
     }
     if (q->kernel && !q->code) {
         ad_failf(f, 400, "invalid", "a kernel run takes code");
+        return -EINVAL;
+    }
+    bool pty = q->pty_rows || q->pty_cols;
+    if (pty && (q->kernel || q->body)) {
+        ad_failf(f, 400, "invalid", "a kernel run has no terminal");
+        return -EINVAL;
+    }
+    if (pty && (q->pty_rows < 1 || q->pty_rows > AL_PTY_ROWS_COLS_MAX || q->pty_cols < 1 ||
+                q->pty_cols > AL_PTY_ROWS_COLS_MAX)) {
+        ad_failf(f, 400, "invalid", "pty: rows and cols from 1 to %d", AL_PTY_ROWS_COLS_MAX);
         return -EINVAL;
     }
     if (lim->max_exec_timeout_s && q->timeout_s > lim->max_exec_timeout_s) {
@@ -506,12 +524,18 @@ int ad_run_start(struct ad_session *s, const struct ad_exec_req *q, const struct
     pthread_cond_init(&r->cv, NULL);
     r->stdin_wr = r->stdin_rd = -1;
     r->cancel[0] = r->cancel[1] = -1;
+    r->resize[0] = r->resize[1] = -1;
     r->next_seq = 1;
     r->started = (uint64_t)time(NULL);
     r->body = q->body;
     r->body_ctx = q->body_ctx;
     if (q->body) {
         /* its own */
+    } else if (pty && !q->argv && !q->code) {
+        const char *login[] = {"/bin/sh", "-c", q->cwd ? AL_LOGIN_SHELL_HERE : AL_LOGIN_SHELL};
+        r->argv = calloc(4, sizeof(char *));
+        for (size_t i = 0; r->argv && i < 3; i++)
+            r->argv[i] = strdup(login[i]);
     } else if (q->argv) {
         r->argv = strv_from_array(q->argv, 4096, &why);
     } else {
@@ -521,6 +545,8 @@ int ad_run_start(struct ad_session *s, const struct ad_exec_req *q, const struct
         r->lang = strdup(q->language);
     }
     r->kernel = q->kernel;
+    r->pty_rows = q->pty_rows;
+    r->pty_cols = q->pty_cols;
     if (q->env)
         r->env = env_from_object(q->env, &why);
     if (q->cwd)
@@ -538,7 +564,13 @@ int ad_run_start(struct ad_session *s, const struct ad_exec_req *q, const struct
         run_free(r);
         return -EIO;
     }
-    if (q->stdin_data || q->stdin_open) {
+    if (pty && pipe2(r->resize, O_CLOEXEC | O_NONBLOCK) < 0) {
+        ad_failf(f, 500, "internal", "pipe: %s", strerror(errno));
+        r->resize[0] = r->resize[1] = -1;
+        run_free(r);
+        return -EIO;
+    }
+    if (q->stdin_data || q->stdin_open || pty) { /* a terminal's input is its stdin */
         int p[2];
         if (pipe2(p, O_CLOEXEC) < 0) {
             ad_failf(f, 500, "internal", "pipe: %s", strerror(errno));
@@ -553,7 +585,7 @@ int ad_run_start(struct ad_session *s, const struct ad_exec_req *q, const struct
             run_free(r);
             return -EIO;
         }
-        if (!q->stdin_open) {
+        if (!q->stdin_open && !pty) {
             close(r->stdin_wr);
             r->stdin_wr = -1;
         } else {
@@ -643,6 +675,11 @@ static cJSON *run_json_locked(struct ad_run *r)
     cJSON_AddStringToObject(o, "state", r->done ? "done" : r->running ? "running" : "queued");
     cJSON_AddNumberToObject(o, "started", (double)r->started);
     cJSON_AddNumberToObject(o, "events", (double)(r->next_seq - 1));
+    if (r->pty_rows) {
+        cJSON *p = cJSON_AddObjectToObject(o, "pty");
+        cJSON_AddNumberToObject(p, "rows", r->pty_rows);
+        cJSON_AddNumberToObject(p, "cols", r->pty_cols);
+    }
     if (r->result)
         cJSON_AddItemToObject(o, "result", cJSON_Duplicate(r->result, true));
     return o;
@@ -782,6 +819,31 @@ int ad_run_signal(struct ad_run *r, int signo, struct ad_fail *f)
         return -EAGAIN;
     }
     return 0;
+}
+
+int ad_run_resize(struct ad_run *r, unsigned rows, unsigned cols, struct ad_fail *f)
+{
+    if (rows < 1 || rows > AL_PTY_ROWS_COLS_MAX || cols < 1 || cols > AL_PTY_ROWS_COLS_MAX) {
+        ad_failf(f, 400, "invalid", "rows and cols from 1 to %d", AL_PTY_ROWS_COLS_MAX);
+        return -EINVAL;
+    }
+    pthread_mutex_lock(&r->mu);
+    int rc = 0;
+    if (!r->pty_rows) {
+        ad_failf(f, 409, "no_pty", "the run has no terminal (start it with pty)");
+        rc = -ENOTTY;
+    } else if (r->done) {
+        ad_failf(f, 409, "not_running", "the run has ended");
+        rc = -ESRCH;
+    } else if ((rc = al_pty_resize(r->resize[1], rows, cols)) < 0) {
+        /* the pipe is full of sizes the run has not taken yet */
+        ad_failf(f, 503, "busy", "resizes are queued already");
+    } else {
+        r->pty_rows = rows;
+        r->pty_cols = cols;
+    }
+    pthread_mutex_unlock(&r->mu);
+    return rc;
 }
 
 void ad_runs_cancel(struct ad_session *s)

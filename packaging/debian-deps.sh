@@ -41,6 +41,10 @@ PACKAGES=(
   debhelper dpkg-dev lintian fakeroot systemd curl
 )
 
+# the web page's terminal: xterm.js fetched with npm at build time (daemon/web/xterm.py); a
+# machine's own Node (with its npm) stands, Debian's npm otherwise
+command -v npm >/dev/null || PACKAGES+=(npm)
+
 missing=()
 for p in "${PACKAGES[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

@@ -136,6 +136,7 @@ function sp(path) {
 
 async function select(id) {
   current = id;
+  showTerminal(id);
   $('session-title').textContent = id ? `Session ${id}` : 'No session selected';
   $('transcript').replaceChildren();
   for (const li of $('sessions').children) li.classList.toggle('current', li.dataset.id === id);
@@ -616,5 +617,130 @@ $('upload').addEventListener('change', (ev) => {
   if (current) upload(ev.target.files);
   ev.target.value = '';
 });
+
+// ---- the terminal tab: a login shell on a pty run (POST /runs with pty), its output over the
+// run's SSE events into xterm.js, the keys in order through /stdin (one request at a time, what
+// was typed meanwhile goes in the next), the size through /resize as the pane changes. One
+// terminal per session, kept while the page is open; the guest's escape sequences go to the
+// terminal emulator only, never into the page's text.
+
+const terminals = new Map(); // session id -> {div, term, fit, runId, src, ended}
+let xterm = null; // the modules, loaded on first use
+let tab = 'chat';
+
+async function loadXterm() {
+  if (!xterm) {
+    const [x, f] = await Promise.all([import('/xterm.mjs'), import('/addon-fit.mjs')]);
+    xterm = { Terminal: x.Terminal, FitAddon: f.FitAddon };
+  }
+  return xterm;
+}
+
+function setTab(t) {
+  tab = t;
+  $('tab-chat').classList.toggle('current', t === 'chat');
+  $('tab-terminal').classList.toggle('current', t === 'terminal');
+  $('terminal-pane').hidden = t !== 'terminal';
+  for (const id of ['transcript', 'chat-form', 'shell-form']) $(id).hidden = t === 'terminal';
+  showTerminal(current);
+}
+
+$('tab-chat').addEventListener('click', () => setTab('chat'));
+$('tab-terminal').addEventListener('click', () => setTab('terminal'));
+$('terminal-new').addEventListener('click', () => {
+  const t = terminals.get(current);
+  if (t) { t.div.remove(); terminals.delete(current); }
+  showTerminal(current);
+});
+window.addEventListener('resize', () => {
+  const t = terminals.get(current);
+  if (t && tab === 'terminal') t.fit.fit();
+});
+
+function termStatus(t) {
+  if (terminals.get(current) !== t) return;
+  $('terminal-status').textContent = t.status;
+  $('terminal-new').hidden = !t.ended;
+}
+
+async function showTerminal(id) {
+  for (const [sid, t] of terminals) t.div.hidden = sid !== id || tab !== 'terminal';
+  if (!id || tab !== 'terminal') return;
+  let t = terminals.get(id);
+  if (t) {
+    termStatus(t);
+    t.fit.fit();
+    t.term.focus();
+    return;
+  }
+  t = { div: el('div', 'terminal'), status: 'starting a shell…', ended: false, keys: '', sending: false };
+  t.div.dataset.session = id;
+  terminals.set(id, t);
+  $('terminals').append(t.div);
+  termStatus(t);
+  let X;
+  try {
+    X = await loadXterm();
+  } catch (e) {
+    t.status = 'the terminal is not built into this daemon (meson option web_terminal)';
+    t.ended = true;
+    termStatus(t);
+    return;
+  }
+  t.term = new X.Terminal({ cursorBlink: true, scrollback: 5000 });
+  t.fit = new X.FitAddon();
+  t.term.loadAddon(t.fit);
+  t.term.open(t.div);
+  t.fit.fit();
+  const path = (p) => `/v1/sessions/${encodeURIComponent(id)}${p}`;
+  let run;
+  try {
+    run = await api('POST', path('/runs'), { pty: { rows: t.term.rows, cols: t.term.cols } });
+  } catch (e) {
+    t.status = 'no shell: ' + e.message;
+    t.ended = true;
+    termStatus(t);
+    return;
+  }
+  t.runId = run.id;
+  t.div.dataset.run = run.id;
+  const rp = (p) => path(`/runs/${encodeURIComponent(run.id)}${p}`);
+  t.status = `shell ${run.id} · ${t.term.cols}×${t.term.rows}`;
+  termStatus(t);
+  t.src = new EventSource(rp('/events'));
+  t.src.addEventListener('output', (ev) => t.term.write(b64bytes(JSON.parse(ev.data).data_b64)));
+  const end = (ev) => {
+    const d = JSON.parse(ev.data);
+    t.src.close(); // else EventSource would come back for more
+    t.ended = true;
+    t.status = d.how ? `the shell ended (${d.how} ${d.value})` : `the shell failed: ${d.message || d.code}`;
+    t.div.dataset.ended = '1';
+    termStatus(t);
+  };
+  t.src.addEventListener('exit', end);
+  t.src.addEventListener('error', (ev) => { if (ev.data) end(ev); });
+  const send = async () => {
+    if (t.sending || !t.keys || t.ended) return;
+    t.sending = true;
+    const keys = t.keys;
+    t.keys = '';
+    try {
+      await api('POST', rp('/stdin'), undefined, new TextEncoder().encode(keys));
+    } catch (e) {
+      t.status = 'input refused: ' + e.message;
+      termStatus(t);
+    }
+    t.sending = false;
+    send();
+  };
+  t.term.onData((d) => { t.keys += d; send(); });
+  t.term.onResize(({ rows, cols }) => {
+    if (t.ended) return;
+    t.status = `shell ${run.id} · ${cols}×${rows}`;
+    termStatus(t);
+    api('POST', rp('/resize'), { rows, cols }).catch(() => {});
+  });
+  t.term.focus();
+}
 
 start();

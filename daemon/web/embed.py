@@ -5,6 +5,7 @@ import os
 import sys
 
 TYPES = {'.html': 'text/html; charset=utf-8', '.js': 'text/javascript; charset=utf-8',
+         '.mjs': 'text/javascript; charset=utf-8', '.txt': 'text/plain; charset=utf-8',
          '.css': 'text/css; charset=utf-8', '.svg': 'image/svg+xml'}
 
 out, files = sys.argv[1], sys.argv[2:]

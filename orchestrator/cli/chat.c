@@ -200,7 +200,7 @@ static void direct_shell(struct repl *rp, const char *cmd)
 /* %shell: the VM's login shell on this terminal, back to the chat when it ends. */
 static void chat_shell(struct repl *rp)
 {
-    const char *argv[] = {"/bin/sh", "-c", CLI_LOGIN_SH, NULL};
+    const char *argv[] = {"/bin/sh", "-c", AL_LOGIN_SHELL, NULL};
     al_exec_opts o = {.argv = argv, .stdin_fd = -1, .stdout_fd = 1, .stderr_fd = 2};
     al_exec_result r = {0};
     al_error e = {0};

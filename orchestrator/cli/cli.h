@@ -105,10 +105,6 @@ struct cli_tty {
     bool left; /* the user pressed Ctrl-] */
     pthread_t thread;
 };
-/* A login shell (bash -l, else sh -l) in /workspace where there is one: airlock shell, %shell. */
-#define CLI_LOGIN_SH                                                                               \
-    "cd /workspace 2>/dev/null || cd; "                                                            \
-    "if command -v bash >/dev/null 2>&1; then exec bash -l; fi; exec sh -l"
 #define CLI_TTY_LEAVE_HELP "Ctrl-] leaves (the shell gets SIGHUP, as when a terminal closes)"
 int cli_tty_open(struct cli_tty *t, bool input, al_exec_opts *eo, al_error *err);
 void cli_tty_close(struct cli_tty *t);

@@ -17,6 +17,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/ioctl.h>
 #include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
@@ -314,6 +315,25 @@ struct stdin_ctx {
     int fd;         /* what is sent: this process's stdin (0), or a runner's */
 };
 
+/* n bytes of buf to the run's stdin route (n <= 0: its EOF); false when the run takes no more. */
+static bool post_stdin(const struct remote *r, const char *route, const char *buf, ssize_t n)
+{
+    struct curl_slist *hdrs = NULL;
+    char path[320];
+    snprintf(path, sizeof(path), "%s%s", route, n <= 0 ? "?eof=1" : "");
+    CURL *c = handle(r, "POST", path, &hdrs);
+    if (!c)
+        return false;
+    hdrs = curl_slist_append(hdrs, "Content-Type: application/octet-stream");
+    curl_easy_setopt(c, CURLOPT_POSTFIELDS, buf);
+    curl_easy_setopt(c, CURLOPT_POSTFIELDSIZE, (long)(n > 0 ? n : 0));
+    struct body b = {0};
+    long status;
+    CURLcode cc = perform(c, hdrs, to_body, &b, &status);
+    free(b.buf);
+    return n > 0 && cc == CURLE_OK && status < 400;
+}
+
 /* Sends fd to the run in pieces, then EOF. */
 static void *pump_stdin(void *arg)
 {
@@ -323,21 +343,57 @@ static void *pump_stdin(void *arg)
         ssize_t n = read(sc->fd, buf, sizeof(buf));
         if (n < 0 && errno == EINTR)
             continue;
-        struct curl_slist *hdrs = NULL;
-        char path[320];
-        snprintf(path, sizeof(path), "%s%s", sc->path, n <= 0 ? "?eof=1" : "");
-        CURL *c = handle(sc->r, "POST", path, &hdrs);
-        if (!c)
+        if (!post_stdin(sc->r, sc->path, buf, n))
             break;
-        hdrs = curl_slist_append(hdrs, "Content-Type: application/octet-stream");
-        curl_easy_setopt(c, CURLOPT_POSTFIELDS, buf);
-        curl_easy_setopt(c, CURLOPT_POSTFIELDSIZE, (long)(n > 0 ? n : 0));
-        struct body b = {0};
-        long status;
-        CURLcode cc = perform(c, hdrs, to_body, &b, &status);
-        free(b.buf);
-        if (n <= 0 || cc != CURLE_OK || status >= 400)
+    }
+    return NULL;
+}
+
+/* A terminal's side in airlockd (exec -t): the keys (cli_tty's pipe) as stdin, its EOF as the
+ * terminal closing, and the local terminal's size after each SIGWINCH as a resize. */
+struct pty_ctx {
+    const struct remote *r;
+    char stdin_path[300], resize_path[300];
+    int keys_fd, resize_fd, size_fd; /* keys_fd -1: no input (-t without -i) */
+    int stop_fd;                     /* readable: the run ended */
+};
+
+static void *pump_pty(void *arg)
+{
+    struct pty_ctx *pc = arg;
+    char buf[4096];
+    for (;;) {
+        struct pollfd pfd[3] = {
+            {pc->stop_fd, POLLIN, 0}, {pc->resize_fd, POLLIN, 0}, {pc->keys_fd, POLLIN, 0}};
+        if (poll(pfd, pc->keys_fd >= 0 ? 3 : 2, -1) < 0) {
+            if (errno == EINTR)
+                continue;
             break;
+        }
+        if (pfd[0].revents)
+            break;
+        if (pfd[1].revents) { /* sizes queued by the SIGWINCH handler: the newest is the tty's */
+            while (read(pc->resize_fd, buf, sizeof(buf)) > 0)
+                ;
+            struct winsize ws;
+            if (pc->size_fd >= 0 && ioctl(pc->size_fd, TIOCGWINSZ, &ws) == 0 && ws.ws_row &&
+                ws.ws_col) {
+                cJSON *in = cJSON_CreateObject();
+                cJSON_AddNumberToObject(in, "rows", ws.ws_row);
+                cJSON_AddNumberToObject(in, "cols", ws.ws_col);
+                struct remote q = *pc->r;
+                q.quiet = true; /* the run may have just ended */
+                call(&q, "POST", pc->resize_path, in, NULL, NULL);
+                cJSON_Delete(in);
+            }
+        }
+        if (pc->keys_fd < 0 || !pfd[2].revents)
+            continue;
+        ssize_t n = read(pc->keys_fd, buf, sizeof(buf));
+        if (n < 0 && errno == EINTR)
+            continue;
+        if (!post_stdin(pc->r, pc->stdin_path, buf, n))
+            pc->keys_fd = -1; /* the terminal closed (or the run ended): sizes may still go */
     }
     return NULL;
 }
@@ -605,8 +661,9 @@ static void usage_exec(FILE *f)
           "Runs in a session of airlockd: ID, or a fresh one ended afterwards.\n"
           "  --session ID        the session (airlock session start)\n"
           "  --image NAME        a fresh session's image\n"
-          "  -i, --interactive   accepted (stdin is streamed to the run);  -t, --tty  not\n"
-          "                      yet here: 'airlock shell' and 'exec -it' open a terminal\n"
+          "  -i, --interactive   keep stdin open (it is streamed to the run)\n"
+          "  -t, --tty           a terminal: the run on a pty of this one's size, this one raw\n"
+          "                      " CLI_TTY_LEAVE_HELP "\n"
           "  -m, --memory MIB    a fresh session's memory\n"
           "  -l, --lang LANG     run code in LANG;  -k, --kernel  in its kernel\n"
           "  -c, --code CODE     the code\n"
@@ -662,7 +719,7 @@ int cli_remote_exec(struct cli_globals *g, int argc, char **argv)
     const char *workdir = NULL;
     enum cli_sync sync = CLI_SYNC_ASK;
     unsigned long memory = 0, timeout = 0;
-    bool kernel = false, raw = false, detach = false;
+    bool kernel = false, raw = false, detach = false, interactive = false, tty = false;
     cJSON *env = cJSON_CreateObject();
     int c;
     while ((c = getopt_long(argc, argv, "+itm:l:c:ke:w:Dh", opts, NULL)) != -1) {
@@ -697,14 +754,12 @@ int cli_remote_exec(struct cli_globals *g, int argc, char **argv)
         case OPT_IMAGE:
             image = optarg;
             break;
-        case 'i': /* stdin is streamed to the run as it is */
+        case 'i': /* stdin is streamed to the run as it is; with -t, the terminal's keys */
+            interactive = true;
             break;
         case 't':
-            fprintf(stderr, "airlock: a terminal (-t) in a session of airlockd is not there yet; "
-                            "'airlock shell' and 'airlock exec -it' open one in a session of "
-                            "their own\n");
-            cJSON_Delete(env);
-            return 2;
+            tty = true;
+            break;
         case 'm':
             memory = cli_number("--memory", optarg, 65536);
             break;
@@ -765,6 +820,14 @@ int cli_remote_exec(struct cli_globals *g, int argc, char **argv)
         cJSON_Delete(env);
         return 2;
     }
+    if (tty && (kernel || detach || workdir)) {
+        fprintf(stderr, "airlock: -t (a terminal) is not for %s\n",
+                kernel   ? "a kernel run"
+                : detach ? "--detach"
+                         : "--workdir");
+        cJSON_Delete(env);
+        return 2;
+    }
     if (copies_check(&cp) < 0) {
         cJSON_Delete(env);
         return EXIT_AIRLOCK_FAILED;
@@ -801,9 +864,28 @@ int cli_remote_exec(struct cli_globals *g, int argc, char **argv)
         cJSON_AddStringToObject(in, "cwd", cwd);
     if (timeout)
         cJSON_AddNumberToObject(in, "timeout_s", (double)timeout);
-    bool feed = !isatty(0) && !detach;
+    bool feed = !isatty(0) && !detach && !tty;
     if (feed)
         cJSON_AddBoolToObject(in, "stdin_open", true);
+    /* A terminal: the local one raw (with -i its keys are the run's), its size and TERM. */
+    struct cli_tty t = {.relaying = false};
+    al_exec_opts teo = {0};
+    bool tty_open = false;
+    if (tty) {
+        al_error terr = {0};
+        if (cli_tty_open(&t, interactive, &teo, &terr) < 0) {
+            cli_error(&terr);
+            cJSON_Delete(in);
+            return EXIT_AIRLOCK_FAILED;
+        }
+        tty_open = true;
+        cJSON *p = cJSON_AddObjectToObject(in, "pty");
+        cJSON_AddNumberToObject(p, "rows", teo.pty_rows);
+        cJSON_AddNumberToObject(p, "cols", teo.pty_cols);
+        for (size_t i = 0; teo.env && teo.env[i]; i++)
+            if (!strncmp(teo.env[i], "TERM=", 5) && !cJSON_GetObjectItemCaseSensitive(env, "TERM"))
+                cJSON_AddStringToObject(env, "TERM", teo.env[i] + 5);
+    }
 
     int cancel_fd = cli_cancel_pipe(NULL);
     char own[128] = "";
@@ -860,9 +942,25 @@ int cli_remote_exec(struct cli_globals *g, int argc, char **argv)
     struct stdin_ctx sc = {.r = &r};
     snprintf(sc.path, sizeof(sc.path), "/v1/sessions/%s/runs/%s/stdin", sid, rid);
     bool pumping = feed && pthread_create(&th, NULL, pump_stdin, &sc) == 0;
-    struct cli_termout tty;
-    cli_termout_init(&tty, false);
-    struct stream st = {.tty = !raw && cli_termout_any(&tty) ? &tty : NULL};
+    struct pty_ctx pc = {.r = &r,
+                         .keys_fd = interactive ? teo.stdin_fd : -1,
+                         .resize_fd = teo.resize_fd,
+                         .size_fd = isatty(1)   ? 1
+                                    : isatty(0) ? 0
+                                                : -1};
+    int pty_stop[2] = {-1, -1};
+    bool pty_pumping = false;
+    if (tty && pipe2(pty_stop, O_CLOEXEC) == 0) {
+        pc.stop_fd = pty_stop[0];
+        snprintf(pc.stdin_path, sizeof(pc.stdin_path), "/v1/sessions/%s/runs/%s/stdin", sid, rid);
+        snprintf(pc.resize_path, sizeof(pc.resize_path), "/v1/sessions/%s/runs/%s/resize", sid,
+                 rid);
+        pty_pumping = pthread_create(&th, NULL, pump_pty, &pc) == 0;
+    }
+    struct cli_termout termout;
+    cli_termout_init(&termout, false);
+    /* A terminal's bytes go out as they are: it is the terminal the user asked for. */
+    struct stream st = {.tty = !raw && !tty && cli_termout_any(&termout) ? &termout : NULL};
     if (stream_events(&r, sid, rid, &st, cancel_fd) == 0) {
         rc = st.exit_code;
         /* As a local exec: a failed --get keeps a failed command's status, and fails one that
@@ -875,10 +973,21 @@ int cli_remote_exec(struct cli_globals *g, int argc, char **argv)
         }
     }
     if (st.tty)
-        cli_termout_end(&tty);
+        cli_termout_end(&termout);
     if (pumping)
         pthread_detach(th); /* it ends with the run, or with the process */
+    if (pty_pumping) {
+        (void)!write(pty_stop[1], "x", 1);
+        pthread_join(th, NULL);
+    }
+    for (int i = 0; i < 2; i++)
+        al_closep(&pty_stop[i]);
 out:
+    if (tty_open) {
+        cli_tty_close(&t);
+        if (t.left)
+            fprintf(stderr, "airlock: left the terminal (Ctrl-])\n");
+    }
     if (own[0]) {
         snprintf(path, sizeof(path), "/v1/sessions/%s", own);
         call(&r, "DELETE", path, NULL, NULL, NULL);

@@ -3,6 +3,7 @@
 #include "cli.h"
 
 #include <errno.h>
+#include <getopt.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -12,28 +13,35 @@ static const char usage[] =
     "       airlock shell [EXEC OPTIONS]\n"
     "\n"
     "A login shell (bash -l, else sh -l) on a terminal in a running session: SESSION as\n"
-    "'airlock ps' lists it (a chat's VM, an 'airlock exec --linger' session). Without\n"
+    "'airlock ps' lists it (a chat's VM, an 'airlock exec --linger' session, a session of\n"
+    "airlockd: --server or $AIRLOCK_HOST, else the local daemon's socket). Without\n"
     "SESSION, in a fresh session that ends with the shell: the options are airlock exec's\n"
     "(--image, --workdir, --net, --memory, ...). The shell starts in /workspace when the\n"
     "session has one. Leave with 'exit' or Ctrl-D; " CLI_TTY_LEAVE_HELP ".\n"
     "Exits with the shell's status.\n";
 
-static int shell_in(const char *name)
+/* A session of airlockd: airlock exec --session NAME -i -t with the login shell. */
+static int shell_daemon(struct cli_globals *g, const char *name)
+{
+    char *args[] = {"exec",    "--session", (char *)name,           "-i", "-t", "--",
+                    "/bin/sh", "-c",        (char *)AL_LOGIN_SHELL, NULL};
+    optind = 0;
+    return cli_remote_exec(g, (int)(sizeof(args) / sizeof(args[0])) - 1, args);
+}
+
+static int shell_in(struct cli_globals *g, const char *name)
 {
     al_error err = {0};
     al_remote *r = NULL;
+    if (cli_remote_wanted(g))
+        return shell_daemon(g, name);
     if (al_remote_open(name, &r, &err) < 0) {
         if (err.code == -ENOENT && cli_daemon_here())
-            fprintf(stderr,
-                    "airlock: no session %s of an airlock process here; a shell in "
-                    "airlockd's sessions is not there yet ('airlock exec --session %s "
-                    "-- CMD' runs commands in them)\n",
-                    name, name);
-        else
-            cli_error(&err);
+            return shell_daemon(g, name);
+        cli_error(&err);
         return EXIT_AIRLOCK_FAILED;
     }
-    const char *argv[] = {"/bin/sh", "-c", CLI_LOGIN_SH, NULL};
+    const char *argv[] = {"/bin/sh", "-c", AL_LOGIN_SHELL, NULL};
     al_exec_opts eo = {.argv = argv, .stdin_fd = 0, .stdout_fd = 1, .stderr_fd = 2};
     struct cli_tty t;
     al_exec_result res = {0};
@@ -58,7 +66,7 @@ int cmd_shell(struct cli_globals *g, int argc, char **argv)
         return 0;
     }
     if (argc == 2 && argv[1][0] != '-')
-        return shell_in(argv[1]);
+        return shell_in(g, argv[1]);
     /* A fresh session: airlock exec -i -t OPTIONS -- the login shell. */
     for (int i = 1; i < argc; i++)
         if (!strcmp(argv[i], "--")) {
@@ -80,7 +88,7 @@ int cmd_shell(struct cli_globals *g, int argc, char **argv)
     args[n++] = "--";
     args[n++] = "/bin/sh";
     args[n++] = "-c";
-    args[n++] = (char *)CLI_LOGIN_SH;
+    args[n++] = (char *)AL_LOGIN_SHELL;
     args[n] = NULL;
     int rc = cmd_exec(g, n, args);
     free(args);

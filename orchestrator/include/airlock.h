@@ -335,6 +335,12 @@ typedef struct al_exec_opts {
 
 /* Most rows or columns of a pty run's terminal. */
 #define AL_PTY_ROWS_COLS_MAX 1000
+/* The login shell a terminal opens when it is given no command (airlock shell, the chat's %shell,
+ * airlockd's pty runs without argv): for {"/bin/sh", "-c", AL_LOGIN_SHELL}. bash -l, else sh -l,
+ * in /workspace where the session has one, else the home directory; AL_LOGIN_SHELL_HERE: the
+ * same in the run's own cwd. */
+#define AL_LOGIN_SHELL_HERE "if command -v bash >/dev/null 2>&1; then exec bash -l; fi; exec sh -l"
+#define AL_LOGIN_SHELL "cd /workspace 2>/dev/null || cd; " AL_LOGIN_SHELL_HERE
 /* Tells the pty run reading fd's other end (al_exec_opts.resize_fd) its terminal's new size:
  * one write of 4 bytes, so it is safe in a signal handler (SIGWINCH) and atomic on a pipe.
  * 0, or -errno (-EINVAL for 0 rows or columns). */

@@ -17,6 +17,7 @@ import ssl
 import struct
 import subprocess
 import tempfile
+import termios
 import threading
 import time
 import unittest
@@ -1573,6 +1574,211 @@ print(json.dumps(R))
 
 
 @unittest.skipUnless(os.geteuid() == 0, "needs root for network namespaces")
+class PtyTest(DebianSessionTest):
+    """Terminals through the API (issue 30): a pty run (POST /runs with pty) through the Python
+    client's sb.pty and through an SSE + POST client of the test's own; the CLI's shell into a
+    session of airlockd; sizes refused; floods bounded; closing ends the shell's tree; another
+    owner sees nothing. One debian session for all."""
+
+    def until(self, pty, pattern, timeout=60):
+        """Waits until the terminal's output since the last match matches pattern (bytes)."""
+        rx = re.compile(pattern)
+        end = time.monotonic() + timeout
+        while time.monotonic() < end:
+            m = rx.search(pty.output, getattr(pty, "seen", 0))
+            if m:
+                pty.seen = m.end()
+                return m
+            if pty._end is not None:
+                break
+            time.sleep(0.05)
+        raise AssertionError("no %r within %d s; got %r" % (pattern, timeout,
+                                                            bytes(pty.output[-600:])))
+
+    def ps(self, regex):
+        out = self.sb.commands.run("ps -eo args | grep -cE '^%s' || true" % regex).stdout
+        return int(out.strip() or 0)
+
+    def test_client_shell(self):
+        chunks = []
+        t = self.sb.pty.create((24, 80), on_data=chunks.append)
+        self.assertEqual(t.get()["pty"], {"rows": 24, "cols": 80})
+        self.until(t, rb"[#$] $")
+        t.send_input("stty size; echo $TERM; tty; pwd\n")
+        self.until(t, rb"\r24 80\r\nxterm-256color\r\n/dev/pts/\d+\r\n/workspace\r\n")
+        t.resize(30, 100)
+        self.assertEqual(t.get()["pty"], {"rows": 30, "cols": 100})
+        t.send_input("stty size\n")
+        self.until(t, rb"\r30 100\r\n")
+        # escape sequences reach the terminal as they are (it is a terminal)
+        t.send_input("printf '\\033[31mred\\033[0m\\n'\n")
+        self.until(t, rb"\x1b\[31mred\x1b\[0m")
+        # a REPL: its prompt without a newline, evaluated at Enter
+        t.send_input("python3 -q\n")
+        self.until(t, rb">>> $")
+        t.send_input("6*7\n")
+        self.until(t, rb"42\r\n>>> $")
+        t.send_input(b"\x04")
+        self.until(t, rb"[#$] $")
+        # Ctrl-C is the terminal's: it interrupts the foreground job, the shell lives on
+        t.send_input("sleep 100\n")
+        self.until(t, rb"sleep 100\r\n")
+        time.sleep(1)
+        t0 = time.monotonic()
+        t.send_input(b"\x03")
+        self.until(t, rb"[#$] $", timeout=30)  # the prompt again, long before 100 s
+        self.assertLess(time.monotonic() - t0, 30)
+        t.send_input("echo alive $((6*7))\n")
+        self.until(t, rb"alive 42")
+        t.send_input("exit 7\n")
+        res = t.wait(60)
+        self.assertEqual(res.exit_code, 7, res.result)
+        self.assertEqual(b"".join(chunks), bytes(t.output))
+        self.assertIn("alive 42", res.stdout)
+        # its events again, from the start (a terminal reattached)
+        again = self.sb.pty.connect(t.id)
+        self.assertEqual(again.wait(30).exit_code, 7)
+        self.assertEqual(bytes(again.output), bytes(t.output))
+
+    def test_own_sse_client(self):
+        # The wire as a client of its own speaks it: JSON to start, SSE out, raw bytes in.
+        c = self.d.unix()
+        base = "/v1/sessions/%s/runs" % self.sb.id
+        run = c.request("POST", base, body={"argv": ["cat"], "pty": {"rows": 5, "cols": 40}})
+        self.assertEqual(run["pty"], {"rows": 5, "cols": 40})
+        conn, r = c.open("GET", base + "/%s/events" % run["id"], headers={"Last-Event-ID": "0"})
+        self.assertEqual(r.getheader("Content-Type"), "text/event-stream")
+        got = b""
+        sent = False
+        while True:
+            line = r.readline()
+            self.assertTrue(line, "the stream ended early")
+            if line.startswith(b"event: start") and not sent:
+                c.request("POST", base + "/%s/stdin" % run["id"], body=b"abc\r",
+                          headers={"Content-Type": "application/octet-stream"})
+                sent = True
+            if line.startswith(b"data: ") and b"data_b64" in line:
+                got += base64.b64decode(json.loads(line[6:])["data_b64"])
+                if got.count(b"abc\r\n") >= 2:  # the echo, then cat's own line
+                    break
+        self.assertEqual(got, b"abc\r\nabc\r\n")
+        # EOF is the terminal closing: cat ends (SIGHUP)
+        c.request("POST", base + "/%s/stdin?eof=1" % run["id"], body=b"",
+                  headers={"Content-Type": "application/octet-stream"})
+        rest = r.read()
+        conn.close()
+        self.assertIn(b"event: exit", rest)
+        end = c.request("GET", base + "/%s/wait?timeout_s=30" % run["id"])["result"]
+        self.assertIn((end["how"], end["value"]), [("signaled", signal.SIGHUP), ("exited", 0)])
+
+    def test_bad_sizes_and_requests(self):
+        c = self.d.unix()
+        base = "/v1/sessions/%s/runs" % self.sb.id
+        for pty in ({"rows": 0, "cols": 0}, {"rows": 100000, "cols": 100000}, {"rows": 24},
+                    {"rows": 2.5, "cols": 80}, [24, 80], "24x80", {"rows": -1, "cols": 80}):
+            with self.assertRaises(APIError) as e:
+                c.request("POST", base, body={"pty": pty})
+            self.assertEqual(e.exception.status, 400, pty)
+        with self.assertRaises(APIError) as e:
+            c.request("POST", base, body={"code": "1", "language": "python", "kernel": True,
+                                          "pty": {"rows": 24, "cols": 80}})
+        self.assertEqual(e.exception.status, 400)
+        t = self.sb.pty.create((24, 80), cmd="sleep 60")
+        for size in ({"rows": 0, "cols": 0}, {"rows": 100000, "cols": 100000}, {}):
+            with self.assertRaises(APIError) as e:
+                c.request("POST", base + "/%s/resize" % t.id, body=size)
+            self.assertEqual(e.exception.status, 400, size)
+        self.assertEqual(t.get()["pty"], {"rows": 24, "cols": 80})
+        self.assertTrue(t.kill())
+        self.assertEqual(t.wait(30).error["code"], "cancelled")
+        # a run without a terminal has no size to change
+        plain = self.sb.commands.start("sleep 30")
+        with self.assertRaises(APIError) as e:
+            c.request("POST", base + "/%s/resize" % plain.id, body={"rows": 5, "cols": 5})
+        self.assertEqual((e.exception.status, e.exception.code), (409, "no_pty"))
+        plain.kill()
+        # another owner: nothing of it is there
+        key = self.d.key("pty-other")
+        other = Sandbox(client=self.d.tcp(key), _info={"id": self.sb.id})
+        t = self.sb.pty.create((24, 80), cmd="cat")
+        for call in (lambda: other.pty.send_input(t.id, b"x"),
+                     lambda: other.pty.resize(t.id, (5, 5)),
+                     lambda: other.pty.create((24, 80)),
+                     lambda: other.pty.connect(t.id)):
+            with self.assertRaises(APIError) as e:
+                call()
+            self.assertEqual(e.exception.status, 404)
+        t.kill()
+        t.wait(30)
+
+    def test_close_ends_the_tree(self):
+        t = self.sb.pty.create((24, 80))
+        self.until(t, rb"[#$] $")
+        t.send_input("sleep 1001 & sh -c 'sleep 1002' & echo started\n")
+        self.until(t, rb"started\r\n")
+        self.assertEqual(self.ps("sleep 100[12]"), 2)
+        t.close()
+        res = t.wait(30)
+        self.assertIsNotNone(res.result.get("how"), res.result)
+        deadline = time.time() + 10
+        while self.ps("sleep 100[12]") and time.time() < deadline:
+            time.sleep(0.5)
+        self.assertEqual(self.ps("sleep 100[12]"), 0)
+
+    def test_flood_is_bounded(self):
+        # Nobody reads: the daemon holds its run buffer and no more, the guest's writer waits,
+        # and the session's other requests are answered meanwhile.
+        before = self.d.rss_kib()
+        floods = [self.sb.client.request("POST", self.sb._path + "/runs", body={
+            "argv": ["sh", "-c", cmd], "pty": {"rows": 24, "cols": 80}})
+            for cmd in ("yes", "cat /dev/urandom")]
+        time.sleep(8)
+        t0 = time.monotonic()
+        self.assertEqual(self.sb.commands.run("echo beside", timeout=30).stdout, "beside\n")
+        beside_s = time.monotonic() - t0
+        grown = self.d.rss_kib() - before
+
+        def events():
+            return [self.sb.client.request("GET", self.sb._path + "/runs/" + f["id"])
+                    for f in floods]
+        first = events()
+        time.sleep(2)
+        # the guest's writers wait: no event more is made while the buffer is full
+        self.assertEqual([(x["state"], x["events"]) for x in events()],
+                         [("running", x["events"]) for x in first])
+        self.assertLess(grown, 24 * 1024, "airlockd grew %d KiB" % grown)
+        print("# pty floods unread: airlockd +%d KiB; a run beside them %.2f s"
+              % (grown, beside_s))
+        for f in floods:
+            self.assertTrue(Run(self.sb, f).kill())
+            self.assertEqual(Run(self.sb, f).wait(60)["state"], "done")
+
+    def test_cli_shell_into_daemon_session(self):
+        from test_terminal import Term
+        srv = ["--server", "unix:" + self.d.sock]
+        self.sb.files.write("/workspace/from-api.txt", b"written through the API\n")
+        t = Term(srv + ["shell", self.sb.id], rows=27, cols=91)
+        self.addCleanup(t.close)
+        t.read_until(rb"[#$] $")
+        t.send(b"pwd; cat from-api.txt; stty size\r")
+        t.read_until(rb"/workspace\r\nwritten through the API\r\n27 91\r\n")
+        t.resize(33, 120)
+        time.sleep(1)
+        t.send(b"stty size\r")
+        t.read_until(rb"33 120\r\n")
+        t.send(b"exit 5\r")
+        self.assertEqual(t.wait(60), 5)
+        self.assertEqual(termios.tcgetattr(t.slave), t.before, "the terminal's mode")
+        # exec -it into the session: docker's way
+        t = Term(srv + ["exec", "-it", "--session", self.sb.id, "--", "sh", "-c",
+                        "tty; read x; echo got $x"])
+        self.addCleanup(t.close)
+        t.read_until(rb"/dev/pts/\d+\r\n")
+        t.send(b"hello\r")
+        t.read_until(rb"got hello\r\n")
+        self.assertEqual(t.wait(60), 0)
+
+
 class NetTest(unittest.TestCase):
     """Network on request through the API (issue 18): net_allow_max bounds what a create may
     allow, the session's proxy reaches the lab (netlab.py, a network namespace) and its requests

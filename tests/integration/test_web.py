@@ -12,6 +12,7 @@ build dir's web-screenshots). Environment: AIRLOCKD_BIN and the usual integratio
 import base64
 import json
 import os
+import re
 import http.client
 import io
 import shutil
@@ -484,6 +485,45 @@ class WebTest(unittest.TestCase):
             reqs = [json.loads(line) for line in f]
         self.assertTrue(reqs and all(r["auth"] == "Bearer sk-web-test" for r in reqs))
         self.shot("07-stopped")
+
+        # the terminal tab: a login shell in the session through xterm.js, typed into
+        self.q("#tab-terminal").click()
+        self.assertFalse(self.q("#transcript").is_displayed())
+        self.wait(lambda: self.qs("#terminals .terminal[data-run]"), 60, "a shell starts")
+        term = self.q("#terminals .terminal[data-session='%s']" % sid)
+        rid = term.get_attribute("data-run")
+
+        def screen():
+            return b.execute_script(
+                "return [...arguments[0].querySelectorAll('.xterm-rows > div')]"
+                ".map(r => r.textContent).join('\\n')", term)
+        self.wait(lambda: "/workspace#" in screen(), 60, "the shell's prompt")
+        keys = term.find_element(By.CSS_SELECTOR, "textarea.xterm-helper-textarea")
+        keys.send_keys("echo hi-$((6*7)); printf '\\033[31mRED\\033[0m\\n'\n")
+        self.wait(lambda: re.search(r"^hi-42", screen(), re.M), 30, "the command's output")
+        self.wait(lambda: re.search(r"^RED", screen(), re.M), 30, "the coloured line")
+        self.assertNotIn("\x1b", screen())
+        red = term.find_elements(By.XPATH, ".//span[text()='RED']")
+        self.assertTrue(red and "xterm-fg-1" in red[0].get_attribute("class"), "RED in red")
+        self.shot("08-terminal")
+        # its size is the pane's, and follows the window
+        before = sb.client.request("GET", "/v1/sessions/%s/runs/%s" % (sid, rid))["pty"]
+        b.set_window_size(1000, 700)
+        self.wait(lambda: sb.client.request("GET", "/v1/sessions/%s/runs/%s" % (sid, rid))
+                  ["pty"] != before, 20, "a resize")
+        after = sb.client.request("GET", "/v1/sessions/%s/runs/%s" % (sid, rid))["pty"]
+        self.assertLess(after["cols"], before["cols"])
+        keys.send_keys("stty size\n")
+        self.wait(lambda: re.search(r"^%d %d" % (after["rows"], after["cols"]), screen(), re.M),
+                  30, "stty size %s" % after)
+        b.set_window_size(1400, 900)
+        keys.send_keys("exit 3\n")
+        self.wait(lambda: term.get_attribute("data-ended"), 30, "the shell ends")
+        self.assertIn("exited 3", self.q("#terminal-status").text)
+        self.assertFalse(self.q("#terminal-new").get_attribute("hidden"))
+        self.assert_alive()
+        self.q("#tab-chat").click()
+        self.assertTrue(self.q("#transcript").is_displayed())
 
     # ---- the unix socket through a local forward: no key ----
 

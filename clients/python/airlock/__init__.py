@@ -21,10 +21,11 @@ import os
 import posixpath
 import socket
 import ssl
+import threading
 import urllib.parse
 
 __all__ = ["Client", "Sandbox", "Run", "Event", "APIError", "CommandResult", "Execution",
-           "Result", "ExecutionError", "Logs", "TimeoutException"]
+           "Result", "ExecutionError", "Logs", "TimeoutException", "Pty", "PtySize"]
 
 DEFAULT_SOCKET = "/run/airlock/airlockd.sock"
 
@@ -415,6 +416,121 @@ class _Commands:
         return self.connect(run_id).kill()
 
 
+class PtySize(tuple):
+    """A terminal's size: PtySize(rows, cols), or any (rows, cols) pair."""
+
+    def __new__(cls, rows, cols):
+        return tuple.__new__(cls, (int(rows), int(cols)))
+
+    rows = property(lambda self: self[0])
+    cols = property(lambda self: self[1])
+
+
+class Pty(Run):
+    """A run on a terminal in the guest (a shell unless a command was given). Its output, the
+    terminal's bytes escape sequences and all, goes to on_data(bytes) from a thread of its own
+    as it comes, and is kept in .output; send_input() types, resize() changes the size (the
+    program gets SIGWINCH), close() closes the terminal (the guest hangs it up: SIGHUP to its
+    programs), kill() kills them, wait() waits for the end."""
+
+    def __init__(self, sandbox, info, on_data=None):
+        super().__init__(sandbox, info)
+        self.on_data = on_data
+        self.output = bytearray()
+        self._end = None
+        self._failure = None
+        self._thread = threading.Thread(target=self._read, daemon=True)
+        self._thread.start()
+
+    def _read(self):
+        try:
+            for attempt in range(5):
+                try:
+                    for ev in self.events():
+                        if ev.type == "output":
+                            b = ev.bytes
+                            self.output += b
+                            if self.on_data:
+                                self.on_data(b)
+                        elif ev.type in ("exit", "error"):
+                            self._end = dict(ev.data, type=ev.type)
+                    if self._end is not None:
+                        return
+                except (OSError, http.client.HTTPException):
+                    pass  # the stream broke: resume after the last event (Last-Event-ID)
+            self._end = self.wait().get("result")
+        except Exception as e:  # noqa: BLE001 - handed to wait()
+            self._failure = e
+
+    def send_input(self, data):
+        """Types data (str or bytes) into the terminal: b"\x03" is Ctrl-C, b"\x04" Ctrl-D."""
+        self.send_stdin(data)
+
+    def resize(self, rows, cols=None):
+        """The terminal's new size: resize(rows, cols) or resize(PtySize(rows, cols))."""
+        if cols is None:
+            rows, cols = rows
+        self.sandbox.client.request("POST", self._path + "/resize",
+                                    body={"rows": int(rows), "cols": int(cols)})
+
+    def close(self):
+        """Closes the terminal, as closing a terminal window does."""
+        try:
+            self.send_stdin(b"", eof=True)
+        except APIError as e:
+            if e.status not in (404, 409):
+                raise
+
+    def wait(self, timeout=None):
+        """Waits for the end (timeout seconds at most: then TimeoutException) and returns a
+        CommandResult: exit_code or signal, stdout the terminal's output as text."""
+        self._thread.join(timeout)
+        if self._thread.is_alive():
+            raise TimeoutException("the terminal's program is still running")
+        if self._failure:
+            raise self._failure
+        return CommandResult(self.output.decode("utf-8", "replace"), "", self._end)
+
+
+class _Pty:
+    def __init__(self, sb):
+        self._sb = sb
+
+    def create(self, size=(24, 80), on_data=None, cmd=None, cwd=None, env=None, timeout=None):
+        """Opens a terminal of size (rows, cols) running cmd (a string for sh -c, or an argv
+        list), by default the login shell (bash -l, else sh -l, in /workspace if there is one).
+        Returns a Pty; on_data(bytes) gets its output as it comes."""
+        rows, cols = size
+        body = {"pty": {"rows": int(rows), "cols": int(cols)}}
+        if cmd is not None:
+            body["argv"] = ["sh", "-c", cmd] if isinstance(cmd, str) else list(cmd)
+        if env:
+            body["env"] = env
+        if cwd or (cmd is not None and self._sb.cwd):  # the shell's own: /workspace, else ~
+            body["cwd"] = cwd or self._sb.cwd
+        if timeout:
+            body["timeout_s"] = int(timeout)
+        info = self._sb.client.request("POST", self._sb._path + "/runs", body=body)
+        return Pty(self._sb, info, on_data)
+
+    def connect(self, run_id, on_data=None):
+        """The Pty of that id (its output again from the start, as far as the daemon holds it)."""
+        return Pty(self._sb, self._sb.client.request(
+            "GET", self._sb._path + "/runs/" + _q(run_id)), on_data)
+
+    # E2B's shapes: by id
+    def send_input(self, run_id, data):
+        Run(self._sb, {"id": run_id}).send_stdin(data)
+
+    def resize(self, run_id, size):
+        rows, cols = size
+        self._sb.client.request("POST", self._sb._path + "/runs/%s/resize" % _q(run_id),
+                                body={"rows": int(rows), "cols": int(cols)})
+
+    def kill(self, run_id):
+        return Run(self._sb, {"id": run_id}).kill()
+
+
 class _Files:
     def __init__(self, sb):
         self._sb = sb
@@ -511,6 +627,7 @@ class Sandbox:
         self.id = _info["id"]
         self.commands = _Commands(self)
         self.files = _Files(self)
+        self.pty = _Pty(self)
 
     @classmethod
     def create(cls, image=None, timeout=None, **kw):
