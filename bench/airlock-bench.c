@@ -22,7 +22,11 @@
  *   airlock-bench pty [IMAGE] [ROUNDS]
  *       in one session, alternated with exec round trips of `true`: a keystroke to its echo on
  *       the host (`cat` on a terminal: the guest's line discipline echoes it), and a login
- *       shell on a terminal started until its prompt shows. */
+ *       shell on a terminal started until its prompt shows.
+ *   airlock-bench port [IMAGE] [ROUNDS]
+ *       in one session, alternated: 64 MiB downloaded from a web server in the guest (busybox
+ *       httpd) through a forwarded port (al_port_relay) against the same file as exec stdout
+ *       (`cat`). */
 #include "airlock-proto.h"
 #include "airlock.h"
 
@@ -916,6 +920,144 @@ static int cmd_pty(int argc, char **argv)
     return 0;
 }
 
+static int count_output(void *ctx, int stream, const uint8_t *data, size_t n)
+{
+    (void)stream, (void)data;
+    if (ctx)
+        *(uint64_t *)ctx += n;
+    return 0;
+}
+
+/* A server in the guest, in a thread of its own until the session's end. */
+struct bg_job {
+    al_session *s;
+    const char *const *argv;
+    int cancel[2];
+};
+
+static void *bg_thread(void *arg)
+{
+    struct bg_job *j = arg;
+    al_exec_opts o = {.argv = j->argv,
+                      .stdin_fd = -1,
+                      .stdout_fd = -1,
+                      .stderr_fd = -1,
+                      .output = count_output,
+                      .cancel_fd = j->cancel[0]};
+    al_exec_result r;
+    al_error err = {0};
+    al_exec(j->s, &o, &r, &err);
+    return NULL;
+}
+
+struct relay_job {
+    al_session *s;
+    int fd;
+    int rc;
+    al_error err;
+};
+
+static void *relay_thread(void *arg)
+{
+    struct relay_job *j = arg;
+    j->rc = al_port_relay(j->s, 8000, j->fd, -1, NULL, &j->err);
+    return NULL;
+}
+
+/* Bytes of an HTTP download of path through a tunnel, and its MB/s. */
+static double port_download(al_session *s, const char *path, uint64_t *bytes)
+{
+    int sp[2];
+    if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sp) < 0)
+        die("socketpair");
+    struct relay_job j = {.s = s, .fd = sp[1]};
+    pthread_t t;
+    double t0 = now_s();
+    if (pthread_create(&t, NULL, relay_thread, &j))
+        die("thread");
+    char req[256];
+    int n = snprintf(req, sizeof(req), "GET %s HTTP/1.0\r\nHost: localhost\r\n\r\n", path);
+    if (write(sp[0], req, (size_t)n) != n)
+        die("write");
+    static char buf[1 << 16];
+    uint64_t got = 0;
+    for (ssize_t k; (k = read(sp[0], buf, sizeof(buf))) > 0;)
+        got += (uint64_t)k;
+    double dt = now_s() - t0;
+    close(sp[0]);
+    pthread_join(t, NULL);
+    close(sp[1]);
+    if (j.rc < 0)
+        fprintf(stderr, "airlock-bench: port: %s\n", j.err.msg);
+    *bytes = got;
+    return (double)got / dt / 1e6;
+}
+
+static int cmd_port(int argc, char **argv)
+{
+    const char *image;
+    int n, null;
+    al_session *s = bench_rounds(argc, argv, 3, &image, &n, &null);
+    const char *mk[] = {"sh", "-c", "head -c 67108864 /dev/zero > /tmp/big", NULL};
+    al_error err = {0};
+    al_exec_result mr;
+    if (al_exec(s,
+                &(al_exec_opts){.argv = mk,
+                                .stdin_fd = -1,
+                                .stdout_fd = -1,
+                                .stderr_fd = -1,
+                                .output = count_output},
+                &mr, &err) < 0 ||
+        mr.value != 0)
+        die("cannot make the file in the guest");
+    const char *httpd[] = {"busybox", "httpd", "-f", "-p", "127.0.0.1:8000", "-h", "/tmp", NULL};
+    struct bg_job bg = {.s = s, .argv = httpd};
+    pthread_t bt;
+    if (pipe(bg.cancel) < 0 || pthread_create(&bt, NULL, bg_thread, &bg))
+        die("server");
+    /* the server listens when a request is answered */
+    uint64_t got = 0;
+    for (int i = 0; i < 100 && got == 0; i++) {
+        port_download(s, "/nothing", &got);
+        if (!got)
+            sleep(1);
+    }
+    double port[20], exec[20];
+    uint64_t pbytes = 0, ebytes = 0;
+    const char *cat[] = {"cat", "/tmp/big", NULL};
+    for (int i = 0; i < n && i < 20; i++) {
+        port[i] = port_download(s, "/big", &pbytes);
+        uint64_t c = 0;
+        al_exec_opts o = {.argv = cat,
+                          .stdin_fd = -1,
+                          .stdout_fd = -1,
+                          .stderr_fd = -1,
+                          .output = count_output,
+                          .output_ctx = &c};
+        al_exec_result r;
+        double t0 = now_s();
+        if (al_exec(s, &o, &r, &err) < 0)
+            die(err.msg);
+        exec[i] = (double)c / (now_s() - t0) / 1e6;
+        ebytes = c;
+    }
+    uint8_t kill = SIGKILL;
+    (void)!write(bg.cancel[1], &kill, 1);
+    pthread_join(bt, NULL);
+    double mp = median(port, n), me = median(exec, n);
+    printf("{\"image\": \"%s\", \"rounds\": %d, \"kvm\": %s, ", image, n,
+           al_session_kvm(s) ? "true" : "false");
+    printf("\"port_download_MBps\": %.1f, \"port_bytes\": %llu, \"exec_stdout_MBps\": %.1f, "
+           "\"exec_bytes\": %llu, \"port_vs_exec\": %.3f, ",
+           mp, (unsigned long long)pbytes, me, (unsigned long long)ebytes, mp / me);
+    print_series("port_download_MBps_sorted", port, n, false);
+    print_series("exec_stdout_MBps_sorted", exec, n, true);
+    printf("}\n");
+    close(null);
+    al_session_close(s);
+    return 0;
+}
+
 int main(int argc, char **argv)
 {
     signal(SIGPIPE, SIG_IGN);
@@ -931,12 +1073,15 @@ int main(int argc, char **argv)
         return cmd_procs(argc - 2, argv + 2);
     if (argc >= 2 && !strcmp(argv[1], "pty"))
         return cmd_pty(argc - 2, argv + 2);
+    if (argc >= 2 && !strcmp(argv[1], "port"))
+        return cmd_port(argc - 2, argv + 2);
     fprintf(stderr,
             "usage: airlock-bench direct QEMU KERNEL INITRD CMDLINE MEMORY_MIB kvm|tcg VCPUS\n"
             "       airlock-bench session [IMAGE] [RTT_COUNT] [STREAM_MIB] [VCPUS]\n"
             "       airlock-bench checkpoint [IMAGE] [MEMORY_MIB] [ROUNDS]\n"
             "       airlock-bench kernel [IMAGE] [ROUNDS]\n"
             "       airlock-bench procs [IMAGE] [ROUNDS]\n"
-            "       airlock-bench pty [IMAGE] [ROUNDS]\n");
+            "       airlock-bench pty [IMAGE] [ROUNDS]\n"
+            "       airlock-bench port [IMAGE] [ROUNDS]\n");
     return 2;
 }

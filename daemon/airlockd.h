@@ -314,10 +314,10 @@ void ad_chat_free(struct ad_session *s);
 
 /* A new token for a valid API key (the key is kept in memory only, checked again on each
  * request so that a revoked key ends its web sessions). */
-int ad_web_login(const char *api_key, char *token, size_t len);
+int ad_web_login(const char *api_key, const char *scope, char *token, size_t len);
 void ad_web_logout(const char *token);
 /* The API key behind a token, or NULL. Copies it into buf. */
-const char *ad_web_key(const char *token, char *buf, size_t len);
+const char *ad_web_key(const char *token, const char *scope, char *buf, size_t len);
 /* The embedded page: a file by its URL path ("/", "/app.js"), or NULL. */
 const char *ad_web_file(const char *path, size_t *len, const char **type);
 
@@ -333,6 +333,7 @@ enum ad_route_flags {
     AD_NO_SESSION = 1 << 3, /* no {id} to resolve */
     AD_NO_AUTH = 1 << 4,    /* no key needed (health, sign-in) */
     AD_LOST_OK = 1 << 5,    /* served for a session whose host went down (get, delete) */
+    AD_ANY_METHOD = 1 << 6, /* any method, and the path's rest past the pattern (a proxy) */
 };
 
 struct ad_route {
@@ -343,6 +344,8 @@ struct ad_route {
     const char *summary;
 };
 extern const struct ad_route ad_routes[];
+/* The route of a host-routed port (PORT-ID.localhost): the proxy, any method. */
+extern const struct ad_route ad_port_route;
 extern const size_t ad_nroutes;
 
 #define AD_PARAMS_MAX 2
@@ -367,6 +370,10 @@ struct ad_req {
     unsigned status;
     char method[8];
     bool started;
+    /* a proxied request (ports.c): the path past the route's pattern, from the url */
+    const char *tail;
+    bool host_routed;    /* reached as PORT-ID.localhost */
+    char port_token[80]; /* signed in by the link's token: the cookie to set */
 };
 
 extern struct ad_config ad_cfg;
@@ -388,6 +395,11 @@ enum MHD_Result ad_reply(struct MHD_Connection *c, struct ad_req *q, unsigned st
 void ad_fail_from(struct ad_fail *f, int r, const al_error *err);
 void ad_failf(struct ad_fail *f, int status, const char *code, const char *fmt, ...)
     __attribute__((format(printf, 4, 5)));
+
+/* ports.c: the request q (its session resolved) to port of its session, path (with query) as
+ * the guest's service gets it; host_routed: reached as PORT-ID.localhost (its own origin). */
+enum MHD_Result ad_port_proxy(struct MHD_Connection *c, struct ad_req *q, unsigned port,
+                              const char *path, bool host_routed);
 
 int ad_http_start(char *why, size_t len);
 void ad_http_stop(void);

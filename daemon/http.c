@@ -205,8 +205,10 @@ static bool seg_ok(const char *s, size_t n)
     return true;
 }
 
-/* Matches url against pattern, filling params ("/v1/sessions/" is "/v1/sessions"). */
-static bool match(const char *pattern, const char *url, char params[AD_PARAMS_MAX][128])
+/* Matches url against pattern, filling params ("/v1/sessions/" is "/v1/sessions"); with tail,
+ * the pattern is a prefix of the url at a '/', and *tail the rest ("" or from that '/'). */
+static bool match(const char *pattern, const char *url, char params[AD_PARAMS_MAX][128],
+                  const char **tail)
 {
     const char *p = pattern, *u = url;
     size_t np = 0;
@@ -225,7 +227,35 @@ static bool match(const char *pattern, const char *url, char params[AD_PARAMS_MA
         }
         p += pl, u += ul;
     }
+    if (tail && !*p && (!*u || *u == '/')) {
+        *tail = u;
+        return true;
+    }
     return !*p && (!*u || !strcmp(u, "/")); /* one trailing slash is the same path */
+}
+
+/* Host-name routing of a session's port: "PORT-ID.localhost[:N]" (PORT 1..65535, ID a session
+ * name); fills params as the ports route has them ({id}, {port}). */
+static bool port_host(const char *h, char params[AD_PARAMS_MAX][128])
+{
+    if (!h)
+        return false;
+    size_t digits = strspn(h, "0123456789");
+    if (!digits || digits > 5 || h[digits] != '-')
+        return false;
+    const char *id = h + digits + 1;
+    const char *dot = strchr(id, '.');
+    if (!dot || strncasecmp(dot, ".localhost", 10) || (dot[10] && dot[10] != ':') ||
+        !seg_ok(id, (size_t)(dot - id)))
+        return false;
+    if (dot[10] == ':' && (!dot[11] || strspn(dot + 11, "0123456789") != strlen(dot + 11)))
+        return false;
+    unsigned port = (unsigned)atoi(h);
+    if (port < 1 || port > 65535)
+        return false;
+    snprintf(params[0], sizeof(params[0]), "%.*s", (int)(dot - id), id);
+    snprintf(params[1], sizeof(params[1]), "%u", port);
+    return true;
 }
 
 /* ---- who asks ---- */
@@ -304,7 +334,8 @@ static enum MHD_Result authenticate(struct MHD_Connection *c, struct ad_req *q, 
         /* a browser's request (Fetch Metadata or Origin): see loopback_host */
         bool browser = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Sec-Fetch-Mode") ||
                        MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Origin");
-        if (browser && !loopback_host(MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Host")))
+        if (browser && !q->host_routed &&
+            !loopback_host(MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Host")))
             return ad_reply_error(c, q, 403, "forbidden",
                                   "on the unix socket, Host must be localhost, 127.0.0.1 or [::1]");
         snprintf(q->owner, sizeof(q->owner), "uid:%u", (unsigned)uid);
@@ -312,12 +343,31 @@ static enum MHD_Result authenticate(struct MHD_Connection *c, struct ad_req *q, 
         return MHD_YES;
     }
     const char *h = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Authorization");
-    const char *cookie = MHD_lookup_connection_value(c, MHD_COOKIE_KIND, "airlock_token");
+    /* A host-routed port takes only its own cookie (ports.c's open route made it, for this
+     * session's port alone); the page's cookie is never sent there anyway (another site). */
+    char scope[300] = "";
+    if (q->host_routed)
+        snprintf(scope, sizeof(scope), "%s:%s", q->params[0], q->params[1]);
+    const char *cookie = MHD_lookup_connection_value(
+        c, MHD_COOKIE_KIND, q->host_routed ? "airlock_port" : "airlock_token");
     struct ad_key k;
     char web_key[256];
-    if (!h && cookie && ad_web_key(cookie, web_key, sizeof(web_key)) &&
+    if (!h && cookie && ad_web_key(cookie, scope, web_key, sizeof(web_key)) &&
         ad_keys_check(web_key, &k) == 0) {
         snprintf(q->owner, sizeof(q->owner), "key:%s", k.id);
+        ad_limits_apply(&q->lim, &k.lim);
+        *ok = true;
+        return MHD_YES;
+    }
+    /* The open-port link's token, once: made a cookie of this host by the proxy's answer. */
+    const char *link =
+        q->host_routed && !h && !cookie
+            ? MHD_lookup_connection_value(c, MHD_GET_ARGUMENT_KIND, "airlock_port_token")
+            : NULL;
+    if (link && strlen(link) < sizeof(q->port_token) &&
+        ad_web_key(link, scope, web_key, sizeof(web_key)) && ad_keys_check(web_key, &k) == 0) {
+        snprintf(q->owner, sizeof(q->owner), "key:%s", k.id);
+        snprintf(q->port_token, sizeof(q->port_token), "%s", link);
         ad_limits_apply(&q->lim, &k.lim);
         *ok = true;
         return MHD_YES;
@@ -479,12 +529,22 @@ static enum MHD_Result first_call(struct MHD_Connection *c, struct ad_req *q, co
                                   const char *method)
 {
     bool path_known = false;
-    for (size_t i = 0; i < ad_nroutes; i++) {
+    char hp[AD_PARAMS_MAX][128];
+    if (port_host(MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Host"), hp)) {
+        q->route = &ad_port_route;
+        memcpy(q->params, hp, sizeof(hp));
+        q->tail = url;
+        q->host_routed = true;
+    }
+    for (size_t i = 0; i < ad_nroutes && !q->route; i++) {
         char params[AD_PARAMS_MAX][128];
-        if (!match(ad_routes[i].pattern, url, params))
+        const char *tail = NULL;
+        if (!match(ad_routes[i].pattern, url, params,
+                   ad_routes[i].flags & AD_ANY_METHOD ? &tail : NULL))
             continue;
+        q->tail = tail;
         path_known = true;
-        if (strcmp(ad_routes[i].method, method))
+        if (strcmp(ad_routes[i].method, method) && !(ad_routes[i].flags & AD_ANY_METHOD))
             continue;
         q->route = &ad_routes[i];
         memcpy(q->params, params, sizeof(params));
@@ -519,7 +579,7 @@ static enum MHD_Result first_call(struct MHD_Connection *c, struct ad_req *q, co
     /* A browser's state-changing request (it carries Origin, or a cookie signs it in) must
      * carry X-Airlock-CSRF: a header another site's page cannot add without a CORS preflight,
      * which this daemon never allows. Clients that are not browsers send no Origin. */
-    if (strcmp(method, "GET") && strcmp(method, "HEAD") &&
+    if (strcmp(method, "GET") && strcmp(method, "HEAD") && !q->host_routed &&
         (MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Origin") ||
          MHD_lookup_connection_value(c, MHD_COOKIE_KIND, "airlock_token")) &&
         !MHD_lookup_connection_value(c, MHD_HEADER_KIND, "X-Airlock-CSRF"))

@@ -3,6 +3,8 @@
  * the two (airlockd routes). */
 #include "airlockd.h"
 
+#include <curl/curl.h>
+
 #include <errno.h>
 #include <fcntl.h>
 #include <signal.h>
@@ -347,7 +349,7 @@ static enum MHD_Result auth_login(struct MHD_Connection *c, struct ad_req *q)
     char why[256] = "", token[80];
     if (get_str(q, "api_key", &key, why, sizeof(why)) < 0 || !key)
         return ad_reply_error(c, q, 400, "invalid", "%s", why[0] ? why : "api_key: a string");
-    if (ad_web_login(key, token, sizeof(token)) < 0)
+    if (ad_web_login(key, "", token, sizeof(token)) < 0)
         return ad_reply_error(c, q, 401, "unauthorized", "API key not valid");
     cJSON *o = cJSON_CreateObject();
     cJSON_AddBoolToObject(o, "signed_in", true);
@@ -765,6 +767,128 @@ static enum MHD_Result checkpoint_delete(struct MHD_Connection *c, struct ad_req
 }
 
 // clang-format off
+/* ---- a session's guest ports (ports.c) ---- */
+
+static bool port_param(const char *s, unsigned *port)
+{
+    size_t n = strlen(s);
+    if (!n || n > 5 || strspn(s, "0123456789") != n)
+        return false;
+    *port = (unsigned)atoi(s);
+    return *port >= 1 && *port <= 65535;
+}
+
+struct query_buf {
+    char *p;
+    size_t len, cap;
+    bool drop_token;
+};
+
+/* The query again, percent-encoded (MHD decoded it), without the open-port link's token. */
+static enum MHD_Result add_arg(void *cls, enum MHD_ValueKind kind, const char *k, const char *v)
+{
+    (void)kind;
+    struct query_buf *b = cls;
+    if (b->drop_token && !strcmp(k, "airlock_port_token"))
+        return MHD_YES;
+    char *ek = curl_easy_escape(NULL, k, 0), *ev = v ? curl_easy_escape(NULL, v, 0) : NULL;
+    if (ek) {
+        int n = snprintf(b->p + b->len, b->cap - b->len, "%c%s%s%s", b->len ? '&' : '?', ek,
+                         v ? "=" : "", ev ? ev : "");
+        if (n > 0 && (size_t)n < b->cap - b->len)
+            b->len += (size_t)n;
+    }
+    curl_free(ek);
+    curl_free(ev);
+    return MHD_YES;
+}
+
+/* The path again, percent-encoded but its '/'s (MHD decoded it). */
+static void encode_path(const char *path, char *out, size_t cap)
+{
+    static const char hex[] = "0123456789ABCDEF";
+    size_t o = 0;
+    if (!*path)
+        path = "/";
+    for (const unsigned char *p = (const unsigned char *)path; *p && o + 4 < cap; p++) {
+        if ((*p >= 'a' && *p <= 'z') || (*p >= 'A' && *p <= 'Z') || (*p >= '0' && *p <= '9') ||
+            strchr("/-._~!$&'()*+,;=:@", *p)) {
+            out[o++] = (char)*p;
+        } else {
+            out[o++] = '%';
+            out[o++] = hex[*p >> 4];
+            out[o++] = hex[*p & 15];
+        }
+    }
+    out[o] = '\0';
+}
+
+static enum MHD_Result port_proxy(struct MHD_Connection *c, struct ad_req *q)
+{
+    unsigned port;
+    if (!port_param(q->params[1], &port))
+        return ad_reply_error(c, q, 400, "invalid", "a port is 1 to 65535");
+    static char empty[] = "";
+    char path[8192], query[8192];
+    struct query_buf qb = {query, 0, sizeof(query), q->host_routed};
+    query[0] = '\0';
+    MHD_get_connection_values(c, MHD_GET_ARGUMENT_KIND, add_arg, &qb);
+    encode_path(q->tail ? q->tail : empty, path, sizeof(path));
+    if (q->port_token[0]) {
+        /* Signed in by the link: the token becomes this host's cookie, and the address loses it. */
+        char cookie[200], where[sizeof(path) + sizeof(query)];
+        snprintf(cookie, sizeof(cookie),
+                 "airlock_port=%s; Path=/; HttpOnly; SameSite=Lax%s", q->port_token,
+                 ad_cfg.tls_cert[0] ? "; Secure" : "");
+        snprintf(where, sizeof(where), "%s%s", path, query);
+        struct MHD_Response *r = MHD_create_response_from_buffer(0, NULL, MHD_RESPMEM_PERSISTENT);
+        MHD_add_response_header(r, "Set-Cookie", cookie);
+        MHD_add_response_header(r, "Location", where);
+        MHD_add_response_header(r, "Cache-Control", "no-store");
+        return ad_reply(c, q, 303, r);
+    }
+    char where[sizeof(path) + sizeof(query)];
+    snprintf(where, sizeof(where), "%s%s", path, query);
+    return ad_port_proxy(c, q, port, where, q->host_routed);
+}
+
+/* The page's "open port N" link: a token for that port alone (a cookie of its own host, made
+ * by its first answer), and a redirect to http(s)://PORT-ID.localhost:N/. Only for a key (a
+ * cookie or Bearer); over the unix socket the host-routed address needs no sign-in. */
+static enum MHD_Result port_open(struct MHD_Connection *c, struct ad_req *q)
+{
+    unsigned port;
+    if (!port_param(q->params[1], &port))
+        return ad_reply_error(c, q, 400, "invalid", "a port is 1 to 65535");
+    const char *host = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Host");
+    const char *colon = host ? strrchr(host, ':') : NULL;
+    if (colon && (strchr(colon, ']') || strspn(colon + 1, "0123456789") != strlen(colon + 1)))
+        colon = NULL;
+    char token[80] = "", scope[300], where[512];
+    snprintf(scope, sizeof(scope), "%s:%u", q->sess->id, port);
+    if (!q->is_unix) {
+        const char *h = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Authorization");
+        const char *ck = MHD_lookup_connection_value(c, MHD_COOKIE_KIND, "airlock_token");
+        char key[256];
+        const char *k = h && !strncasecmp(h, "Bearer ", 7) ? h + 7
+                        : ck ? ad_web_key(ck, "", key, sizeof(key))
+                             : NULL;
+        if (!k || ad_web_login(k, scope, token, sizeof(token)) < 0)
+            return ad_reply_error(c, q, 401, "unauthorized", "sign in first");
+    }
+    snprintf(where, sizeof(where), "%s://%u-%s.localhost%s/%s%s",
+             ad_cfg.tls_cert[0] ? "https" : "http", port, q->sess->id, colon ? colon : "",
+             token[0] ? "?airlock_port_token=" : "", token);
+    struct MHD_Response *r = MHD_create_response_from_buffer(0, NULL, MHD_RESPMEM_PERSISTENT);
+    MHD_add_response_header(r, "Location", where);
+    MHD_add_response_header(r, "Cache-Control", "no-store");
+    MHD_add_response_header(r, "Referrer-Policy", "no-referrer");
+    return ad_reply(c, q, 303, r);
+}
+
+const struct ad_route ad_port_route = {"*", "PORT-ID.localhost", AD_ANY_METHOD | AD_BODY_RAW,
+                                       port_proxy, "a session's port, host-routed"};
+
 const struct ad_route ad_routes[] = {
     {"GET",    "/v1/health", AD_NO_SESSION | AD_NO_AUTH, health, "the daemon answers"},
     {"POST",   "/v1/auth/login", AD_NO_SESSION | AD_BODY_JSON | AD_NO_AUTH, auth_login, "sign in (a cookie)"},
@@ -795,6 +919,8 @@ const struct ad_route ad_routes[] = {
     {"GET",    "/v1/sessions/{id}/files/stat", 0, file_stat, "a path's type, size, mode, mtime"},
     {"GET",    "/v1/sessions/{id}/files/list", 0, file_list, "a directory's entries"},
     {"POST",   "/v1/sessions/{id}/files/mkdir", 0, file_mkdir, "make a directory"},
+    {"GET",    "/v1/sessions/{id}/open-port/{port}", 0, port_open, "a link to the port, host-routed (PORT-ID.localhost)"},
+    {"*",      "/v1/sessions/{id}/ports/{port}", AD_ANY_METHOD | AD_BODY_RAW, port_proxy, "a reverse proxy to the session's port"},
     {"POST",   "/v1/sessions/{id}/checkpoints", AD_BODY_JSON, checkpoint_create, "take a checkpoint"},
     {"GET",    "/v1/sessions/{id}/checkpoints", 0, checkpoint_list, "the session's checkpoints"},
     {"POST",   "/v1/sessions/{id}/checkpoints/{cp}/rollback", 0, checkpoint_rollback, "roll back to it"},
@@ -805,6 +931,13 @@ const size_t ad_nroutes = sizeof(ad_routes) / sizeof(ad_routes[0]);
 
 void ad_routes_print(void)
 {
-    for (size_t i = 0; i < ad_nroutes; i++)
-        printf("%s %s\n", ad_routes[i].method, ad_routes[i].pattern);
+    static const char *const any[] = {"GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"};
+    for (size_t i = 0; i < ad_nroutes; i++) {
+        if (!(ad_routes[i].flags & AD_ANY_METHOD)) {
+            printf("%s %s\n", ad_routes[i].method, ad_routes[i].pattern);
+            continue;
+        }
+        for (size_t m = 0; m < sizeof(any) / sizeof(any[0]); m++)
+            printf("%s %s/{path}\n", any[m], ad_routes[i].pattern);
+    }
 }

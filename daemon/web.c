@@ -40,16 +40,18 @@ const char *ad_web_file(const char *path, size_t *len, const char **type)
 struct web_session {
     char token[65]; /* hex of 32 random bytes; "" when free */
     char key[256];
+    char scope[160]; /* "": the page's sign-in; "ID:PORT": one session's port, host-routed */
     uint64_t expires_ms;
 };
 static struct web_session web[WEB_SESSIONS_MAX];
 static pthread_mutex_t web_lock = PTHREAD_MUTEX_INITIALIZER;
 
-int ad_web_login(const char *api_key, char *token, size_t len)
+int ad_web_login(const char *api_key, const char *scope, char *token, size_t len)
 {
     struct ad_key k;
     unsigned char raw[32];
-    if (strlen(api_key) >= sizeof(web[0].key) || ad_keys_check(api_key, &k) < 0)
+    if (strlen(api_key) >= sizeof(web[0].key) || strlen(scope) >= sizeof(web[0].scope) ||
+        ad_keys_check(api_key, &k) < 0)
         return -EACCES;
     if (len < 65 || RAND_bytes(raw, sizeof(raw)) != 1)
         return -EIO;
@@ -67,7 +69,8 @@ int ad_web_login(const char *api_key, char *token, size_t len)
                 w = x;
             continue;
         }
-        if (!strcmp(x->key, api_key)) {
+        /* a key's port cookies make room among themselves, never its page's sign-ins */
+        if (!strcmp(x->key, api_key) && !x->scope[0] == !scope[0]) {
             own++;
             if (!own_oldest || x->expires_ms < own_oldest->expires_ms)
                 own_oldest = x;
@@ -81,6 +84,7 @@ int ad_web_login(const char *api_key, char *token, size_t len)
         w = oldest;
     snprintf(w->token, sizeof(w->token), "%s", token);
     snprintf(w->key, sizeof(w->key), "%s", api_key);
+    snprintf(w->scope, sizeof(w->scope), "%s", scope);
     w->expires_ms = now + WEB_SESSION_S * 1000ull;
     pthread_mutex_unlock(&web_lock);
     return 0;
@@ -106,12 +110,12 @@ void ad_web_logout(const char *token)
     pthread_mutex_unlock(&web_lock);
 }
 
-const char *ad_web_key(const char *token, char *buf, size_t len)
+const char *ad_web_key(const char *token, const char *scope, char *buf, size_t len)
 {
     pthread_mutex_lock(&web_lock);
     struct web_session *w = find(token);
     const char *r = NULL;
-    if (w && strlen(w->key) < len) {
+    if (w && !strcmp(w->scope, scope) && strlen(w->key) < len) {
         snprintf(buf, len, "%s", w->key);
         r = buf;
     }

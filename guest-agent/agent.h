@@ -125,6 +125,8 @@ struct req {
                                      a process); get: out[0] is the file */
     int in_fd;                    /* exec: stdin pipe; put: temporary file; -1 when closed */
     bool want_stdin;              /* exec: the host sends stdin */
+    bool tunnel;                  /* a CONNECT: in_fd and out[0] are one socket to 127.0.0.1,
+                                     no process (reaped from the start) */
     int pty_fd;                   /* exec on a pty (AL_EXEC_PTY): its master, for RESIZE; out[0]
                                      and in_fd are dups of it; -1: none */
     bool in_eof;                  /* host sent EOF on the input stream */
@@ -273,6 +275,7 @@ void exec_flush_stdin(struct agent *a, struct req *r);
 void exec_signal(struct agent *a, const struct al_msg *m);
 /* RESIZE: a pty run's new window size (the kernel tells its foreground group with SIGWINCH). */
 void exec_resize(struct agent *a, const struct al_msg *m);
+void exec_connect(struct agent *a, const struct al_msg *m);
 /* Reaps exited children; true when more may be waiting. */
 bool exec_reap(struct agent *a);
 void exec_tick(struct agent *a, struct req *r, uint64_t now);

@@ -2,6 +2,7 @@
  * enforce timeouts, reap, report exit. */
 #include "agent.h"
 
+#include <arpa/inet.h>
 #include <fcntl.h>
 #include <linux/magic.h>
 #include <linux/sched.h>
@@ -11,6 +12,7 @@
 #include <stdio.h>
 #include <string.h>
 #include <sys/ioctl.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/statfs.h>
 #include <sys/syscall.h>
@@ -254,6 +256,14 @@ void cgroup_housekeeping(struct agent *a, uint64_t now)
 void exec_kill(struct agent *a, struct req *r)
 {
     char path[sizeof(r->cgroup) + 16];
+    if (r->tunnel) { /* no process: its socket goes, both ways */
+        closep(&r->in_fd);
+        r->in_fd = -1;
+        r->inq.head = r->inq.len = 0;
+        if (r->out[0].fd >= 0)
+            ostream_close(a, r, &r->out[0]);
+        return;
+    }
     if (r->kernel) {
         kernel_kill(a, r->kernel);
         return;
@@ -553,6 +563,10 @@ void exec_flush_stdin(struct agent *a, struct req *r)
     if (q->head == q->len) {
         q->head = q->len = 0;
         if (r->in_eof && r->in_fd >= 0) {
+            /* A tunnel's socket is also its output: the guest's side learns the end of the
+             * host's bytes (FIN) and may still answer. */
+            if (r->tunnel)
+                shutdown(r->in_fd, SHUT_WR);
             close(r->in_fd);
             r->in_fd = -1;
         }
@@ -639,6 +653,8 @@ void exec_signal(struct agent *a, const struct al_msg *m)
         return;
     }
     agent_log("signal id=%u signo=%d", r->id, signo);
+    if (r->tunnel && signo == SIGKILL)
+        exec_kill(a, r); /* the host ends the tunnel */
     if (r->reaped)
         return; /* nothing left to signal: the group was killed when the process ended */
     if (r->kernel)
@@ -661,6 +677,51 @@ void exec_resize(struct agent *a, const struct al_msg *m)
     struct winsize ws = {.ws_row = m->u.resize.rows, .ws_col = m->u.resize.cols};
     if (ioctl(r->pty_fd, TIOCSWINSZ, &ws) < 0)
         agent_log("resize id=%u: %s", r->id, strerror(errno));
+}
+
+/* CONNECT: a tunnel from the host to a service listening on 127.0.0.1:port in the guest, as a
+ * request of its own beside the runs. The socket's bytes are the STDOUT stream (the host's
+ * credit, no cap), the host's bytes go in as stdin, its EOF half-closes the socket; the tunnel
+ * ends (EXIT 0) when the guest's side has closed. Only the host opens one: nothing in the guest
+ * can reach the host this way. */
+void exec_connect(struct agent *a, const struct al_msg *m)
+{
+    struct req *r = req_new(a, m->id, REQ_EXEC);
+    if (!r)
+        return;
+    unsigned port = m->u.connect.port;
+    _cleanup_close_ int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    struct sockaddr_in sa = {.sin_family = AF_INET,
+                             .sin_port = htons((uint16_t)port),
+                             .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+    /* A loopback connect is answered at once; a full backlog is not waited on for long. */
+    struct timeval tv = {.tv_sec = 2};
+    if (fd < 0 || setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof(tv)) < 0 ||
+        connect(fd, (struct sockaddr *)&sa, sizeof(sa)) < 0) {
+        int e = errno;
+        agent_send_error(a, r->id, e == ECONNREFUSED ? AL_ERR_NOT_FOUND : errno_class(e), e,
+                         "nothing answers on 127.0.0.1:%u in the guest: %s", port, strerror(e));
+        req_free(a, r);
+        return;
+    }
+    tv.tv_sec = 0;
+    int out = -1;
+    if (setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof(tv)) < 0 ||
+        fcntl(fd, F_SETFL, O_NONBLOCK) < 0 || (out = fcntl(fd, F_DUPFD_CLOEXEC, 0)) < 0) {
+        agent_send_error(a, r->id, AL_ERR_INTERNAL, errno, "cannot set up the tunnel: %s",
+                         strerror(errno));
+        req_free(a, r);
+        return;
+    }
+    agent_log("connect id=%u port=%u", r->id, port);
+    r->out[0] = exec_stream(a, out, AL_STREAM_STDOUT, 0);
+    r->in_fd = steal_fd(&fd);
+    r->want_stdin = true;
+    r->tunnel = true;
+    r->reaped = true; /* no process to wait for: the end is the socket's */
+    r->start_us = now_us();
+    struct al_msg started = {.type = AL_STARTED, .id = r->id};
+    agent_send(a, &started);
 }
 
 bool exec_reap(struct agent *a)
@@ -772,6 +833,9 @@ void exec_tick(struct agent *a, struct req *r, uint64_t now)
                 r->grace_us = now + AGENT_DRAIN_GRACE_MS * 1000; /* still flowing */
         }
     }
-    if (r->reaped && r->out[0].fd < 0 && r->out[1].fd < 0 && r->out[2].fd < 0)
+    if (r->reaped && r->out[0].fd < 0 && r->out[1].fd < 0 && r->out[2].fd < 0) {
+        if (r->tunnel)
+            r->end_us = now;
         exec_finish(a, r);
+    }
 }

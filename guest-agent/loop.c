@@ -413,9 +413,9 @@ static void on_hello(struct agent *a, const struct al_msg *m)
     ack.u.hello_ack.version = AL_PROTO_VERSION;
     ack.u.hello_ack.nonce = m->u.hello.nonce;
     ack.u.hello_ack.window = AL_WINDOW_DEFAULT;
-    ack.u.hello_ack.caps = AL_CAP_EXEC | AL_CAP_FILES | AL_CAP_SIGNAL |
-                           (a->can_shutdown ? AL_CAP_SHUTDOWN : 0) |
-                           (a->cgroup ? AL_CAP_CGROUP : 0) | (a->can_refresh ? AL_CAP_REFRESH : 0);
+    ack.u.hello_ack.caps =
+        AL_CAP_EXEC | AL_CAP_FILES | AL_CAP_SIGNAL | (a->can_shutdown ? AL_CAP_SHUTDOWN : 0) |
+        (a->cgroup ? AL_CAP_CGROUP : 0) | (a->can_refresh ? AL_CAP_REFRESH : 0) | AL_CAP_CONNECT;
     ack.u.hello_ack.agent_version = al_str_cstr(AIRLOCK_VERSION);
     ack.u.hello_ack.nlangs = (uint32_t)exec_langs(a, ack.u.hello_ack.langs, AL_LANGS_MAX);
     agent_send(a, &ack);
@@ -530,6 +530,9 @@ static void dispatch(struct agent *a, const struct al_msg *m)
         break;
     case AL_RESIZE:
         exec_resize(a, m);
+        break;
+    case AL_CONNECT:
+        exec_connect(a, m);
         break;
     case AL_FILE_PUT:
         file_put_start(a, m);

@@ -230,6 +230,69 @@ static void serve_exec(struct control_worker *w, int fd, const cJSON *req, int f
     send_line(fd, j);
 }
 
+struct hangup_watch {
+    int conn, done, cancel; /* the client's connection; a pipe that ends the watch; a kill */
+};
+
+/* The client gone (its connection closed: its forward's end) ends its tunnel. */
+static void *watch_hangup(void *p)
+{
+    struct hangup_watch *h = p;
+    struct pollfd pfd[2] = {{h->conn, POLLRDHUP, 0}, {h->done, POLLIN, 0}};
+    while (poll(pfd, 2, -1) < 0 && errno == EINTR)
+        ;
+    if (!pfd[1].revents && pfd[0].revents) {
+        uint8_t kill = SIGKILL;
+        (void)!write(h->cancel, &kill, 1);
+    }
+    return NULL;
+}
+
+/* A tunnel to a guest port for the connection fds[0] (airlock port): until either side ends,
+ * the client goes, or the session closes. */
+static void serve_port(struct control_worker *w, int fd, const cJSON *req, int fds[CONTROL_FDS])
+{
+    long port = json_uint(cJSON_GetObjectItem(req, "port"), 65535);
+    if (port < 1 || fds[0] < 0) {
+        answer_error(fd, -EINVAL, "malformed port request");
+        return;
+    }
+    if (atomic_load(&w->c->stopping)) {
+        answer_error(fd, -ESHUTDOWN, "the session is closing");
+        return;
+    }
+    int done[2];
+    if (pipe2(done, O_CLOEXEC) < 0) {
+        answer_error(fd, -errno, "cannot make a pipe");
+        return;
+    }
+    struct hangup_watch h = {fd, done[0], w->cancel_pipe[1]};
+    pthread_t watcher;
+    bool watching = pthread_create(&watcher, NULL, watch_hangup, &h) == 0;
+    al_port_counts n = {0};
+    al_error err = {0};
+    int r = al_port_relay(w->c->s, (unsigned)port, fds[0], w->cancel_pipe[0], &n, &err);
+    (void)!write(done[1], "x", 1);
+    if (watching)
+        pthread_join(watcher, NULL);
+    close(done[0]);
+    close(done[1]);
+    uint8_t b; /* a kill the watcher sent that the relay did not take */
+    while (read(w->cancel_pipe[0], &b, 1) == 1)
+        ;
+    if (r < 0) {
+        answer_error(fd, r, err.msg);
+        return;
+    }
+    _cleanup_cjson_ cJSON *j = cJSON_CreateObject();
+    if (!j)
+        return;
+    cJSON_AddBoolToObject(j, "ok", true);
+    cJSON_AddNumberToObject(j, "to_guest", (double)n.to_guest);
+    cJSON_AddNumberToObject(j, "from_guest", (double)n.from_guest);
+    send_line(fd, j);
+}
+
 static void serve_one(struct control_worker *w, int fd)
 {
     struct ucred cred;
@@ -246,6 +309,8 @@ static void serve_one(struct control_worker *w, int fd)
         const cJSON *op = cJSON_GetObjectItem(req, "op");
         if (cJSON_IsString(op) && !strcmp(op->valuestring, "exec"))
             serve_exec(w, fd, req, fds);
+        else if (cJSON_IsString(op) && !strcmp(op->valuestring, "port"))
+            serve_port(w, fd, req, fds);
         else
             answer_error(fd, -EINVAL, "unknown request");
     }
@@ -589,6 +654,78 @@ static int send_request(int fd, const char *text, const int *fds, size_t nfds)
     return send_all(fd, text, (size_t)n, len);
 }
 
+/* Sends one request line with nfds fds to r's session and reads its answer: 0 with *out (an
+ * "ok" answer), or the session's error. */
+static int remote_call(al_remote *r, const char *line, const int *fds, size_t nfds, int cancel_fd,
+                       cJSON **out, al_error *err)
+{
+    struct sockaddr_un sa = {.sun_family = AF_UNIX};
+    size_t slen = strlen(r->sock);
+    if (slen >= sizeof(sa.sun_path))
+        return al_err(err, -ENAMETOOLONG, "control socket path too long: %s", r->sock);
+    memcpy(sa.sun_path, r->sock, slen + 1);
+    _cleanup_close_ int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    if (fd < 0 || connect(fd, (struct sockaddr *)&sa, sizeof(sa)) < 0)
+        return al_err(err, -errno, "cannot reach session %s: %s", r->name, strerror(errno));
+    int ret = send_request(fd, line, fds, nfds);
+    if (ret < 0)
+        return al_err(err, ret, "cannot send to session %s: %s", r->name, strerror(-ret));
+    char ans[ANSWER_MAX + 1];
+    size_t have = 0;
+    while (have < ANSWER_MAX && !memchr(ans, '\n', have)) {
+        /* A byte on cancel_fd: the connection goes, and the server's side learns it. */
+        struct pollfd pfd[2] = {{fd, POLLIN, 0}, {cancel_fd, POLLIN, 0}};
+        if (cancel_fd >= 0 && poll(pfd, 2, -1) > 0 && pfd[1].revents && !pfd[0].revents)
+            return al_err(err, -ECANCELED, "cancelled");
+        ssize_t n = recv(fd, ans + have, ANSWER_MAX - have, 0);
+        if (n < 0 && errno == EINTR)
+            continue;
+        if (n <= 0)
+            return al_err(err, -ECONNRESET, "session %s ended before answering", r->name);
+        have += (size_t)n;
+    }
+    ans[have] = '\0';
+    cJSON *j = cJSON_Parse(ans);
+    const cJSON *ok = cJSON_GetObjectItem(j, "ok");
+    if (!cJSON_IsBool(ok)) {
+        cJSON_Delete(j);
+        return al_err(err, -EPROTO, "session %s answered nonsense", r->name);
+    }
+    if (cJSON_IsFalse(ok)) {
+        const cJSON *code = cJSON_GetObjectItem(j, "code"), *msg = cJSON_GetObjectItem(j, "error");
+        int c = cJSON_IsNumber(code) && code->valuedouble < 0 && code->valuedouble > -4096
+                    ? (int)code->valuedouble
+                    : -EIO;
+        al_err(err, c, "%s", cJSON_IsString(msg) ? msg->valuestring : "request failed");
+        cJSON_Delete(j);
+        return c;
+    }
+    *out = j;
+    return 0;
+}
+
+int al_remote_port(al_remote *r, unsigned port, int fd, int cancel_fd, al_port_counts *counts,
+                   al_error *err)
+{
+    if (port < 1 || port > 65535)
+        return al_err(err, -EINVAL, "a port is 1 to 65535, not %u", port);
+    char line[64];
+    snprintf(line, sizeof(line), "{\"op\":\"port\",\"port\":%u}\n", port);
+    _cleanup_cjson_ cJSON *j = NULL;
+    int ret = remote_call(r, line, &fd, 1, cancel_fd, &j, err);
+    if (ret < 0)
+        return ret;
+    if (counts) {
+        const cJSON *to = cJSON_GetObjectItem(j, "to_guest"),
+                    *from = cJSON_GetObjectItem(j, "from_guest");
+        *counts = (al_port_counts){
+            .to_guest = cJSON_IsNumber(to) && to->valuedouble >= 0 ? (uint64_t)to->valuedouble : 0,
+            .from_guest =
+                cJSON_IsNumber(from) && from->valuedouble >= 0 ? (uint64_t)from->valuedouble : 0};
+    }
+    return 0;
+}
+
 int al_remote_exec(al_remote *r, const al_exec_opts *o, al_exec_result *out, al_error *err)
 {
     _cleanup_cjson_ cJSON *req = cJSON_CreateObject();
@@ -628,39 +765,10 @@ int al_remote_exec(al_remote *r, const al_exec_opts *o, al_exec_result *out, al_
                             resizes ? o->resize_fd : -1};
     if (fds[0] < 0)
         return al_err(err, -errno, "cannot open /dev/null: %s", strerror(errno));
-    struct sockaddr_un sa = {.sun_family = AF_UNIX};
-    size_t slen = strlen(r->sock);
-    if (slen >= sizeof(sa.sun_path))
-        return al_err(err, -ENAMETOOLONG, "control socket path too long: %s", r->sock);
-    memcpy(sa.sun_path, r->sock, slen + 1);
-    _cleanup_close_ int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
-    if (fd < 0 || connect(fd, (struct sockaddr *)&sa, sizeof(sa)) < 0)
-        return al_err(err, -errno, "cannot reach session %s: %s", r->name, strerror(errno));
-    int ret = send_request(fd, line, fds, resizes ? 4 : 3);
+    _cleanup_cjson_ cJSON *j = NULL;
+    int ret = remote_call(r, line, fds, resizes ? 4 : 3, -1, &j, err);
     if (ret < 0)
-        return al_err(err, ret, "cannot send to session %s: %s", r->name, strerror(-ret));
-    char ans[ANSWER_MAX + 1];
-    size_t have = 0;
-    while (have < ANSWER_MAX && !memchr(ans, '\n', have)) {
-        ssize_t n = recv(fd, ans + have, ANSWER_MAX - have, 0);
-        if (n < 0 && errno == EINTR)
-            continue;
-        if (n <= 0)
-            return al_err(err, -ECONNRESET, "session %s ended before answering", r->name);
-        have += (size_t)n;
-    }
-    ans[have] = '\0';
-    _cleanup_cjson_ cJSON *j = cJSON_Parse(ans);
-    const cJSON *ok = cJSON_GetObjectItem(j, "ok");
-    if (!cJSON_IsBool(ok))
-        return al_err(err, -EPROTO, "session %s answered nonsense", r->name);
-    if (cJSON_IsFalse(ok)) {
-        const cJSON *code = cJSON_GetObjectItem(j, "code"), *msg = cJSON_GetObjectItem(j, "error");
-        int c = cJSON_IsNumber(code) && code->valuedouble < 0 && code->valuedouble > -4096
-                    ? (int)code->valuedouble
-                    : -EIO;
-        return al_err(err, c, "%s", cJSON_IsString(msg) ? msg->valuestring : "request failed");
-    }
+        return ret;
     al_exec_result res = {
         .how = cJSON_GetObjectItem(j, "how") ? cJSON_GetObjectItem(j, "how")->valueint : 0,
         .value = cJSON_GetObjectItem(j, "value") ? cJSON_GetObjectItem(j, "value")->valueint : 0,

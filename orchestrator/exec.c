@@ -7,6 +7,7 @@
 #include <signal.h>
 #include <stdio.h>
 #include <string.h>
+#include <sys/socket.h>
 
 static size_t count(const char *const *v)
 {
@@ -49,6 +50,8 @@ struct exec_state {
     bool offline;      /* the output said a host could not be reached (no network) */
     bool scan;         /* look for that: a session without network */
     bool pty;          /* the run is on a pseudo-terminal: its output is stream 1 alone */
+    unsigned port;     /* a tunnel (CONNECT) to this guest port, not a run; 0: a run */
+    uint64_t sent;     /* a tunnel's bytes sent to the guest */
     int resize_fd;     /* a pty run's new sizes; -1: none */
     uint64_t hup_ms;   /* a pty run's terminal closed: when its tree is killed; 0: not */
     bool hup_killed;   /* and it was */
@@ -127,6 +130,7 @@ static int pump_stdin(struct exec_state *st, al_error *err)
         return al_channel_send_data(&st->s->ch, st->id, AL_STREAM_STDIN, AL_FLAG_EOF, NULL, 0, err);
     }
     st->stdin_credit -= (uint64_t)n;
+    st->sent += (uint64_t)n;
     return al_channel_send_data(&st->s->ch, st->id, AL_STREAM_STDIN, 0, buf, (size_t)n, err);
 }
 
@@ -185,15 +189,19 @@ static int on_data(struct exec_state *st, const al_exec_opts *o, const struct al
         int r = o->output ? o->output(o->output_ctx, stream, m->u.data.data, m->u.data.len)
                           : al_write_all(fd, m->u.data.data, m->u.data.len);
         if (r == -EPIPE) {
-            /* Like a local pipeline: the writer learns its reader is gone. */
+            /* Like a local pipeline: the writer learns its reader is gone; a tunnel whose host
+             * side is gone ends. */
             st->out_broken[stream] = true;
-            r = send_signal(st, SIGPIPE, err);
+            r = send_signal(st, st->port ? SIGKILL : SIGPIPE, err);
             if (r < 0)
                 return r;
         } else if (r < 0) {
             return al_err(err, r, "cannot write command output: %s", strerror(-r));
         }
     }
+    /* The guest's side of a tunnel sent its last byte: the host's side learns it (FIN). */
+    if (st->port && (m->flags & AL_FLAG_EOF))
+        shutdown(fd, SHUT_WR);
     if (m->u.data.len == 0)
         return 0;
     return send_credit(st, stream, m->u.data.len, err);
@@ -296,6 +304,8 @@ static int on_host_deadline(struct exec_state *st, const al_exec_opts *o, uint64
 
 static int exec_run(al_session *s, const al_exec_opts *o, al_exec_result *out,
                     al_result_reader *results, uint32_t op, uint32_t id, al_error *err);
+static int exec_loop(struct exec_state *st, const al_exec_opts *o, al_exec_result *out,
+                     al_error *err);
 
 /* Each exec is a request of its own on the channel: others run beside it (link.c). */
 static int exec_with(al_session *s, const al_exec_opts *o, al_exec_result *out, uint32_t op,
@@ -463,7 +473,18 @@ static int exec_run(al_session *s, const al_exec_opts *o, al_exec_result *out,
         st.stdin_fd = o->stdin_fd;
         st.stdin_credit = s->agent_window;
     }
+    return exec_loop(&st, o, out, err);
+}
 
+/* A request sent: its frames until its exit. */
+static int exec_loop(struct exec_state *st_, const al_exec_opts *o, al_exec_result *out,
+                     al_error *err)
+{
+    struct exec_state st = *st_;
+    al_session *s = st.s;
+    al_result_reader *results = st.results;
+    struct al_msg m;
+    int r;
     uint64_t sent_ms = al_now_ms(), deadline = 0;
     unsigned grace = o->kernel ? HOST_GRACE_KERNEL_MS : HOST_GRACE_MS;
     for (;;) {
@@ -532,7 +553,9 @@ static int exec_run(al_session *s, const al_exec_opts *o, al_exec_result *out,
             st.stdin_credit += m.u.credit.bytes;
             break;
         case AL_ERROR: {
-            const char *what = o->lang ? "cannot run code" : o->argv[0];
+            char port[32];
+            snprintf(port, sizeof(port), "port %u", st.port);
+            const char *what = st.port ? port : o->lang ? "cannot run code" : o->argv[0];
             return al_channel_guest_error(&m, what, err);
         }
         case AL_WAITING:
@@ -565,6 +588,7 @@ static int exec_run(al_session *s, const al_exec_opts *o, al_exec_result *out,
             if (results)
                 al_result_reader_stats(results, &res.results);
             *out = res;
+            *st_ = st; /* a tunnel's counts */
             return 0;
         }
         default:
@@ -592,4 +616,49 @@ int al_exec_quiet(al_session *s, al_exec_opts o, const char *what, al_error *err
         return al_err(err, -EIO, "%s: ended with status %d%s", what, res.value,
                       res.timed_out ? " (timed out)" : "");
     return 0;
+}
+
+/* ---- tunnels: a connection to a port in the guest (CONNECT), relayed as a run's streams ---- */
+
+static int port_run(al_session *s, unsigned port, int fd, uint32_t id, al_port_counts *counts,
+                    al_error *err)
+{
+    al_exec_opts o = {.stdin_fd = fd, .stdout_fd = fd, .stderr_fd = -1};
+    struct exec_state st = {.s = s,
+                            .id = id,
+                            .cancel_fd = al_link_cancel_fd(s, id),
+                            .stdin_fd = fd,
+                            .stdin_credit = s->agent_window,
+                            .resize_fd = -1,
+                            .port = port};
+    struct al_msg m = {.type = AL_CONNECT, .id = id};
+    m.u.connect.port = (uint16_t)port;
+    int r = al_channel_send(&s->ch, &m, err);
+    al_exec_result res;
+    if (r == 0)
+        r = exec_loop(&st, &o, &res, err);
+    if (r == 0 && counts)
+        *counts = (al_port_counts){.to_guest = st.sent, .from_guest = st.got[AL_STREAM_STDOUT]};
+    return r;
+}
+
+int al_port_relay(al_session *s, unsigned port, int fd, int cancel_fd, al_port_counts *counts,
+                  al_error *err)
+{
+    if (port < 1 || port > 65535)
+        return al_err(err, -EINVAL, "a port is 1 to 65535, not %u", port);
+    uint32_t id = 0;
+    int r = al_link_ready(s, err);
+    if (r == 0 && !(s->caps & AL_CAP_CONNECT))
+        r = al_err(err, -EOPNOTSUPP,
+                   "the guest's agent forwards no ports (an image older "
+                   "than protocol %d: build it again)",
+                   AL_PROTO_VERSION);
+    if (r == 0)
+        r = al_link_begin(s, cancel_fd, &id, err);
+    if (r == 0) {
+        r = port_run(s, port, fd, id, counts, err);
+        al_link_end(s, id);
+    }
+    return al_link_check(s, r, err);
 }

@@ -10,7 +10,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#define AL_PROTO_VERSION 4
+#define AL_PROTO_VERSION 5
 
 /* 'A' 'L' type flags id:u32 len:u32, little-endian. */
 #define AL_FRAME_HEADER_SIZE 12
@@ -74,7 +74,8 @@ enum al_type {
     AL_WAITING = 17,   /* guest -> host: the run has been blocked reading its stdin a while */
     AL_REFRESH = 18,   /* host -> guest: make a guest restored from a template its own */
     AL_RESIZE = 19,    /* host -> guest: a PTY run's terminal has a new size */
-    AL_TYPE_MAX_ = 19,
+    AL_CONNECT = 20,   /* host -> guest: a tunnel to 127.0.0.1:port in the guest */
+    AL_TYPE_MAX_ = 20,
 };
 
 enum al_flag {
@@ -98,6 +99,7 @@ enum al_caps {
     AL_CAP_SHUTDOWN = 1 << 3,
     AL_CAP_CGROUP = 1 << 4,  /* execs run in their own cgroup (pids, kill-all) */
     AL_CAP_REFRESH = 1 << 5, /* takes REFRESH */
+    AL_CAP_CONNECT = 1 << 6, /* takes CONNECT */
 };
 
 enum al_exec_flags {
@@ -239,6 +241,9 @@ struct al_msg {
         struct {
             uint16_t rows, cols; /* 1..AL_PTY_DIM_MAX */
         } resize;
+        struct {
+            uint16_t port; /* 1..65535, on 127.0.0.1 in the guest */
+        } connect;
         struct {
             const uint8_t *seed;       /* AL_REFRESH_SEED bytes, into the kernel's RNG */
             uint64_t sec;              /* the host's wall clock */

@@ -355,6 +355,11 @@ int al_msg_decode(const struct al_header *h, const uint8_t *payload, struct al_m
         if (!r.why && !pty_dims_ok(m.u.resize.rows, m.u.resize.cols))
             r.why = "bad terminal size";
         break;
+    case AL_CONNECT:
+        m.u.connect.port = get_u16(&r, "truncated connect");
+        if (!r.why && !m.u.connect.port)
+            r.why = "bad port";
+        break;
     case AL_REFRESH:
         m.u.refresh.seed = get_bytes(&r, AL_REFRESH_SEED, "truncated refresh");
         m.u.refresh.sec = get_u64(&r, "truncated refresh");
@@ -480,6 +485,11 @@ int al_msg_encode(const struct al_msg *m, uint8_t *out, size_t cap)
             return -EINVAL;
         put_u16(&w, m->u.resize.rows);
         put_u16(&w, m->u.resize.cols);
+        break;
+    case AL_CONNECT:
+        if (!m->u.connect.port)
+            return -EINVAL;
+        put_u16(&w, m->u.connect.port);
         break;
     case AL_REFRESH:
         if (!m->u.refresh.seed || !m->u.refresh.machine_id)
@@ -614,6 +624,7 @@ const char *al_type_name(uint8_t type)
         [AL_WAITING] = "waiting",
         [AL_REFRESH] = "refresh",
         [AL_RESIZE] = "resize",
+        [AL_CONNECT] = "connect",
     };
     if (type == 0 || type > AL_TYPE_MAX_)
         return "unknown";

@@ -605,6 +605,15 @@ $('archive').addEventListener('click', async () => {
   }
 });
 
+// ---- ports: what the session serves, at an origin of its own (PORT-ID.localhost), so that its
+// pages never run as this one; the daemon's open-port link signs that origin in for that port.
+$('port-form').addEventListener('submit', (ev) => {
+  ev.preventDefault();
+  const port = Number($('port-input').value);
+  if (!current || !(port >= 1 && port <= 65535)) return;
+  window.open(sp(`/open-port/${port}`), '_blank', 'noopener');
+});
+
 const dz = $('dropzone');
 dz.addEventListener('dragover', (ev) => { ev.preventDefault(); dz.classList.add('over'); });
 dz.addEventListener('dragleave', () => dz.classList.remove('over'));

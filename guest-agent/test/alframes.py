@@ -9,11 +9,12 @@ import time
 HDR = struct.Struct('<2sBBII')
 HELLO, HELLO_ACK, EXEC, STARTED, DATA, CREDIT, SIGNAL, EXIT, ERROR = range(1, 10)
 FILE_PUT, FILE_GET, FILE_INFO, OK, PING, PONG, SHUTDOWN, WAITING, REFRESH, RESIZE = range(10, 20)
+CONNECT = 20
 NAMES = {v: k for k, v in dict(HELLO=1, HELLO_ACK=2, EXEC=3, STARTED=4, DATA=5, CREDIT=6,
                                   SIGNAL=7, EXIT=8, ERROR=9, FILE_PUT=10, FILE_GET=11,
                                   FILE_INFO=12, OK=13, PING=14, PONG=15, SHUTDOWN=16,
-                                  WAITING=17, REFRESH=18, RESIZE=19).items()}
-CAP_REFRESH = 32
+                                  WAITING=17, REFRESH=18, RESIZE=19, CONNECT=20).items()}
+CAP_REFRESH, CAP_CONNECT = 32, 64
 EOF_FLAG = 1
 EXEC_STDIN, EXEC_KERNEL, EXEC_PTY = 1, 2, 8
 # The version the header says (this file sits in guest-agent/test).
@@ -50,6 +51,10 @@ def exec_(fid, argv, lang='', cwd='', env=(), flags=0, timeout_ms=0, cap=0, inpu
 
 def resize(fid, rows, cols):
     return frame(RESIZE, fid, struct.pack('<HH', rows, cols))
+
+
+def connect(fid, port):
+    return frame(CONNECT, fid, struct.pack('<H', port))
 
 
 def data(fid, stream, b, eof=False):

@@ -28,6 +28,7 @@ int cmd_doctor(struct cli_globals *g, int argc, char **argv);
 int cmd_gc(struct cli_globals *g, int argc, char **argv);
 int cmd_cp(struct cli_globals *g, int argc, char **argv);
 int cmd_shell(struct cli_globals *g, int argc, char **argv);
+int cmd_port(struct cli_globals *g, int argc, char **argv);
 int cmd_ps(struct cli_globals *g, int argc, char **argv);
 int cmd_chat(struct cli_globals *g, int argc, char **argv);
 int cmd_run(struct cli_globals *g, int argc, char **argv);
@@ -36,6 +37,7 @@ int cmd_conversations(struct cli_globals *g, int argc, char **argv);
 /* airlockd's client (cli/remote.c): exec in a session of the daemon, `airlock session ...`; and
  * whether exec and ps go to a daemon (--server or $AIRLOCK_HOST). */
 int cli_remote_exec(struct cli_globals *g, int argc, char **argv);
+int cli_remote_shell(struct cli_globals *g, const char *name);
 int cli_remote_session(struct cli_globals *g, int argc, char **argv);
 int cli_remote_proc(struct cli_globals *g, int argc, char **argv);
 bool cli_remote_wanted(const struct cli_globals *g);
@@ -123,6 +125,18 @@ const char *cli_nearest(const char *word, size_t n, const char *const *names);
 /* "A:B" split at its first ':' into two non-empty halves (arg is cut there); false when it is
  * not one (--put, --get, local or through airlockd). */
 bool cli_split_pair(char *arg, char **a, char **b);
+/* A forwarded port (exec -p, airlock port): where it listens, what it reaches, its forward. */
+struct cli_port {
+    char bind[64]; /* "" for 127.0.0.1 */
+    unsigned host, guest;
+    al_forward *f;
+};
+/* docker's -p: GUEST, HOST:GUEST or ADDR:HOST:GUEST; 0, or -1 having said why. */
+int cli_publish_parse(const char *spec, struct cli_port *out);
+/* Opens a forward for each port to s or r (one of them), each said on stderr unless quiet. */
+int cli_forwards_open(al_session *s, al_remote *r, struct cli_port *ports, size_t n, bool quiet,
+                      al_error *err);
+void cli_forwards_close(struct cli_port *ports, size_t n);
 /* A --put source, before anything boots: a regular file we can open; else said in one line
  * and -1. */
 int cli_check_put(const char *path);

@@ -80,6 +80,10 @@ static const char usage[] =
     "                            (default 6144); over it the VM is paused\n"
     "      --lifetime SECONDS    hard limit on the whole session\n"
     "      --boot-timeout SECONDS  limit on booting to the agent (default 60)\n"
+    "  -p, --publish [ADDR:]HOSTPORT:GUESTPORT  forward HOSTPORT here (0: a free one) to\n"
+    "                            GUESTPORT on 127.0.0.1 in the guest while the session lives\n"
+    "                            (repeatable; docker's -p; 'airlock port' for a running one)\n"
+    "      --bind ADDR           where -p listens (default 127.0.0.1: this machine only)\n"
     "      --raw                 write the guest's output to a terminal as is (by default\n"
     "                            control characters are shown, not obeyed; a pipe or a\n"
     "                            file always gets the exact bytes)\n"
@@ -170,9 +174,12 @@ struct exec_args {
     al_workdir_opts wo;
     unsigned linger_s;
     bool raw;
-    bool json;        /* --json: one object per event on stdout */
-    bool interactive; /* -i */
-    bool tty;         /* -t: a pty run */
+    bool json;                 /* --json: one object per event on stdout */
+    bool interactive;          /* -i */
+    bool tty;                  /* -t: a pty run */
+    struct cli_port ports[16]; /* -p */
+    size_t nports;
+    const char *bind; /* --bind: the ports' address unless their spec has one */
     char **cmd;       /* the operands after the options */
     int ncmd;
     char *stdin_code;         /* the code read from stdin, owned */
@@ -288,6 +295,18 @@ static int opt_sync_exec(struct exec_args *a, char *value)
     return -1;
 }
 
+static int opt_publish(struct exec_args *a, char *value)
+{
+    if (a->nports >= sizeof(a->ports) / sizeof(a->ports[0])) {
+        fprintf(stderr, "airlock: at most %zu -p\n", sizeof(a->ports) / sizeof(a->ports[0]));
+        return 2;
+    }
+    if (cli_publish_parse(value, &a->ports[a->nports]) < 0)
+        return 2;
+    a->nports++;
+    return -1;
+}
+
 static int opt_help(struct exec_args *a, char *value)
 {
     (void)a, (void)value;
@@ -329,6 +348,8 @@ static const struct exec_option exec_options[] = {
     {"workdir-limit",  required_argument, 0,   OPT_U64,    FIELD(wo.bytes_max),         ~0ul >> 1, 1,        NULL},
     {"linger",         required_argument, 0,   OPT_UINT,   FIELD(linger_s),             4000000,   1,        NULL},
     {"raw",            no_argument,       0,   OPT_TRUE,   FIELD(raw),                  0,         0,        NULL},
+    {"publish",        required_argument, 'p', OPT_CALL,   0,                           0,         0,        opt_publish},
+    {"bind",           required_argument, 0,   OPT_STRING, FIELD(bind),                 0,         0,        NULL},
     {"json",           no_argument,       0,   OPT_TRUE,   FIELD(json),                 0,         0,        NULL},
     {"quiet",          no_argument,       'q', OPT_TRUE,   FIELD(so.quiet),             0,         0,        NULL},
     {"help",           no_argument,       'h', OPT_CALL,   0,                           0,         0,        opt_help},
@@ -760,6 +781,11 @@ static int exec_session(struct exec_args *a, al_workdir_diff **diff, al_error *e
             goto out;
     if (a->workdir && cli_workdir_push(s, a->workdir, &a->wo, a->so.quiet, err) < 0)
         goto out;
+    for (size_t i = 0; i < a->nports; i++)
+        if (!a->ports[i].bind[0] && a->bind)
+            snprintf(a->ports[i].bind, sizeof(a->ports[i].bind), "%s", a->bind);
+    if (cli_forwards_open(s, NULL, a->ports, a->nports, a->so.quiet, err) < 0)
+        goto out;
     if (a->workdir && !a->eo.cwd)
         a->eo.cwd = AL_WORKDIR_GUEST_DIR;
     if (exec_run(s, a, &status, err) < 0) {
@@ -789,6 +815,7 @@ out:
         if (last_signal && err->code == -ECANCELED)
             status = 128 + last_signal;
     }
+    cli_forwards_close(a->ports, a->nports);
     al_error net_err = {0};
     if (s && al_session_net(s) && !a->so.quiet)
         al_net_requests(s, NULL, print_net_request, a, &net_err);

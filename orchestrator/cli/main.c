@@ -30,6 +30,7 @@ static const char usage[] =
     "  cp SRC DST                       copy into or out of a running session\n"
     "                                   (one side SESSION:/path, or :/path)\n"
     "  shell [SESSION]                  a login shell in a running session, or a fresh one\n"
+    "  port SESSION GUEST[:HOST]        forward a port of a running session to this machine\n"
     "  session start|ls|stop|extend     sessions of airlockd that outlive a command; then\n"
     "                                   'exec --session ID'; rm ID is session stop\n"
     "  proc ls|logs|kill|wait SESSION   the runs of an airlockd session, which run at\n"
@@ -168,6 +169,8 @@ int main(int argc, char **argv)
         return cmd_cp(&g, sub_argc, sub_argv);
     if (!strcmp(cmd, "shell"))
         return cmd_shell(&g, sub_argc, sub_argv);
+    if (!strcmp(cmd, "port"))
+        return cmd_port(&g, sub_argc, sub_argv);
     if (!strcmp(cmd, "ps"))
         return cmd_ps(&g, sub_argc, sub_argv);
     if (!strcmp(cmd, "session"))
@@ -189,8 +192,8 @@ int main(int argc, char **argv)
         return 0;
     }
     static const char *const commands[] = {
-        "chat", "run",   "conversations", "exec", "image", "doctor", "gc", "ps",
-        "cp",   "shell", "session",       "proc", "rm",    "help",   NULL};
+        "chat", "run",   "conversations", "exec",    "image", "doctor", "gc",   "ps",
+        "cp",   "shell", "port",          "session", "proc",  "rm",     "help", NULL};
     const char *near = cli_nearest(cmd, strlen(cmd), commands);
     fprintf(stderr, "airlock: unknown command '%s'%s%s%s (see 'airlock --help')\n", cmd,
             near ? "; did you mean '" : "", near ? near : "", near ? "'?" : "");

@@ -1009,6 +1009,16 @@ out:
     return rc;
 }
 
+/* airlock shell SESSION for a session of airlockd: exec --session SESSION -i -t, the login
+ * shell. */
+int cli_remote_shell(struct cli_globals *g, const char *name)
+{
+    char *args[] = {"exec",    "--session", (char *)name,           "-i", "-t", "--",
+                    "/bin/sh", "-c",        (char *)AL_LOGIN_SHELL, NULL};
+    optind = 0;
+    return cli_remote_exec(g, (int)(sizeof(args) / sizeof(args[0])) - 1, args);
+}
+
 /* ---- sessions ---- */
 
 static void usage_session(FILE *f)

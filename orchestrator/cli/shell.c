@@ -3,7 +3,6 @@
 #include "cli.h"
 
 #include <errno.h>
-#include <getopt.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -20,24 +19,15 @@ static const char usage[] =
     "session has one. Leave with 'exit' or Ctrl-D; " CLI_TTY_LEAVE_HELP ".\n"
     "Exits with the shell's status.\n";
 
-/* A session of airlockd: airlock exec --session NAME -i -t with the login shell. */
-static int shell_daemon(struct cli_globals *g, const char *name)
-{
-    char *args[] = {"exec",    "--session", (char *)name,           "-i", "-t", "--",
-                    "/bin/sh", "-c",        (char *)AL_LOGIN_SHELL, NULL};
-    optind = 0;
-    return cli_remote_exec(g, (int)(sizeof(args) / sizeof(args[0])) - 1, args);
-}
-
 static int shell_in(struct cli_globals *g, const char *name)
 {
     al_error err = {0};
     al_remote *r = NULL;
     if (cli_remote_wanted(g))
-        return shell_daemon(g, name);
+        return cli_remote_shell(g, name);
     if (al_remote_open(name, &r, &err) < 0) {
         if (err.code == -ENOENT && cli_daemon_here())
-            return shell_daemon(g, name);
+            return cli_remote_shell(g, name);
         cli_error(&err);
         return EXIT_AIRLOCK_FAILED;
     }

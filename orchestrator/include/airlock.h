@@ -346,6 +346,46 @@ typedef struct al_exec_opts {
  * 0, or -errno (-EINVAL for 0 rows or columns). */
 int al_pty_resize(int fd, unsigned rows, unsigned cols);
 
+/* A forwarded port: the bytes a tunnel carried, counted by the host. */
+typedef struct al_port_counts {
+    uint64_t to_guest, from_guest;
+} al_port_counts;
+/* Relays fd, a connected stream socket of the caller's (left open), to 127.0.0.1:port in the
+ * guest, both ways, beside the session's runs: what fd's peer sends goes to the guest's service,
+ * what the service answers goes to fd, each under the channel's credit (a side that does not
+ * read holds the other, nothing is buffered without bound). The end of fd's input half-closes
+ * the guest's side; the guest's end half-closes fd (shutdown SHUT_WR); it returns when the
+ * guest's side has closed, or fd's peer is gone, or on a byte from cancel_fd (> 0; -ECANCELED).
+ * Only the host opens tunnels: nothing in the guest reaches the host this way. 0 with counts
+ * (may be NULL); -ENOENT when nothing listens on that port in the guest, -EOPNOTSUPP for an
+ * agent that forwards no ports. */
+int al_port_relay(al_session *s, unsigned port, int fd, int cancel_fd, al_port_counts *counts,
+                  al_error *err);
+
+/* Port forwarding (airlock exec -p, airlock port): a listening socket on the host whose every
+ * connection is relayed (al_port_relay) to a port in the guest, by threads of its own. */
+typedef struct al_forward al_forward;
+typedef struct al_remote al_remote;
+typedef struct al_forward_opts {
+    al_session *session; /* the session, a session of this process; or */
+    al_remote *remote;   /* one another airlock process holds (al_remote_open) */
+    const char *bind;    /* the address to listen on; NULL: 127.0.0.1 (this machine only) */
+    unsigned host_port;  /* 0: a free one (al_forward_host_port says which) */
+    unsigned guest_port; /* 1..65535, on 127.0.0.1 in the guest */
+    /* A connection that failed (nothing listens in the guest, the session ended...): its
+     * message, from a connection's thread; may be NULL. */
+    void (*on_error)(void *ctx, const char *msg);
+    void *ctx;
+} al_forward_opts;
+/* At most this many connections of one forward at once; more wait to be accepted. */
+#define AL_FORWARD_CONNS_MAX 64
+int al_forward_open(const al_forward_opts *o, al_forward **out, al_error *err);
+unsigned al_forward_host_port(const al_forward *f);
+/* Connections accepted so far. */
+unsigned long al_forward_accepted(const al_forward *f);
+/* Stops listening, ends the forward's connections (both ways) and waits for their threads. */
+void al_forward_close(al_forward *f);
+
 typedef struct al_exec_result {
     int how; /* enum al_exec_how */
     int value;
@@ -518,12 +558,16 @@ typedef struct al_session_info {
 int al_session_list(void (*fn)(void *ctx, const al_session_info *info), void *ctx, al_error *err);
 
 /* A session another process holds, by name (NULL: the only one running). */
-typedef struct al_remote al_remote;
 int al_remote_open(const char *name, al_remote **out, al_error *err);
 void al_remote_close(al_remote *r);
 const char *al_remote_name(const al_remote *r);
 /* Like al_exec; the fds are passed to the serving process. */
 int al_remote_exec(al_remote *r, const al_exec_opts *o, al_exec_result *out, al_error *err);
+/* al_port_relay for the session r names: fd, a connected socket, relayed by the process that
+ * holds the session (at most 16 requests of other processes at once per session); a byte on
+ * cancel_fd (> 0) ends it (-ECANCELED), and the holder's relay with it. */
+int al_remote_port(al_remote *r, unsigned port, int fd, int cancel_fd, al_port_counts *counts,
+                   al_error *err);
 /* Copies a host file or directory to guest_path (into it when it is a directory). */
 int al_remote_put(al_remote *r, const char *host_path, const char *guest_path, al_error *err);
 /* Copies a guest file or directory to host_path (into it when it is a directory; a directory

@@ -7,7 +7,7 @@ _airlock_global_flags='--connect --debug --quiet --help --version --server --ser
 _airlock_exec_flags='--image --interactive --tty --transport --net --net-limit --lang --code --kernel --input-wait --env --cwd --timeout
  --output-limit --put --get --get-limit --memory --cpus --lifetime --boot-timeout --disk-budget
  --connect --debug --workdir --sync-back --sync-back-git --sync-back-exec --workdir-limit
- --linger --raw --json --quiet --help'
+ --linger --raw --publish --bind --json --quiet --help'
 # chat and run share one table; --resume is chat's alone, --json run's.
 _airlock_chat_common='--model --api --api-base --api-key --api-key-file --local --temperature
  --max-tokens --context-window --no-tools --vision --no-vision --retries --request-timeout --auto-run --max-turns
@@ -18,7 +18,7 @@ _airlock_chat_flags="$_airlock_chat_common --resume"
 _airlock_run_flags="$_airlock_chat_common --json"
 _airlock_import_flags='--name --user --memory --force --help'
 _airlock_warm_flags='--memory --cpus --help'
-_airlock_commands='chat run conversations exec image doctor gc ps cp shell session proc rm help'
+_airlock_commands='chat run conversations exec image doctor gc ps cp shell port session proc rm help'
 _airlock_session_start_flags='--image --memory --cpus --idle-timeout --lifetime --checkpoints'
 
 # The first column of a listing, without its header line, up to its first blank line (image ls
@@ -156,6 +156,13 @@ _airlock()
             done
             COMPREPLY+=($(compgen -f -- "$cur"))
             compopt -o nospace 2>/dev/null
+        fi
+        ;;
+    port)
+        if [[ $cur == -* ]]; then
+            _airlock_words '--bind --help' "$cur"
+        elif ((${#args[@]} < 1)); then
+            _airlock_words "$(_airlock_column1 "$bin" ps)" "$cur"
         fi
         ;;
     conversations | doctor | gc | ps | help) _airlock_words '--help' "$cur" ;;

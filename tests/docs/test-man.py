@@ -26,6 +26,7 @@ SECTIONS = {
     "image.c": ["COMMANDS/image"],
     "chatopts.c": ["CHAT OPTIONS", "COMMANDS/chat", "COMMANDS/run"],
     "remote.c": ["COMMANDS/exec", "COMMANDS/session"],
+    "port.c": ["COMMANDS/port"],
 }
 FLAG = re.compile(r"(?<![\w-])--[a-z][a-z0-9-]*")
 SHORT = re.compile(r"(?<![\w-])-[a-zA-Z0-9](?![\w-])")

@@ -88,6 +88,18 @@ def random_file(path, size, mode=None):
     return data
 
 
+def rss_kib(pid):
+    """A process's resident memory in KiB (0 when gone)."""
+    try:
+        with open("/proc/%d/status" % pid) as f:
+            for line in f:
+                if line.startswith("VmRSS:"):
+                    return int(line.split()[1])
+    except OSError:
+        pass
+    return 0
+
+
 def virsh_names():
     out = subprocess.run(["virsh", "-c", "qemu:///system", "list", "--all", "--name"],
                          stdout=subprocess.PIPE, check=True).stdout.decode()

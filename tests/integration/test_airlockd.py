@@ -1779,6 +1779,239 @@ class PtyTest(DebianSessionTest):
         self.assertEqual(t.wait(60), 0)
 
 
+ECHO_SERVER = r"""
+import http.server, json, sys, time
+class H(http.server.BaseHTTPRequestHandler):
+    def reply(self, head_only=False):
+        n = int(self.headers.get("Content-Length") or 0)
+        body = self.rfile.read(n).decode("latin-1")
+        out = json.dumps({"method": self.command, "path": self.path,
+                          "headers": {k.lower(): v for k, v in self.headers.items()},
+                          "body": body}).encode()
+        self.send_response(201 if self.command == "POST" else 200)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("X-From-Guest", "yes")
+        self.send_header("Set-Cookie", "app=1; Path=/")
+        self.send_header("Content-Length", str(len(out)))
+        self.end_headers()
+        if not head_only:
+            self.wfile.write(out)
+    do_GET = do_POST = do_PUT = do_DELETE = do_PATCH = lambda self: self.reply()
+    def do_HEAD(self):
+        self.reply(True)
+    def log_message(self, *a):
+        pass
+class Slow(http.server.BaseHTTPRequestHandler):
+    def do_GET(self):
+        self.send_response(200)
+        self.end_headers()
+        while True:
+            self.wfile.write(b"tick\n")
+            self.wfile.flush()
+            time.sleep(0.5)
+    def log_message(self, *a):
+        pass
+cls = Slow if sys.argv[1] == "slow" else H
+http.server.ThreadingHTTPServer(("127.0.0.1", int(sys.argv[2])), cls).serve_forever()
+"""
+
+
+class PortsTest(DebianSessionTest):
+    """A session's ports through airlockd (issue 30): the reverse proxy at
+    /v1/sessions/{id}/ports/{port}/ and host-routed at PORT-ID.localhost, the open-port link's
+    cookie, owners, what reaches the guest and what does not, bounds. One debian session."""
+
+    @classmethod
+    def setUpClass(cls):
+        super().setUpClass()
+        cls.key = cls.d.key("ports-owner")
+        cls.other = cls.d.key("ports-other")
+        cls.sbk = Sandbox(image="debian", client=cls.d.tcp(cls.key))
+        cls.sbk.files.write("/tmp/echo.py", ECHO_SERVER.encode())
+        cls.sbk.commands.run("mkdir -p /tmp/www && head -c 67108864 /dev/urandom > /tmp/www/big"
+                             " && sha256sum /tmp/www/big | cut -c1-64 > /tmp/www/big.sum")
+        cls.servers = [cls.sbk.commands.run(cmd, background=True) for cmd in (
+            "exec python3 /tmp/echo.py echo 8000",
+            "cd /tmp/www && exec python3 -m http.server 8001",
+            "exec python3 /tmp/echo.py slow 8002")]
+        end = time.time() + 120
+        while time.time() < end:
+            st, _, _ = cls.get(cls, "/v1/sessions/%s/ports/8000/" % cls.sbk.id)
+            st1, _, _ = cls.get(cls, "/v1/sessions/%s/ports/8001/big.sum" % cls.sbk.id)
+            if st == 200 and st1 == 200:
+                break
+            time.sleep(1)
+
+    @classmethod
+    def tearDownClass(cls):
+        if cls.d.p.poll() is not None:
+            print(cls.d.text()[-3000:])
+        cls.sbk.kill()
+        super().tearDownClass()
+
+    def get(self, path, headers=None, method="GET", body=None, key=True, stream=False):
+        h = {"Authorization": "Bearer " + (self.key if key is True else key)} if key else {}
+        h.update(headers or {})
+        c = http.client.HTTPConnection("127.0.0.1", self.d.port, timeout=60)
+        c.request(method, path, body=body, headers=h)
+        r = c.getresponse()
+        if stream:
+            return r.status, r, c
+        data = r.read()
+        c.close()
+        return r.status, r, data
+
+    def echo(self, path, **kw):
+        st, r, data = self.get("/v1/sessions/%s/ports/8000%s" % (self.sbk.id, path), **kw)
+        return st, r, json.loads(data) if data.startswith(b"{\"method") else data
+
+    def test_path_proxy(self):
+        st, r, j = self.echo("/a/b%20c?x=1&y=two%20words",
+                             headers={"Cookie": "airlock_token=secret; theirs=1",
+                                      "X-Custom": "kept", "X-Airlock-CSRF": "1"})
+        self.assertEqual(st, 200, j)
+        self.assertEqual(j["method"], "GET")
+        self.assertEqual(j["path"], "/a/b%20c?x=1&y=two%20words")
+        hd = j["headers"]
+        self.assertEqual(hd["host"], "localhost:8000")
+        self.assertEqual(hd["x-custom"], "kept")
+        self.assertEqual(hd.get("cookie"), "theirs=1")  # ours stay here
+        for k in ("authorization", "x-airlock-csrf"):
+            self.assertNotIn(k, hd)
+        self.assertNotIn(self.key, json.dumps(j))
+        self.assertEqual(r.getheader("X-From-Guest"), "yes")
+        self.assertEqual(r.getheader("Set-Cookie"), "app=1; Path=/")
+        # on the daemon's own origin a guest's page runs sandboxed (an opaque origin)
+        self.assertTrue(r.getheader("Content-Security-Policy").startswith("sandbox"))
+        # a body, another method
+        st, r, j = self.echo("/post", method="POST", body=b"a=1&b=2",
+                             headers={"Content-Type": "application/x-www-form-urlencoded"})
+        self.assertEqual((st, j["method"], j["body"]), (201, "POST", "a=1&b=2"))
+        st, r, data = self.echo("/", method="HEAD")
+        self.assertEqual((st, data), (200, b""))
+        # the unix socket needs no key
+        c = self.d.unix()
+        conn, resp = c.open("GET", "/v1/sessions/%s/ports/8000/unix" % self.sbk.id)
+        self.assertEqual(resp.status, 404)  # the unix caller is another owner than this key
+        conn.close()
+        conn, resp = c.open("GET", "/v1/sessions/%s/ports/8000/unix" % self.sb.id)
+        self.assertEqual(resp.status, 502)  # its own session: nothing listens there
+        conn.close()
+
+    def test_owners(self):
+        st, _, _ = self.echo("/", key=self.other)
+        self.assertEqual(st, 404)
+        st, _, _ = self.echo("/", key=False)
+        self.assertEqual(st, 401)
+        st, _, _ = self.get("/v1/sessions/airlock-000000000000/ports/8000/")
+        self.assertEqual(st, 404)
+        host = {"Host": "8000-%s.localhost:%d" % (self.sbk.id, self.d.port)}
+        st, _, _ = self.get("/", headers=host, key=self.other)
+        self.assertEqual(st, 404)
+        st, _, _ = self.get("/", headers=host, key=False)
+        self.assertEqual(st, 401)
+        for bad in ("0", "65536", "x", "-1"):
+            st, _, _ = self.get("/v1/sessions/%s/ports/%s/" % (self.sbk.id, bad))
+            self.assertIn(st, (400, 404), bad)
+
+    def test_host_routing_and_the_link(self):
+        host = "8000-%s.localhost:%d" % (self.sbk.id, self.d.port)
+        st, r, data = self.get("/deep/path?q=1", headers={"Host": host})
+        self.assertEqual(st, 200, data)
+        j = json.loads(data)
+        self.assertEqual(j["path"], "/deep/path?q=1")
+        self.assertIsNone(r.getheader("Content-Security-Policy"))  # an origin of its own
+        # the page's link: a token for this port alone, then a cookie of that host
+        st, r, _ = self.get("/v1/sessions/%s/open-port/8000" % self.sbk.id,
+                            headers={"Host": "localhost:%d" % self.d.port})
+        self.assertEqual(st, 303)
+        loc = r.getheader("Location")
+        m = re.match(r"http://8000-%s\.localhost:%d/\?airlock_port_token=([0-9a-f]{64})$"
+                     % (re.escape(self.sbk.id), self.d.port), loc)
+        self.assertTrue(m, loc)
+        token = m.group(1)
+        st, r, _ = self.get("/?airlock_port_token=" + token, headers={"Host": host}, key=False)
+        self.assertEqual(st, 303)
+        self.assertEqual(r.getheader("Location"), "/")
+        cookie = r.getheader("Set-Cookie")
+        self.assertIn("HttpOnly", cookie)
+        self.assertIn("SameSite=Lax", cookie)
+        cv = cookie.split(";")[0]
+        st, r, data = self.get("/x", headers={"Host": host, "Cookie": cv}, key=False)
+        self.assertEqual(st, 200, data)
+        self.assertNotIn("airlock_port", json.loads(data)["headers"].get("cookie", ""))
+        self.assertNotIn(token, data.decode())
+        # its state-changing requests need no CSRF header (the cookie is SameSite)
+        st, _, _ = self.get("/form", method="POST", body=b"x",
+                            headers={"Host": host, "Cookie": cv, "Origin": "http://" + host},
+                            key=False)
+        self.assertEqual(st, 201)
+        # for that port of that session only
+        for other in ("8001-%s.localhost:%d" % (self.sbk.id, self.d.port),
+                      "8000-%s.localhost:%d" % (self.sb.id, self.d.port)):
+            st, _, _ = self.get("/", headers={"Host": other, "Cookie": cv}, key=False)
+            self.assertEqual(st, 401, other)
+            st, _, _ = self.get("/?airlock_port_token=" + token, headers={"Host": other},
+                                key=False)
+            self.assertEqual(st, 401, other)
+        # nor for the API
+        st, _, _ = self.get("/v1/sessions", headers={"Cookie": "airlock_token=" + token},
+                            key=False)
+        self.assertEqual(st, 401)
+        # another owner's link is no link
+        st, _, _ = self.get("/v1/sessions/%s/open-port/8000" % self.sbk.id, key=self.other)
+        self.assertEqual(st, 404)
+
+    def test_nothing_listening(self):
+        st, _, data = self.get("/v1/sessions/%s/ports/8009/" % self.sbk.id)
+        self.assertEqual(st, 502)
+        self.assertIn(b"nothing answers on 127.0.0.1:8009 in the guest", data)
+
+    def test_download_and_a_slow_reader(self):
+        import hashlib
+        before = self.d.rss_kib()
+        st, r, c = self.get("/v1/sessions/%s/ports/8001/big" % self.sbk.id, stream=True)
+        self.assertEqual(st, 200)
+        h = hashlib.sha256()
+        first = r.read(1 << 20)
+        h.update(first)
+        time.sleep(3)  # a reader that stops (under connection_timeout_s): a window, not the file
+        grown = self.d.rss_kib() - before
+        n = len(first)
+        while True:
+            b = r.read(1 << 20)
+            if not b:
+                break
+            h.update(b)
+            n += len(b)
+        c.close()
+        self.assertEqual(n, 64 << 20)
+        st, _, want = self.get("/v1/sessions/%s/ports/8001/big.sum" % self.sbk.id)
+        self.assertEqual(h.hexdigest().encode() + b"\n", want)
+        self.assertLess(grown, 32 * 1024, "airlockd grew %d KiB" % grown)
+        print("# proxy: 64 MiB, a reader paused 3 s: airlockd +%d KiB" % grown)
+
+    def test_z_session_end_ends_its_streams(self):
+        sb = Sandbox(image="debian", client=self.d.tcp(self.key))
+        sb.files.write("/tmp/echo.py", ECHO_SERVER.encode())
+        sb.commands.run("exec python3 /tmp/echo.py slow 8002", background=True)
+        end = time.time() + 60
+        while True:
+            st, r, c = self.get("/v1/sessions/%s/ports/8002/" % sb.id, stream=True)
+            if st == 200 or time.time() > end:
+                break
+            c.close()
+            time.sleep(1)
+        self.assertEqual(st, 200)
+        self.assertEqual(r.readline(), b"tick\n")
+        t0 = time.time()
+        sb.kill()
+        while r.readline():
+            self.assertLess(time.time() - t0, 30, "the stream outlived its session")
+        c.close()
+        self.assertLess(time.time() - t0, 30)
+
+
 class NetTest(unittest.TestCase):
     """Network on request through the API (issue 18): net_allow_max bounds what a create may
     allow, the session's proxy reaches the lab (netlab.py, a network namespace) and its requests

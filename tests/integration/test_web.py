@@ -525,6 +525,31 @@ class WebTest(unittest.TestCase):
         self.q("#tab-chat").click()
         self.assertTrue(self.q("#transcript").is_displayed())
 
+        # a port the session serves, opened from the page at an origin of its own
+        sb.files.write("/tmp/site/index.html", b"<title>served</title><p>web-port-ok</p>")
+        sb.commands.run("cd /tmp/site && exec python3 -m http.server 8000", background=True)
+        time.sleep(3)
+        main = b.current_window_handle
+        self.q("#port-input").send_keys("8000")
+        self.q("#port-open").click()
+        self.wait(lambda: len(b.window_handles) > 1, 20, "the port's window")
+        b.switch_to.window([h for h in b.window_handles if h != main][0])
+        for _ in range(30):  # the server may still be starting: the page again
+            if "web-port-ok" in b.page_source:
+                break
+            time.sleep(1)
+            b.refresh()
+        self.assertIn("web-port-ok", b.page_source)
+        self.assertTrue(re.match(r"http://8000-%s\.localhost:\d+/$" % re.escape(sid),
+                                 b.current_url), b.current_url)
+        self.assertNotIn("airlock_port", b.execute_script("return document.cookie"))
+        # that origin is not the page's: the page's cookie and API are not its
+        self.assertEqual(b.execute_script(
+            "return fetch('/v1/sessions').then(r => r.status)"), 404)  # the guest's server
+        self.shot("09-port")
+        b.close()
+        b.switch_to.window(main)
+
     # ---- the unix socket through a local forward: no key ----
 
     def test_unix_socket_forward_needs_no_key(self):

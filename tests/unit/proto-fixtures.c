@@ -192,6 +192,9 @@ size_t raw_msg(struct raw *r, const struct al_msg *m)
         raw_u16(r, m->u.resize.rows);
         raw_u16(r, m->u.resize.cols);
         break;
+    case AL_CONNECT:
+        raw_u16(r, m->u.connect.port);
+        break;
     case AL_REFRESH:
         raw_bytes(r, m->u.refresh.seed, AL_REFRESH_SEED);
         raw_u64(r, m->u.refresh.sec);
@@ -321,6 +324,9 @@ bool fix_msg_same(const struct al_msg *a, const struct al_msg *b, const char **f
     case AL_RESIZE:
         SAME_FIELD(resize.rows);
         SAME_FIELD(resize.cols);
+        break;
+    case AL_CONNECT:
+        SAME_FIELD(connect.port);
         break;
     case AL_REFRESH:
         SAME(memcmp(a->u.refresh.seed, b->u.refresh.seed, AL_REFRESH_SEED) == 0, "refresh.seed");
@@ -643,6 +649,11 @@ static void build_small(void)
     m = add(AL_RESIZE, UINT32_MAX, "resize-limits");
     m->u.resize.rows = 1;
     m->u.resize.cols = AL_PTY_DIM_MAX;
+
+    m = add(AL_CONNECT, 9, "connect");
+    m->u.connect.port = 8000;
+    m = add(AL_CONNECT, UINT32_MAX, "connect-limits");
+    m->u.connect.port = 65535;
 
     m = add(AL_REFRESH, 25, "refresh");
     m->u.refresh.seed = (const uint8_t *)fix_str(AL_REFRESH_SEED).p;

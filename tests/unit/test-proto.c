@@ -999,6 +999,10 @@ static void test_bounds(void)
     bound_msg.u.exec.cols = 80;
     expect_reject(frame, raw_frame(frame, &bound_msg), -EPROTO, NULL,
                   "a terminal size without the pty flag");
+    /* A tunnel to port 0 is no tunnel: refused both ways. */
+    struct al_msg cn = {.type = AL_CONNECT, .id = 1};
+    expect_reject(frame, raw_frame(frame, &cn), -EPROTO, NULL, "connect to port 0");
+    OK(al_msg_encode(&cn, other, sizeof(other)) == -EINVAL, "encode of connect to 0 is -EINVAL");
 }
 
 /* ---- outputs untouched on failure, reasons given ---- */
@@ -1085,9 +1089,9 @@ static void test_partial(void)
 /* Payload sizes of the fixed-size frames, so that made-up headers often declare a size the
  * payload decoder accepts and the field checks get exercised. */
 static const uint8_t fixed_len[AL_TYPE_MAX_ + 1] = {
-    [AL_HELLO] = 16,   [AL_STARTED] = 4,    [AL_DATA] = 9,   [AL_CREDIT] = 5, [AL_SIGNAL] = 4,
-    [AL_EXIT] = 17,    [AL_FILE_INFO] = 12, [AL_OK] = 8,     [AL_PING] = 8,   [AL_PONG] = 8,
-    [AL_SHUTDOWN] = 4, [AL_WAITING] = 4,    [AL_RESIZE] = 4,
+    [AL_HELLO] = 16,   [AL_STARTED] = 4,    [AL_DATA] = 9,   [AL_CREDIT] = 5,  [AL_SIGNAL] = 4,
+    [AL_EXIT] = 17,    [AL_FILE_INFO] = 12, [AL_OK] = 8,     [AL_PING] = 8,    [AL_PONG] = 8,
+    [AL_SHUTDOWN] = 4, [AL_WAITING] = 4,    [AL_RESIZE] = 4, [AL_CONNECT] = 2,
 };
 
 /* A third pure noise; a third a made-up header over small field values; a third a sample frame
