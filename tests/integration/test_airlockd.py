@@ -1650,9 +1650,11 @@ class PtyTest(DebianSessionTest):
         self.assertEqual(r.getheader("Content-Type"), "text/event-stream")
         got = b""
         sent = False
+        seen = []
         while True:
             line = r.readline()
-            self.assertTrue(line, "the stream ended early")
+            seen.append(line)
+            self.assertTrue(line, "the stream ended early: %r" % seen[-12:])
             if line.startswith(b"event: start") and not sent:
                 c.request("POST", base + "/%s/stdin" % run["id"], body=b"abc\r",
                           headers={"Content-Type": "application/octet-stream"})
@@ -1725,7 +1727,7 @@ class PtyTest(DebianSessionTest):
             time.sleep(0.5)
         self.assertEqual(self.ps("sleep 100[12]"), 0)
 
-    def test_flood_is_bounded(self):
+    def test_z_flood_is_bounded(self):
         # Nobody reads: the daemon holds its run buffer and no more, the guest's writer waits,
         # and the session's other requests are answered meanwhile.
         before = self.d.rss_kib()
@@ -1961,6 +1963,15 @@ class PortsTest(DebianSessionTest):
         # another owner's link is no link
         st, _, _ = self.get("/v1/sessions/%s/open-port/8000" % self.sbk.id, key=self.other)
         self.assertEqual(st, 404)
+
+    def test_client(self):
+        st, h, body = self.sbk.request_port(8000, "/via/client?z=1", method="PUT", body=b"hi")
+        self.assertEqual((st, json.loads(body)["path"], json.loads(body)["body"]),
+                         (200, "/via/client?z=1", "hi"))
+        host = self.sbk.get_host(8000)
+        self.assertEqual(host, "8000-%s.localhost:%d" % (self.sbk.id, self.d.port))
+        st, _, data = self.get("/", headers={"Host": host})
+        self.assertEqual(st, 200, data)
 
     def test_nothing_listening(self):
         st, _, data = self.get("/v1/sessions/%s/ports/8009/" % self.sbk.id)

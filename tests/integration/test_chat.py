@@ -863,6 +863,77 @@ class ChatTest(unittest.TestCase):
                          b"result\n")
         self.assertEqual(sorted(os.listdir(wd)), ["in.txt"])  # nothing applied
 
+    def test_shell_into_the_chats_vm(self):
+        # %shell in the chat, and airlock shell NAME from another terminal, see what the chat's
+        # code wrote; leaving the shell returns to the chat.
+        from test_terminal import PROMPT, Term
+        fm = self.fake([
+            {"tool_calls": [execute("echo chat-wrote > /root/by-chat")]},
+            {"text": "written"},
+        ])
+        env = pty_env(fm)
+        pid, fd = pty.fork()
+        if pid == 0:
+            os.execve(altest.AIRLOCK, [altest.AIRLOCK, "chat", "-y"] + fm.args(), env)
+        out = b""
+
+        def expect(needle, timeout=120, since=0):
+            nonlocal out
+            end = time.time() + timeout
+            while not re.search(needle, out[since:]):
+                left = end - time.time()
+                if left <= 0:
+                    self.fail("timed out waiting for %r; got %r" % (needle, out[-2000:]))
+                if select.select([fd], [], [], left)[0]:
+                    try:
+                        out += os.read(fd, 4096)
+                    except OSError:
+                        self.fail("chat ended early; got %r" % out[-2000:])
+        try:
+            expect(rb"> ")
+            os.write(fd, b"write a file\r")
+            expect(rb"written")
+            expect(rb"> ", since=out.index(b"written"))
+            # another terminal into the chat's VM, by its session name
+            ps = subprocess.run([altest.AIRLOCK, "ps"], capture_output=True, text=True,
+                                env=env).stdout
+            names = [l.split()[0] for l in ps.splitlines()[1:] if str(pid) in l.split()]
+            self.assertEqual(len(names), 1, ps)
+            t = Term(["shell", names[0]])
+            self.addCleanup(t.close)
+            t.read_until(PROMPT, 60)
+            t.send(b"cat /root/by-chat\r")
+            t.read_until(rb"chat-wrote\r\n")
+            t.send(b"exit 3\r")
+            self.assertEqual(t.wait(), 3)
+            # the chat's own %shell
+            mark = len(out)
+            os.write(fd, b"%shell\r")
+            expect(rb"# ", since=mark)
+            os.write(fd, b"cat /root/by-chat; echo shell-$((6*7))\r")
+            expect(rb"chat-wrote\r\nshell-42", since=mark)
+            mark = len(out)
+            os.write(fd, b"exit\r")  # the shell ends: back to the chat's prompt
+            expect(rb"back in the chat\]\r\n> ", since=mark)
+            time.sleep(1)  # libedit switching modes may drop a key typed at once
+            os.write(fd, b"\x04")
+            for _ in range(600):
+                wpid, status = os.waitpid(pid, os.WNOHANG)
+                if wpid:
+                    break
+                if _ == 100:
+                    os.write(fd, b"\x04")  # as a user would, again
+                if select.select([fd], [], [], 0.2)[0]:
+                    try:
+                        out += os.read(fd, 4096)
+                    except OSError:
+                        pass
+            else:
+                self.fail("chat did not exit on Ctrl-D; got %r" % out[-600:])
+            self.assertEqual(os.waitstatus_to_exitcode(status), 0, out[-600:])
+        finally:
+            altest.reap_pty(pid, fd)
+
     def test_ctrl_c_interrupts_the_guest_and_returns_to_the_prompt(self):
         fm = self.fake([
             {"tool_calls": [execute("echo started; sleep 100; echo not-reached")]},

@@ -757,6 +757,29 @@ class Sandbox:
     def runs(self):
         return self.client.request("GET", self._path + "/runs")["runs"]
 
+    def get_host(self, port):
+        """E2B's get_host: the host[:port] that reaches what the session serves on `port` (an
+        origin of its own, PORT-ID.localhost, at /; send the client's key as Bearer, or open
+        sb.port_url(port) signed in)."""
+        c = self.client
+        if c._unix:
+            raise ValueError("host routing needs the daemon's TCP address (the socket: port_url)")
+        return "%d-%s.localhost:%d" % (int(port), self.id, c._port or
+                                       (443 if c._scheme == "https" else 80))
+
+    def port_url(self, port, path="/"):
+        """The daemon's proxy address of `port` in the session: its path, for this client."""
+        return "/v1/sessions/%s/ports/%d/%s" % (_q(self.id), int(port), path.lstrip("/"))
+
+    def request_port(self, port, path="/", method="GET", body=None, headers=None, timeout=None):
+        """An HTTP request to what the session serves on `port` through the daemon's proxy:
+        (status, headers, body bytes)."""
+        c, r = self.client.open(method, self.port_url(port, path), body, headers, timeout)
+        try:
+            return r.status, dict(r.getheaders()), r.read()
+        finally:
+            c.close()
+
     def net_requests(self, cursor=0, limit=None):
         """The requests the session's proxy saw from cursor on (time_ms, method, host, port,
         status, bytes, allowed, why), and the cursor for the next call: (requests, cursor)."""
