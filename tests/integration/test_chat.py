@@ -74,6 +74,30 @@ def pty_env(fm):
     return env
 
 
+class ChatPty:
+    """airlock chat -y on a pseudo-terminal for fake model fm; .out is what it showed so far."""
+
+    def __init__(self, test, fm):
+        self.test = test
+        self.pid, self.fd = pty.fork()
+        if self.pid == 0:
+            os.execve(altest.AIRLOCK, [altest.AIRLOCK, "chat", "-y"] + fm.args(), pty_env(fm))
+        self.out = b""
+
+    def expect(self, needle, timeout=120, since=0):
+        """Reads until needle is in what came from since on."""
+        end = time.time() + timeout
+        while needle not in self.out[since:]:
+            left = end - time.time()
+            if left <= 0:
+                self.test.fail("timed out waiting for %r; got %r" % (needle, self.out[-2000:]))
+            if select.select([self.fd], [], [], left)[0]:
+                try:
+                    self.out += os.read(self.fd, 4096)
+                except OSError:
+                    self.test.fail("chat ended early; got %r" % self.out[-2000:])
+
+
 def tool_results(req):
     """The tool results in an OpenAI request body, in order."""
     return [m for m in req["body"]["messages"] if m.get("role") == "tool"]
@@ -872,28 +896,13 @@ class ChatTest(unittest.TestCase):
             {"text": "written"},
         ])
         env = pty_env(fm)
-        pid, fd = pty.fork()
-        if pid == 0:
-            os.execve(altest.AIRLOCK, [altest.AIRLOCK, "chat", "-y"] + fm.args(), env)
-        out = b""
-
-        def expect(needle, timeout=120, since=0):
-            nonlocal out
-            end = time.time() + timeout
-            while not re.search(needle, out[since:]):
-                left = end - time.time()
-                if left <= 0:
-                    self.fail("timed out waiting for %r; got %r" % (needle, out[-2000:]))
-                if select.select([fd], [], [], left)[0]:
-                    try:
-                        out += os.read(fd, 4096)
-                    except OSError:
-                        self.fail("chat ended early; got %r" % out[-2000:])
+        c = ChatPty(self, fm)
+        pid, fd, expect = c.pid, c.fd, c.expect
         try:
-            expect(rb"> ")
+            expect(b"> ")
             os.write(fd, b"write a file\r")
-            expect(rb"written")
-            expect(rb"> ", since=out.index(b"written"))
+            expect(b"written")
+            expect(b"> ", since=c.out.index(b"written"))
             # another terminal into the chat's VM, by its session name
             ps = subprocess.run([altest.AIRLOCK, "ps"], capture_output=True, text=True,
                                 env=env).stdout
@@ -907,14 +916,14 @@ class ChatTest(unittest.TestCase):
             t.send(b"exit 3\r")
             self.assertEqual(t.wait(), 3)
             # the chat's own %shell
-            mark = len(out)
+            mark = len(c.out)
             os.write(fd, b"%shell\r")
-            expect(rb"# ", since=mark)
+            expect(b"# ", since=mark)
             os.write(fd, b"cat /root/by-chat; echo shell-$((6*7))\r")
-            expect(rb"chat-wrote\r\nshell-42", since=mark)
-            mark = len(out)
+            expect(b"chat-wrote\r\nshell-42", since=mark)
+            mark = len(c.out)
             os.write(fd, b"exit\r")  # the shell ends: back to the chat's prompt
-            expect(rb"back in the chat\]\r\n> ", since=mark)
+            expect(b"back in the chat]\r\n> ", since=mark)
             time.sleep(1)  # libedit switching modes may drop a key typed at once
             os.write(fd, b"\x04")
             for _ in range(600):
@@ -925,12 +934,12 @@ class ChatTest(unittest.TestCase):
                     os.write(fd, b"\x04")  # as a user would, again
                 if select.select([fd], [], [], 0.2)[0]:
                     try:
-                        out += os.read(fd, 4096)
+                        c.out += os.read(fd, 4096)
                     except OSError:
                         pass
             else:
-                self.fail("chat did not exit on Ctrl-D; got %r" % out[-600:])
-            self.assertEqual(os.waitstatus_to_exitcode(status), 0, out[-600:])
+                self.fail("chat did not exit on Ctrl-D; got %r" % c.out[-600:])
+            self.assertEqual(os.waitstatus_to_exitcode(status), 0, c.out[-600:])
         finally:
             altest.reap_pty(pid, fd)
 
@@ -940,24 +949,8 @@ class ChatTest(unittest.TestCase):
             {"tool_calls": [execute("echo second-run-ok")]},
             {"text": "all good"},
         ])
-        env = pty_env(fm)
-        pid, fd = pty.fork()
-        if pid == 0:
-            os.execve(altest.AIRLOCK, [altest.AIRLOCK, "chat", "-y"] + fm.args(), env)
-        out = b""
-
-        def expect(needle, timeout=120, since=0):
-            nonlocal out
-            end = time.time() + timeout
-            while needle not in out[since:]:
-                left = end - time.time()
-                if left <= 0:
-                    self.fail("timed out waiting for %r; got %r" % (needle, out[-2000:]))
-                if select.select([fd], [], [], left)[0]:
-                    try:
-                        out += os.read(fd, 4096)
-                    except OSError:
-                        self.fail("chat ended early; got %r" % out[-2000:])
+        c = ChatPty(self, fm)
+        pid, fd, expect = c.pid, c.fd, c.expect
         try:
             expect(b"> ")
             os.write(fd, b"start a long job\r")
@@ -969,13 +962,13 @@ class ChatTest(unittest.TestCase):
             os.write(fd, b"\x03")
             expect(b"Interrupted.")
             self.assertLess(time.time() - t0, 30)
-            mark = out.index(b"Interrupted.")
+            mark = c.out.index(b"Interrupted.")
             expect(b"> ", since=mark)
             os.write(fd, b"next\r")
             expect(b"second-run-ok")
             expect(b"all good")
-            expect(b"> ", since=out.index(b"all good"))
-            self.assertNotIn(b"\nnot-reached", out)  # the code shows it; the output must not
+            expect(b"> ", since=c.out.index(b"all good"))
+            self.assertNotIn(b"\nnot-reached", c.out)  # the code shows it; the output must not
             os.write(fd, b"\x04")  # Ctrl-D leaves
             start = time.time()
             resent = False
@@ -990,13 +983,13 @@ class ChatTest(unittest.TestCase):
                     resent = True
                 if time.time() > start + 75:
                     self.fail("chat did not exit on Ctrl-D; last output %r\n%s"
-                              % (out[-600:], process_report(pid)))
+                              % (c.out[-600:], process_report(pid)))
                 try:
                     if select.select([fd], [], [], 0.2)[0]:
-                        out += os.read(fd, 4096)
+                        c.out += os.read(fd, 4096)
                 except OSError:
                     pass
-            self.assertEqual(os.waitstatus_to_exitcode(status), 0, out[mark:])
+            self.assertEqual(os.waitstatus_to_exitcode(status), 0, c.out[mark:])
         finally:
             altest.reap_pty(pid, fd)
         reqs = fm.requests()
