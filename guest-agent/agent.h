@@ -125,6 +125,7 @@ struct req {
                                      a process); get: out[0] is the file */
     int in_fd;                    /* exec: stdin pipe; put: temporary file; -1 when closed */
     bool want_stdin;              /* exec: the host sends stdin */
+    bool host_killed;             /* the host sent SIGKILL: it takes no more of the output */
     bool tunnel;                  /* a CONNECT: in_fd and out[0] are one socket to 127.0.0.1,
                                      no process (reaped from the start) */
     int pty_fd;                   /* exec on a pty (AL_EXEC_PTY): its master, for RESIZE; out[0]

@@ -653,6 +653,8 @@ void exec_signal(struct agent *a, const struct al_msg *m)
         return;
     }
     agent_log("signal id=%u signo=%d", r->id, signo);
+    if (signo == SIGKILL)
+        r->host_killed = true;
     if (r->tunnel && signo == SIGKILL)
         exec_kill(a, r); /* the host ends the tunnel */
     if (r->reaped)
@@ -833,6 +835,13 @@ void exec_tick(struct agent *a, struct req *r, uint64_t now)
                 r->grace_us = now + AGENT_DRAIN_GRACE_MS * 1000; /* still flowing */
         }
     }
+    /* Killed by the host, which gave up on its output (a cancel ends the host's side at once):
+     * what the pipes still hold is dropped, or a stream without credit would keep the request,
+     * and its slot, forever. */
+    if (r->reaped && r->host_killed && !r->kernel)
+        for (int i = 0; i < REQ_OUTS; i++)
+            if (r->out[i].fd >= 0 && !r->out[i].borrowed)
+                ostream_close(a, r, &r->out[i]);
     if (r->reaped && r->out[0].fd < 0 && r->out[1].fd < 0 && r->out[2].fd < 0) {
         if (r->tunnel)
             r->end_us = now;

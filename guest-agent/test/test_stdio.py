@@ -263,6 +263,21 @@ t, _, i, d = c.expect(ERROR)
 check('pty: 1001 rows are refused', i == 34 and d['klass'] == ERR['PROTOCOL'], d)
 check('pty: one stream, 1 (stdout and stderr together)', not pty_streams, pty_streams)
 
+# A run the host kills while it has no credit (a flood nobody reads): the host gave up on its
+# output, so its end comes without it, and the request's slot is free again.
+c.send(exec_(44, ['yes']))
+c.expect(STARTED)
+time.sleep(1)  # its stream is out of credit: nothing credits it here
+c.send(signal(44, 9))
+end = time.time() + 10
+ended = None
+while time.time() < end and not ended:
+    f = c.recv(1)
+    if f and f[0] == EXIT and f[2] == 44:
+        ended = f[3]
+check('a run killed without credit ends (EXIT, its unread output dropped)',
+      ended is not None and ended.get('how') == 1 and ended.get('value') == 9, ended)
+
 # CONNECT: a tunnel to 127.0.0.1:PORT (the agent runs here, so the port is this test's): the
 # service's bytes as stream 1 under the credit, ours as stdin, our EOF its FIN, its close the end.
 check('connect: the agent says it takes CONNECT', ack['caps'] & CAP_CONNECT, ack['caps'])
