@@ -201,15 +201,10 @@ static void *client_main(void *p)
 
 /* ---- the request ---- */
 
-struct header_ctx {
-    struct proxy *x;
-    bool host_routed;
-};
-
 static enum MHD_Result add_header(void *cls, enum MHD_ValueKind kind, const char *k, const char *v)
 {
     (void)kind;
-    struct header_ctx *h = cls;
+    struct proxy *x = cls;
     /* the caller's credentials and our own headers stay here; curl sets Host and the length */
     if (is_hop(k) || !strcasecmp(k, "host") || !strcasecmp(k, "authorization") ||
         !strcasecmp(k, "cookie") || !strcasecmp(k, "x-airlock-csrf") || !strcasecmp(k, "expect") ||
@@ -217,7 +212,7 @@ static enum MHD_Result add_header(void *cls, enum MHD_ValueKind kind, const char
         return MHD_YES;
     char line[8192];
     if (snprintf(line, sizeof(line), "%s: %s", k, v ? v : "") < (int)sizeof(line))
-        h->x->req_headers = curl_slist_append(h->x->req_headers, line);
+        x->req_headers = curl_slist_append(x->req_headers, line);
     return MHD_YES;
 }
 
@@ -331,8 +326,7 @@ enum MHD_Result ad_port_proxy(struct MHD_Connection *c, struct ad_req *q, unsign
         proxy_free(x);
         return ad_reply_error(c, q, 414, "too_large", "the path is too long");
     }
-    struct header_ctx hc = {x, host_routed};
-    MHD_get_connection_values(c, MHD_HEADER_KIND, add_header, &hc);
+    MHD_get_connection_values(c, MHD_HEADER_KIND, add_header, x);
     char cookie[8192] = "Cookie: ";
     MHD_get_connection_values(c, MHD_COOKIE_KIND, add_cookie, cookie);
     if (strlen(cookie) > 8)

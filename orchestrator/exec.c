@@ -477,35 +477,34 @@ static int exec_run(al_session *s, const al_exec_opts *o, al_exec_result *out,
 }
 
 /* A request sent: its frames until its exit. */
-static int exec_loop(struct exec_state *st_, const al_exec_opts *o, al_exec_result *out,
+static int exec_loop(struct exec_state *st, const al_exec_opts *o, al_exec_result *out,
                      al_error *err)
 {
-    struct exec_state st = *st_;
-    al_session *s = st.s;
-    al_result_reader *results = st.results;
+    al_session *s = st->s;
+    al_result_reader *results = st->results;
     struct al_msg m;
     int r;
     uint64_t sent_ms = al_now_ms(), deadline = 0;
     unsigned grace = o->kernel ? HOST_GRACE_KERNEL_MS : HOST_GRACE_MS;
     for (;;) {
-        if (s->ch.pending_sig && (r = forward_pending(&st, err)) < 0)
+        if (s->ch.pending_sig && (r = forward_pending(st, err)) < 0)
             return r;
-        if (o->timeout_ms && !st.killed)
+        if (o->timeout_ms && !st->killed)
             deadline = sent_ms + o->timeout_ms + grace;
         uint64_t wake = deadline;
-        if (st.hup_ms && (!wake || st.hup_ms < wake))
-            wake = st.hup_ms;
-        int extra = st.started && st.stdin_fd >= 0 && st.stdin_credit > 0 ? st.stdin_fd : -1;
-        int resize = st.started ? st.resize_fd : -1;
-        r = al_link_recv_until(s, st.id, &m, extra, resize, wake, err);
-        if (r == -ETIMEDOUT && err->code == 0 && st.hup_ms && al_now_ms() >= st.hup_ms) {
-            r = on_hangup(&st, err);
+        if (st->hup_ms && (!wake || st->hup_ms < wake))
+            wake = st->hup_ms;
+        int extra = st->started && st->stdin_fd >= 0 && st->stdin_credit > 0 ? st->stdin_fd : -1;
+        int resize = st->started ? st->resize_fd : -1;
+        r = al_link_recv_until(s, st->id, &m, extra, resize, wake, err);
+        if (r == -ETIMEDOUT && err->code == 0 && st->hup_ms && al_now_ms() >= st->hup_ms) {
+            r = on_hangup(st, err);
             if (r < 0)
                 return r;
             continue;
         }
         if (r == -ETIMEDOUT && err->code == 0) {
-            r = on_host_deadline(&st, o, &deadline, err);
+            r = on_host_deadline(st, o, &deadline, err);
             if (r < 0)
                 return r;
             continue;
@@ -515,21 +514,21 @@ static int exec_loop(struct exec_state *st_, const al_exec_opts *o, al_exec_resu
         if (r == 0) {
             /* Woken by the cancel pipe or stdin: find out which without blocking. */
             struct pollfd pfd[3] = {
-                {st.cancel_fd, POLLIN, 0}, {extra, POLLIN, 0}, {resize, POLLIN, 0}};
+                {st->cancel_fd, POLLIN, 0}, {extra, POLLIN, 0}, {resize, POLLIN, 0}};
             if (poll(pfd, 3, 0) < 0 && errno != EINTR)
                 return al_err(err, -errno, "poll failed: %s", strerror(errno));
             if (pfd[2].revents) {
-                r = on_resize(&st, err);
+                r = on_resize(st, err);
                 if (r < 0)
                     return r;
             }
             if (pfd[0].revents) {
-                r = on_cancel(&st, err);
+                r = on_cancel(st, err);
                 if (r < 0)
                     return r;
             }
             if (pfd[1].revents) {
-                r = pump_stdin(&st, err);
+                r = pump_stdin(st, err);
                 if (r < 0)
                     return r;
             }
@@ -537,58 +536,57 @@ static int exec_loop(struct exec_state *st_, const al_exec_opts *o, al_exec_resu
         }
         switch (m.type) {
         case AL_STARTED:
-            if (!st.started)
+            if (!st->started)
                 sent_ms = al_now_ms(); /* the timeout runs from here, a kernel's start aside */
-            st.started = true;
+            st->started = true;
             break;
         case AL_DATA:
-            r = on_data(&st, o, &m, err);
+            r = on_data(st, o, &m, err);
             if (r < 0)
                 return r;
             break;
         case AL_CREDIT:
             if (m.u.credit.stream != AL_STREAM_STDIN ||
-                st.stdin_credit + m.u.credit.bytes > s->agent_window)
+                st->stdin_credit + m.u.credit.bytes > s->agent_window)
                 return al_err(err, -EPROTO, "guest sent a credit it does not owe");
-            st.stdin_credit += m.u.credit.bytes;
+            st->stdin_credit += m.u.credit.bytes;
             break;
         case AL_ERROR: {
             char port[32];
-            snprintf(port, sizeof(port), "port %u", st.port);
-            const char *what = st.port ? port : o->lang ? "cannot run code" : o->argv[0];
+            snprintf(port, sizeof(port), "port %u", st->port);
+            const char *what = st->port ? port : o->lang ? "cannot run code" : o->argv[0];
             return al_channel_guest_error(&m, what, err);
         }
         case AL_WAITING:
             /* The guest never reports a wait that was not asked for. */
             if (!o->input_wait_ms)
                 return al_err(err, -EPROTO, "guest sent an unexpected waiting frame");
-            if (!st.waited_input && o->interrupt_on_wait) {
-                struct al_msg sig = {.type = AL_SIGNAL, .id = st.id};
+            if (!st->waited_input && o->interrupt_on_wait) {
+                struct al_msg sig = {.type = AL_SIGNAL, .id = st->id};
                 sig.u.signal.signo = SIGINT;
                 r = al_channel_send(&s->ch, &sig, err);
                 if (r < 0)
                     return r;
             }
-            st.waited_input = true;
+            st->waited_input = true;
             break;
         case AL_EXIT: {
             al_exec_result res = {
                 .how = m.u.exit.how == AL_EXIT_SIGNAL ? AL_EXEC_SIGNALED : AL_EXEC_EXITED,
                 .value = m.u.exit.value,
                 .duration_us = m.u.exit.duration_us,
-                .timed_out = (m.u.exit.flags & AL_EXIT_TIMED_OUT) || st.killed,
+                .timed_out = (m.u.exit.flags & AL_EXIT_TIMED_OUT) || st->killed,
                 /* Counted here: output that reached the cap was cut (the agent drops the
                  * rest); the guest's own flags are not believed. */
-                .truncated_stdout = o->output_cap && st.got[AL_STREAM_STDOUT] >= o->output_cap,
-                .truncated_stderr = o->output_cap && st.got[AL_STREAM_STDERR] >= o->output_cap,
-                .waited_input = st.waited_input,
-                .interrupted = st.interrupted,
-                .offline = st.offline,
+                .truncated_stdout = o->output_cap && st->got[AL_STREAM_STDOUT] >= o->output_cap,
+                .truncated_stderr = o->output_cap && st->got[AL_STREAM_STDERR] >= o->output_cap,
+                .waited_input = st->waited_input,
+                .interrupted = st->interrupted,
+                .offline = st->offline,
             };
             if (results)
                 al_result_reader_stats(results, &res.results);
             *out = res;
-            *st_ = st; /* a tunnel's counts */
             return 0;
         }
         default:

@@ -75,9 +75,8 @@ bad:
 
 static void say_error(void *ctx, const char *msg)
 {
-    const struct cli_port *p = ctx;
+    (void)ctx;
     char safe[512];
-    (void)p;
     fprintf(stderr, "airlock: %s\n", al_term_escape(msg, safe, sizeof(safe)));
 }
 
@@ -90,8 +89,7 @@ int cli_forwards_open(al_session *s, al_remote *r, struct cli_port *ports, size_
                              .bind = ports[i].bind[0] ? ports[i].bind : NULL,
                              .host_port = ports[i].host,
                              .guest_port = ports[i].guest,
-                             .on_error = say_error,
-                             .ctx = &ports[i]};
+                             .on_error = say_error};
         if (al_forward_open(&o, &ports[i].f, err) < 0) {
             cli_forwards_close(ports, i);
             return -1;
