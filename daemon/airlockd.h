@@ -374,6 +374,8 @@ struct ad_req {
     const char *tail;
     bool host_routed;    /* reached as PORT-ID.localhost */
     char port_token[80]; /* signed in by the link's token: the cookie to set */
+    struct ad_ws *ws;    /* a WebSocket upgrade answered, not yet upgraded (ports.c) */
+    bool upgraded;       /* it was: the connection is the relay's */
 };
 
 extern struct ad_config ad_cfg;
@@ -398,6 +400,10 @@ void ad_failf(struct ad_fail *f, int status, const char *code, const char *fmt, 
 
 /* ports.c: the request q (its session resolved) to port of its session, path (with query) as
  * the guest's service gets it; host_routed: reached as PORT-ID.localhost (its own origin). */
+/* The request of a WebSocket upgrade ended without the upgrade: ws (NULL: none) is freed. */
+void ad_port_ws_done(struct ad_ws *ws);
+/* Ends every proxied request and WebSocket (before the HTTP server stops). */
+void ad_ports_shutdown(void);
 enum MHD_Result ad_port_proxy(struct MHD_Connection *c, struct ad_req *q, unsigned port,
                               const char *path, bool host_routed);
 

@@ -816,10 +816,12 @@ static void completed(void *cls, struct MHD_Connection *c, void **con_cls,
                       enum MHD_RequestTerminationCode toe)
 {
     (void)cls;
-    head_mark(c, true); /* the next request's head, from now */
     struct ad_req *q = *con_cls;
+    /* the next request's head, from now; an upgraded connection has no next request */
+    head_mark(c, !(q && q->upgraded));
     if (!q)
         return;
+    ad_port_ws_done(q->ws);
     *con_cls = NULL;
     uint64_t ms = ad_now_ms() - q->start_ms;
     ad_metrics_request(q->route, q->status, ms);
@@ -1036,7 +1038,7 @@ static char *tls_cert, *tls_key;
 static struct MHD_Daemon *start(struct listener *l, int fd, bool tls)
 {
     unsigned flags = MHD_USE_THREAD_PER_CONNECTION | MHD_USE_INTERNAL_POLLING_THREAD |
-                     MHD_USE_ERROR_LOG | MHD_USE_ITC | (tls ? MHD_USE_TLS : 0);
+                     MHD_USE_ERROR_LOG | MHD_USE_ITC | MHD_ALLOW_UPGRADE | (tls ? MHD_USE_TLS : 0);
     /* Over TCP one address may hold only so many connections, so that a slow client cannot
      * take them all from the others (the unix socket's peers share no address: its budget is
      * its own listener's). */

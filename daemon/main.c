@@ -278,6 +278,7 @@ static int serve(void)
     ad_log("signal %d: stopping", sig);
     /* Event streams and waits end first, so that the HTTP threads can be joined. */
     ad_runs_shutdown();
+    ad_ports_shutdown();
     ad_http_stop();
     ad_sessions_shutdown();
     ad_hosts_shutdown();

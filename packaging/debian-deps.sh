@@ -11,6 +11,8 @@ PACKAGES=(
   libpng-dev
   # airlockd: its HTTP server (with GnuTLS) and its key store
   libmicrohttpd-dev libsqlite3-dev
+  # airlockd: the head of a guest service's answer to a WebSocket upgrade (ports.c)
+  libhttp-parser-dev
   # hypervisor
   libvirt-daemon-system libvirt-daemon-driver-qemu libvirt-clients qemu-system-x86 qemu-utils
   # the tiny image

@@ -1813,9 +1813,66 @@ class Slow(http.server.BaseHTTPRequestHandler):
             time.sleep(0.5)
     def log_message(self, *a):
         pass
-cls = Slow if sys.argv[1] == "slow" else H
+class WS(http.server.BaseHTTPRequestHandler):
+    # A WebSocket server of the test's own (RFC 6455, stdlib): its first message is what it
+    # was asked (path, headers); then it echoes each message, or floods at /flood.
+    def do_GET(self):
+        import base64, hashlib, struct
+        if self.path.startswith("/refuse"):
+            self.send_response(403)
+            self.send_header("Content-Length", "0")
+            self.end_headers()
+            return
+        key = self.headers["Sec-WebSocket-Key"]
+        acc = base64.b64encode(hashlib.sha1((key + "258EAFA5-E914-47DA-95CA-C5AB0DC85B11")
+                                            .encode()).digest()).decode()
+        self.send_response(101)
+        self.send_header("Upgrade", "websocket")
+        self.send_header("Connection", "Upgrade")
+        self.send_header("Sec-WebSocket-Accept", acc)
+        if self.headers.get("Sec-WebSocket-Protocol"):
+            self.send_header("Sec-WebSocket-Protocol", "chat")
+        self.end_headers()
+        def send(op, data):
+            n = len(data)
+            head = bytes([0x80 | op]) + (bytes([n]) if n < 126 else
+                   b"\x7e" + struct.pack(">H", n) if n < 65536 else b"\x7f" + struct.pack(">Q", n))
+            self.wfile.write(head + data)
+            self.wfile.flush()
+        send(1, json.dumps({"path": self.path, "headers": {k.lower(): v for k, v in
+                            self.headers.items()}}).encode())
+        if self.path.startswith("/flood"):
+            while True:
+                send(2, b"x" * 65536)
+        r = self.rfile
+        while True:
+            h = r.read(2)
+            if len(h) < 2:
+                return
+            op, n = h[0] & 15, h[1] & 127
+            if n == 126:
+                n = struct.unpack(">H", r.read(2))[0]
+            elif n == 127:
+                n = struct.unpack(">Q", r.read(8))[0]
+            mask = r.read(4)
+            data = bytes(b ^ mask[i % 4] for i, b in enumerate(r.read(n)))
+            if op == 8:
+                send(8, data)
+                return
+            send(op, data)
+    def log_message(self, *a):
+        pass
+cls = {"slow": Slow, "ws": WS}.get(sys.argv[1], H)
 http.server.ThreadingHTTPServer(("127.0.0.1", int(sys.argv[2])), cls).serve_forever()
 """
+
+
+class WsConn:
+    """A socket and the bytes read past what was parsed."""
+
+    def __init__(self, s, rest):
+        self.s, self.rest = s, rest
+        self.sendall, self.recv, self.close = s.sendall, s.recv, s.close
 
 
 class PortsTest(DebianSessionTest):
@@ -1835,7 +1892,8 @@ class PortsTest(DebianSessionTest):
         cls.servers = [cls.sbk.commands.run(cmd, background=True) for cmd in (
             "exec python3 /tmp/echo.py echo 8000",
             "cd /tmp/www && exec python3 -m http.server 8001",
-            "exec python3 /tmp/echo.py slow 8002")]
+            "exec python3 /tmp/echo.py slow 8002",
+            "exec python3 /tmp/echo.py ws 8003")]
         end = time.time() + 120
         while time.time() < end:
             st, _, _ = cls.get(cls, "/v1/sessions/%s/ports/8000/" % cls.sbk.id)
@@ -2001,6 +2059,139 @@ class PortsTest(DebianSessionTest):
         self.assertEqual(h.hexdigest().encode() + b"\n", want)
         self.assertLess(grown, 32 * 1024, "airlockd grew %d KiB" % grown)
         print("# proxy: 64 MiB, a reader paused 3 s: airlockd +%d KiB" % grown)
+
+    def ws(self, path, headers=None, key=True, early=b"", host=None):
+        """A WebSocket client of the test's own: the handshake (its accept checked against the
+        key), then (sock, status, head). early: bytes sent with the request's head at once."""
+        k = base64.b64encode(os.urandom(16)).decode()
+        h = {"Host": host or "127.0.0.1:%d" % self.d.port, "Upgrade": "websocket",
+             "Connection": "keep-alive, Upgrade", "Sec-WebSocket-Key": k,
+             "Sec-WebSocket-Version": "13"}
+        if key:
+            h["Authorization"] = "Bearer " + (self.key if key is True else key)
+        h.update(headers or {})
+        s = socket.create_connection(("127.0.0.1", self.d.port), timeout=60)
+        s.sendall(("GET %s HTTP/1.1\r\n" % path + "".join("%s: %s\r\n" % kv for kv in h.items())
+                   + "\r\n").encode() + early)
+        buf = b""
+        while b"\r\n\r\n" not in buf:
+            b = s.recv(4096)
+            if not b:
+                break
+            buf += b
+        head, _, rest = buf.partition(b"\r\n\r\n")
+        status = int(head.split()[1])
+        if status == 101:
+            want = base64.b64encode(hashlib.sha1((k + "258EAFA5-E914-47DA-95CA-C5AB0DC85B11")
+                                                 .encode()).digest())
+            fields = dict(l.split(b": ", 1) for l in head.split(b"\r\n")[1:] if b": " in l)
+            fields = {k.lower(): v for k, v in fields.items()}
+            self.assertEqual(fields.get(b"sec-websocket-accept"), want, head)
+        return WsConn(s, rest), status, head.decode("latin-1")
+
+    @staticmethod
+    def ws_frame(op, data):
+        mask = os.urandom(4)
+        n = len(data)
+        head = bytes([0x80 | op]) + (bytes([0x80 | n]) if n < 126 else
+                                     bytes([0xfe]) + struct.pack(">H", n) if n < 65536 else
+                                     bytes([0xff]) + struct.pack(">Q", n))
+        return head + mask + bytes(b ^ mask[i % 4] for i, b in enumerate(data))
+
+    @staticmethod
+    def ws_read(s):
+        def take(n):
+            while len(s.rest) < n:
+                b = s.recv(65536)
+                if not b:
+                    raise EOFError("the WebSocket closed")
+                s.rest += b
+            out, s.rest = s.rest[:n], s.rest[n:]
+            return out
+        h = take(2)
+        n = h[1] & 127
+        if n == 126:
+            n = struct.unpack(">H", take(2))[0]
+        elif n == 127:
+            n = struct.unpack(">Q", take(8))[0]
+        return h[0] & 15, take(n)
+
+    def test_websocket(self):
+        path = "/v1/sessions/%s/ports/8003/sock?x=1" % self.sbk.id
+        s, st, head = self.ws(path, headers={"Sec-WebSocket-Protocol": "chat, other",
+                                             "Cookie": "airlock_token=secret; theirs=1"},
+                              early=self.ws_frame(1, b"early bird"))
+        self.assertEqual(st, 101, head)
+        self.assertIn("sec-websocket-protocol: chat", head.lower())
+        op, first = self.ws_read(s)
+        asked = json.loads(first)
+        self.assertEqual(asked["path"], "/sock?x=1")
+        hd = asked["headers"]
+        self.assertEqual((hd["host"], hd["upgrade"].lower()), ("localhost:8003", "websocket"))
+        self.assertEqual(hd.get("cookie"), "theirs=1")
+        self.assertNotIn("authorization", hd)
+        self.assertNotIn(self.key, first.decode())
+        # the bytes sent with the head (MHD read them past it) came through first
+        self.assertEqual(self.ws_read(s), (1, b"early bird"))
+        big = os.urandom(300000)
+        s.sendall(self.ws_frame(1, b"hello") + self.ws_frame(2, big))
+        self.assertEqual(self.ws_read(s), (1, b"hello"))
+        self.assertEqual(self.ws_read(s), (2, big))
+        s.sendall(self.ws_frame(8, b"\x03\xe8"))
+        self.assertEqual(self.ws_read(s), (8, b"\x03\xe8"))
+        s.close()
+        # a service that refuses the upgrade: its status, our reason
+        s, st, head = self.ws("/v1/sessions/%s/ports/8003/refuse" % self.sbk.id)
+        self.assertEqual(st, 403, head)
+        self.assertIn("upgrade_refused", s.rest.decode() + s.recv(4096).decode())
+        s.close()
+        # nothing listening; another owner; no key
+        for port, key, want in ((8009, True, 502), (8003, self.other, 404), (8003, False, 401)):
+            s, st, head = self.ws("/v1/sessions/%s/ports/%d/" % (self.sbk.id, port), key=key)
+            self.assertEqual(st, want, head)
+            s.close()
+
+    def test_websocket_host_routed_and_origins(self):
+        host = "8003-%s.localhost:%d" % (self.sbk.id, self.d.port)
+        st, r, _ = self.get("/v1/sessions/%s/open-port/8003" % self.sbk.id,
+                            headers={"Host": "localhost:%d" % self.d.port})
+        token = r.getheader("Location").split("airlock_port_token=")[1]
+        st, r, _ = self.get("/?airlock_port_token=" + token, headers={"Host": host}, key=False)
+        cv = r.getheader("Set-Cookie").split(";")[0]
+        # the page of that origin: its cookie opens the socket
+        s, st, head = self.ws("/", host=host, key=False,
+                              headers={"Cookie": cv, "Origin": "http://" + host})
+        self.assertEqual(st, 101, head)
+        op, first = self.ws_read(s)
+        self.assertNotIn("airlock_port", json.loads(first)["headers"].get("cookie", ""))
+        s.sendall(self.ws_frame(1, b"routed"))
+        self.assertEqual(self.ws_read(s), (1, b"routed"))
+        s.close()
+        # another site's page, or a guest's page sandboxed on the daemon's origin: refused,
+        # even with the cookie
+        for origin, h in (("http://evil.example", host), ("null", host),
+                          ("null", "127.0.0.1:%d" % self.d.port)):
+            path = "/" if h == host else "/v1/sessions/%s/ports/8003/" % self.sbk.id
+            s, st, head = self.ws(path, host=h, key=h != host,
+                                  headers={"Cookie": cv, "Origin": origin})
+            self.assertEqual(st, 403, (origin, h, head))
+            s.close()
+
+    def test_websocket_flood_is_bounded(self):
+        before = self.d.rss_kib()
+        s, st, head = self.ws("/v1/sessions/%s/ports/8003/flood" % self.sbk.id)
+        self.assertEqual(st, 101, head)
+        self.ws_read(s)
+        self.assertEqual(self.ws_read(s)[1], b"x" * 65536)
+        time.sleep(3)  # a client that stops reading a guest that floods
+        grown = self.d.rss_kib() - before
+        n = 0
+        for _ in range(200):
+            n += len(self.ws_read(s)[1])
+        self.assertEqual(n, 200 * 65536)  # it goes on when read again
+        s.close()
+        self.assertLess(grown, 32 * 1024, "airlockd grew %d KiB" % grown)
+        print("# websocket flood, a reader paused 3 s: airlockd +%d KiB" % grown)
 
     def test_z_session_end_ends_its_streams(self):
         sb = Sandbox(image="debian", client=self.d.tcp(self.key))
