@@ -16,8 +16,11 @@ static void append(struct ad_head_field *f, bool value, const char *at, size_t l
     char *dst = value ? f->value : f->name;
     size_t *have = value ? &f->value_len : &f->name_len;
     size_t cap = value ? AD_HEAD_VALUE_MAX : AD_HEAD_NAME_MAX;
-    if (f->too_long || len >= cap - *have) {
-        f->too_long = true;
+    bool ctl = false;
+    for (size_t i = 0; i < len && !ctl; i++)
+        ctl = ((unsigned char)at[i] < 0x20 && at[i] != '\t') || at[i] == 0x7f;
+    if (f->bad || ctl || len >= cap - *have) {
+        f->bad = true; /* over its bound, or a control byte (a NUL would cut it short) */
         return;
     }
     memcpy(dst + *have, at, len);
@@ -25,10 +28,10 @@ static void append(struct ad_head_field *f, bool value, const char *at, size_t l
     dst[*have] = '\0';
 }
 
-/* The field being read ends: dropped when it went past a bound. */
+/* The field being read ends: dropped when it went past a bound or held a control byte. */
 static void field_end(struct ad_http_head *h)
 {
-    if (!h->skipping && h->nfields && h->fields[h->nfields - 1].too_long) {
+    if (!h->skipping && h->nfields && h->fields[h->nfields - 1].bad) {
         h->nfields--;
         h->dropped++;
     }

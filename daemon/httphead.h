@@ -11,7 +11,7 @@
 /* A head's bytes at most (its status line and headers); the caller refuses a longer one. */
 #define AD_HEAD_MAX 16384
 /* Headers kept (more are dropped, counted in dropped), and each one's bounds: a longer name or
- * value drops that header, never the answer. */
+ * value, or a control byte in either, drops that header, never the answer. */
 #define AD_HEAD_HEADERS_MAX 64
 #define AD_HEAD_NAME_MAX 64
 #define AD_HEAD_VALUE_MAX 1024
@@ -20,7 +20,7 @@ struct ad_head_field {
     char name[AD_HEAD_NAME_MAX];
     char value[AD_HEAD_VALUE_MAX];
     size_t name_len, value_len;
-    bool too_long;
+    bool bad;
 };
 
 struct ad_http_head {

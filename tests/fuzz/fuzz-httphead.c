@@ -52,7 +52,7 @@ static void check(const struct ad_http_head *h)
         fail("more headers than kept at most");
     for (size_t i = 0; i < h->nfields; i++) {
         const struct ad_head_field *f = &h->fields[i];
-        if (f->too_long || f->name_len >= AD_HEAD_NAME_MAX || f->value_len >= AD_HEAD_VALUE_MAX)
+        if (f->bad || f->name_len >= AD_HEAD_NAME_MAX || f->value_len >= AD_HEAD_VALUE_MAX)
             fail("a header past its bounds was kept");
         if (strlen(f->name) != f->name_len || strlen(f->value) != f->value_len)
             fail("a header's length is not its text's");
