@@ -62,6 +62,11 @@ int main(void)
     ok(n >= 0 && h.done && h.status == 101 && !h.upgrade,
        "a 101 without Upgrade and Connection is no upgrade");
 
+    static const char ctl[] = "HTTP/1.1 101 S\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n"
+                              "X-Nul: \0b\r\nX-Ok: c\r\n\r\n"; /* as fuzz-httphead found it */
+    n = whole(ctl, sizeof(ctl) - 1);
+    ok(h.done && !ad_http_head_get(&h, "x-nul") && ad_http_head_get(&h, "x-ok") && h.dropped == 1,
+       "a value with a NUL in it is dropped, the rest kept");
     ok(whole("SSH-2.0-OpenSSH_9.2\r\n", 21) < 0 && why[0], "not HTTP: refused (%s)", why);
     n = whole("HTTP/1.1 101 Sw", 15);
     ok(n == 15 && !h.done, "half a status line: all taken, more needed");
