@@ -105,6 +105,22 @@ static void slot_give(struct live *l)
     pthread_mutex_unlock(&count_lock);
 }
 
+/* A proxy's cancel pipe and its place among the PROXIES_MAX; on failure the reply to give
+ * (the caller frees what it set up). */
+static enum MHD_Result slot_open(struct MHD_Connection *c, struct ad_req *q, int cancel[2],
+                                 struct live *l, bool *ok)
+{
+    *ok = false;
+    if (pipe2(cancel, O_CLOEXEC | O_NONBLOCK) < 0)
+        return ad_reply_error(c, q, 500, "internal", "cannot set up the proxy: %s",
+                              strerror(errno));
+    if (!slot_take(l, cancel[1]))
+        return ad_reply_error(c, q, 503, "busy", "%d proxied requests at once already",
+                              PROXIES_MAX);
+    *ok = true;
+    return MHD_YES;
+}
+
 void ad_ports_shutdown(void)
 {
     pthread_mutex_lock(&count_lock);
@@ -266,14 +282,28 @@ static void *client_main(void *p)
 
 /* ---- the request ---- */
 
+/* A request header that is not passed on to the guest: the caller's credentials, hop-by-hop
+ * ones, and those the proxy sets itself (Host, the length, X-Forwarded-*). */
+static bool stays_here(const char *k)
+{
+    return is_hop(k) || !strcasecmp(k, "host") || !strcasecmp(k, "authorization") ||
+           !strcasecmp(k, "cookie") || !strcasecmp(k, "x-airlock-csrf") ||
+           !strcasecmp(k, "expect") || !strncasecmp(k, "x-forwarded-", 12);
+}
+
+static bool printable(const char *s)
+{
+    for (; *s; s++)
+        if ((unsigned char)*s < 0x20 || *s == 0x7f)
+            return false;
+    return true;
+}
+
 static enum MHD_Result add_header(void *cls, enum MHD_ValueKind kind, const char *k, const char *v)
 {
     (void)kind;
     struct proxy *x = cls;
-    /* the caller's credentials and our own headers stay here; curl sets Host and the length */
-    if (is_hop(k) || !strcasecmp(k, "host") || !strcasecmp(k, "authorization") ||
-        !strcasecmp(k, "cookie") || !strcasecmp(k, "x-airlock-csrf") || !strcasecmp(k, "expect") ||
-        !strncasecmp(k, "x-forwarded-", 12))
+    if (stays_here(k)) /* curl sets Host and the length */
         return MHD_YES;
     char line[8192];
     if (snprintf(line, sizeof(line), "%s: %s", k, v ? v : "") < (int)sizeof(line))
@@ -281,15 +311,22 @@ static enum MHD_Result add_header(void *cls, enum MHD_ValueKind kind, const char
     return MHD_YES;
 }
 
-/* The cookies but airlock's own, as one Cookie header. */
+/* The caller's cookies but airlock's own, as one Cookie header's value ("a=1; b=2"). */
+struct cookies {
+    char *p;
+    size_t cap;
+    bool printable_only; /* a cookie with a control byte is dropped */
+};
+
 static enum MHD_Result add_cookie(void *cls, enum MHD_ValueKind kind, const char *k, const char *v)
 {
     (void)kind;
-    char *line = cls;
-    if (!strcmp(k, "airlock_token") || !strcmp(k, "airlock_port"))
+    struct cookies *ck = cls;
+    if (!strcmp(k, "airlock_token") || !strcmp(k, "airlock_port") ||
+        (ck->printable_only && (!printable(k) || (v && !printable(v)))))
         return MHD_YES;
-    size_t n = strlen(line);
-    snprintf(line + n, 8192 - n, "%s%s=%s", n > 8 ? "; " : "", k, v ? v : "");
+    size_t n = strlen(ck->p);
+    snprintf(ck->p + n, ck->cap - n, "%s%s=%s", n ? "; " : "", k, v ? v : "");
     return MHD_YES;
 }
 
@@ -401,14 +438,6 @@ static bool same_origin(struct MHD_Connection *c)
     return !strncasecmp(o, scheme, sl) && !strcasecmp(o + sl, host);
 }
 
-static bool printable(const char *s)
-{
-    for (; *s; s++)
-        if ((unsigned char)*s < 0x20 || *s == 0x7f)
-            return false;
-    return true;
-}
-
 static void ws_free(struct ad_ws *w)
 {
     uint8_t kill = SIGKILL;
@@ -450,27 +479,12 @@ static enum MHD_Result ws_add_header(void *cls, enum MHD_ValueKind kind, const c
     (void)kind;
     struct ad_ws *w = cls;
     v = v ? v : "";
-    if (is_hop(k) || !strcasecmp(k, "host") || !strcasecmp(k, "authorization") ||
-        !strcasecmp(k, "cookie") || !strcasecmp(k, "x-airlock-csrf") || !strcasecmp(k, "expect") ||
-        !strncasecmp(k, "x-forwarded-", 12) || !printable(k) || !printable(v))
+    if (stays_here(k) || !printable(k) || !printable(v)) /* written as they are: no controls */
         return MHD_YES;
     size_t room = sizeof(w->head) - w->head_len;
     int n = snprintf(w->head + w->head_len, room, "%s: %s\r\n", k, v);
     if (n > 0 && (size_t)n < room)
         w->head_len += (size_t)n;
-    return MHD_YES;
-}
-
-static enum MHD_Result ws_add_cookie(void *cls, enum MHD_ValueKind kind, const char *k,
-                                     const char *v)
-{
-    (void)kind;
-    char *line = cls;
-    if (!strcmp(k, "airlock_token") || !strcmp(k, "airlock_port") || !printable(k) ||
-        (v && !printable(v)))
-        return MHD_YES;
-    size_t n = strlen(line);
-    snprintf(line + n, 4096 - n, "%s%s=%s", n ? "; " : "", k, v ? v : "");
     return MHD_YES;
 }
 
@@ -619,9 +633,8 @@ void ad_port_ws_done(struct ad_ws *w)
 }
 
 static enum MHD_Result ws_proxy(struct MHD_Connection *c, struct ad_req *q, unsigned port,
-                                const char *path, bool host_routed)
+                                const char *path)
 {
-    (void)host_routed;
     if (strcmp(q->method, "GET"))
         return ad_reply_error(c, q, 400, "invalid", "a WebSocket upgrade is a GET");
     if (!same_origin(c))
@@ -638,16 +651,16 @@ static enum MHD_Result ws_proxy(struct MHD_Connection *c, struct ad_req *q, unsi
     w->port = port;
     w->sess = q->sess; /* the reference moves here */
     q->sess = NULL;
-    if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, w->sv) < 0 ||
-        pipe2(w->cancel, O_CLOEXEC | O_NONBLOCK) < 0) {
+    bool slot_ok;
+    enum MHD_Result ret = slot_open(c, q, w->cancel, &w->live, &slot_ok);
+    if (!slot_ok) {
+        ws_free(w);
+        return ret;
+    }
+    if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, w->sv) < 0) {
         ws_free(w);
         return ad_reply_error(c, q, 500, "internal", "cannot set up the proxy: %s",
                               strerror(errno));
-    }
-    if (!slot_take(&w->live, w->cancel[1])) {
-        ws_free(w);
-        return ad_reply_error(c, q, 503, "busy", "%d proxied requests at once already",
-                              PROXIES_MAX);
     }
     fcntl(w->sv[0], F_SETFL, O_NONBLOCK);
     int n =
@@ -659,7 +672,8 @@ static enum MHD_Result ws_proxy(struct MHD_Connection *c, struct ad_req *q, unsi
     w->head_len = (size_t)n;
     MHD_get_connection_values(c, MHD_HEADER_KIND, ws_add_header, w);
     char cookie[4096] = "";
-    MHD_get_connection_values(c, MHD_COOKIE_KIND, ws_add_cookie, cookie);
+    struct cookies ck = {cookie, sizeof(cookie), true};
+    MHD_get_connection_values(c, MHD_COOKIE_KIND, add_cookie, &ck);
     size_t room = sizeof(w->head) - w->head_len;
     n = snprintf(w->head + w->head_len, room,
                  "%s%s%sUpgrade: websocket\r\nConnection: Upgrade\r\n"
@@ -748,7 +762,7 @@ enum MHD_Result ad_port_proxy(struct MHD_Connection *c, struct ad_req *q, unsign
     if (port < 1 || port > 65535)
         return ad_reply_error(c, q, 400, "invalid", "a port is 1 to 65535");
     if (wants_websocket(c))
-        return ws_proxy(c, q, port, path, host_routed);
+        return ws_proxy(c, q, port, path);
     struct proxy *x = calloc(1, sizeof(*x));
     if (!x)
         return ad_reply_error(c, q, 500, "internal", "out of memory");
@@ -756,15 +770,11 @@ enum MHD_Result ad_port_proxy(struct MHD_Connection *c, struct ad_req *q, unsign
     pthread_cond_init(&x->cv, NULL);
     x->sp[0] = x->sp[1] = x->body[0] = x->body[1] = x->cancel[0] = x->cancel[1] = -1;
     x->live.cancel_wr = -1;
-    if (pipe2(x->cancel, O_CLOEXEC | O_NONBLOCK) < 0) {
+    bool slot_ok;
+    enum MHD_Result ret = slot_open(c, q, x->cancel, &x->live, &slot_ok);
+    if (!slot_ok) {
         proxy_free(x);
-        return ad_reply_error(c, q, 500, "internal", "cannot set up the proxy: %s",
-                              strerror(errno));
-    }
-    if (!slot_take(&x->live, x->cancel[1])) {
-        proxy_free(x);
-        return ad_reply_error(c, q, 503, "busy", "%d proxied requests at once already",
-                              PROXIES_MAX);
+        return ret;
     }
     x->port = port;
     x->sess = q->sess; /* the reference moves here */
@@ -794,8 +804,9 @@ enum MHD_Result ad_port_proxy(struct MHD_Connection *c, struct ad_req *q, unsign
     }
     MHD_get_connection_values(c, MHD_HEADER_KIND, add_header, x);
     char cookie[8192] = "Cookie: ";
-    MHD_get_connection_values(c, MHD_COOKIE_KIND, add_cookie, cookie);
-    if (strlen(cookie) > 8)
+    struct cookies ck = {cookie + 8, sizeof(cookie) - 8, false};
+    MHD_get_connection_values(c, MHD_COOKIE_KIND, add_cookie, &ck);
+    if (cookie[8])
         x->req_headers = curl_slist_append(x->req_headers, cookie);
     x->req_headers = curl_slist_append(x->req_headers, "Expect:");
     x->req_headers = curl_slist_append(x->req_headers, "X-Forwarded-Proto: http");
