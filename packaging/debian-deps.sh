@@ -31,8 +31,8 @@ PACKAGES=(
   clang libclang-rt-14-dev python3 clang-format
   # tests of the agent's language kernels on this machine (python with matplotlib, bash, node)
   python3-matplotlib python3-ipython bash nodejs
-  # the check of docs/openapi.yaml against airlockd's routes
-  python3-yaml
+  # the check of docs/openapi.yaml against airlockd's routes; the MCP tools' JSON Schemas
+  python3-yaml python3-jsonschema
   # airlockd's web page tested in a real browser (headless Chromium driven by Selenium)
   chromium chromium-driver python3-selenium
   # man pages (scdoc) and the docs tests that render them (man, groff); bash completion's

@@ -201,6 +201,9 @@ int al_figure_save(al_figures *f, const al_mime *m, char *host, size_t len, al_e
 /* The PNG as base64 (malloc'd) within the bounds above, and its size as sent. */
 int al_vision_png(const uint8_t *png, size_t len, char **b64, unsigned *w, unsigned *h,
                   al_error *err);
+/* The same with another bound on the longer side (the MCP server's images: 1568 px). */
+int al_vision_png_fit(const uint8_t *png, size_t len, unsigned side_max, char **b64, unsigned *w,
+                      unsigned *h, al_error *err);
 /* Whether a model is known to take images: gpt-4o*, gpt-4.1*, claude-*. */
 bool al_vision_model(const char *model);
 

@@ -49,6 +49,12 @@ static void box_scale(const uint8_t *in, unsigned w, unsigned h, uint8_t *out, u
 int al_vision_png(const uint8_t *png, size_t len, char **b64, unsigned *w_out, unsigned *h_out,
                   al_error *err)
 {
+    return al_vision_png_fit(png, len, AL_VISION_SIDE_MAX, b64, w_out, h_out, err);
+}
+
+int al_vision_png_fit(const uint8_t *png, size_t len, unsigned side_max, char **b64,
+                      unsigned *w_out, unsigned *h_out, al_error *err)
+{
     png_image img;
     memset(&img, 0, sizeof(img));
     img.version = PNG_IMAGE_VERSION;
@@ -60,7 +66,7 @@ int al_vision_png(const uint8_t *png, size_t len, char **b64, unsigned *w_out, u
                       img.height);
     }
     unsigned w = img.width, h = img.height;
-    if (w <= AL_VISION_SIDE_MAX && h <= AL_VISION_SIDE_MAX && len <= AL_VISION_PNG_MAX) {
+    if (w <= side_max && h <= side_max && len <= AL_VISION_PNG_MAX) {
         png_image_free(&img);
         *b64 = base64(png, len);
         *w_out = w, *h_out = h;
@@ -80,8 +86,8 @@ int al_vision_png(const uint8_t *png, size_t len, char **b64, unsigned *w_out, u
     /* Fit the longer side; a PNG small in pixels but big in bytes is re-encoded, halved until it
      * fits. */
     unsigned w2 = w, h2 = h;
-    if (w2 > AL_VISION_SIDE_MAX || h2 > AL_VISION_SIDE_MAX) {
-        double f = (double)AL_VISION_SIDE_MAX / (w > h ? w : h);
+    if (w2 > side_max || h2 > side_max) {
+        double f = (double)side_max / (w > h ? w : h);
         w2 = (unsigned)(w * f), h2 = (unsigned)(h * f);
     }
     for (;;) {

@@ -33,6 +33,7 @@ int cmd_ps(struct cli_globals *g, int argc, char **argv);
 int cmd_chat(struct cli_globals *g, int argc, char **argv);
 int cmd_run(struct cli_globals *g, int argc, char **argv);
 int cmd_conversations(struct cli_globals *g, int argc, char **argv);
+int cmd_mcp(struct cli_globals *g, int argc, char **argv);
 
 /* airlockd's client (cli/remote.c): exec in a session of the daemon, `airlock session ...`; and
  * whether exec and ps go to a daemon (--server or $AIRLOCK_HOST). */

@@ -35,6 +35,8 @@ static const char usage[] =
     "                                   'exec --session ID'; rm ID is session stop\n"
     "  proc ls|logs|kill|wait SESSION   the runs of an airlockd session, which run at\n"
     "                                   once ('exec --session ID --detach -- CMD')\n"
+    "  mcp                              serve the Model Context Protocol on stdio, for\n"
+    "                                   Claude Code, Codex, Gemini CLI... (docs/MCP.md)\n"
     "\n"
     "Options:\n"
     "  -c, --connect URI   libvirt URI (default: $LIBVIRT_DEFAULT_URI, else qemu:///system\n"
@@ -173,6 +175,8 @@ int main(int argc, char **argv)
         return cmd_port(&g, sub_argc, sub_argv);
     if (!strcmp(cmd, "ps"))
         return cmd_ps(&g, sub_argc, sub_argv);
+    if (!strcmp(cmd, "mcp"))
+        return cmd_mcp(&g, sub_argc, sub_argv);
     if (!strcmp(cmd, "session"))
         return cli_remote_session(&g, sub_argc, sub_argv);
     if (!strcmp(cmd, "proc"))
@@ -192,8 +196,8 @@ int main(int argc, char **argv)
         return 0;
     }
     static const char *const commands[] = {
-        "chat", "run",   "conversations", "exec",    "image", "doctor", "gc",   "ps",
-        "cp",   "shell", "port",          "session", "proc",  "rm",     "help", NULL};
+        "chat",  "run",  "conversations", "exec", "image", "doctor", "gc",  "ps", "cp",
+        "shell", "port", "session",       "proc", "rm",    "help",   "mcp", NULL};
     const char *near = cli_nearest(cmd, strlen(cmd), commands);
     fprintf(stderr, "airlock: unknown command '%s'%s%s%s (see 'airlock --help')\n", cmd,
             near ? "; did you mean '" : "", near ? near : "", near ? "'?" : "");

@@ -18,7 +18,7 @@ _airlock_chat_flags="$_airlock_chat_common --resume"
 _airlock_run_flags="$_airlock_chat_common --json"
 _airlock_import_flags='--name --user --memory --force --help'
 _airlock_warm_flags='--memory --cpus --help'
-_airlock_commands='chat run conversations exec image doctor gc ps cp shell port session proc rm help'
+_airlock_commands='chat run conversations exec image doctor gc ps cp shell port session proc rm mcp help'
 _airlock_session_start_flags='--image --memory --cpus --idle-timeout --lifetime --checkpoints'
 
 # The first column of a listing, without its header line, up to its first blank line (image ls
@@ -164,6 +164,13 @@ _airlock()
         elif ((${#args[@]} < 1)); then
             _airlock_words "$(_airlock_column1 "$bin" ps)" "$cur"
         fi
+        ;;
+    mcp)
+        case $prev in
+        --image) _airlock_words "$(_airlock_column1 "$bin" image ls)" "$cur" ;;
+        --sessions | --memory-max | --cpus-max | --lifetime-max) ;;
+        *) _airlock_words '--image --sessions --memory-max --cpus-max --lifetime-max --allow-network --help' "$cur" ;;
+        esac
         ;;
     conversations | doctor | gc | ps | help) _airlock_words '--help' "$cur" ;;
     esac

@@ -27,6 +27,7 @@ SECTIONS = {
     "chatopts.c": ["CHAT OPTIONS", "COMMANDS/chat", "COMMANDS/run"],
     "remote.c": ["COMMANDS/exec", "COMMANDS/session"],
     "port.c": ["COMMANDS/port"],
+    "mcp.c": ["COMMANDS/mcp"],
 }
 FLAG = re.compile(r"(?<![\w-])--[a-z][a-z0-9-]*")
 SHORT = re.compile(r"(?<![\w-])-[a-zA-Z0-9](?![\w-])")

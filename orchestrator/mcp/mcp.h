@@ -1,0 +1,62 @@
+/* The Model Context Protocol server (docs/MCP.md): JSON-RPC 2.0 messages in, answers out, the
+ * sandbox's tools (sessions, code, processes, files, checkpoints) behind them. It knows no
+ * transport: `airlock mcp` feeds it lines of stdio (cli/mcp.c); a server over HTTP feeds it
+ * request bodies. Every session it opens belongs to the al_mcp object and goes with it.
+ *
+ * Light methods (initialize, ping, tools/list, server/discover) answer at once from memory, on
+ * the caller's thread; a tools/call runs on a worker thread of its own, so a client may have many
+ * calls in flight, cancel one (notifications/cancelled) and get progress for one (a
+ * progressToken in its _meta). */
+#ifndef AL_MCP_H
+#define AL_MCP_H
+
+#include <stdbool.h>
+#include <stddef.h>
+
+#include "airlock.h"
+
+/* The protocol versions it speaks, newest first (the initialize generation). */
+#define AL_MCP_VERSIONS                                                                            \
+    {                                                                                              \
+        "2025-11-25", "2025-06-18", "2025-03-26", "2024-11-05"                                     \
+    }
+#define AL_MCP_VERSION_LATEST "2025-11-25"
+
+/* Bounds. A message is one line of JSON: 16 MiB holds a write_file of 10 MiB in base64. */
+#define AL_MCP_MESSAGE_MAX (16u << 20)
+#define AL_MCP_CALLS_MAX 64       /* tools/call in flight at once (the agent link's 64) */
+#define AL_MCP_SESSIONS_DEFAULT 8 /* sessions of one client at once */
+#define AL_MCP_RUNS_MAX 64        /* runs and processes one session keeps (oldest ended go) */
+
+typedef struct al_mcp al_mcp;
+
+/* Where a message goes: json is one compact JSON-RPC message, without a newline; final is true
+ * for the answer to a request (false for a notification sent while it runs). Called from any of
+ * the server's threads, one call at a time. */
+typedef void (*al_mcp_send_fn)(void *ctx, const char *json, bool final);
+
+typedef struct al_mcp_opts {
+    const char *connect_uri; /* libvirt URI; NULL: the library's default */
+    const char *image;       /* start_session's default image; NULL: al_image_default() */
+    unsigned sessions_max;   /* 0: AL_MCP_SESSIONS_DEFAULT */
+    unsigned memory_max_mib; /* what start_session may ask; 0: 4096 */
+    unsigned vcpus_max;      /* 0: 4 */
+    unsigned lifetime_max_s; /* 0: none; else every session's lifetime is at most this */
+    bool network;            /* start_session may give a session network (an allowlist) */
+    /* One line (no newline) for the operator's log, from any thread; NULL: none. */
+    void (*log)(void *ctx, const char *line);
+    void *log_ctx;
+} al_mcp_opts;
+
+int al_mcp_new(const al_mcp_opts *o, al_mcp **out, al_error *err);
+/* One message as received: a request, a notification, a response or a batch of them. Answers go
+ * to send(ctx), now or later from a worker thread; ctx stays the caller's until every request of
+ * the message has had its final answer, or al_mcp_free returned. */
+void al_mcp_message(al_mcp *m, const char *text, size_t len, al_mcp_send_fn send, void *ctx);
+/* Calls that have not had their answer yet. */
+unsigned al_mcp_pending(al_mcp *m);
+/* Ends every run, closes every session (their VMs go), waits for the workers; answers still due
+ * are not sent. Safe on NULL. */
+void al_mcp_free(al_mcp *m);
+
+#endif

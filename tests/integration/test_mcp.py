@@ -1,0 +1,396 @@
+#!/usr/bin/env python3
+"""`airlock mcp` (orchestrator/mcp, docs/MCP.md), the MCP server on stdio.
+
+ProtocolTest speaks raw JSON-RPC to it and boots nothing: version negotiation, errors
+(-32700, -32600, -32601, -32602), batches, notifications unanswered, an oversized line, the
+tool schemas valid JSON Schema 2020-12, stdout nothing but MCP, the argument checks.
+SdkTest drives it with the official TypeScript SDK (@modelcontextprotocol/sdk, pinned, from
+the npm registry at test time) through a debian guest: state across run_code calls, a figure
+that decodes, files both ways, checkpoint and rollback, a cancelled run interrupted, a server in
+the background, run_output, resources; then the domain is gone once the client has closed.
+LifecycleTest boots tiny guests: SIGINT and SIGHUP end the server and its VMs, the sessions
+bound. Usage: test_mcp.py [unittest args].
+"""
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+import unittest
+
+import altest
+
+SDK = "@modelcontextprotocol/sdk@1.32.2"
+HERE = os.path.dirname(os.path.abspath(__file__))
+HAVE_DEBIAN = os.path.exists(os.path.join(altest.IMAGE_DIR, "debian", "manifest.json"))
+
+
+def npm_install(spec):
+    """Installs an npm package (pinned) into a directory of the build's; npm's own cache makes
+    a second install quick. Returns the directory."""
+    root = os.environ.get("AIRLOCK_NPM_DIR") or os.path.join(tempfile.gettempdir(), "airlock-npm")
+    d = os.path.join(root, re.sub(r"[^A-Za-z0-9.]+", "_", spec))
+    if not os.path.exists(os.path.join(d, "node_modules", ".package-lock.json")):
+        os.makedirs(d, exist_ok=True)
+        p = subprocess.run(["npm", "install", "--no-audit", "--no-fund", "--prefix", d, spec],
+                           stdout=subprocess.PIPE, stderr=subprocess.STDOUT, timeout=600)
+        if p.returncode:
+            raise AssertionError("npm install %s failed: %s" % (spec, p.stdout.decode()[-2000:]))
+    return d
+
+
+class Server:
+    """airlock mcp as a child: JSON lines in, JSON lines out, stderr kept."""
+
+    def __init__(self, *args, image_dir=None):
+        self.err = tempfile.TemporaryFile()
+        self.p = altest.popen(["mcp"] + list(args), image_dir=image_dir, stdin=subprocess.PIPE,
+                              stdout=subprocess.PIPE, stderr=self.err)
+        self.n = 0
+        self.notes = []
+
+    def send(self, obj):
+        data = obj if isinstance(obj, bytes) else json.dumps(obj).encode()
+        self.p.stdin.write(data + b"\n")
+        self.p.stdin.flush()
+
+    def read(self, timeout=240):
+        line = self.p.stdout.readline()
+        if not line:
+            raise AssertionError("the server closed stdout; stderr: %s" % self.stderr())
+        return json.loads(line)  # every line of stdout is JSON, or this raises
+
+    def request(self, method, params=None, **kw):
+        self.n += 1
+        msg = {"jsonrpc": "2.0", "id": self.n, "method": method}
+        if params is not None:
+            msg["params"] = params
+        self.send(msg)
+        return self.wait_id(self.n)
+
+    def wait_id(self, rid):
+        while True:
+            m = self.read()
+            if m.get("id") == rid and ("result" in m or "error" in m):
+                return m
+            self.notes.append(m)
+
+    def tool(self, name, **args):
+        r = self.request("tools/call", {"name": name, "arguments": args})
+        if "error" in r:
+            raise AssertionError("%s: %s" % (name, r["error"]))
+        return r["result"]
+
+    def initialize(self, version="2025-06-18"):
+        r = self.request("initialize", {"protocolVersion": version, "capabilities": {},
+                                        "clientInfo": {"name": "test", "version": "1"}})
+        self.send({"jsonrpc": "2.0", "method": "notifications/initialized"})
+        return r
+
+    def stderr(self):
+        if self.err.closed:
+            return self.saved
+        self.err.seek(0)
+        return self.err.read().decode(errors="replace")
+
+    def close(self, timeout=120):
+        if self.p.stdin and not self.p.stdin.closed:
+            self.p.stdin.close()
+        rc = self.p.wait(timeout=timeout)
+        self.p.stdout.close()
+        self.saved = self.stderr()
+        self.err.close()
+        return rc
+
+
+def domains_of(stderr):
+    return set(re.findall(r"domain (airlock-[0-9a-f]+)", stderr))
+
+
+class ProtocolTest(unittest.TestCase):
+    def setUp(self):
+        self.s = Server()
+
+    def tearDown(self):
+        self.s.close()
+
+    def test_version_negotiation(self):
+        for v in ("2025-11-25", "2025-06-18", "2025-03-26"):
+            r = self.s.request("initialize", {"protocolVersion": v, "capabilities": {}})
+            self.assertEqual(r["result"]["protocolVersion"], v)
+        # One it does not know: the latest it does.
+        r = self.s.request("initialize", {"protocolVersion": "2031-01-01", "capabilities": {}})
+        res = r["result"]
+        self.assertEqual(res["protocolVersion"], "2025-11-25")
+        self.assertEqual(res["serverInfo"]["name"], "airlock")
+        self.assertIn("tools", res["capabilities"])
+        self.assertIn("start_session", res["instructions"])
+        r = self.s.request("initialize", {"capabilities": {}})
+        self.assertEqual(r["error"]["code"], -32602)
+        # The stateless generation's discovery, without initialize.
+        d = self.s.request("server/discover", {})["result"]
+        self.assertIn("2026-07-28", d["supportedVersions"])
+        self.assertIn("2025-11-25", d["supportedVersions"])
+
+    def test_errors(self):
+        self.s.send(b'{"jsonrpc": "2.0", "id": 1, "method": ')
+        r = self.s.read()
+        self.assertEqual((r["id"], r["error"]["code"]), (None, -32700))
+        self.s.send({"jsonrpc": "1.0", "id": 2, "method": "ping"})
+        self.assertEqual(self.s.read()["error"]["code"], -32600)
+        self.s.send({"jsonrpc": "2.0", "id": None, "method": "ping"})
+        self.assertEqual(self.s.read()["error"]["code"], -32600)
+        self.s.send(b"[]")
+        self.assertEqual(self.s.read()["error"]["code"], -32600)
+        self.s.send(b"42")
+        self.assertEqual(self.s.read()["error"]["code"], -32600)
+        r = self.s.request("no/such/method")
+        self.assertEqual(r["error"]["code"], -32601)
+        r = self.s.request("tools/call", {"name": "no_such_tool", "arguments": {}})
+        self.assertEqual(r["error"]["code"], -32602)
+        self.assertIn("no_such_tool", r["error"]["message"])
+        r = self.s.request("tools/list", [1, 2])
+        self.assertEqual(r["error"]["code"], -32602)
+        # Still serving, and the ping answers with an empty result.
+        self.assertEqual(self.s.request("ping")["result"], {})
+
+    def test_notifications_and_responses_unanswered_batches_answered(self):
+        self.s.send({"jsonrpc": "2.0", "method": "notifications/initialized"})
+        self.s.send({"jsonrpc": "2.0", "method": "notifications/cancelled",
+                     "params": {"requestId": 99}})
+        self.s.send({"jsonrpc": "2.0", "id": 77, "result": {}})
+        self.s.send([{"jsonrpc": "2.0", "id": "a", "method": "ping"},
+                     {"jsonrpc": "2.0", "method": "notifications/initialized"},
+                     {"jsonrpc": "2.0", "id": "b", "method": "nope"}])
+        got = [self.s.read(), self.s.read()]
+        self.assertEqual(sorted(m["id"] for m in got), ["a", "b"])
+        self.assertEqual({m["id"]: ("result" in m) for m in got}, {"a": True, "b": False})
+        # Nothing else came: the next answer is the next request's.
+        self.assertEqual(self.s.request("ping")["id"], self.s.n)
+
+    def test_oversized_line_is_refused_and_skipped(self):
+        big = b'{"jsonrpc":"2.0","id":1,"method":"ping","params":{"x":"' + b"a" * (17 << 20) + b'"}}'
+        self.s.send(big)
+        r = self.s.read()
+        self.assertEqual(r["error"]["code"], -32600)
+        self.assertIn("too large", r["error"]["message"])
+        self.assertEqual(self.s.request("ping")["result"], {})
+
+    def test_tool_schemas(self):
+        import jsonschema
+        tools = self.s.request("tools/list")["result"]["tools"]
+        names = [t["name"] for t in tools]
+        for want in ("start_session", "run_code", "run_output", "run_command", "start_process",
+                     "process_output", "kill_process", "read_file", "write_file", "list_files",
+                     "checkpoint", "rollback", "list_checkpoints", "stop_session"):
+            self.assertIn(want, names)
+        for t in tools:
+            jsonschema.Draft202012Validator.check_schema(t["inputSchema"])
+            jsonschema.Draft202012Validator.check_schema(t["outputSchema"])
+            self.assertEqual(t["inputSchema"]["type"], "object")
+            self.assertIs(t["inputSchema"]["additionalProperties"], False)
+            self.assertTrue(t["description"])
+        ann = {t["name"]: t["annotations"] for t in tools}
+        self.assertTrue(ann["rollback"]["destructiveHint"])
+        self.assertTrue(ann["stop_session"]["destructiveHint"])
+        self.assertTrue(ann["read_file"]["readOnlyHint"])
+        self.assertFalse(ann["run_code"]["openWorldHint"])  # no --allow-network
+        # Without --allow-network start_session offers no network, and refuses one.
+        start = next(t for t in tools if t["name"] == "start_session")
+        self.assertNotIn("network", start["inputSchema"]["properties"])
+        r = self.s.request("tools/call", {"name": "start_session",
+                                          "arguments": {"network": ["pypi.org"]}})
+        self.assertEqual(r["error"]["code"], -32602)
+
+    def test_arguments_checked_before_anything_runs(self):
+        bad = [
+            ("run_code", {"session": "sb_x"}),  # no code
+            ("run_code", {"session": "sb_x", "code": "1", "language": "cobol"}),
+            ("run_code", {"session": "sb_x", "code": "1", "timeout_s": "10"}),
+            ("run_code", {"session": "sb_x", "code": "1", "timeout_s": 1.5}),
+            ("run_code", {"session": "sb_x", "code": "1", "extra": 1}),
+            ("start_session", {"memory_mib": 1 << 30}),
+            ("start_session", {"image": "../../etc"}),
+            ("run_command", {"session": "sb_x", "command": "ls", "env": {"A=B": "c"}}),
+            ("run_output", {"run": "r", "wait_s": 51}),
+            ("write_file", {"session": "sb_x", "path": "/a", "content": "x", "parents": "yes"}),
+            ("rollback", {"session": "sb_x", "checkpoint": -1}),
+        ]
+        for name, args in bad:
+            r = self.s.request("tools/call", {"name": name, "arguments": args})
+            self.assertEqual(r.get("error", {}).get("code"), -32602, (name, args, r))
+        # Well-formed but naming no session: a tool error the model can read, not a protocol one.
+        r = self.s.request("tools/call", {"name": "run_code",
+                                          "arguments": {"session": "sb_nope", "code": "1"}})
+        self.assertTrue(r["result"]["isError"])
+        self.assertIn("no such session", r["result"]["content"][0]["text"])
+        r = self.s.request("tools/call", {"name": "list_sessions", "arguments": {}})
+        self.assertEqual(r["result"]["structuredContent"], {"sessions": []})
+
+    def test_allow_network_offers_it(self):
+        s = Server("--allow-network", "--memory-max", "512")
+        try:
+            tools = s.request("tools/list")["result"]["tools"]
+            start = next(t for t in tools if t["name"] == "start_session")
+            self.assertIn("network", start["inputSchema"]["properties"])
+            self.assertEqual(start["inputSchema"]["properties"]["memory_mib"]["maximum"], 512)
+            run = next(t for t in tools if t["name"] == "run_code")
+            self.assertTrue(run["annotations"]["openWorldHint"])
+            r = s.request("tools/call", {"name": "start_session",
+                                         "arguments": {"network": ["not a host!"]}})
+            self.assertTrue(r["result"]["isError"], r)
+        finally:
+            s.close()
+
+    def test_bad_options(self):
+        p = altest.run(["mcp", "--sessions", "0"])
+        self.assertEqual(p.returncode, 2)
+        self.assertIn(b"--sessions", p.stderr)
+        p = altest.run(["mcp", "--bogus"])
+        self.assertEqual(p.returncode, 2)
+
+
+@unittest.skipUnless(HAVE_DEBIAN, "the debian image is not built")
+class SdkTest(unittest.TestCase):
+    """The TypeScript SDK's Client over its StdioClientTransport, as Claude Code and the
+    Inspector use it; the SDK checks each structuredContent against the tool's outputSchema."""
+
+    def test_sdk_client(self):
+        sdk = npm_install(SDK)
+        before = altest.virsh_names()
+        env = dict(os.environ, AIRLOCK_IMAGE_DIR=altest.IMAGE_DIR)
+        p = subprocess.run(["node", os.path.join(HERE, "mcp_sdk_client.mjs"), sdk, altest.AIRLOCK,
+                            "--image", "debian"], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                           env=env, timeout=900)
+        err = p.stderr.decode(errors="replace")
+        self.assertEqual(p.returncode, 0, err[-4000:])
+        rep = json.loads(p.stdout)
+        st = rep["steps"]
+        self.assertEqual(rep["server"]["name"], "airlock")
+        self.assertIn("run_code", rep["tools"])
+        self.assertTrue(rep["annotations"]["rollback"]["destructiveHint"])
+        # A boot takes seconds: progress came for the token the SDK gave.
+        self.assertFalse(st["start"]["isError"], st["start"])
+        self.assertTrue(st["start"]["session"].startswith("sb_"))
+        self.assertGreaterEqual(st["start"]["progress"], 1, st["start"])
+        self.assertEqual(st["state"]["value"], "42")
+        self.assertIn("42", st["state"]["text"])
+        fig = st["figure"]["png"]
+        self.assertIsNotNone(fig, st["figure"])
+        self.assertEqual(fig["magic"], "89504e470d0a1a0a")
+        # 2000 x 1000 drawn, cut to 1568 on the longer side.
+        self.assertEqual((fig["width"], fig["height"]), (1568, 784))
+        self.assertTrue(st["raise"]["isError"])
+        self.assertEqual(st["raise"]["name"], "ZeroDivisionError")
+        self.assertIn("division by zero", st["raise"]["text"])
+        f = st["files"]
+        self.assertTrue(f["same"] and f["binary_same"], f)
+        self.assertEqual(f["encoding"], "utf-8")
+        self.assertEqual(f["written"], len("héllo wörld\nline 2\n".encode()))
+        self.assertEqual(f["names"], ["blob.bin", "notes"])
+        rb = st["rollback"]
+        self.assertEqual(rb["checkpoint"]["name"], "before-rm")
+        self.assertEqual(rb["rm_exit"], 0)
+        self.assertTrue(rb["gone_isError"])
+        self.assertFalse(rb["rollback_isError"])
+        self.assertTrue(rb["back_same"])
+        c = st["cancel"]
+        self.assertIsNotNone(c["abortError"])
+        # The guest run was interrupted (a sleep of 120 s), not left running; SIGINT, so the
+        # kernel kept its state.
+        self.assertIsNotNone(c["ended_ms"], c)
+        self.assertLess(c["ended_ms"], 2000, c)
+        self.assertEqual(c["kept_state"], "42")
+        pr = st["process"]
+        self.assertEqual(pr["curl_exit"], 0, pr)
+        self.assertIn("200", pr["curl"])
+        self.assertIn("GET / HTTP/1.1", pr["log"])
+        self.assertEqual(pr["killed_state"], "done")
+        self.assertNotEqual(pr["after_kill_exit"], 0)  # the server is gone
+        w = st["wait"]
+        self.assertEqual((w["first_state"], w["final_state"]), ("running", "done"))
+        self.assertEqual(w["stdout"], "".join("step %d\n" % i for i in range(4)))
+        e = st["errors"]
+        self.assertTrue(e["bad_isError"])
+        self.assertEqual(e["unknown"]["code"], -32602)
+        self.assertIn("notes/hello.txt", st["resources"]["names"])
+        self.assertEqual(st["resources"]["text"], "héllo wörld\nline 2\n")
+        # The client closed: the server ended its session; the domain is gone.
+        doms = domains_of(err)
+        self.assertEqual(len(doms), 1, err[-2000:])
+        self.assertFalse(doms & altest.virsh_names(), doms)
+        self.assertFalse((altest.virsh_names() - before) & doms)
+
+
+class LifecycleTest(unittest.TestCase):
+    """Sessions belong to the process: SIGINT (how Claude Code stops a server) and SIGHUP end
+    them, VMs included; --sessions bounds them."""
+
+    def boot(self, s):
+        r = s.tool("start_session")
+        self.assertFalse(r["isError"], r)
+        return r["structuredContent"]["session"]
+
+    def end_by(self, sig):
+        s = Server()
+        try:
+            s.initialize()
+            sid = self.boot(s)
+            doms = domains_of(s.stderr())
+            self.assertEqual(len(doms), 1, s.stderr())
+            self.assertTrue(doms <= altest.virsh_names())
+            # A run in flight when the signal comes.
+            s.n += 1
+            s.send({"jsonrpc": "2.0", "id": s.n, "method": "tools/call",
+                    "params": {"name": "run_command",
+                               "arguments": {"session": sid, "command": "sleep 300"}}})
+            time.sleep(1)
+            s.p.send_signal(sig)
+            rc = s.p.wait(timeout=120)
+            self.assertEqual(rc, 0, s.stderr())
+            self.assertFalse(doms & altest.virsh_names(), s.stderr())
+            self.assertIn("ending", s.stderr())
+        finally:
+            if s.p.poll() is None:
+                s.p.kill()
+            s.close()
+
+    def test_sigint_ends_sessions(self):
+        self.end_by(signal.SIGINT)
+
+    def test_sighup_ends_sessions(self):
+        self.end_by(signal.SIGHUP)
+
+    def test_sessions_bounded_and_stop(self):
+        s = Server("--sessions", "1")
+        try:
+            s.initialize()
+            sid = self.boot(s)
+            r = s.tool("start_session")
+            self.assertTrue(r["isError"])
+            self.assertIn("stop one", r["content"][0]["text"])
+            # The shell fallback on an image without a bash kernel, and a failing command.
+            r = s.tool("run_code", session=sid, code="echo hi; (exit 3)", language="bash")
+            self.assertTrue(r["isError"])
+            self.assertEqual(r["structuredContent"]["exit_code"], 3)
+            self.assertEqual(r["structuredContent"]["stdout"], "hi\n")
+            doms = domains_of(s.stderr())
+            r = s.tool("stop_session", session=sid)
+            self.assertTrue(r["structuredContent"]["stopped"])
+            self.assertFalse(doms & altest.virsh_names())
+            r = s.tool("run_command", session=sid, command="true")
+            self.assertTrue(r["isError"])
+            self.assertIn("no such session", r["content"][0]["text"])
+            # The slot is free again.
+            sid2 = self.boot(s)
+            self.assertNotEqual(sid, sid2)
+        finally:
+            self.assertEqual(s.close(), 0)
+        self.assertFalse(domains_of(s.stderr()) & altest.virsh_names())
+
+
+if __name__ == "__main__":
+    unittest.main()
