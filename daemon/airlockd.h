@@ -334,6 +334,7 @@ enum ad_route_flags {
     AD_NO_AUTH = 1 << 4,    /* no key needed (health, sign-in) */
     AD_LOST_OK = 1 << 5,    /* served for a session whose host went down (get, delete) */
     AD_ANY_METHOD = 1 << 6, /* any method, and the path's rest past the pattern (a proxy) */
+    AD_OWN_ORIGIN = 1 << 7, /* checks Origin itself (/mcp): no X-Airlock-CSRF asked */
 };
 
 struct ad_route {
@@ -406,6 +407,12 @@ void ad_port_ws_done(struct ad_ws *ws);
 void ad_ports_shutdown(void);
 enum MHD_Result ad_port_proxy(struct MHD_Connection *c, struct ad_req *q, unsigned port,
                               const char *path, bool host_routed);
+
+/* ---- MCP (mcp.c): the MCP server at /mcp, one per owner ---- */
+
+enum MHD_Result ad_mcp_route(struct MHD_Connection *c, struct ad_req *q);
+/* Ends every owner's MCP server and its sessions (before the HTTP server stops). */
+void ad_mcp_shutdown(void);
 
 int ad_http_start(char *why, size_t len);
 void ad_http_stop(void);

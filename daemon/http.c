@@ -580,6 +580,7 @@ static enum MHD_Result first_call(struct MHD_Connection *c, struct ad_req *q, co
      * carry X-Airlock-CSRF: a header another site's page cannot add without a CORS preflight,
      * which this daemon never allows. Clients that are not browsers send no Origin. */
     if (strcmp(method, "GET") && strcmp(method, "HEAD") && !q->host_routed &&
+        !(q->route->flags & AD_OWN_ORIGIN) &&
         (MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Origin") ||
          MHD_lookup_connection_value(c, MHD_COOKIE_KIND, "airlock_token")) &&
         !MHD_lookup_connection_value(c, MHD_HEADER_KIND, "X-Airlock-CSRF"))

@@ -279,6 +279,7 @@ static int serve(void)
     /* Event streams and waits end first, so that the HTTP threads can be joined. */
     ad_runs_shutdown();
     ad_ports_shutdown();
+    ad_mcp_shutdown();
     ad_http_stop();
     ad_sessions_shutdown();
     ad_hosts_shutdown();

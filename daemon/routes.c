@@ -891,6 +891,9 @@ const struct ad_route ad_port_route = {"*", "PORT-ID.localhost", AD_ANY_METHOD |
 
 const struct ad_route ad_routes[] = {
     {"GET",    "/v1/health", AD_NO_SESSION | AD_NO_AUTH, health, "the daemon answers"},
+    {"POST",   "/mcp", AD_NO_SESSION | AD_BODY_RAW | AD_OWN_ORIGIN, ad_mcp_route, "MCP over Streamable HTTP (docs/MCP.md)"},
+    {"GET",    "/mcp", AD_NO_SESSION | AD_OWN_ORIGIN, ad_mcp_route, "MCP: no server-opened stream (405)"},
+    {"DELETE", "/mcp", AD_NO_SESSION | AD_OWN_ORIGIN, ad_mcp_route, "MCP: end the protocol session"},
     {"POST",   "/v1/auth/login", AD_NO_SESSION | AD_BODY_JSON | AD_NO_AUTH, auth_login, "sign in (a cookie)"},
     {"POST",   "/v1/auth/logout", AD_NO_SESSION | AD_NO_AUTH, auth_logout, "sign out"},
     {"GET",    "/metrics", AD_NO_SESSION, metrics, "the daemon's counters (Prometheus text)"},

@@ -44,6 +44,8 @@ static void send_line(void *ctx, const char *json, bool final)
 {
     (void) final;
     struct out *o = ctx;
+    if (!json)
+        return; /* a cancelled request's end: nothing to write */
     pthread_mutex_lock(&o->mu);
     size_t n = strlen(json);
     if (!o->broken && (al_write_all(1, json, n) < 0 || al_write_all(1, "\n", 1) < 0))

@@ -42,6 +42,7 @@ typedef struct al_mcp_opts {
     unsigned memory_max_mib; /* what start_session may ask; 0: 4096 */
     unsigned vcpus_max;      /* 0: 4 */
     unsigned lifetime_max_s; /* 0: none; else every session's lifetime is at most this */
+    unsigned idle_max_s;     /* 0: none; else a session no call has used this long ends */
     bool network;            /* start_session may give a session network (an allowlist) */
     /* One line (no newline) for the operator's log, from any thread; NULL: none. */
     void (*log)(void *ctx, const char *line);
@@ -51,8 +52,11 @@ typedef struct al_mcp_opts {
 int al_mcp_new(const al_mcp_opts *o, al_mcp **out, al_error *err);
 /* One message as received: a request, a notification, a response or a batch of them. Answers go
  * to send(ctx), now or later from a worker thread; ctx stays the caller's until every request of
- * the message has had its final answer, or al_mcp_free returned. */
-void al_mcp_message(al_mcp *m, const char *text, size_t len, al_mcp_send_fn send, void *ctx);
+ * the message has had its final answer, or al_mcp_free returned. Returns how many final answers
+ * the message gets (some may have been sent already): 0 for notifications and responses alone.
+ * A request cancelled by notifications/cancelled gets none: its count is given back by a final
+ * call of send with json NULL. */
+unsigned al_mcp_message(al_mcp *m, const char *text, size_t len, al_mcp_send_fn send, void *ctx);
 /* Calls that have not had their answer yet. */
 unsigned al_mcp_pending(al_mcp *m);
 /* Ends every run, closes every session (their VMs go), waits for the workers; answers still due

@@ -75,6 +75,7 @@ struct mcp_sess {
     cJSON *network; /* the hosts it may reach, an array (empty: none) */
     int64_t created;
     uint64_t boot_ms;
+    uint64_t used_ms; /* the last call that named it, or its last run's end */
     struct mcp_run *runs;
     unsigned nruns;
 };
@@ -174,6 +175,8 @@ char *mcp_buf_read(const struct mcp_buf *b, uint64_t from, size_t max, uint64_t 
 /* Head and tail of a stream, keep bytes each, with a line naming what was cut between
  * (malloc'd, valid UTF-8); *cut says whether anything was. Under the lock. */
 char *mcp_buf_summary(const struct mcp_buf *b, size_t keep, bool *cut);
+/* Stops the sessions idle longer than idle_max_s (the ticker, without the lock). */
+void mcp_sessions_reap(al_mcp *m);
 /* Ends every session (al_mcp_free). */
 void mcp_sessions_end(al_mcp *m);
 

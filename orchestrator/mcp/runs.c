@@ -328,7 +328,7 @@ static void *run_thread(void *arg)
     r->res = res;
     r->err = err;
     r->done = true;
-    r->t_end_ms = al_now_ms();
+    r->t_end_ms = ss->used_ms = al_now_ms();
     pthread_cond_broadcast(&m->cv);
     pthread_mutex_unlock(&m->mu);
     mcp_sess_put(m, ss);
@@ -554,6 +554,7 @@ struct mcp_sess *mcp_sess_get(al_mcp *m, const char *id)
     for (struct mcp_sess *ss = m->sessions; ss; ss = ss->next)
         if (!ss->gone && !strcmp(ss->id, id)) {
             ss->refs++;
+            ss->used_ms = al_now_ms();
             pthread_mutex_unlock(&m->mu);
             return ss;
         }
@@ -672,12 +673,35 @@ int mcp_sess_open(al_mcp *m, struct mcp_call *c, const al_session_opts *so, stru
     ss->s = s;
     ss->refs = 2; /* the table's and the caller's */
     ss->created = time(NULL);
+    ss->used_ms = al_now_ms();
     ss->next = m->sessions;
     m->sessions = ss;
     m->nsessions++;
     pthread_mutex_unlock(&m->mu);
     *out = ss;
     return 0;
+}
+
+void mcp_sessions_reap(al_mcp *m)
+{
+    if (!m->o.idle_max_s)
+        return;
+    for (;;) {
+        struct mcp_sess *idle = NULL;
+        uint64_t now = al_now_ms();
+        pthread_mutex_lock(&m->mu);
+        for (struct mcp_sess *ss = m->sessions; ss && !idle; ss = ss->next)
+            if (ss->refs == 1 && now - ss->used_ms >= m->o.idle_max_s * 1000ull) {
+                idle = ss;
+                idle->refs++;
+            }
+        pthread_mutex_unlock(&m->mu);
+        if (!idle)
+            return;
+        mcp_log(m, "session %s: idle for %u s, stopping it", idle->id, m->o.idle_max_s);
+        mcp_sess_stop(m, idle);
+        mcp_sess_put(m, idle);
+    }
 }
 
 void mcp_sessions_end(al_mcp *m)

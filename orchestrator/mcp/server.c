@@ -188,9 +188,12 @@ static void *worker(void *arg)
             *p = c->next;
             break;
         }
-    /* A cancelled request gets no answer (the client has forgotten it). */
+    /* A cancelled request gets no answer (the client has forgotten it), only the NULL that
+     * tells the transport it is over. */
     if (!c->cancelled)
         send_json(m, c->send, c->ctx, r, true);
+    else if (!m->closing)
+        c->send(c->ctx, NULL, true);
     m->ncalls--;
     pthread_mutex_unlock(&m->mu);
     call_free(c);
@@ -309,6 +312,7 @@ static void *ticker(void *arg)
             }
         }
         pthread_mutex_unlock(&m->mu);
+        mcp_sessions_reap(m);
     }
     return NULL;
 }
@@ -401,7 +405,7 @@ static cJSON *resource_templates(void)
 }
 
 /* One request or notification, already known to be an object with "jsonrpc": "2.0". */
-static void handle(al_mcp *m, const cJSON *msg, al_mcp_send_fn send, void *ctx)
+static unsigned handle(al_mcp *m, const cJSON *msg, al_mcp_send_fn send, void *ctx)
 {
     const cJSON *method = cJSON_GetObjectItemCaseSensitive(msg, "method");
     const cJSON *id = cJSON_GetObjectItemCaseSensitive(msg, "id");
@@ -410,39 +414,39 @@ static void handle(al_mcp *m, const cJSON *msg, al_mcp_send_fn send, void *ctx)
         /* A response to us: we send no requests, so there is nothing to match. */
         if (id && (cJSON_GetObjectItemCaseSensitive(msg, "result") ||
                    cJSON_GetObjectItemCaseSensitive(msg, "error")))
-            return;
+            return 0;
         reply_error(m, send, ctx, cJSON_IsString(id) || cJSON_IsNumber(id) ? id : NULL, RPC_INVALID,
                     "invalid request: no method");
-        return;
+        return 1;
     }
     if (!cJSON_IsString(method)) {
         reply_error(m, send, ctx, cJSON_IsString(id) || cJSON_IsNumber(id) ? id : NULL, RPC_INVALID,
                     "invalid request: the method is not a string");
-        return;
+        return 1;
     }
     const char *name = method->valuestring;
     if (!id) {
         /* A notification: never answered. */
         if (!strcmp(name, "notifications/cancelled") && cJSON_IsObject(params))
             cancel(m, params);
-        return;
+        return 0;
     }
     if (!cJSON_IsString(id) &&
         !(cJSON_IsNumber(id) && id->valuedouble == (double)(int64_t)id->valuedouble)) {
         reply_error(m, send, ctx, NULL, RPC_INVALID,
                     "invalid request: the id must be a string or an integer");
-        return;
+        return 1;
     }
     if (params && !cJSON_IsObject(params)) {
         reply_error(m, send, ctx, id, RPC_PARAMS, "invalid params: not an object");
-        return;
+        return 1;
     }
     if (!strcmp(name, "initialize")) {
         const cJSON *v = cJSON_GetObjectItemCaseSensitive(params, "protocolVersion");
         if (!cJSON_IsString(v)) {
             reply_error(m, send, ctx, id, RPC_PARAMS,
                         "invalid params: initialize needs a protocolVersion string");
-            return;
+            return 1;
         }
         reply_result(m, send, ctx, id, initialize(m, params));
     } else if (!strcmp(name, "ping")) {
@@ -459,11 +463,11 @@ static void handle(al_mcp *m, const cJSON *msg, al_mcp_send_fn send, void *ctx)
         char why[384];
         if (!cJSON_IsString(tool)) {
             reply_error(m, send, ctx, id, RPC_PARAMS, "invalid params: tools/call needs a name");
-            return;
+            return 1;
         }
         if (mcp_tools_check(m, tool->valuestring, args, why, sizeof(why)) < 0) {
             reply_error(m, send, ctx, id, RPC_PARAMS, why);
-            return;
+            return 1;
         }
         dispatch(m, id, name, params, send, ctx);
     } else if (!strcmp(name, "resources/list")) {
@@ -472,7 +476,7 @@ static void handle(al_mcp *m, const cJSON *msg, al_mcp_send_fn send, void *ctx)
         const cJSON *uri = cJSON_GetObjectItemCaseSensitive(params, "uri");
         if (!cJSON_IsString(uri)) {
             reply_error(m, send, ctx, id, RPC_PARAMS, "invalid params: resources/read needs a uri");
-            return;
+            return 1;
         }
         dispatch(m, id, name, params, send, ctx);
     } else {
@@ -481,29 +485,30 @@ static void handle(al_mcp *m, const cJSON *msg, al_mcp_send_fn send, void *ctx)
                  al_term_escape(name, esc, sizeof(esc)));
         reply_error(m, send, ctx, id, RPC_NO_METHOD, text);
     }
+    return 1;
 }
 
-static void handle_any(al_mcp *m, const cJSON *msg, al_mcp_send_fn send, void *ctx)
+static unsigned handle_any(al_mcp *m, const cJSON *msg, al_mcp_send_fn send, void *ctx)
 {
     if (!cJSON_IsObject(msg)) {
         reply_error(m, send, ctx, NULL, RPC_INVALID, "invalid request: not an object");
-        return;
+        return 1;
     }
     const cJSON *v = cJSON_GetObjectItemCaseSensitive(msg, "jsonrpc");
     if (!cJSON_IsString(v) || strcmp(v->valuestring, "2.0")) {
         const cJSON *id = cJSON_GetObjectItemCaseSensitive(msg, "id");
         reply_error(m, send, ctx, cJSON_IsString(id) || cJSON_IsNumber(id) ? id : NULL, RPC_INVALID,
                     "invalid request: jsonrpc must be \"2.0\"");
-        return;
+        return 1;
     }
-    handle(m, msg, send, ctx);
+    return handle(m, msg, send, ctx);
 }
 
-void al_mcp_message(al_mcp *m, const char *text, size_t len, al_mcp_send_fn send, void *ctx)
+unsigned al_mcp_message(al_mcp *m, const char *text, size_t len, al_mcp_send_fn send, void *ctx)
 {
     if (len > AL_MCP_MESSAGE_MAX) {
         reply_error(m, send, ctx, NULL, RPC_INVALID, "message too large (over 16 MiB)");
-        return;
+        return 1;
     }
     const char *end = NULL;
     _cleanup_cjson_ cJSON *msg = cJSON_ParseWithLengthOpts(text, len, &end, false);
@@ -514,19 +519,20 @@ void al_mcp_message(al_mcp *m, const char *text, size_t len, al_mcp_send_fn send
                 trailing = true;
     if (!msg || trailing) {
         reply_error(m, send, ctx, NULL, RPC_PARSE, "parse error: not one JSON value");
-        return;
+        return 1;
     }
     if (cJSON_IsArray(msg)) {
         /* A batch (2025-03-26): each element on its own, answered on its own. */
         if (!cJSON_GetArraySize(msg)) {
             reply_error(m, send, ctx, NULL, RPC_INVALID, "invalid request: an empty batch");
-            return;
+            return 1;
         }
         const cJSON *el;
-        cJSON_ArrayForEach(el, msg) handle_any(m, el, send, ctx);
-        return;
+        unsigned n = 0;
+        cJSON_ArrayForEach(el, msg) n += handle_any(m, el, send, ctx);
+        return n;
     }
-    handle_any(m, msg, send, ctx);
+    return handle_any(m, msg, send, ctx);
 }
 
 unsigned al_mcp_pending(al_mcp *m)

@@ -25,7 +25,11 @@ static void fail(const char *what)
 
 static void check_answer(void *ctx, const char *json, bool final)
 {
-    (void)ctx;
+    unsigned *finals = ctx;
+    if (final)
+        __atomic_add_fetch(finals, 1, __ATOMIC_SEQ_CST);
+    if (!json)
+        return;
     cJSON *j = cJSON_Parse(json);
     if (!j || !cJSON_IsObject(j))
         fail("an answer that is not a JSON object");
@@ -63,9 +67,12 @@ static void fuzz_message(const uint8_t *data, size_t size)
     text[size] = '\0';
     for (char *p = text; (p = memmem(p, size - (size_t)(p - text), "start_session", 13)); p++)
         p[12] = 'X';
-    al_mcp_message(m, text, size, check_answer, NULL);
+    unsigned finals = 0;
+    unsigned want = al_mcp_message(m, text, size, check_answer, &finals);
     while (al_mcp_pending(m))
         usleep(1000);
+    if (__atomic_load_n(&finals, __ATOMIC_SEQ_CST) != want)
+        fail("the count of final answers is not what al_mcp_message said");
     free(text);
 }
 

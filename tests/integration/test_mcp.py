@@ -9,7 +9,10 @@ the npm registry at test time) through a debian guest: state across run_code cal
 that decodes, files both ways, checkpoint and rollback, a cancelled run interrupted, a server in
 the background, run_output, resources; then the domain is gone once the client has closed.
 LifecycleTest boots tiny guests: SIGINT and SIGHUP end the server and its VMs, the sessions
-bound. Usage: test_mcp.py [unittest args].
+bound. HttpProtocolTest speaks raw HTTP to airlockd's /mcp (no VM): Origin, media types,
+Mcp-Session-Id, MCP-Protocol-Version, the 2026-07-28 generation's headers and 404s. HttpSdkTest
+runs the SDK's Streamable HTTP client against it with two API keys (a tiny guest).
+Usage: test_mcp.py [unittest args].
 """
 import json
 import os
@@ -22,6 +25,10 @@ import time
 import unittest
 
 import altest
+
+HAVE_DAEMON = bool(os.environ.get("AIRLOCKD_BIN"))
+if HAVE_DAEMON:
+    from test_airlockd import Daemon
 
 SDK = "@modelcontextprotocol/sdk@1.32.2"
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -390,6 +397,166 @@ class LifecycleTest(unittest.TestCase):
         finally:
             self.assertEqual(s.close(), 0)
         self.assertFalse(domains_of(s.stderr()) & altest.virsh_names())
+
+
+def http(port, method, body=None, headers=None, path="/mcp"):
+    """One request to the daemon's TCP port: (status, headers, body bytes)."""
+    import http.client
+    c = http.client.HTTPConnection("127.0.0.1", port, timeout=120)
+    h = {"Content-Type": "application/json", "Accept": "application/json, text/event-stream"}
+    h.update(headers or {})
+    h = {k: v for k, v in h.items() if v is not None}
+    c.request(method, path, body=json.dumps(body).encode() if isinstance(body, (dict, list))
+              else body, headers=h)
+    r = c.getresponse()
+    data = r.read()
+    c.close()
+    return r.status, {k.lower(): v for k, v in r.getheaders()}, data
+
+
+@unittest.skipUnless(HAVE_DAEMON, "AIRLOCKD_BIN is not set")
+class HttpProtocolTest(unittest.TestCase):
+    @classmethod
+    def setUpClass(cls):
+        cls.d = Daemon()
+        cls.key = cls.d.key("mcp")
+        cls.auth = {"Authorization": "Bearer " + cls.key}
+
+    @classmethod
+    def tearDownClass(cls):
+        rc = cls.d.stop()
+        if rc:
+            raise AssertionError("airlockd exited %d: %s" % (rc, cls.d.text()[-3000:]))
+
+    def post(self, body, **headers):
+        h = dict(self.auth)
+        h.update({k.replace("_", "-"): v for k, v in headers.items()})
+        return http(self.d.port, "POST", body, h)
+
+    def init(self, version="2025-06-18"):
+        st, h, b = self.post({"jsonrpc": "2.0", "id": 1, "method": "initialize",
+                              "params": {"protocolVersion": version, "capabilities": {},
+                                         "clientInfo": {"name": "t", "version": "1"}}})
+        self.assertEqual(st, 200, b)
+        self.assertEqual(json.loads(b)["result"]["protocolVersion"], version)
+        return h["mcp-session-id"]
+
+    def test_session_lifecycle(self):
+        sid = self.init()
+        self.assertRegex(sid, r"^[\x21-\x7e]+$")  # visible ASCII, as the transport says
+        st, h, b = self.post({"jsonrpc": "2.0", "id": 2, "method": "tools/list"},
+                             Mcp_Session_Id=sid, MCP_Protocol_Version="2025-06-18")
+        self.assertEqual(st, 200, b)
+        self.assertEqual(h["content-type"], "application/json")
+        self.assertIn("run_code", [t["name"] for t in json.loads(b)["result"]["tools"]])
+        # No version header: read as 2025-03-26, still served.
+        st, _, b = self.post({"jsonrpc": "2.0", "id": 3, "method": "ping"}, Mcp_Session_Id=sid)
+        self.assertEqual((st, json.loads(b)["result"]), (200, {}))
+        # A version nobody speaks: 400.
+        st, _, _ = self.post({"jsonrpc": "2.0", "id": 4, "method": "ping"}, Mcp_Session_Id=sid,
+                             MCP_Protocol_Version="1999-01-01")
+        self.assertEqual(st, 400)
+        # Notifications alone: 202, no body.
+        st, _, b = self.post({"jsonrpc": "2.0", "method": "notifications/initialized"},
+                             Mcp_Session_Id=sid)
+        self.assertEqual((st, b), (202, b""))
+        # A session of another key is unknown to this one (404), as is a made-up one.
+        other = {"Authorization": "Bearer " + self.d.key("other")}
+        st, _, _ = http(self.d.port, "POST", {"jsonrpc": "2.0", "id": 5, "method": "tools/list"},
+                        dict(other, **{"Mcp-Session-Id": sid}))
+        self.assertEqual(st, 404)
+        st, _, _ = self.post({"jsonrpc": "2.0", "id": 6, "method": "tools/list"},
+                             Mcp_Session_Id="mcp-0000")
+        self.assertEqual(st, 404)
+        # DELETE ends it; then 404.
+        st, _, _ = http(self.d.port, "DELETE", None, dict(self.auth, **{"Mcp-Session-Id": sid}))
+        self.assertEqual(st, 204)
+        st, _, b = self.post({"jsonrpc": "2.0", "id": 7, "method": "tools/list"},
+                             Mcp_Session_Id=sid)
+        self.assertEqual(st, 404)
+        self.assertEqual(json.loads(b)["id"], 7)
+
+    def test_refusals(self):
+        body = {"jsonrpc": "2.0", "id": 1, "method": "tools/list"}
+        # No key over TCP.
+        st, h, _ = http(self.d.port, "POST", body)
+        self.assertEqual(st, 401)
+        # Another site's page (DNS rebinding and the like): 403, whatever the key.
+        st, _, _ = self.post(body, Origin="http://evil.example")
+        self.assertEqual(st, 403)
+        st, _, _ = self.post(body, Origin="http://localhost:6274", MCP_Protocol_Version="2026-07-28")
+        self.assertEqual(st, 200)
+        st, _, _ = http(self.d.port, "POST", b"{}", dict(self.auth, **{"Content-Type": "text/plain"}))
+        self.assertEqual(st, 415)
+        st, _, b = self.post(b'{"jsonrpc": "2.0", ')
+        self.assertEqual((st, json.loads(b)["error"]["code"]), (400, -32700))
+        # A request of the initialize generation without its session.
+        st, _, _ = self.post(body)
+        self.assertEqual(st, 400)
+        st, h, _ = http(self.d.port, "GET", None, self.auth)
+        self.assertEqual(st, 405)
+        st, _, _ = http(self.d.port, "DELETE", None, self.auth)
+        self.assertEqual(st, 405)
+
+    def test_stateless_generation(self):
+        v = {"MCP_Protocol_Version": "2026-07-28"}
+        st, _, b = self.post({"jsonrpc": "2.0", "id": 1, "method": "server/discover"}, **v)
+        self.assertEqual(st, 200, b)
+        self.assertIn("2026-07-28", json.loads(b)["result"]["supportedVersions"])
+        st, _, b = self.post({"jsonrpc": "2.0", "id": 2, "method": "tools/list"},
+                             Mcp_Method="tools/list", **v)
+        self.assertEqual(st, 200, b)
+        # The headers must say what the body does.
+        st, _, _ = self.post({"jsonrpc": "2.0", "id": 3, "method": "tools/list"},
+                             Mcp_Method="tools/call", **v)
+        self.assertEqual(st, 400)
+        st, _, _ = self.post({"jsonrpc": "2.0", "id": 4, "method": "tools/call",
+                              "params": {"name": "list_sessions", "arguments": {}}},
+                             Mcp_Method="tools/call", Mcp_Name="run_code", **v)
+        self.assertEqual(st, 400)
+        st, h, b = self.post({"jsonrpc": "2.0", "id": 5, "method": "tools/call",
+                              "params": {"name": "list_sessions", "arguments": {}}},
+                             Mcp_Method="tools/call", Mcp_Name="list_sessions", **v)
+        self.assertEqual(st, 200, b)
+        # A call answers as an SSE stream when the client takes one: its last event the answer.
+        self.assertEqual(h["content-type"], "text/event-stream")
+        events = [json.loads(l[6:]) for l in b.decode().splitlines() if l.startswith("data: ")]
+        self.assertEqual(events[-1]["id"], 5)
+        self.assertEqual(events[-1]["result"]["structuredContent"], {"sessions": []})
+        # Unknown methods: 404 with -32601.
+        st, _, b = self.post({"jsonrpc": "2.0", "id": 6, "method": "no/such"}, **v)
+        self.assertEqual((st, json.loads(b)["error"]["code"]), (404, -32601))
+
+
+@unittest.skipUnless(HAVE_DAEMON, "AIRLOCKD_BIN is not set")
+class HttpSdkTest(unittest.TestCase):
+    def test_sdk_over_http(self):
+        sdk = npm_install(SDK)
+        d = Daemon()
+        try:
+            ka, kb = d.key("a"), d.key("b")
+            p = subprocess.run(["node", os.path.join(HERE, "mcp_sdk_http.mjs"), sdk,
+                                "http://127.0.0.1:%d/mcp" % d.port, ka, kb],
+                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, timeout=600)
+            self.assertEqual(p.returncode, 0, p.stderr.decode()[-3000:] + d.text()[-3000:])
+            rep = json.loads(p.stdout)
+            self.assertTrue(rep["session_id"].startswith("mcp-"))
+            self.assertIn("start_session", rep["tools"])
+            self.assertFalse(rep["start"]["isError"])
+            self.assertGreaterEqual(rep["start"]["progress"], 1)
+            self.assertEqual(rep["run"], {"stdout": "hello-42\n", "exit_code": 0})
+            self.assertEqual(rep["file"], "über\n")
+            self.assertTrue(rep["other_key"]["isError"])
+            self.assertIn("no such session", rep["other_key"]["text"])
+            self.assertEqual(rep["other_key"]["sessions"], 0)
+            self.assertEqual(rep["same_key_sessions"], [rep["start"]["session"]])
+            self.assertTrue(rep["stopped"])
+            self.assertEqual(rep["after_delete"], 404)
+            doms = set(re.findall(r"domain (airlock-[0-9a-f]+)", d.text()))
+            self.assertEqual(len(doms), 1, d.text()[-3000:])
+            self.assertFalse(doms & altest.virsh_names())
+        finally:
+            self.assertEqual(d.stop(), 0, d.text()[-3000:])
 
 
 if __name__ == "__main__":
