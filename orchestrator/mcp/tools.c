@@ -586,11 +586,15 @@ static bool arg_bool(const cJSON *a, const char *name, bool dflt)
     return cJSON_IsBool(v) ? cJSON_IsTrue(v) : dflt;
 }
 
+/* A text block; whatever it quotes (a library message, the agent's languages) is made valid
+ * UTF-8 first. */
 static void add_text(cJSON *content, const char *text)
 {
     cJSON *b = cJSON_CreateObject();
     cJSON_AddStringToObject(b, "type", "text");
-    cJSON_AddStringToObject(b, "text", text);
+    char *ok = al_utf8_repair((const uint8_t *)text, strlen(text), NULL);
+    cJSON_AddStringToObject(b, "text", ok ? ok : "");
+    free(ok);
     cJSON_AddItemToArray(content, b);
 }
 
