@@ -31,18 +31,21 @@ if HAVE_DAEMON:
     from test_airlockd import Daemon
 
 SDK = "@modelcontextprotocol/sdk@1.32.2"
+# The conformance suite needs Node 22, which the npm registry serves as a package.
+CONFORMANCE = ["@modelcontextprotocol/conformance@0.1.16", "node@22.23.3"]
 HERE = os.path.dirname(os.path.abspath(__file__))
 HAVE_DEBIAN = os.path.exists(os.path.join(altest.IMAGE_DIR, "debian", "manifest.json"))
 
 
 def npm_install(spec):
-    """Installs an npm package (pinned) into a directory of the build's; npm's own cache makes
-    a second install quick. Returns the directory."""
+    """Installs npm packages (pinned; a spec or a list of them) into a directory of the build's;
+    npm's own cache makes a second install quick. Returns the directory."""
+    specs = [spec] if isinstance(spec, str) else list(spec)
     root = os.environ.get("AIRLOCK_NPM_DIR") or os.path.join(tempfile.gettempdir(), "airlock-npm")
-    d = os.path.join(root, re.sub(r"[^A-Za-z0-9.]+", "_", spec))
+    d = os.path.join(root, re.sub(r"[^A-Za-z0-9.]+", "_", "+".join(specs)))
     if not os.path.exists(os.path.join(d, "node_modules", ".package-lock.json")):
         os.makedirs(d, exist_ok=True)
-        p = subprocess.run(["npm", "install", "--no-audit", "--no-fund", "--prefix", d, spec],
+        p = subprocess.run(["npm", "install", "--no-audit", "--no-fund", "--prefix", d] + specs,
                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, timeout=600)
         if p.returncode:
             raise AssertionError("npm install %s failed: %s" % (spec, p.stdout.decode()[-2000:]))
@@ -526,6 +529,43 @@ class HttpProtocolTest(unittest.TestCase):
         # Unknown methods: 404 with -32601.
         st, _, b = self.post({"jsonrpc": "2.0", "id": 6, "method": "no/such"}, **v)
         self.assertEqual((st, json.loads(b)["error"]["code"]), (404, -32601))
+
+
+@unittest.skipUnless(HAVE_DAEMON, "AIRLOCKD_BIN is not set")
+class ConformanceTest(unittest.TestCase):
+    """@modelcontextprotocol/conformance's server scenarios against /mcp, with the baseline of
+    those that do not apply (mcp-conformance-baseline.yml says why). The suite sends no API key:
+    bearer_proxy.py adds it."""
+
+    def test_conformance(self):
+        d_npm = npm_install(CONFORMANCE)
+        d = Daemon()
+        px = None
+        try:
+            px = subprocess.Popen([sys.executable, os.path.join(HERE, "bearer_proxy.py"),
+                                   str(d.port), d.key("conformance")], stdout=subprocess.PIPE,
+                                  text=True)
+            port = int(px.stdout.readline())
+            bin_dir = os.path.join(d_npm, "node_modules", ".bin")
+            env = dict(os.environ, PATH=bin_dir + os.pathsep + os.environ["PATH"])
+            with tempfile.TemporaryDirectory() as out:
+                p = subprocess.run(["conformance", "server", "--url",
+                                    "http://127.0.0.1:%d/mcp" % port, "--expected-failures",
+                                    os.path.join(HERE, "mcp-conformance-baseline.yml"),
+                                    "-o", out], env=env, cwd=out, stdout=subprocess.PIPE,
+                                   stderr=subprocess.STDOUT, text=True, timeout=600)
+            summary = p.stdout[p.stdout.find("=== SUMMARY ==="):]
+            self.assertEqual(p.returncode, 0, summary or p.stdout[-4000:])
+            # What does apply passes: the handshake, ping, tools/list, streams, the Origin check.
+            for s in ("server-initialize", "ping", "tools-list", "resources-list",
+                      "dns-rebinding-protection"):
+                self.assertRegex(summary, r"✓ %s: \d+ passed, 0 failed" % re.escape(s), summary)
+        finally:
+            if px:
+                px.kill()
+                px.wait()
+                px.stdout.close()
+            self.assertEqual(d.stop(), 0, d.text()[-3000:])
 
 
 @unittest.skipUnless(HAVE_DAEMON, "AIRLOCKD_BIN is not set")
