@@ -20,6 +20,7 @@
 #define MCP_SESSIONS_MAX 256 /* protocol sessions held at once, all owners */
 #define MCP_SESSION_IDLE_MS (24ull * 3600 * 1000)
 #define KEEPALIVE_MS 15000
+#define HEADER_MISMATCH -32020 /* 2026-07-28: the headers do not say what the body does */
 
 static const char *const versions[] = AL_MCP_VERSIONS;
 
@@ -450,8 +451,16 @@ static enum MHD_Result mcp_post(struct MHD_Connection *c, struct ad_req *q)
     /* The 2026 headers, when given, say what the body does. */
     const char *hm = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Mcp-Method");
     const char *hn = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Mcp-Name");
+    /* A 2026-07-28 request says its version and method in headers too (Mcp-Name for the
+     * methods that name a tool or a resource), and they must agree with the body. */
+    bool named =
+        sh.method && (!strcmp(sh.method, "tools/call") || !strcmp(sh.method, "resources/read"));
+    if (stateless && sh.method && (!hv || !hm || (named && !hn)))
+        return rpc_http_error(c, q, 400, sh.id, HEADER_MISMATCH,
+                              "a 2026-07-28 request needs MCP-Protocol-Version and Mcp-Method "
+                              "(and Mcp-Name for a tool or a resource)");
     if ((hm && (!sh.method || strcmp(hm, sh.method))) || (hn && (!sh.name || strcmp(hn, sh.name))))
-        return rpc_http_error(c, q, 400, sh.id, -32600,
+        return rpc_http_error(c, q, 400, sh.id, HEADER_MISMATCH,
                               "Mcp-Method or Mcp-Name does not match the body");
     if (stateless && sh.method && !sh.known)
         return rpc_http_error(c, q, 404, sh.id, -32601, "method not found");

@@ -90,6 +90,7 @@ struct mcp_call {
     cJSON *progress; /* the progressToken the client gave, or NULL */
     al_mcp_send_fn send;
     void *ctx;
+    bool modern;   /* a 2026-07-28 request: its result says resultType */
     int target_fd; /* where cancellation's signals go while a guest waits on it, or -1 */
     bool cancelled, killed;
     uint64_t t_start_ms, t_cancel_ms, t_progress_ms;

@@ -26,6 +26,8 @@ static const char *const versions[] = AL_MCP_VERSIONS;
 #define RPC_PARAMS -32602
 #define RPC_INTERNAL -32603
 #define RPC_BUSY -32000
+#define RPC_VERSION -32022 /* 2026-07-28: a version the server does not speak */
+#define META_VERSION "io.modelcontextprotocol/protocolVersion"
 
 #define CANCEL_KILL_MS 2000 /* after SIGINT, a cancelled call's run is killed */
 #define PROGRESS_MS 3000    /* a call with a progress token hears from us this often */
@@ -90,8 +92,28 @@ static void reply_error(al_mcp *m, al_mcp_send_fn send, void *ctx, const cJSON *
     pthread_mutex_unlock(&m->mu);
 }
 
-static void reply_result(al_mcp *m, al_mcp_send_fn send, void *ctx, const cJSON *id, cJSON *result)
+/* A result as the request's era wants it: the 2026-07-28 generation's resultType on every
+ * result, and the cache hints its list and read results must carry. */
+static void stamp(cJSON *result, const char *method, bool modern)
 {
+    if (!modern || !cJSON_IsObject(result))
+        return;
+    cJSON_AddStringToObject(result, "resultType", "complete");
+    static const char *const cacheable[] = {"tools/list", "resources/list",
+                                            "resources/templates/list", "resources/read",
+                                            "server/discover"};
+    for (size_t i = 0; i < sizeof(cacheable) / sizeof(cacheable[0]); i++)
+        if (!strcmp(method, cacheable[i])) {
+            /* The tool list changes only with the server's options; the rest at any time. */
+            cJSON_AddNumberToObject(result, "ttlMs", !strcmp(method, "tools/list") ? 60000 : 0);
+            cJSON_AddStringToObject(result, "cacheScope", "private");
+        }
+}
+
+static void reply_result(al_mcp *m, al_mcp_send_fn send, void *ctx, const cJSON *id,
+                         const char *method, bool modern, cJSON *result)
+{
+    stamp(result, method, modern);
     _cleanup_cjson_ cJSON *r = envelope(id);
     cJSON_AddItemToObject(r, "result", result);
     pthread_mutex_lock(&m->mu);
@@ -172,7 +194,11 @@ static void *worker(void *arg)
     } else {
         const cJSON *uri = cJSON_GetObjectItemCaseSensitive(c->params, "uri");
         result = mcp_resources_read(m, c, uri->valuestring, &code, msg, sizeof(msg));
+        /* The 2026-07-28 generation says a missing resource is invalid params. */
+        if (!result && c->modern && code == -32002)
+            code = RPC_PARAMS;
     }
+    stamp(result, c->method, c->modern);
     _cleanup_cjson_ cJSON *r = envelope(id);
     if (result) {
         cJSON_AddItemToObject(r, "result", result);
@@ -206,7 +232,7 @@ static void *worker(void *arg)
 
 /* Hands a request to a worker thread; the answer comes from there. */
 static void dispatch(al_mcp *m, const cJSON *id, const char *method, const cJSON *params,
-                     al_mcp_send_fn send, void *ctx)
+                     bool modern, al_mcp_send_fn send, void *ctx)
 {
     struct mcp_call *c = calloc(1, sizeof(*c));
     if (!c || !(c->id = cJSON_PrintUnformatted(id)) || !(c->method = strdup(method)) ||
@@ -216,6 +242,7 @@ static void dispatch(al_mcp *m, const cJSON *id, const char *method, const cJSON
         return;
     }
     c->m = m;
+    c->modern = modern;
     c->send = send;
     c->ctx = ctx;
     c->target_fd = -1;
@@ -387,6 +414,9 @@ static cJSON *discover(void)
     cJSON_AddItemToObject(r, "capabilities", capabilities());
     cJSON_AddItemToObject(r, "serverInfo", server_info());
     cJSON_AddStringToObject(r, "instructions", instructions);
+    /* Where the 2026-07-28 generation looks for it. */
+    cJSON_AddItemToObject(cJSON_AddObjectToObject(r, "_meta"), "io.modelcontextprotocol/serverInfo",
+                          server_info());
     return r;
 }
 
@@ -441,6 +471,25 @@ static unsigned handle(al_mcp *m, const cJSON *msg, al_mcp_send_fn send, void *c
         reply_error(m, send, ctx, id, RPC_PARAMS, "invalid params: not an object");
         return 1;
     }
+    /* The 2026-07-28 generation names its version in each request's _meta. */
+    const cJSON *meta = cJSON_GetObjectItemCaseSensitive(params, "_meta");
+    const cJSON *pv = cJSON_GetObjectItemCaseSensitive(meta, META_VERSION);
+    bool modern = false;
+    if (pv) {
+        if (!cJSON_IsString(pv) || strcmp(pv->valuestring, VERSION_STATELESS)) {
+            _cleanup_cjson_ cJSON *r = envelope(id);
+            cJSON *e = cJSON_AddObjectToObject(r, "error");
+            cJSON_AddNumberToObject(e, "code", RPC_VERSION);
+            cJSON_AddStringToObject(e, "message", "unsupported protocol version");
+            cJSON *sup = cJSON_AddArrayToObject(cJSON_AddObjectToObject(e, "data"), "supported");
+            cJSON_AddItemToArray(sup, cJSON_CreateString(VERSION_STATELESS));
+            pthread_mutex_lock(&m->mu);
+            send_json(m, send, ctx, r, true);
+            pthread_mutex_unlock(&m->mu);
+            return 1;
+        }
+        modern = true;
+    }
     if (!strcmp(name, "initialize")) {
         const cJSON *v = cJSON_GetObjectItemCaseSensitive(params, "protocolVersion");
         if (!cJSON_IsString(v)) {
@@ -448,15 +497,15 @@ static unsigned handle(al_mcp *m, const cJSON *msg, al_mcp_send_fn send, void *c
                         "invalid params: initialize needs a protocolVersion string");
             return 1;
         }
-        reply_result(m, send, ctx, id, initialize(m, params));
+        reply_result(m, send, ctx, id, name, modern, initialize(m, params));
     } else if (!strcmp(name, "ping")) {
-        reply_result(m, send, ctx, id, cJSON_CreateObject());
+        reply_result(m, send, ctx, id, name, modern, cJSON_CreateObject());
     } else if (!strcmp(name, "server/discover")) {
-        reply_result(m, send, ctx, id, discover());
+        reply_result(m, send, ctx, id, name, modern, discover());
     } else if (!strcmp(name, "tools/list")) {
-        reply_result(m, send, ctx, id, cJSON_Duplicate(m->tools, true));
+        reply_result(m, send, ctx, id, name, modern, cJSON_Duplicate(m->tools, true));
     } else if (!strcmp(name, "resources/templates/list")) {
-        reply_result(m, send, ctx, id, resource_templates());
+        reply_result(m, send, ctx, id, name, modern, resource_templates());
     } else if (!strcmp(name, "tools/call")) {
         const cJSON *tool = cJSON_GetObjectItemCaseSensitive(params, "name");
         const cJSON *args = cJSON_GetObjectItemCaseSensitive(params, "arguments");
@@ -469,16 +518,16 @@ static unsigned handle(al_mcp *m, const cJSON *msg, al_mcp_send_fn send, void *c
             reply_error(m, send, ctx, id, RPC_PARAMS, why);
             return 1;
         }
-        dispatch(m, id, name, params, send, ctx);
+        dispatch(m, id, name, params, modern, send, ctx);
     } else if (!strcmp(name, "resources/list")) {
-        dispatch(m, id, name, params, send, ctx);
+        dispatch(m, id, name, params, modern, send, ctx);
     } else if (!strcmp(name, "resources/read")) {
         const cJSON *uri = cJSON_GetObjectItemCaseSensitive(params, "uri");
         if (!cJSON_IsString(uri)) {
             reply_error(m, send, ctx, id, RPC_PARAMS, "invalid params: resources/read needs a uri");
             return 1;
         }
-        dispatch(m, id, name, params, send, ctx);
+        dispatch(m, id, name, params, modern, send, ctx);
     } else {
         char text[160], esc[96];
         snprintf(text, sizeof(text), "method not found: %s",

@@ -31,6 +31,8 @@ if HAVE_DAEMON:
     from test_airlockd import Daemon
 
 SDK = "@modelcontextprotocol/sdk@1.32.2"
+# The v2 client, for the 2026-07-28 generation.
+SDK_V2 = "@modelcontextprotocol/client@2.4.0"
 # The conformance suite needs Node 22, which the npm registry serves as a package.
 CONFORMANCE = ["@modelcontextprotocol/conformance@0.1.16", "node@22.23.3"]
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -144,6 +146,25 @@ class ProtocolTest(unittest.TestCase):
         d = self.s.request("server/discover", {})["result"]
         self.assertIn("2026-07-28", d["supportedVersions"])
         self.assertIn("2025-11-25", d["supportedVersions"])
+
+    def test_stateless_generation_on_stdio(self):
+        meta = {"_meta": {"io.modelcontextprotocol/protocolVersion": "2026-07-28",
+                          "io.modelcontextprotocol/clientCapabilities": {}}}
+        d = self.s.request("server/discover", meta)["result"]
+        self.assertEqual(d["resultType"], "complete")
+        self.assertEqual(d["_meta"]["io.modelcontextprotocol/serverInfo"]["name"], "airlock")
+        t = self.s.request("tools/list", meta)["result"]
+        self.assertEqual((t["resultType"], t["cacheScope"]), ("complete", "private"))
+        self.assertGreater(t["ttlMs"], 0)
+        r = self.s.request("tools/call", dict(meta, name="list_sessions", arguments={}))["result"]
+        self.assertEqual(r["resultType"], "complete")
+        # The legacy generation's results carry none of it.
+        self.assertNotIn("resultType", self.s.request("tools/list")["result"])
+        # A version it does not speak: -32022 with the ones it does.
+        bad = {"_meta": {"io.modelcontextprotocol/protocolVersion": "2099-01-01"}}
+        e = self.s.request("tools/list", bad)["error"]
+        self.assertEqual(e["code"], -32022)
+        self.assertEqual(e["data"]["supported"], ["2026-07-28"])
 
     def test_errors(self):
         self.s.send(b'{"jsonrpc": "2.0", "id": 1, "method": ')
@@ -487,7 +508,8 @@ class HttpProtocolTest(unittest.TestCase):
         # Another site's page (DNS rebinding and the like): 403, whatever the key.
         st, _, _ = self.post(body, Origin="http://evil.example")
         self.assertEqual(st, 403)
-        st, _, _ = self.post(body, Origin="http://localhost:6274", MCP_Protocol_Version="2026-07-28")
+        st, _, _ = self.post(body, Origin="http://localhost:6274", MCP_Protocol_Version="2026-07-28",
+                             Mcp_Method="tools/list")
         self.assertEqual(st, 200)
         st, _, _ = http(self.d.port, "POST", b"{}", dict(self.auth, **{"Content-Type": "text/plain"}))
         self.assertEqual(st, 415)
@@ -503,9 +525,17 @@ class HttpProtocolTest(unittest.TestCase):
 
     def test_stateless_generation(self):
         v = {"MCP_Protocol_Version": "2026-07-28"}
-        st, _, b = self.post({"jsonrpc": "2.0", "id": 1, "method": "server/discover"}, **v)
+        st, _, b = self.post({"jsonrpc": "2.0", "id": 1, "method": "server/discover"},
+                             Mcp_Method="server/discover", **v)
         self.assertEqual(st, 200, b)
         self.assertIn("2026-07-28", json.loads(b)["result"]["supportedVersions"])
+        # Without Mcp-Method, or a tool call without Mcp-Name: 400 (-32020).
+        st, _, b = self.post({"jsonrpc": "2.0", "id": 1, "method": "server/discover"}, **v)
+        self.assertEqual((st, json.loads(b)["error"]["code"]), (400, -32020))
+        st, _, b = self.post({"jsonrpc": "2.0", "id": 1, "method": "tools/call",
+                              "params": {"name": "list_sessions", "arguments": {}}},
+                             Mcp_Method="tools/call", **v)
+        self.assertEqual((st, json.loads(b)["error"]["code"]), (400, -32020))
         st, _, b = self.post({"jsonrpc": "2.0", "id": 2, "method": "tools/list"},
                              Mcp_Method="tools/list", **v)
         self.assertEqual(st, 200, b)
@@ -527,7 +557,8 @@ class HttpProtocolTest(unittest.TestCase):
         self.assertEqual(events[-1]["id"], 5)
         self.assertEqual(events[-1]["result"]["structuredContent"], {"sessions": []})
         # Unknown methods: 404 with -32601.
-        st, _, b = self.post({"jsonrpc": "2.0", "id": 6, "method": "no/such"}, **v)
+        st, _, b = self.post({"jsonrpc": "2.0", "id": 6, "method": "no/such"}, Mcp_Method="no/such",
+                             **v)
         self.assertEqual((st, json.loads(b)["error"]["code"]), (404, -32601))
 
 
@@ -565,6 +596,34 @@ class ConformanceTest(unittest.TestCase):
                 px.kill()
                 px.wait()
                 px.stdout.close()
+            self.assertEqual(d.stop(), 0, d.text()[-3000:])
+
+
+@unittest.skipUnless(HAVE_DAEMON, "AIRLOCKD_BIN is not set")
+class SdkV2Test(unittest.TestCase):
+    """@modelcontextprotocol/client v2 pinned to 2026-07-28 (server/discover instead of
+    initialize, resultType and cache hints on results, the version and the Mcp-Method/Mcp-Name
+    headers on each request), over stdio and over HTTP, a tiny guest each."""
+
+    def test_v2_client_pinned_to_2026(self):
+        sdk = npm_install(SDK_V2)
+        d = Daemon()
+        try:
+            p = subprocess.run(["node", os.path.join(HERE, "mcp_sdk_v2.mjs"), sdk, altest.AIRLOCK,
+                                "http://127.0.0.1:%d/mcp" % d.port, d.key("v2")],
+                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, timeout=600)
+            self.assertEqual(p.returncode, 0, p.stderr.decode()[-3000:] + d.text()[-2000:])
+            rep = json.loads(p.stdout)
+            for front in ("stdio", "http"):
+                r = rep[front]
+                self.assertEqual(r["version"], "2026-07-28", r)
+                self.assertIn("run_code", r["tools"])
+                self.assertGreaterEqual(r["progress"], 1, r)
+                self.assertEqual(r["stdout"], "v2-42\n", r)
+                self.assertFalse(r["isError"])
+                self.assertTrue(r["bad"])
+                self.assertTrue(r["stopped"])
+        finally:
             self.assertEqual(d.stop(), 0, d.text()[-3000:])
 
 
