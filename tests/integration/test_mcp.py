@@ -33,9 +33,14 @@ if HAVE_DAEMON:
 SDK = "@modelcontextprotocol/sdk@1.32.2"
 # The v2 client, for the 2026-07-28 generation.
 SDK_V2 = "@modelcontextprotocol/client@2.4.0"
+# Agents' own MCP clients, which need Node 22 (from the npm registry too): the Inspector's CLI,
+# Claude Code and Gemini CLI; their handshakes need no API key.
+CLIENTS = ["@modelcontextprotocol/inspector@2.12.0", "@anthropic-ai/claude-code@2.1.332",
+           "@google/gemini-cli@0.61.0", "node@22.23.3"]
 # The conformance suite needs Node 22, which the npm registry serves as a package.
 CONFORMANCE = ["@modelcontextprotocol/conformance@0.1.16", "node@22.23.3"]
 HERE = os.path.dirname(os.path.abspath(__file__))
+AIRLOCK_ABS = os.path.abspath(altest.AIRLOCK) if os.sep in altest.AIRLOCK else altest.AIRLOCK
 HAVE_DEBIAN = os.path.exists(os.path.join(altest.IMAGE_DIR, "debian", "manifest.json"))
 
 
@@ -282,6 +287,67 @@ class ProtocolTest(unittest.TestCase):
         self.assertIn(b"--sessions", p.stderr)
         p = altest.run(["mcp", "--bogus"])
         self.assertEqual(p.returncode, 2)
+
+
+class ClientsTest(unittest.TestCase):
+    """The clients people register `airlock mcp` with, each in a fresh HOME: the Inspector's
+    CLI lists the tools and calls one; `claude mcp list` and `gemini mcp list` start the server,
+    handshake and report it connected. No VM."""
+
+    @classmethod
+    def setUpClass(cls):
+        cls.dir = npm_install(CLIENTS)
+        cls.bin = os.path.join(cls.dir, "node_modules", ".bin")
+
+    def run_client(self, argv, home, timeout=180):
+        env = dict(os.environ, HOME=home, PATH=self.bin + os.pathsep + os.environ["PATH"],
+                   AIRLOCK_IMAGE_DIR=altest.IMAGE_DIR, DISABLE_AUTOUPDATER="1",
+                   CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC="1", NO_COLOR="1")
+        p = subprocess.run(argv, env=env, cwd=home, stdout=subprocess.PIPE,
+                           stderr=subprocess.PIPE, timeout=timeout)
+        return p.returncode, p.stdout.decode(errors="replace"), p.stderr.decode(errors="replace")
+
+    def test_inspector_cli(self):
+        with tempfile.TemporaryDirectory() as home:
+            rc, out, err = self.run_client(["mcp-inspector", "--cli", AIRLOCK_ABS, "mcp",
+                                            "--method", "tools/list"], home)
+            self.assertEqual(rc, 0, err[-2000:])
+            names = [t["name"] for t in json.loads(out)["tools"]]
+            self.assertIn("run_code", names)
+            self.assertIn("rollback", names)
+            rc, out, err = self.run_client(["mcp-inspector", "--cli", AIRLOCK_ABS, "mcp",
+                                            "--method", "tools/call", "--tool-name",
+                                            "list_sessions"], home)
+            self.assertEqual(rc, 0, err[-2000:])
+            self.assertEqual(json.loads(out)["structuredContent"], {"sessions": []})
+            # A tool error reaches it as one (it exits non-zero on isError).
+            rc, out, err = self.run_client(["mcp-inspector", "--cli", AIRLOCK_ABS, "mcp",
+                                            "--method", "tools/call", "--tool-name", "run_code",
+                                            "--tool-arg", "session=sb_nope",
+                                            "--tool-arg", "code=print(1)"], home)
+            self.assertNotEqual(rc, 0)
+            self.assertIn("isError", out + err)
+
+    def test_claude_code_connects(self):
+        with tempfile.TemporaryDirectory() as home:
+            rc, out, err = self.run_client(["claude", "mcp", "add", "airlock", "--",
+                                            AIRLOCK_ABS, "mcp"], home)
+            self.assertEqual(rc, 0, out + err)
+            rc, out, err = self.run_client(["claude", "mcp", "list"], home)
+            line = [l for l in out.splitlines() if l.startswith("airlock:")]
+            self.assertTrue(line and "Connected" in line[0], out + err)
+
+    def test_gemini_cli_connects(self):
+        with tempfile.TemporaryDirectory() as home:
+            rc, out, err = self.run_client(["gemini", "mcp", "add", "--scope", "user", "airlock",
+                                            AIRLOCK_ABS, "mcp"], home)
+            self.assertEqual(rc, 0, out + err)
+            # Gemini CLI starts no server in a folder it does not trust.
+            with open(os.path.join(home, ".gemini", "trustedFolders.json"), "w") as f:
+                json.dump({home: "TRUST_FOLDER"}, f)
+            rc, out, err = self.run_client(["gemini", "mcp", "list"], home)
+            line = [l for l in (out + err).splitlines() if "airlock:" in l]
+            self.assertTrue(line and "Connected" in line[0], out + err)
 
 
 @unittest.skipUnless(HAVE_DEBIAN, "the debian image is not built")
