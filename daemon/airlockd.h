@@ -414,6 +414,9 @@ enum MHD_Result ad_mcp_route(struct MHD_Connection *c, struct ad_req *q);
 /* Ends every owner's MCP server and its sessions (before the HTTP server stops). */
 void ad_mcp_shutdown(void);
 
+/* A Host (or an Origin's host) naming this machine: localhost, 127.0.0.1 or [::1], with or
+ * without a port; NULL counts as one (no header). */
+bool ad_loopback_host(const char *h);
 int ad_http_start(char *why, size_t len);
 void ad_http_stop(void);
 

@@ -280,7 +280,7 @@ static int peer_cred(struct MHD_Connection *c, uid_t *uid, gid_t *gid)
  * 127.0.0.1 (DNS rebinding) would be same-origin with it. Its Host header still carries that
  * name, so the socket takes only loopback names from a browser (one that sends Fetch Metadata,
  * as current browsers do, or Origin); other clients may name any host. */
-static bool loopback_host(const char *h)
+bool ad_loopback_host(const char *h)
 {
     if (!h)
         return true;
@@ -331,11 +331,11 @@ static enum MHD_Result authenticate(struct MHD_Connection *c, struct ad_req *q, 
         if (!allowed)
             return ad_reply_error(c, q, 403, "forbidden", "uid %u may not use this socket",
                                   (unsigned)uid);
-        /* a browser's request (Fetch Metadata or Origin): see loopback_host */
+        /* a browser's request (Fetch Metadata or Origin): see ad_loopback_host */
         bool browser = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Sec-Fetch-Mode") ||
                        MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Origin");
         if (browser && !q->host_routed &&
-            !loopback_host(MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Host")))
+            !ad_loopback_host(MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Host")))
             return ad_reply_error(c, q, 403, "forbidden",
                                   "on the unix socket, Host must be localhost, 127.0.0.1 or [::1]");
         snprintf(q->owner, sizeof(q->owner), "uid:%u", (unsigned)uid);

@@ -363,14 +363,9 @@ static bool origin_ok(const char *origin)
     const char *p = strstr(origin, "://");
     if (!p)
         return false;
-    p += 3;
-    static const char *const names[] = {"localhost", "127.0.0.1", "[::1]"};
-    for (size_t i = 0; i < sizeof(names) / sizeof(names[0]); i++) {
-        size_t n = strlen(names[i]);
-        if (!strncasecmp(p, names[i], n) && (p[n] == '\0' || p[n] == ':' || p[n] == '/'))
-            return true;
-    }
-    return false;
+    char host[256];
+    snprintf(host, sizeof(host), "%.*s", (int)strcspn(p + 3, "/"), p + 3);
+    return host[0] && ad_loopback_host(host);
 }
 
 static bool accepts(const char *accept, const char *type)

@@ -162,9 +162,11 @@ int mcp_run_start(al_mcp *m, struct mcp_sess *ss, const struct mcp_run_spec *sp,
 /* Finds a run by id (in any live session), with a reference to it and to its session. */
 struct mcp_run *mcp_run_get(al_mcp *m, const char *id);
 void mcp_run_put(al_mcp *m, struct mcp_run *r);
-/* Waits until r ends, wait_ms pass or c is cancelled (its signals then go to the run). true
- * when it ended. Takes the lock. */
-bool mcp_run_wait(al_mcp *m, struct mcp_run *r, struct mcp_call *c, uint64_t wait_ms);
+/* Waits until r ends, wait_ms pass, c is cancelled (its signals then go to the run) or, with
+ * since, either stream has bytes past since[0] / since[1]. true when it ended. Takes the
+ * lock. */
+bool mcp_run_wait(al_mcp *m, struct mcp_run *r, struct mcp_call *c, uint64_t wait_ms,
+                  const uint64_t since[2]);
 /* Sends the run a signal byte (SIGINT is passed on; any other kills its process tree). */
 void mcp_run_signal(struct mcp_run *r, int sig);
 /* Keeps n more bytes of a stream (the guest's: any bytes at all). Under the lock. */

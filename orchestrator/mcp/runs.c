@@ -525,11 +525,13 @@ static void deadline_in(struct timespec *ts, uint64_t ms)
         ts->tv_sec++, ts->tv_nsec -= 1000000000;
 }
 
-bool mcp_run_wait(al_mcp *m, struct mcp_run *r, struct mcp_call *c, uint64_t wait_ms)
+bool mcp_run_wait(al_mcp *m, struct mcp_run *r, struct mcp_call *c, uint64_t wait_ms,
+                  const uint64_t since[2])
 {
     uint64_t until = al_now_ms() + wait_ms;
     pthread_mutex_lock(&m->mu);
-    while (!r->done && !m->closing) {
+    while (!r->done && !m->closing &&
+           !(since && (r->out[0].total > since[0] || r->out[1].total > since[1]))) {
         /* A cancelled wait ends: at once when it only waits, after the kill when its run is
          * the call's own. */
         if (c && c->cancelled && (c->killed || c->target_fd < 0))

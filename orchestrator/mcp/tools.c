@@ -842,7 +842,7 @@ static cJSON *run_and_view(al_mcp *m, struct mcp_call *c, struct mcp_sess *ss,
     mcp_call_phase(c, "running in %s", ss->id);
     mcp_call_target(c, r->cancel[1]);
     uint64_t wait_ms = wait_s >= 0 ? (uint64_t)wait_s * 1000 : UINT64_MAX / 4;
-    mcp_run_wait(m, r, c, wait_ms);
+    mcp_run_wait(m, r, c, wait_ms, NULL);
     mcp_call_target(c, -1);
     pthread_mutex_lock(&m->mu);
     cJSON *v = run_view(m, r);
@@ -1099,7 +1099,7 @@ static cJSON *t_run_output(const struct targs *t)
     const cJSON *a = t->a;
     struct mcp_run *r = t->r;
     mcp_call_phase(c, "waiting for %s", r->id);
-    mcp_run_wait(m, r, c, (uint64_t)arg_int(a, "wait_s", MCP_WAIT_MAX_S) * 1000);
+    mcp_run_wait(m, r, c, (uint64_t)arg_int(a, "wait_s", MCP_WAIT_MAX_S) * 1000, NULL);
     pthread_mutex_lock(&m->mu);
     cJSON *v = run_view(m, r);
     pthread_mutex_unlock(&m->mu);
@@ -1159,7 +1159,7 @@ static cJSON *t_start_process(const struct targs *t)
         return tool_error("%s", err.msg);
     }
     /* A moment for a command that fails at once to say so. */
-    mcp_run_wait(m, r, c, 300);
+    mcp_run_wait(m, r, c, 300, NULL);
     pthread_mutex_lock(&m->mu);
     cJSON *st = cJSON_CreateObject();
     cJSON_AddStringToObject(st, "process", r->id);
@@ -1194,22 +1194,9 @@ static cJSON *t_process_output(const struct targs *t)
     uint64_t since[2] = {(uint64_t)arg_int(a, "stdout_since", 0),
                          (uint64_t)arg_int(a, "stderr_since", 0)};
     size_t max = (size_t)arg_int(a, "max_bytes", PROCESS_READ_DEFAULT);
-    uint64_t until = al_now_ms() + (uint64_t)arg_int(a, "wait_s", 0) * 1000;
     mcp_call_phase(c, "reading %s", r->id);
+    mcp_run_wait(m, r, c, (uint64_t)arg_int(a, "wait_s", 0) * 1000, since);
     pthread_mutex_lock(&m->mu);
-    while (!r->done && !m->closing && !c->cancelled && r->out[0].total <= since[0] &&
-           r->out[1].total <= since[1]) {
-        uint64_t now = al_now_ms();
-        if (now >= until)
-            break;
-        struct timespec ts;
-        clock_gettime(CLOCK_REALTIME, &ts);
-        uint64_t step = until - now < 500 ? until - now : 500;
-        ts.tv_nsec += (long)step * 1000000;
-        ts.tv_sec += ts.tv_nsec / 1000000000;
-        ts.tv_nsec %= 1000000000;
-        pthread_cond_timedwait(&m->cv, &m->mu, &ts);
-    }
     cJSON *st = cJSON_CreateObject();
     cJSON_AddStringToObject(st, "process", r->id);
     cJSON_AddStringToObject(st, "state", r->done ? "done" : "running");
@@ -1263,7 +1250,7 @@ static cJSON *t_kill_process(const struct targs *t)
     mcp_run_signal(r, !strcmp(sig, "INT") ? SIGINT : !strcmp(sig, "TERM") ? SIGTERM : SIGKILL);
     pthread_mutex_unlock(&m->mu);
     mcp_call_phase(c, "waiting for %s to end", r->id);
-    bool ended = mcp_run_wait(m, r, NULL, !strcmp(sig, "INT") ? 2000 : 10000);
+    bool ended = mcp_run_wait(m, r, NULL, !strcmp(sig, "INT") ? 2000 : 10000, NULL);
     pthread_mutex_lock(&m->mu);
     cJSON *st = cJSON_CreateObject();
     cJSON_AddStringToObject(st, "process", r->id);
