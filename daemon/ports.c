@@ -207,6 +207,10 @@ static void *tunnel_main(void *p)
     /* curl learns the end (its reads see EOF) */
     if (x->sp[1] >= 0)
         shutdown(x->sp[1], SHUT_RDWR);
+    /* The session is let go with the tunnel, not with the answer: a caller that stops reading
+     * holds its connection, never the session's end (proxy_free joins this thread first). */
+    ad_session_put(x->sess);
+    x->sess = NULL;
     return NULL;
 }
 
@@ -443,6 +447,8 @@ static void ws_free(struct ad_ws *w)
     uint8_t kill = SIGKILL;
     if (w->cancel[1] >= 0)
         (void)!write(w->cancel[1], &kill, 1);
+    if (w->sv[0] >= 0)
+        shutdown(w->sv[0], SHUT_RDWR); /* a tunnel's write waiting on us fails */
     if (w->tunnel_up)
         pthread_join(w->tunnel, NULL);
     closefd(&w->sv[0]);
@@ -468,6 +474,8 @@ static void *ws_tunnel_main(void *p)
         pthread_mutex_unlock(&w->mu);
     }
     shutdown(w->sv[1], SHUT_RDWR); /* our end reads EOF */
+    ad_session_put(w->sess);       /* as tunnel_main: ws_free joins this thread first */
+    w->sess = NULL;
     return NULL;
 }
 

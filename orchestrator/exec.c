@@ -162,6 +162,39 @@ static int on_results(struct exec_state *st, const al_exec_opts *o, const struct
     return send_credit(st, AL_STREAM_RESULT, m->u.data.len, err);
 }
 
+static int on_cancel(struct exec_state *st, al_error *err);
+
+/* A tunnel's bytes to its host-side socket: never blocked past the tunnel's cancel byte or the
+ * end of its request (a host-side reader that stopped reading would hold the tunnel, and what
+ * holds it, forever). Negative with err set when cancelled or failed; -EPIPE when the reader is
+ * gone. */
+static int tunnel_write(struct exec_state *st, int fd, const uint8_t *p, size_t len, al_error *err)
+{
+    while (len) {
+        ssize_t n = send(fd, p, len, MSG_DONTWAIT | MSG_NOSIGNAL);
+        if (n > 0) {
+            p += n;
+            len -= (size_t)n;
+            continue;
+        }
+        if (n < 0 && errno == ENOTSOCK)
+            return al_write_all(fd, p, len);
+        if (n < 0 && errno == EINTR)
+            continue;
+        if (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK)
+            return -errno;
+        int r = al_link_wait_writable(st->s, st->id, fd, err);
+        if (r < 0)
+            return r;
+        if (r == 1) {
+            r = on_cancel(st, err);
+            if (r < 0)
+                return r;
+        }
+    }
+    return 0;
+}
+
 static int on_data(struct exec_state *st, const al_exec_opts *o, const struct al_msg *m,
                    al_error *err)
 {
@@ -186,8 +219,11 @@ static int on_data(struct exec_state *st, const al_exec_opts *o, const struct al
     st->got[stream] += m->u.data.len;
     scan_offline(st, stream, m->u.data.data, m->u.data.len);
     if (m->u.data.len && !st->out_broken[stream]) {
-        int r = o->output ? o->output(o->output_ctx, stream, m->u.data.data, m->u.data.len)
-                          : al_write_all(fd, m->u.data.data, m->u.data.len);
+        int r = o->output  ? o->output(o->output_ctx, stream, m->u.data.data, m->u.data.len)
+                : st->port ? tunnel_write(st, fd, m->u.data.data, m->u.data.len, err)
+                           : al_write_all(fd, m->u.data.data, m->u.data.len);
+        if (st->port && r < 0 && r != -EPIPE && err->code)
+            return r; /* the tunnel was cancelled or its request failed: err says why */
         if (r == -EPIPE) {
             /* Like a local pipeline: the writer learns its reader is gone; a tunnel whose host
              * side is gone ends. */

@@ -667,6 +667,46 @@ static int read_for(al_session *s, struct al_link_req *q, struct al_msg *m, int 
     return r;
 }
 
+int al_link_wait_writable(al_session *s, uint32_t id, int fd, al_error *err)
+{
+    struct al_link_mux *x = s->mux;
+    pthread_mutex_lock(&x->mu);
+    struct al_link_req *q = req_find(x, id);
+    if (!q) {
+        pthread_mutex_unlock(&x->mu);
+        return al_err(err, -EINVAL, "request %u is not in flight", id);
+    }
+    int r;
+    for (;;) {
+        if (q->fail) {
+            r = al_err(err, q->fail, "%s", q->fail_msg);
+            break;
+        }
+        /* A wake drained here is not lost: its cause stays in the queue, the fail or the
+         * reading, and the next receive looks at those first. */
+        req_drain(q);
+        pthread_mutex_unlock(&x->mu);
+        struct pollfd p[3] = {{fd, POLLOUT, 0}, {q->cancel_fd, POLLIN, 0}, {q->wake[0], POLLIN, 0}};
+        int pr = poll(p, 3, -1);
+        int saved = errno;
+        pthread_mutex_lock(&x->mu);
+        if (pr < 0 && saved != EINTR) {
+            r = al_err(err, -saved, "poll failed: %s", strerror(saved));
+            break;
+        }
+        if (pr > 0 && p[1].revents) {
+            r = 1;
+            break;
+        }
+        if (pr > 0 && p[0].revents) {
+            r = 0; /* writable, or broken: the write says which */
+            break;
+        }
+    }
+    pthread_mutex_unlock(&x->mu);
+    return r;
+}
+
 int al_link_recv_until(al_session *s, uint32_t id, struct al_msg *m, int extra_fd, int extra2_fd,
                        uint64_t deadline, al_error *err)
 {

@@ -63,5 +63,9 @@ int al_link_recv(al_session *s, uint32_t id, struct al_msg *m, int extra_fd, al_
  * (0: none): -ETIMEDOUT with err untouched when it passes before the session's lifetime ends. */
 int al_link_recv_until(al_session *s, uint32_t id, struct al_msg *m, int extra_fd, int extra2_fd,
                        uint64_t deadline, al_error *err);
+/* Waits until fd takes bytes (0) or request id's signal pipe is readable (1), or fails as the
+ * request fails (the session ended, the channel broke): a writer to a host-side reader that
+ * stopped reading is never stuck past its session. */
+int al_link_wait_writable(al_session *s, uint32_t id, int fd, al_error *err);
 
 #endif

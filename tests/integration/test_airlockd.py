@@ -2197,6 +2197,7 @@ class PortsTest(DebianSessionTest):
         sb = Sandbox(image="debian", client=self.d.tcp(self.key))
         sb.files.write("/tmp/echo.py", ECHO_SERVER.encode())
         sb.commands.run("exec python3 /tmp/echo.py slow 8002", background=True)
+        sb.commands.run("exec python3 /tmp/echo.py ws 8003", background=True)
         end = time.time() + 60
         while True:
             st, r, c = self.get("/v1/sessions/%s/ports/8002/" % sb.id, stream=True)
@@ -2206,12 +2207,30 @@ class PortsTest(DebianSessionTest):
             time.sleep(1)
         self.assertEqual(st, 200)
         self.assertEqual(r.readline(), b"tick\n")
+        # Two floods whose callers stopped reading: every buffer between them and the guest
+        # fills, and each tunnel's writer waits on a full socket. One caller hangs up (the relay
+        # ends: its end may not wait on the writer); the other stays, not reading, while its
+        # session is deleted (the delete may not wait on it, nor on the WebSocket's stall limit).
+        # Each waited forever before.
+        floods = []
+        for _ in range(2):
+            s, st, head = self.ws("/v1/sessions/%s/ports/8003/flood" % sb.id)
+            self.assertEqual(st, 101, head)
+            self.ws_read(s)
+            self.assertEqual(self.ws_read(s)[1], b"x" * 65536)
+            floods.append(s)
+        time.sleep(3)  # the buffers fill
+        floods[0].close()
+        time.sleep(1)
         t0 = time.time()
+        sb.client.timeout = 60
         sb.kill()
+        self.assertLess(time.time() - t0, 30, "the session's end waited for a stalled caller")
         while r.readline():
             self.assertLess(time.time() - t0, 30, "the stream outlived its session")
         c.close()
         self.assertLess(time.time() - t0, 30)
+        floods[1].close()
 
 
 class NetTest(unittest.TestCase):

@@ -13,13 +13,17 @@
  *                 credit */
 #include "link.h"
 
+#include <arpa/inet.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <netinet/in.h>
 #include <pthread.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "tap.h"
@@ -261,6 +265,105 @@ static void test_agent(const char *agent)
     al_rmtree(root);
 }
 
+/* ---- a tunnel whose host-side reader stopped reading ---- */
+
+/* A service on the host's loopback (where the agent --stdio connects) that floods each
+ * connection until it is closed. */
+static void *flood_service(void *arg)
+{
+    int lfd = *(int *)arg;
+    static char chunk[65536];
+    memset(chunk, 'z', sizeof(chunk));
+    for (;;) {
+        int c = accept(lfd, NULL, NULL);
+        if (c < 0)
+            return NULL;
+        while (send(c, chunk, sizeof(chunk), MSG_NOSIGNAL) > 0)
+            ;
+        close(c);
+    }
+}
+
+struct relay {
+    al_session *s;
+    unsigned port;
+    int fd, cancel_fd;
+    int rc;
+    al_error err;
+};
+
+static void *relay_thread(void *arg)
+{
+    struct relay *r = arg;
+    r->rc = al_port_relay(r->s, r->port, r->fd, r->cancel_fd, NULL, &r->err);
+    return NULL;
+}
+
+/* Relays a flood into a socket nobody reads, then ends the tunnel by its cancel byte (or, with
+ * stop, by the session's stop): the relay must return, not wait on its full socket. */
+static void tunnel_stall(al_session *s, unsigned port, bool stop)
+{
+    int sv[2], cp[2];
+    if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv) < 0 || pipe2(cp, O_CLOEXEC) < 0) {
+        ok(false, "socketpair");
+        return;
+    }
+    struct relay r = {.s = s, .port = port, .fd = sv[1], .cancel_fd = cp[0]};
+    pthread_t th;
+    pthread_create(&th, NULL, relay_thread, &r);
+    usleep(1500 * 1000); /* every buffer fills: the relay waits to write */
+    uint8_t kill = SIGKILL;
+    if (stop)
+        al_session_stop(s);
+    else if (write(cp[1], &kill, 1) != 1)
+        ok(false, "write the cancel byte");
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    ts.tv_sec += 15;
+    int j = pthread_timedjoin_np(th, NULL, &ts);
+    ok(j == 0 && r.rc < 0, "a tunnel stalled on its host side ends on %s (%s)",
+       stop ? "the session's stop" : "its cancel byte", j ? "still waiting after 15 s" : r.err.msg);
+    if (j) {
+        printf("Bail out! a relay thread is stuck\n");
+        exit(1);
+    }
+    close(sv[0]);
+    close(sv[1]);
+    close(cp[0]);
+    close(cp[1]);
+}
+
+static void test_tunnel_stall(const char *agent)
+{
+    char root[] = "/tmp/airlock-test-link-XXXXXX";
+    if (!mkdtemp(root)) {
+        ok(false, "mkdtemp");
+        return;
+    }
+    int lfd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    struct sockaddr_in sa = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+    socklen_t sl = sizeof(sa);
+    if (lfd < 0 || bind(lfd, (struct sockaddr *)&sa, sizeof(sa)) < 0 || listen(lfd, 4) < 0 ||
+        getsockname(lfd, (struct sockaddr *)&sa, &sl) < 0) {
+        ok(false, "a flooding service on the loopback");
+        return;
+    }
+    pthread_t svc;
+    pthread_create(&svc, NULL, flood_service, &lfd);
+    pthread_detach(svc);
+    const char *argv[] = {agent, "--stdio", "--root", root, NULL};
+    for (int stop = 0; stop < 2; stop++) {
+        al_session *s = open_peer(argv);
+        if (!s) {
+            ok(false, "a session on airlock-agent --stdio");
+            break;
+        }
+        tunnel_stall(s, ntohs(sa.sin_port), stop);
+        al_session_close(s);
+    }
+    al_rmtree(root);
+}
+
 static void test_reverse(void)
 {
     const char *argv[] = {self_path, "--peer", "reverse", NULL};
@@ -382,6 +485,7 @@ int main(int argc, char **argv)
         self_path = exe;
     }
     test_agent(argv[1]);
+    test_tunnel_stall(argv[1]);
     test_reverse();
     test_unknown();
     test_flood();
