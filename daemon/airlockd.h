@@ -107,6 +107,10 @@ struct ad_config {
     struct ad_host_cfg hosts[AD_HOSTS_MAX];
     size_t nhosts;
     unsigned host_check_s; /* how often each host is asked whether it answers */
+    /* E2B compatibility (e2b.c): its listener ("HOST:PORT", "" for none) and the image E2B's
+     * default templates (base, code-interpreter-v1) stand for */
+    char e2b_listen[128];
+    char e2b_image[64];
 };
 
 void ad_config_defaults(struct ad_config *c);
@@ -200,6 +204,13 @@ struct ad_session {
     struct ad_chat *chat; /* the chat's state, made by the first chat turn (chat.c) */
     unsigned next_run;
     cJSON *net; /* {"allow": [...], "bytes_max": N}, or NULL: no network */
+    /* made by E2B's create (e2b.c), set before the session is seen by others; "" otherwise */
+    char e2b_token[65];    /* envd's access token (hex) */
+    char e2b_traffic[65];  /* the sandbox's ports' traffic token (hex) */
+    char e2b_template[64]; /* the template name asked for */
+    cJSON *e2b_env;        /* envVars: every process's environment, or NULL */
+    cJSON *e2b_contexts;   /* the code interpreter's contexts (e2b.c, under its lock) */
+    bool e2b_user;         /* the guest has E2B's `user` and runuser: processes run as it */
 };
 
 int ad_sessions_init(const struct ad_config *c);
@@ -209,6 +220,8 @@ void ad_sessions_shutdown(void);
 cJSON *ad_pool_json(void);
 /* A referenced session of owner, or NULL (404: another owner's look the same as none). */
 struct ad_session *ad_session_get(const char *owner, const char *id);
+/* The same whoever owns it (E2B's data plane, where the sandbox's token says who may). */
+struct ad_session *ad_session_get_any(const char *id);
 void ad_session_put(struct ad_session *s);
 void ad_session_touch(struct ad_session *s);
 /* Takes it out of the registry, cancels its runs and closes it once the caller's reference is
@@ -226,6 +239,9 @@ struct ad_create {
     unsigned idle_s, lifetime_s;
     cJSON *labels; /* borrowed; copied */
     cJSON *net;    /* borrowed: {"allow": [...], "bytes_max": N}, or NULL */
+    /* E2B's (e2b.c), copied before the session is seen: its tokens, template, envVars */
+    const char *e2b_token, *e2b_traffic, *e2b_template;
+    const cJSON *e2b_env;
 };
 /* The HTTP status and error code on failure. */
 struct ad_fail {
@@ -259,9 +275,13 @@ struct ad_exec_req {
      * end event's object and returns its type ("done", "error") */
     const char *(*body)(struct ad_run *r, void *ctx, cJSON *end);
     void *body_ctx;
+    const char *tag;     /* a name the caller finds it by (E2B's process tag), or NULL */
+    const char *context; /* a kernel run's context (al_exec_opts.context), or NULL */
 };
 int ad_run_start(struct ad_session *s, const struct ad_exec_req *r, const struct ad_limits *lim,
                  cJSON **out, struct ad_fail *f);
+/* The id of the newest unfinished run of s tagged tag into rid ("" when none). */
+void ad_run_find_tag(struct ad_session *s, const char *tag, char *rid, size_t len);
 /* The run rid of s with a reference (ad_run_put), or NULL. */
 struct ad_run *ad_run_get(struct ad_session *s, const char *rid);
 void ad_run_put(struct ad_run *r);
@@ -270,6 +290,14 @@ void ad_run_list(struct ad_session *s, cJSON *arr);
 /* An SSE response from after event last_id (0: from the first). NULL with f set when those
  * events were already dropped. */
 struct MHD_Response *ad_run_events(struct ad_run *r, uint64_t last_id, struct ad_fail *f);
+/* Another framing of the same events (E2B's Connect envelopes): fmt makes each event's bytes
+ * (malloc'd, *len; NULL to send nothing for it) from its type and its data's JSON (json_len
+ * bytes); a heartbeat is type "heartbeat", the stream's end type "" (both with json NULL).
+ * ctx_free (if given) frees ctx with the stream; on failure too. */
+typedef char *(*ad_run_fmt)(void *ctx, const char *type, const char *json, size_t json_len,
+                            size_t *len);
+struct MHD_Response *ad_run_stream(struct ad_run *r, uint64_t last_id, ad_run_fmt fmt, void *ctx,
+                                   void (*ctx_free)(void *ctx), struct ad_fail *f);
 int ad_run_stdin(struct ad_run *r, const void *data, size_t len, bool eof, struct ad_fail *f);
 int ad_run_signal(struct ad_run *r, int signo, struct ad_fail *f);
 /* A pty run's new terminal size (1..AL_PTY_ROWS_COLS_MAX each). */
@@ -320,6 +348,17 @@ void ad_web_logout(const char *token);
 const char *ad_web_key(const char *token, const char *scope, char *buf, size_t len);
 /* The embedded page: a file by its URL path ("/", "/app.js"), or NULL. */
 const char *ad_web_file(const char *path, size_t *len, const char **type);
+
+/* ---- E2B compatibility (e2b.c) ---- */
+
+struct ad_req;
+/* The route of a request to the e2b listener, its caller (the key's, or the sandbox token's)
+ * and its session; *ok false: the reply was given. */
+enum MHD_Result ad_e2b_route(struct MHD_Connection *c, struct ad_req *q, const char *url,
+                             const char *method, bool *ok);
+/* An airlockd key in E2B's form ("e2b_" and hex) and back. */
+bool ad_e2b_key_to_native(const char *e2b, char *out, size_t len);
+void ad_e2b_key_from_native(const char *alk, char *out, size_t len);
 
 /* ---- HTTP (http.c, routes.c) ---- */
 
@@ -391,6 +430,8 @@ enum MHD_Result ad_reply_error(struct MHD_Connection *c, struct ad_req *q, unsig
 bool ad_json_add_text(cJSON *o, const char *key, const char *s);
 /* len bytes as base64 (malloc'd, NUL-terminated), or NULL when out of memory. */
 char *ad_base64(const void *data, size_t len);
+/* Standard base64 decoded (malloc'd, *len bytes), or NULL when it is not base64. */
+uint8_t *ad_base64_decode(const char *b64, size_t *len);
 enum MHD_Result ad_reply_fail(struct MHD_Connection *c, struct ad_req *q, const struct ad_fail *f);
 enum MHD_Result ad_reply(struct MHD_Connection *c, struct ad_req *q, unsigned status,
                          struct MHD_Response *r);

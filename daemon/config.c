@@ -39,6 +39,7 @@ void ad_config_defaults(struct ad_config *c)
     snprintf(c->model_api, sizeof(c->model_api), "openai");
     c->model_tools = true;
     c->host_check_s = 2;
+    snprintf(c->e2b_image, sizeof(c->e2b_image), "debian");
 }
 
 static int parse_u64(const char *v, uint64_t max, uint64_t *out)
@@ -157,6 +158,10 @@ static int set(struct ad_config *c, const char *k, char *v)
         return parse_group(c, v);
     if (!strcmp(k, "tcp"))
         return copy(c->tcp_listen, sizeof(c->tcp_listen), v);
+    if (!strcmp(k, "e2b_listen"))
+        return copy(c->e2b_listen, sizeof(c->e2b_listen), v);
+    if (!strcmp(k, "e2b_image"))
+        return v[0] && !strchr(v, '/') ? copy(c->e2b_image, sizeof(c->e2b_image), v) : -EINVAL;
     if (!strcmp(k, "tls_cert"))
         return copy(c->tls_cert, sizeof(c->tls_cert), v);
     if (!strcmp(k, "tls_key"))

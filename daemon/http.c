@@ -23,9 +23,10 @@
 
 struct listener {
     bool is_unix;
+    bool e2b; /* E2B's API (e2b.c), not ours */
     struct MHD_Daemon *d;
 };
-static struct listener unix_l = {.is_unix = true}, tcp_l;
+static struct listener unix_l = {.is_unix = true}, tcp_l, e2b_l = {.e2b = true};
 
 /* Headers and the request line together: anything larger is refused by libmicrohttpd (431). */
 #define CONNECTION_MEMORY 65536
@@ -93,6 +94,25 @@ char *ad_base64(const void *data, size_t len)
     if (b64)
         EVP_EncodeBlock((unsigned char *)b64, data, (int)len);
     return b64;
+}
+
+uint8_t *ad_base64_decode(const char *b64, size_t *len)
+{
+    size_t n = strlen(b64);
+    if (n % 4 || n > (size_t)INT32_MAX)
+        return NULL;
+    uint8_t *out = malloc(n / 4 * 3 + 1);
+    if (!out)
+        return NULL;
+    int got = n ? EVP_DecodeBlock(out, (const unsigned char *)b64, (int)n) : 0;
+    if (got < 0) {
+        free(out);
+        return NULL;
+    }
+    /* EVP_DecodeBlock counts the padding's bytes too */
+    size_t pad = n && b64[n - 1] == '=' ? 1 + (n > 1 && b64[n - 2] == '=') : 0;
+    *len = (size_t)got - pad;
+    return out;
 }
 
 bool ad_json_add_text(cJSON *o, const char *key, const char *s)
@@ -525,6 +545,26 @@ static enum MHD_Result spool_full(struct MHD_Connection *c, struct ad_req *q)
                           (unsigned long long)ad_cfg.spool_max_bytes);
 }
 
+static enum MHD_Result body_checks(struct MHD_Connection *c, struct ad_req *q);
+
+/* A request to the e2b listener: e2b.c routes and authenticates it; the rest is as ours. */
+static enum MHD_Result first_call_e2b(struct MHD_Connection *c, struct ad_req *q, const char *url,
+                                      const char *method)
+{
+    bool ok;
+    enum MHD_Result r = ad_e2b_route(c, q, url, method, &ok);
+    if (!ok)
+        return r;
+    if (!rate_ok(q->owner, q->lim.requests_per_s)) {
+        ad_metrics_error("quota_exceeded");
+        cJSON *o = cJSON_CreateObject();
+        cJSON_AddNumberToObject(o, "code", 429);
+        cJSON_AddStringToObject(o, "message", "too many requests per second");
+        return ad_reply_json(c, q, 429, o);
+    }
+    return body_checks(c, q);
+}
+
 static enum MHD_Result first_call(struct MHD_Connection *c, struct ad_req *q, const char *url,
                                   const char *method)
 {
@@ -600,6 +640,12 @@ static enum MHD_Result first_call(struct MHD_Connection *c, struct ad_req *q, co
             return ad_reply_json(c, q, 429, o);
         }
     }
+    return body_checks(c, q);
+}
+
+/* The body's bounds and kind, and the session, before a byte of the body is read. */
+static enum MHD_Result body_checks(struct MHD_Connection *c, struct ad_req *q)
+{
     const char *cl = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Content-Length");
     uint64_t bound = q->route->flags & AD_BODY_SPOOL                  ? q->lim.max_upload_bytes
                      : q->route->flags & (AD_BODY_JSON | AD_BODY_RAW) ? ad_cfg.max_body_bytes
@@ -797,7 +843,7 @@ static enum MHD_Result handle(void *cls, struct MHD_Connection *c, const char *u
         snprintf(q->method, sizeof(q->method), "%s", method);
         q->started = true;
         head_mark(c, false);
-        return first_call(c, q, url, method);
+        return l->e2b ? first_call_e2b(c, q, url, method) : first_call(c, q, url, method);
     }
     if (q->status) { /* answered already: drop the rest of the body */
         *upload_size = 0;
@@ -943,13 +989,13 @@ static int listen_unix(char *why, size_t len)
     return fd;
 }
 
-static int listen_tcp(char *why, size_t len)
+static int listen_tcp(const char *spec, bool api, char *why, size_t len)
 {
     char host[128];
-    snprintf(host, sizeof(host), "%s", ad_cfg.tcp_listen);
+    snprintf(host, sizeof(host), "%s", spec);
     char *colon = strrchr(host, ':');
     if (!colon) {
-        snprintf(why, len, "tcp '%s': expected HOST:PORT", ad_cfg.tcp_listen);
+        snprintf(why, len, "tcp '%s': expected HOST:PORT", spec);
         return -EINVAL;
     }
     *colon = 0;
@@ -963,7 +1009,7 @@ static int listen_tcp(char *why, size_t len)
                     *ai;
     int g = getaddrinfo(h, colon + 1, &hints, &ai);
     if (g) {
-        snprintf(why, len, "tcp '%s': %s", ad_cfg.tcp_listen, gai_strerror(g));
+        snprintf(why, len, "tcp '%s': %s", spec, gai_strerror(g));
         return -EINVAL;
     }
     int fd = socket(ai->ai_family, SOCK_STREAM | SOCK_CLOEXEC, 0);
@@ -975,7 +1021,7 @@ static int listen_tcp(char *why, size_t len)
         if (fd >= 0)
             close(fd);
         freeaddrinfo(ai);
-        snprintf(why, len, "cannot listen on '%s': %s", ad_cfg.tcp_listen, strerror(e));
+        snprintf(why, len, "cannot listen on '%s': %s", spec, strerror(e));
         return -e;
     }
     freeaddrinfo(ai);
@@ -993,6 +1039,11 @@ static int listen_tcp(char *why, size_t len)
             inet_ntop(AF_INET6, &s6->sin6_addr, addr, sizeof(addr));
             port = ntohs(s6->sin6_port);
         }
+    }
+    if (!api) {
+        ad_log("E2B's API on %s %s port %u (E2B_API_URL and E2B_SANDBOX_URL)",
+               ad_cfg.tls_cert[0] ? "https" : "http", addr, port);
+        return fd;
     }
     ad_log("listening on %s %s port %u", ad_cfg.tls_cert[0] ? "https" : "http", addr, port);
     bool v6 = ss.ss_family == AF_INET6;
@@ -1086,7 +1137,7 @@ int ad_http_start(char *why, size_t len)
     ad_log("web page through the socket, no key needed: from your own machine 'ssh -L "
            "8470:%s THIS-HOST', then http://127.0.0.1:8470/",
            ad_cfg.socket_path);
-    if (!ad_cfg.tcp_listen[0])
+    if (!ad_cfg.tcp_listen[0] && !ad_cfg.e2b_listen[0])
         return 0;
     bool tls = ad_cfg.tls_cert[0];
     if (tls) {
@@ -1098,15 +1149,23 @@ int ad_http_start(char *why, size_t len)
             return -EIO;
         }
     }
-    fd = listen_tcp(why, len);
-    if (fd < 0)
-        return fd;
-    tcp_l.d = start(&tcp_l, fd, tls);
-    if (!tcp_l.d) {
-        close(fd);
-        snprintf(why, len, "cannot start the HTTP server on '%s'%s", ad_cfg.tcp_listen,
-                 tls ? " (TLS: is the key and certificate pair valid?)" : "");
-        return -EIO;
+    struct {
+        struct listener *l;
+        const char *spec;
+    } tcps[] = {{&tcp_l, ad_cfg.tcp_listen}, {&e2b_l, ad_cfg.e2b_listen}};
+    for (size_t i = 0; i < 2; i++) {
+        if (!tcps[i].spec[0])
+            continue;
+        fd = listen_tcp(tcps[i].spec, !tcps[i].l->e2b, why, len);
+        if (fd < 0)
+            return fd;
+        tcps[i].l->d = start(tcps[i].l, fd, tls);
+        if (!tcps[i].l->d) {
+            close(fd);
+            snprintf(why, len, "cannot start the HTTP server on '%s'%s", tcps[i].spec,
+                     tls ? " (TLS: is the key and certificate pair valid?)" : "");
+            return -EIO;
+        }
     }
     return 0;
 }
@@ -1114,15 +1173,15 @@ int ad_http_start(char *why, size_t len)
 void ad_http_stop(void)
 {
     /* Quiesce first: no new connections while the open ones finish. */
-    if (tcp_l.d)
-        MHD_quiesce_daemon(tcp_l.d);
-    if (unix_l.d)
-        MHD_quiesce_daemon(unix_l.d);
-    if (tcp_l.d)
-        MHD_stop_daemon(tcp_l.d);
-    if (unix_l.d)
-        MHD_stop_daemon(unix_l.d);
-    tcp_l.d = unix_l.d = NULL;
+    struct listener *all[] = {&e2b_l, &tcp_l, &unix_l};
+    for (size_t i = 0; i < 3; i++)
+        if (all[i]->d)
+            MHD_quiesce_daemon(all[i]->d);
+    for (size_t i = 0; i < 3; i++) {
+        if (all[i]->d)
+            MHD_stop_daemon(all[i]->d);
+        all[i]->d = NULL;
+    }
     if (watcher_running) {
         close(watcher_stop[1]);
         pthread_join(watcher, NULL);

@@ -25,6 +25,7 @@ static void usage(FILE *f)
                "                [--net-bytes-max B]\n"
                "       airlockd [--config FILE] key list\n"
                "       airlockd [--config FILE] key revoke ID\n"
+               "       airlockd key e2b < KEY                   the key in E2B's form\n"
                "       airlockd [--config FILE] hosts           the running daemon's hosts\n"
                "       airlockd routes                          the API's routes\n"
                "config: " DEFAULT_CONFIG " when it exists (see packaging/airlockd.conf)\n");
@@ -113,6 +114,23 @@ static int cmd_key(int argc, char **argv)
     if (argc < 1) {
         usage(stderr);
         return 2;
+    }
+    if (!strcmp(argv[0], "e2b") && argc == 1) {
+        /* A key (from stdin: never on a command line) in the form E2B's SDKs take; no store
+         * needed. */
+        char line[256], out[128];
+        if (!fgets(line, sizeof(line), stdin)) {
+            fprintf(stderr, "airlockd: key e2b: a key on stdin\n");
+            return 1;
+        }
+        line[strcspn(line, "\r\n")] = 0;
+        ad_e2b_key_from_native(line, out, sizeof(out));
+        if (!strcmp(out, "?")) {
+            fprintf(stderr, "airlockd: key e2b: not an airlockd key (alk_...)\n");
+            return 1;
+        }
+        printf("%s\n", out);
+        return 0;
     }
     if (open_keys() < 0)
         return 1;

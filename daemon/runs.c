@@ -48,6 +48,8 @@ struct ad_run {
     /* what al_exec runs */
     char **argv, **env;
     char *lang, *cwd;
+    char *tag;     /* the caller's name for it (E2B's process tag), or NULL */
+    char *context; /* a kernel run's context, or NULL */
     bool kernel;
     unsigned pty_rows, pty_cols; /* a terminal's size, 0 for none (its latest, under mu) */
     int resize[2];               /* a pty run's al_pty_resize pipe: [0] is al_exec's resize_fd */
@@ -91,6 +93,8 @@ static void run_free(struct ad_run *r)
     strv_free(r->env);
     free(r->lang);
     free(r->cwd);
+    free(r->tag);
+    free(r->context);
     if (r->stdin_wr >= 0)
         close(r->stdin_wr);
     if (r->stdin_rd >= 0)
@@ -351,6 +355,7 @@ static void *run_thread(void *arg)
             .argv = (const char *const *)r->argv,
             .lang = r->lang,
             .kernel = r->kernel,
+            .context = r->context,
             .env = (const char *const *)r->env,
             .cwd = r->cwd,
             .timeout_ms = r->timeout_ms,
@@ -551,6 +556,10 @@ int ad_run_start(struct ad_session *s, const struct ad_exec_req *q, const struct
         r->env = env_from_object(q->env, &why);
     if (q->cwd)
         r->cwd = strdup(q->cwd);
+    if (q->tag)
+        r->tag = strdup(q->tag);
+    if (q->context)
+        r->context = strdup(q->context);
     unsigned t = q->timeout_s ? q->timeout_s : lim->max_exec_timeout_s;
     r->timeout_ms = t > 4000000 ? 4000000000u : t * 1000u;
     if (why || (!r->argv && !q->body) || (q->env && !r->env)) {
@@ -653,6 +662,19 @@ int ad_run_start(struct ad_session *s, const struct ad_exec_req *q, const struct
 
 /* ---- looking at runs ---- */
 
+void ad_run_find_tag(struct ad_session *s, const char *tag, char *rid, size_t len)
+{
+    rid[0] = 0;
+    pthread_mutex_lock(&list_lock);
+    for (struct ad_run *r = s->runs; r && !rid[0]; r = r->next) {
+        pthread_mutex_lock(&r->mu);
+        if (!r->done && r->tag && !strcmp(r->tag, tag))
+            snprintf(rid, len, "%s", r->id);
+        pthread_mutex_unlock(&r->mu);
+    }
+    pthread_mutex_unlock(&list_lock);
+}
+
 struct ad_run *ad_run_get(struct ad_session *s, const char *rid)
 {
     pthread_mutex_lock(&list_lock);
@@ -675,6 +697,24 @@ static cJSON *run_json_locked(struct ad_run *r)
     cJSON_AddStringToObject(o, "state", r->done ? "done" : r->running ? "running" : "queued");
     cJSON_AddNumberToObject(o, "started", (double)r->started);
     cJSON_AddNumberToObject(o, "events", (double)(r->next_seq - 1));
+    if (r->argv && !r->lang) {
+        cJSON *a = cJSON_AddArrayToObject(o, "argv");
+        for (size_t i = 0; r->argv[i]; i++) {
+            char *t = al_utf8_repair((const uint8_t *)r->argv[i], strlen(r->argv[i]), NULL);
+            cJSON_AddItemToArray(a, cJSON_CreateString(t ? t : ""));
+            free(t);
+        }
+    }
+    if (r->cwd)
+        ad_json_add_text(o, "cwd", r->cwd);
+    if (r->lang) {
+        cJSON_AddStringToObject(o, "language", r->lang);
+        cJSON_AddBoolToObject(o, "kernel", r->kernel);
+        if (r->context)
+            ad_json_add_text(o, "context", r->context);
+    }
+    if (r->tag)
+        ad_json_add_text(o, "tag", r->tag);
     if (r->pty_rows) {
         cJSON *p = cJSON_AddObjectToObject(o, "pty");
         cJSON_AddNumberToObject(p, "rows", r->pty_rows);
@@ -894,16 +934,54 @@ struct reader {
     uint64_t next; /* the next event number to send */
     size_t off;    /* bytes of it already sent */
     uint64_t beat; /* when the next heartbeat is due */
+    /* another framing than SSE (ad_run_stream): the frame being sent, made by fmt */
+    ad_run_fmt fmt;
+    void *fmt_ctx;
+    void (*fmt_free)(void *ctx);
+    char *frame;
+    size_t frame_len;
+    bool ended; /* fmt's last frame was made */
 };
+
+/* The next bytes of rd's own frame, or 0 when it has none left. */
+static size_t frame_take(struct reader *rd, char *buf, size_t max)
+{
+    if (!rd->frame)
+        return 0;
+    size_t n = rd->frame_len - rd->off < max ? rd->frame_len - rd->off : max;
+    memcpy(buf, rd->frame + rd->off, n);
+    rd->off += n;
+    if (rd->off == rd->frame_len) {
+        free(rd->frame);
+        rd->frame = NULL;
+        rd->off = 0;
+    }
+    return n;
+}
+
+/* An SSE frame "id: N\nevent: T\ndata: J\n\n" through fmt into rd's frame. */
+static void frame_make(struct reader *rd, const struct event *e)
+{
+    char type[32] = "";
+    const char *t = strstr(e->text, "\nevent: "), *d = strstr(e->text, "\ndata: ");
+    if (t && d && d > t + 8 && (size_t)(d - t - 8) < sizeof(type))
+        memcpy(type, t + 8, (size_t)(d - t - 8));
+    size_t jlen = d ? e->len - (size_t)(d + 7 - e->text) - 2 : 0;
+    rd->frame = rd->fmt(rd->fmt_ctx, type, d ? d + 7 : "null", jlen, &rd->frame_len);
+    rd->off = 0;
+}
 
 static ssize_t read_events(void *cls, uint64_t pos, char *buf, size_t max)
 {
     (void)pos;
     struct reader *rd = cls;
     struct ad_run *r = rd->r;
+    size_t own = frame_take(rd, buf, max);
+    if (own)
+        return (ssize_t)own;
     pthread_mutex_lock(&r->mu);
     for (;;) {
-        if (shutting_down) {
+        if (shutting_down || rd->ended) {
             pthread_mutex_unlock(&r->mu);
             return MHD_CONTENT_READER_END_OF_STREAM;
         }
@@ -913,6 +991,21 @@ static ssize_t read_events(void *cls, uint64_t pos, char *buf, size_t max)
         if (e && e->seq != rd->next) { /* dropped while another reader had it */
             pthread_mutex_unlock(&r->mu);
             return MHD_CONTENT_READER_END_WITH_ERROR;
+        }
+        if (e && rd->fmt) {
+            rd->next++;
+            if (e->seq > r->max_sent) {
+                r->max_sent = e->seq;
+                pthread_cond_broadcast(&r->cv);
+            }
+            frame_make(rd, e);
+            pthread_mutex_unlock(&r->mu);
+            rd->beat = ad_now_ms() + ad_cfg.heartbeat_s * 1000ull;
+            own = frame_take(rd, buf, max);
+            if (own)
+                return (ssize_t)own;
+            pthread_mutex_lock(&r->mu);
+            continue; /* an event fmt skips */
         }
         if (e) {
             size_t n = e->len - rd->off < max ? e->len - rd->off : max;
@@ -932,12 +1025,27 @@ static ssize_t read_events(void *cls, uint64_t pos, char *buf, size_t max)
         }
         if (r->done) {
             pthread_mutex_unlock(&r->mu);
+            if (rd->fmt) { /* the framing's own end */
+                rd->ended = true;
+                rd->frame = rd->fmt(rd->fmt_ctx, "", NULL, 0, &rd->frame_len);
+                own = frame_take(rd, buf, max);
+                if (own)
+                    return (ssize_t)own;
+            }
             return MHD_CONTENT_READER_END_OF_STREAM;
         }
         uint64_t now = ad_now_ms();
         if (now >= rd->beat) {
             pthread_mutex_unlock(&r->mu);
             rd->beat = now + ad_cfg.heartbeat_s * 1000ull;
+            if (rd->fmt) {
+                rd->frame = rd->fmt(rd->fmt_ctx, "heartbeat", NULL, 0, &rd->frame_len);
+                own = frame_take(rd, buf, max);
+                if (own)
+                    return (ssize_t)own;
+                pthread_mutex_lock(&r->mu);
+                continue;
+            }
             static const char hb[] = ": heartbeat\n\n";
             size_t n = sizeof(hb) - 1 < max ? sizeof(hb) - 1 : max;
             memcpy(buf, hb, n);
@@ -960,10 +1068,19 @@ static void free_reader(void *cls)
 {
     struct reader *rd = cls;
     ad_run_put(rd->r);
+    if (rd->fmt_free)
+        rd->fmt_free(rd->fmt_ctx);
+    free(rd->frame);
     free(rd);
 }
 
 struct MHD_Response *ad_run_events(struct ad_run *r, uint64_t last_id, struct ad_fail *f)
+{
+    return ad_run_stream(r, last_id, NULL, NULL, NULL, f);
+}
+
+struct MHD_Response *ad_run_stream(struct ad_run *r, uint64_t last_id, ad_run_fmt fmt, void *ctx,
+                                   void (*ctx_free)(void *ctx), struct ad_fail *f)
 {
     pthread_mutex_lock(&r->mu);
     uint64_t oldest = r->head ? r->head->seq : r->next_seq;
@@ -972,6 +1089,8 @@ struct MHD_Response *ad_run_events(struct ad_run *r, uint64_t last_id, struct ad
         r->refs++;
     pthread_mutex_unlock(&r->mu);
     if (gone) {
+        if (ctx_free)
+            ctx_free(ctx);
         ad_failf(f, 410, "events_dropped",
                  "events after %llu are no longer held (the oldest is %llu)",
                  (unsigned long long)last_id, (unsigned long long)oldest);
@@ -980,10 +1099,15 @@ struct MHD_Response *ad_run_events(struct ad_run *r, uint64_t last_id, struct ad
     struct reader *rd = calloc(1, sizeof(*rd));
     if (!rd) {
         ad_run_put(r);
+        if (ctx_free)
+            ctx_free(ctx);
         ad_failf(f, 500, "internal", "out of memory");
         return NULL;
     }
     rd->r = r;
+    rd->fmt = fmt;
+    rd->fmt_ctx = ctx;
+    rd->fmt_free = ctx_free;
     rd->next = last_id + 1;
     rd->beat = ad_now_ms() + ad_cfg.heartbeat_s * 1000ull;
     struct MHD_Response *resp =
@@ -993,7 +1117,9 @@ struct MHD_Response *ad_run_events(struct ad_run *r, uint64_t last_id, struct ad
         ad_failf(f, 500, "internal", "out of memory");
         return NULL;
     }
-    MHD_add_response_header(resp, "Content-Type", "text/event-stream");
-    MHD_add_response_header(resp, "Cache-Control", "no-cache");
+    if (!fmt) {
+        MHD_add_response_header(resp, "Content-Type", "text/event-stream");
+        MHD_add_response_header(resp, "Cache-Control", "no-cache");
+    }
     return resp;
 }

@@ -165,6 +165,20 @@ struct ad_session *ad_session_get(const char *owner, const char *id)
     return found;
 }
 
+struct ad_session *ad_session_get_any(const char *id)
+{
+    struct ad_session *found = NULL;
+    pthread_mutex_lock(&lock);
+    for (struct slot *sl = slots; sl; sl = sl->next)
+        if (sl->s && !sl->s->gone && !strcmp(sl->s->id, id)) {
+            found = sl->s;
+            found->refs++;
+            break;
+        }
+    pthread_mutex_unlock(&lock);
+    return found;
+}
+
 void ad_session_put(struct ad_session *s)
 {
     pthread_mutex_lock(&lock);
@@ -219,6 +233,8 @@ static void finish(struct ad_session *s, unsigned own)
     close(s->cancel_wr);
     cJSON_Delete(s->labels);
     cJSON_Delete(s->net);
+    cJSON_Delete(s->e2b_env);
+    cJSON_Delete(s->e2b_contexts);
     pthread_mutex_lock(&lock);
 }
 
@@ -715,6 +731,12 @@ int ad_session_create(const char *owner, const struct ad_limits *lim, const stru
     s->deadline_ms = s->lifetime_s ? s->created_ms + s->lifetime_s * 1000ull : UINT64_MAX;
     s->cancel_rd = pfd[0];
     s->cancel_wr = pfd[1];
+    if (c->e2b_token) {
+        snprintf(s->e2b_token, sizeof(s->e2b_token), "%s", c->e2b_token);
+        snprintf(s->e2b_traffic, sizeof(s->e2b_traffic), "%s", c->e2b_traffic);
+        snprintf(s->e2b_template, sizeof(s->e2b_template), "%s", c->e2b_template);
+        s->e2b_env = c->e2b_env ? cJSON_Duplicate(c->e2b_env, true) : NULL;
+    }
     s->refs = 1;
     sl->s = s;
     pthread_mutex_unlock(&lock);

@@ -1,0 +1,1923 @@
+/* E2B compatibility (docs/E2B.md): the official E2B SDKs run against airlockd unchanged, with
+ * E2B_API_URL and E2B_SANDBOX_URL set to the e2b_listen address.
+ *
+ * One listener serves both of E2B's planes, told apart as the SDKs tell them: a request with
+ * an E2b-Sandbox-Id header is for that sandbox (its port in E2b-Sandbox-Port: 49983 is envd,
+ * any other port is the sandbox's own service, through the port proxy), one without is the
+ * control plane. The control plane takes X-API-KEY: an airlockd key in its e2b_ form
+ * ("e2b_" + the key's id and secret in hex); a sandbox is a session of that key's, with its
+ * quotas and limits. The data plane takes the sandbox's own access token (X-Access-Token),
+ * made at create (256 random bits), compared in constant time, never logged; the API key is
+ * never taken in its place.
+ *
+ * envd speaks Connect RPC in JSON (connectrpc.com/docs/protocol): unary calls are a POST of
+ * application/json answered with JSON; a server-streaming call's request and answer are
+ * envelopes (a flags byte, a 4-byte big-endian length, JSON), its last one flagged 0x02 and
+ * carrying {} or {"error": ...}. A process is a run (runs.c) of the session: its events, in
+ * the run's replay buffer, are written as envelopes (ad_run_stream with fmt_process); its pid
+ * is the run's number. Files go through the library's file calls. */
+#include "airlockd.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <openssl/crypto.h>
+#include <openssl/rand.h>
+#include <stdio.h>
+#include <string.h>
+#include <strings.h>
+#include <sys/stat.h>
+#include <time.h>
+
+/* The envd version claimed: the SDK's own version gates then ask only for what is here
+ * (closeStdin from 0.5.2; octet-stream uploads, 0.5.7, and file metadata, 0.6.2, are not). */
+#define ENVD_VERSION "0.5.2"
+#define ENVD_PORT 49983
+#define HOME_DIR "/home/user"
+/* Entries ListDir reports at most, all depths together. */
+#define LIST_MAX 10000
+
+/* ---- keys and ids ---- */
+
+bool ad_e2b_key_to_native(const char *e2b, char *out, size_t len)
+{
+    /* e2b_ + 12 hex (the id) + 48 hex (the secret) */
+    if (!e2b || strncmp(e2b, "e2b_", 4) || strlen(e2b) != 4 + 60 || len < 4 + 61 + 1)
+        return false;
+    for (const char *p = e2b + 4; *p; p++)
+        if (!strchr("0123456789abcdef", *p))
+            return false;
+    snprintf(out, len, "alk_%.12s_%s", e2b + 4, e2b + 16);
+    return true;
+}
+
+void ad_e2b_key_from_native(const char *alk, char *out, size_t len)
+{
+    /* alk_ID_SECRET */
+    if (strlen(alk) == 4 + 12 + 1 + 48 && !strncmp(alk, "alk_", 4))
+        snprintf(out, len, "e2b_%.12s%s", alk + 4, alk + 17);
+    else
+        snprintf(out, len, "?");
+}
+
+#define ID_PREFIX "airlock-"
+
+/* A session's E2B id: its name without the prefix (lowercase hex, no hyphen). */
+static const char *sandbox_id(const struct ad_session *s)
+{
+    size_t n = strlen(ID_PREFIX);
+    return strncmp(s->id, ID_PREFIX, n) ? s->id : s->id + n;
+}
+
+static bool id_ok(const char *id)
+{
+    size_t n = strlen(id);
+    if (!n || n > 40)
+        return false;
+    for (; *id; id++)
+        if (!((*id >= '0' && *id <= '9') || (*id >= 'a' && *id <= 'z')))
+            return false;
+    return true;
+}
+
+static void native_id(const char *id, char *out, size_t len)
+{
+    snprintf(out, len, ID_PREFIX "%s", id);
+}
+
+/* ---- replies ---- */
+
+/* The control plane's and envd's HTTP errors: {"code": STATUS, "message"}. */
+static enum MHD_Result e2b_error(struct MHD_Connection *c, struct ad_req *q, unsigned status,
+                                 const char *fmt, ...) __attribute__((format(printf, 4, 5)));
+static enum MHD_Result e2b_error(struct MHD_Connection *c, struct ad_req *q, unsigned status,
+                                 const char *fmt, ...)
+{
+    char msg[512];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof(msg), fmt, ap);
+    va_end(ap);
+    cJSON *o = cJSON_CreateObject();
+    cJSON_AddNumberToObject(o, "code", status);
+    ad_json_add_text(o, "message", msg);
+    return ad_reply_json(c, q, status, o);
+}
+
+static enum MHD_Result e2b_fail(struct MHD_Connection *c, struct ad_req *q, const struct ad_fail *f)
+{
+    return e2b_error(c, q, (unsigned)f->status, "%s", f->msg);
+}
+
+/* Connect's error codes and the HTTP status each is sent with. */
+static const char *connect_code(int r, unsigned *status)
+{
+    switch (r) {
+    case -ENOENT:
+        *status = 404;
+        return "not_found";
+    case -EEXIST:
+        *status = 409;
+        return "already_exists";
+    case -EINVAL:
+    case -ENOTDIR:
+    case -EISDIR:
+    case -ENOTEMPTY:
+        *status = 400;
+        return "invalid_argument";
+    case -EACCES:
+    case -EPERM:
+        *status = 403;
+        return "permission_denied";
+    case -ETIMEDOUT:
+    case -ETIME:
+        *status = 504;
+        return "deadline_exceeded";
+    case -E2BIG:
+    case -EFBIG:
+        *status = 429;
+        return "resource_exhausted";
+    default:
+        *status = 500;
+        return "internal";
+    }
+}
+
+static enum MHD_Result rpc_error(struct MHD_Connection *c, struct ad_req *q, int r, const char *fmt,
+                                 ...) __attribute__((format(printf, 4, 5)));
+static enum MHD_Result rpc_error(struct MHD_Connection *c, struct ad_req *q, int r, const char *fmt,
+                                 ...)
+{
+    char msg[512];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof(msg), fmt, ap);
+    va_end(ap);
+    unsigned status;
+    const char *code = connect_code(r, &status);
+    cJSON *o = cJSON_CreateObject();
+    cJSON_AddStringToObject(o, "code", code);
+    ad_json_add_text(o, "message", msg);
+    return ad_reply_json(c, q, status, o);
+}
+
+/* ---- the control plane ---- */
+
+static const char *query(struct MHD_Connection *c, const char *k)
+{
+    return MHD_lookup_connection_value(c, MHD_GET_ARGUMENT_KIND, k);
+}
+
+static int64_t session_end(const struct ad_session *s)
+{
+    uint64_t now = ad_now_ms();
+    return (int64_t)time(NULL) +
+           (int64_t)((s->deadline_ms > now ? s->deadline_ms - now : 0) / 1000);
+}
+
+static void add_time(cJSON *o, const char *k, int64_t t)
+{
+    char buf[32];
+    time_t tt = (time_t)t;
+    struct tm tm;
+    gmtime_r(&tt, &tm);
+    strftime(buf, sizeof(buf), "%Y-%m-%dT%H:%M:%SZ", &tm);
+    cJSON_AddStringToObject(o, k, buf);
+}
+
+/* A sandbox as GET /sandboxes/{id} and the lists answer it. */
+static cJSON *sandbox_json(struct ad_session *s)
+{
+    cJSON *o = cJSON_CreateObject();
+    cJSON_AddStringToObject(o, "sandboxID", sandbox_id(s));
+    cJSON_AddStringToObject(o, "templateID", s->e2b_template[0] ? s->e2b_template : s->image);
+    cJSON_AddStringToObject(o, "clientID", "airlock");
+    cJSON_AddStringToObject(o, "envdVersion", ENVD_VERSION);
+    add_time(o, "startedAt", s->created);
+    add_time(o, "endAt", session_end(s));
+    cJSON_AddNumberToObject(o, "cpuCount", s->vcpus);
+    cJSON_AddNumberToObject(o, "memoryMB", s->memory_mib);
+    cJSON_AddNumberToObject(o, "diskSizeMB", 0);
+    cJSON_AddStringToObject(o, "state", "running");
+    cJSON *md = s->labels ? cJSON_Duplicate(s->labels, true) : cJSON_CreateObject();
+    cJSON_AddItemToObject(o, "metadata", md);
+    return o;
+}
+
+/* create's and connect's answer: the sandbox and its tokens. */
+static cJSON *sandbox_tokens_json(struct ad_session *s)
+{
+    cJSON *o = sandbox_json(s);
+    cJSON_AddStringToObject(o, "envdAccessToken", s->e2b_token);
+    cJSON_AddStringToObject(o, "trafficAccessToken", s->e2b_traffic);
+    cJSON_AddNullToObject(o, "domain");
+    return o;
+}
+
+static void random_hex(char *out, size_t bytes)
+{
+    unsigned char b[64];
+    if (bytes > sizeof(b) || RAND_bytes(b, (int)bytes) != 1) {
+        out[0] = 0;
+        return;
+    }
+    for (size_t i = 0; i < bytes; i++)
+        snprintf(out + 2 * i, 3, "%02x", b[i]);
+}
+
+/* The image a template name stands for: E2B's default names are e2b_image; any other name is
+ * an image of the store by that name. */
+static const char *template_image(const char *t)
+{
+    static const char *const defaults[] = {"base", "code-interpreter-v1", "code-interpreter",
+                                           "code-interpreter-beta", NULL};
+    if (!t || !t[0])
+        return ad_cfg.e2b_image;
+    for (const char *const *d = defaults; *d; d++)
+        if (!strcmp(t, *d))
+            return ad_cfg.e2b_image;
+    return t;
+}
+
+/* Runs a short shell script in the session as root; its status, or a library error. */
+static int sh(al_session *s, const char *script, al_error *err)
+{
+    const char *argv[] = {"/bin/sh", "-c", script, NULL};
+    al_exec_opts o = {
+        .argv = argv, .stdin_fd = -1, .stdout_fd = -1, .stderr_fd = -1, .timeout_ms = 60000};
+    int devnull = open("/dev/null", O_WRONLY | O_CLOEXEC);
+    o.stdout_fd = o.stderr_fd = devnull;
+    al_exec_result res;
+    int r = al_exec(s, &o, &res, err);
+    if (devnull >= 0)
+        close(devnull);
+    if (r < 0)
+        return r;
+    return res.how == AL_EXEC_EXITED ? res.value : 128 + res.value;
+}
+
+static enum MHD_Result sandbox_create(struct MHD_Connection *c, struct ad_req *q)
+{
+    cJSON *t = cJSON_GetObjectItemCaseSensitive(q->json, "templateID");
+    cJSON *timeout = cJSON_GetObjectItemCaseSensitive(q->json, "timeout");
+    cJSON *md = cJSON_GetObjectItemCaseSensitive(q->json, "metadata");
+    cJSON *env = cJSON_GetObjectItemCaseSensitive(q->json, "envVars");
+    cJSON *pause = cJSON_GetObjectItemCaseSensitive(q->json, "autoPause");
+    if (t && !cJSON_IsString(t))
+        return e2b_error(c, q, 400, "templateID: a string");
+    if (timeout && !cJSON_IsNull(timeout) &&
+        (!cJSON_IsNumber(timeout) || timeout->valuedouble < 0 || timeout->valuedouble > 1e7))
+        return e2b_error(c, q, 400, "timeout: seconds");
+    if (md && !cJSON_IsNull(md) && !cJSON_IsObject(md))
+        return e2b_error(c, q, 400, "metadata: an object of strings");
+    if (env && !cJSON_IsNull(env) && !cJSON_IsObject(env))
+        return e2b_error(c, q, 400, "envVars: an object of strings");
+    cJSON *x, *envs = cJSON_IsObject(env) ? env : NULL;
+    cJSON_ArrayForEach(x, envs)
+    {
+        if (!cJSON_IsString(x) || !x->string[0] || strchr(x->string, '='))
+            return e2b_error(c, q, 400, "envVars: an object of strings");
+    }
+    if (cJSON_IsTrue(pause))
+        return e2b_error(c, q, 400,
+                         "autoPause: pausing is not supported by this server (airlockd); "
+                         "sandboxes end at their timeout");
+    const char *image = template_image(cJSON_IsString(t) ? t->valuestring : NULL);
+    if (!image[0] || strchr(image, '/') || strlen(image) >= 64)
+        return e2b_error(c, q, 404, "template '%s' not found", image);
+    struct ad_create cr = {.image = image};
+    cr.lifetime_s = cJSON_IsNumber(timeout) ? (unsigned)timeout->valuedouble : 300;
+    if (!cr.lifetime_s)
+        cr.lifetime_s = 300;
+    if (q->lim.max_lifetime_s && cr.lifetime_s > q->lim.max_lifetime_s)
+        return e2b_error(c, q, 400, "timeout: at most %u seconds here", q->lim.max_lifetime_s);
+    cr.labels = cJSON_IsObject(md) ? md : NULL;
+    /* no idle timeout of its own: an E2B sandbox lives until its timeout */
+    cr.idle_s =
+        q->lim.max_idle_s && cr.lifetime_s > q->lim.max_idle_s ? q->lim.max_idle_s : cr.lifetime_s;
+    char token[65], traffic[65];
+    random_hex(token, 32);
+    random_hex(traffic, 32);
+    if (!token[0] || !traffic[0])
+        return e2b_error(c, q, 500, "no random bytes for the sandbox's tokens");
+    cr.e2b_token = token;
+    cr.e2b_traffic = traffic;
+    cr.e2b_template = cJSON_IsString(t) && t->valuestring[0] ? t->valuestring : "base";
+    cr.e2b_env = cJSON_IsObject(env) ? env : NULL;
+    al_image img = {0};
+    al_error ierr = {0};
+    if (al_image_load(image, &img, &ierr) < 0)
+        return e2b_error(c, q, 404, "template '%s' not found",
+                         cJSON_IsString(t) ? t->valuestring : image);
+    al_image_free(&img);
+    struct ad_session *s;
+    struct ad_fail f;
+    if (ad_session_create(q->owner, &q->lim, &cr, &s, &f) < 0)
+        return e2b_fail(c, q, &f);
+    /* E2B's default user: `user`, home /home/user (made where the image lacks it; root where
+     * it cannot be made). Set before the answer: nothing reaches the sandbox without its token */
+    al_error err = {0};
+    int r = sh(s->s,
+               "id -u user >/dev/null 2>&1 || useradd -m -s /bin/bash user >/dev/null 2>&1 || "
+               "adduser -D -s /bin/sh user >/dev/null 2>&1; id -u user >/dev/null 2>&1 && "
+               "mkdir -p " HOME_DIR " && chown user:user " HOME_DIR " && "
+               "command -v runuser >/dev/null",
+               &err);
+    s->e2b_user = r == 0;
+    cJSON *o = sandbox_tokens_json(s);
+    ad_session_put(s);
+    return ad_reply_json(c, q, 201, o);
+}
+
+static enum MHD_Result sandbox_get(struct MHD_Connection *c, struct ad_req *q)
+{
+    struct ad_session *s = q->sess;
+    return ad_reply_json(c, q, 200, sandbox_json(s));
+}
+
+static enum MHD_Result sandbox_connect(struct MHD_Connection *c, struct ad_req *q)
+{
+    struct ad_session *s = q->sess;
+    cJSON *timeout = cJSON_GetObjectItemCaseSensitive(q->json, "timeout");
+    struct ad_fail f;
+    if (cJSON_IsNumber(timeout) && timeout->valuedouble >= 1 && timeout->valuedouble < 1e7 &&
+        ad_session_extend(s, (unsigned)timeout->valuedouble, &q->lim, &f) < 0)
+        return e2b_fail(c, q, &f);
+    return ad_reply_json(c, q, 200, sandbox_tokens_json(s));
+}
+
+static enum MHD_Result sandbox_delete(struct MHD_Connection *c, struct ad_req *q)
+{
+    struct ad_session *s = q->sess;
+    q->sess = NULL; /* freed by the delete */
+    ad_session_delete(s);
+    return ad_reply(c, q, 204, MHD_create_response_from_buffer(0, NULL, MHD_RESPMEM_PERSISTENT));
+}
+
+static enum MHD_Result sandbox_timeout(struct MHD_Connection *c, struct ad_req *q)
+{
+    struct ad_session *s = q->sess;
+    cJSON *timeout = cJSON_GetObjectItemCaseSensitive(q->json, "timeout");
+    if (!cJSON_IsNumber(timeout) || timeout->valuedouble < 1 || timeout->valuedouble > 1e7)
+        return e2b_error(c, q, 400, "timeout: seconds, at least 1");
+    struct ad_fail f;
+    if (ad_session_extend(s, (unsigned)timeout->valuedouble, &q->lim, &f) < 0)
+        return e2b_fail(c, q, &f);
+    return ad_reply(c, q, 204, MHD_create_response_from_buffer(0, NULL, MHD_RESPMEM_PERSISTENT));
+}
+
+static enum MHD_Result sandbox_pause(struct MHD_Connection *c, struct ad_req *q)
+{
+    return e2b_error(c, q, 501,
+                     "pausing a sandbox is not supported by this server (airlockd); it keeps "
+                     "running until its timeout");
+}
+
+static enum MHD_Result sandbox_metrics(struct MHD_Connection *c, struct ad_req *q)
+{
+    return ad_reply_json(c, q, 200, cJSON_CreateArray());
+}
+
+struct list_ctx {
+    cJSON *arr;
+    cJSON *want; /* metadata filter: every key=value given must match */
+    bool paused_only;
+};
+
+static void list_one(void *ctx, struct ad_session *s)
+{
+    struct list_ctx *l = ctx;
+    if (!s->e2b_token[0] || l->paused_only)
+        return;
+    cJSON *w;
+    cJSON_ArrayForEach(w, l->want)
+    {
+        cJSON *v = s->labels ? cJSON_GetObjectItemCaseSensitive(s->labels, w->string) : NULL;
+        if (!cJSON_IsString(v) || strcmp(v->valuestring, w->valuestring))
+            return;
+    }
+    cJSON_AddItemToArray(l->arr, sandbox_json(s));
+}
+
+/* metadata=k1%3Dv1%26k2%3Dv2 (the SDK's form: URL-encoded pairs, decoded once by MHD). */
+static cJSON *metadata_filter(const char *m)
+{
+    cJSON *o = cJSON_CreateObject();
+    if (!m)
+        return o;
+    char *dup = strdup(m), *save = NULL;
+    for (char *kv = dup ? strtok_r(dup, "&", &save) : NULL; kv; kv = strtok_r(NULL, "&", &save)) {
+        char *eq = strchr(kv, '=');
+        if (!eq)
+            continue;
+        *eq = 0;
+        MHD_http_unescape(kv);
+        MHD_http_unescape(eq + 1);
+        cJSON_AddStringToObject(o, kv, eq + 1);
+    }
+    free(dup);
+    return o;
+}
+
+static enum MHD_Result sandbox_list(struct MHD_Connection *c, struct ad_req *q)
+{
+    const char *state = query(c, "state");
+    struct list_ctx l = {cJSON_CreateArray(), metadata_filter(query(c, "metadata")),
+                         state && !strstr(state, "running")};
+    ad_session_list(q->owner, list_one, &l);
+    cJSON_Delete(l.want);
+    return ad_reply_json(c, q, 200, l.arr);
+}
+
+/* ---- the data plane: which sandbox, and its token ---- */
+
+/* ---- Connect envelopes ---- */
+
+/* One envelope (malloc'd) holding json; flags 0 for a message, 2 for the end of the stream. */
+static char *envelope(unsigned flags, const char *json, size_t n, size_t *len)
+{
+    char *b = malloc(5 + n);
+    if (!b)
+        return NULL;
+    b[0] = (char)flags;
+    b[1] = (char)(n >> 24), b[2] = (char)(n >> 16), b[3] = (char)(n >> 8), b[4] = (char)n;
+    memcpy(b + 5, json, n);
+    *len = 5 + n;
+    return b;
+}
+
+static char *envelope_json(unsigned flags, cJSON *o, size_t *len)
+{
+    char *j = cJSON_PrintUnformatted(o);
+    cJSON_Delete(o);
+    if (!j)
+        return NULL;
+    char *b = envelope(flags, j, strlen(j), len);
+    free(j);
+    return b;
+}
+
+/* A streaming call's request message: its one envelope's JSON, or NULL. */
+static cJSON *stream_request(struct ad_req *q)
+{
+    if (q->body_len < 5 || (q->body[0] & 0x01)) /* compressed: never asked for */
+        return NULL;
+    const unsigned char *b = (const unsigned char *)q->body;
+    uint64_t n = ((uint64_t)b[1] << 24) | ((uint64_t)b[2] << 16) | ((uint64_t)b[3] << 8) | b[4];
+    if (n > q->body_len - 5)
+        return NULL;
+    return cJSON_ParseWithLength(q->body + 5, (size_t)n);
+}
+
+/* A unary call's request: its JSON object, or NULL. */
+static cJSON *unary_request(struct ad_req *q)
+{
+    cJSON *o = q->body_len ? cJSON_ParseWithLength(q->body, q->body_len) : cJSON_CreateObject();
+    if (o && !cJSON_IsObject(o)) {
+        cJSON_Delete(o);
+        return NULL;
+    }
+    return o;
+}
+
+/* A streaming call's answer that is only its end (an error before any message). */
+static enum MHD_Result stream_error(struct MHD_Connection *c, struct ad_req *q, int r,
+                                    const char *msg)
+{
+    unsigned status;
+    cJSON *o = cJSON_CreateObject(), *e = cJSON_AddObjectToObject(o, "error");
+    cJSON_AddStringToObject(e, "code", connect_code(r, &status));
+    ad_json_add_text(e, "message", msg);
+    size_t len;
+    char *b = envelope_json(2, o, &len);
+    if (!b)
+        return MHD_NO;
+    struct MHD_Response *resp = MHD_create_response_from_buffer(len, b, MHD_RESPMEM_MUST_FREE);
+    MHD_add_response_header(resp, "Content-Type", "application/connect+json");
+    return ad_reply(c, q, 200, resp);
+}
+
+/* ---- processes ---- */
+
+static unsigned run_pid(const char *rid)
+{
+    return rid && rid[0] == 'r' ? (unsigned)strtoul(rid + 1, NULL, 10) : 0;
+}
+
+/* How a process's events become envelopes (ad_run_stream). */
+struct pfmt {
+    unsigned pid;
+    bool pty;
+    bool start_due; /* Connect: a start event first (the SDK waits for one) */
+};
+
+static char *fmt_process(void *ctx, const char *type, const char *json, size_t json_len,
+                         size_t *len)
+{
+    struct pfmt *p = ctx;
+    cJSON *o = NULL, *ev = NULL;
+    char *pre = NULL;
+    size_t pre_len = 0;
+    if (p->start_due) {
+        p->start_due = false;
+        cJSON *s = cJSON_CreateObject();
+        cJSON *st = cJSON_AddObjectToObject(cJSON_AddObjectToObject(s, "event"), "start");
+        cJSON_AddNumberToObject(st, "pid", p->pid);
+        pre = envelope_json(0, s, &pre_len);
+    }
+    cJSON *d = json ? cJSON_ParseWithLength(json, json_len) : NULL;
+    if (!strcmp(type, "heartbeat")) {
+        o = cJSON_CreateObject();
+        cJSON_AddObjectToObject(cJSON_AddObjectToObject(o, "event"), "keepalive");
+    } else if (!strcmp(type, "")) { /* the end of the stream */
+        o = cJSON_CreateObject();
+    } else if (!strcmp(type, "start")) {
+        o = cJSON_CreateObject();
+        ev = cJSON_AddObjectToObject(cJSON_AddObjectToObject(o, "event"), "start");
+        cJSON_AddNumberToObject(ev, "pid", p->pid);
+    } else if (!strcmp(type, "output") && d) {
+        cJSON *st = cJSON_GetObjectItemCaseSensitive(d, "stream");
+        cJSON *b64 = cJSON_GetObjectItemCaseSensitive(d, "data_b64");
+        if (cJSON_IsString(st) && cJSON_IsString(b64)) {
+            o = cJSON_CreateObject();
+            ev = cJSON_AddObjectToObject(cJSON_AddObjectToObject(o, "event"), "data");
+            cJSON_AddStringToObject(ev,
+                                    p->pty                               ? "pty"
+                                    : !strcmp(st->valuestring, "stderr") ? "stderr"
+                                                                         : "stdout",
+                                    b64->valuestring);
+        }
+    } else if (!strcmp(type, "exit") && d) {
+        cJSON *how = cJSON_GetObjectItemCaseSensitive(d, "how");
+        cJSON *v = cJSON_GetObjectItemCaseSensitive(d, "value");
+        bool sig = cJSON_IsString(how) && !strcmp(how->valuestring, "signaled");
+        int value = cJSON_IsNumber(v) ? v->valueint : -1;
+        o = cJSON_CreateObject();
+        ev = cJSON_AddObjectToObject(cJSON_AddObjectToObject(o, "event"), "end");
+        cJSON_AddNumberToObject(ev, "exitCode", sig ? -1 : value);
+        cJSON_AddBoolToObject(ev, "exited", !sig);
+        char status[64];
+        snprintf(status, sizeof(status), "exit status %d", value);
+        if (sig)
+            snprintf(status, sizeof(status), "signal: %s",
+                     value == 9    ? "killed"
+                     : value == 15 ? "terminated"
+                                   : "signaled");
+        cJSON_AddStringToObject(ev, "status", status);
+        if (cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(d, "timed_out")))
+            cJSON_AddStringToObject(ev, "error", "the process ran past its deadline");
+    } else if (!strcmp(type, "error") && d) {
+        cJSON *m = cJSON_GetObjectItemCaseSensitive(d, "message");
+        o = cJSON_CreateObject();
+        ev = cJSON_AddObjectToObject(cJSON_AddObjectToObject(o, "event"), "end");
+        cJSON_AddNumberToObject(ev, "exitCode", -1);
+        cJSON_AddBoolToObject(ev, "exited", false);
+        cJSON_AddStringToObject(ev, "status", "error");
+        cJSON_AddStringToObject(ev, "error", cJSON_IsString(m) ? m->valuestring : "failed");
+    }
+    cJSON_Delete(d);
+    size_t n = 0;
+    char *b = o ? envelope_json(!strcmp(type, "") ? 2 : 0, o, &n) : NULL;
+    if (pre) {
+        char *both = malloc(pre_len + n);
+        if (both) {
+            memcpy(both, pre, pre_len);
+            if (b)
+                memcpy(both + pre_len, b, n);
+        }
+        free(pre);
+        free(b);
+        *len = pre_len + n;
+        return both;
+    }
+    *len = n;
+    return b;
+}
+
+static struct MHD_Response *process_stream(struct ad_run *r, unsigned pid, bool pty, bool start_due,
+                                           uint64_t from, struct ad_fail *f)
+{
+    struct pfmt *p = calloc(1, sizeof(*p));
+    if (!p) {
+        ad_failf(f, 500, "internal", "out of memory");
+        return NULL;
+    }
+    p->pid = pid;
+    p->pty = pty;
+    p->start_due = start_due;
+    struct MHD_Response *resp = ad_run_stream(r, from, fmt_process, p, free, f);
+    if (resp)
+        MHD_add_response_header(resp, "Content-Type", "application/connect+json");
+    return resp;
+}
+
+/* The user a call runs as: Authorization: Basic base64("NAME:"), E2B's way; the default is the
+ * sandbox's `user` where it has one. root and user are known. */
+static bool as_root(struct MHD_Connection *c, struct ad_session *s)
+{
+    if (!s->e2b_user)
+        return true;
+    const char *h = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Authorization");
+    /* "cm9vdDo=" is base64("root:") */
+    return h && !strncasecmp(h, "Basic ", 6) && !strcmp(h + 6, "cm9vdDo=");
+}
+
+static const char *home_of(bool root)
+{
+    return root ? "/root" : HOME_DIR;
+}
+
+static enum MHD_Result process_start(struct MHD_Connection *c, struct ad_req *q)
+{
+    _ad_cjson_ cJSON *m = stream_request(q);
+    if (!m)
+        return stream_error(c, q, -EINVAL, "the request is not one JSON envelope");
+    cJSON *pc = cJSON_GetObjectItemCaseSensitive(m, "process");
+    cJSON *cmd = cJSON_GetObjectItemCaseSensitive(pc, "cmd");
+    cJSON *args = cJSON_GetObjectItemCaseSensitive(pc, "args");
+    cJSON *envs = cJSON_GetObjectItemCaseSensitive(pc, "envs");
+    cJSON *cwd = cJSON_GetObjectItemCaseSensitive(pc, "cwd");
+    cJSON *pty = cJSON_GetObjectItemCaseSensitive(m, "pty");
+    cJSON *tag = cJSON_GetObjectItemCaseSensitive(m, "tag");
+    cJSON *stdin_on = cJSON_GetObjectItemCaseSensitive(m, "stdin");
+    if (!cJSON_IsString(cmd) || !cmd->valuestring[0] || (args && !cJSON_IsArray(args)) ||
+        (envs && !cJSON_IsObject(envs)) || (cwd && !cJSON_IsString(cwd)) ||
+        (tag && !cJSON_IsString(tag)))
+        return stream_error(c, q, -EINVAL, "process: cmd, args, envs, cwd");
+    struct ad_session *s = q->sess;
+    bool root = as_root(c, s);
+    _ad_cjson_ cJSON *argv = cJSON_CreateArray();
+    if (!root) { /* as E2B's user, with its login environment */
+        cJSON_AddItemToArray(argv, cJSON_CreateString("runuser"));
+        cJSON_AddItemToArray(argv, cJSON_CreateString("-u"));
+        cJSON_AddItemToArray(argv, cJSON_CreateString("user"));
+        cJSON_AddItemToArray(argv, cJSON_CreateString("--"));
+    }
+    cJSON_AddItemToArray(argv, cJSON_CreateString(cmd->valuestring));
+    cJSON *a;
+    cJSON_ArrayForEach(a, args)
+    {
+        if (!cJSON_IsString(a))
+            return stream_error(c, q, -EINVAL, "process.args: strings");
+        cJSON_AddItemToArray(argv, cJSON_CreateString(a->valuestring));
+    }
+    /* the sandbox's envVars, then the call's own; HOME and USER as E2B sets them */
+    _ad_cjson_ cJSON *env = s->e2b_env ? cJSON_Duplicate(s->e2b_env, true) : cJSON_CreateObject();
+    cJSON_ArrayForEach(a, envs)
+    {
+        if (!cJSON_IsString(a))
+            return stream_error(c, q, -EINVAL, "process.envs: strings");
+        cJSON_DeleteItemFromObjectCaseSensitive(env, a->string);
+        cJSON_AddStringToObject(env, a->string, a->valuestring);
+    }
+    if (!cJSON_GetObjectItemCaseSensitive(env, "HOME"))
+        cJSON_AddStringToObject(env, "HOME", home_of(root));
+    if (!cJSON_GetObjectItemCaseSensitive(env, "USER"))
+        cJSON_AddStringToObject(env, "USER", root ? "root" : "user");
+    struct ad_exec_req er = {.argv = argv, .env = env};
+    er.cwd = cJSON_IsString(cwd) && cwd->valuestring[0] ? cwd->valuestring : home_of(root);
+    er.stdin_open = cJSON_IsTrue(stdin_on) || pty;
+    er.stdin_data = er.stdin_open ? NULL : "";
+    er.tag = cJSON_IsString(tag) ? tag->valuestring : NULL;
+    cJSON *size = cJSON_GetObjectItemCaseSensitive(pty, "size");
+    if (pty) {
+        cJSON *rows = cJSON_GetObjectItemCaseSensitive(size, "rows");
+        cJSON *cols = cJSON_GetObjectItemCaseSensitive(size, "cols");
+        er.pty_rows = cJSON_IsNumber(rows) && rows->valueint > 0 ? (unsigned)rows->valueint : 24;
+        er.pty_cols = cJSON_IsNumber(cols) && cols->valueint > 0 ? (unsigned)cols->valueint : 80;
+    }
+    /* Connect's deadline is the process's: killed at it */
+    const char *dl = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Connect-Timeout-Ms");
+    if (dl) {
+        unsigned long ms = strtoul(dl, NULL, 10);
+        er.timeout_s = ms ? (unsigned)((ms + 999) / 1000) : 0;
+    }
+    cJSON *out;
+    struct ad_fail f;
+    if (ad_run_start(s, &er, &q->lim, &out, &f) < 0)
+        return stream_error(c, q, f.status == 429 ? -E2BIG : -EIO, f.msg);
+    cJSON *rid = cJSON_GetObjectItemCaseSensitive(out, "id");
+    struct ad_run *r = cJSON_IsString(rid) ? ad_run_get(s, rid->valuestring) : NULL;
+    unsigned pid = run_pid(cJSON_IsString(rid) ? rid->valuestring : NULL);
+    cJSON_Delete(out);
+    if (!r)
+        return stream_error(c, q, -EIO, "the process ended at once");
+    struct MHD_Response *resp = process_stream(r, pid, pty != NULL, false, 0, &f);
+    ad_run_put(r);
+    if (!resp)
+        return stream_error(c, q, -EIO, f.msg);
+    return ad_reply(c, q, 200, resp);
+}
+
+/* The run a ProcessSelector names ({"pid": N} or {"tag": T}), referenced, or NULL. */
+struct tag_find {
+    const char *tag;
+    char rid[16];
+};
+
+static struct ad_run *selected(struct ad_session *s, cJSON *m)
+{
+    cJSON *sel = cJSON_GetObjectItemCaseSensitive(m, "process");
+    cJSON *pid = cJSON_GetObjectItemCaseSensitive(sel, "pid");
+    cJSON *tag = cJSON_GetObjectItemCaseSensitive(sel, "tag");
+    char rid[24] = "";
+    if (cJSON_IsNumber(pid) && pid->valuedouble >= 1 && pid->valuedouble < 1e9)
+        snprintf(rid, sizeof(rid), "r%u", (unsigned)pid->valuedouble);
+    else if (cJSON_IsString(tag))
+        ad_run_find_tag(s, tag->valuestring, rid, sizeof(rid));
+    return rid[0] ? ad_run_get(s, rid) : NULL;
+}
+
+static bool run_running(struct ad_run *r, bool *pty)
+{
+    cJSON *j = ad_run_json(r);
+    cJSON *st = cJSON_GetObjectItemCaseSensitive(j, "state");
+    bool running = cJSON_IsString(st) && strcmp(st->valuestring, "done");
+    if (pty)
+        *pty = cJSON_GetObjectItemCaseSensitive(j, "pty") != NULL;
+    cJSON_Delete(j);
+    return running;
+}
+
+static enum MHD_Result process_connect(struct MHD_Connection *c, struct ad_req *q)
+{
+    _ad_cjson_ cJSON *m = stream_request(q);
+    if (!m)
+        return stream_error(c, q, -EINVAL, "the request is not one JSON envelope");
+    struct ad_run *r = selected(q->sess, m);
+    bool pty = false;
+    if (!r || !run_running(r, &pty)) {
+        if (r)
+            ad_run_put(r);
+        return stream_error(c, q, -ENOENT, "no such process running");
+    }
+    cJSON *j = ad_run_json(r);
+    cJSON *rid = cJSON_GetObjectItemCaseSensitive(j, "id");
+    cJSON *events = cJSON_GetObjectItemCaseSensitive(j, "events");
+    unsigned pid = run_pid(cJSON_IsString(rid) ? rid->valuestring : NULL);
+    uint64_t from = cJSON_IsNumber(events) ? (uint64_t)events->valuedouble : 0;
+    cJSON_Delete(j);
+    struct ad_fail f;
+    struct MHD_Response *resp = process_stream(r, pid, pty, true, from, &f);
+    ad_run_put(r);
+    if (!resp)
+        return stream_error(c, q, -EIO, f.msg);
+    return ad_reply(c, q, 200, resp);
+}
+
+static enum MHD_Result reply_empty(struct MHD_Connection *c, struct ad_req *q)
+{
+    return ad_reply_json(c, q, 200, cJSON_CreateObject());
+}
+
+static enum MHD_Result process_list(struct MHD_Connection *c, struct ad_req *q)
+{
+    _ad_cjson_ cJSON *runs = cJSON_CreateArray();
+    ad_run_list(q->sess, runs);
+    cJSON *o = cJSON_CreateObject(), *ps = cJSON_AddArrayToObject(o, "processes");
+    cJSON *r;
+    cJSON_ArrayForEach(r, runs)
+    {
+        cJSON *st = cJSON_GetObjectItemCaseSensitive(r, "state");
+        cJSON *id = cJSON_GetObjectItemCaseSensitive(r, "id");
+        cJSON *argv = cJSON_GetObjectItemCaseSensitive(r, "argv");
+        if (!cJSON_IsString(st) || !strcmp(st->valuestring, "done") || !cJSON_IsArray(argv))
+            continue;
+        cJSON *p = cJSON_CreateObject(), *cfg = cJSON_AddObjectToObject(p, "config");
+        /* the command as it was asked: without the runuser that runs it as `user` */
+        int skip = 0, n = cJSON_GetArraySize(argv);
+        cJSON *a0 = cJSON_GetArrayItem(argv, 0);
+        if (n > 4 && cJSON_IsString(a0) && !strcmp(a0->valuestring, "runuser"))
+            skip = 4;
+        cJSON *cmd = cJSON_GetArrayItem(argv, skip);
+        cJSON_AddStringToObject(cfg, "cmd", cJSON_IsString(cmd) ? cmd->valuestring : "");
+        cJSON *args = cJSON_AddArrayToObject(cfg, "args");
+        for (int i = skip + 1; i < n; i++)
+            cJSON_AddItemToArray(args, cJSON_Duplicate(cJSON_GetArrayItem(argv, i), false));
+        cJSON_AddObjectToObject(cfg, "envs");
+        cJSON *cwd = cJSON_GetObjectItemCaseSensitive(r, "cwd");
+        if (cJSON_IsString(cwd))
+            cJSON_AddStringToObject(cfg, "cwd", cwd->valuestring);
+        cJSON_AddNumberToObject(p, "pid", run_pid(cJSON_IsString(id) ? id->valuestring : NULL));
+        cJSON *tag = cJSON_GetObjectItemCaseSensitive(r, "tag");
+        if (cJSON_IsString(tag))
+            cJSON_AddStringToObject(p, "tag", tag->valuestring);
+        cJSON_AddItemToArray(ps, p);
+    }
+    return ad_reply_json(c, q, 200, o);
+}
+
+/* SendInput, CloseStdin, SendSignal, Update: a selected process and one action. */
+enum pact { ACT_INPUT, ACT_CLOSE, ACT_SIGNAL, ACT_UPDATE };
+
+static enum MHD_Result process_act(struct MHD_Connection *c, struct ad_req *q, enum pact act)
+{
+    _ad_cjson_ cJSON *m = unary_request(q);
+    if (!m)
+        return rpc_error(c, q, -EINVAL, "the body is not a JSON object");
+    struct ad_run *r = selected(q->sess, m);
+    if (!r || !run_running(r, NULL)) {
+        if (r)
+            ad_run_put(r);
+        return rpc_error(c, q, -ENOENT, "no such process running");
+    }
+    struct ad_fail f = {0};
+    int rc = 0;
+    if (act == ACT_INPUT) {
+        cJSON *in = cJSON_GetObjectItemCaseSensitive(m, "input");
+        cJSON *b = cJSON_GetObjectItemCaseSensitive(in, "stdin");
+        if (!b)
+            b = cJSON_GetObjectItemCaseSensitive(in, "pty");
+        size_t n = 0;
+        uint8_t *data = cJSON_IsString(b) ? ad_base64_decode(b->valuestring, &n) : NULL;
+        if (!data) {
+            ad_run_put(r);
+            return rpc_error(c, q, -EINVAL, "input: stdin or pty, base64");
+        }
+        rc = ad_run_stdin(r, data, n, false, &f);
+        free(data);
+    } else if (act == ACT_CLOSE) {
+        rc = ad_run_stdin(r, "", 0, true, &f);
+    } else if (act == ACT_SIGNAL) {
+        cJSON *sg = cJSON_GetObjectItemCaseSensitive(m, "signal");
+        int signo = cJSON_IsString(sg) && !strcmp(sg->valuestring, "SIGNAL_SIGTERM") ? 15
+                    : cJSON_IsNumber(sg) && sg->valueint == 15                       ? 15
+                                                                                     : 9;
+        rc = ad_run_signal(r, signo, &f);
+    } else {
+        cJSON *size =
+            cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItemCaseSensitive(m, "pty"), "size");
+        cJSON *rows = cJSON_GetObjectItemCaseSensitive(size, "rows");
+        cJSON *cols = cJSON_GetObjectItemCaseSensitive(size, "cols");
+        if (!cJSON_IsNumber(rows) || !cJSON_IsNumber(cols) || rows->valueint < 1 ||
+            cols->valueint < 1) {
+            ad_run_put(r);
+            return rpc_error(c, q, -EINVAL, "pty.size: rows and cols");
+        }
+        rc = ad_run_resize(r, (unsigned)rows->valueint, (unsigned)cols->valueint, &f);
+    }
+    ad_run_put(r);
+    if (rc < 0)
+        return rpc_error(c, q,
+                         f.status == 404   ? -ENOENT
+                         : f.status == 400 ? -EINVAL
+                                           : -EIO,
+                         "%s", f.msg);
+    return reply_empty(c, q);
+}
+
+/* ---- the filesystem ---- */
+
+/* A path as envd takes it: absolute, or relative to the user's home. NULL when unusable. */
+static char *guest_path(struct MHD_Connection *c, struct ad_session *s, const char *p)
+{
+    if (!p || !p[0] || strlen(p) >= 4000 || strchr(p, '\n'))
+        return NULL;
+    char *out = NULL;
+    if (p[0] == '/')
+        out = strdup(p);
+    else if (asprintf(&out, "%s/%s", home_of(as_root(c, s)), p) < 0)
+        out = NULL;
+    return out;
+}
+
+static const char *file_type(int t)
+{
+    return t == AL_ENTRY_FILE      ? "FILE_TYPE_FILE"
+           : t == AL_ENTRY_DIR     ? "FILE_TYPE_DIRECTORY"
+           : t == AL_ENTRY_SYMLINK ? "FILE_TYPE_SYMLINK"
+                                   : "FILE_TYPE_UNSPECIFIED";
+}
+
+static cJSON *entry_json(const al_file_info *st, const char *path)
+{
+    cJSON *o = cJSON_CreateObject();
+    ad_json_add_text(o, "name", st->name);
+    cJSON_AddStringToObject(o, "type", file_type(st->type));
+    ad_json_add_text(o, "path", path);
+    char size[32];
+    snprintf(size, sizeof(size), "%llu", (unsigned long long)st->size);
+    cJSON_AddStringToObject(o, "size", size); /* int64: a string in protobuf's JSON */
+    cJSON_AddNumberToObject(o, "mode", st->mode);
+    char perm[11] = "----------";
+    perm[0] = st->type == AL_ENTRY_DIR ? 'd' : st->type == AL_ENTRY_SYMLINK ? 'l' : '-';
+    for (int i = 0; i < 9; i++)
+        if (st->mode & (0400u >> i))
+            perm[1 + i] = "rwxrwxrwx"[i];
+    cJSON_AddStringToObject(o, "permissions", perm);
+    cJSON_AddStringToObject(o, "owner", "");
+    cJSON_AddStringToObject(o, "group", "");
+    add_time(o, "modifiedTime", st->mtime);
+    return o;
+}
+
+/* A unary filesystem call's JSON and its path ("path", or another key), or the reply. */
+static cJSON *fs_request(struct MHD_Connection *c, struct ad_req *q, const char *key, char **path,
+                         enum MHD_Result *ret)
+{
+    cJSON *m = unary_request(q);
+    cJSON *p = cJSON_GetObjectItemCaseSensitive(m, key);
+    *path = cJSON_IsString(p) ? guest_path(c, q->sess, p->valuestring) : NULL;
+    if (!*path) {
+        cJSON_Delete(m);
+        *ret = rpc_error(c, q, -EINVAL, "%s: a path", key);
+        return NULL;
+    }
+    return m;
+}
+
+static enum MHD_Result entry_reply(struct MHD_Connection *c, struct ad_req *q, const char *path)
+{
+    al_file_info st;
+    al_error err = {0};
+    int r = al_file_stat(q->sess->s, path, &st, &err);
+    if (r < 0)
+        return rpc_error(c, q, r, "%s", err.msg);
+    cJSON *o = cJSON_CreateObject();
+    cJSON_AddItemToObject(o, "entry", entry_json(&st, path));
+    return ad_reply_json(c, q, 200, o);
+}
+
+static enum MHD_Result fs_stat(struct MHD_Connection *c, struct ad_req *q)
+{
+    enum MHD_Result ret;
+    _ad_free_ char *path = NULL;
+    _ad_cjson_ cJSON *m = fs_request(c, q, "path", &path, &ret);
+    if (!m)
+        return ret;
+    return entry_reply(c, q, path);
+}
+
+/* The user's ownership for what a call made as `user` (the library writes as root). */
+static void give_to_user(struct MHD_Connection *c, struct ad_session *s, const char *path,
+                         bool recursive)
+{
+    if (as_root(c, s))
+        return;
+    char *q = NULL;
+    /* the path single-quoted for sh: each ' closed, escaped, reopened */
+    size_t n = strlen(path), k = 0;
+    char *quoted = malloc(4 * n + 3);
+    if (!quoted)
+        return;
+    quoted[k++] = '\'';
+    for (size_t i = 0; i < n; i++) {
+        if (path[i] == '\'') {
+            memcpy(quoted + k, "'\\''", 4);
+            k += 4;
+        } else {
+            quoted[k++] = path[i];
+        }
+    }
+    quoted[k++] = '\'';
+    quoted[k] = 0;
+    if (asprintf(&q, "chown %s user:user -- %s", recursive ? "-R" : "", quoted) >= 0) {
+        al_error err = {0};
+        sh(s->s, q, &err);
+    }
+    free(q);
+    free(quoted);
+}
+
+struct lister {
+    cJSON *arr;
+    const char *dir;
+    char **subdirs; /* for the next depth */
+    size_t nsub, capsub;
+    size_t total;
+};
+
+static void list_one_entry(void *ctx, const al_file_info *st)
+{
+    struct lister *l = ctx;
+    if (l->total >= LIST_MAX)
+        return;
+    l->total++;
+    char *p = NULL;
+    if (asprintf(&p, "%s%s%s", l->dir, strcmp(l->dir, "/") ? "/" : "", st->name) < 0)
+        return;
+    cJSON_AddItemToArray(l->arr, entry_json(st, p));
+    if (st->type == AL_ENTRY_DIR) {
+        if (l->nsub == l->capsub) {
+            size_t cap = l->capsub ? 2 * l->capsub : 16;
+            char **v = realloc(l->subdirs, cap * sizeof(*v));
+            if (!v) {
+                free(p);
+                return;
+            }
+            l->subdirs = v;
+            l->capsub = cap;
+        }
+        l->subdirs[l->nsub++] = p;
+        return;
+    }
+    free(p);
+}
+
+static enum MHD_Result fs_list(struct MHD_Connection *c, struct ad_req *q)
+{
+    enum MHD_Result ret;
+    _ad_free_ char *path = NULL;
+    _ad_cjson_ cJSON *m = fs_request(c, q, "path", &path, &ret);
+    if (!m)
+        return ret;
+    cJSON *d = cJSON_GetObjectItemCaseSensitive(m, "depth");
+    unsigned depth = cJSON_IsNumber(d) && d->valueint > 0 ? (unsigned)d->valueint : 1;
+    if (depth > 32)
+        depth = 32;
+    cJSON *o = cJSON_CreateObject(), *arr = cJSON_AddArrayToObject(o, "entries");
+    char **level = malloc(sizeof(char *));
+    size_t nlevel = 0;
+    if (!level || !(level[0] = strdup(path))) {
+        free(level);
+        cJSON_Delete(o);
+        return rpc_error(c, q, -ENOMEM, "out of memory");
+    }
+    nlevel = 1;
+    int rc = 0;
+    al_error err = {0};
+    size_t total = 0;
+    for (unsigned lv = 0; lv < depth && nlevel && rc >= 0; lv++) {
+        char **next = NULL;
+        size_t nnext = 0, capnext = 0;
+        for (size_t i = 0; i < nlevel; i++) {
+            struct lister l = {.arr = arr, .dir = level[i], .total = total};
+            int r = al_file_list(q->sess->s, level[i], list_one_entry, &l, &err);
+            total = l.total;
+            if (r < 0 && lv == 0)
+                rc = r;
+            for (size_t k = 0; k < l.nsub; k++) {
+                if (lv + 1 < depth && nnext == capnext) {
+                    capnext = capnext ? 2 * capnext : 16;
+                    char **v = realloc(next, capnext * sizeof(*v));
+                    if (v)
+                        next = v;
+                }
+                if (lv + 1 < depth && nnext < capnext)
+                    next[nnext++] = l.subdirs[k];
+                else
+                    free(l.subdirs[k]);
+            }
+            free(l.subdirs);
+            free(level[i]);
+        }
+        free(level);
+        level = next;
+        nlevel = nnext;
+    }
+    for (size_t i = 0; i < nlevel; i++)
+        free(level[i]);
+    free(level);
+    if (rc < 0) {
+        cJSON_Delete(o);
+        return rpc_error(c, q, rc, "%s", err.msg);
+    }
+    return ad_reply_json(c, q, 200, o);
+}
+
+static enum MHD_Result fs_mkdir(struct MHD_Connection *c, struct ad_req *q)
+{
+    enum MHD_Result ret;
+    _ad_free_ char *path = NULL;
+    _ad_cjson_ cJSON *m = fs_request(c, q, "path", &path, &ret);
+    if (!m)
+        return ret;
+    al_file_info st;
+    al_error err = {0};
+    if (al_file_stat(q->sess->s, path, &st, &err) == 0)
+        return rpc_error(c, q, -EEXIST, "%s already exists", path);
+    err = (al_error){0};
+    int r = al_file_mkdir(q->sess->s, path, true, &err);
+    if (r < 0)
+        return rpc_error(c, q, r, "%s", err.msg);
+    give_to_user(c, q->sess, path, false);
+    return entry_reply(c, q, path);
+}
+
+static enum MHD_Result fs_remove(struct MHD_Connection *c, struct ad_req *q)
+{
+    enum MHD_Result ret;
+    _ad_free_ char *path = NULL;
+    _ad_cjson_ cJSON *m = fs_request(c, q, "path", &path, &ret);
+    if (!m)
+        return ret;
+    al_error err = {0};
+    int r = al_file_remove(q->sess->s, path, true, &err);
+    if (r < 0)
+        return rpc_error(c, q, r, "%s", err.msg);
+    return reply_empty(c, q);
+}
+
+static enum MHD_Result fs_move(struct MHD_Connection *c, struct ad_req *q)
+{
+    enum MHD_Result ret;
+    _ad_free_ char *src = NULL;
+    _ad_cjson_ cJSON *m = fs_request(c, q, "source", &src, &ret);
+    if (!m)
+        return ret;
+    cJSON *d = cJSON_GetObjectItemCaseSensitive(m, "destination");
+    _ad_free_ char *dst = cJSON_IsString(d) ? guest_path(c, q->sess, d->valuestring) : NULL;
+    if (!dst)
+        return rpc_error(c, q, -EINVAL, "destination: a path");
+    al_file_info st;
+    al_error err = {0};
+    int r = al_file_stat(q->sess->s, src, &st, &err);
+    if (r < 0)
+        return rpc_error(c, q, r, "%s", err.msg);
+    /* mv by argv, no shell: the paths are the caller's */
+    const char *argv[] = {"mv", "-T", "--", src, dst, NULL};
+    int devnull = open("/dev/null", O_WRONLY | O_CLOEXEC);
+    al_exec_opts o = {.argv = argv,
+                      .stdin_fd = -1,
+                      .stdout_fd = devnull,
+                      .stderr_fd = devnull,
+                      .timeout_ms = 60000};
+    al_exec_result res;
+    r = al_exec(q->sess->s, &o, &res, &err);
+    if (devnull >= 0)
+        close(devnull);
+    if (r < 0)
+        return rpc_error(c, q, r, "%s", err.msg);
+    if (res.how != AL_EXEC_EXITED || res.value)
+        return rpc_error(c, q, -EINVAL, "cannot move %s to %s", src, dst);
+    return entry_reply(c, q, dst);
+}
+
+/* ---- /files ---- */
+
+static enum MHD_Result files_get(struct MHD_Connection *c, struct ad_req *q)
+{
+    _ad_free_ char *path = guest_path(c, q->sess, query(c, "path"));
+    if (!path)
+        return e2b_error(c, q, 400, "path: a path in the sandbox");
+    static unsigned counter;
+    char tmp[600];
+    snprintf(tmp, sizeof(tmp), "%s/e2b-get-%ld-%u", ad_cfg.spool_dir, (long)getpid(),
+             __atomic_add_fetch(&counter, 1, __ATOMIC_RELAXED));
+    al_error err = {0};
+    int r = al_file_get_max(q->sess->s, path, tmp, q->lim.max_upload_bytes, &err);
+    if (r < 0) {
+        unlink(tmp);
+        unsigned st;
+        connect_code(r, &st);
+        return e2b_error(c, q, st == 409 ? 400 : st, "%s", err.msg);
+    }
+    int fd = open(tmp, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
+    unlink(tmp);
+    struct stat sb;
+    if (fd < 0 || fstat(fd, &sb) < 0) {
+        if (fd >= 0)
+            close(fd);
+        return e2b_error(c, q, 500, "cannot read the spooled copy");
+    }
+    struct MHD_Response *resp = MHD_create_response_from_fd((uint64_t)sb.st_size, fd);
+    if (!resp) {
+        close(fd);
+        return MHD_NO;
+    }
+    MHD_add_response_header(resp, "Content-Type", "application/octet-stream");
+    return ad_reply(c, q, 200, resp);
+}
+
+/* multipart/form-data, parsed by libmicrohttpd's post processor from the spooled body: each
+ * "file" part into a file of its own, put into the sandbox at its end. */
+struct upload {
+    struct MHD_Connection *c;
+    struct ad_req *q;
+    const char *path; /* ?path=, for a part without a file name */
+    int fd;           /* the part being received */
+    char *name;       /* its file name */
+    uint64_t len;
+    cJSON *out;
+    int rc;
+    char why[512];
+};
+
+static void upload_finish(struct upload *u)
+{
+    if (u->fd < 0)
+        return;
+    _ad_free_ char *dst = guest_path(u->c, u->q->sess, u->name && u->name[0] ? u->name : u->path);
+    if (!dst) {
+        u->rc = -EINVAL;
+        snprintf(u->why, sizeof(u->why), "a file without a usable path");
+    } else if (u->rc == 0) {
+        /* its parents made, as E2B's write makes them (theirs, for the user) */
+        char *slash = strrchr(dst, '/');
+        if (slash && slash != dst) {
+            *slash = 0;
+            al_file_info st;
+            al_error e2 = {0};
+            if (al_file_stat(u->q->sess->s, dst, &st, &e2) == -ENOENT) {
+                e2 = (al_error){0};
+                if (al_file_mkdir(u->q->sess->s, dst, true, &e2) == 0)
+                    give_to_user(u->c, u->q->sess, dst, false);
+            }
+            *slash = '/';
+        }
+        char src[64];
+        snprintf(src, sizeof(src), "/proc/self/fd/%d", u->fd);
+        al_error err = {0};
+        int r = al_file_put(u->q->sess->s, src, dst, &err);
+        if (r < 0) {
+            u->rc = r;
+            snprintf(u->why, sizeof(u->why), "%s", err.msg);
+        } else {
+            give_to_user(u->c, u->q->sess, dst, false);
+            const char *base = strrchr(dst, '/');
+            cJSON *o = cJSON_CreateObject();
+            ad_json_add_text(o, "name", base ? base + 1 : dst);
+            cJSON_AddStringToObject(o, "type", "file");
+            ad_json_add_text(o, "path", dst);
+            cJSON_AddItemToArray(u->out, o);
+        }
+    }
+    close(u->fd);
+    u->fd = -1;
+    free(u->name);
+    u->name = NULL;
+    u->len = 0;
+}
+
+static int write_all(int fd, const char *p, size_t n)
+{
+    while (n) {
+        ssize_t w = write(fd, p, n);
+        if (w < 0 && errno == EINTR)
+            continue;
+        if (w <= 0)
+            return -1;
+        p += w;
+        n -= (size_t)w;
+    }
+    return 0;
+}
+
+static enum MHD_Result upload_part(void *cls, enum MHD_ValueKind kind, const char *key,
+                                   const char *filename, const char *type, const char *enc,
+                                   const char *data, uint64_t off, size_t size)
+{
+    (void)kind, (void)type, (void)enc;
+    struct upload *u = cls;
+    if (strcmp(key, "file"))
+        return MHD_YES;
+    if (off == 0) { /* a new part */
+        upload_finish(u);
+        if (u->rc)
+            return MHD_NO;
+        u->fd = open(ad_cfg.spool_dir, O_TMPFILE | O_RDWR | O_CLOEXEC, 0600);
+        u->name = filename ? strdup(filename) : NULL;
+        if (u->fd < 0) {
+            u->rc = -errno;
+            snprintf(u->why, sizeof(u->why), "cannot make a spool file: %s", strerror(errno));
+            return MHD_NO;
+        }
+    }
+    if (u->fd < 0)
+        return MHD_NO;
+    if (size && write_all(u->fd, data, size) < 0) {
+        u->rc = -EIO;
+        snprintf(u->why, sizeof(u->why), "cannot spool the upload");
+        return MHD_NO;
+    }
+    u->len += size;
+    return MHD_YES;
+}
+
+static enum MHD_Result files_post(struct MHD_Connection *c, struct ad_req *q)
+{
+    const char *path = query(c, "path");
+    struct upload u = {.c = c, .q = q, .path = path, .fd = -1, .out = cJSON_CreateArray()};
+    const char *ct = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Content-Type");
+    if (ct && !strncasecmp(ct, "application/octet-stream", 24)) {
+        /* the body is the file */
+        u.fd = dup(q->spool_fd);
+        upload_finish(&u);
+    } else {
+        struct MHD_PostProcessor *pp = MHD_create_post_processor(c, 65536, upload_part, &u);
+        if (!pp) {
+            cJSON_Delete(u.out);
+            return e2b_error(c, q, 400, "the body must be multipart/form-data or octet-stream");
+        }
+        char buf[65536];
+        ssize_t n;
+        lseek(q->spool_fd, 0, SEEK_SET);
+        while (u.rc == 0 && (n = read(q->spool_fd, buf, sizeof(buf))) > 0)
+            if (MHD_post_process(pp, buf, (size_t)n) != MHD_YES && u.rc == 0) {
+                u.rc = -EINVAL;
+                snprintf(u.why, sizeof(u.why), "the multipart body is malformed");
+            }
+        MHD_destroy_post_processor(pp);
+        upload_finish(&u);
+    }
+    if (u.fd >= 0)
+        close(u.fd);
+    free(u.name);
+    if (u.rc < 0) {
+        cJSON_Delete(u.out);
+        unsigned st;
+        connect_code(u.rc, &st);
+        return e2b_error(c, q, st == 409 ? 400 : st, "%s", u.why);
+    }
+    if (!cJSON_GetArraySize(u.out)) {
+        cJSON_Delete(u.out);
+        return e2b_error(c, q, 400, "no file in the body");
+    }
+    return ad_reply_json(c, q, 200, u.out);
+}
+
+static enum MHD_Result envd_health(struct MHD_Connection *c, struct ad_req *q)
+{
+    return ad_reply(c, q, 204, MHD_create_response_from_buffer(0, NULL, MHD_RESPMEM_PERSISTENT));
+}
+
+/* ---- the code interpreter (port 49999): /execute, /contexts ---- */
+
+#define CI_PORT 49999
+#define CONTEXTS_MAX 32
+static pthread_mutex_t ctx_lock = PTHREAD_MUTEX_INITIALIZER;
+
+/* E2B's language names and the library's. NULL: none of ours. */
+static const char *kernel_lang(const char *l)
+{
+    if (!l || !l[0] || !strcmp(l, "python") || !strcmp(l, "python3"))
+        return "python";
+    if (!strcmp(l, "js") || !strcmp(l, "javascript") || !strcmp(l, "node"))
+        return "javascript";
+    if (!strcmp(l, "bash") || !strcmp(l, "sh") || !strcmp(l, "shell"))
+        return "shell";
+    return NULL;
+}
+
+static const char *e2b_lang(const char *lang)
+{
+    return !strcmp(lang, "javascript") ? "javascript" : !strcmp(lang, "shell") ? "bash" : lang;
+}
+
+/* The context id's entry (a copy, under the lock), false when there is none. */
+static bool context_find(struct ad_session *s, const char *id, char lang[16], char cwd[512])
+{
+    bool found = false;
+    pthread_mutex_lock(&ctx_lock);
+    cJSON *x;
+    cJSON_ArrayForEach(x, s->e2b_contexts)
+    {
+        cJSON *i = cJSON_GetObjectItemCaseSensitive(x, "id");
+        if (cJSON_IsString(i) && !strcmp(i->valuestring, id)) {
+            cJSON *l = cJSON_GetObjectItemCaseSensitive(x, "language");
+            cJSON *c = cJSON_GetObjectItemCaseSensitive(x, "cwd");
+            snprintf(lang, 16, "%s", cJSON_IsString(l) ? kernel_lang(l->valuestring) : "python");
+            snprintf(cwd, 512, "%s", cJSON_IsString(c) ? c->valuestring : HOME_DIR);
+            found = true;
+            break;
+        }
+    }
+    pthread_mutex_unlock(&ctx_lock);
+    return found;
+}
+
+/* How a kernel run's events become the interpreter's JSON lines. Output is held until its
+ * line ends (or another event comes), so that print("hi") is one "hi\n" entry, as E2B's. */
+#define HELD_MAX 65536
+struct cifmt {
+    struct ad_run *r; /* referenced: a caller that hangs up interrupts its run */
+    char *held[2];    /* stdout, stderr: bytes not yet sent */
+    size_t held_len[2];
+};
+
+struct out {
+    char *p;
+    size_t n;
+};
+
+static void out_line(struct out *b, cJSON *o)
+{
+    char *j = cJSON_PrintUnformatted(o);
+    cJSON_Delete(o);
+    size_t n = j ? strlen(j) : 0;
+    char *g = j ? realloc(b->p, b->n + n + 1) : NULL;
+    if (g) {
+        memcpy(g + b->n, j, n);
+        g[b->n + n] = '\n';
+        b->p = g;
+        b->n += n + 1;
+    }
+    free(j);
+}
+
+static void flush_held(struct cifmt *x, int i, struct out *b)
+{
+    if (!x->held_len[i])
+        return;
+    char *text = al_utf8_repair((const uint8_t *)x->held[i], x->held_len[i], NULL);
+    x->held_len[i] = 0;
+    if (!text)
+        return;
+    cJSON *o = cJSON_CreateObject();
+    cJSON_AddStringToObject(o, "type", i ? "stderr" : "stdout");
+    cJSON_AddStringToObject(o, "text", text);
+    cJSON_AddNumberToObject(o, "timestamp", (double)time(NULL) * 1e6);
+    free(text);
+    out_line(b, o);
+}
+
+static const struct {
+    const char *mime, *key;
+} mime_keys[] = {{"text/plain", "text"},        {"text/html", "html"},
+                 {"text/markdown", "markdown"}, {"image/svg+xml", "svg"},
+                 {"image/png", "png"},          {"image/jpeg", "jpeg"},
+                 {"application/json", "json"},  {"text/latex", "latex"},
+                 {"application/pdf", "pdf"},    {"application/javascript", "javascript"}};
+
+static cJSON *error_line(const char *name, const char *value, const char *tb)
+{
+    cJSON *o = cJSON_CreateObject();
+    cJSON_AddStringToObject(o, "type", "error");
+    cJSON_AddStringToObject(o, "name", name);
+    cJSON_AddStringToObject(o, "value", value);
+    cJSON_AddStringToObject(o, "traceback", tb);
+    return o;
+}
+
+static char *fmt_execute(void *ctx, const char *type, const char *json, size_t json_len,
+                         size_t *len)
+{
+    struct cifmt *x = ctx;
+    struct out b = {0};
+    cJSON *d = json ? cJSON_ParseWithLength(json, json_len) : NULL;
+    if (!strcmp(type, "output") && d) {
+        cJSON *st = cJSON_GetObjectItemCaseSensitive(d, "stream");
+        cJSON *b64 = cJSON_GetObjectItemCaseSensitive(d, "data_b64");
+        int i = cJSON_IsString(st) && !strcmp(st->valuestring, "stderr");
+        size_t n = 0;
+        uint8_t *raw = cJSON_IsString(b64) ? ad_base64_decode(b64->valuestring, &n) : NULL;
+        char *g = raw ? realloc(x->held[i], x->held_len[i] + n) : NULL;
+        if (g) {
+            memcpy(g + x->held_len[i], raw, n);
+            x->held[i] = g;
+            x->held_len[i] += n;
+        }
+        free(raw);
+        if (x->held_len[i] &&
+            (x->held[i][x->held_len[i] - 1] == '\n' || x->held_len[i] >= HELD_MAX))
+            flush_held(x, i, &b);
+        cJSON_Delete(d);
+        *len = b.n;
+        return b.p;
+    }
+    flush_held(x, 0, &b); /* anything else: what was held goes first */
+    flush_held(x, 1, &b);
+    if (!strcmp(type, "heartbeat")) {
+        cJSON *o = cJSON_CreateObject();
+        cJSON_AddStringToObject(o, "type", "keepalive");
+        out_line(&b, o);
+    } else if (!strcmp(type, "result") && d) {
+        cJSON *t = cJSON_GetObjectItemCaseSensitive(d, "type");
+        if (cJSON_IsString(t) && !strcmp(t->valuestring, "error")) {
+            cJSON *n = cJSON_GetObjectItemCaseSensitive(d, "name");
+            cJSON *v = cJSON_GetObjectItemCaseSensitive(d, "value");
+            cJSON *tb = cJSON_GetObjectItemCaseSensitive(d, "traceback");
+            out_line(&b, error_line(cJSON_IsString(n) ? n->valuestring : "",
+                                    cJSON_IsString(v) ? v->valuestring : "",
+                                    cJSON_IsString(tb) ? tb->valuestring : ""));
+        } else if (cJSON_IsString(t) && !strcmp(t->valuestring, "result")) {
+            cJSON *kind = cJSON_GetObjectItemCaseSensitive(d, "kind");
+            cJSON *data = cJSON_GetObjectItemCaseSensitive(d, "data");
+            cJSON *o = cJSON_CreateObject();
+            cJSON_AddStringToObject(o, "type", "result");
+            for (size_t i = 0; i < sizeof(mime_keys) / sizeof(*mime_keys); i++) {
+                cJSON *v = cJSON_GetObjectItemCaseSensitive(data, mime_keys[i].mime);
+                if (v)
+                    cJSON_AddItemToObject(o, mime_keys[i].key, cJSON_Duplicate(v, true));
+            }
+            cJSON_AddBoolToObject(o, "is_main_result",
+                                  cJSON_IsString(kind) && !strcmp(kind->valuestring, "value"));
+            out_line(&b, o);
+        }
+    } else if (!strcmp(type, "exit") && d) {
+        cJSON *n = cJSON_GetObjectItemCaseSensitive(d, "execution_count");
+        cJSON *a = cJSON_CreateObject();
+        cJSON_AddStringToObject(a, "type", "number_of_executions");
+        cJSON_AddNumberToObject(a, "execution_count", cJSON_IsNumber(n) ? n->valuedouble : 0);
+        out_line(&b, a);
+        if (cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(d, "timed_out")))
+            out_line(&b, error_line("TimeoutError", "the execution ran past its timeout", ""));
+        cJSON *e = cJSON_CreateObject();
+        cJSON_AddStringToObject(e, "type", "end_of_execution");
+        out_line(&b, e);
+    } else if (!strcmp(type, "error") && d) {
+        cJSON *m = cJSON_GetObjectItemCaseSensitive(d, "message");
+        out_line(&b,
+                 error_line("ExecutionError", cJSON_IsString(m) ? m->valuestring : "failed", ""));
+        cJSON *e = cJSON_CreateObject();
+        cJSON_AddStringToObject(e, "type", "end_of_execution");
+        out_line(&b, e);
+    }
+    cJSON_Delete(d);
+    *len = b.n;
+    return b.p;
+}
+
+/* The stream's end: a run its caller left is interrupted, as a notebook's would be. */
+static void execute_done(void *ctx)
+{
+    struct cifmt *x = ctx;
+    if (run_running(x->r, NULL)) {
+        struct ad_fail f;
+        ad_run_signal(x->r, 2, &f);
+    }
+    ad_run_put(x->r);
+    free(x->held[0]);
+    free(x->held[1]);
+    free(x);
+}
+
+/* A kernel run of lang in context (NULL: the default) is not finished. */
+static bool kernel_busy(struct ad_session *s, const char *lang, const char *context)
+{
+    _ad_cjson_ cJSON *runs = cJSON_CreateArray();
+    ad_run_list(s, runs);
+    cJSON *r;
+    cJSON_ArrayForEach(r, runs)
+    {
+        cJSON *st = cJSON_GetObjectItemCaseSensitive(r, "state");
+        cJSON *l = cJSON_GetObjectItemCaseSensitive(r, "language");
+        cJSON *k = cJSON_GetObjectItemCaseSensitive(r, "kernel");
+        cJSON *cx = cJSON_GetObjectItemCaseSensitive(r, "context");
+        if (cJSON_IsString(st) && strcmp(st->valuestring, "done") && cJSON_IsTrue(k) &&
+            cJSON_IsString(l) && !strcmp(l->valuestring, lang) &&
+            (context ? cJSON_IsString(cx) && !strcmp(cx->valuestring, context) : !cx))
+            return true;
+    }
+    return false;
+}
+
+static enum MHD_Result ci_execute(struct MHD_Connection *c, struct ad_req *q)
+{
+    _ad_cjson_ cJSON *m = unary_request(q);
+    cJSON *code = cJSON_GetObjectItemCaseSensitive(m, "code");
+    cJSON *cid = cJSON_GetObjectItemCaseSensitive(m, "context_id");
+    cJSON *lang = cJSON_GetObjectItemCaseSensitive(m, "language");
+    cJSON *envs = cJSON_GetObjectItemCaseSensitive(m, "env_vars");
+    if (!m || !cJSON_IsString(code))
+        return e2b_error(c, q, 400, "code: a string");
+    char klang[16] = "python", cwd[512] = HOME_DIR;
+    const char *context = NULL;
+    if (cJSON_IsString(cid) && cid->valuestring[0]) {
+        if (!context_find(q->sess, cid->valuestring, klang, cwd))
+            return e2b_error(c, q, 404, "context '%s' not found", cid->valuestring);
+        context = cid->valuestring;
+    } else if (cJSON_IsString(lang)) {
+        const char *k = kernel_lang(lang->valuestring);
+        if (!k)
+            return e2b_error(c, q, 400,
+                             "language '%s' is not supported here (python, "
+                             "javascript, bash)",
+                             lang->valuestring);
+        snprintf(klang, sizeof(klang), "%s", k);
+    }
+    /* One block at a time in a context, as a notebook's: this one waits for the one before
+     * (a caller that hung up interrupted it) */
+    for (uint64_t end = ad_now_ms() + 30000;
+         ad_now_ms() < end && kernel_busy(q->sess, klang, context);)
+        usleep(50 * 1000);
+    struct ad_exec_req er = {.code = code->valuestring,
+                             .language = klang,
+                             .kernel = true,
+                             .cwd = cwd,
+                             .context = context,
+                             .stdin_data = ""};
+    _ad_cjson_ cJSON *env = q->sess->e2b_env ? cJSON_Duplicate(q->sess->e2b_env, true) : NULL;
+    if (cJSON_IsObject(envs)) {
+        if (!env)
+            env = cJSON_CreateObject();
+        cJSON *a;
+        cJSON_ArrayForEach(a, envs)
+        {
+            if (!cJSON_IsString(a))
+                return e2b_error(c, q, 400, "env_vars: strings");
+            cJSON_DeleteItemFromObjectCaseSensitive(env, a->string);
+            cJSON_AddStringToObject(env, a->string, a->valuestring);
+        }
+    }
+    er.env = env;
+    cJSON *out;
+    struct ad_fail f;
+    if (ad_run_start(q->sess, &er, &q->lim, &out, &f) < 0)
+        return e2b_fail(c, q, &f);
+    cJSON *rid = cJSON_GetObjectItemCaseSensitive(out, "id");
+    struct ad_run *r = cJSON_IsString(rid) ? ad_run_get(q->sess, rid->valuestring) : NULL;
+    cJSON_Delete(out);
+    struct cifmt *x = r ? calloc(1, sizeof(*x)) : NULL;
+    if (!x) {
+        if (r)
+            ad_run_put(r);
+        return e2b_error(c, q, 500, "the run did not start");
+    }
+    x->r = r; /* its reference given back by execute_done */
+    struct MHD_Response *resp = ad_run_stream(r, 0, fmt_execute, x, execute_done, &f);
+    if (!resp)
+        return e2b_fail(c, q, &f);
+    MHD_add_response_header(resp, "Content-Type", "application/x-ndjson");
+    return ad_reply(c, q, 200, resp);
+}
+
+static cJSON *context_json(const char *id, const char *lang, const char *cwd)
+{
+    cJSON *o = cJSON_CreateObject();
+    cJSON_AddStringToObject(o, "id", id);
+    cJSON_AddStringToObject(o, "language", lang);
+    cJSON_AddStringToObject(o, "cwd", cwd);
+    return o;
+}
+
+static enum MHD_Result ci_context_create(struct MHD_Connection *c, struct ad_req *q)
+{
+    _ad_cjson_ cJSON *m = unary_request(q);
+    cJSON *lang = cJSON_GetObjectItemCaseSensitive(m, "language");
+    cJSON *cwd = cJSON_GetObjectItemCaseSensitive(m, "cwd");
+    const char *k = kernel_lang(cJSON_IsString(lang) ? lang->valuestring : NULL);
+    if (!m || !k)
+        return e2b_error(c, q, 400, "language: python, javascript or bash");
+    if (cwd && !cJSON_IsNull(cwd) &&
+        (!cJSON_IsString(cwd) || cwd->valuestring[0] != '/' || strlen(cwd->valuestring) >= 500))
+        return e2b_error(c, q, 400, "cwd: an absolute path");
+    char id[33];
+    random_hex(id, 16);
+    cJSON *o = context_json(id, e2b_lang(k), cJSON_IsString(cwd) ? cwd->valuestring : HOME_DIR);
+    pthread_mutex_lock(&ctx_lock);
+    if (!q->sess->e2b_contexts)
+        q->sess->e2b_contexts = cJSON_CreateArray();
+    bool room = cJSON_GetArraySize(q->sess->e2b_contexts) < CONTEXTS_MAX;
+    if (room)
+        cJSON_AddItemToArray(q->sess->e2b_contexts, cJSON_Duplicate(o, true));
+    pthread_mutex_unlock(&ctx_lock);
+    if (!room) {
+        cJSON_Delete(o);
+        return e2b_error(c, q, 429, "at most %d contexts", CONTEXTS_MAX);
+    }
+    return ad_reply_json(c, q, 200, o);
+}
+
+static enum MHD_Result ci_context_list(struct MHD_Connection *c, struct ad_req *q)
+{
+    cJSON *a = cJSON_CreateArray();
+    /* the defaults first, as E2B lists them */
+    cJSON_AddItemToArray(a, context_json("python", "python", HOME_DIR));
+    cJSON_AddItemToArray(a, context_json("javascript", "javascript", HOME_DIR));
+    pthread_mutex_lock(&ctx_lock);
+    cJSON *x;
+    cJSON_ArrayForEach(x, q->sess->e2b_contexts) cJSON_AddItemToArray(a, cJSON_Duplicate(x, true));
+    pthread_mutex_unlock(&ctx_lock);
+    return ad_reply_json(c, q, 200, a);
+}
+
+/* DELETE /contexts/{id} and POST /contexts/{id}/restart: its kernel ends (and, removed, the
+ * context goes). */
+static enum MHD_Result ci_context_end(struct MHD_Connection *c, struct ad_req *q, bool remove)
+{
+    char lang[16], cwd[512];
+    const char *id = q->params[1];
+    if (!context_find(q->sess, id, lang, cwd))
+        return e2b_error(c, q, 404, "context '%s' not found", id);
+    al_error err = {0};
+    int r = al_kernel_stop(q->sess->s, lang, id, &err);
+    if (r < 0 && r != -ENOENT)
+        return e2b_error(c, q, r == -EBUSY ? 409 : 500, "%s", err.msg);
+    if (remove) {
+        pthread_mutex_lock(&ctx_lock);
+        int i = 0;
+        cJSON *x;
+        cJSON_ArrayForEach(x, q->sess->e2b_contexts)
+        {
+            cJSON *xi = cJSON_GetObjectItemCaseSensitive(x, "id");
+            if (cJSON_IsString(xi) && !strcmp(xi->valuestring, id))
+                break;
+            i++;
+        }
+        cJSON_DeleteItemFromArray(q->sess->e2b_contexts, i);
+        pthread_mutex_unlock(&ctx_lock);
+    }
+    return ad_reply(c, q, 204, MHD_create_response_from_buffer(0, NULL, MHD_RESPMEM_PERSISTENT));
+}
+
+static enum MHD_Result ci_context_remove(struct MHD_Connection *c, struct ad_req *q)
+{
+    return ci_context_end(c, q, true);
+}
+
+static enum MHD_Result ci_context_restart(struct MHD_Connection *c, struct ad_req *q)
+{
+    return ci_context_end(c, q, false);
+}
+
+static enum MHD_Result ci_health(struct MHD_Connection *c, struct ad_req *q)
+{
+    return ad_reply_json(c, q, 200, cJSON_CreateString("OK"));
+}
+
+/* ---- routing ---- */
+
+#define RPC_PROCESS "/process.Process/"
+#define RPC_FS "/filesystem.Filesystem/"
+
+static enum MHD_Result p_input(struct MHD_Connection *c, struct ad_req *q)
+{
+    return process_act(c, q, ACT_INPUT);
+}
+static enum MHD_Result p_close(struct MHD_Connection *c, struct ad_req *q)
+{
+    return process_act(c, q, ACT_CLOSE);
+}
+static enum MHD_Result p_signal(struct MHD_Connection *c, struct ad_req *q)
+{
+    return process_act(c, q, ACT_SIGNAL);
+}
+static enum MHD_Result p_update(struct MHD_Connection *c, struct ad_req *q)
+{
+    return process_act(c, q, ACT_UPDATE);
+}
+
+static enum MHD_Result e2b_proxy(struct MHD_Connection *c, struct ad_req *q)
+{
+    return ad_port_proxy(c, q, (unsigned)strtoul(q->params[1], NULL, 10), q->tail, false);
+}
+
+#define E AD_NO_SESSION | AD_NO_AUTH
+static const struct ad_route control_routes[] = {
+    {"POST", "/sandboxes", E | AD_BODY_JSON, sandbox_create, "E2B: create a sandbox"},
+    {"POST", "/v2/sandboxes", E | AD_BODY_JSON, sandbox_create, "E2B: create a sandbox"},
+    {"GET", "/sandboxes", E, sandbox_list, "E2B: list sandboxes"},
+    {"GET", "/v2/sandboxes", E, sandbox_list, "E2B: list sandboxes"},
+    {"GET", "/sandboxes/{id}", E, sandbox_get, "E2B: a sandbox"},
+    {"DELETE", "/sandboxes/{id}", E, sandbox_delete, "E2B: kill a sandbox"},
+    {"POST", "/sandboxes/{id}/timeout", E | AD_BODY_JSON, sandbox_timeout, "E2B: set timeout"},
+    {"POST", "/sandboxes/{id}/connect", E | AD_BODY_JSON, sandbox_connect, "E2B: connect"},
+    {"POST", "/v2/sandboxes/{id}/connect", E | AD_BODY_JSON, sandbox_connect, "E2B: connect"},
+    {"POST", "/sandboxes/{id}/resume", E | AD_BODY_JSON, sandbox_connect, "E2B: resume"},
+    {"POST", "/sandboxes/{id}/pause", E | AD_BODY_JSON, sandbox_pause, "E2B: pause"},
+    {"GET", "/sandboxes/{id}/metrics", E, sandbox_metrics, "E2B: metrics"},
+};
+static const struct ad_route envd_routes[] = {
+    {"GET", "/health", E, envd_health, "envd: health"},
+    {"GET", "/files", E, files_get, "envd: read a file"},
+    {"POST", "/files", E | AD_BODY_SPOOL, files_post, "envd: write files"},
+    {"POST", RPC_PROCESS "Start", E | AD_BODY_RAW, process_start, "envd: start a process"},
+    {"POST", RPC_PROCESS "Connect", E | AD_BODY_RAW, process_connect, "envd: connect"},
+    {"POST", RPC_PROCESS "List", E | AD_BODY_RAW, process_list, "envd: processes"},
+    {"POST", RPC_PROCESS "SendInput", E | AD_BODY_RAW, p_input, "envd: stdin"},
+    {"POST", RPC_PROCESS "CloseStdin", E | AD_BODY_RAW, p_close, "envd: close stdin"},
+    {"POST", RPC_PROCESS "SendSignal", E | AD_BODY_RAW, p_signal, "envd: signal"},
+    {"POST", RPC_PROCESS "Update", E | AD_BODY_RAW, p_update, "envd: pty size"},
+    {"POST", RPC_FS "Stat", E | AD_BODY_RAW, fs_stat, "envd: stat"},
+    {"POST", RPC_FS "ListDir", E | AD_BODY_RAW, fs_list, "envd: list a directory"},
+    {"POST", RPC_FS "MakeDir", E | AD_BODY_RAW, fs_mkdir, "envd: make a directory"},
+    {"POST", RPC_FS "Move", E | AD_BODY_RAW, fs_move, "envd: move"},
+    {"POST", RPC_FS "Remove", E | AD_BODY_RAW, fs_remove, "envd: remove"},
+};
+static const struct ad_route ci_routes[] = {
+    {"GET", "/health", E, ci_health, "code interpreter: health"},
+    {"POST", "/execute", E | AD_BODY_RAW, ci_execute, "code interpreter: run code"},
+    {"POST", "/contexts", E | AD_BODY_RAW, ci_context_create, "code interpreter: a context"},
+    {"GET", "/contexts", E, ci_context_list, "code interpreter: contexts"},
+    {"DELETE", "/contexts/{id}", E, ci_context_remove, "code interpreter: remove a context"},
+    {"POST", "/contexts/{id}/restart", E, ci_context_restart, "code interpreter: restart"},
+};
+static const struct ad_route proxy_route = {"*", "(a sandbox's port)",
+                                            E | AD_ANY_METHOD | AD_BODY_RAW, e2b_proxy,
+                                            "E2B: a sandbox's own port"};
+#undef E
+
+/* Path-only match of "/a/{id}/b" against url (no query), {id} into param. */
+static bool e2b_match(const char *pattern, const char *url, char param[128])
+{
+    param[0] = 0;
+    while (*pattern && *url) {
+        if (!strncmp(pattern, "{id}", 4)) {
+            size_t n = strcspn(url, "/?");
+            if (!n || n >= 128)
+                return false;
+            memcpy(param, url, n);
+            param[n] = 0;
+            url += n;
+            pattern += 4;
+            continue;
+        }
+        if (*pattern != *url)
+            return false;
+        pattern++, url++;
+    }
+    return !*pattern && (!*url || *url == '?');
+}
+
+static const struct ad_route *find_route(const struct ad_route *t, size_t n, const char *url,
+                                         const char *method, char param[128], bool *known)
+{
+    for (size_t i = 0; i < n; i++) {
+        if (!e2b_match(t[i].pattern, url, param))
+            continue;
+        *known = true;
+        if (!strcmp(t[i].method, method))
+            return &t[i];
+    }
+    return NULL;
+}
+
+enum MHD_Result ad_e2b_route(struct MHD_Connection *c, struct ad_req *q, const char *url,
+                             const char *method, bool *ok)
+{
+    *ok = false;
+    q->lim = ad_cfg.limits;
+    const char *sid = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "E2b-Sandbox-Id");
+    bool known = false;
+    char param[128];
+    if (!sid) { /* the control plane */
+        q->route = find_route(control_routes, sizeof(control_routes) / sizeof(*control_routes), url,
+                              method, param, &known);
+        if (!q->route)
+            return e2b_error(c, q, known ? 405 : 404, known ? "%s is not allowed here" : "%s",
+                             known ? method : "no such route");
+        const char *key = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "X-API-KEY");
+        char native[80];
+        struct ad_key k;
+        /* the e2b_ form (the Python SDK takes no other), or the key as airlockd made it */
+        if (key && !strncmp(key, "alk_", 4))
+            snprintf(native, sizeof(native), "%s", key);
+        else if (!key || !ad_e2b_key_to_native(key, native, sizeof(native)))
+            native[0] = 0;
+        if (!native[0] || ad_keys_check(native, &k) < 0) {
+            ad_metrics_error("unauthorized");
+            return e2b_error(c, q, 401, key ? "Invalid API key" : "X-API-KEY is needed");
+        }
+        snprintf(q->owner, sizeof(q->owner), "key:%s", k.id);
+        ad_limits_apply(&q->lim, &k.lim);
+        snprintf(q->params[0], sizeof(q->params[0]), "%s", param);
+        if (param[0]) { /* the key's own sandbox, or 404 as for one that never was */
+            char id[160];
+            native_id(param, id, sizeof(id));
+            q->sess = id_ok(param) ? ad_session_get(q->owner, id) : NULL;
+            if (q->sess && !q->sess->e2b_token[0]) {
+                ad_session_put(q->sess);
+                q->sess = NULL;
+            }
+            if (!q->sess)
+                return e2b_error(c, q, 404, "sandbox '%s' not found", param);
+            ad_session_touch(q->sess);
+        }
+        *ok = true;
+        return MHD_YES;
+    }
+    /* the data plane: the sandbox, by its token */
+    const char *port_s = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "E2b-Sandbox-Port");
+    unsigned long port = port_s ? strtoul(port_s, NULL, 10) : ENVD_PORT;
+    if (port == ENVD_PORT) {
+        q->route = find_route(envd_routes, sizeof(envd_routes) / sizeof(*envd_routes), url, method,
+                              param, &known);
+        if (!q->route)
+            return e2b_error(c, q, known ? 405 : 404, known ? "%s is not allowed here" : "%s",
+                             known ? method : "no such route");
+    } else if (port == CI_PORT) {
+        q->route = find_route(ci_routes, sizeof(ci_routes) / sizeof(*ci_routes), url, method, param,
+                              &known);
+        if (!q->route)
+            return e2b_error(c, q, known ? 405 : 404, known ? "%s is not allowed here" : "%s",
+                             known ? method : "no such route");
+        snprintf(q->params[1], sizeof(q->params[1]), "%s", param);
+    } else if (port >= 1 && port <= 65535) {
+        q->route = &proxy_route;
+        q->tail = url;
+        snprintf(q->params[1], sizeof(q->params[1]), "%lu", port);
+    } else {
+        return e2b_error(c, q, 400, "E2b-Sandbox-Port: 1 to 65535");
+    }
+    char id[160];
+    struct ad_session *s = NULL;
+    if (id_ok(sid)) {
+        native_id(sid, id, sizeof(id));
+        s = ad_session_get_any(id);
+    }
+    /* the SDK reads 502 as "the sandbox is not running" */
+    if (!s || !s->e2b_token[0]) {
+        if (s)
+            ad_session_put(s);
+        return e2b_error(c, q, 502, "sandbox '%s' is not running", sid);
+    }
+    const char *tok = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "X-Access-Token");
+    if (port != ENVD_PORT && !tok)
+        tok = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "e2b-traffic-access-token");
+    const char *want = port != ENVD_PORT && tok && strlen(tok) == strlen(s->e2b_traffic) &&
+                               !CRYPTO_memcmp(tok, s->e2b_traffic, strlen(tok))
+                           ? s->e2b_traffic
+                           : s->e2b_token;
+    if (!tok || strlen(tok) != strlen(want) || CRYPTO_memcmp(tok, want, strlen(want))) {
+        ad_session_put(s);
+        ad_metrics_error("unauthorized");
+        return e2b_error(
+            c, q, 401, tok ? "the access token is not this sandbox's" : "X-Access-Token is needed");
+    }
+    snprintf(q->owner, sizeof(q->owner), "%s", s->owner);
+    ad_session_touch(s);
+    q->sess = s;
+    snprintf(q->params[0], sizeof(q->params[0]), "%s", s->id);
+    *ok = true;
+    return MHD_YES;
+}

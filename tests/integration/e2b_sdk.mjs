@@ -1,0 +1,337 @@
+// E2B's own SDKs (`e2b`, `@e2b/code-interpreter`, from the npm registry at the versions
+// test_e2b.py pins) used as their users use them, against airlockd's e2b listener: the cases
+// re-express what E2B's own suites check (packages/js-sdk/tests, code-interpreter js/tests),
+// written anew. One JSON line per case: {"case", "ok", "detail"}.
+//
+//   node e2b_sdk.mjs NPM_DIR GROUP      E2B_API_URL, E2B_SANDBOX_URL, E2B_API_KEY set;
+//                                       OTHER_KEY: another key's (the security group)
+import path from 'node:path'
+
+const [dir, group] = process.argv.slice(2)
+const e2b = await import(path.join(dir, 'node_modules/e2b/dist/index.mjs'))
+const ci = await import(path.join(dir, 'node_modules/@e2b/code-interpreter/dist/index.mjs'))
+const { Sandbox, CommandExitError, NotFoundError, TimeoutError } = e2b
+
+let failed = 0
+async function check(name, fn) {
+  try {
+    const detail = await fn()
+    console.log(JSON.stringify({ case: name, ok: true, detail: detail ?? null }))
+  } catch (err) {
+    failed++
+    console.log(JSON.stringify({ case: name, ok: false, detail: String(err && err.stack || err) }))
+  }
+}
+function eq(got, want, what) {
+  if (JSON.stringify(got) !== JSON.stringify(want))
+    throw new Error(`${what}: got ${JSON.stringify(got)}, want ${JSON.stringify(want)}`)
+}
+function truthy(v, what) {
+  if (!v) throw new Error(`${what}: ${JSON.stringify(v)}`)
+}
+async function rejects(p, cls, what) {
+  try {
+    await p
+  } catch (err) {
+    // by name: the code interpreter's own copy of e2b's classes may not be this one's
+    if (cls && !(err instanceof cls) && err.constructor.name !== cls.name)
+      throw new Error(`${what}: ${err.constructor.name}: ${err.message}`)
+    return err
+  }
+  throw new Error(`${what}: it did not fail`)
+}
+const sleep = (ms) => new Promise((r) => setTimeout(r, ms))
+
+async function commands() {
+  const sb = await Sandbox.create({ timeoutMs: 600000, envs: { FROM_CREATE: 'made' }, metadata: { suite: 'commands' } })
+  await check('run: stdout, stderr, exit code', async () => {
+    const r = await sb.commands.run('echo hello; echo oops >&2')
+    eq([r.stdout, r.stderr, r.exitCode], ['hello\n', 'oops\n', 0], 'result')
+  })
+  await check('run: a failing command throws CommandExitError', async () => {
+    const err = await rejects(sb.commands.run('echo partial; exit 3'), CommandExitError, 'exit 3')
+    eq([err.exitCode, err.stdout], [3, 'partial\n'], 'error')
+  })
+  await check('run: envs, the sandbox\'s and the call\'s', async () => {
+    const r = await sb.commands.run('echo $FOO-$FROM_CREATE', { envs: { FOO: 'bar' } })
+    eq(r.stdout, 'bar-made\n', 'stdout')
+  })
+  await check('run: cwd', async () => {
+    eq((await sb.commands.run('pwd', { cwd: '/tmp' })).stdout, '/tmp\n', 'pwd')
+  })
+  await check('the default user is user, at /home/user; root on request', async () => {
+    eq((await sb.commands.run('whoami; pwd; echo $HOME')).stdout, 'user\n/home/user\n/home/user\n', 'user')
+    eq((await sb.commands.run('whoami', { user: 'root' })).stdout, 'root\n', 'root')
+  })
+  await check('onStdout streams lines as they come', async () => {
+    const seen = []
+    const t0 = Date.now()
+    await sb.commands.run('for i in 1 2 3; do echo line$i; sleep 1; done', {
+      onStdout: (d) => seen.push([d, Date.now() - t0]),
+    })
+    eq(seen.map((x) => x[0]).join(''), 'line1\nline2\nline3\n', 'lines')
+    truthy(seen[seen.length - 1][1] - seen[0][1] >= 1500, 'spread over time: ' + JSON.stringify(seen))
+  })
+  await check('stdin: sendStdin then closeStdin', async () => {
+    const h = await sb.commands.run('cat', { background: true, stdin: true })
+    await sb.commands.sendStdin(h.pid, 'hello ')
+    await sb.commands.sendStdin(h.pid, 'world')
+    await sb.commands.closeStdin(h.pid)
+    const r = await h.wait()
+    eq(r.stdout, 'hello world', 'cat')
+  })
+  await check('background: list, then kill', async () => {
+    const h = await sb.commands.run('sleep 120', { background: true })
+    const list = await sb.commands.list()
+    const mine = list.find((p) => p.pid === h.pid)
+    truthy(mine && mine.cmd === '/bin/bash' && mine.args.join(' ') === '-l -c sleep 120', 'listed: ' + JSON.stringify(list))
+    eq(await sb.commands.kill(h.pid), true, 'kill')
+    const err = await rejects(h.wait(), CommandExitError, 'killed')
+    truthy(err.exitCode !== 0, 'exit code ' + err.exitCode)
+    await sleep(500)
+    truthy(!(await sb.commands.list()).some((p) => p.pid === h.pid), 'gone from the list')
+    eq(await sb.commands.kill(999999), false, 'kill of no process')
+    // the process really went (a pkill of the tree, not a report)
+    eq((await sb.commands.run('ps -eo args= | grep -cx "sleep 120" || true')).stdout, '0\n', 'no sleep left')
+  })
+  await check('connect: another handle to a running process gets its later output', async () => {
+    const h = await sb.commands.run('for i in $(seq 1 6); do echo tick$i; sleep 1; done', { background: true })
+    await sleep(1500)
+    const seen = []
+    const h2 = await sb.commands.connect(h.pid, { onStdout: (d) => seen.push(d) })
+    const r = await h2.wait()
+    eq(r.exitCode, 0, 'exit')
+    truthy(seen.join('').includes('tick6\n'), 'later output: ' + JSON.stringify(seen))
+    truthy(!seen.join('').includes('tick1\n'), 'not the earlier output: ' + JSON.stringify(seen))
+  })
+  await check('a command past its timeoutMs is killed', async () => {
+    const t0 = Date.now()
+    await rejects(sb.commands.run('sleep 30; echo late', { timeoutMs: 3000 }), null, 'timeout')
+    truthy(Date.now() - t0 < 20000, 'it ended at its deadline: ' + (Date.now() - t0))
+    await sleep(1000)
+    eq((await sb.commands.run('ps -eo args= | grep -cx "sleep 30" || true')).stdout, '0\n', 'killed in the guest')
+  })
+  await check('a disconnect does not kill a background process', async () => {
+    const h = await sb.commands.run('sleep 3; echo done > /tmp/bg-done', { background: true })
+    await h.disconnect()
+    await sleep(5000)
+    eq((await sb.commands.run('cat /tmp/bg-done')).stdout, 'done\n', 'ran on')
+  })
+  await check('pty: input, output, resize, kill', async () => {
+    let out = ''
+    const p = await sb.pty.create({ cols: 80, rows: 24, onData: (d) => { out += new TextDecoder().decode(d) } })
+    await sb.pty.sendInput(p.pid, new TextEncoder().encode('stty size; echo pty-$((6*7))\n'))
+    for (let i = 0; i < 100 && !out.includes('pty-42'); i++) await sleep(100)
+    truthy(out.includes('24 80') && out.includes('pty-42'), 'output: ' + JSON.stringify(out))
+    await sb.pty.resize(p.pid, { cols: 100, rows: 30 })
+    await sb.pty.sendInput(p.pid, new TextEncoder().encode('stty size\n'))
+    for (let i = 0; i < 100 && !out.includes('30 100'); i++) await sleep(100)
+    truthy(out.includes('30 100'), 'resized: ' + JSON.stringify(out))
+    eq(await sb.pty.kill(p.pid), true, 'kill')
+  })
+  await check('getInfo: metadata, template, state', async () => {
+    const info = await sb.getInfo()
+    eq([info.sandboxId, info.metadata.suite, info.state], [sb.sandboxId, 'commands', 'running'], 'info')
+    const page = await Sandbox.list({ query: { metadata: { suite: 'commands' } } }).nextItems()
+    truthy(page.some((s) => s.sandboxId === sb.sandboxId), 'listed by metadata')
+    const none = await Sandbox.list({ query: { metadata: { suite: 'other' } } }).nextItems()
+    truthy(!none.some((s) => s.sandboxId === sb.sandboxId), 'not under other metadata')
+  })
+  await check('setTimeout moves the end; kill ends it', async () => {
+    await sb.setTimeout(300000)
+    const info = await sb.getInfo()
+    const left = info.endAt.getTime() - Date.now()
+    truthy(left > 250000 && left <= 301000, 'end in ' + left)
+    eq(await sb.isRunning(), true, 'running')
+    await sb.kill()
+    eq(await sb.isRunning(), false, 'not running')
+    await rejects(sb.commands.run('true'), null, 'a killed sandbox runs nothing')
+    await rejects(Sandbox.connect(sb.sandboxId), NotFoundError, 'connect to a killed one')
+  })
+}
+
+async function files() {
+  const sb = await Sandbox.create({ timeoutMs: 600000 })
+  await check('write and read text and bytes; parents made', async () => {
+    const info = await sb.files.write('/tmp/a/b/c.txt', 'hello file')
+    eq([info.name, info.path], ['c.txt', '/tmp/a/b/c.txt'], 'write info')
+    eq(await sb.files.read('/tmp/a/b/c.txt'), 'hello file', 'text')
+    const bytes = new Uint8Array(300000).map((_, i) => (i * 7) % 256)
+    await sb.files.write('/tmp/bin', bytes)
+    const back = await sb.files.read('/tmp/bin', { format: 'bytes' })
+    eq([back.length, Buffer.from(back).equals(Buffer.from(bytes))], [300000, true], 'bytes')
+  })
+  await check('relative paths are in the user\'s home, and theirs', async () => {
+    await sb.files.write('rel.txt', 'mine')
+    eq((await sb.commands.run('cat /home/user/rel.txt; echo; stat -c %U /home/user/rel.txt')).stdout, 'mine\nuser\n', 'home')
+  })
+  await check('write many files at once', async () => {
+    const out = await sb.files.write([{ path: '/tmp/m/1.txt', data: 'one' }, { path: '/tmp/m/2.txt', data: 'two' }])
+    eq(out.map((x) => x.path).sort(), ['/tmp/m/1.txt', '/tmp/m/2.txt'], 'written')
+    eq(await sb.files.read('/tmp/m/2.txt'), 'two', 'second')
+  })
+  await check('list: names, types, depth', async () => {
+    await sb.commands.run('mkdir -p /tmp/l/d/e && touch /tmp/l/f /tmp/l/d/g /tmp/l/d/e/h')
+    const one = (await sb.files.list('/tmp/l')).map((e) => [e.name, e.type]).sort()
+    eq(one, [['d', 'dir'], ['f', 'file']], 'depth 1')
+    const two = (await sb.files.list('/tmp/l', { depth: 2 })).map((e) => e.path).sort()
+    eq(two, ['/tmp/l/d', '/tmp/l/d/e', '/tmp/l/d/g', '/tmp/l/f'], 'depth 2')
+  })
+  await check('exists, getInfo', async () => {
+    eq([await sb.files.exists('/tmp/l/f'), await sb.files.exists('/tmp/nope')], [true, false], 'exists')
+    await sb.files.write('/tmp/sized', 'twelve bytes')
+    const i = await sb.files.getInfo('/tmp/sized')
+    eq([i.name, i.type, i.size, i.path], ['sized', 'file', 12, '/tmp/sized'], 'info')
+    await rejects(sb.files.getInfo('/tmp/nope'), NotFoundError, 'missing')
+  })
+  await check('makeDir: true, then false when it exists', async () => {
+    eq(await sb.files.makeDir('/tmp/newdir/sub'), true, 'made')
+    eq(await sb.files.makeDir('/tmp/newdir/sub'), false, 'exists')
+    eq((await sb.files.getInfo('/tmp/newdir/sub')).type, 'dir', 'a dir')
+  })
+  await check('rename, remove', async () => {
+    await sb.files.write('/tmp/old.txt', 'moving')
+    const i = await sb.files.rename('/tmp/old.txt', '/tmp/new.txt')
+    eq(i.path, '/tmp/new.txt', 'renamed')
+    eq([await sb.files.exists('/tmp/old.txt'), await sb.files.read('/tmp/new.txt')], [false, 'moving'], 'moved')
+    await sb.files.remove('/tmp/a')
+    eq(await sb.files.exists('/tmp/a/b/c.txt'), false, 'removed, recursively')
+  })
+  await check('read of a missing file: NotFoundError', async () => {
+    await rejects(sb.files.read('/tmp/missing'), NotFoundError, 'read')
+  })
+  await check('git in the sandbox: init, commit, log', async () => {
+    const r = await sb.commands.run('cd /tmp && rm -rf g && git init -q g && cd g && echo x > f && git add f && ' +
+      'git -c user.email=a@b -c user.name=n commit -qm first && git log --format=%s')
+    eq(r.stdout, 'first\n', 'log')
+  })
+  await sb.kill()
+}
+
+async function interpreter() {
+  const sb = await ci.Sandbox.create({ timeoutMs: 600000 })
+  await check('runCode: the last expression, stdout', async () => {
+    const e = await sb.runCode('x = 41\nprint("hi")\nx + 1')
+    eq([e.text, e.logs.stdout, e.error], ['42', ['hi\n'], undefined], 'execution')
+  })
+  await check('state persists; the execution count grows', async () => {
+    const a = await sb.runCode('x')
+    const b = await sb.runCode('x * 2')
+    eq([a.text, b.text], ['41', '82'], 'state')
+    truthy(b.executionCount > a.executionCount, `count ${a.executionCount} then ${b.executionCount}`)
+  })
+  await check('an error: name, value, traceback', async () => {
+    const e = await sb.runCode('1/0')
+    eq([e.error.name, e.error.value], ['ZeroDivisionError', 'division by zero'], 'error')
+    truthy(e.error.traceback.includes('ZeroDivisionError'), 'traceback')
+  })
+  await check('callbacks: onStdout, onStderr, onResult, onError', async () => {
+    const got = { out: [], err: [], res: [], error: [] }
+    await sb.runCode('import sys\nprint("o")\nprint("e", file=sys.stderr)\n7', {
+      onStdout: (m) => got.out.push(m.line), onStderr: (m) => got.err.push(m.line),
+      onResult: (r) => got.res.push(r.text),
+    })
+    await sb.runCode('raise ValueError("bad")', { onError: (e) => got.error.push(e.name) })
+    eq(got, { out: ['o\n'], err: ['e\n'], res: ['7'], error: ['ValueError'] }, 'callbacks')
+  })
+  await check('display data: html beside the main result', async () => {
+    const e = await sb.runCode('from IPython.display import display, HTML\ndisplay(HTML("<b>x</b>"))\n2')
+    eq(e.results.map((r) => [r.isMainResult, r.html ?? null, r.text]),
+      [[false, '<b>x</b>', '<IPython.core.display.HTML object>'], [true, null, '2']], 'results')
+  })
+  await check('a matplotlib figure comes as a PNG', async () => {
+    const e = await sb.runCode('import matplotlib.pyplot as plt\nplt.plot([1, 2, 3])\nplt.show()')
+    const png = e.results.find((r) => r.png)
+    truthy(png && Buffer.from(png.png, 'base64').subarray(1, 4).toString() === 'PNG', 'png: ' + JSON.stringify(e.results.map((r) => r.formats())))
+  })
+  await check('env_vars for one execution', async () => {
+    const e = await sb.runCode('import os; os.environ.get("ONE_RUN")', { envs: { ONE_RUN: 'yes' } })
+    eq(e.text, "'yes'", 'env')
+  })
+  await check('contexts: their own state and cwd; list, restart, remove', async () => {
+    const c = await sb.createCodeContext({ language: 'python', cwd: '/tmp' })
+    eq((await sb.runCode('import os; os.getcwd()', { context: c })).text, "'/tmp'", 'cwd')
+    await sb.runCode('y = 5', { context: c })
+    eq((await sb.runCode('y', { context: c })).text, '5', 'its state')
+    eq((await sb.runCode('"y" in globals()')).text, 'False', 'not the default\'s')
+    truthy((await sb.listCodeContexts()).some((x) => x.id === c.id), 'listed')
+    await sb.restartCodeContext(c)
+    eq((await sb.runCode('"y" in globals()', { context: c })).text, 'False', 'restarted afresh')
+    await sb.removeCodeContext(c)
+    truthy(!(await sb.listCodeContexts()).some((x) => x.id === c.id), 'removed')
+    await rejects(sb.runCode('1', { context: c }), null, 'gone')
+  })
+  await check('javascript', async () => {
+    const e = await sb.runCode('console.log("js"); 3 * 3', { language: 'js' })
+    eq([e.logs.stdout, e.text], [['js\n'], '9'], 'js')
+  })
+  await check('a caller that gives up interrupts its execution; the next one runs', async () => {
+    await rejects(sb.runCode('import time\ntime.sleep(60)', { timeoutMs: 3000 }), TimeoutError, 'timeout')
+    const t0 = Date.now()
+    eq((await sb.runCode('"after"')).text, "'after'", 'after')
+    truthy(Date.now() - t0 < 30000, 'soon: ' + (Date.now() - t0))
+  })
+  await check('a killed sandbox runs no code', async () => {
+    await sb.kill()
+    await rejects(sb.runCode('1'), null, 'killed')
+  })
+}
+
+async function security() {
+  const sb = await Sandbox.create({ timeoutMs: 600000 })
+  const url = process.env.E2B_SANDBOX_URL
+  const envd = (token, id = sb.sandboxId) => fetch(url + '/filesystem.Filesystem/Stat', {
+    method: 'POST',
+    headers: { 'Content-Type': 'application/json', 'E2b-Sandbox-Id': id, 'E2b-Sandbox-Port': '49983',
+      ...(token ? { 'X-Access-Token': token } : {}) },
+    body: JSON.stringify({ path: '/' }),
+  })
+  await check('another key sees no such sandbox (control plane 404)', async () => {
+    const opts = { apiKey: process.env.OTHER_KEY }
+    await rejects(Sandbox.connect(sb.sandboxId, opts), NotFoundError, 'connect')
+    await rejects(Sandbox.getInfo(sb.sandboxId, opts), NotFoundError, 'getInfo')
+    eq(await Sandbox.kill(sb.sandboxId, opts), false, 'kill')
+    const page = await Sandbox.list(opts).nextItems()
+    truthy(!page.some((s) => s.sandboxId === sb.sandboxId), 'not listed')
+    eq(await sb.isRunning(), true, 'still running')
+  })
+  await check('the data plane takes only the sandbox\'s token', async () => {
+    eq((await envd(sb.envdAccessToken)).status, 200, 'its token')
+    eq((await envd(null)).status, 401, 'no token')
+    eq((await envd('0'.repeat(64))).status, 401, 'a wrong token')
+    eq((await envd(process.env.E2B_API_KEY)).status, 401, 'the API key')
+    eq((await envd(sb.envdAccessToken, 'nosuchsandbox')).status, 502, 'no such sandbox')
+  })
+  await check('a bad API key is refused', async () => {
+    await rejects(Sandbox.create({ apiKey: 'e2b_' + '0'.repeat(60) }), e2b.AuthenticationError, 'create')
+  })
+  await check('pause is refused, and the sandbox runs on', async () => {
+    const err = await rejects(sb.pause(), null, 'pause')
+    truthy(String(err.message).includes('not supported'), 'why: ' + err.message)
+    eq((await sb.commands.run('echo still')).stdout, 'still\n', 'runs on')
+  })
+  await sb.kill()
+}
+
+async function load() {
+  // many sandboxes, each with several commands at once, through the SDK
+  const n = Number(process.env.SANDBOXES || 4), per = Number(process.env.PER || 5)
+  await check(`${n} sandboxes x ${per} concurrent commands`, async () => {
+    const sbs = await Promise.all(Array.from({ length: n }, () => Sandbox.create({ timeoutMs: 600000 })))
+    let errors = 0, right = 0
+    await Promise.all(sbs.flatMap((sb, i) => Array.from({ length: per }, async (_, j) => {
+      try {
+        const r = await sb.commands.run(`echo ${i}-${j}`)
+        right += r.stdout === `${i}-${j}\n`
+      } catch (err) {
+        errors++
+      }
+    })))
+    await Promise.all(sbs.map((sb) => sb.kill()))
+    eq([errors, right], [0, n * per], 'errors, right answers')
+  })
+}
+
+const groups = { commands, files, interpreter, security, load }
+await groups[group]()
+process.exit(failed ? 1 : 0)

@@ -1,0 +1,191 @@
+#!/usr/bin/env python3
+"""E2B compatibility (issue 32, daemon/e2b.c): E2B's own SDKs, from the npm registry at pinned
+versions, against airlockd's e2b listener with real debian guests; and the listener's own
+protocol checks with raw HTTP (no VM).
+
+    test_e2b.py [ProtocolTest | SdkTest ...]
+"""
+import http.client
+import json
+import os
+import re
+import shutil
+import subprocess
+import unittest
+
+import altest
+from test_airlockd import AIRLOCKD, Daemon
+from test_mcp import npm_install
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+# The SDKs as their users install them, and a Node they support (>= 20.18.1).
+SDKS = ["e2b@2.51.0", "@e2b/code-interpreter@2.8.0", "node@22.23.3"]
+
+
+def e2b_form(key):
+    p = subprocess.run([AIRLOCKD, "key", "e2b"], input=key.encode(), stdout=subprocess.PIPE,
+                       stderr=subprocess.PIPE, check=True)
+    return p.stdout.decode().strip()
+
+
+def e2b_port(d):
+    for line in d.text().splitlines():
+        if "E2B's API on" in line:
+            return int(line.split(" port ")[1].split()[0])
+    raise AssertionError("no e2b listener: " + d.text())
+
+
+class E2bDaemon:
+    """airlockd with its e2b listener, two keys (each in both forms)."""
+
+    def stop(self):
+        """SIGTERM: the daemon exits 0 (under ASan: no error, no leak), its log says nothing
+        of a token."""
+        rc = self.d.stop()
+        log = self.d.text()
+        shutil.rmtree(self.d.dir, ignore_errors=True)
+        if rc != 0 or "Sanitizer" in log:
+            raise AssertionError("airlockd: exit %d\n%s" % (rc, log[-4000:]))
+        return log
+
+    def __init__(self, **conf):
+        conf.setdefault("e2b_listen", "127.0.0.1:0")
+        self.d = Daemon(**conf)
+        self.key = self.d.key("e2b-owner")
+        self.other = self.d.key("e2b-other")
+        self.e2b_key, self.e2b_other = e2b_form(self.key), e2b_form(self.other)
+        self.port = e2b_port(self.d)
+
+    def request(self, method, path, body=None, headers=None):
+        c = http.client.HTTPConnection("127.0.0.1", self.port, timeout=60)
+        c.request(method, path, body=body, headers=headers or {})
+        r = c.getresponse()
+        data = r.read()
+        c.close()
+        return r.status, r, data
+
+
+class ProtocolTest(unittest.TestCase):
+    """The listener without a guest: keys, routing, errors in E2B's shapes."""
+
+    @classmethod
+    def setUpClass(cls):
+        cls.e = E2bDaemon()
+
+    @classmethod
+    def tearDownClass(cls):
+        cls.e.d.stop()
+
+    def test_key_forms(self):
+        self.assertRegex(self.e.e2b_key, r"^e2b_[0-9a-f]{60}$")
+        # the two forms name one key: both are taken, anything else is not
+        for k, want in ((self.e.e2b_key, 200), (self.e.key, 200), ("e2b_" + "0" * 60, 401),
+                        ("e2b_zz", 401), (None, 401)):
+            st, _, data = self.e.request("GET", "/v2/sandboxes",
+                                         headers={"X-API-KEY": k} if k else {})
+            self.assertEqual(st, want, (k, data))
+            if want == 401:
+                j = json.loads(data)
+                self.assertEqual(j["code"], 401)
+                self.assertTrue(j["message"])
+        # key e2b refuses what is not a key
+        p = subprocess.run([AIRLOCKD, "key", "e2b"], input=b"nonsense\n",
+                           stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        self.assertEqual(p.returncode, 1)
+        self.assertIn(b"not an airlockd key", p.stderr)
+
+    def test_unknown_sandbox_and_routes(self):
+        h = {"X-API-KEY": self.e.e2b_key}
+        for method, path in (("GET", "/sandboxes/abc123"), ("DELETE", "/sandboxes/abc123"),
+                             ("POST", "/sandboxes/abc123/timeout"),
+                             ("GET", "/sandboxes/UPPER-case")):
+            st, _, data = self.e.request(method, path, body=b"{}" if method == "POST" else None,
+                                         headers=dict(h, **{"Content-Type": "application/json"}))
+            self.assertEqual(st, 404 if "timeout" not in path else 404, (path, data))
+            self.assertEqual(json.loads(data)["code"], 404)
+        st, _, _ = self.e.request("GET", "/nothing", headers=h)
+        self.assertEqual(st, 404)
+        st, _, _ = self.e.request("PUT", "/sandboxes", headers=h)
+        self.assertEqual(st, 405)
+        # the data plane: an unknown sandbox is 502 (the SDK's "not running")
+        st, _, data = self.e.request("POST", "/filesystem.Filesystem/Stat", body=b'{"path":"/"}',
+                                     headers={"E2b-Sandbox-Id": "abc123",
+                                              "E2b-Sandbox-Port": "49983",
+                                              "X-Access-Token": "x",
+                                              "Content-Type": "application/json"})
+        self.assertEqual(st, 502, data)
+        # our own API is not on this listener, nor E2B's on ours
+        st, _, _ = self.e.request("GET", "/v1/sessions", headers=h)
+        self.assertEqual(st, 404)
+        c = http.client.HTTPConnection("127.0.0.1", self.e.d.port, timeout=30)
+        c.request("GET", "/v2/sandboxes", headers={"Authorization": "Bearer " + self.e.key})
+        self.assertEqual(c.getresponse().status, 404)
+        c.close()
+
+    def test_create_bounds(self):
+        h = {"X-API-KEY": self.e.e2b_key, "Content-Type": "application/json"}
+        for body, want in (({"templateID": 5}, 400), ({"timeout": -1}, 400),
+                           ({"envVars": {"A=B": "x"}}, 400), ({"envVars": {"A": 1}}, 400),
+                           ({"metadata": "x"}, 400), ({"autoPause": True}, 400),
+                           ({"templateID": "no/such"}, 404), ({"templateID": "nosuchimage"}, 404)):
+            st, _, data = self.e.request("POST", "/v2/sandboxes", json.dumps(body).encode(), h)
+            self.assertEqual(st, want, (body, data))
+            self.assertEqual(json.loads(data)["code"], want)
+        st, _, data = self.e.request("POST", "/v2/sandboxes", b"{not json", h)
+        self.assertEqual(st, 400)
+
+
+class SdkTest(unittest.TestCase):
+    """E2B's SDKs as their users call them, one group of cases per test."""
+
+    @classmethod
+    def setUpClass(cls):
+        cls.npm = npm_install(SDKS)
+        cls.node = os.path.join(cls.npm, "node_modules", ".bin", "node")
+        cls.e = E2bDaemon()
+
+    @classmethod
+    def tearDownClass(cls):
+        log = cls.e.stop()
+        # tokens are never logged (each is 64 hex; the keys' secrets 48)
+        leaked = re.findall(r"[0-9a-f]{48,}", log)
+        if leaked:
+            raise AssertionError("secrets in the log: %s" % leaked[:3])
+
+    def group(self, name, want, env=None):
+        url = "http://127.0.0.1:%d" % self.e.port
+        e = dict(os.environ, E2B_API_URL=url, E2B_SANDBOX_URL=url, E2B_API_KEY=self.e.e2b_key,
+                 OTHER_KEY=self.e.e2b_other)
+        e.update(env or {})
+        p = subprocess.run([self.node, os.path.join(HERE, "e2b_sdk.mjs"), self.npm, name],
+                           stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=e, timeout=900)
+        cases = []
+        for line in p.stdout.decode().splitlines():
+            try:
+                cases.append(json.loads(line))
+            except ValueError:
+                pass
+        bad = [c for c in cases if not c["ok"]]
+        self.assertEqual(bad, [], "\n".join(c["detail"] for c in bad) + p.stderr.decode()[-2000:]
+                         + self.e.d.text()[-2000:])
+        self.assertEqual(len(cases), want, p.stdout.decode() + p.stderr.decode()[-2000:])
+        self.assertEqual(p.returncode, 0, p.stderr.decode()[-2000:])
+
+    def test_commands(self):
+        self.group("commands", 14)
+
+    def test_files(self):
+        self.group("files", 9)
+
+    def test_interpreter(self):
+        self.group("interpreter", 11)
+
+    def test_security(self):
+        self.group("security", 4)
+
+    def test_z_load(self):
+        self.group("load", 1, {"SANDBOXES": "4", "PER": "5"})
+
+
+if __name__ == "__main__":
+    unittest.main(verbosity=2)
