@@ -172,6 +172,8 @@ int ad_keys_list(void (*fn)(void *ctx, const struct ad_key *k), void *ctx);
 int ad_keys_revoke(const char *id);
 /* 0 and *out for a valid, unrevoked token; -EACCES otherwise. */
 int ad_keys_check(const char *token, struct ad_key *out);
+/* The key of that id: 0 and *out, -EACCES when it was revoked, -ENOENT when there is none. */
+int ad_keys_get(const char *id, struct ad_key *out);
 
 /* ---- sessions (sessions.c) ---- */
 

@@ -36,6 +36,12 @@
 /* Entries ListDir reports at most, all depths together. */
 #define LIST_MAX 10000
 
+/* What a process of E2B's user runs under: setpriv (util-linux) changes uid, gid and groups
+ * with no PAM session (runuser's costs 200 ms under emulation); the environment is set here. */
+static const char *const as_user[] = {"setpriv", "--reuid=user", "--regid=user", "--init-groups",
+                                      "--"};
+#define AS_USER_N (sizeof(as_user) / sizeof(*as_user))
+
 /* ---- keys and ids ---- */
 
 bool ad_e2b_key_to_native(const char *e2b, char *out, size_t len)
@@ -238,14 +244,15 @@ static const char *template_image(const char *t)
     return t;
 }
 
-/* Runs a short shell script in the session as root; its status, or a library error. */
-static int sh(al_session *s, const char *script, al_error *err)
+/* Runs argv in the session as root, its output dropped; its status, or a library error. */
+static int run_quiet(al_session *s, const char *const *argv, al_error *err)
 {
-    const char *argv[] = {"/bin/sh", "-c", script, NULL};
-    al_exec_opts o = {
-        .argv = argv, .stdin_fd = -1, .stdout_fd = -1, .stderr_fd = -1, .timeout_ms = 60000};
     int devnull = open("/dev/null", O_WRONLY | O_CLOEXEC);
-    o.stdout_fd = o.stderr_fd = devnull;
+    al_exec_opts o = {.argv = argv,
+                      .stdin_fd = -1,
+                      .stdout_fd = devnull,
+                      .stderr_fd = devnull,
+                      .timeout_ms = 60000};
     al_exec_result res;
     int r = al_exec(s, &o, &res, err);
     if (devnull >= 0)
@@ -253,6 +260,44 @@ static int sh(al_session *s, const char *script, al_error *err)
     if (r < 0)
         return r;
     return res.how == AL_EXEC_EXITED ? res.value : 128 + res.value;
+}
+
+/* The same for a short shell script. */
+static int sh(al_session *s, const char *script, al_error *err)
+{
+    const char *argv[] = {"/bin/sh", "-c", script, NULL};
+    return run_quiet(s, argv, err);
+}
+
+/* Whether an image version has E2B's account and setpriv (1, 0; -1: not known yet): found out
+ * once per image version (its first sandbox), not in every create. A guest that removes the
+ * account in its own session breaks only that session. */
+#define IMAGES_KNOWN 16
+static struct {
+    char version[128];
+    bool has_user;
+} images_known[IMAGES_KNOWN];
+static unsigned images_next;
+static pthread_mutex_t images_lock = PTHREAD_MUTEX_INITIALIZER;
+
+static int image_has_user(const char *version)
+{
+    int r = -1;
+    pthread_mutex_lock(&images_lock);
+    for (size_t i = 0; version[0] && i < IMAGES_KNOWN && r < 0; i++)
+        if (!strcmp(images_known[i].version, version))
+            r = images_known[i].has_user;
+    pthread_mutex_unlock(&images_lock);
+    return r;
+}
+
+static void image_has_user_set(const char *version, bool has)
+{
+    pthread_mutex_lock(&images_lock);
+    size_t i = images_next++ % IMAGES_KNOWN;
+    snprintf(images_known[i].version, sizeof(images_known[i].version), "%s", version);
+    images_known[i].has_user = has;
+    pthread_mutex_unlock(&images_lock);
 }
 
 static enum MHD_Result sandbox_create(struct MHD_Connection *c, struct ad_req *q)
@@ -308,19 +353,38 @@ static enum MHD_Result sandbox_create(struct MHD_Connection *c, struct ad_req *q
     if (al_image_load(image, &img, &ierr) < 0)
         return e2b_error(c, q, 404, "template '%s' not found",
                          cJSON_IsString(t) ? t->valuestring : image);
+    /* an image's version: its disk's identity (a rebuilt image is a new file) */
+    char version[128] = "";
+    struct stat ds;
+    if (img.disk[0] && stat(img.disk, &ds) == 0)
+        snprintf(version, sizeof(version), "%s:%llu:%llu:%lld", image,
+                 (unsigned long long)ds.st_dev, (unsigned long long)ds.st_ino,
+                 (long long)ds.st_mtime);
     al_image_free(&img);
     struct ad_session *s;
     struct ad_fail f;
     if (ad_session_create(q->owner, &q->lim, &cr, &s, &f) < 0)
         return e2b_fail(c, q, &f);
-    /* E2B's default user: `user`, home /home/user (made where the image lacks it; root where
-     * it cannot be made). Set before the answer: nothing reaches the sandbox without its token */
+    /* E2B's default user: `user`, home /home/user. One exec where the image has it (the
+     * debian image does); made where it lacks it; root where it cannot be made. Set before
+     * the answer: nothing reaches the sandbox without its token. */
     al_error err = {0};
-    int r = sh(s->s,
+    int r = image_has_user(version);
+    if (r < 0) {
+        const char *check[] = {as_user[0], as_user[1], as_user[2], as_user[3],
+                               as_user[4], "true",     NULL};
+        r = run_quiet(s->s, check, &err);
+        if (version[0] && r >= 0)
+            image_has_user_set(version, r == 0);
+    } else {
+        r = r ? 0 : 1;
+    }
+    if (r != 0)
+        r = sh(s->s,
                "id -u user >/dev/null 2>&1 || useradd -m -s /bin/bash user >/dev/null 2>&1 || "
                "adduser -D -s /bin/sh user >/dev/null 2>&1; id -u user >/dev/null 2>&1 && "
                "mkdir -p " HOME_DIR " && chown user:user " HOME_DIR " && "
-               "command -v runuser >/dev/null",
+               "command -v setpriv >/dev/null",
                &err);
     s->e2b_user = r == 0;
     cJSON *o = sandbox_tokens_json(s);
@@ -646,12 +710,8 @@ static enum MHD_Result process_start(struct MHD_Connection *c, struct ad_req *q)
     struct ad_session *s = q->sess;
     bool root = as_root(c, s);
     _ad_cjson_ cJSON *argv = cJSON_CreateArray();
-    if (!root) { /* as E2B's user, with its login environment */
-        cJSON_AddItemToArray(argv, cJSON_CreateString("runuser"));
-        cJSON_AddItemToArray(argv, cJSON_CreateString("-u"));
-        cJSON_AddItemToArray(argv, cJSON_CreateString("user"));
-        cJSON_AddItemToArray(argv, cJSON_CreateString("--"));
-    }
+    for (size_t i = 0; !root && i < AS_USER_N; i++) /* as E2B's user */
+        cJSON_AddItemToArray(argv, cJSON_CreateString(as_user[i]));
     cJSON_AddItemToArray(argv, cJSON_CreateString(cmd->valuestring));
     cJSON *a;
     cJSON_ArrayForEach(a, args)
@@ -673,6 +733,8 @@ static enum MHD_Result process_start(struct MHD_Connection *c, struct ad_req *q)
         cJSON_AddStringToObject(env, "HOME", home_of(root));
     if (!cJSON_GetObjectItemCaseSensitive(env, "USER"))
         cJSON_AddStringToObject(env, "USER", root ? "root" : "user");
+    if (!cJSON_GetObjectItemCaseSensitive(env, "LOGNAME"))
+        cJSON_AddStringToObject(env, "LOGNAME", root ? "root" : "user");
     struct ad_exec_req er = {.argv = argv, .env = env};
     er.cwd = cJSON_IsString(cwd) && cwd->valuestring[0] ? cwd->valuestring : home_of(root);
     er.stdin_open = cJSON_IsTrue(stdin_on) || pty;
@@ -783,11 +845,11 @@ static enum MHD_Result process_list(struct MHD_Connection *c, struct ad_req *q)
         if (!cJSON_IsString(st) || !strcmp(st->valuestring, "done") || !cJSON_IsArray(argv))
             continue;
         cJSON *p = cJSON_CreateObject(), *cfg = cJSON_AddObjectToObject(p, "config");
-        /* the command as it was asked: without the runuser that runs it as `user` */
+        /* the command as it was asked: without what runs it as `user` */
         int skip = 0, n = cJSON_GetArraySize(argv);
         cJSON *a0 = cJSON_GetArrayItem(argv, 0);
-        if (n > 4 && cJSON_IsString(a0) && !strcmp(a0->valuestring, "runuser"))
-            skip = 4;
+        if (n > (int)AS_USER_N && cJSON_IsString(a0) && !strcmp(a0->valuestring, as_user[0]))
+            skip = (int)AS_USER_N;
         cJSON *cmd = cJSON_GetArrayItem(argv, skip);
         cJSON_AddStringToObject(cfg, "cmd", cJSON_IsString(cmd) ? cmd->valuestring : "");
         cJSON *args = cJSON_AddArrayToObject(cfg, "args");
@@ -1125,19 +1187,10 @@ static enum MHD_Result fs_move(struct MHD_Connection *c, struct ad_req *q)
         return rpc_error(c, q, r, "%s", err.msg);
     /* mv by argv, no shell: the paths are the caller's */
     const char *argv[] = {"mv", "-T", "--", src, dst, NULL};
-    int devnull = open("/dev/null", O_WRONLY | O_CLOEXEC);
-    al_exec_opts o = {.argv = argv,
-                      .stdin_fd = -1,
-                      .stdout_fd = devnull,
-                      .stderr_fd = devnull,
-                      .timeout_ms = 60000};
-    al_exec_result res;
-    r = al_exec(q->sess->s, &o, &res, &err);
-    if (devnull >= 0)
-        close(devnull);
+    r = run_quiet(q->sess->s, argv, &err);
     if (r < 0)
         return rpc_error(c, q, r, "%s", err.msg);
-    if (res.how != AL_EXEC_EXITED || res.value)
+    if (r)
         return rpc_error(c, q, -EINVAL, "cannot move %s to %s", src, dst);
     return entry_reply(c, q, dst);
 }
@@ -1353,6 +1406,13 @@ static const char *e2b_lang(const char *lang)
     return !strcmp(lang, "javascript") ? "javascript" : !strcmp(lang, "shell") ? "bash" : lang;
 }
 
+/* The kernel language of a default context's id ("python", "javascript", as E2B lists them),
+ * or NULL. */
+static const char *default_context(const char *id)
+{
+    return !strcmp(id, "python") ? "python" : !strcmp(id, "javascript") ? "javascript" : NULL;
+}
+
 /* The context id's entry (a copy, under the lock), false when there is none. */
 static bool context_find(struct ad_session *s, const char *id, char lang[16], char cwd[512])
 {
@@ -1562,7 +1622,9 @@ static enum MHD_Result ci_execute(struct MHD_Connection *c, struct ad_req *q)
         return e2b_error(c, q, 400, "code: a string");
     char klang[16] = "python", cwd[512] = HOME_DIR;
     const char *context = NULL;
-    if (cJSON_IsString(cid) && cid->valuestring[0]) {
+    if (cJSON_IsString(cid) && default_context(cid->valuestring)) {
+        snprintf(klang, sizeof(klang), "%s", default_context(cid->valuestring));
+    } else if (cJSON_IsString(cid) && cid->valuestring[0]) {
         if (!context_find(q->sess, cid->valuestring, klang, cwd))
             return e2b_error(c, q, 404, "context '%s' not found", cid->valuestring);
         context = cid->valuestring;
@@ -1676,11 +1738,15 @@ static enum MHD_Result ci_context_list(struct MHD_Connection *c, struct ad_req *
 static enum MHD_Result ci_context_end(struct MHD_Connection *c, struct ad_req *q, bool remove)
 {
     char lang[16], cwd[512];
-    const char *id = q->params[1];
-    if (!context_find(q->sess, id, lang, cwd))
+    const char *id = q->params[1], *dflt = default_context(id);
+    if (dflt && remove)
+        return e2b_error(c, q, 400, "the default context '%s' stays", id);
+    if (dflt)
+        snprintf(lang, sizeof(lang), "%s", dflt);
+    else if (!context_find(q->sess, id, lang, cwd))
         return e2b_error(c, q, 404, "context '%s' not found", id);
     al_error err = {0};
-    int r = al_kernel_stop(q->sess->s, lang, id, &err);
+    int r = al_kernel_stop(q->sess->s, lang, dflt ? NULL : id, &err);
     if (r < 0 && r != -ENOENT)
         return e2b_error(c, q, r == -EBUSY ? 409 : 500, "%s", err.msg);
     if (remove) {
@@ -1914,6 +1980,14 @@ enum MHD_Result ad_e2b_route(struct MHD_Connection *c, struct ad_req *q, const c
         return e2b_error(
             c, q, 401, tok ? "the access token is not this sandbox's" : "X-Access-Token is needed");
     }
+    /* the key that made it: still valid (a revoked key's sandboxes answer nothing), and its
+     * limits are this request's, as on the native API */
+    struct ad_key k;
+    if (strncmp(s->owner, "key:", 4) || ad_keys_get(s->owner + 4, &k) < 0) {
+        ad_session_put(s);
+        return e2b_error(c, q, 401, "the key that made this sandbox is no longer valid");
+    }
+    ad_limits_apply(&q->lim, &k.lim);
     snprintf(q->owner, sizeof(q->owner), "%s", s->owner);
     ad_session_touch(s);
     q->sess = s;

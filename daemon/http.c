@@ -1095,6 +1095,10 @@ static struct MHD_Daemon *start(struct listener *l, int fd, bool tls)
      * take them all from the others (the unix socket's peers share no address: its budget is
      * its own listener's). */
     unsigned per_ip = l->is_unix ? 0 : ad_cfg.max_connections_per_ip;
+    /* E2B's SDKs hold a stream per command from one host (often this one): that listener has
+     * max_connections alone as its bound */
+    if (l->e2b)
+        per_ip = 0;
     if (tls)
         return MHD_start_daemon(
             flags, 0, NULL, NULL, handle, l, MHD_OPTION_EXTERNAL_LOGGER, mhd_log, NULL,

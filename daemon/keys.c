@@ -281,3 +281,20 @@ int ad_keys_check(const char *token, struct ad_key *out)
     pthread_mutex_unlock(&db_lock);
     return r;
 }
+
+int ad_keys_get(const char *id, struct ad_key *out)
+{
+    pthread_mutex_lock(&db_lock);
+    sqlite3_stmt *st;
+    int r = -ENOENT;
+    if (prepare_select("WHERE id = ?", &st) == 0) {
+        sqlite3_bind_text(st, 1, id, -1, SQLITE_TRANSIENT);
+        if (sqlite3_step(st) == SQLITE_ROW) {
+            row(st, out);
+            r = out->revoked ? -EACCES : 0;
+        }
+        sqlite3_finalize(st);
+    }
+    pthread_mutex_unlock(&db_lock);
+    return r;
+}

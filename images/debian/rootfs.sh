@@ -60,6 +60,9 @@ customize() {
     # Debian marks its Python as externally managed; in a throwaway VM `pip install` should
     # simply work (where the session has a network at all).
     printf '[global]\nbreak-system-packages = true\n' >"$r/etc/pip.conf"
+    # E2B's default account (airlockd's E2B API runs processes as it, docs/E2B.md): made here
+    # once rather than in every sandbox.
+    chroot "$r" useradd -m -s /bin/bash -u 1000 -U user || die "cannot make the user account"
     # matplotlib builds its font cache on first import: seconds under emulation, every
     # session. Built once here instead (~/.cache is on the image, HOME is /root).
     chroot "$r" env HOME=/root MPLBACKEND=Agg python3 -c 'import matplotlib.pyplot' \

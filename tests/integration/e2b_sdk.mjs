@@ -255,6 +255,8 @@ async function interpreter() {
     eq((await sb.runCode('y', { context: c })).text, '5', 'its state')
     eq((await sb.runCode('"y" in globals()')).text, 'False', 'not the default\'s')
     truthy((await sb.listCodeContexts()).some((x) => x.id === c.id), 'listed')
+    const dflt = (await sb.listCodeContexts()).find((x) => x.language === 'python' && x.id !== c.id)
+    eq((await sb.runCode('x', { context: dflt })).text, '41', 'the default context, by its id')
     await sb.restartCodeContext(c)
     eq((await sb.runCode('"y" in globals()', { context: c })).text, 'False', 'restarted afresh')
     await sb.removeCodeContext(c)

@@ -28,6 +28,11 @@ def e2b_form(key):
     return p.stdout.decode().strip()
 
 
+def native_of(e2b):
+    """An e2b_ key back in airlockd's own form (alk_ID_SECRET)."""
+    return "alk_%s_%s" % (e2b[4:16], e2b[16:])
+
+
 def e2b_port(d):
     for line in d.text().splitlines():
         if "E2B's API on" in line:
@@ -182,6 +187,42 @@ class SdkTest(unittest.TestCase):
 
     def test_security(self):
         self.group("security", 4)
+
+    def test_key_limits_and_revocation(self):
+        """The data plane holds to the key that made the sandbox: its limits (an upload over
+        its max_upload_bytes is refused), and its revocation (then nothing answers)."""
+        key = e2b_form(self.e.d.key("e2b-limited", "--max-upload-bytes", "1000"))
+        st, _, data = self.e.request("POST", "/v2/sandboxes", b'{"timeout": 300}',
+                                     {"X-API-KEY": key, "Content-Type": "application/json"})
+        self.assertEqual(st, 201, data)
+        sb = json.loads(data)
+        for k in ("sandboxID", "templateID", "clientID", "envdVersion", "envdAccessToken",
+                  "trafficAccessToken"):
+            self.assertTrue(sb.get(k), (k, sb))
+        self.assertRegex(sb["sandboxID"], r"^[a-z0-9]+$")
+        self.assertRegex(sb["envdAccessToken"], r"^[0-9a-f]{64}$")
+        h = {"E2b-Sandbox-Id": sb["sandboxID"], "E2b-Sandbox-Port": "49983",
+             "X-Access-Token": sb["envdAccessToken"]}
+
+        def upload(n):
+            body = (b"--b0\r\nContent-Disposition: form-data; name=\"file\"; "
+                    b"filename=\"/tmp/up\"\r\nContent-Type: application/octet-stream\r\n\r\n"
+                    + b"x" * n + b"\r\n--b0--\r\n")
+            return self.e.request("POST", "/files?path=/tmp/up", body,
+                                  dict(h, **{"Content-Type": "multipart/form-data; boundary=b0"}))
+        st, _, data = upload(500)
+        self.assertEqual(st, 200, data)
+        st, _, data = upload(5000)
+        self.assertEqual(st, 413, data)
+        st, _, data = self.e.request("GET", "/files?path=/tmp/up", None, h)
+        self.assertEqual((st, len(data)), (200, 500))
+        self.e.d.revoke(native_of(key))
+        st, _, data = self.e.request("POST", "/filesystem.Filesystem/Stat", b'{"path":"/"}',
+                                     dict(h, **{"Content-Type": "application/json"}))
+        self.assertEqual(st, 401, data)
+        st, _, _ = self.e.request("GET", "/sandboxes/" + sb["sandboxID"], None,
+                                  {"X-API-KEY": key})
+        self.assertEqual(st, 401)
 
     def test_z_load(self):
         self.group("load", 1, {"SANDBOXES": "4", "PER": "5"})
