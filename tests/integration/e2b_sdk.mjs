@@ -129,6 +129,23 @@ async function commands() {
     truthy(out.includes('30 100'), 'resized: ' + JSON.stringify(out))
     eq(await sb.pty.kill(p.pid), true, 'kill')
   })
+  await check('a sandbox\'s own port through E2b-Sandbox-Port, with its traffic token', async () => {
+    await sb.files.write('/tmp/www/hello.txt', 'served')
+    await sb.commands.run('cd /tmp/www && exec python3 -m http.server 8000', { background: true, timeoutMs: 0 })
+    const get = (token) => fetch(process.env.E2B_SANDBOX_URL + '/hello.txt', {
+      headers: { 'E2b-Sandbox-Id': sb.sandboxId, 'E2b-Sandbox-Port': '8000',
+        ...(token ? { 'E2B-Traffic-Access-Token': token } : {}) },
+    })
+    let r
+    for (let i = 0; i < 100; i++) {
+      r = await get(sb.trafficAccessToken)
+      if (r.status === 200) break
+      await sleep(200)
+    }
+    eq([r.status, await r.text()], [200, 'served'], 'through the proxy')
+    eq((await get(null)).status, 401, 'no token')
+    eq((await get('0'.repeat(64))).status, 401, 'a wrong token')
+  })
   await check('getInfo: metadata, template, state', async () => {
     const info = await sb.getInfo()
     eq([info.sandboxId, info.metadata.suite, info.state], [sb.sandboxId, 'commands', 'running'], 'info')
