@@ -19,7 +19,6 @@
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
-#include <poll.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -137,38 +136,6 @@ static void send_exit(int fd, uint32_t id)
 }
 
 /* Reads frames from the host until one of this type; returns its id. */
-/* Reads frames until want bytes of request id's stdin came, or nothing came for timeout_ms. */
-static void wait_stdin(int fd, uint32_t id, uint64_t want, int timeout_ms)
-{
-    static uint8_t rbuf[AL_FRAME_HEADER_SIZE + AL_FRAME_PAYLOAD_MAX];
-    struct al_decoder dec;
-    al_decoder_init(&dec, rbuf, sizeof(rbuf));
-    uint64_t got = 0;
-    while (got < want) {
-        struct al_msg m;
-        const char *why = NULL;
-        int r = al_decoder_next(&dec, &m, &why);
-        if (r < 0) {
-            fprintf(stderr, "evil: bad frame from the host: %s\n", why);
-            exit(98);
-        }
-        if (r == 1) {
-            if (m.type == AL_DATA && m.id == id && m.u.data.stream == AL_STREAM_STDIN)
-                got += m.u.data.len;
-            continue;
-        }
-        struct pollfd p = {.fd = fd, .events = POLLIN};
-        if (poll(&p, 1, timeout_ms) <= 0)
-            return;
-        size_t avail;
-        uint8_t *space = al_decoder_space(&dec, &avail);
-        ssize_t n = read(fd, space, avail);
-        if (n <= 0)
-            die("read");
-        al_decoder_commit(&dec, (size_t)n);
-    }
-}
-
 static uint32_t wait_type(int fd, uint8_t type)
 {
     static uint8_t rbuf[AL_FRAME_HEADER_SIZE + AL_FRAME_PAYLOAD_MAX];
@@ -215,11 +182,7 @@ int main(int argc, char **argv)
         /* One chunk's credit at a time: the host has at least that much unacknowledged once it
          * started sending (a larger forged credit could exceed what it sent, which it rightly
          * refuses), and each lets it send a chunk more until its writes find no room. */
-        /* The first credit only once the host owes it: its stdin seen coming (two chunks) or,
-         * within 5 s, not coming because its window is spent (the stopped agent holds it). A
-         * blind sleep raced with a host that starts late on a loaded machine, whose "credit it
-         * does not owe" then came instead of the stall. */
-        wait_stdin(fd, id, 2u * AL_DATA_CHUNK_MAX, 5000);
+        sleep(2);
         for (;;) {
             struct al_msg c = {.type = AL_CREDIT, .id = id};
             c.u.credit.stream = AL_STREAM_STDIN;
