@@ -432,6 +432,9 @@ enum MHD_Result ad_reply_error(struct MHD_Connection *c, struct ad_req *q, unsig
 bool ad_json_add_text(cJSON *o, const char *key, const char *s);
 /* len bytes as base64 (malloc'd, NUL-terminated), or NULL when out of memory. */
 char *ad_base64(const void *data, size_t len);
+/* bytes (at most 64) random bytes as lowercase hex into out (2 * bytes + 1 long); -EIO (out "")
+ * when the random source fails. */
+int ad_random_hex(char *out, size_t bytes);
 /* Standard base64 decoded (malloc'd, *len bytes), or NULL when it is not base64. */
 uint8_t *ad_base64_decode(const char *b64, size_t *len);
 enum MHD_Result ad_reply_fail(struct MHD_Connection *c, struct ad_req *q, const struct ad_fail *f);

@@ -21,7 +21,6 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <openssl/crypto.h>
-#include <openssl/rand.h>
 #include <stdio.h>
 #include <string.h>
 #include <strings.h>
@@ -219,17 +218,6 @@ static cJSON *sandbox_tokens_json(struct ad_session *s)
     return o;
 }
 
-static void random_hex(char *out, size_t bytes)
-{
-    unsigned char b[64];
-    if (bytes > sizeof(b) || RAND_bytes(b, (int)bytes) != 1) {
-        out[0] = 0;
-        return;
-    }
-    for (size_t i = 0; i < bytes; i++)
-        snprintf(out + 2 * i, 3, "%02x", b[i]);
-}
-
 /* The image a template name stands for: E2B's default names are e2b_image; any other name is
  * an image of the store by that name. */
 static const char *template_image(const char *t)
@@ -340,9 +328,7 @@ static enum MHD_Result sandbox_create(struct MHD_Connection *c, struct ad_req *q
     cr.idle_s =
         q->lim.max_idle_s && cr.lifetime_s > q->lim.max_idle_s ? q->lim.max_idle_s : cr.lifetime_s;
     char token[65], traffic[65];
-    random_hex(token, 32);
-    random_hex(traffic, 32);
-    if (!token[0] || !traffic[0])
+    if (ad_random_hex(token, 32) < 0 || ad_random_hex(traffic, 32) < 0)
         return e2b_error(c, q, 500, "no random bytes for the sandbox's tokens");
     cr.e2b_token = token;
     cr.e2b_traffic = traffic;
@@ -1704,7 +1690,8 @@ static enum MHD_Result ci_context_create(struct MHD_Connection *c, struct ad_req
         (!cJSON_IsString(cwd) || cwd->valuestring[0] != '/' || strlen(cwd->valuestring) >= 500))
         return e2b_error(c, q, 400, "cwd: an absolute path");
     char id[33];
-    random_hex(id, 16);
+    if (ad_random_hex(id, 16) < 0)
+        return e2b_error(c, q, 500, "no random bytes for the context's id");
     cJSON *o = context_json(id, e2b_lang(k), cJSON_IsString(cwd) ? cwd->valuestring : HOME_DIR);
     pthread_mutex_lock(&ctx_lock);
     if (!q->sess->e2b_contexts)

@@ -9,6 +9,7 @@
 #include <grp.h>
 #include <netdb.h>
 #include <openssl/evp.h>
+#include <openssl/rand.h>
 #include <poll.h>
 #include <pthread.h>
 #include <pwd.h>
@@ -94,6 +95,17 @@ char *ad_base64(const void *data, size_t len)
     if (b64)
         EVP_EncodeBlock((unsigned char *)b64, data, (int)len);
     return b64;
+}
+
+int ad_random_hex(char *out, size_t bytes)
+{
+    unsigned char b[64];
+    out[0] = 0;
+    if (bytes > sizeof(b) || RAND_bytes(b, (int)bytes) != 1)
+        return -EIO;
+    for (size_t i = 0; i < bytes; i++)
+        snprintf(out + 2 * i, 3, "%02x", b[i]);
+    return 0;
 }
 
 uint8_t *ad_base64_decode(const char *b64, size_t *len)

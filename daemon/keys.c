@@ -6,7 +6,6 @@
 #include <fcntl.h>
 #include <openssl/crypto.h>
 #include <openssl/evp.h>
-#include <openssl/rand.h>
 #include <sqlite3.h>
 #include <stddef.h>
 #include <stdio.h>
@@ -20,12 +19,6 @@ static pthread_mutex_t db_lock = PTHREAD_MUTEX_INITIALIZER;
 
 #define ID_BYTES 6
 #define SECRET_BYTES 24
-
-static void hex(const unsigned char *p, size_t n, char *out)
-{
-    for (size_t i = 0; i < n; i++)
-        sprintf(out + 2 * i, "%02x", p[i]);
-}
 
 static int sha256(const char *s, unsigned char out[32])
 {
@@ -155,14 +148,12 @@ void ad_keys_close(void)
 int ad_keys_add(const char *name, const struct ad_limits *lim, struct ad_key *out, char *secret,
                 size_t len)
 {
-    unsigned char idb[ID_BYTES], sb[SECRET_BYTES], h[32];
+    unsigned char h[32];
     char id[2 * ID_BYTES + 1], sec[2 * SECRET_BYTES + 1];
     if (len < 80 || strlen(name) >= sizeof(out->name))
         return -EINVAL;
-    if (RAND_bytes(idb, sizeof(idb)) != 1 || RAND_bytes(sb, sizeof(sb)) != 1)
+    if (ad_random_hex(id, ID_BYTES) < 0 || ad_random_hex(sec, SECRET_BYTES) < 0)
         return -EIO;
-    hex(idb, sizeof(idb), id);
-    hex(sb, sizeof(sb), sec);
     if (sha256(sec, h) < 0)
         return -EIO;
     char cols[1024], marks[256] = "", sql[2048];

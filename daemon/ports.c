@@ -25,7 +25,6 @@
 #include <curl/curl.h>
 #include <errno.h>
 #include <fcntl.h>
-#include <openssl/rand.h>
 #include <poll.h>
 #include <signal.h>
 #include <stddef.h>
@@ -787,12 +786,10 @@ enum MHD_Result ad_port_proxy(struct MHD_Connection *c, struct ad_req *q, unsign
     x->port = port;
     x->sess = q->sess; /* the reference moves here */
     q->sess = NULL;
-    unsigned char rnd[16];
     struct sockaddr_un sa = {.sun_family = AF_UNIX};
-    if (RAND_bytes(rnd, sizeof(rnd)) == 1) {
-        snprintf(x->sock_name, sizeof(x->sock_name), "airlockd-proxy-");
-        for (size_t i = 0; i < 8; i++)
-            snprintf(x->sock_name + strlen(x->sock_name), 3, "%02x", rnd[i]);
+    char rnd[17];
+    if (ad_random_hex(rnd, 8) == 0) {
+        snprintf(x->sock_name, sizeof(x->sock_name), "airlockd-proxy-%s", rnd);
         memcpy(sa.sun_path + 1, x->sock_name, strlen(x->sock_name));
     }
     socklen_t sl = (socklen_t)(offsetof(struct sockaddr_un, sun_path) + 1 + strlen(x->sock_name));

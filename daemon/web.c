@@ -7,7 +7,6 @@
 
 #include <errno.h>
 #include <openssl/crypto.h>
-#include <openssl/rand.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -49,14 +48,11 @@ static pthread_mutex_t web_lock = PTHREAD_MUTEX_INITIALIZER;
 int ad_web_login(const char *api_key, const char *scope, char *token, size_t len)
 {
     struct ad_key k;
-    unsigned char raw[32];
     if (strlen(api_key) >= sizeof(web[0].key) || strlen(scope) >= sizeof(web[0].scope) ||
         ad_keys_check(api_key, &k) < 0)
         return -EACCES;
-    if (len < 65 || RAND_bytes(raw, sizeof(raw)) != 1)
+    if (len < 65 || ad_random_hex(token, 32) < 0)
         return -EIO;
-    for (size_t i = 0; i < sizeof(raw); i++)
-        snprintf(token + 2 * i, 3, "%02x", raw[i]);
     uint64_t now = ad_now_ms();
     pthread_mutex_lock(&web_lock);
     struct web_session *w = NULL, *oldest = &web[0], *own_oldest = NULL;
