@@ -239,6 +239,29 @@ int ad_keys_revoke(const char *id)
     return sqlite3_changes(db) ? 0 : -ENOENT;
 }
 
+/* The key of that id and its secret's stored hash: 0, or -ENOENT. */
+static int by_id(const char *id, struct ad_key *out, unsigned char hash[32], bool *has_hash)
+{
+    pthread_mutex_lock(&db_lock);
+    sqlite3_stmt *st;
+    int r = -ENOENT;
+    if (prepare_select("WHERE id = ?", &st) == 0) {
+        sqlite3_bind_text(st, 1, id, -1, SQLITE_TRANSIENT);
+        if (sqlite3_step(st) == SQLITE_ROW) {
+            row(st, out);
+            int hc = 4 + (int)ad_nlimit_fields;
+            const void *stored = sqlite3_column_blob(st, hc);
+            *has_hash = stored && sqlite3_column_bytes(st, hc) == 32;
+            if (*has_hash)
+                memcpy(hash, stored, 32);
+            r = 0;
+        }
+        sqlite3_finalize(st);
+    }
+    pthread_mutex_unlock(&db_lock);
+    return r;
+}
+
 int ad_keys_check(const char *token, struct ad_key *out)
 {
     /* alk_ + 12 hex + _ + 48 hex */
@@ -248,44 +271,20 @@ int ad_keys_check(const char *token, struct ad_key *out)
     char id[2 * ID_BYTES + 1];
     memcpy(id, token + 4, 2 * ID_BYTES);
     id[2 * ID_BYTES] = 0;
-    unsigned char h[32];
-    if (sha256(token + 4 + 2 * ID_BYTES + 1, h) < 0)
+    unsigned char h[32], stored[32];
+    bool has_hash = false;
+    struct ad_key k;
+    if (sha256(token + 4 + 2 * ID_BYTES + 1, h) < 0 || by_id(id, &k, stored, &has_hash) < 0 ||
+        !has_hash || CRYPTO_memcmp(stored, h, 32) || k.revoked)
         return -EACCES;
-    pthread_mutex_lock(&db_lock);
-    sqlite3_stmt *st;
-    int r = -EACCES;
-    if (prepare_select("WHERE id = ?", &st) == 0) {
-        sqlite3_bind_text(st, 1, id, -1, SQLITE_TRANSIENT);
-        if (sqlite3_step(st) == SQLITE_ROW) {
-            struct ad_key k;
-            row(st, &k);
-            int hc = 4 + (int)ad_nlimit_fields;
-            const void *stored = sqlite3_column_blob(st, hc);
-            if (stored && sqlite3_column_bytes(st, hc) == 32 && !CRYPTO_memcmp(stored, h, 32) &&
-                !k.revoked) {
-                *out = k;
-                r = 0;
-            }
-        }
-        sqlite3_finalize(st);
-    }
-    pthread_mutex_unlock(&db_lock);
-    return r;
+    *out = k;
+    return 0;
 }
 
 int ad_keys_get(const char *id, struct ad_key *out)
 {
-    pthread_mutex_lock(&db_lock);
-    sqlite3_stmt *st;
-    int r = -ENOENT;
-    if (prepare_select("WHERE id = ?", &st) == 0) {
-        sqlite3_bind_text(st, 1, id, -1, SQLITE_TRANSIENT);
-        if (sqlite3_step(st) == SQLITE_ROW) {
-            row(st, out);
-            r = out->revoked ? -EACCES : 0;
-        }
-        sqlite3_finalize(st);
-    }
-    pthread_mutex_unlock(&db_lock);
-    return r;
+    unsigned char stored[32];
+    bool has_hash;
+    int r = by_id(id, out, stored, &has_hash);
+    return r < 0 ? r : out->revoked ? -EACCES : 0;
 }

@@ -151,12 +151,14 @@ int ad_sessions_init(const struct ad_config *c)
     return 0;
 }
 
-struct ad_session *ad_session_get(const char *owner, const char *id)
+/* The live session id of owner (NULL: whoever owns it), referenced, or NULL. */
+static struct ad_session *get(const char *owner, const char *id)
 {
     struct ad_session *found = NULL;
     pthread_mutex_lock(&lock);
     for (struct slot *sl = slots; sl; sl = sl->next)
-        if (sl->s && !sl->s->gone && !strcmp(sl->s->id, id) && !strcmp(sl->s->owner, owner)) {
+        if (sl->s && !sl->s->gone && !strcmp(sl->s->id, id) &&
+            (!owner || !strcmp(sl->s->owner, owner))) {
             found = sl->s;
             found->refs++;
             break;
@@ -165,18 +167,14 @@ struct ad_session *ad_session_get(const char *owner, const char *id)
     return found;
 }
 
+struct ad_session *ad_session_get(const char *owner, const char *id)
+{
+    return get(owner, id);
+}
+
 struct ad_session *ad_session_get_any(const char *id)
 {
-    struct ad_session *found = NULL;
-    pthread_mutex_lock(&lock);
-    for (struct slot *sl = slots; sl; sl = sl->next)
-        if (sl->s && !sl->s->gone && !strcmp(sl->s->id, id)) {
-            found = sl->s;
-            found->refs++;
-            break;
-        }
-    pthread_mutex_unlock(&lock);
-    return found;
+    return get(NULL, id);
 }
 
 void ad_session_put(struct ad_session *s)
