@@ -282,6 +282,8 @@ struct ad_exec_req {
 };
 int ad_run_start(struct ad_session *s, const struct ad_exec_req *r, const struct ad_limits *lim,
                  cJSON **out, struct ad_fail *f);
+/* An unfinished kernel run of s in lang and context (NULL: the default) holds that kernel. */
+bool ad_runs_kernel_busy(struct ad_session *s, const char *lang, const char *context);
 /* The id of the newest unfinished run of s tagged tag into rid ("" when none). */
 void ad_run_find_tag(struct ad_session *s, const char *tag, char *rid, size_t len);
 /* The run rid of s with a reference (ad_run_put), or NULL. */

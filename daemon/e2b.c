@@ -757,11 +757,6 @@ static enum MHD_Result process_start(struct MHD_Connection *c, struct ad_req *q)
 }
 
 /* The run a ProcessSelector names ({"pid": N} or {"tag": T}), referenced, or NULL. */
-struct tag_find {
-    const char *tag;
-    char rid[16];
-};
-
 static struct ad_run *selected(struct ad_session *s, cJSON *m)
 {
     cJSON *sel = cJSON_GetObjectItemCaseSensitive(m, "process");
@@ -1577,26 +1572,6 @@ static void execute_done(void *ctx)
     free(x);
 }
 
-/* A kernel run of lang in context (NULL: the default) is not finished. */
-static bool kernel_busy(struct ad_session *s, const char *lang, const char *context)
-{
-    _ad_cjson_ cJSON *runs = cJSON_CreateArray();
-    ad_run_list(s, runs);
-    cJSON *r;
-    cJSON_ArrayForEach(r, runs)
-    {
-        cJSON *st = cJSON_GetObjectItemCaseSensitive(r, "state");
-        cJSON *l = cJSON_GetObjectItemCaseSensitive(r, "language");
-        cJSON *k = cJSON_GetObjectItemCaseSensitive(r, "kernel");
-        cJSON *cx = cJSON_GetObjectItemCaseSensitive(r, "context");
-        if (cJSON_IsString(st) && strcmp(st->valuestring, "done") && cJSON_IsTrue(k) &&
-            cJSON_IsString(l) && !strcmp(l->valuestring, lang) &&
-            (context ? cJSON_IsString(cx) && !strcmp(cx->valuestring, context) : !cx))
-            return true;
-    }
-    return false;
-}
-
 static enum MHD_Result ci_execute(struct MHD_Connection *c, struct ad_req *q)
 {
     _ad_cjson_ cJSON *m = unary_request(q);
@@ -1626,7 +1601,7 @@ static enum MHD_Result ci_execute(struct MHD_Connection *c, struct ad_req *q)
     /* One block at a time in a context, as a notebook's: this one waits for the one before
      * (a caller that hung up interrupted it) */
     for (uint64_t end = ad_now_ms() + 30000;
-         ad_now_ms() < end && kernel_busy(q->sess, klang, context);)
+         ad_now_ms() < end && ad_runs_kernel_busy(q->sess, klang, context);)
         usleep(50 * 1000);
     struct ad_exec_req er = {.code = code->valuestring,
                              .language = klang,

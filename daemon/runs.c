@@ -662,6 +662,20 @@ int ad_run_start(struct ad_session *s, const struct ad_exec_req *q, const struct
 
 /* ---- looking at runs ---- */
 
+bool ad_runs_kernel_busy(struct ad_session *s, const char *lang, const char *context)
+{
+    bool busy = false;
+    pthread_mutex_lock(&list_lock);
+    for (struct ad_run *r = s->runs; r && !busy; r = r->next) {
+        pthread_mutex_lock(&r->mu);
+        busy = !r->done && r->kernel && r->lang && !strcmp(r->lang, lang) &&
+               (context ? r->context && !strcmp(r->context, context) : !r->context);
+        pthread_mutex_unlock(&r->mu);
+    }
+    pthread_mutex_unlock(&list_lock);
+    return busy;
+}
+
 void ad_run_find_tag(struct ad_session *s, const char *tag, char *rid, size_t len)
 {
     rid[0] = 0;
@@ -707,12 +721,6 @@ static cJSON *run_json_locked(struct ad_run *r)
     }
     if (r->cwd)
         ad_json_add_text(o, "cwd", r->cwd);
-    if (r->lang) {
-        cJSON_AddStringToObject(o, "language", r->lang);
-        cJSON_AddBoolToObject(o, "kernel", r->kernel);
-        if (r->context)
-            ad_json_add_text(o, "context", r->context);
-    }
     if (r->tag)
         ad_json_add_text(o, "tag", r->tag);
     if (r->pty_rows) {
