@@ -212,7 +212,8 @@ struct ad_session {
     char e2b_template[64]; /* the template name asked for */
     cJSON *e2b_env;        /* envVars: every process's environment, or NULL */
     cJSON *e2b_contexts;   /* the code interpreter's contexts (e2b.c, under its lock) */
-    bool e2b_user;         /* the guest has E2B's `user` and runuser: processes run as it */
+    struct ad_e2b_watcher *e2b_watchers; /* envd's CreateWatcher's (e2b.c, the same lock) */
+    bool e2b_user; /* the guest has E2B's `user` and runuser: processes run as it */
 };
 
 int ad_sessions_init(const struct ad_config *c);
@@ -279,6 +280,7 @@ struct ad_exec_req {
     void *body_ctx;
     const char *tag;     /* a name the caller finds it by (E2B's process tag), or NULL */
     const char *context; /* a kernel run's context (al_exec_opts.context), or NULL */
+    bool hidden;         /* the daemon's own (E2B's watchers): "hidden" in its JSON */
 };
 int ad_run_start(struct ad_session *s, const struct ad_exec_req *r, const struct ad_limits *lim,
                  cJSON **out, struct ad_fail *f);
@@ -297,11 +299,19 @@ struct MHD_Response *ad_run_events(struct ad_run *r, uint64_t last_id, struct ad
 /* Another framing of the same events (E2B's Connect envelopes): fmt makes each event's bytes
  * (malloc'd, *len; NULL to send nothing for it) from its type and its data's JSON (json_len
  * bytes); a heartbeat is type "heartbeat", the stream's end type "" (both with json NULL).
- * ctx_free (if given) frees ctx with the stream; on failure too. */
+ * fmt sets *last to end the stream after its bytes (a framing's own end). Heartbeats come
+ * beat_ms apart (0: heartbeat_s): a caller that left is seen at the next write. ctx_free (if given)
+ * frees ctx with the stream; on failure too. */
 typedef char *(*ad_run_fmt)(void *ctx, const char *type, const char *json, size_t json_len,
-                            size_t *len);
+                            size_t *len, bool *last);
 struct MHD_Response *ad_run_stream(struct ad_run *r, uint64_t last_id, ad_run_fmt fmt, void *ctx,
-                                   void (*ctx_free)(void *ctx), struct ad_fail *f);
+                                   void (*ctx_free)(void *ctx), unsigned beat_ms,
+                                   struct ad_fail *f);
+/* The events held after last_id, each to fn (type and data JSON as for ad_run_fmt), as one
+ * reader that keeps no stream (E2B's polled watchers); returns the last event's number, with
+ * *done (if given) whether the run has ended. */
+typedef void (*ad_run_read_fn)(void *ctx, const char *type, const char *json, size_t json_len);
+uint64_t ad_run_read(struct ad_run *r, uint64_t last_id, ad_run_read_fn fn, void *ctx, bool *done);
 int ad_run_stdin(struct ad_run *r, const void *data, size_t len, bool eof, struct ad_fail *f);
 int ad_run_signal(struct ad_run *r, int signo, struct ad_fail *f);
 /* A pty run's new terminal size (1..AL_PTY_ROWS_COLS_MAX each). */
@@ -363,6 +373,8 @@ enum MHD_Result ad_e2b_route(struct MHD_Connection *c, struct ad_req *q, const c
 /* An airlockd key in E2B's form ("e2b_" and hex) and back. */
 bool ad_e2b_key_to_native(const char *e2b, char *out, size_t len);
 void ad_e2b_key_from_native(const char *alk, char *out, size_t len);
+/* Frees what e2b.c keeps on a session (its watchers' state; their runs end with it). */
+void ad_e2b_session_free(struct ad_session *s);
 
 /* ---- HTTP (http.c, routes.c) ---- */
 

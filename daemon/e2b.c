@@ -17,7 +17,10 @@
  * the run's replay buffer, are written as envelopes (ad_run_stream with fmt_process); its pid
  * is the run's number. Files go through the library's file calls. */
 #include "airlockd.h"
+#include "e2bwire.h"
 
+#include <archive.h>
+#include <archive_entry.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <openssl/crypto.h>
@@ -28,8 +31,9 @@
 #include <time.h>
 
 /* The envd version claimed: the SDK's own version gates then ask only for what is here
- * (closeStdin from 0.5.2; octet-stream uploads, 0.5.7, and file metadata, 0.6.2, are not). */
-#define ENVD_VERSION "0.5.2"
+ * (watching from 0.1.4, closeStdin from 0.5.2, octet-stream and gzip uploads from 0.5.7; file
+ * metadata, 0.6.2, and entries in watch events, 0.6.3, are not). */
+#define ENVD_VERSION "0.5.7"
 #define ENVD_PORT 49983
 #define HOME_DIR "/home/user"
 /* Entries ListDir reports at most, all depths together. */
@@ -40,6 +44,9 @@
 static const char *const as_user[] = {"setpriv", "--reuid=user", "--regid=user", "--init-groups",
                                       "--"};
 #define AS_USER_N (sizeof(as_user) / sizeof(*as_user))
+
+/* Guards a session's code interpreter contexts and its watchers. */
+static pthread_mutex_t ctx_lock = PTHREAD_MUTEX_INITIALIZER;
 
 /* ---- keys and ids ---- */
 
@@ -480,42 +487,12 @@ static enum MHD_Result sandbox_list(struct MHD_Connection *c, struct ad_req *q)
 
 /* ---- the data plane: which sandbox, and its token ---- */
 
-/* ---- Connect envelopes ---- */
+/* ---- Connect requests (their envelopes: e2bwire.c) ---- */
 
-/* One envelope (malloc'd) holding json; flags 0 for a message, 2 for the end of the stream. */
-static char *envelope(unsigned flags, const char *json, size_t n, size_t *len)
-{
-    char *b = malloc(5 + n);
-    if (!b)
-        return NULL;
-    b[0] = (char)flags;
-    b[1] = (char)(n >> 24), b[2] = (char)(n >> 16), b[3] = (char)(n >> 8), b[4] = (char)n;
-    memcpy(b + 5, json, n);
-    *len = 5 + n;
-    return b;
-}
-
-static char *envelope_json(unsigned flags, cJSON *o, size_t *len)
-{
-    char *j = cJSON_PrintUnformatted(o);
-    cJSON_Delete(o);
-    if (!j)
-        return NULL;
-    char *b = envelope(flags, j, strlen(j), len);
-    free(j);
-    return b;
-}
-
-/* A streaming call's request message: its one envelope's JSON, or NULL. */
+/* A streaming call's request message: its one envelope's JSON object, or NULL. */
 static cJSON *stream_request(struct ad_req *q)
 {
-    if (q->body_len < 5 || (q->body[0] & 0x01)) /* compressed: never asked for */
-        return NULL;
-    const unsigned char *b = (const unsigned char *)q->body;
-    uint64_t n = ((uint64_t)b[1] << 24) | ((uint64_t)b[2] << 16) | ((uint64_t)b[3] << 8) | b[4];
-    if (n > q->body_len - 5)
-        return NULL;
-    return cJSON_ParseWithLength(q->body + 5, (size_t)n);
+    return ad_e2b_envelope_parse(q->body, q->body_len);
 }
 
 /* A unary call's request: its JSON object, or NULL. */
@@ -538,7 +515,7 @@ static enum MHD_Result stream_error(struct MHD_Connection *c, struct ad_req *q, 
     cJSON_AddStringToObject(e, "code", connect_code(r, &status));
     ad_json_add_text(e, "message", msg);
     size_t len;
-    char *b = envelope_json(2, o, &len);
+    char *b = ad_e2b_envelope_json(2, o, &len);
     if (!b)
         return MHD_NO;
     struct MHD_Response *resp = MHD_create_response_from_buffer(len, b, MHD_RESPMEM_MUST_FREE);
@@ -553,100 +530,10 @@ static unsigned run_pid(const char *rid)
     return rid && rid[0] == 'r' ? (unsigned)strtoul(rid + 1, NULL, 10) : 0;
 }
 
-/* How a process's events become envelopes (ad_run_stream). */
-struct pfmt {
-    unsigned pid;
-    bool pty;
-    bool start_due; /* Connect: a start event first (the SDK waits for one) */
-};
-
-static char *fmt_process(void *ctx, const char *type, const char *json, size_t json_len,
-                         size_t *len)
-{
-    struct pfmt *p = ctx;
-    cJSON *o = NULL, *ev = NULL;
-    char *pre = NULL;
-    size_t pre_len = 0;
-    if (p->start_due) {
-        p->start_due = false;
-        cJSON *s = cJSON_CreateObject();
-        cJSON *st = cJSON_AddObjectToObject(cJSON_AddObjectToObject(s, "event"), "start");
-        cJSON_AddNumberToObject(st, "pid", p->pid);
-        pre = envelope_json(0, s, &pre_len);
-    }
-    cJSON *d = json ? cJSON_ParseWithLength(json, json_len) : NULL;
-    if (!strcmp(type, "heartbeat")) {
-        o = cJSON_CreateObject();
-        cJSON_AddObjectToObject(cJSON_AddObjectToObject(o, "event"), "keepalive");
-    } else if (!strcmp(type, "")) { /* the end of the stream */
-        o = cJSON_CreateObject();
-    } else if (!strcmp(type, "start")) {
-        o = cJSON_CreateObject();
-        ev = cJSON_AddObjectToObject(cJSON_AddObjectToObject(o, "event"), "start");
-        cJSON_AddNumberToObject(ev, "pid", p->pid);
-    } else if (!strcmp(type, "output") && d) {
-        cJSON *st = cJSON_GetObjectItemCaseSensitive(d, "stream");
-        cJSON *b64 = cJSON_GetObjectItemCaseSensitive(d, "data_b64");
-        if (cJSON_IsString(st) && cJSON_IsString(b64)) {
-            o = cJSON_CreateObject();
-            ev = cJSON_AddObjectToObject(cJSON_AddObjectToObject(o, "event"), "data");
-            cJSON_AddStringToObject(ev,
-                                    p->pty                               ? "pty"
-                                    : !strcmp(st->valuestring, "stderr") ? "stderr"
-                                                                         : "stdout",
-                                    b64->valuestring);
-        }
-    } else if (!strcmp(type, "exit") && d) {
-        cJSON *how = cJSON_GetObjectItemCaseSensitive(d, "how");
-        cJSON *v = cJSON_GetObjectItemCaseSensitive(d, "value");
-        bool sig = cJSON_IsString(how) && !strcmp(how->valuestring, "signaled");
-        int value = cJSON_IsNumber(v) ? v->valueint : -1;
-        o = cJSON_CreateObject();
-        ev = cJSON_AddObjectToObject(cJSON_AddObjectToObject(o, "event"), "end");
-        cJSON_AddNumberToObject(ev, "exitCode", sig ? -1 : value);
-        cJSON_AddBoolToObject(ev, "exited", !sig);
-        char status[64];
-        snprintf(status, sizeof(status), "exit status %d", value);
-        if (sig)
-            snprintf(status, sizeof(status), "signal: %s",
-                     value == 9    ? "killed"
-                     : value == 15 ? "terminated"
-                                   : "signaled");
-        cJSON_AddStringToObject(ev, "status", status);
-        if (cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(d, "timed_out")))
-            cJSON_AddStringToObject(ev, "error", "the process ran past its deadline");
-    } else if (!strcmp(type, "error") && d) {
-        cJSON *m = cJSON_GetObjectItemCaseSensitive(d, "message");
-        o = cJSON_CreateObject();
-        ev = cJSON_AddObjectToObject(cJSON_AddObjectToObject(o, "event"), "end");
-        cJSON_AddNumberToObject(ev, "exitCode", -1);
-        cJSON_AddBoolToObject(ev, "exited", false);
-        cJSON_AddStringToObject(ev, "status", "error");
-        cJSON_AddStringToObject(ev, "error", cJSON_IsString(m) ? m->valuestring : "failed");
-    }
-    cJSON_Delete(d);
-    size_t n = 0;
-    char *b = o ? envelope_json(!strcmp(type, "") ? 2 : 0, o, &n) : NULL;
-    if (pre) {
-        char *both = malloc(pre_len + n);
-        if (both) {
-            memcpy(both, pre, pre_len);
-            if (b)
-                memcpy(both + pre_len, b, n);
-        }
-        free(pre);
-        free(b);
-        *len = pre_len + n;
-        return both;
-    }
-    *len = n;
-    return b;
-}
-
 static struct MHD_Response *process_stream(struct ad_run *r, unsigned pid, bool pty, bool start_due,
                                            uint64_t from, struct ad_fail *f)
 {
-    struct pfmt *p = calloc(1, sizeof(*p));
+    struct ad_e2b_pfmt *p = calloc(1, sizeof(*p));
     if (!p) {
         ad_failf(f, 500, "internal", "out of memory");
         return NULL;
@@ -654,7 +541,7 @@ static struct MHD_Response *process_stream(struct ad_run *r, unsigned pid, bool 
     p->pid = pid;
     p->pty = pty;
     p->start_due = start_due;
-    struct MHD_Response *resp = ad_run_stream(r, from, fmt_process, p, free, f);
+    struct MHD_Response *resp = ad_run_stream(r, from, ad_e2b_fmt_process, p, free, 0, f);
     if (resp)
         MHD_add_response_header(resp, "Content-Type", "application/connect+json");
     return resp;
@@ -823,7 +710,8 @@ static enum MHD_Result process_list(struct MHD_Connection *c, struct ad_req *q)
         cJSON *st = cJSON_GetObjectItemCaseSensitive(r, "state");
         cJSON *id = cJSON_GetObjectItemCaseSensitive(r, "id");
         cJSON *argv = cJSON_GetObjectItemCaseSensitive(r, "argv");
-        if (!cJSON_IsString(st) || !strcmp(st->valuestring, "done") || !cJSON_IsArray(argv))
+        if (!cJSON_IsString(st) || !strcmp(st->valuestring, "done") || !cJSON_IsArray(argv) ||
+            cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(r, "hidden")))
             continue;
         cJSON *p = cJSON_CreateObject(), *cfg = cJSON_AddObjectToObject(p, "config");
         /* the command as it was asked: without what runs it as `user` */
@@ -1176,6 +1064,270 @@ static enum MHD_Result fs_move(struct MHD_Connection *c, struct ad_req *q)
     return entry_reply(c, q, dst);
 }
 
+/* ---- watching a directory: WatchDir (a stream), CreateWatcher and its polls ----
+ *
+ * A watcher is a run of the guest agent's own --watch (guest-agent/watch.c), started as
+ * /proc/self/exe: between fork and exec the run's process is the agent, so the path names the
+ * agent's binary in any image. It runs as root (its output is all the caller sees); its lines
+ * are read with bounds (e2bwire.c). The run is hidden from envd's List. */
+
+#define WATCHERS_MAX 8
+#define WATCH_PENDING_MAX 4096
+#define WATCH_START_MS 30000
+/* A WatchDir stream's keepalives: a caller that stopped watching is seen (and the guest's
+ * watcher ended) at the next write, so they come often; each is 18 bytes. */
+#define WATCH_BEAT_MS 2000
+
+struct ad_e2b_watcher {
+    struct ad_e2b_watcher *next;
+    char id[33];
+    char rid[24];
+    uint64_t seq;   /* the run's last event read */
+    cJSON *pending; /* events read, not yet asked for */
+    struct ad_e2b_watch w;
+};
+
+static struct ad_run *watch_start(struct MHD_Connection *c, struct ad_req *q, cJSON *m,
+                                  unsigned timeout_s, struct ad_fail *f)
+{
+    cJSON *p = cJSON_GetObjectItemCaseSensitive(m, "path");
+    cJSON *rec = cJSON_GetObjectItemCaseSensitive(m, "recursive");
+    _ad_free_ char *path = cJSON_IsString(p) ? guest_path(c, q->sess, p->valuestring) : NULL;
+    if (!path) {
+        ad_failf(f, 400, "invalid_argument", "path: a path");
+        return NULL;
+    }
+    _ad_cjson_ cJSON *argv = cJSON_CreateArray();
+    cJSON_AddItemToArray(argv, cJSON_CreateString("/proc/self/exe"));
+    cJSON_AddItemToArray(argv, cJSON_CreateString("--watch"));
+    cJSON_AddItemToArray(argv, cJSON_CreateString(path));
+    if (cJSON_IsTrue(rec))
+        cJSON_AddItemToArray(argv, cJSON_CreateString("--recursive"));
+    struct ad_exec_req er = {.argv = argv, .cwd = "/", .stdin_data = "", .hidden = true};
+    er.timeout_s = timeout_s;
+    cJSON *out;
+    if (ad_run_start(q->sess, &er, &q->lim, &out, f) < 0)
+        return NULL;
+    cJSON *rid = cJSON_GetObjectItemCaseSensitive(out, "id");
+    struct ad_run *r = cJSON_IsString(rid) ? ad_run_get(q->sess, rid->valuestring) : NULL;
+    cJSON_Delete(out);
+    if (!r)
+        ad_failf(f, 500, "internal", "the watcher ended at once");
+    return r;
+}
+
+static void watch_stop(struct ad_run *r)
+{
+    struct ad_fail f;
+    if (run_running(r, NULL))
+        ad_run_signal(r, 9, &f);
+}
+
+/* A Connect code of e2bwire.c's as the errno connect_code takes. */
+static int watch_errno(const struct ad_e2b_watch *w)
+{
+    return !strcmp(w->code, "not_found")           ? -ENOENT
+           : !strcmp(w->code, "invalid_argument")  ? -ENOTDIR
+           : !strcmp(w->code, "permission_denied") ? -EACCES
+                                                   : -EIO;
+}
+
+static void watch_stream_done(void *ctx)
+{
+    struct ad_e2b_wfmt *x = ctx;
+    watch_stop(x->run); /* the caller hung up or the stream ended: the watching ends */
+    ad_run_put(x->run);
+    free(x);
+}
+
+static enum MHD_Result fs_watch_dir(struct MHD_Connection *c, struct ad_req *q)
+{
+    _ad_cjson_ cJSON *m = stream_request(q);
+    if (!m)
+        return stream_error(c, q, -EINVAL, "the request is not one JSON envelope");
+    /* Connect's deadline ends the watching (the SDK's default is 60 s) */
+    unsigned timeout_s = 0;
+    const char *dl = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Connect-Timeout-Ms");
+    if (dl) {
+        unsigned long ms = strtoul(dl, NULL, 10);
+        timeout_s = ms ? (unsigned)((ms + 999) / 1000) : 0;
+    }
+    struct ad_fail f;
+    struct ad_run *r = watch_start(c, q, m, timeout_s, &f);
+    if (!r)
+        return stream_error(c, q,
+                            f.status == 400   ? -EINVAL
+                            : f.status == 429 ? -E2BIG
+                                              : -EIO,
+                            f.msg);
+    struct ad_e2b_wfmt *x = calloc(1, sizeof(*x));
+    if (!x) {
+        watch_stop(r);
+        ad_run_put(r);
+        return stream_error(c, q, -ENOMEM, "out of memory");
+    }
+    x->run = r; /* given back by watch_stream_done */
+    struct MHD_Response *resp =
+        ad_run_stream(r, 0, ad_e2b_fmt_watch, x, watch_stream_done, WATCH_BEAT_MS, &f);
+    if (!resp)
+        return stream_error(c, q, -EIO, f.msg);
+    MHD_add_response_header(resp, "Content-Type", "application/connect+json");
+    return ad_reply(c, q, 200, resp);
+}
+
+static void watcher_take(void *ctx, const char *type, const char *json, size_t json_len)
+{
+    struct ad_e2b_watcher *w = ctx;
+    ad_e2b_watch_event(&w->w, type, json, json_len, w->pending);
+}
+
+/* Reads what w's run has (bounded by WATCH_PENDING_MAX); *done: the run ended. */
+static void watcher_read(struct ad_e2b_watcher *w, struct ad_run *r, bool *done)
+{
+    *done = false;
+    if (cJSON_GetArraySize(w->pending) < WATCH_PENDING_MAX)
+        w->seq = ad_run_read(r, w->seq, watcher_take, w, done);
+}
+
+static void watcher_free(struct ad_e2b_watcher *w)
+{
+    cJSON_Delete(w->pending);
+    free(w);
+}
+
+void ad_e2b_session_free(struct ad_session *s)
+{
+    for (struct ad_e2b_watcher *w = s->e2b_watchers, *n; w; w = n) {
+        n = w->next;
+        watcher_free(w);
+    }
+    s->e2b_watchers = NULL;
+}
+
+static enum MHD_Result fs_watcher_create(struct MHD_Connection *c, struct ad_req *q)
+{
+    _ad_cjson_ cJSON *m = unary_request(q);
+    if (!m)
+        return rpc_error(c, q, -EINVAL, "the body is not a JSON object");
+    struct ad_session *s = q->sess;
+    pthread_mutex_lock(&ctx_lock);
+    unsigned n = 0;
+    for (struct ad_e2b_watcher *w = s->e2b_watchers; w; w = w->next)
+        n++;
+    pthread_mutex_unlock(&ctx_lock);
+    if (n >= WATCHERS_MAX)
+        return rpc_error(c, q, -E2BIG, "a sandbox has at most %d watchers", WATCHERS_MAX);
+    struct ad_e2b_watcher *w = calloc(1, sizeof(*w));
+    if (!w || !(w->pending = cJSON_CreateArray()) || ad_random_hex(w->id, 16) < 0) {
+        if (w)
+            watcher_free(w);
+        return rpc_error(c, q, -EIO, "cannot make a watcher");
+    }
+    struct ad_fail f;
+    struct ad_run *r = watch_start(c, q, m, 0, &f);
+    if (!r) {
+        watcher_free(w);
+        return rpc_error(c, q,
+                         f.status == 400   ? -EINVAL
+                         : f.status == 429 ? -E2BIG
+                                           : -EIO,
+                         "%s", f.msg);
+    }
+    cJSON *j = ad_run_json(r);
+    cJSON *rid = cJSON_GetObjectItemCaseSensitive(j, "id");
+    snprintf(w->rid, sizeof(w->rid), "%s", cJSON_IsString(rid) ? rid->valuestring : "");
+    cJSON_Delete(j);
+    /* its answer once it watches (or cannot), as envd's */
+    bool done = false;
+    uint64_t until = ad_now_ms() + WATCH_START_MS;
+    for (;;) {
+        watcher_read(w, r, &done);
+        if (w->w.started || w->w.failed || done || ad_now_ms() >= until)
+            break;
+        usleep(20000);
+    }
+    if (!w->w.started) {
+        if (!w->w.failed)
+            snprintf(w->w.msg, sizeof(w->w.msg), "the guest's watcher did not start");
+        int e = w->w.failed ? watch_errno(&w->w) : -ETIMEDOUT;
+        watch_stop(r);
+        ad_run_put(r);
+        enum MHD_Result ret = rpc_error(c, q, e, "%s", w->w.msg);
+        watcher_free(w);
+        return ret;
+    }
+    ad_run_put(r);
+    pthread_mutex_lock(&ctx_lock);
+    w->next = s->e2b_watchers;
+    s->e2b_watchers = w;
+    pthread_mutex_unlock(&ctx_lock);
+    cJSON *o = cJSON_CreateObject();
+    cJSON_AddStringToObject(o, "watcherId", w->id);
+    return ad_reply_json(c, q, 200, o);
+}
+
+/* The watcher a request names ({"watcherId": ID}), with ctx_lock held; NULL (unlocked) when
+ * there is none. */
+static struct ad_e2b_watcher *watcher_locked(struct ad_session *s, cJSON *m,
+                                             struct ad_e2b_watcher ***link)
+{
+    cJSON *id = cJSON_GetObjectItemCaseSensitive(m, "watcherId");
+    pthread_mutex_lock(&ctx_lock);
+    for (struct ad_e2b_watcher **p = &s->e2b_watchers; cJSON_IsString(id) && *p; p = &(*p)->next)
+        if (strlen(id->valuestring) == strlen((*p)->id) &&
+            CRYPTO_memcmp((*p)->id, id->valuestring, strlen((*p)->id)) == 0) {
+            if (link)
+                *link = p;
+            return *p;
+        }
+    pthread_mutex_unlock(&ctx_lock);
+    return NULL;
+}
+
+static enum MHD_Result fs_watcher_events(struct MHD_Connection *c, struct ad_req *q)
+{
+    _ad_cjson_ cJSON *m = unary_request(q);
+    struct ad_e2b_watcher *w = m ? watcher_locked(q->sess, m, NULL) : NULL;
+    if (!w)
+        return rpc_error(c, q, -ENOENT, "no such watcher");
+    struct ad_run *r = ad_run_get(q->sess, w->rid);
+    bool done = true;
+    if (r) {
+        watcher_read(w, r, &done);
+        ad_run_put(r);
+    }
+    if (w->w.failed || (done && !cJSON_GetArraySize(w->pending))) {
+        char msg[256];
+        snprintf(msg, sizeof(msg), "%s", w->w.failed ? w->w.msg : "the watching ended");
+        int e = w->w.failed ? watch_errno(&w->w) : -ENOENT;
+        pthread_mutex_unlock(&ctx_lock);
+        return rpc_error(c, q, e, "%s", msg);
+    }
+    cJSON *o = cJSON_CreateObject();
+    cJSON_AddItemToObject(o, "events", w->pending);
+    w->pending = cJSON_CreateArray();
+    pthread_mutex_unlock(&ctx_lock);
+    return ad_reply_json(c, q, 200, o);
+}
+
+static enum MHD_Result fs_watcher_remove(struct MHD_Connection *c, struct ad_req *q)
+{
+    _ad_cjson_ cJSON *m = unary_request(q);
+    struct ad_e2b_watcher **link = NULL;
+    struct ad_e2b_watcher *w = m ? watcher_locked(q->sess, m, &link) : NULL;
+    if (!w)
+        return rpc_error(c, q, -ENOENT, "no such watcher");
+    *link = w->next;
+    pthread_mutex_unlock(&ctx_lock);
+    struct ad_run *r = ad_run_get(q->sess, w->rid);
+    if (r) {
+        watch_stop(r);
+        ad_run_put(r);
+    }
+    watcher_free(w);
+    return reply_empty(c, q);
+}
+
 /* ---- /files ---- */
 
 static enum MHD_Result files_get(struct MHD_Connection *c, struct ad_req *q)
@@ -1317,15 +1469,77 @@ static enum MHD_Result upload_part(void *cls, enum MHD_ValueKind kind, const cha
     return MHD_YES;
 }
 
+/* A gzip body (Content-Encoding: gzip, envd 0.5.7) inflated by libarchive into a spool file of
+ * its own, at most max bytes (a small body may inflate to anything). Its fd, or -errno with
+ * why. */
+static int gunzip_spool(int in, uint64_t max, char *why, size_t why_len)
+{
+    int out = open(ad_cfg.spool_dir, O_TMPFILE | O_RDWR | O_CLOEXEC, 0600);
+    if (out < 0) {
+        snprintf(why, why_len, "cannot make a spool file: %s", strerror(errno));
+        return -EIO;
+    }
+    struct archive *a = archive_read_new();
+    struct archive_entry *e;
+    int rc = 0;
+    lseek(in, 0, SEEK_SET);
+    if (!a || archive_read_support_filter_gzip(a) != ARCHIVE_OK ||
+        archive_read_support_format_raw(a) != ARCHIVE_OK ||
+        archive_read_open_fd(a, in, 65536) != ARCHIVE_OK ||
+        archive_read_next_header(a, &e) != ARCHIVE_OK ||
+        archive_filter_code(a, 0) != ARCHIVE_FILTER_GZIP) {
+        rc = -EINVAL;
+        snprintf(why, why_len, "the body is not gzip: %s",
+                 a && archive_error_string(a) ? archive_error_string(a) : "no gzip header");
+    }
+    char buf[65536];
+    uint64_t total = 0;
+    la_ssize_t n;
+    while (rc == 0 && (n = archive_read_data(a, buf, sizeof(buf))) != 0) {
+        if (n < 0) {
+            rc = -EINVAL;
+            snprintf(why, why_len, "the gzip body is damaged: %s", archive_error_string(a));
+        } else if ((total += (uint64_t)n) > max) {
+            rc = -EFBIG;
+            snprintf(why, why_len, "the file inflates past the upload limit (%llu bytes)",
+                     (unsigned long long)max);
+        } else if (write_all(out, buf, (size_t)n) < 0) {
+            rc = -EIO;
+            snprintf(why, why_len, "cannot spool the upload");
+        }
+    }
+    if (a)
+        archive_read_free(a);
+    if (rc < 0) {
+        close(out);
+        return rc;
+    }
+    return out;
+}
+
 static enum MHD_Result files_post(struct MHD_Connection *c, struct ad_req *q)
 {
     const char *path = query(c, "path");
     struct upload u = {.c = c, .q = q, .path = path, .fd = -1, .out = cJSON_CreateArray()};
     const char *ct = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Content-Type");
+    const char *ce = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Content-Encoding");
+    bool gzip = ce && !strcasecmp(ce, "gzip");
+    if (ce && !gzip && strcasecmp(ce, "identity")) {
+        cJSON_Delete(u.out);
+        return e2b_error(c, q, 415, "Content-Encoding: gzip or identity");
+    }
+    if (gzip && !(ct && !strncasecmp(ct, "application/octet-stream", 24))) {
+        cJSON_Delete(u.out);
+        return e2b_error(c, q, 415, "a gzip body is application/octet-stream");
+    }
     if (ct && !strncasecmp(ct, "application/octet-stream", 24)) {
         /* the body is the file */
-        u.fd = dup(q->spool_fd);
-        upload_finish(&u);
+        u.fd = gzip ? gunzip_spool(q->spool_fd, q->lim.max_upload_bytes, u.why, sizeof(u.why))
+                    : dup(q->spool_fd);
+        if (u.fd < 0)
+            u.rc = gzip ? u.fd : -EIO;
+        else
+            upload_finish(&u);
     } else {
         struct MHD_PostProcessor *pp = MHD_create_post_processor(c, 65536, upload_part, &u);
         if (!pp) {
@@ -1350,6 +1564,8 @@ static enum MHD_Result files_post(struct MHD_Connection *c, struct ad_req *q)
         cJSON_Delete(u.out);
         unsigned st;
         connect_code(u.rc, &st);
+        if (u.rc == -EFBIG)
+            st = 413;
         return e2b_error(c, q, st == 409 ? 400 : st, "%s", u.why);
     }
     if (!cJSON_GetArraySize(u.out)) {
@@ -1368,7 +1584,6 @@ static enum MHD_Result envd_health(struct MHD_Connection *c, struct ad_req *q)
 
 #define CI_PORT 49999
 #define CONTEXTS_MAX 32
-static pthread_mutex_t ctx_lock = PTHREAD_MUTEX_INITIALIZER;
 
 /* E2B's language names and the library's. NULL: none of ours. */
 static const char *kernel_lang(const char *l)
@@ -1416,159 +1631,16 @@ static bool context_find(struct ad_session *s, const char *id, char lang[16], ch
     return found;
 }
 
-/* How a kernel run's events become the interpreter's JSON lines. Output is held until its
- * line ends (or another event comes), so that print("hi") is one "hi\n" entry, as E2B's. */
-#define HELD_MAX 65536
-struct cifmt {
-    struct ad_run *r; /* referenced: a caller that hangs up interrupts its run */
-    char *held[2];    /* stdout, stderr: bytes not yet sent */
-    size_t held_len[2];
-};
-
-struct out {
-    char *p;
-    size_t n;
-};
-
-static void out_line(struct out *b, cJSON *o)
-{
-    char *j = cJSON_PrintUnformatted(o);
-    cJSON_Delete(o);
-    size_t n = j ? strlen(j) : 0;
-    char *g = j ? realloc(b->p, b->n + n + 1) : NULL;
-    if (g) {
-        memcpy(g + b->n, j, n);
-        g[b->n + n] = '\n';
-        b->p = g;
-        b->n += n + 1;
-    }
-    free(j);
-}
-
-static void flush_held(struct cifmt *x, int i, struct out *b)
-{
-    if (!x->held_len[i])
-        return;
-    char *text = al_utf8_repair((const uint8_t *)x->held[i], x->held_len[i], NULL);
-    x->held_len[i] = 0;
-    if (!text)
-        return;
-    cJSON *o = cJSON_CreateObject();
-    cJSON_AddStringToObject(o, "type", i ? "stderr" : "stdout");
-    cJSON_AddStringToObject(o, "text", text);
-    cJSON_AddNumberToObject(o, "timestamp", (double)time(NULL) * 1e6);
-    free(text);
-    out_line(b, o);
-}
-
-static const struct {
-    const char *mime, *key;
-} mime_keys[] = {{"text/plain", "text"},        {"text/html", "html"},
-                 {"text/markdown", "markdown"}, {"image/svg+xml", "svg"},
-                 {"image/png", "png"},          {"image/jpeg", "jpeg"},
-                 {"application/json", "json"},  {"text/latex", "latex"},
-                 {"application/pdf", "pdf"},    {"application/javascript", "javascript"}};
-
-static cJSON *error_line(const char *name, const char *value, const char *tb)
-{
-    cJSON *o = cJSON_CreateObject();
-    cJSON_AddStringToObject(o, "type", "error");
-    cJSON_AddStringToObject(o, "name", name);
-    cJSON_AddStringToObject(o, "value", value);
-    cJSON_AddStringToObject(o, "traceback", tb);
-    return o;
-}
-
-static char *fmt_execute(void *ctx, const char *type, const char *json, size_t json_len,
-                         size_t *len)
-{
-    struct cifmt *x = ctx;
-    struct out b = {0};
-    cJSON *d = json ? cJSON_ParseWithLength(json, json_len) : NULL;
-    if (!strcmp(type, "output") && d) {
-        cJSON *st = cJSON_GetObjectItemCaseSensitive(d, "stream");
-        cJSON *b64 = cJSON_GetObjectItemCaseSensitive(d, "data_b64");
-        int i = cJSON_IsString(st) && !strcmp(st->valuestring, "stderr");
-        size_t n = 0;
-        uint8_t *raw = cJSON_IsString(b64) ? ad_base64_decode(b64->valuestring, &n) : NULL;
-        char *g = raw ? realloc(x->held[i], x->held_len[i] + n) : NULL;
-        if (g) {
-            memcpy(g + x->held_len[i], raw, n);
-            x->held[i] = g;
-            x->held_len[i] += n;
-        }
-        free(raw);
-        if (x->held_len[i] &&
-            (x->held[i][x->held_len[i] - 1] == '\n' || x->held_len[i] >= HELD_MAX))
-            flush_held(x, i, &b);
-        cJSON_Delete(d);
-        *len = b.n;
-        return b.p;
-    }
-    flush_held(x, 0, &b); /* anything else: what was held goes first */
-    flush_held(x, 1, &b);
-    if (!strcmp(type, "heartbeat")) {
-        cJSON *o = cJSON_CreateObject();
-        cJSON_AddStringToObject(o, "type", "keepalive");
-        out_line(&b, o);
-    } else if (!strcmp(type, "result") && d) {
-        cJSON *t = cJSON_GetObjectItemCaseSensitive(d, "type");
-        if (cJSON_IsString(t) && !strcmp(t->valuestring, "error")) {
-            cJSON *n = cJSON_GetObjectItemCaseSensitive(d, "name");
-            cJSON *v = cJSON_GetObjectItemCaseSensitive(d, "value");
-            cJSON *tb = cJSON_GetObjectItemCaseSensitive(d, "traceback");
-            out_line(&b, error_line(cJSON_IsString(n) ? n->valuestring : "",
-                                    cJSON_IsString(v) ? v->valuestring : "",
-                                    cJSON_IsString(tb) ? tb->valuestring : ""));
-        } else if (cJSON_IsString(t) && !strcmp(t->valuestring, "result")) {
-            cJSON *kind = cJSON_GetObjectItemCaseSensitive(d, "kind");
-            cJSON *data = cJSON_GetObjectItemCaseSensitive(d, "data");
-            cJSON *o = cJSON_CreateObject();
-            cJSON_AddStringToObject(o, "type", "result");
-            for (size_t i = 0; i < sizeof(mime_keys) / sizeof(*mime_keys); i++) {
-                cJSON *v = cJSON_GetObjectItemCaseSensitive(data, mime_keys[i].mime);
-                if (v)
-                    cJSON_AddItemToObject(o, mime_keys[i].key, cJSON_Duplicate(v, true));
-            }
-            cJSON_AddBoolToObject(o, "is_main_result",
-                                  cJSON_IsString(kind) && !strcmp(kind->valuestring, "value"));
-            out_line(&b, o);
-        }
-    } else if (!strcmp(type, "exit") && d) {
-        cJSON *n = cJSON_GetObjectItemCaseSensitive(d, "execution_count");
-        cJSON *a = cJSON_CreateObject();
-        cJSON_AddStringToObject(a, "type", "number_of_executions");
-        cJSON_AddNumberToObject(a, "execution_count", cJSON_IsNumber(n) ? n->valuedouble : 0);
-        out_line(&b, a);
-        if (cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(d, "timed_out")))
-            out_line(&b, error_line("TimeoutError", "the execution ran past its timeout", ""));
-        cJSON *e = cJSON_CreateObject();
-        cJSON_AddStringToObject(e, "type", "end_of_execution");
-        out_line(&b, e);
-    } else if (!strcmp(type, "error") && d) {
-        cJSON *m = cJSON_GetObjectItemCaseSensitive(d, "message");
-        out_line(&b,
-                 error_line("ExecutionError", cJSON_IsString(m) ? m->valuestring : "failed", ""));
-        cJSON *e = cJSON_CreateObject();
-        cJSON_AddStringToObject(e, "type", "end_of_execution");
-        out_line(&b, e);
-    }
-    cJSON_Delete(d);
-    *len = b.n;
-    return b.p;
-}
-
 /* The stream's end: a run its caller left is interrupted, as a notebook's would be. */
 static void execute_done(void *ctx)
 {
-    struct cifmt *x = ctx;
-    if (run_running(x->r, NULL)) {
+    struct ad_e2b_cifmt *x = ctx;
+    if (run_running(x->run, NULL)) {
         struct ad_fail f;
-        ad_run_signal(x->r, 2, &f);
+        ad_run_signal(x->run, 2, &f);
     }
-    ad_run_put(x->r);
-    free(x->held[0]);
-    free(x->held[1]);
+    ad_run_put(x->run);
+    ad_e2b_cifmt_clear(x);
     free(x);
 }
 
@@ -1630,14 +1702,14 @@ static enum MHD_Result ci_execute(struct MHD_Connection *c, struct ad_req *q)
     cJSON *rid = cJSON_GetObjectItemCaseSensitive(out, "id");
     struct ad_run *r = cJSON_IsString(rid) ? ad_run_get(q->sess, rid->valuestring) : NULL;
     cJSON_Delete(out);
-    struct cifmt *x = r ? calloc(1, sizeof(*x)) : NULL;
+    struct ad_e2b_cifmt *x = r ? calloc(1, sizeof(*x)) : NULL;
     if (!x) {
         if (r)
             ad_run_put(r);
         return e2b_error(c, q, 500, "the run did not start");
     }
-    x->r = r; /* its reference given back by execute_done */
-    struct MHD_Response *resp = ad_run_stream(r, 0, fmt_execute, x, execute_done, &f);
+    x->run = r; /* its reference given back by execute_done */
+    struct MHD_Response *resp = ad_run_stream(r, 0, ad_e2b_fmt_execute, x, execute_done, 0, &f);
     if (!resp)
         return e2b_fail(c, q, &f);
     MHD_add_response_header(resp, "Content-Type", "application/x-ndjson");
@@ -1801,6 +1873,11 @@ static const struct ad_route envd_routes[] = {
     {"POST", RPC_FS "MakeDir", E | AD_BODY_RAW, fs_mkdir, "envd: make a directory"},
     {"POST", RPC_FS "Move", E | AD_BODY_RAW, fs_move, "envd: move"},
     {"POST", RPC_FS "Remove", E | AD_BODY_RAW, fs_remove, "envd: remove"},
+    {"POST", RPC_FS "WatchDir", E | AD_BODY_RAW, fs_watch_dir, "envd: watch a directory"},
+    {"POST", RPC_FS "CreateWatcher", E | AD_BODY_RAW, fs_watcher_create, "envd: a watcher"},
+    {"POST", RPC_FS "GetWatcherEvents", E | AD_BODY_RAW, fs_watcher_events,
+     "envd: a watcher's events"},
+    {"POST", RPC_FS "RemoveWatcher", E | AD_BODY_RAW, fs_watcher_remove, "envd: remove a watcher"},
 };
 static const struct ad_route ci_routes[] = {
     {"GET", "/health", E, ci_health, "code interpreter: health"},

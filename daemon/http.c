@@ -89,14 +89,6 @@ enum MHD_Result ad_reply_json(struct MHD_Connection *c, struct ad_req *q, unsign
     return ad_reply(c, q, status, r);
 }
 
-char *ad_base64(const void *data, size_t len)
-{
-    char *b64 = malloc(4 * ((len + 2) / 3) + 1);
-    if (b64)
-        EVP_EncodeBlock((unsigned char *)b64, data, (int)len);
-    return b64;
-}
-
 int ad_random_hex(char *out, size_t bytes)
 {
     unsigned char b[64];
@@ -106,34 +98,6 @@ int ad_random_hex(char *out, size_t bytes)
     for (size_t i = 0; i < bytes; i++)
         snprintf(out + 2 * i, 3, "%02x", b[i]);
     return 0;
-}
-
-uint8_t *ad_base64_decode(const char *b64, size_t *len)
-{
-    size_t n = strlen(b64);
-    if (n % 4 || n > (size_t)INT32_MAX)
-        return NULL;
-    uint8_t *out = malloc(n / 4 * 3 + 1);
-    if (!out)
-        return NULL;
-    int got = n ? EVP_DecodeBlock(out, (const unsigned char *)b64, (int)n) : 0;
-    if (got < 0) {
-        free(out);
-        return NULL;
-    }
-    /* EVP_DecodeBlock counts the padding's bytes too */
-    size_t pad = n && b64[n - 1] == '=' ? 1 + (n > 1 && b64[n - 2] == '=') : 0;
-    *len = (size_t)got - pad;
-    return out;
-}
-
-bool ad_json_add_text(cJSON *o, const char *key, const char *s)
-{
-    bool lossy = false;
-    char *out = al_utf8_repair((const uint8_t *)s, strlen(s), &lossy);
-    cJSON_AddStringToObject(o, key, out ? out : "");
-    free(out);
-    return lossy;
 }
 
 static enum MHD_Result reply_error_v(struct MHD_Connection *c, struct ad_req *q, unsigned status,

@@ -51,6 +51,7 @@ struct ad_run {
     char *tag;     /* the caller's name for it (E2B's process tag), or NULL */
     char *context; /* a kernel run's context, or NULL */
     bool kernel;
+    bool hidden;                 /* the daemon's own (ad_exec_req.hidden) */
     unsigned pty_rows, pty_cols; /* a terminal's size, 0 for none (its latest, under mu) */
     int resize[2];               /* a pty run's al_pty_resize pipe: [0] is al_exec's resize_fd */
     unsigned timeout_ms;
@@ -550,6 +551,7 @@ int ad_run_start(struct ad_session *s, const struct ad_exec_req *q, const struct
         r->lang = strdup(q->language);
     }
     r->kernel = q->kernel;
+    r->hidden = q->hidden;
     r->pty_rows = q->pty_rows;
     r->pty_cols = q->pty_cols;
     if (q->env)
@@ -723,6 +725,8 @@ static cJSON *run_json_locked(struct ad_run *r)
         ad_json_add_text(o, "cwd", r->cwd);
     if (r->tag)
         ad_json_add_text(o, "tag", r->tag);
+    if (r->hidden)
+        cJSON_AddBoolToObject(o, "hidden", true);
     if (r->pty_rows) {
         cJSON *p = cJSON_AddObjectToObject(o, "pty");
         cJSON_AddNumberToObject(p, "rows", r->pty_rows);
@@ -939,9 +943,10 @@ void ad_runs_shutdown(void)
 
 struct reader {
     struct ad_run *r;
-    uint64_t next; /* the next event number to send */
-    size_t off;    /* bytes of it already sent */
-    uint64_t beat; /* when the next heartbeat is due */
+    uint64_t next;    /* the next event number to send */
+    size_t off;       /* bytes of it already sent */
+    uint64_t beat;    /* when the next heartbeat is due */
+    uint64_t beat_ms; /* heartbeats this far apart */
     /* another framing than SSE (ad_run_stream): the frame being sent, made by fmt */
     ad_run_fmt fmt;
     void *fmt_ctx;
@@ -967,16 +972,55 @@ static size_t frame_take(struct reader *rd, char *buf, size_t max)
     return n;
 }
 
-/* An SSE frame "id: N\nevent: T\ndata: J\n\n" through fmt into rd's frame. */
+/* An event's type and its data's JSON (*json, *jlen) out of its SSE frame
+ * "id: N\nevent: T\ndata: J\n\n". */
+static void event_parts(const struct event *e, char type[32], const char **json, size_t *jlen)
+{
+    type[0] = 0;
+    const char *t = strstr(e->text, "\nevent: "), *d = strstr(e->text, "\ndata: ");
+    if (t && d && d > t + 8 && (size_t)(d - t - 8) < 32) {
+        memcpy(type, t + 8, (size_t)(d - t - 8));
+        type[d - t - 8] = 0;
+    }
+    *jlen = d ? e->len - (size_t)(d + 7 - e->text) - 2 : 0;
+    *json = d ? d + 7 : "null";
+}
+
+/* An event through fmt into rd's frame. */
 static void frame_make(struct reader *rd, const struct event *e)
 {
-    char type[32] = "";
-    const char *t = strstr(e->text, "\nevent: "), *d = strstr(e->text, "\ndata: ");
-    if (t && d && d > t + 8 && (size_t)(d - t - 8) < sizeof(type))
-        memcpy(type, t + 8, (size_t)(d - t - 8));
-    size_t jlen = d ? e->len - (size_t)(d + 7 - e->text) - 2 : 0;
-    rd->frame = rd->fmt(rd->fmt_ctx, type, d ? d + 7 : "null", jlen, &rd->frame_len);
+    char type[32];
+    const char *json;
+    size_t jlen;
+    event_parts(e, type, &json, &jlen);
+    bool last = false;
+    rd->frame = rd->fmt(rd->fmt_ctx, type, json, jlen, &rd->frame_len, &last);
     rd->off = 0;
+    if (last)
+        rd->ended = true;
+}
+
+uint64_t ad_run_read(struct ad_run *r, uint64_t last_id, ad_run_read_fn fn, void *ctx, bool *done)
+{
+    pthread_mutex_lock(&r->mu);
+    for (struct event *e = r->head; e; e = e->next) {
+        if (e->seq <= last_id)
+            continue;
+        char type[32];
+        const char *json;
+        size_t jlen;
+        event_parts(e, type, &json, &jlen);
+        fn(ctx, type, json, jlen);
+        last_id = e->seq;
+        if (e->seq > r->max_sent) {
+            r->max_sent = e->seq;
+            pthread_cond_broadcast(&r->cv);
+        }
+    }
+    if (done)
+        *done = r->done;
+    pthread_mutex_unlock(&r->mu);
+    return last_id;
 }
 
 static ssize_t read_events(void *cls, uint64_t pos, char *buf, size_t max)
@@ -1008,7 +1052,7 @@ static ssize_t read_events(void *cls, uint64_t pos, char *buf, size_t max)
             }
             frame_make(rd, e);
             pthread_mutex_unlock(&r->mu);
-            rd->beat = ad_now_ms() + ad_cfg.heartbeat_s * 1000ull;
+            rd->beat = ad_now_ms() + rd->beat_ms;
             own = frame_take(rd, buf, max);
             if (own)
                 return (ssize_t)own;
@@ -1028,14 +1072,15 @@ static ssize_t read_events(void *cls, uint64_t pos, char *buf, size_t max)
                 }
             }
             pthread_mutex_unlock(&r->mu);
-            rd->beat = ad_now_ms() + ad_cfg.heartbeat_s * 1000ull;
+            rd->beat = ad_now_ms() + rd->beat_ms;
             return (ssize_t)n;
         }
         if (r->done) {
             pthread_mutex_unlock(&r->mu);
             if (rd->fmt) { /* the framing's own end */
                 rd->ended = true;
-                rd->frame = rd->fmt(rd->fmt_ctx, "", NULL, 0, &rd->frame_len);
+                bool last = true;
+                rd->frame = rd->fmt(rd->fmt_ctx, "", NULL, 0, &rd->frame_len, &last);
                 own = frame_take(rd, buf, max);
                 if (own)
                     return (ssize_t)own;
@@ -1045,9 +1090,11 @@ static ssize_t read_events(void *cls, uint64_t pos, char *buf, size_t max)
         uint64_t now = ad_now_ms();
         if (now >= rd->beat) {
             pthread_mutex_unlock(&r->mu);
-            rd->beat = now + ad_cfg.heartbeat_s * 1000ull;
+            rd->beat = now + rd->beat_ms;
             if (rd->fmt) {
-                rd->frame = rd->fmt(rd->fmt_ctx, "heartbeat", NULL, 0, &rd->frame_len);
+                bool last = false;
+                rd->frame = rd->fmt(rd->fmt_ctx, "heartbeat", NULL, 0, &rd->frame_len, &last);
+                rd->ended = last;
                 own = frame_take(rd, buf, max);
                 if (own)
                     return (ssize_t)own;
@@ -1084,11 +1131,11 @@ static void free_reader(void *cls)
 
 struct MHD_Response *ad_run_events(struct ad_run *r, uint64_t last_id, struct ad_fail *f)
 {
-    return ad_run_stream(r, last_id, NULL, NULL, NULL, f);
+    return ad_run_stream(r, last_id, NULL, NULL, NULL, 0, f);
 }
 
 struct MHD_Response *ad_run_stream(struct ad_run *r, uint64_t last_id, ad_run_fmt fmt, void *ctx,
-                                   void (*ctx_free)(void *ctx), struct ad_fail *f)
+                                   void (*ctx_free)(void *ctx), unsigned beat_ms, struct ad_fail *f)
 {
     pthread_mutex_lock(&r->mu);
     uint64_t oldest = r->head ? r->head->seq : r->next_seq;
@@ -1117,7 +1164,8 @@ struct MHD_Response *ad_run_stream(struct ad_run *r, uint64_t last_id, ad_run_fm
     rd->fmt_ctx = ctx;
     rd->fmt_free = ctx_free;
     rd->next = last_id + 1;
-    rd->beat = ad_now_ms() + ad_cfg.heartbeat_s * 1000ull;
+    rd->beat_ms = beat_ms ? beat_ms : ad_cfg.heartbeat_s * 1000ull;
+    rd->beat = ad_now_ms() + rd->beat_ms;
     struct MHD_Response *resp =
         MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, 16384, read_events, rd, free_reader);
     if (!resp) {

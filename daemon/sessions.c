@@ -233,6 +233,7 @@ static void finish(struct ad_session *s, unsigned own)
     cJSON_Delete(s->net);
     cJSON_Delete(s->e2b_env);
     cJSON_Delete(s->e2b_contexts);
+    ad_e2b_session_free(s);
     pthread_mutex_lock(&lock);
 }
 

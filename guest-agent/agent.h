@@ -345,6 +345,8 @@ struct relay_opts {
 };
 /* Returns the exit status; reports its own errors. */
 int relay_main(const struct relay_opts *o);
+/* airlock-agent --watch (watch.c): DIR's changes on stdout until DIR goes. */
+int watch_main(const char *dir, bool recursive);
 
 /* init.c */
 void init_pid1(void);

@@ -19,6 +19,7 @@ static void usage(FILE *f)
             "usage: airlock-agent [--port NAME | --stdio | --unix PATH | --relay PATH]\n"
             "                     [--root DIR] [--allow-shutdown] [--kernels DIR]\n"
             "                     [--version] [--help]\n"
+            "       airlock-agent --watch DIR [--recursive]\n"
             "Serves Airlock frames: on the virtio-serial port NAME (default %s),\n"
             "on stdin/stdout, or on a unix socket, where the newest connection wins.\n"
             "--relay PATH copies stdin/stdout to and from the agent on the socket PATH,\n"
@@ -26,6 +27,7 @@ static void usage(FILE *f)
             "its log in PATH.log) if none answers: one per SSH session, while the agent\n"
             "and its kernels outlive them.\n"
             "File paths resolve beneath DIR (/).\n"
+            "--watch DIR prints DIR's changes as lines (watch.c), for the host to read.\n"
             "--allow-shutdown lets SHUTDOWN power off the machine outside --port mode.\n"
             "--kernels DIR: the language kernels' driver scripts (default %s).\n",
             DEFAULT_PORT, KERNELS_DIR);
@@ -53,13 +55,15 @@ int main(int argc, char **argv)
         {"unix", required_argument, NULL, 'u'},     {"root", required_argument, NULL, 'r'},
         {"allow-shutdown", no_argument, NULL, 'S'}, {"version", no_argument, NULL, 'V'},
         {"kernels", required_argument, NULL, 'k'},  {"relay", required_argument, NULL, 'R'},
+        {"watch", required_argument, NULL, 'W'},    {"recursive", no_argument, NULL, 'c'},
         {"help", no_argument, NULL, 'h'},           {NULL, 0, NULL, 0},
     };
     struct agent *a = &agent;
     enum channel_kind kind = CHANNEL_VIRTIO;
     const char *port = DEFAULT_PORT, *path = NULL, *root = "/";
     struct relay_opts relay = {NULL, NULL, NULL, false};
-    bool allow_shutdown = false;
+    bool allow_shutdown = false, recursive = false;
+    const char *watch = NULL;
     bool init = getpid() == 1;
     int c, err;
 
@@ -93,6 +97,12 @@ int main(int argc, char **argv)
         case 'k':
             a->kernels_dir = relay.kernels = optarg;
             break;
+        case 'W':
+            watch = optarg;
+            break;
+        case 'c':
+            recursive = true;
+            break;
         case 'V':
             printf("airlock-agent %s protocol %d\n", AIRLOCK_VERSION, AL_PROTO_VERSION);
             return 0;
@@ -114,6 +124,8 @@ int main(int argc, char **argv)
     /* Not an agent itself: none of the agent's process setup applies. */
     if (relay.path && !init)
         return relay_main(&relay);
+    if (watch && !init)
+        return watch_main(watch, recursive);
 
     if (init) {
         init_pid1();

@@ -1080,5 +1080,79 @@ finally:
 check('relay: the agents stop on SIGTERM', all(gone(pid) for pid in pids), pids)
 shutil.rmtree(rdir)
 
+# --watch (watch.c): a directory's changes as lines, read by airlockd's E2B watchers.
+wdir = tempfile.mkdtemp(prefix='airlock-watch-')
+os.mkdir(os.path.join(wdir, 'old'))
+wp = subprocess.Popen([agent, '--watch', wdir, '--recursive'], stdout=subprocess.PIPE,
+                      stderr=log)
+
+
+wbuf = bytearray()
+
+
+def wline(timeout=5):
+    """The watcher's next line (read unbuffered: select sees only the pipe), or None."""
+    import select
+    end = time.time() + timeout
+    while b'\n' not in wbuf:
+        r, _, _ = select.select([wp.stdout], [], [], max(0, end - time.time()))
+        data = os.read(wp.stdout.fileno(), 65536) if r else b''
+        if not data:
+            return None
+        wbuf.extend(data)
+    line, _, rest = bytes(wbuf).partition(b'\n')
+    wbuf[:] = rest
+    return line.decode()
+
+
+def wevents(n):
+    got = []
+    for _ in range(n):
+        line = wline()
+        if line is None:
+            break
+        k, _, h = line.partition(' ')
+        got.append((k, bytes.fromhex(h).decode('utf-8', 'replace') if h else ''))
+    return got
+
+
+check('watch: ok once it watches', wline() == 'ok')
+with open(os.path.join(wdir, 'old', 'f'), 'w') as f:
+    f.write('x')
+got = wevents(2)
+check('watch: an existing subdirectory is watched (create, write)',
+      got == [('create', 'old/f'), ('write', 'old/f')], got)
+os.mkdir(os.path.join(wdir, 'new'))
+check('watch: a new directory reported', wevents(1) == [('create', 'new')])
+open(os.path.join(wdir, 'new', 'g\nh'), 'w').close()
+got = wevents(1)
+check('watch: a new directory is watched; any name, hex', got == [('create', 'new/g\nh')], got)
+tmp = os.path.join(wdir, 'new', '.airlock-9-1.tmp')
+with open(tmp, 'w') as f:
+    f.write('y')
+os.rename(tmp, os.path.join(wdir, 'new', 'done'))
+got = wevents(2)
+check('watch: the agent\'s temporary write is a create and a write of its target',
+      got == [('create', 'new/done'), ('write', 'new/done')], got)
+os.rename(os.path.join(wdir, 'new'), os.path.join(wdir, 'moved'))
+got = wevents(2)
+check('watch: a moved directory: rename and create', got == [('rename', 'new'),
+                                                             ('create', 'moved')], got)
+open(os.path.join(wdir, 'moved', 'i'), 'w').close()
+got = wevents(1)
+check('watch: beneath the moved directory, names by its new path', got == [('create', 'moved/i')],
+      got)
+shutil.rmtree(wdir)
+deadline = time.time() + 5
+while wp.poll() is None and time.time() < deadline:
+    wline(0.2)
+check('watch: ends (0) when its directory goes', wp.poll() == 0, wp.poll())
+r = subprocess.run([agent, '--watch', os.path.join(root, 'nowhere')], stdout=subprocess.PIPE,
+                   timeout=10)
+check('watch: a missing directory: err not_found, exit 1',
+      (r.returncode, r.stdout) == (1, b'err not_found\n'), r)
+r = subprocess.run([agent, '--watch', '/etc/hostname'], stdout=subprocess.PIPE, timeout=10)
+check('watch: a file: err not_dir, exit 1', (r.returncode, r.stdout) == (1, b'err not_dir\n'), r)
+
 shutil.rmtree(root)
 tap.finish()

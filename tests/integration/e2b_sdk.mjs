@@ -10,7 +10,7 @@ import path from 'node:path'
 const [dir, group] = process.argv.slice(2)
 const e2b = await import(path.join(dir, 'node_modules/e2b/dist/index.mjs'))
 const ci = await import(path.join(dir, 'node_modules/@e2b/code-interpreter/dist/index.mjs'))
-const { Sandbox, CommandExitError, NotFoundError, TimeoutError } = e2b
+const { Sandbox, CommandExitError, NotFoundError, TimeoutError, SandboxError, FilesystemEventType } = e2b
 
 let failed = 0
 async function check(name, fn) {
@@ -216,6 +216,82 @@ async function files() {
   })
   await check('read of a missing file: NotFoundError', async () => {
     await rejects(sb.files.read('/tmp/missing'), NotFoundError, 'read')
+  })
+  // waits for an event matching want (or fails after ms)
+  function waiter(events, want, ms, what) {
+    return new Promise((resolve, reject) => {
+      const t0 = Date.now()
+      const tick = () => {
+        if (events.some(want)) return resolve()
+        if (Date.now() - t0 > ms) return reject(new Error(`${what}: not seen in ${JSON.stringify(events)}`))
+        setTimeout(tick, 50)
+      }
+      tick()
+    })
+  }
+  const W = FilesystemEventType
+  await check('watchDir: a write through files.write, a command\'s create and remove', async () => {
+    await sb.files.makeDir('/tmp/w')
+    await sb.files.write('/tmp/w/f.txt', 'first')
+    const events = []
+    const h = await sb.files.watchDir('/tmp/w', (e) => { events.push([e.type, e.name]) })
+    await sb.files.write('/tmp/w/f.txt', 'second')
+    await waiter(events, ([t, n]) => t === W.WRITE && n === 'f.txt', 20000, 'write')
+    await sb.commands.run('touch /tmp/w/new && rm /tmp/w/new && mkdir /tmp/w/sub')
+    await waiter(events, ([t, n]) => t === W.REMOVE && n === 'new', 20000, 'remove')
+    await waiter(events, ([t, n]) => t === W.CREATE && n === 'sub', 20000, 'a directory')
+    // not recursive: what happens in sub is not reported
+    await sb.commands.run('touch /tmp/w/sub/deep')
+    await sleep(500)
+    eq(events.filter(([, n]) => n.includes('deep')), [], 'non-recursive')
+    // the agent's temporary names never show
+    eq(events.filter(([, n]) => n.startsWith('.airlock-')), [], 'no temporary names')
+    await h.stop()
+    // the watching ends in the guest too
+    let left = 'x'
+    for (let i = 0; i < 40 && left; i++) {
+      left = (await sb.commands.run("pgrep -f -- '--watc[h] /tmp/w' || true")).stdout.trim()
+      if (left) await sleep(250)
+    }
+    eq(left, '', 'no watcher left in the guest')
+    const after = events.length
+    await sb.commands.run('touch /tmp/w/later')
+    await sleep(500)
+    eq(events.length, after, 'no events after stop')
+    return events.slice(0, 6)
+  })
+  await check('watchDir recursive: an existing nested dir, and one made after', async () => {
+    await sb.files.makeDir('/tmp/r/nested')
+    await sb.files.write('/tmp/r/nested/f.txt', 'one')
+    const events = []
+    const h = await sb.files.watchDir('/tmp/r', (e) => { events.push([e.type, e.name]) }, { recursive: true })
+    await sb.files.write('/tmp/r/nested/f.txt', 'two')
+    await waiter(events, ([t, n]) => t === W.WRITE && n === 'nested/f.txt', 20000, 'nested write')
+    await sb.files.makeDir('/tmp/r/later')
+    await waiter(events, ([t, n]) => t === W.CREATE && n === 'later', 20000, 'new dir')
+    await sb.files.write('/tmp/r/later/g.txt', 'three')
+    await waiter(events, ([t, n]) => t === W.WRITE && n === 'later/g.txt', 20000, 'in the new dir')
+    await sb.files.rename('/tmp/r/later/g.txt', '/tmp/r/h.txt')
+    await waiter(events, ([t, n]) => t === W.RENAME && n === 'later/g.txt', 20000, 'renamed from')
+    await waiter(events, ([t, n]) => t === W.CREATE && n === 'h.txt', 20000, 'renamed to')
+    await sb.commands.run('chmod 600 /tmp/r/h.txt')
+    await waiter(events, ([t, n]) => t === W.CHMOD && n === 'h.txt', 20000, 'chmod')
+    await h.stop()
+  })
+  await check('watchDir: a missing directory is FileNotFoundError, a file SandboxError', async () => {
+    await rejects(sb.files.watchDir('/tmp/no_such_dir', () => {}), NotFoundError, 'missing')
+    await sb.files.write('/tmp/plain.txt', 'x')
+    const err = await rejects(sb.files.watchDir('/tmp/plain.txt', () => {}), SandboxError, 'a file')
+    truthy(/directory/.test(err.message), 'says why: ' + err.message)
+  })
+  await check('write with gzip and as octet-stream (envd 0.5.7)', async () => {
+    const big = 'compressible line\n'.repeat(20000)
+    const i = await sb.files.write('/tmp/gz/z.txt', big, { gzip: true })
+    eq(i.path, '/tmp/gz/z.txt', 'written')
+    eq(await sb.files.read('/tmp/gz/z.txt'), big, 'inflated as it was')
+    await sb.files.write('/tmp/gz/o.bin', new Uint8Array([0, 1, 2, 255]), { useOctetStream: true })
+    eq(Array.from(await sb.files.read('/tmp/gz/o.bin', { format: 'bytes' })), [0, 1, 2, 255], 'octet-stream')
+    eq((await sb.commands.run('stat -c %U /tmp/gz/z.txt')).stdout, 'user\n', 'the user\'s')
   })
   await check('git in the sandbox: init, commit, log', async () => {
     const r = await sb.commands.run('cd /tmp && rm -rf g && git init -q g && cd g && echo x > f && git add f && ' +

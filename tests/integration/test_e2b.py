@@ -5,12 +5,14 @@ protocol checks with raw HTTP (no VM).
 
     test_e2b.py [ProtocolTest | SdkTest ...]
 """
+import gzip
 import http.client
 import json
 import os
 import re
 import shutil
 import subprocess
+import time
 import unittest
 
 import altest
@@ -180,7 +182,7 @@ class SdkTest(unittest.TestCase):
         self.group("commands", 15)
 
     def test_files(self):
-        self.group("files", 9)
+        self.group("files", 13)
 
     def test_interpreter(self):
         self.group("interpreter", 11)
@@ -223,6 +225,86 @@ class SdkTest(unittest.TestCase):
         st, _, _ = self.e.request("GET", "/sandboxes/" + sb["sandboxID"], None,
                                   {"X-API-KEY": key})
         self.assertEqual(st, 401)
+
+    def test_polled_watchers_and_gzip_bounds(self):
+        """CreateWatcher / GetWatcherEvents / RemoveWatcher as E2B's Python SDK polls them
+        (PyPI is out of reach here: the calls are made as it makes them), and a gzip upload
+        bounded by what it inflates to, not by its compressed size."""
+        key = e2b_form(self.e.d.key("e2b-gzip", "--max-upload-bytes", "100000"))
+        st, _, data = self.e.request("POST", "/v2/sandboxes", b'{"timeout": 300}',
+                                     {"X-API-KEY": key, "Content-Type": "application/json"})
+        self.assertEqual(st, 201, data)
+        sb = json.loads(data)
+        self.assertEqual(sb["envdVersion"], "0.5.7")
+        h = {"E2b-Sandbox-Id": sb["sandboxID"], "E2b-Sandbox-Port": "49983",
+             "X-Access-Token": sb["envdAccessToken"]}
+        j = dict(h, **{"Content-Type": "application/json"})
+
+        def rpc(method, body):
+            st, _, data = self.e.request("POST", "/filesystem.Filesystem/" + method,
+                                         json.dumps(body).encode(), j)
+            return st, json.loads(data or b"{}")
+
+        st, out = rpc("MakeDir", {"path": "/tmp/pw"})
+        self.assertEqual(st, 200, out)
+        st, out = rpc("CreateWatcher", {"path": "/tmp/pw", "recursive": True})
+        self.assertEqual(st, 200, out)
+        wid = out["watcherId"]
+        self.assertRegex(wid, r"^[0-9a-f]{32}$")
+        st, out = rpc("GetWatcherEvents", {"watcherId": wid})
+        self.assertEqual((st, out.get("events", [])), (200, []))
+        st, _, data = self.e.request("POST", "/files?path=/tmp/pw/sub/one.txt", b"one",
+                                     dict(h, **{"Content-Type": "application/octet-stream"}))
+        self.assertEqual(st, 200, data)
+        seen = []
+        deadline = time.time() + 30
+        while time.time() < deadline and ["EVENT_TYPE_WRITE", "sub/one.txt"] not in seen:
+            st, out = rpc("GetWatcherEvents", {"watcherId": wid})
+            self.assertEqual(st, 200, out)
+            seen += [[e["type"], e["name"]] for e in out.get("events", [])]
+            time.sleep(0.2)
+        self.assertIn(["EVENT_TYPE_CREATE", "sub"], seen)
+        self.assertIn(["EVENT_TYPE_WRITE", "sub/one.txt"], seen)
+        # each event once: a second poll has none of them again
+        st, out = rpc("GetWatcherEvents", {"watcherId": wid})
+        self.assertEqual((st, out.get("events", [])), (200, []))
+        # not in envd's process list; gone from the guest once removed
+        st, _, data = self.e.request("POST", "/process.Process/List", b"{}", j)
+        self.assertNotIn("--watch", data.decode())
+        st, out = rpc("RemoveWatcher", {"watcherId": wid})
+        self.assertEqual(st, 200, out)
+        st, out = rpc("GetWatcherEvents", {"watcherId": wid})
+        self.assertEqual((st, out["code"]), (404, "not_found"))
+        st, out = rpc("GetWatcherEvents", {"watcherId": "0" * 32})
+        self.assertEqual((st, out["code"]), (404, "not_found"))
+        st, out = rpc("CreateWatcher", {"path": "/tmp/pw/missing"})
+        self.assertEqual((st, out["code"]), (404, "not_found"), out)
+        st, out = rpc("CreateWatcher", {"path": "/tmp/pw/sub/one.txt"})
+        self.assertEqual((st, out["code"]), (400, "invalid_argument"), out)
+        # gzip: inflated as sent; a bomb past max_upload_bytes refused however small it is
+        octet = dict(h, **{"Content-Type": "application/octet-stream",
+                           "Content-Encoding": "gzip"})
+        text = b"line of text\n" * 5000
+        st, _, data = self.e.request("POST", "/files?path=/tmp/pw/z.txt", gzip.compress(text),
+                                     octet)
+        self.assertEqual(st, 200, data)
+        st, _, data = self.e.request("GET", "/files?path=/tmp/pw/z.txt", None, h)
+        self.assertEqual((st, data), (200, text))
+        bomb = gzip.compress(b"\0" * 10_000_000)
+        self.assertLess(len(bomb), 100000)
+        st, _, data = self.e.request("POST", "/files?path=/tmp/pw/bomb", bomb, octet)
+        self.assertEqual(st, 413, data)
+        st, _, data = self.e.request("POST", "/files?path=/tmp/pw/notgz", b"plain", octet)
+        self.assertEqual(st, 400, data)
+        self.assertIn(b"not gzip", data)
+        st, _, data = self.e.request("POST", "/files?path=/tmp/pw/br", b"x",
+                                     dict(octet, **{"Content-Encoding": "br"}))
+        self.assertEqual(st, 415, data)
+        st, _, data = self.e.request("GET", "/files?path=/tmp/pw/bomb", None, h)
+        self.assertEqual(st, 404, data)
+        st, _, _ = self.e.request("DELETE", "/sandboxes/" + sb["sandboxID"], None,
+                                  {"X-API-KEY": key})
+        self.assertEqual(st, 204)
 
     def test_z_load(self):
         self.group("load", 1, {"SANDBOXES": "4", "PER": "5"})
