@@ -1,5 +1,8 @@
 // bench/e2b.py's E2B side: one measurement through E2B's SDKs, its milliseconds as JSON.
 //   node e2b-sdk.mjs NPM_DIR create_run      Sandbox.create() + runCode("1+1") + kill
+//   node e2b-sdk.mjs NPM_DIR create_runs     the same in one process, once per line read
+//                                            (the bench's "go": the pool is ready), one
+//                                            untimed round first; a JSON line per round
 //   node e2b-sdk.mjs NPM_DIR run_true N      N commands.run("true") in one sandbox, each timed
 //   node e2b-sdk.mjs NPM_DIR load S P        S sandboxes x P concurrent commands: errors
 import path from 'node:path'
@@ -17,6 +20,24 @@ if (mode === 'create_run') {
   await sb.kill()
   if (e.text !== '2') throw new Error('1+1 = ' + e.text)
   console.log(JSON.stringify({ ms }))
+} else if (mode === 'create_runs') {
+  const once = async () => {
+    const t0 = now()
+    const sb = await ci.Sandbox.create({ timeoutMs: 300000 })
+    const e = await sb.runCode('1+1')
+    const ms = now() - t0
+    await sb.kill()
+    if (e.text !== '2') throw new Error('1+1 = ' + e.text)
+    return ms
+  }
+  const readline = await import('node:readline')
+  let first = true
+  for await (const line of readline.createInterface({ input: process.stdin })) {
+    if (!line.trim()) continue
+    const ms = await once()
+    console.log(JSON.stringify({ ms, warmup: first }))
+    first = false
+  }
 } else if (mode === 'run_true') {
   const sb = await e2b.Sandbox.create({ timeoutMs: 300000 })
   await sb.commands.run('true')

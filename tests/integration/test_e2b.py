@@ -12,6 +12,7 @@ import os
 import re
 import shutil
 import subprocess
+import sys
 import time
 import unittest
 
@@ -22,6 +23,9 @@ from test_mcp import npm_install
 HERE = os.path.dirname(os.path.abspath(__file__))
 # The SDKs as their users install them, and a Node they support (>= 20.18.1).
 SDKS = ["e2b@2.51.0", "@e2b/code-interpreter@2.8.0", "node@22.23.3"]
+# .ci/e2b-latest: the newest the registry has instead (the API moves month by month).
+if os.environ.get("AIRLOCK_E2B_SDKS"):
+    SDKS = os.environ["AIRLOCK_E2B_SDKS"].split()
 
 
 def e2b_form(key):
@@ -148,6 +152,9 @@ class SdkTest(unittest.TestCase):
     @classmethod
     def setUpClass(cls):
         cls.npm = npm_install(SDKS)
+        for name in ("e2b", "@e2b/code-interpreter"):  # which versions these are, in the log
+            with open(os.path.join(cls.npm, "node_modules", name, "package.json")) as f:
+                print("e2b-sdk: %s@%s" % (name, json.load(f)["version"]), file=sys.stderr)
         cls.node = os.path.join(cls.npm, "node_modules", ".bin", "node")
         cls.e = E2bDaemon()
 
