@@ -884,29 +884,41 @@ static void give_to_user(struct MHD_Connection *c, struct ad_session *s, const c
 {
     if (as_root(c, s))
         return;
-    char *q = NULL;
-    /* the path single-quoted for sh: each ' closed, escaped, reopened */
-    size_t n = strlen(path), k = 0;
-    char *quoted = malloc(4 * n + 3);
-    if (!quoted)
-        return;
-    quoted[k++] = '\'';
-    for (size_t i = 0; i < n; i++) {
-        if (path[i] == '\'') {
-            memcpy(quoted + k, "'\\''", 4);
-            k += 4;
-        } else {
-            quoted[k++] = path[i];
-        }
+    const char *argv[6], **a = argv;
+    *a++ = "chown";
+    if (recursive)
+        *a++ = "-R";
+    *a++ = "user:user";
+    *a++ = "--";
+    *a++ = path;
+    *a = NULL;
+    al_error err = {0};
+    run_quiet(s->s, argv, &err);
+}
+
+/* dir (missing) and its missing parents made, as E2B's calls make them: for the user, every
+ * directory made is theirs (the topmost made and what is beneath it: only what was just
+ * made). 0, or -errno with err. */
+static int make_dirs(struct MHD_Connection *c, struct ad_session *s, const char *dir, al_error *err)
+{
+    _ad_free_ char *top = strdup(dir), *up = strdup(dir);
+    if (!top || !up) {
+        err->code = -ENOMEM;
+        snprintf(err->msg, sizeof(err->msg), "out of memory");
+        return -ENOMEM;
     }
-    quoted[k++] = '\'';
-    quoted[k] = 0;
-    if (asprintf(&q, "chown %s user:user -- %s", recursive ? "-R" : "", quoted) >= 0) {
-        al_error err = {0};
-        sh(s->s, q, &err);
+    al_file_info st;
+    for (char *slash; (slash = strrchr(up, '/')) && slash != up;) {
+        *slash = 0;
+        al_error e2 = {0};
+        if (al_file_stat(s->s, up, &st, &e2) != -ENOENT)
+            break;
+        strcpy(top, up);
     }
-    free(q);
-    free(quoted);
+    int r = al_file_mkdir(s->s, dir, true, err);
+    if (r == 0)
+        give_to_user(c, s, top, true);
+    return r;
 }
 
 struct lister {
@@ -1017,10 +1029,9 @@ static enum MHD_Result fs_mkdir(struct MHD_Connection *c, struct ad_req *q)
     if (al_file_stat(q->sess->s, path, &st, &err) == 0)
         return rpc_error(c, q, -EEXIST, "%s already exists", path);
     err = (al_error){0};
-    int r = al_file_mkdir(q->sess->s, path, true, &err);
+    int r = make_dirs(c, q->sess, path, &err);
     if (r < 0)
         return rpc_error(c, q, r, "%s", err.msg);
-    give_to_user(c, q->sess, path, false);
     return entry_reply(c, q, path);
 }
 
@@ -1395,8 +1406,7 @@ static void upload_finish(struct upload *u)
             al_error e2 = {0};
             if (al_file_stat(u->q->sess->s, dst, &st, &e2) == -ENOENT) {
                 e2 = (al_error){0};
-                if (al_file_mkdir(u->q->sess->s, dst, true, &e2) == 0)
-                    give_to_user(u->c, u->q->sess, dst, false);
+                make_dirs(u->c, u->q->sess, dst, &e2);
             }
             *slash = '/';
         }

@@ -181,6 +181,11 @@ async function files() {
   await check('relative paths are in the user\'s home, and theirs', async () => {
     await sb.files.write('rel.txt', 'mine')
     eq((await sb.commands.run('cat /home/user/rel.txt; echo; stat -c %U /home/user/rel.txt')).stdout, 'mine\nuser\n', 'home')
+    // every parent a write or makeDir made is theirs, not only the deepest
+    await sb.files.write('deep/a/b.txt', 'x')
+    await sb.files.makeDir('made/x/y')
+    eq((await sb.commands.run('cd /home/user && stat -c %U deep deep/a deep/a/b.txt made made/x made/x/y')).stdout,
+      'user\n'.repeat(6), 'parents')
   })
   await check('write many files at once', async () => {
     const out = await sb.files.write([{ path: '/tmp/m/1.txt', data: 'one' }, { path: '/tmp/m/2.txt', data: 'two' }])
