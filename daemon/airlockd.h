@@ -286,8 +286,12 @@ int ad_run_start(struct ad_session *s, const struct ad_exec_req *r, const struct
                  cJSON **out, struct ad_fail *f);
 /* An unfinished kernel run of s in lang and context (NULL: the default) holds that kernel. */
 bool ad_runs_kernel_busy(struct ad_session *s, const char *lang, const char *context);
-/* The id of the newest unfinished run of s tagged tag into rid ("" when none). */
-void ad_run_find_tag(struct ad_session *s, const char *tag, char *rid, size_t len);
+/* The id of the newest unfinished run of s tagged tag (or, with tag NULL, whose program has
+ * guest_pid in the guest) into rid ("" when none). */
+void ad_run_find(struct ad_session *s, const char *tag, uint32_t guest_pid, char *rid, size_t len);
+/* The run's program's pid in the guest, waiting up to wait_ms for it to start; 0 when it
+ * ended first or the time ran out. */
+uint32_t ad_run_guest_pid(struct ad_run *r, unsigned wait_ms);
 /* The run rid of s with a reference (ad_run_put), or NULL. */
 struct ad_run *ad_run_get(struct ad_session *s, const char *rid);
 void ad_run_put(struct ad_run *r);

@@ -525,9 +525,16 @@ static enum MHD_Result stream_error(struct MHD_Connection *c, struct ad_req *q, 
 
 /* ---- processes ---- */
 
-static unsigned run_pid(const char *rid)
+/* A process's pid is its program's pid in the guest (what `kill PID` in the sandbox takes),
+ * as envd's; the guest's word, used only to show and to find the run by. */
+#define START_WAIT_MS 30000
+
+static unsigned json_pid(cJSON *run)
 {
-    return rid && rid[0] == 'r' ? (unsigned)strtoul(rid + 1, NULL, 10) : 0;
+    cJSON *p = cJSON_GetObjectItemCaseSensitive(run, "guest_pid");
+    return cJSON_IsNumber(p) && p->valuedouble >= 1 && p->valuedouble < 4294967296.0
+               ? (unsigned)p->valuedouble
+               : 0;
 }
 
 static struct MHD_Response *process_stream(struct ad_run *r, unsigned pid, bool pty, bool start_due,
@@ -632,10 +639,11 @@ static enum MHD_Result process_start(struct MHD_Connection *c, struct ad_req *q)
         return stream_error(c, q, f.status == 429 ? -E2BIG : -EIO, f.msg);
     cJSON *rid = cJSON_GetObjectItemCaseSensitive(out, "id");
     struct ad_run *r = cJSON_IsString(rid) ? ad_run_get(s, rid->valuestring) : NULL;
-    unsigned pid = run_pid(cJSON_IsString(rid) ? rid->valuestring : NULL);
     cJSON_Delete(out);
     if (!r)
         return stream_error(c, q, -EIO, "the process ended at once");
+    /* the start event carries the guest's pid: once the program runs (0 if it never did) */
+    unsigned pid = ad_run_guest_pid(r, START_WAIT_MS);
     struct MHD_Response *resp = process_stream(r, pid, pty != NULL, false, 0, &f);
     ad_run_put(r);
     if (!resp)
@@ -650,10 +658,10 @@ static struct ad_run *selected(struct ad_session *s, cJSON *m)
     cJSON *pid = cJSON_GetObjectItemCaseSensitive(sel, "pid");
     cJSON *tag = cJSON_GetObjectItemCaseSensitive(sel, "tag");
     char rid[24] = "";
-    if (cJSON_IsNumber(pid) && pid->valuedouble >= 1 && pid->valuedouble < 1e9)
-        snprintf(rid, sizeof(rid), "r%u", (unsigned)pid->valuedouble);
+    if (cJSON_IsNumber(pid) && pid->valuedouble >= 1 && pid->valuedouble < 4294967296.0)
+        ad_run_find(s, NULL, (uint32_t)pid->valuedouble, rid, sizeof(rid));
     else if (cJSON_IsString(tag))
-        ad_run_find_tag(s, tag->valuestring, rid, sizeof(rid));
+        ad_run_find(s, tag->valuestring, 0, rid, sizeof(rid));
     return rid[0] ? ad_run_get(s, rid) : NULL;
 }
 
@@ -681,9 +689,8 @@ static enum MHD_Result process_connect(struct MHD_Connection *c, struct ad_req *
         return stream_error(c, q, -ENOENT, "no such process running");
     }
     cJSON *j = ad_run_json(r);
-    cJSON *rid = cJSON_GetObjectItemCaseSensitive(j, "id");
     cJSON *events = cJSON_GetObjectItemCaseSensitive(j, "events");
-    unsigned pid = run_pid(cJSON_IsString(rid) ? rid->valuestring : NULL);
+    unsigned pid = json_pid(j);
     uint64_t from = cJSON_IsNumber(events) ? (uint64_t)events->valuedouble : 0;
     cJSON_Delete(j);
     struct ad_fail f;
@@ -708,7 +715,6 @@ static enum MHD_Result process_list(struct MHD_Connection *c, struct ad_req *q)
     cJSON_ArrayForEach(r, runs)
     {
         cJSON *st = cJSON_GetObjectItemCaseSensitive(r, "state");
-        cJSON *id = cJSON_GetObjectItemCaseSensitive(r, "id");
         cJSON *argv = cJSON_GetObjectItemCaseSensitive(r, "argv");
         if (!cJSON_IsString(st) || !strcmp(st->valuestring, "done") || !cJSON_IsArray(argv) ||
             cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(r, "hidden")))
@@ -728,7 +734,7 @@ static enum MHD_Result process_list(struct MHD_Connection *c, struct ad_req *q)
         cJSON *cwd = cJSON_GetObjectItemCaseSensitive(r, "cwd");
         if (cJSON_IsString(cwd))
             cJSON_AddStringToObject(cfg, "cwd", cwd->valuestring);
-        cJSON_AddNumberToObject(p, "pid", run_pid(cJSON_IsString(id) ? id->valuestring : NULL));
+        cJSON_AddNumberToObject(p, "pid", json_pid(r));
         cJSON *tag = cJSON_GetObjectItemCaseSensitive(r, "tag");
         if (cJSON_IsString(tag))
             cJSON_AddStringToObject(p, "tag", tag->valuestring);

@@ -51,7 +51,8 @@ struct ad_run {
     char *tag;     /* the caller's name for it (E2B's process tag), or NULL */
     char *context; /* a kernel run's context, or NULL */
     bool kernel;
-    bool hidden;                 /* the daemon's own (ad_exec_req.hidden) */
+    bool hidden;        /* the daemon's own (ad_exec_req.hidden) */
+    uint32_t guest_pid; /* the program's pid in the guest once it runs (the guest's word), or 0 */
     unsigned pty_rows, pty_cols; /* a terminal's size, 0 for none (its latest, under mu) */
     int resize[2];               /* a pty run's al_pty_resize pipe: [0] is al_exec's resize_fd */
     unsigned timeout_ms;
@@ -296,6 +297,17 @@ static bool others_active(struct ad_run *r)
     return any;
 }
 
+/* The program runs in the guest (al_exec_opts.started): its pid there, for callers that show
+ * one (E2B's processes). */
+static void run_started(void *ctx, uint32_t pid)
+{
+    struct ad_run *r = ctx;
+    pthread_mutex_lock(&r->mu);
+    r->guest_pid = pid;
+    pthread_cond_broadcast(&r->cv);
+    pthread_mutex_unlock(&r->mu);
+}
+
 static void *run_thread(void *arg)
 {
     struct ad_run *r = arg;
@@ -364,6 +376,7 @@ static void *run_thread(void *arg)
             .stdout_fd = -1,
             .stderr_fd = -1,
             .output = ad_run_output,
+            .started = run_started,
             .output_ctx = r,
             .result = ad_run_result,
             .result_ctx = r,
@@ -678,17 +691,36 @@ bool ad_runs_kernel_busy(struct ad_session *s, const char *lang, const char *con
     return busy;
 }
 
-void ad_run_find_tag(struct ad_session *s, const char *tag, char *rid, size_t len)
+void ad_run_find(struct ad_session *s, const char *tag, uint32_t guest_pid, char *rid, size_t len)
 {
     rid[0] = 0;
     pthread_mutex_lock(&list_lock);
     for (struct ad_run *r = s->runs; r && !rid[0]; r = r->next) {
         pthread_mutex_lock(&r->mu);
-        if (!r->done && r->tag && !strcmp(r->tag, tag))
+        if (!r->done && (tag ? r->tag && !strcmp(r->tag, tag) : r->guest_pid == guest_pid))
             snprintf(rid, len, "%s", r->id);
         pthread_mutex_unlock(&r->mu);
     }
     pthread_mutex_unlock(&list_lock);
+}
+
+uint32_t ad_run_guest_pid(struct ad_run *r, unsigned wait_ms)
+{
+    uint64_t end = ad_now_ms() + wait_ms;
+    pthread_mutex_lock(&r->mu);
+    while (!r->guest_pid && !r->done && ad_now_ms() < end) {
+        struct timespec ts;
+        clock_gettime(CLOCK_REALTIME, &ts);
+        ts.tv_nsec += 20 * 1000000L;
+        if (ts.tv_nsec >= 1000000000L) {
+            ts.tv_sec++;
+            ts.tv_nsec -= 1000000000L;
+        }
+        pthread_cond_timedwait(&r->cv, &r->mu, &ts);
+    }
+    uint32_t pid = r->guest_pid;
+    pthread_mutex_unlock(&r->mu);
+    return pid;
 }
 
 struct ad_run *ad_run_get(struct ad_session *s, const char *rid)
@@ -727,6 +759,8 @@ static cJSON *run_json_locked(struct ad_run *r)
         ad_json_add_text(o, "tag", r->tag);
     if (r->hidden)
         cJSON_AddBoolToObject(o, "hidden", true);
+    if (r->guest_pid)
+        cJSON_AddNumberToObject(o, "guest_pid", r->guest_pid);
     if (r->pty_rows) {
         cJSON *p = cJSON_AddObjectToObject(o, "pty");
         cJSON_AddNumberToObject(p, "rows", r->pty_rows);

@@ -572,8 +572,11 @@ static int exec_loop(struct exec_state *st, const al_exec_opts *o, al_exec_resul
         }
         switch (m.type) {
         case AL_STARTED:
-            if (!st->started)
+            if (!st->started) {
                 sent_ms = al_now_ms(); /* the timeout runs from here, a kernel's start aside */
+                if (o->started)
+                    o->started(o->output_ctx, m.u.started.pid);
+            }
             st->started = true;
             break;
         case AL_DATA:

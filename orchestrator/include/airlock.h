@@ -331,6 +331,10 @@ typedef struct al_exec_opts {
     /* > 0 with a pty: where the terminal's new sizes come from while it runs, each written by
      * al_pty_resize (a pipe the caller owns); 0 or -1: the size stays. */
     int resize_fd;
+    /* Called once, when the program runs in the guest, with output_ctx and its pid there: the
+     * guest's word, a number to show and to find the run by, never one the host acts on. NULL:
+     * not told. */
+    void (*started)(void *ctx, uint32_t guest_pid);
 } al_exec_opts;
 
 /* Most rows or columns of a pty run's terminal. */

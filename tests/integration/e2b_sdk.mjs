@@ -94,6 +94,15 @@ async function commands() {
     // the process really went (a pkill of the tree, not a report)
     eq((await sb.commands.run('ps -eo args= | grep -cx "sleep 120" || true')).stdout, '0\n', 'no sleep left')
   })
+  await check('a process\'s pid is its pid in the sandbox: kill PID from a command ends it', async () => {
+    const h = await sb.commands.run('sleep 130', { background: true })
+    const cmdline = (await sb.commands.run(`tr '\\0' ' ' < /proc/${h.pid}/cmdline`)).stdout
+    truthy(/sleep 130/.test(cmdline), `pid ${h.pid} is ${JSON.stringify(cmdline)}`)
+    await sb.commands.run(`kill -9 ${h.pid}`)
+    const err = await rejects(h.wait(), CommandExitError, 'killed by pid')
+    eq(err.exitCode, -1, 'signalled')
+    truthy(!(await sb.commands.list()).some((p) => p.pid === h.pid), 'gone from the list')
+  })
   await check('connect: another handle to a running process gets its later output', async () => {
     const h = await sb.commands.run('for i in $(seq 1 6); do echo tick$i; sleep 1; done', { background: true })
     await sleep(1500)

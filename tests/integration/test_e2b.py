@@ -186,7 +186,7 @@ class SdkTest(unittest.TestCase):
         self.assertEqual(p.returncode, 0, p.stderr.decode()[-2000:])
 
     def test_commands(self):
-        self.group("commands", 15)
+        self.group("commands", 16)
 
     def test_files(self):
         self.group("files", 13)
