@@ -304,3 +304,12 @@ void al_hexify(const unsigned char *b, size_t n, char *out)
         sprintf(out + 2 * i, "%02x", b[i]);
     out[2 * n] = '\0';
 }
+
+const char *al_version(unsigned *number)
+{
+    /* the build's version (meson's project version) and the header's, held together by
+     * tests/check-exports.py */
+    if (number)
+        *number = AIRLOCK_VERSION_NUMBER;
+    return AIRLOCK_VERSION;
+}

@@ -331,7 +331,7 @@ static bool magic(struct repl *rp, const char *line, bool *quit)
         printf(".\nThe conversation is about %u tokens long.\n", est);
     } else if (!strcmp(cmd, "%verbose")) {
         rp->u.opts->verbose = !rp->u.opts->verbose;
-        c->cfg.model.verbose = rp->u.opts->verbose;
+        c->cfg.model.notice = rp->u.opts->verbose ? chat_model_notice : NULL;
         printf("Verbose %s.\n", rp->u.opts->verbose ? "on" : "off");
     } else if (!strcmp(cmd, "%auto-run")) {
         if (!strcmp(arg, "on"))

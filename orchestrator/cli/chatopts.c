@@ -105,6 +105,12 @@ enum {
     O_NET_LIMIT,
 };
 
+void chat_model_notice(void *ctx, const char *line)
+{
+    (void)ctx;
+    fprintf(stderr, "%s\n", line);
+}
+
 static const struct option long_opts[] = {
     {"model", required_argument, NULL, O_MODEL},
     {"api", required_argument, NULL, O_API},
@@ -699,7 +705,7 @@ int chat_opts_finish(struct chat_opts *o)
     m->api_base = base;
     m->model = model;
     o->cfg.vision = o->vision >= 0 ? o->vision == 1 : al_vision_model(model);
-    m->verbose = o->verbose;
+    m->notice = o->verbose ? chat_model_notice : NULL;
     if (o->api_key_set)
         m->api_key = o->api_key;
     else if (!o->local)

@@ -40,6 +40,8 @@ struct chat_opts {
 int chat_opts_parse(struct chat_opts *o, struct cli_globals *g, int argc, char **argv,
                     const char *usage, bool is_run);
 void chat_opts_free(struct chat_opts *o);
+/* --verbose's model notices (al_model_cfg.notice): each line to stderr. */
+void chat_model_notice(void *ctx, const char *line);
 /* Fills o->cfg.model from the settings and the environment; a missing key for a hosted
  * endpoint is left for the client to report when the model is first called. */
 int chat_opts_finish(struct chat_opts *o);

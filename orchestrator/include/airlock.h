@@ -2,7 +2,10 @@
  * caller of it.
  *
  * Conventions: functions return 0 (or a positive count) on success and a negative errno on
- * failure, with the reason in the al_error passed last; outputs are written only on success. */
+ * failure, with the reason in the al_error passed last; outputs are written only on success.
+ * The library prints nothing (tests/check-silent.py): what it has to say goes to al_error or
+ * to a callback the caller gives. Exported: exactly the functions declared here, versioned
+ * (LIBAIRLOCK_0; tests/check-exports.py). */
 #ifndef AIRLOCK_H
 #define AIRLOCK_H
 
@@ -15,8 +18,19 @@
 extern "C" {
 #endif
 
-/* Everything declared here is exported; the rest of the library is hidden. */
+/* Everything declared here is exported (orchestrator/libairlock.sym); the rest is local. */
 #pragma GCC visibility push(default)
+
+/* The version of this header; al_version() is the library's, which may be newer at run time
+ * under the same soname (libairlock.so.0). NUMBER is MAJOR * 10000 + MINOR * 100 + MICRO. */
+#define AIRLOCK_VERSION_MAJOR 0
+#define AIRLOCK_VERSION_MINOR 1
+#define AIRLOCK_VERSION_MICRO 0
+#define AIRLOCK_VERSION_NUMBER                                                                     \
+    (AIRLOCK_VERSION_MAJOR * 10000 + AIRLOCK_VERSION_MINOR * 100 + AIRLOCK_VERSION_MICRO)
+/* The library's version as "MAJOR.MINOR.MICRO" (static storage); with number (if not NULL)
+ * its AIRLOCK_VERSION_NUMBER. */
+const char *al_version(unsigned *number);
 
 typedef struct al_error {
     int code;      /* negative errno; 0 while unset */

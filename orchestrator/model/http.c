@@ -9,6 +9,7 @@
 #include <errno.h>
 #include <poll.h>
 #include <pthread.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <string.h>
 #include <strings.h>
@@ -45,6 +46,21 @@ static void cleanup_url(CURLU **u)
 static void cleanup_curlstr(char **s)
 {
     curl_free(*s);
+}
+
+/* A line for the caller's notice callback, if it gave one. */
+static void model_notice(const al_model_cfg *cfg, const char *fmt, ...)
+    __attribute__((format(printf, 2, 3)));
+static void model_notice(const al_model_cfg *cfg, const char *fmt, ...)
+{
+    if (!cfg->notice)
+        return;
+    char line[1024];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(line, sizeof(line), fmt, ap);
+    va_end(ap);
+    cfg->notice(cfg->notice_ctx, line);
 }
 
 static pthread_once_t global_once = PTHREAD_ONCE_INIT;
@@ -304,8 +320,7 @@ static int attempt(const struct request *q, struct al_model_acc *acc, bool *retr
         (long)(cfg->connect_timeout_s ? cfg->connect_timeout_s : DEFAULT_CONNECT_TIMEOUT_S));
     curl_easy_setopt(h, CURLOPT_USERAGENT, "airlock/" AIRLOCK_VERSION);
     curl_easy_setopt(h, CURLOPT_PROTOCOLS_STR, "http,https");
-    if (cfg->verbose)
-        fprintf(stderr, "model: POST %s\n", q->url);
+    model_notice(cfg, "model: POST %s", q->url);
 
     CURLcode rc = CURLE_FAILED_INIT;
     int r = run_transfer(cfg, h, &rc, err);
@@ -313,8 +328,8 @@ static int attempt(const struct request *q, struct al_model_acc *acc, bool *retr
         return r;
     if (!x.status)
         curl_easy_getinfo(h, CURLINFO_RESPONSE_CODE, &x.status);
-    if (cfg->verbose && x.status)
-        fprintf(stderr, "model: HTTP %ld\n", x.status);
+    if (x.status)
+        model_notice(cfg, "model: HTTP %ld", x.status);
     if (acc->err.code) {
         *retry = acc->server_error;
         return al_err(err, acc->err.code, "%s", acc->err.msg);
@@ -497,8 +512,7 @@ int al_model_chat(const al_model_cfg *cfg, const cJSON *messages, const cJSON *t
             return al_err(err, r, "%s", aerr.msg);
         long ms = retry_after >= 0 ? retry_after * 1000 : backoff;
         backoff = backoff * 2 > BACKOFF_MAX_MS ? BACKOFF_MAX_MS : backoff * 2;
-        if (cfg->verbose)
-            fprintf(stderr, "model: %s; retrying in %.1f s\n", aerr.msg, (double)ms / 1000);
+        model_notice(cfg, "model: %s; retrying in %.1f s", aerr.msg, (double)ms / 1000);
         if ((r = wait_ms(cfg->cancel_fd, ms, err)) < 0)
             return r;
     }

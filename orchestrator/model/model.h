@@ -45,7 +45,10 @@ typedef struct al_model_cfg {
                                    of the reply was passed on; 0 means none. Backoff 0.5 s doubling,
                                    capped at 8 s; Retry-After honoured up to 30 s. */
     int cancel_fd;              /* -1: none; readable (any byte) cancels the request: -ECANCELED */
-    bool verbose;               /* log request URLs and status lines (never the key) to stderr */
+    /* Told each request's URL, status line and retry (never the key), one line each without
+     * its newline; NULL: not told. The library prints nothing itself. */
+    void (*notice)(void *ctx, const char *line);
+    void *notice_ctx;
 } al_model_cfg;
 
 /* The neutral conversation: a cJSON array of message objects.

@@ -99,6 +99,12 @@ static cJSON *read_json(const char *path)
     return j;
 }
 
+static void print_notice(void *ctx, const char *line)
+{
+    (void)ctx;
+    fprintf(stderr, "%s\n", line);
+}
+
 int main(int argc, char **argv)
 {
     al_model_cfg cfg = {.cancel_fd = -1};
@@ -166,7 +172,7 @@ int main(int argc, char **argv)
             cancel_after_ms = atol(optarg);
             break;
         case 'v':
-            cfg.verbose = true;
+            cfg.notice = print_notice;
             break;
         default:
             return 2;
