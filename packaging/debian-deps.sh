@@ -35,6 +35,8 @@ PACKAGES=(
   python3-yaml python3-jsonschema
   # airlockd's web page tested in a real browser (headless Chromium driven by Selenium)
   chromium chromium-driver python3-selenium
+  # libairlock's ABI against its baseline (abidw, abidiff)
+  abigail-tools
   # man pages (scdoc) and the docs tests that render them (man, groff); bash completion's
   # directory (its pkg-config file)
   scdoc man-db groff-base bash-completion

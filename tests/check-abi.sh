@@ -1,0 +1,19 @@
+#!/bin/bash
+# libairlock's ABI against its checked-in baseline (issue 36): abidiff (Debian's abigail-tools)
+# over the public header's types. Added functions are fine (a new version node in
+# libairlock.sym); any change to an existing function or to a type it reaches (a
+# caller-allocated struct that grew, an enum renumbered) fails: bump the soname
+# (orchestrator/meson.build's soversion, packaging's libairlock0 name) and refresh the
+# baseline with `ninja -C BUILD abi-baseline`, or keep the old layout.
+#   check-abi.sh BASELINE LIBRARY HEADERS_DIR
+set -uo pipefail
+base=$1 lib=$2 headers=$3
+command -v abidiff >/dev/null || { echo "check-abi: abidiff is missing (abigail-tools)"; exit 1; }
+out=$(abidiff --no-added-syms --headers-dir1 "$headers" --headers-dir2 "$headers" "$base" "$lib")
+rc=$?
+if [ "$rc" -ne 0 ]; then
+    echo "$out"
+    echo "check-abi: libairlock's ABI changed against $(basename "$base") (abidiff $rc): bump the soname and refresh the baseline (ninja abi-baseline), or keep the old layout"
+    exit 1
+fi
+echo "check-abi: $(basename "$lib") matches $(basename "$base")"
