@@ -5,7 +5,16 @@
  * failure, with the reason in the al_error passed last; outputs are written only on success.
  * The library prints nothing (tests/check-silent.py): what it has to say goes to al_error or
  * to a callback the caller gives. Exported: exactly the functions declared here, versioned
- * (LIBAIRLOCK_0; tests/check-exports.py). */
+ * (LIBAIRLOCK_0; tests/check-exports.py).
+ *
+ * Process-wide effects an embedder should know: the first libvirt connection registers
+ * libvirt's default event loop (virEventRegisterDefaultImpl) and runs it on a detached thread
+ * of the library's for the rest of the process, and replaces libvirt's default error printer
+ * with a silent one (errors reach al_error instead); a program with its own libvirt event loop
+ * should not mix it with this one. Sockets are written with MSG_NOSIGNAL, but output goes to
+ * the caller's descriptors (al_exec_opts.stdout_fd, stderr_fd) with write(2): where the
+ * caller's reader is gone that raises SIGPIPE unless the caller ignores it (the airlock CLI
+ * and airlockd do, and get EPIPE instead). */
 #ifndef AIRLOCK_H
 #define AIRLOCK_H
 
