@@ -10,7 +10,7 @@ packaging/debian-deps.sh
 packaging/build-deb.sh build-deb >/dev/null
 # An older install.sh installed into /usr/local, which comes first in PATH: remove that copy.
 if [ -e /usr/local/bin/airlock ]; then
-  # Its libairlock.so.0 would also be found before the package's (ld.so looks in /usr/local first).
+  # Its libairlock.so.1 would also be found before the package's (ld.so looks in /usr/local first).
   rm -rf /usr/local/bin/airlock /usr/local/lib/x86_64-linux-gnu/libairlock.so* \
     /usr/local/lib/x86_64-linux-gnu/pkgconfig/airlock.pc /usr/local/include/airlock.h \
     /usr/local/libexec/airlock /usr/local/share/airlock /usr/local/share/man/man1/airlock.1 \

@@ -170,8 +170,13 @@ static int cmp_double(const void *a, const void *b)
 
 static void exec_or_die(al_session *s, const char *const *argv, const char *lang, int out)
 {
-    al_exec_opts o = {.argv = argv, .lang = lang, .stdin_fd = -1, .stdout_fd = out, .stderr_fd = 2};
-    al_exec_result r;
+    al_exec_opts o = {.struct_size = sizeof(al_exec_opts),
+                      .argv = argv,
+                      .lang = lang,
+                      .stdin_fd = -1,
+                      .stdout_fd = out,
+                      .stderr_fd = 2};
+    al_exec_result r = AL_EXEC_RESULT_INIT;
     al_error err = {0};
     if (al_exec(s, &o, &r, &err) < 0)
         die(err.msg);
@@ -248,7 +253,11 @@ static int cmd_session(int argc, char **argv)
     unsigned vcpus = argc > 3 ? (unsigned)atoi(argv[3]) : 0; /* 0: airlock's default */
     if (rtt_n < 1 || rtt_n > 10000 || mib < 1 || mib > 4096)
         die("bad arguments");
-    al_session_opts so = {.image = image, .quiet = true, .raw_port = RAW_PORT, .vcpus = vcpus};
+    al_session_opts so = {.struct_size = sizeof(al_session_opts),
+                          .image = image,
+                          .quiet = true,
+                          .raw_port = RAW_PORT,
+                          .vcpus = vcpus};
     al_session *s;
     al_error err = {0};
     if (al_session_open(&so, &s, &err) < 0)
@@ -322,7 +331,11 @@ static int cmd_checkpoint(int argc, char **argv)
     int rounds = argc > 2 ? atoi(argv[2]) : 5;
     if (rounds < 1 || rounds > 100)
         die("bad arguments");
-    al_session_opts so = {.image = image, .quiet = true, .memory_mib = memory, .checkpoints = true};
+    al_session_opts so = {.struct_size = sizeof(al_session_opts),
+                          .image = image,
+                          .quiet = true,
+                          .memory_mib = memory,
+                          .checkpoints = true};
     al_session *s;
     al_error err = {0};
     if (al_session_open(&so, &s, &err) < 0)
@@ -352,7 +365,7 @@ static int cmd_checkpoint(int argc, char **argv)
     uint64_t state_bytes = 0;
     for (int i = 0; i < rounds; i++) {
         /* airlock: checkpoint, change, roll back, and the first exec after */
-        al_checkpoint_info info;
+        al_checkpoint_info info = AL_CHECKPOINT_INFO_INIT;
         double t0 = now_s();
         int id = al_checkpoint_create(s, NULL, &info, &err);
         if (id < 0)
@@ -414,7 +427,7 @@ static int cmd_checkpoint(int argc, char **argv)
                  "2>/dev/null; sync; echo 3 > /proc/sys/vm/drop_caches",
                  change_mib[i], target, change_mib[i], scratch ? ",notrunc" : "");
         timed_sh(s, code);
-        al_checkpoint_info info;
+        al_checkpoint_info info = AL_CHECKPOINT_INFO_INIT;
         double t0 = now_s();
         if (al_checkpoint_create(s, NULL, &info, &err) < 0)
             die(err.msg);
@@ -478,7 +491,8 @@ static int count_result(void *ctx, const al_result *r)
 static double timed_kernel(al_session *s, const char *code, int null, struct kernel_run *k)
 {
     const char *argv[] = {code, NULL};
-    al_exec_opts o = {.argv = argv,
+    al_exec_opts o = {.struct_size = sizeof(al_exec_opts),
+                      .argv = argv,
                       .lang = "python",
                       .kernel = true,
                       .stdin_fd = -1,
@@ -486,7 +500,7 @@ static double timed_kernel(al_session *s, const char *code, int null, struct ker
                       .stderr_fd = 2,
                       .result = count_result,
                       .result_ctx = k};
-    al_exec_result r;
+    al_exec_result r = AL_EXEC_RESULT_INIT;
     al_error err = {0};
     double t0 = now_s();
     if (al_exec(s, &o, &r, &err) < 0)
@@ -499,7 +513,7 @@ static double timed_kernel(al_session *s, const char *code, int null, struct ker
 /* A quiet session of image (NULL: the default), or the benchmark dies. */
 static al_session *bench_session(const char *image)
 {
-    al_session_opts so = {.image = image, .quiet = true};
+    al_session_opts so = {.struct_size = sizeof(al_session_opts), .image = image, .quiet = true};
     al_session *s = NULL;
     al_error err = {0};
     if (al_session_open(&so, &s, &err) < 0)
@@ -608,14 +622,15 @@ static void *proc_thread(void *arg)
 {
     struct proc_job *j = arg;
     const char *argv[] = {j->code, NULL};
-    al_exec_opts o = {.argv = argv,
+    al_exec_opts o = {.struct_size = sizeof(al_exec_opts),
+                      .argv = argv,
                       .lang = "sh",
                       .stdin_fd = -1,
                       .stdout_fd = j->out,
                       .stderr_fd = 2,
                       .output = j->out < 0 ? to_text : NULL,
                       .output_ctx = j};
-    al_exec_result r;
+    al_exec_result r = AL_EXEC_RESULT_INIT;
     al_error err = {0};
     j->rc = al_exec(j->s, &o, &r, &err);
     if (j->rc == 0 && (r.how != AL_EXEC_EXITED || r.value != 0))
@@ -685,14 +700,15 @@ static void *stream_thread(void *arg)
 {
     struct streamer *st = arg;
     const char *argv[] = {"cat /dev/zero", NULL};
-    al_exec_opts o = {.argv = argv,
+    al_exec_opts o = {.struct_size = sizeof(al_exec_opts),
+                      .argv = argv,
                       .lang = "sh",
                       .stdin_fd = -1,
                       .stdout_fd = -1,
                       .stderr_fd = -1,
                       .output = count_bytes,
                       .output_ctx = st};
-    al_exec_result r;
+    al_exec_result r = AL_EXEC_RESULT_INIT;
     al_error err = {0};
     st->t0 = now_s();
     al_exec(st->s, &o, &r, &err);
@@ -824,7 +840,8 @@ static int pty_output(void *ctx, int stream, const uint8_t *data, size_t n)
 static void *pty_thread(void *arg)
 {
     struct pty_job *j = arg;
-    al_exec_opts o = {.argv = j->argv,
+    al_exec_opts o = {.struct_size = sizeof(al_exec_opts),
+                      .argv = j->argv,
                       .stdin_fd = j->keys[0],
                       .stdout_fd = -1,
                       .stderr_fd = -1,
@@ -832,7 +849,7 @@ static void *pty_thread(void *arg)
                       .output_ctx = j,
                       .pty_rows = 24,
                       .pty_cols = 80};
-    al_exec_result r;
+    al_exec_result r = AL_EXEC_RESULT_INIT;
     al_error err = {0};
     j->rc = al_exec(j->s, &o, &r, &err);
     if (j->rc < 0)
@@ -938,13 +955,14 @@ struct bg_job {
 static void *bg_thread(void *arg)
 {
     struct bg_job *j = arg;
-    al_exec_opts o = {.argv = j->argv,
+    al_exec_opts o = {.struct_size = sizeof(al_exec_opts),
+                      .argv = j->argv,
                       .stdin_fd = -1,
                       .stdout_fd = -1,
                       .stderr_fd = -1,
                       .output = count_output,
                       .cancel_fd = j->cancel[0]};
-    al_exec_result r;
+    al_exec_result r = AL_EXEC_RESULT_INIT;
     al_error err = {0};
     al_exec(j->s, &o, &r, &err);
     return NULL;
@@ -1000,9 +1018,10 @@ static int cmd_port(int argc, char **argv)
     al_session *s = bench_rounds(argc, argv, 3, &image, &n, &null);
     const char *mk[] = {"sh", "-c", "head -c 67108864 /dev/zero > /tmp/big", NULL};
     al_error err = {0};
-    al_exec_result mr;
+    al_exec_result mr = AL_EXEC_RESULT_INIT;
     if (al_exec(s,
-                &(al_exec_opts){.argv = mk,
+                &(al_exec_opts){.struct_size = sizeof(al_exec_opts),
+                                .argv = mk,
                                 .stdin_fd = -1,
                                 .stdout_fd = -1,
                                 .stderr_fd = -1,
@@ -1028,13 +1047,14 @@ static int cmd_port(int argc, char **argv)
     for (int i = 0; i < n && i < 20; i++) {
         port[i] = port_download(s, "/big", &pbytes);
         uint64_t c = 0;
-        al_exec_opts o = {.argv = cat,
+        al_exec_opts o = {.struct_size = sizeof(al_exec_opts),
+                          .argv = cat,
                           .stdin_fd = -1,
                           .stdout_fd = -1,
                           .stderr_fd = -1,
                           .output = count_output,
                           .output_ctx = &c};
-        al_exec_result r;
+        al_exec_result r = AL_EXEC_RESULT_INIT;
         double t0 = now_s();
         if (al_exec(s, &o, &r, &err) < 0)
             die(err.msg);

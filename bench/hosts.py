@@ -380,7 +380,7 @@ class Bench:
 
     def build_stamp(self):
         """When the binaries measured were built (the tree may be rebuilt while this runs)."""
-        files = ["orchestrator/libairlock.so.0.1.0", "daemon/airlockd", "tests/kernel-driver",
+        files = ["orchestrator/libairlock.so.1.0.0", "daemon/airlockd", "tests/kernel-driver",
                  "bench/airlock-bench"]
         out = {}
         for f in files:

@@ -243,12 +243,13 @@ static const char *template_image(const char *t)
 static int run_quiet(al_session *s, const char *const *argv, al_error *err)
 {
     int devnull = open("/dev/null", O_WRONLY | O_CLOEXEC);
-    al_exec_opts o = {.argv = argv,
+    al_exec_opts o = {.struct_size = sizeof(al_exec_opts),
+                      .argv = argv,
                       .stdin_fd = -1,
                       .stdout_fd = devnull,
                       .stderr_fd = devnull,
                       .timeout_ms = 60000};
-    al_exec_result res;
+    al_exec_result res = AL_EXEC_RESULT_INIT;
     int r = al_exec(s, &o, &res, err);
     if (devnull >= 0)
         close(devnull);
@@ -341,7 +342,7 @@ static enum MHD_Result sandbox_create(struct MHD_Connection *c, struct ad_req *q
     cr.e2b_traffic = traffic;
     cr.e2b_template = cJSON_IsString(t) && t->valuestring[0] ? t->valuestring : "base";
     cr.e2b_env = cJSON_IsObject(env) ? env : NULL;
-    al_image img = {0};
+    al_image img = AL_IMAGE_INIT;
     al_error ierr = {0};
     if (al_image_load(image, &img, &ierr) < 0)
         return e2b_error(c, q, 404, "template '%s' not found",
@@ -864,7 +865,7 @@ static cJSON *fs_request(struct MHD_Connection *c, struct ad_req *q, const char 
 
 static enum MHD_Result entry_reply(struct MHD_Connection *c, struct ad_req *q, const char *path)
 {
-    al_file_info st;
+    al_file_info st = AL_FILE_INFO_INIT;
     al_error err = {0};
     int r = al_file_stat(q->sess->s, path, &st, &err);
     if (r < 0)
@@ -913,7 +914,7 @@ static int make_dirs(struct MHD_Connection *c, struct ad_session *s, const char 
         snprintf(err->msg, sizeof(err->msg), "out of memory");
         return -ENOMEM;
     }
-    al_file_info st;
+    al_file_info st = AL_FILE_INFO_INIT;
     for (char *slash; (slash = strrchr(up, '/')) && slash != up;) {
         *slash = 0;
         al_error e2 = {0};
@@ -1030,7 +1031,7 @@ static enum MHD_Result fs_mkdir(struct MHD_Connection *c, struct ad_req *q)
     _ad_cjson_ cJSON *m = fs_request(c, q, "path", &path, &ret);
     if (!m)
         return ret;
-    al_file_info st;
+    al_file_info st = AL_FILE_INFO_INIT;
     al_error err = {0};
     if (al_file_stat(q->sess->s, path, &st, &err) == 0)
         return rpc_error(c, q, -EEXIST, "%s already exists", path);
@@ -1066,7 +1067,7 @@ static enum MHD_Result fs_move(struct MHD_Connection *c, struct ad_req *q)
     _ad_free_ char *dst = cJSON_IsString(d) ? guest_path(c, q->sess, d->valuestring) : NULL;
     if (!dst)
         return rpc_error(c, q, -EINVAL, "destination: a path");
-    al_file_info st;
+    al_file_info st = AL_FILE_INFO_INIT;
     al_error err = {0};
     int r = al_file_stat(q->sess->s, src, &st, &err);
     if (r < 0)
@@ -1408,7 +1409,7 @@ static void upload_finish(struct upload *u)
         char *slash = strrchr(dst, '/');
         if (slash && slash != dst) {
             *slash = 0;
-            al_file_info st;
+            al_file_info st = AL_FILE_INFO_INIT;
             al_error e2 = {0};
             if (al_file_stat(u->q->sess->s, dst, &st, &e2) == -ENOENT) {
                 e2 = (al_error){0};

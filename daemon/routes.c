@@ -626,7 +626,7 @@ static enum MHD_Result file_stat(struct MHD_Connection *c, struct ad_req *q)
     const char *p = guest_path(c, q, &ret);
     if (!p)
         return ret;
-    al_file_info st;
+    al_file_info st = AL_FILE_INFO_INIT;
     al_error err = {0};
     int r = al_file_stat(q->sess->s, p, &st, &err);
     if (r < 0) {
@@ -704,7 +704,7 @@ static enum MHD_Result checkpoint_create(struct MHD_Connection *c, struct ad_req
     char why[256];
     if (get_str(q, "name", &name, why, sizeof(why)) < 0)
         return ad_reply_error(c, q, 400, "invalid", "%s", why);
-    al_checkpoint_info ci;
+    al_checkpoint_info ci = AL_CHECKPOINT_INFO_INIT;
     al_error err = {0};
     int r = al_checkpoint_create(q->sess->s, name, &ci, &err);
     if (r < 0)
@@ -740,7 +740,7 @@ static enum MHD_Result checkpoint_find(struct MHD_Connection *c, struct ad_req *
 
 static enum MHD_Result checkpoint_rollback(struct MHD_Connection *c, struct ad_req *q)
 {
-    al_checkpoint_info ci;
+    al_checkpoint_info ci = AL_CHECKPOINT_INFO_INIT;
     bool ok;
     enum MHD_Result ret = checkpoint_find(c, q, &ci, &ok);
     if (!ok)
@@ -754,7 +754,7 @@ static enum MHD_Result checkpoint_rollback(struct MHD_Connection *c, struct ad_r
 
 static enum MHD_Result checkpoint_delete(struct MHD_Connection *c, struct ad_req *q)
 {
-    al_checkpoint_info ci;
+    al_checkpoint_info ci = AL_CHECKPOINT_INFO_INIT;
     bool ok;
     enum MHD_Result ret = checkpoint_find(c, q, &ci, &ok);
     if (!ok)

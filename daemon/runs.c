@@ -313,7 +313,7 @@ static void *run_thread(void *arg)
     struct ad_run *r = arg;
     struct ad_session *s = r->sess;
     al_error err = {0};
-    al_exec_result res = {0};
+    al_exec_result res = AL_EXEC_RESULT_INIT;
     int rc = 0;
     uint64_t t0 = ad_now_ms();
     ad_metrics_run_start(r->kernel ? AD_RUN_KERNEL : r->lang ? AD_RUN_CODE : AD_RUN_COMMAND);
@@ -343,7 +343,7 @@ static void *run_thread(void *arg)
         cJSON_Delete(o);
     } else if (s->policy != AL_CHECKPOINT_NEVER &&
                al_checkpoint_policy_wants(r->lang, r->lang ? r->argv[0] : NULL, s->policy)) {
-        al_checkpoint_info ci;
+        al_checkpoint_info ci = AL_CHECKPOINT_INFO_INIT;
         al_error cerr = {0};
         int c = al_checkpoint_create(s->s, NULL, &ci, &cerr);
         cJSON *o = cJSON_CreateObject();
@@ -365,6 +365,7 @@ static void *run_thread(void *arg)
         snprintf(err.msg, sizeof(err.msg), "cancelled before it started");
     } else {
         al_exec_opts o = {
+            .struct_size = sizeof(al_exec_opts),
             .argv = (const char *const *)r->argv,
             .lang = r->lang,
             .kernel = r->kernel,

@@ -66,7 +66,7 @@ static void pool_start(const struct ad_config *c)
         return;
     const char *image = c->pool_image[0] ? c->pool_image : al_image_default();
     al_error err = {0};
-    al_image img;
+    al_image img = AL_IMAGE_INIT;
     if (al_image_load(image, &img, &err) < 0) {
         ad_log("no warm pool: %s", err.msg);
         return;
@@ -86,6 +86,7 @@ static void pool_start(const struct ad_config *c)
         return;
     }
     al_session_opts o = {
+        .struct_size = sizeof(al_session_opts),
         .image = pool_shape.image,
         .memory_mib = pool_shape.memory_mib,
         .vcpus = pool_shape.vcpus,
@@ -602,7 +603,7 @@ int ad_session_create(const char *owner, const struct ad_limits *lim, const stru
     }
     /* The memory a session will take, for the quota, before it boots. */
     const char *image = c->image ? c->image : al_image_default();
-    al_image img;
+    al_image img = AL_IMAGE_INIT;
     if ((r = al_image_load(image, &img, &err)) < 0) {
         ad_fail_from(f, r, &err);
         if (r == -ENOENT)
@@ -652,6 +653,7 @@ int ad_session_create(const char *owner, const struct ad_limits *lim, const stru
     }
 
     al_session_opts o = {
+        .struct_size = sizeof(al_session_opts),
         .connect_uri = uri,
         .image = image,
         .memory_mib = mem,

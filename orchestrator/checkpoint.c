@@ -371,6 +371,11 @@ static int drop(al_session *s, struct ckpt *k, al_error *err)
 
 int al_checkpoint_create(al_session *s, const char *name, al_checkpoint_info *out, al_error *err)
 {
+    if (out) {
+        int r0 = AL_SIZED_OUT(out, "al_checkpoint_info", err);
+        if (r0 < 0)
+            return r0;
+    }
     AL_SESSION_LOCKED(s);
     struct al_checkpoints *c = checkpoints(s, err);
     if (!c)
@@ -426,6 +431,7 @@ int al_checkpoint_create(al_session *s, const char *name, al_checkpoint_info *ou
         return r;
     struct ckpt *k = &c->list[c->n];
     memset(k, 0, sizeof(*k));
+    k->info.struct_size = sizeof(k->info);
     k->info.id = id;
     if (name)
         snprintf(k->info.name, sizeof(k->info.name), "%s", name);
@@ -463,6 +469,9 @@ int al_checkpoint_list(al_session *s, void (*fn)(void *ctx, const al_checkpoint_
 int al_checkpoint_find(al_session *s, const char *id_or_name, al_checkpoint_info *out,
                        al_error *err)
 {
+    int r0 = AL_SIZED_OUT(out, "al_checkpoint_info", err);
+    if (r0 < 0)
+        return r0;
     AL_SESSION_LOCKED(s);
     struct al_checkpoints *c = checkpoints(s, err);
     if (!c)

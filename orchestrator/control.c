@@ -186,6 +186,7 @@ static void serve_exec(struct control_worker *w, int fd, const cJSON *req, int f
         return;
     }
     al_exec_opts o = {
+        .struct_size = sizeof(al_exec_opts),
         .argv = (const char *const *)argv,
         .cwd = cwd ? cwd->valuestring : NULL,
         /* Numbers from JSON are doubles: kept in range before the casts. */
@@ -202,7 +203,7 @@ static void serve_exec(struct control_worker *w, int fd, const cJSON *req, int f
         .pty_cols = pty ? (unsigned)cols : 0,
         .resize_fd = pty ? fds[3] : -1,
     };
-    al_exec_result res = {0};
+    al_exec_result res = AL_EXEC_RESULT_INIT;
     al_error err = {0};
     int r;
     if (atomic_load(&c->stopping)) {
@@ -269,7 +270,7 @@ static void serve_port(struct control_worker *w, int fd, const cJSON *req, int f
     struct hangup_watch h = {fd, done[0], w->cancel_pipe[1]};
     pthread_t watcher;
     bool watching = pthread_create(&watcher, NULL, watch_hangup, &h) == 0;
-    al_port_counts n = {0};
+    al_port_counts n = AL_PORT_COUNTS_INIT;
     al_error err = {0};
     int r = al_port_relay(w->c->s, (unsigned)port, fds[0], w->cancel_pipe[0], &n, &err);
     (void)!write(done[1], "x", 1);
@@ -524,7 +525,9 @@ static bool session_info(const char *sessions, const char *name, al_session_info
                 *pid = cJSON_GetObjectItem(j, "pid");
     if (!cJSON_IsString(img) || !cJSON_IsNumber(st) || !cJSON_IsNumber(pid))
         return false;
-    *out = (al_session_info){.started = (int64_t)st->valuedouble, .pid = (long)pid->valuedouble};
+    *out = (al_session_info){.struct_size = sizeof(al_session_info),
+                             .started = (int64_t)st->valuedouble,
+                             .pid = (long)pid->valuedouble};
     snprintf(out->name, sizeof(out->name), "%s", name);
     al_path_escape(img->valuestring, out->image, sizeof(out->image));
     return true;
@@ -544,7 +547,7 @@ int al_session_list(void (*fn)(void *ctx, const al_session_info *info), void *ct
     int n = 0;
     struct dirent *e;
     while ((e = readdir(d))) {
-        al_session_info info;
+        al_session_info info = AL_SESSION_INFO_INIT;
         if (strncmp(e->d_name, AL_DOMAIN_PREFIX, strlen(AL_DOMAIN_PREFIX)) ||
             strlen(e->d_name) >= sizeof(info.name) || !session_info(sessions, e->d_name, &info))
             continue;
@@ -603,7 +606,7 @@ int al_remote_open(const char *name, al_remote **out, al_error *err)
         return al_err(err, -ENOMEM, "out of memory");
     char sessions[AL_PATH_MAX];
     int ret = sessions_dir(sessions, sizeof(sessions), err);
-    al_session_info info;
+    al_session_info info = AL_SESSION_INFO_INIT;
     if (ret == 0 && !session_info(sessions, name, &info))
         ret = al_err(err, -ENOENT, "no running session '%s' (see 'airlock ps')", name);
     if (ret == 0 && al_pathf(r->sock, sizeof(r->sock), "%s/%s/" CONTROL_SOCK, sessions, name) < 0)
@@ -709,6 +712,11 @@ int al_remote_port(al_remote *r, unsigned port, int fd, int cancel_fd, al_port_c
 {
     if (port < 1 || port > 65535)
         return al_err(err, -EINVAL, "a port is 1 to 65535, not %u", port);
+    if (counts) {
+        int r0 = AL_SIZED_OUT(counts, "al_port_counts", err);
+        if (r0 < 0)
+            return r0;
+    }
     char line[64];
     snprintf(line, sizeof(line), "{\"op\":\"port\",\"port\":%u}\n", port);
     _cleanup_cjson_ cJSON *j = NULL;
@@ -719,6 +727,7 @@ int al_remote_port(al_remote *r, unsigned port, int fd, int cancel_fd, al_port_c
         const cJSON *to = cJSON_GetObjectItem(j, "to_guest"),
                     *from = cJSON_GetObjectItem(j, "from_guest");
         *counts = (al_port_counts){
+            .struct_size = sizeof(*counts),
             .to_guest = cJSON_IsNumber(to) && to->valuedouble >= 0 ? (uint64_t)to->valuedouble : 0,
             .from_guest =
                 cJSON_IsNumber(from) && from->valuedouble >= 0 ? (uint64_t)from->valuedouble : 0};
@@ -726,8 +735,13 @@ int al_remote_port(al_remote *r, unsigned port, int fd, int cancel_fd, al_port_c
     return 0;
 }
 
-int al_remote_exec(al_remote *r, const al_exec_opts *o, al_exec_result *out, al_error *err)
+int al_remote_exec(al_remote *r, const al_exec_opts *opts, al_exec_result *out, al_error *err)
 {
+    al_exec_opts taken = AL_EXEC_OPTS_INIT;
+    const al_exec_opts *o = &taken;
+    int rt = al_exec_take(&taken, opts, out, err);
+    if (rt < 0)
+        return rt;
     _cleanup_cjson_ cJSON *req = cJSON_CreateObject();
     cJSON *argv = cJSON_AddArrayToObject(req, "argv");
     if (!req || !argv || !cJSON_AddStringToObject(req, "op", "exec"))
@@ -770,6 +784,7 @@ int al_remote_exec(al_remote *r, const al_exec_opts *o, al_exec_result *out, al_
     if (ret < 0)
         return ret;
     al_exec_result res = {
+        .struct_size = sizeof res,
         .how = cJSON_GetObjectItem(j, "how") ? cJSON_GetObjectItem(j, "how")->valueint : 0,
         .value = cJSON_GetObjectItem(j, "value") ? cJSON_GetObjectItem(j, "value")->valueint : 0,
         .timed_out = cJSON_IsTrue(cJSON_GetObjectItem(j, "timed_out")),
@@ -791,8 +806,12 @@ static int guest_is_dir(al_remote *r, const char *path, bool *out, al_error *err
 {
     const char *argv[] = {"test", "-d", path, NULL};
     _cleanup_close_ int devnull = open("/dev/null", O_WRONLY | O_CLOEXEC);
-    al_exec_opts o = {.argv = argv, .stdin_fd = -1, .stdout_fd = devnull, .stderr_fd = devnull};
-    al_exec_result res;
+    al_exec_opts o = {.struct_size = sizeof(al_exec_opts),
+                      .argv = argv,
+                      .stdin_fd = -1,
+                      .stdout_fd = devnull,
+                      .stderr_fd = devnull};
+    al_exec_result res = AL_EXEC_RESULT_INIT;
     int ret = al_remote_exec(r, &o, &res, err);
     if (ret < 0)
         return ret;
@@ -890,12 +909,13 @@ static int get_file(al_remote *r, const char *guest_path, const char *target, al
                       strerror(errno));
     _cleanup_close_ int efd = open("/dev/null", O_WRONLY | O_CLOEXEC);
     const char *argv[] = {"cat", "--", guest_path, NULL};
-    al_exec_opts o = {.argv = argv,
+    al_exec_opts o = {.struct_size = sizeof(al_exec_opts),
+                      .argv = argv,
                       .stdin_fd = -1,
                       .stdout_fd = fd,
                       .stderr_fd = efd,
                       .output_cap = AL_WORKDIR_BYTES_MAX_DEFAULT};
-    al_exec_result res;
+    al_exec_result res = AL_EXEC_RESULT_INIT;
     int ret = al_remote_exec(r, &o, &res, err);
     if (ret == 0 && res.truncated_stdout)
         ret = al_err(err, -EFBIG, "'%s' is larger than %llu bytes", guest_path,
@@ -931,7 +951,7 @@ int al_remote_get(al_remote *r, const char *guest_path, const char *host_path, a
     if (mkdir(target, 0777) < 0)
         return al_err(err, -errno, "cannot create '%s': %s", target, strerror(errno));
     struct al_runner run = {.exec = remote_runner_exec, .ctx = r, .spool_dir = al_spool_dir()};
-    al_workdir_opts wo = {.guest_dir = guest_path};
+    al_workdir_opts wo = {.struct_size = sizeof(al_workdir_opts), .guest_dir = guest_path};
     al_workdir_diff *d = NULL;
     ret = al_workdir_diff_run(&run, target, &wo, &d, err);
     if (ret == 0)

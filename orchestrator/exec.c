@@ -218,7 +218,7 @@ static int on_data(struct exec_state *st, const al_exec_opts *o, const struct al
     }
     st->got[stream] += m->u.data.len;
     scan_offline(st, stream, m->u.data.data, m->u.data.len);
-    if (m->u.data.len && !st->out_broken[stream]) {
+    if (m->u.data.len && !st->out_broken[stream] && (o->output || fd >= 0)) {
         int r = o->output  ? o->output(o->output_ctx, stream, m->u.data.data, m->u.data.len)
                 : st->port ? tunnel_write(st, fd, m->u.data.data, m->u.data.len, err)
                            : al_write_all(fd, m->u.data.data, m->u.data.len);
@@ -363,9 +363,39 @@ static int exec_with(al_session *s, const al_exec_opts *o, al_exec_result *out, 
     return al_link_check(s, r, err);
 }
 
-int al_exec(al_session *s, const al_exec_opts *o, al_exec_result *out, al_error *err)
+/* A descriptor field as the library uses it: -1 for none (0 or negative), fd 0 for
+ * AL_FD_STDIN where that is allowed. */
+static int fd_field(int fd, bool stdin_ok)
 {
-    return exec_with(s, o, out, 0, err);
+    if (fd == AL_FD_STDIN && stdin_ok)
+        return 0;
+    return fd > 0 ? fd : -1;
+}
+
+int al_exec_take(al_exec_opts *dst, const al_exec_opts *src, al_exec_result *out, al_error *err)
+{
+    int r = AL_SIZED_IN(dst, src, "al_exec_opts", err);
+    if (r == 0)
+        r = AL_SIZED_OUT(out, "al_exec_result", err);
+    if (r < 0)
+        return r;
+    if (!dst->argv || !dst->argv[0])
+        return al_err(err, -EINVAL, "al_exec_opts.argv names nothing to run");
+    dst->stdin_fd = fd_field(dst->stdin_fd, true);
+    dst->stdout_fd = fd_field(dst->stdout_fd, false);
+    dst->stderr_fd = fd_field(dst->stderr_fd, false);
+    dst->cancel_fd = fd_field(dst->cancel_fd, false);
+    dst->resize_fd = fd_field(dst->resize_fd, false);
+    return 0;
+}
+
+int al_exec(al_session *s, const al_exec_opts *opts, al_exec_result *out, al_error *err)
+{
+    al_exec_opts o = AL_EXEC_OPTS_INIT;
+    int r = al_exec_take(&o, opts, out, err);
+    if (r < 0)
+        return r;
+    return exec_with(s, &o, out, 0, err);
 }
 
 struct text_buf {
@@ -390,7 +420,8 @@ static int kernel_op(al_session *s, const char *lang, const char *context, const
                      struct text_buf *t, al_error *err)
 {
     const char *argv[] = {op, NULL};
-    al_exec_opts o = {.argv = argv,
+    al_exec_opts o = {.struct_size = sizeof(al_exec_opts),
+                      .argv = argv,
                       .lang = lang,
                       .kernel = true,
                       .context = context,
@@ -399,7 +430,7 @@ static int kernel_op(al_session *s, const char *lang, const char *context, const
                       .stderr_fd = -1,
                       .output = to_buf,
                       .output_ctx = t};
-    al_exec_result res;
+    al_exec_result res = AL_EXEC_RESULT_INIT;
     int r = exec_with(s, &o, &res, AL_EXEC_KERNEL_OP, err);
     if (r == 0 && (res.how != AL_EXEC_EXITED || res.value != 0))
         return al_err(err, -EPROTO, "the guest answered a kernel %s with status %d", op, res.value);
@@ -611,6 +642,7 @@ static int exec_loop(struct exec_state *st, const al_exec_opts *o, al_exec_resul
             break;
         case AL_EXIT: {
             al_exec_result res = {
+                .struct_size = sizeof res,
                 .how = m.u.exit.how == AL_EXIT_SIGNAL ? AL_EXEC_SIGNALED : AL_EXEC_EXITED,
                 .value = m.u.exit.value,
                 .duration_us = m.u.exit.duration_us,
@@ -645,7 +677,7 @@ int al_exec_quiet(al_session *s, al_exec_opts o, const char *what, al_error *err
 {
     o.stdin_fd = o.stdout_fd = o.stderr_fd = -1;
     o.output = drop_output;
-    al_exec_result res;
+    al_exec_result res = AL_EXEC_RESULT_INIT;
     int r = al_exec(s, &o, &res, err);
     if (r < 0)
         return r;
@@ -660,7 +692,8 @@ int al_exec_quiet(al_session *s, al_exec_opts o, const char *what, al_error *err
 static int port_run(al_session *s, unsigned port, int fd, uint32_t id, al_port_counts *counts,
                     al_error *err)
 {
-    al_exec_opts o = {.stdin_fd = fd, .stdout_fd = fd, .stderr_fd = -1};
+    al_exec_opts o = {
+        .struct_size = sizeof(al_exec_opts), .stdin_fd = fd, .stdout_fd = fd, .stderr_fd = -1};
     struct exec_state st = {.s = s,
                             .id = id,
                             .cancel_fd = al_link_cancel_fd(s, id),
@@ -671,11 +704,13 @@ static int port_run(al_session *s, unsigned port, int fd, uint32_t id, al_port_c
     struct al_msg m = {.type = AL_CONNECT, .id = id};
     m.u.connect.port = (uint16_t)port;
     int r = al_channel_send(&s->ch, &m, err);
-    al_exec_result res;
+    al_exec_result res = AL_EXEC_RESULT_INIT;
     if (r == 0)
         r = exec_loop(&st, &o, &res, err);
     if (r == 0 && counts)
-        *counts = (al_port_counts){.to_guest = st.sent, .from_guest = st.got[AL_STREAM_STDOUT]};
+        *counts = (al_port_counts){.struct_size = sizeof(*counts),
+                                   .to_guest = st.sent,
+                                   .from_guest = st.got[AL_STREAM_STDOUT]};
     return r;
 }
 
@@ -684,6 +719,11 @@ int al_port_relay(al_session *s, unsigned port, int fd, int cancel_fd, al_port_c
 {
     if (port < 1 || port > 65535)
         return al_err(err, -EINVAL, "a port is 1 to 65535, not %u", port);
+    if (counts) {
+        int r0 = AL_SIZED_OUT(counts, "al_port_counts", err);
+        if (r0 < 0)
+            return r0;
+    }
     uint32_t id = 0;
     int r = al_link_ready(s, err);
     if (r == 0 && !(s->caps & AL_CAP_CONNECT))

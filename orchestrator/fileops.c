@@ -48,6 +48,7 @@ static int run_script(al_session *s, const char *script, const char *path, const
         return al_err(err, -EINVAL, "bad guest path '%s': absolute paths only", path);
     const char *argv[] = {"sh", "-c", script, "sh", path, arg ? arg : "", NULL};
     al_exec_opts o = {
+        .struct_size = sizeof(al_exec_opts),
         .argv = argv,
         .stdin_fd = -1,
         .stdout_fd = -1,
@@ -56,7 +57,7 @@ static int run_script(al_session *s, const char *script, const char *path, const
         .output_ctx = c,
         .timeout_ms = 60000,
     };
-    al_exec_result res;
+    al_exec_result res = AL_EXEC_RESULT_INIT;
     int r = al_exec(s, &o, &res, err);
     if (r < 0)
         return r;
@@ -105,6 +106,7 @@ static int parse_entry(const char *p, size_t len, al_file_info *out)
     if (!end || end == name || (size_t)(end - name) >= sizeof(out->name))
         return -EPROTO;
     memset(out, 0, sizeof(*out));
+    out->struct_size = sizeof(*out);
     memcpy(out->name, name, (size_t)(end - name));
     out->size = size;
     out->mode = mode;
@@ -123,8 +125,11 @@ int al_file_stat(al_session *s, const char *guest_path, al_file_info *out, al_er
     static const char script[] = "f=$1; [ -e \"$f\" ] || [ -L \"$f\" ] || exit 2; "
                                  "n=${f##*/}; [ -n \"$n\" ] || n=/; " STAT_FMT;
     struct capture c = {0};
-    int r = run_script(s, script, guest_path, NULL, &c, err);
-    al_file_info st;
+    int r = AL_SIZED_OUT(out, "al_file_info", err);
+    if (r < 0)
+        return r;
+    r = run_script(s, script, guest_path, NULL, &c, err);
+    al_file_info st = AL_FILE_INFO_INIT;
     if (r == 0 && (c.len == 0 || parse_entry(c.buf, c.len, &st) != (int)c.len))
         r = al_err(err, -EPROTO, "'%s': the guest's stat answer is malformed", guest_path);
     free(c.buf);
@@ -144,7 +149,7 @@ int al_file_list(al_session *s, const char *guest_dir,
     int r = run_script(s, script, guest_dir, NULL, &c, err);
     int n = 0;
     for (size_t off = 0; r == 0 && off < c.len;) {
-        al_file_info st;
+        al_file_info st = AL_FILE_INFO_INIT;
         int k = parse_entry(c.buf + off, c.len - off, &st);
         if (k < 0 || strchr(st.name, '/') || !strcmp(st.name, ".") || !strcmp(st.name, ".."))
             r = al_err(err, -EPROTO, "'%s': the guest's listing is malformed", guest_dir);

@@ -158,8 +158,13 @@ static int listen_on(const char *addr, unsigned port, int *out, unsigned *bound,
     return 0;
 }
 
-int al_forward_open(const al_forward_opts *o, al_forward **out, al_error *err)
+int al_forward_open(const al_forward_opts *in, al_forward **out, al_error *err)
 {
+    al_forward_opts taken = AL_FORWARD_OPTS_INIT;
+    const al_forward_opts *o = &taken;
+    int r0 = AL_SIZED_IN(&taken, in, "al_forward_opts", err);
+    if (r0 < 0)
+        return r0;
     if (!o->session == !o->remote)
         return al_err(err, -EINVAL, "a forward is to a session or to a remote one, not both");
     if (o->guest_port < 1 || o->guest_port > 65535 || o->host_port > 65535)

@@ -124,14 +124,18 @@ int al_transport_parse(const char *s, enum al_transport *out, al_error *err)
 int al_image_load(const char *name, al_image *out, al_error *err)
 {
     char store[AL_PATH_MAX];
-    int r = al_image_store_dir(store, sizeof(store), err);
+    int r = AL_SIZED_OUT(out, "al_image", err);
+    if (r < 0)
+        return r;
+    r = al_image_store_dir(store, sizeof(store), err);
     if (r < 0)
         return r;
     if (!al_image_name_ok(name))
         return al_err(err, -EINVAL, "bad image name '%s'", name);
 
-    al_image img;
+    al_image img = AL_IMAGE_INIT;
     memset(&img, 0, sizeof(img));
+    img.struct_size = sizeof(img);
     /* The paths are built here and copied out once the image checks out. */
     struct {
         char dir[AL_PATH_MAX], kernel[AL_PATH_MAX], initrd[AL_PATH_MAX], disk[AL_PATH_MAX];
@@ -287,7 +291,7 @@ int al_image_list(void (*fn)(void *ctx, const al_image *img, const char *name, c
     closedir(d);
     qsort(names, n, sizeof(names[0]), cmp_names);
     for (size_t i = 0; i < n; i++) {
-        al_image img = {0};
+        al_image img = AL_IMAGE_INIT;
         al_error e2 = {0};
         if (al_image_load(names[i], &img, &e2) < 0)
             fn(ctx, NULL, names[i], e2.msg);

@@ -306,8 +306,13 @@ static int existing(const char *dst, const char *name, bool force, al_error *err
     return 1;
 }
 
-int al_image_import(const al_image_import_opts *opts, al_error *err)
+int al_image_import(const al_image_import_opts *given, al_error *err)
 {
+    al_image_import_opts taken = AL_IMAGE_IMPORT_OPTS_INIT;
+    const al_image_import_opts *opts = &taken;
+    int r0 = AL_SIZED_IN(&taken, given, "al_image_import_opts", err);
+    if (r0 < 0)
+        return r0;
     const char *user = opts->ssh_user ? opts->ssh_user : IMPORT_USER_DEFAULT;
     unsigned memory = opts->memory_mib ? opts->memory_mib : IMPORT_MEMORY_DEFAULT;
     if (!al_image_name_ok(opts->name))

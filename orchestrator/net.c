@@ -239,7 +239,7 @@ int al_net_log_line(char *const *allow, char *line, al_net_request *out)
     for (size_t i = 2; i + 7 < k; i++)
         w[i][strlen(w[i])] = ' ';
     char *f[9] = {w[0], w[1], w[2], w[k - 6], w[k - 5], w[k - 4], w[k - 3], w[k - 2], w[k - 1]};
-    al_net_request r = {0};
+    al_net_request r = AL_NET_REQUEST_INIT;
     double t = strtod(f[0], NULL);
     r.time_ms = t > 0 && t < 1e12 ? (int64_t)(t * 1000.0) : 0; /* no float-to-int overflow */
     copy_field(r.method, sizeof(r.method), f[1]);
@@ -319,7 +319,7 @@ static void log_read(struct al_net *n)
             *rest++ = '\0';
             if (inet_pton(AF_INET6, line, &a) != 1 || memcmp(&a, n->relay_in6, sizeof(a)) != 0)
                 continue;
-            al_net_request r;
+            al_net_request r = AL_NET_REQUEST_INIT;
             if (al_net_log_line(n->allow, rest, &r) > 0)
                 record(n, &r);
         }
@@ -472,7 +472,9 @@ static void cap_reached(struct al_net *n)
     pthread_mutex_lock(&n->mu);
     if (!n->capped) {
         n->capped = true;
-        al_net_request r = {.time_ms = (int64_t)time(NULL) * 1000, .bytes = n->bytes};
+        al_net_request r = {.struct_size = sizeof(al_net_request),
+                            .time_ms = (int64_t)time(NULL) * 1000,
+                            .bytes = n->bytes};
         snprintf(r.method, sizeof(r.method), "-");
         snprintf(r.host, sizeof(r.host), "-");
         snprintf(r.why, sizeof(r.why),

@@ -46,7 +46,7 @@ static void deadline_in(struct timespec *until, unsigned ms)
 static int warm_up(al_session *s, al_error *err)
 {
     const char *argv[] = {"true", NULL};
-    al_exec_opts o = {.argv = argv, .timeout_ms = WARMUP_MS};
+    al_exec_opts o = {.struct_size = sizeof(al_exec_opts), .argv = argv, .timeout_ms = WARMUP_MS};
     return al_exec_quiet(s, o, "a pooled session's first exec", err);
 }
 
@@ -102,8 +102,13 @@ static void *refill(void *arg)
     return NULL;
 }
 
-int al_pool_create(const al_session_opts *opts, unsigned size, al_pool **out, al_error *err)
+int al_pool_create(const al_session_opts *in, unsigned size, al_pool **out, al_error *err)
 {
+    al_session_opts taken = AL_SESSION_OPTS_INIT;
+    const al_session_opts *opts = &taken;
+    int r0 = AL_SIZED_IN(&taken, in, "al_session_opts", err);
+    if (r0 < 0)
+        return r0;
     if (size == 0 || size > AL_POOL_SIZE_MAX)
         return al_err(err, -EINVAL, "a pool holds 1 to %d sessions", AL_POOL_SIZE_MAX);
     al_pool *p = calloc(1, sizeof(*p));

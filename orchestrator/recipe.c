@@ -83,8 +83,13 @@ int al_agent_files(char *agent, size_t alen, char *kernels, size_t klen, al_erro
     return 0;
 }
 
-int al_image_build(const al_image_build_opts *opts, al_error *err)
+int al_image_build(const al_image_build_opts *in, al_error *err)
 {
+    al_image_build_opts taken = AL_IMAGE_BUILD_OPTS_INIT;
+    const al_image_build_opts *opts = &taken;
+    int r0 = AL_SIZED_IN(&taken, in, "al_image_build_opts", err);
+    if (r0 < 0)
+        return r0;
     if (!al_image_name_ok(opts->name))
         return al_err(err, -EINVAL, "bad image name '%s'", opts->name);
     char recipe[AL_PATH_MAX], agent[AL_PATH_MAX], store[AL_PATH_MAX], dst[AL_PATH_MAX],

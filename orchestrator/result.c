@@ -248,7 +248,7 @@ static int refuse(al_result_reader *rd, al_result_fn fn, void *ctx, const char *
     rd->refused++;
     if (!fn)
         return 0;
-    al_result r = {.kind = AL_RESULT_REFUSED, .why = why};
+    al_result r = {.struct_size = sizeof(al_result), .kind = AL_RESULT_REFUSED, .why = why};
     return fn(ctx, &r);
 }
 
@@ -271,7 +271,7 @@ static int record_done(al_result_reader *rd, al_result_fn fn, void *ctx)
     cJSON *o = cJSON_ParseWithLength((const char *)rd->buf, rd->want);
     if (!o)
         return refuse(rd, fn, ctx, "a result is not JSON");
-    struct parsed p = {0};
+    struct parsed p = {.r = AL_RESULT_INIT};
     int kind = 0, r = 0;
     const char *bad = record_parse(rd, o, &p, &kind);
     if (bad) {

@@ -287,7 +287,7 @@ static int fall_back_to_emulation(al_session *s, struct al_vm_config *cfg, const
 static int boot_guest(al_session *s, struct al_vm_config *cfg, bool probe, uint64_t *start,
                       uint64_t *started, al_error *err)
 {
-    al_image lie;
+    al_image lie = AL_IMAGE_INIT;
     bool test_lie = getenv("AIRLOCK_TEST_KVM_LIE") && s->img.kernel[0];
     if (test_lie) {
         lie = s->img;
@@ -380,6 +380,7 @@ static unsigned image_min_memory_mib(const al_image *img)
 static int session_load_image(al_session *s, const al_session_opts *opts, enum al_transport *kind,
                               al_error *err)
 {
+    s->img.struct_size = sizeof(s->img);
     int r = al_image_load(opts->image ? opts->image : al_image_default(), &s->img, err);
     if (r < 0)
         return r;
@@ -770,7 +771,11 @@ void al_session_close(al_session *s)
 
 void al_session_timing(const al_session *s, al_session_timing_t *out)
 {
+    al_error ignored = {0};
+    if (AL_SIZED_OUT(out, "al_session_timing_t", &ignored) < 0)
+        return; /* an unsized struct is left as it is */
     *out = s->timing;
+    out->struct_size = sizeof(*out);
 }
 
 const char *al_session_name(const al_session *s)

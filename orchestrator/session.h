@@ -161,6 +161,10 @@ void al_template_free(struct al_template *t);
 /* exec.c: runs o for the library's own purposes (no stdin, output dropped, whatever o says of
  * them); a run that does not exit 0 is an error about what. */
 int al_exec_quiet(al_session *s, al_exec_opts o, const char *what, al_error *err);
+/* The caller's al_exec_opts into dst as the library uses them (checked by size, descriptors'
+ * zero-means-none read as -1, AL_FD_STDIN as 0) and out checked to be filled: what al_exec and
+ * al_remote_exec do first. */
+int al_exec_take(al_exec_opts *dst, const al_exec_opts *src, al_exec_result *out, al_error *err);
 /* checkpoint.c: the PING round trip that leaves the agent idle at a frame boundary. */
 int al_session_barrier(al_session *s, al_error *err);
 /* The description a crashed guest's QEMU is started again from (takes xml; freed without

@@ -587,8 +587,12 @@ static int python_run(al_session *s, const char *code, const char *cwd, unsigned
                       const char *what, al_error *err)
 {
     const char *argv[] = {code, NULL};
-    al_exec_opts o = {
-        .argv = argv, .lang = "python", .kernel = true, .cwd = cwd, .timeout_ms = timeout_ms};
+    al_exec_opts o = {.struct_size = sizeof(al_exec_opts),
+                      .argv = argv,
+                      .lang = "python",
+                      .kernel = true,
+                      .cwd = cwd,
+                      .timeout_ms = timeout_ms};
     return al_exec_quiet(s, o, what, err);
 }
 
@@ -672,7 +676,7 @@ int al_template_save(al_session *s, const struct al_template_id *id, const char 
     bool python = has_python_kernel(s);
     if (python) {
         const char *mk[] = {"mkdir", "-p", "/workspace", NULL};
-        al_exec_opts eo = {.argv = mk, .timeout_ms = 30000};
+        al_exec_opts eo = {.struct_size = sizeof(al_exec_opts), .argv = mk, .timeout_ms = 30000};
         r = al_exec_quiet(s, eo, "making /workspace", err);
     }
     if (r == 0 && python)
@@ -924,7 +928,7 @@ int al_template_list(void (*fn)(void *ctx, const al_template_info *t), void *ctx
     closedir(d);
     qsort(names, n, sizeof(*names), name_cmp);
     for (size_t i = 0; i < n; i++) {
-        al_template_info info = {0};
+        al_template_info info = AL_TEMPLATE_INFO_INIT;
         char why[300] = "";
         if (al_pathf(info.path, sizeof(info.path), "%s/%s", tdir, names[i]) < 0) {
             free(names[i]);

@@ -313,3 +313,55 @@ const char *al_version(unsigned *number)
         *number = AIRLOCK_VERSION_NUMBER;
     return AIRLOCK_VERSION;
 }
+
+/* "al_exec_opts" to "AL_EXEC_OPTS_INIT". */
+static const char *init_name(const char *type, char *buf, size_t len)
+{
+    size_t i = 0;
+    for (const char *p = type; *p && i + 6 < len; p++)
+        buf[i++] = (char)(*p >= 'a' && *p <= 'z' ? *p - 'a' + 'A' : *p);
+    buf[i] = '\0';
+    if (i >= 2 && strcmp(buf + i - 2, "_T") == 0) /* al_session_timing_t */
+        buf[i - 2] = '\0';
+    strcat(buf, "_INIT");
+    return buf;
+}
+
+int al_sized_in(void *dst, size_t need, const void *src, const char *type, al_error *err)
+{
+    size_t size = *(const size_t *)src;
+    char init[80];
+    if (size < need) {
+        if (size == 0)
+            return al_err(err, -EINVAL, "%s.struct_size is 0: start the struct from %s", type,
+                          init_name(type, init, sizeof init));
+        return al_err(err, -EINVAL,
+                      "%s.struct_size is %zu, below the %zu this libairlock (%s) needs", type, size,
+                      need, AIRLOCK_VERSION);
+    }
+    const unsigned char *tail = (const unsigned char *)src + need;
+    for (size_t i = 0; i < size - need; i++)
+        if (tail[i])
+            return al_err(err, -E2BIG,
+                          "%s sets fields this libairlock (%s) does not know (size %zu, it "
+                          "knows %zu)",
+                          type, AIRLOCK_VERSION, size, need);
+    memcpy(dst, src, need);
+    *(size_t *)dst = need;
+    return 0;
+}
+
+int al_sized_out(void *out, size_t need, const char *type, al_error *err)
+{
+    size_t *size = out;
+    char init[80];
+    if (*size == 0)
+        return al_err(err, -EINVAL, "%s.struct_size is 0: start the struct from %s", type,
+                      init_name(type, init, sizeof init));
+    if (*size < need)
+        return al_err(err, -EINVAL,
+                      "%s.struct_size is %zu, below the %zu this libairlock (%s) fills", type,
+                      *size, need, AIRLOCK_VERSION);
+    *size = need;
+    return 0;
+}

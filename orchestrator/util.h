@@ -59,6 +59,18 @@ static inline int al_take_fd(int *fd)
 /* Sets err (first failure wins) and returns code, which must be negative. */
 int al_err(al_error *err, int code, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
 
+/* ---- sized structs (airlock.h, "Structs") ---- */
+/* Copies the caller's options src (a struct beginning with its size) into dst, need bytes (this
+ * library's sizeof), as the header promises: a smaller size is -EINVAL, a larger one with a
+ * non-zero byte past need is -E2BIG; dst's size is then need. type names it in the message
+ * ("al_exec_opts"). */
+int al_sized_in(void *dst, size_t need, const void *src, const char *type, al_error *err);
+/* Checks a struct the caller gives the library to fill (at least need bytes by its size) and
+ * sets its size to need, what will be filled. */
+int al_sized_out(void *out, size_t need, const char *type, al_error *err);
+#define AL_SIZED_IN(dst, src, type, err) al_sized_in(dst, sizeof(*(dst)), src, type, err)
+#define AL_SIZED_OUT(out, type, err) al_sized_out(out, sizeof(*(out)), type, err)
+
 /* ---- time ---- */
 uint64_t al_now_ms(void);
 uint64_t al_now_us(void);

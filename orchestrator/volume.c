@@ -321,7 +321,8 @@ int al_host_images(const char *uri, void (*fn)(void *ctx, const al_host_image *h
         snprintf(image, sizeof(image), "%.*s", (int)(len - pre - suf - 17), name + pre);
         snprintf(version, sizeof(version), "%.16s", name + len - suf - 16);
         snprintf(base, sizeof(base), "%.*s", (int)(len - suf), name);
-        al_host_image hi = {.image = image, .version = version};
+        al_host_image hi = {
+            .struct_size = sizeof(al_host_image), .image = image, .version = version};
         const char *suffix[] = {".kernel", ".initrd", ".disk"};
         for (size_t k = 0; k < 3; k++) {
             char part[220];
@@ -332,7 +333,7 @@ int al_host_images(const char *uri, void (*fn)(void *ctx, const al_host_image *h
             if (v && virStorageVolGetInfo(v, &info) == 0)
                 hi.bytes += info.allocation;
         }
-        al_image local = {0};
+        al_image local = AL_IMAGE_INIT;
         char have[17];
         al_error ignored = {0};
         hi.current = al_image_load(image, &local, &ignored) == 0 &&

@@ -53,6 +53,7 @@ static int probe_make(const al_session_opts *opts, struct probe **out, al_error 
         return al_err(err, -ENOMEM, "out of memory");
     __attribute__((cleanup(probe_freep))) struct probe *owned = p;
     al_session *s = &p->s;
+    s->img.struct_size = sizeof(s->img);
     int r = al_image_load(opts->image ? opts->image : al_image_default(), &s->img, err);
     if (r < 0)
         return r;
@@ -119,10 +120,15 @@ static int build(struct probe *p, const al_session_opts *opts, al_error *err)
     return r;
 }
 
-int al_template_build(const al_session_opts *opts, al_error *err)
+int al_template_build(const al_session_opts *in, al_error *err)
 {
     __attribute__((cleanup(probe_freep))) struct probe *p = NULL;
-    int r = probe_make(opts, &p, err);
+    al_session_opts taken = AL_SESSION_OPTS_INIT;
+    const al_session_opts *opts = &taken;
+    int r = AL_SIZED_IN(&taken, in, "al_session_opts", err);
+    if (r < 0)
+        return r;
+    r = probe_make(opts, &p, err);
     if (r < 0)
         return r;
     /* Built anew even when one exists: that one goes first. */
@@ -161,8 +167,13 @@ static void ensure_template(const al_session_opts *opts)
                     e.msg);
 }
 
-int al_session_open(const al_session_opts *opts, al_session **out, al_error *err)
+int al_session_open(const al_session_opts *in, al_session **out, al_error *err)
 {
+    al_session_opts taken = AL_SESSION_OPTS_INIT;
+    const al_session_opts *opts = &taken;
+    int r = AL_SIZED_IN(&taken, in, "al_session_opts", err);
+    if (r < 0)
+        return r;
     if (al_warm_mode(opts) == AL_WARM_AUTO)
         ensure_template(opts);
     return al_session_open_for(opts, NULL, out, err);

@@ -59,6 +59,7 @@ static int guest_run(const struct al_runner *run, const char *const *argv, int i
     if (efd < 0)
         return efd;
     al_exec_opts o = {
+        .struct_size = sizeof(al_exec_opts),
         .argv = argv,
         .stdin_fd = in_fd,
         .stdout_fd = out_fd >= 0 ? out_fd : efd,
@@ -70,7 +71,7 @@ static int guest_run(const struct al_runner *run, const char *const *argv, int i
             (unsigned)(GUEST_RUN_TIMEOUT_MS +
                        (out_cap > (uint64_t)INT32_MAX * 1000u ? INT32_MAX : out_cap / 1000u)),
     };
-    al_exec_result res;
+    al_exec_result res = AL_EXEC_RESULT_INIT;
     int r = run->exec(run->ctx, &o, &res, err);
     if (r == -ENOENT)
         return al_err(err, r, "the image has no %s to copy files with", argv[0]);
@@ -163,9 +164,16 @@ int al_workdir_push(al_session *s, const char *dir, const al_workdir_opts *o,
     return al_workdir_push_run(&run, dir, o, out, err);
 }
 
-int al_workdir_push_run(const struct al_runner *run, const char *dir, const al_workdir_opts *o,
+int al_workdir_push_run(const struct al_runner *run, const char *dir, const al_workdir_opts *in,
                         al_workdir_push_result *out, al_error *err)
 {
+    al_workdir_opts taken = AL_WORKDIR_OPTS_INIT;
+    const al_workdir_opts *o = in ? &taken : NULL;
+    int r0 = in ? AL_SIZED_IN(&taken, in, "al_workdir_opts", err) : 0;
+    if (r0 == 0)
+        r0 = AL_SIZED_OUT(out, "al_workdir_push_result", err);
+    if (r0 < 0)
+        return r0;
     _cleanup_close_ int dfd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
     if (dfd < 0)
         return al_err(err, -errno, "cannot open directory '%s': %s", dir, strerror(errno));
@@ -185,7 +193,8 @@ int al_workdir_push_run(const struct al_runner *run, const char *dir, const al_w
         al_tree_free(&t);
         return r;
     }
-    al_workdir_push_result res = {.bytes = t.bytes, .skipped = t.skipped, .nskipped = t.nskipped};
+    al_workdir_push_result res = {
+        .struct_size = sizeof res, .bytes = t.bytes, .skipped = t.skipped, .nskipped = t.nskipped};
     for (size_t i = 0; i < t.n; i++) {
         res.files += t.v[i].type == AL_ENTRY_FILE;
         res.dirs += t.v[i].type == AL_ENTRY_DIR;
@@ -302,7 +311,11 @@ static struct change *change_add(al_workdir_diff *d, int kind, int type, const c
     *c = (struct change){.path = strdup(path)};
     if (!c->path)
         return NULL;
-    c->pub = (al_change){.kind = kind, .type = type, .refused = refused, .flags = classify(path)};
+    c->pub = (al_change){.struct_size = sizeof(al_change),
+                         .kind = kind,
+                         .type = type,
+                         .refused = refused,
+                         .flags = classify(path)};
     d->n++;
     return c;
 }
@@ -463,9 +476,14 @@ static int diff_build(al_workdir_diff *d, al_error *err)
     return 0;
 }
 
-int al_workdir_diff_run(const struct al_runner *run, const char *dir, const al_workdir_opts *o,
+int al_workdir_diff_run(const struct al_runner *run, const char *dir, const al_workdir_opts *in,
                         al_workdir_diff **out, al_error *err)
 {
+    al_workdir_opts taken = AL_WORKDIR_OPTS_INIT;
+    const al_workdir_opts *o = in ? &taken : NULL;
+    int r0 = in ? AL_SIZED_IN(&taken, in, "al_workdir_opts", err) : 0;
+    if (r0 < 0)
+        return r0;
     al_workdir_diff *d = calloc(1, sizeof(*d));
     if (!d)
         return al_err(err, -ENOMEM, "out of memory");

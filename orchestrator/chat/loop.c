@@ -344,6 +344,7 @@ static char *run_code(al_chat *c, const char *lang, const char *code, bool *canc
         return al_err(err, -ENOMEM, "out of memory"), NULL;
     const char *argv[] = {code, NULL};
     al_exec_opts o = {
+        .struct_size = sizeof(al_exec_opts),
         .argv = argv,
         .lang = lang,
         .timeout_ms = c->cfg.run_timeout_s * 1000u,
@@ -362,7 +363,7 @@ static char *run_code(al_chat *c, const char *lang, const char *code, bool *canc
         .input_wait_ms = AL_CHAT_INPUT_WAIT_MS,
         .interrupt_on_wait = true,
     };
-    al_exec_result r = {0};
+    al_exec_result r = AL_EXEC_RESULT_INIT;
     al_error e = {0};
     int ret = al_exec(c->session, &o, &r, &e);
     /* Not found and not executable are answers; anything else means the channel broke. */
@@ -471,14 +472,15 @@ static bool report_files(al_chat *c, char **text)
     struct listing *l = calloc(1, sizeof(*l));
     if (!l)
         return false;
-    al_exec_opts o = {.argv = argv,
+    al_exec_opts o = {.struct_size = sizeof(al_exec_opts),
+                      .argv = argv,
                       .stdin_fd = -1,
                       .stdout_fd = -1,
                       .stderr_fd = -1,
                       .output = on_listing,
                       .output_ctx = l,
                       .timeout_ms = 10000};
-    al_exec_result r = {0};
+    al_exec_result r = AL_EXEC_RESULT_INIT;
     al_error e = {0};
     if (al_exec(c->session, &o, &r, &e) < 0 || !l->len) {
         free(l);
@@ -783,7 +785,7 @@ static uint32_t checkpoint_before(al_chat *c, const char *lang, const char *code
         unsigned keep = 0;
         for (unsigned i = 0; i < c->nckpts; i++) {
             char idbuf[16];
-            al_checkpoint_info ci;
+            al_checkpoint_info ci = AL_CHECKPOINT_INFO_INIT;
             al_error fe = {0};
             snprintf(idbuf, sizeof(idbuf), "%u", c->ckpts[i].id);
             if (al_checkpoint_find(c->session, idbuf, &ci, &fe) == 0)
@@ -918,7 +920,7 @@ static int one_run(al_chat *c, const char *lang, char **code, uint64_t *seen, si
 /* Restores a checkpoint and says what was undone, for the user and the model. */
 static char *do_rollback(al_chat *c, const char *id_or_name, al_error *err)
 {
-    al_checkpoint_info ci;
+    al_checkpoint_info ci = AL_CHECKPOINT_INFO_INIT;
     int r = al_checkpoint_find(c->session, id_or_name, &ci, err);
     if (r < 0)
         return NULL;

@@ -180,13 +180,14 @@ static void direct_shell(struct repl *rp, const char *cmd)
     const char *argv[] = {"/bin/sh", "-c", cmd, NULL};
     struct cli_termout out;
     cli_termout_init(&out, true);
-    al_exec_opts o = {.argv = argv,
+    al_exec_opts o = {.struct_size = sizeof(al_exec_opts),
+                      .argv = argv,
                       .stdin_fd = -1,
                       .stdout_fd = 1,
                       .stderr_fd = 2,
                       .output = cli_termout_write,
                       .output_ctx = &out};
-    al_exec_result r = {0};
+    al_exec_result r = AL_EXEC_RESULT_INIT;
     al_error e = {0};
     loopui_drain();
     int ret = al_exec(rp->u.session, &o, &r, &e);
@@ -201,8 +202,12 @@ static void direct_shell(struct repl *rp, const char *cmd)
 static void chat_shell(struct repl *rp)
 {
     const char *argv[] = {"/bin/sh", "-c", AL_LOGIN_SHELL, NULL};
-    al_exec_opts o = {.argv = argv, .stdin_fd = -1, .stdout_fd = 1, .stderr_fd = 2};
-    al_exec_result r = {0};
+    al_exec_opts o = {.struct_size = sizeof(al_exec_opts),
+                      .argv = argv,
+                      .stdin_fd = -1,
+                      .stdout_fd = 1,
+                      .stderr_fd = 2};
+    al_exec_result r = AL_EXEC_RESULT_INIT;
     al_error e = {0};
     struct cli_tty t;
     loopui_drain();
@@ -300,7 +305,7 @@ static bool magic(struct repl *rp, const char *line, bool *quit)
         else
             save_conversation(rp);
     } else if (!strcmp(cmd, "%checkpoint")) {
-        al_checkpoint_info ci;
+        al_checkpoint_info ci = AL_CHECKPOINT_INFO_INIT;
         int id = al_checkpoint_create(rp->u.session, *arg ? arg : NULL, &ci, &e);
         if (id < 0)
             cli_error(&e);

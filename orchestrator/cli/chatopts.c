@@ -603,6 +603,8 @@ int chat_opts_parse(struct chat_opts *o, struct cli_globals *g, int argc, char *
                     const char *usage, bool is_run)
 {
     memset(o, 0, sizeof(*o));
+    o->sess = (al_session_opts)AL_SESSION_OPTS_INIT;
+    o->wo = (al_workdir_opts)AL_WORKDIR_OPTS_INIT;
     o->cfg.tools = true;
     o->cfg.model.retries = 3;
     o->vision = -1;

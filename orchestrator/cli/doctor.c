@@ -88,7 +88,10 @@ static void doctor_kvm(struct cli_globals *g, struct doctor *d)
 {
     (void)d;
     if (al_kvm_state() == AL_KVM_UNPROVEN) {
-        al_session_opts so = {.image = "tiny", .connect_uri = g->connect_uri, .quiet = true};
+        al_session_opts so = {.struct_size = sizeof(al_session_opts),
+                              .image = "tiny",
+                              .connect_uri = g->connect_uri,
+                              .quiet = true};
         al_session *s = NULL;
         al_error err = {0};
         if (al_session_open(&so, &s, &err) == 0)

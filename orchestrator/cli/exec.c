@@ -465,7 +465,7 @@ static int exec_build_opts(struct exec_args *a)
 
 static void print_timing(al_session *s)
 {
-    al_session_timing_t t;
+    al_session_timing_t t = AL_SESSION_TIMING_INIT;
     al_session_timing(s, &t);
     /* Restored from a template: start is libvirt's paused start, "boot to handshake" the state
      * loaded, the resume and the re-handshake; then the guest was made unique. */
@@ -643,7 +643,7 @@ static int exec_run(al_session *s, struct exec_args *a, int *status, al_error *e
         if (cli_tty_open(&term, a->interactive, eo, err) < 0)
             return err->code;
     }
-    al_exec_result res;
+    al_exec_result res = AL_EXEC_RESULT_INIT;
     int r = al_exec(s, eo, &res, err);
     if (a->tty) {
         cli_tty_close(&term);
@@ -836,8 +836,15 @@ int cmd_exec(struct cli_globals *g, int argc, char **argv)
         return cli_remote_exec(g, argc, argv);
 
     struct exec_args a = {
-        .so = {.image = NULL, .connect_uri = g->connect_uri, .quiet = g->quiet},
-        .eo = {.stdin_fd = 0, .stdout_fd = 1, .stderr_fd = 2},
+        .so = {.struct_size = sizeof(al_session_opts),
+               .image = NULL,
+               .connect_uri = g->connect_uri,
+               .quiet = g->quiet},
+        .eo = {.struct_size = sizeof(al_exec_opts),
+               .stdin_fd = AL_FD_STDIN,
+               .stdout_fd = 1,
+               .stderr_fd = 2},
+        .wo = AL_WORKDIR_OPTS_INIT,
         .get_limit = 1ull << 30,
         .debug = g->debug,
         .sync = CLI_SYNC_ASK,

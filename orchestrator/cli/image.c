@@ -143,8 +143,10 @@ static int image_warm(struct cli_globals *g, int argc, char **argv)
         {"help", no_argument, NULL, 'h'},
         {NULL, 0, NULL, 0},
     };
-    al_session_opts o = {
-        .connect_uri = g->connect_uri, .on_notice = cli_print_notice, .quiet = g->quiet};
+    al_session_opts o = {.struct_size = sizeof(al_session_opts),
+                         .connect_uri = g->connect_uri,
+                         .on_notice = cli_print_notice,
+                         .quiet = g->quiet};
     int c;
     optind = 0;
     while ((c = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
@@ -188,7 +190,7 @@ static int image_import(int argc, char **argv)
         {"help", no_argument, NULL, 'h'},
         {NULL, 0, NULL, 0},
     };
-    al_image_import_opts o = {0};
+    al_image_import_opts o = AL_IMAGE_IMPORT_OPTS_INIT;
     int c;
     optind = 0;
     while ((c = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
@@ -243,7 +245,10 @@ int cmd_image(struct cli_globals *g, int argc, char **argv)
     if (!strcmp(sub, "ls") && argc == 4 && !strcmp(argv[2], "--hosts"))
         return image_ls(argv[3]);
     if (!strcmp(sub, "build") && (argc == 3 || (argc == 4 && !strcmp(argv[3], "--toolchain")))) {
-        al_image_build_opts o = {.name = argv[2], .toolchain = argc == 4, .log_fd = 2};
+        al_image_build_opts o = {.struct_size = sizeof(al_image_build_opts),
+                                 .name = argv[2],
+                                 .toolchain = argc == 4,
+                                 .log_fd = 2};
         if (al_image_build(&o, &err) < 0) {
             cli_error(&err);
             return 1;

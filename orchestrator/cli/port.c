@@ -84,7 +84,8 @@ int cli_forwards_open(al_session *s, al_remote *r, struct cli_port *ports, size_
                       al_error *err)
 {
     for (size_t i = 0; i < n; i++) {
-        al_forward_opts o = {.session = s,
+        al_forward_opts o = {.struct_size = sizeof(al_forward_opts),
+                             .session = s,
                              .remote = r,
                              .bind = ports[i].bind[0] ? ports[i].bind : NULL,
                              .host_port = ports[i].host,

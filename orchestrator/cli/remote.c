@@ -645,7 +645,8 @@ static int runner_exec(void *ctx, const al_exec_opts *o, al_exec_result *out, al
         return al_err(err, -EIO, "lost the run of %s in airlockd", o->argv[0]);
     if (st.failed)
         return al_err(err, st.not_found ? -ENOENT : -EIO, "%s", st.why);
-    *out = (al_exec_result){.how = st.signaled ? AL_EXEC_SIGNALED : AL_EXEC_EXITED,
+    *out = (al_exec_result){.struct_size = sizeof(al_exec_result),
+                            .how = st.signaled ? AL_EXEC_SIGNALED : AL_EXEC_EXITED,
                             .value = st.value,
                             .timed_out = st.timed_out,
                             .truncated_stdout = st.truncated[1],
@@ -869,7 +870,7 @@ int cli_remote_exec(struct cli_globals *g, int argc, char **argv)
         cJSON_AddBoolToObject(in, "stdin_open", true);
     /* A terminal: the local one raw (with -i its keys are the run's), its size and TERM. */
     struct cli_tty t = {.relaying = false};
-    al_exec_opts teo = {0};
+    al_exec_opts teo = AL_EXEC_OPTS_INIT;
     bool tty_open = false;
     if (tty) {
         al_error terr = {0};
@@ -914,10 +915,10 @@ int cli_remote_exec(struct cli_globals *g, int argc, char **argv)
     /* The workdir goes in and comes back through our own tar runs, as for a local session. */
     struct remote_runner rr = {&r, sid};
     struct al_runner runner = {.exec = runner_exec, .ctx = &rr, .spool_dir = al_spool_dir()};
-    al_workdir_opts wo = {0};
+    al_workdir_opts wo = AL_WORKDIR_OPTS_INIT;
     al_error werr = {0};
     if (workdir) {
-        al_workdir_push_result pr;
+        al_workdir_push_result pr = AL_WORKDIR_PUSH_RESULT_INIT;
         if (al_workdir_push_run(&runner, workdir, &wo, &pr, &werr) < 0) {
             cli_error(&werr);
             goto out;

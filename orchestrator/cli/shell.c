@@ -32,9 +32,13 @@ static int shell_in(struct cli_globals *g, const char *name)
         return EXIT_AIRLOCK_FAILED;
     }
     const char *argv[] = {"/bin/sh", "-c", AL_LOGIN_SHELL, NULL};
-    al_exec_opts eo = {.argv = argv, .stdin_fd = 0, .stdout_fd = 1, .stderr_fd = 2};
+    al_exec_opts eo = {.struct_size = sizeof(al_exec_opts),
+                       .argv = argv,
+                       .stdin_fd = AL_FD_STDIN,
+                       .stdout_fd = 1,
+                       .stderr_fd = 2};
     struct cli_tty t;
-    al_exec_result res = {0};
+    al_exec_result res = AL_EXEC_RESULT_INIT;
     int ret = cli_tty_open(&t, true, &eo, &err);
     if (ret == 0)
         ret = al_remote_exec(r, &eo, &res, &err);

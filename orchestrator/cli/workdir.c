@@ -35,7 +35,7 @@ static const char *type_word(int type)
 int cli_workdir_push(al_session *s, const char *dir, const al_workdir_opts *o, bool quiet,
                      al_error *err)
 {
-    al_workdir_push_result res;
+    al_workdir_push_result res = AL_WORKDIR_PUSH_RESULT_INIT;
     int r = al_workdir_push(s, dir, o, &res, err);
     if (r < 0)
         return r;

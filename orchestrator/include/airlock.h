@@ -5,7 +5,7 @@
  * failure, with the reason in the al_error passed last; outputs are written only on success.
  * The library prints nothing (tests/check-silent.py): what it has to say goes to al_error or
  * to a callback the caller gives. Exported: exactly the functions declared here, versioned
- * (LIBAIRLOCK_0; tests/check-exports.py).
+ * (LIBAIRLOCK_1; tests/check-exports.py).
  *
  * Process-wide effects an embedder should know: the first libvirt connection registers
  * libvirt's default event loop (virEventRegisterDefaultImpl) and runs it on a detached thread
@@ -14,7 +14,24 @@
  * should not mix it with this one. Sockets are written with MSG_NOSIGNAL, but output goes to
  * the caller's descriptors (al_exec_opts.stdout_fd, stderr_fd) with write(2): where the
  * caller's reader is gone that raises SIGPIPE unless the caller ignores it (the airlock CLI
- * and airlockd do, and get EPIPE instead). */
+ * and airlockd do, and get EPIPE instead).
+ *
+ * Structs: every public struct but five begins with `size_t struct_size`, so that it can grow
+ * at its end under the same soname. Start each one you allocate from its AL_<NAME>_INIT
+ * (`al_exec_opts o = AL_EXEC_OPTS_INIT;`, or `.struct_size = sizeof(al_exec_opts)` first in a
+ * designated initializer): the rest is zero, and zero means "none" or "the default" in every
+ * field (descriptors included: 0 is never taken as a descriptor; AL_FD_STDIN passes fd 0).
+ * - Options the library reads: a struct_size below what this library needs fails with -EINVAL (a
+ *   zeroed struct says so by name); a larger one (a caller built against a newer header) is
+ *   taken when the fields this library does not know are zero, else -E2BIG.
+ * - Structs the caller gives the library to fill (al_exec_result, al_file_info ...): the same
+ *   check on the way in; on the way out struct_size is what the library filled.
+ * - Structs the library hands to a callback or owns: struct_size is what it filled; read a field
+ * newer than the oldest library you support only when AL_HAS(p, field). Frozen (never change; what
+ * they would need goes into a new struct): al_error, al_net_opts (inside al_session_opts), al_mime
+ * (inside al_result), al_result_stats (inside al_exec_result), al_term_state (zeroed state the
+ * caller keeps). orchestrator/abi/ holds the ABI baseline CI compares with (docs/PACKAGING.md).
+ */
 #ifndef AIRLOCK_H
 #define AIRLOCK_H
 
@@ -30,10 +47,17 @@ extern "C" {
 /* Everything declared here is exported (orchestrator/libairlock.sym); the rest is local. */
 #pragma GCC visibility push(default)
 
+/* Whether a sized struct the library filled (or handed out) holds field: false for a field newer
+ * than the library that filled it. */
+#define AL_HAS(p, field)                                                                           \
+    ((p)->struct_size >= offsetof(__typeof__(*(p)), field) + sizeof((p)->field))
+/* al_exec_opts.stdin_fd: this process's fd 0 (0 itself means "none"). */
+#define AL_FD_STDIN (-2)
+
 /* The version of this header; al_version() is the library's, which may be newer at run time
- * under the same soname (libairlock.so.0). NUMBER is MAJOR * 10000 + MINOR * 100 + MICRO. */
+ * under the same soname (libairlock.so.1). NUMBER is MAJOR * 10000 + MINOR * 100 + MICRO. */
 #define AIRLOCK_VERSION_MAJOR 0
-#define AIRLOCK_VERSION_MINOR 1
+#define AIRLOCK_VERSION_MINOR 2
 #define AIRLOCK_VERSION_MICRO 0
 #define AIRLOCK_VERSION_NUMBER                                                                     \
     (AIRLOCK_VERSION_MAJOR * 10000 + AIRLOCK_VERSION_MINOR * 100 + AIRLOCK_VERSION_MICRO)
@@ -65,6 +89,7 @@ int al_transport_parse(const char *s, enum al_transport *out, al_error *err);
 #define AL_PATH_MAX 4096
 
 typedef struct al_image {
+    size_t struct_size; /* sizeof: AL_IMAGE_INIT (see "Structs" above) */
     char name[64];
     /* Paths, owned (al_image_free), never NULL once loaded: "" for a part the image lacks. */
     char *dir;    /* the image's directory in the store */
@@ -81,6 +106,10 @@ typedef struct al_image {
     char ssh_user[64];           /* SSH images: the user cloud-init gives the session's key */
     unsigned ssh_port;           /* SSH images: sshd's port in the guest */
 } al_image;
+#define AL_IMAGE_INIT                                                                              \
+    {                                                                                              \
+        .struct_size = sizeof(al_image)                                                            \
+    }
 
 /* The store: $AIRLOCK_IMAGE_DIR, else /var/lib/airlock/images for root, else
  * $XDG_DATA_HOME/airlock/images. Writes into buf. */
@@ -97,10 +126,15 @@ int al_image_list(void (*fn)(void *ctx, const al_image *img, const char *name, c
 const char *al_image_default(void);
 
 typedef struct al_image_build_opts {
-    const char *name; /* runs the recipe images/build-NAME.sh */
-    bool toolchain;   /* pass --toolchain (recipes that have one) */
-    int log_fd;       /* the recipe's stdout and stderr go here */
+    size_t struct_size; /* sizeof: AL_IMAGE_BUILD_OPTS_INIT (see "Structs" above) */
+    const char *name;   /* runs the recipe images/build-NAME.sh */
+    bool toolchain;     /* pass --toolchain (recipes that have one) */
+    int log_fd;         /* the recipe's stdout and stderr go here */
 } al_image_build_opts;
+#define AL_IMAGE_BUILD_OPTS_INIT                                                                   \
+    {                                                                                              \
+        .struct_size = sizeof(al_image_build_opts)                                                 \
+    }
 /* Builds an image into the store (replacing one of the same name once the build succeeded).
  * Recipes and the agent come from the source and build tree for an uninstalled airlock, else
  * from PREFIX/share/airlock/images and PREFIX/libexec/airlock; $AIRLOCK_RECIPE_DIR and
@@ -108,6 +142,7 @@ typedef struct al_image_build_opts {
 int al_image_build(const al_image_build_opts *opts, al_error *err);
 
 typedef struct al_image_import_opts {
+    size_t struct_size;   /* sizeof: AL_IMAGE_IMPORT_OPTS_INIT (see "Structs" above) */
     const char *path;     /* the disk: a qcow2, or a raw disk starting with a boot sector */
     const char *name;     /* the image's name in the store */
     const char *ssh_user; /* NULL: "debian"; the cloud image's default user, who gets the
@@ -115,6 +150,10 @@ typedef struct al_image_import_opts {
     unsigned memory_mib;  /* 0: 1024 */
     bool force;           /* replace an image of that name */
 } al_image_import_opts;
+#define AL_IMAGE_IMPORT_OPTS_INIT                                                                  \
+    {                                                                                              \
+        .struct_size = sizeof(al_image_import_opts)                                                \
+    }
 /* Copies a stock cloud image's disk into the store as an SSH image that boots through the
  * firmware (manifest: disk, transport "ssh", ssh_user, ssh_port 22, memory_mib). The file is
  * read as hostile: one with a backing file or an external data file, an encrypted one, or one
@@ -145,6 +184,7 @@ typedef struct al_net_opts {
 } al_net_opts;
 
 typedef struct al_session_opts {
+    size_t struct_size;        /* sizeof: AL_SESSION_OPTS_INIT (see "Structs" above) */
     const char *image;         /* name in the store; NULL: al_image_default() */
     const char *connect_uri;   /* NULL: --connect / LIBVIRT_DEFAULT_URI / system / session */
     unsigned memory_mib;       /* 0: the image's, else 256 */
@@ -178,6 +218,10 @@ typedef struct al_session_opts {
     int warm;        /* enum al_warm: whether the session starts from a template (warm starts) */
     al_net_opts net; /* zeroed: no network (the default) */
 } al_session_opts;
+#define AL_SESSION_OPTS_INIT                                                                       \
+    {                                                                                              \
+        .struct_size = sizeof(al_session_opts)                                                     \
+    }
 #define AL_DISK_BUDGET_DEFAULT (6ull << 30)
 #define AL_FREE_FLOOR_DEFAULT (512ull << 20)
 
@@ -200,9 +244,10 @@ unsigned al_session_vcpus(const al_session *s);
 
 /* One request the session's proxy saw (or the relay's byte cap stopped). */
 typedef struct al_net_request {
-    int64_t time_ms; /* unix time in ms, when it ended */
-    char method[16]; /* GET, CONNECT...; printable ASCII, from the guest */
-    char host[256];  /* the name asked for; printable ASCII, from the guest; "-" for the cap */
+    size_t struct_size; /* sizeof: AL_NET_REQUEST_INIT (see "Structs" above) */
+    int64_t time_ms;    /* unix time in ms, when it ended */
+    char method[16];    /* GET, CONNECT...; printable ASCII, from the guest */
+    char host[256];     /* the name asked for; printable ASCII, from the guest; "-" for the cap */
     unsigned port;
     unsigned status; /* HTTP status the proxy answered, 0 when none */
     uint64_t bytes;  /* both ways, as the proxy counted */
@@ -210,6 +255,10 @@ typedef struct al_net_request {
     char why[400]; /* denied: why, one phrase ("host X is not in the allowlist; ask the user to
                       allow it") */
 } al_net_request;
+#define AL_NET_REQUEST_INIT                                                                        \
+    {                                                                                              \
+        .struct_size = sizeof(al_net_request)                                                      \
+    }
 /* "none" (no network) or "allow=HOST[,HOST...]" into a NULL-terminated allowlist (NULL for
  * none; free with al_net_allow_free). Presets are the caller's (the CLI's profiles). */
 int al_net_spec_parse(const char *spec, char ***out, al_error *err);
@@ -226,6 +275,7 @@ int al_net_requests(al_session *s, size_t *cursor, void (*fn)(void *ctx, const a
 
 /* Where the time to a ready session went. */
 typedef struct al_session_timing {
+    size_t struct_size;    /* sizeof: AL_SESSION_TIMING_INIT (see "Structs" above) */
     unsigned prepare_ms;   /* image, libvirt connection, gc, runtime dir */
     unsigned start_ms;     /* libvirt creating and starting the domain, socket connect */
     unsigned handshake_ms; /* guest boot until the agent answered */
@@ -233,6 +283,10 @@ typedef struct al_session_timing {
                               unique (0 for a cold boot; start_ms and handshake_ms then cover
                               only the domain start and the re-handshake) */
 } al_session_timing_t;
+#define AL_SESSION_TIMING_INIT                                                                     \
+    {                                                                                              \
+        .struct_size = sizeof(al_session_timing_t)                                                 \
+    }
 void al_session_timing(const al_session *s, al_session_timing_t *out);
 
 /* ---- exec ---- */
@@ -264,6 +318,7 @@ typedef struct al_mime {
 } al_mime;
 
 typedef struct al_result {
+    size_t struct_size;       /* sizeof: AL_RESULT_INIT (see "Structs" above) */
     int kind;                 /* enum al_result_kind */
     unsigned execution_count; /* VALUE: the cell's number, when the kernel gave one */
     size_t nmime;
@@ -272,6 +327,10 @@ typedef struct al_result {
     const char *why;                      /* REFUSED: one phrase */
     unsigned width, height;               /* of the image/png, from its header; else 0 */
 } al_result;
+#define AL_RESULT_INIT                                                                             \
+    {                                                                                              \
+        .struct_size = sizeof(al_result)                                                           \
+    }
 
 /* Called for each result as it arrives; everything it points to lives until the call returns.
  * A negative return fails the exec. */
@@ -310,6 +369,7 @@ void al_result_reader_stats(const al_result_reader *rd, al_result_stats *out);
 void al_result_reader_free(al_result_reader *rd);
 
 typedef struct al_exec_opts {
+    size_t struct_size;      /* sizeof: AL_EXEC_OPTS_INIT (see "Structs" above) */
     const char *const *argv; /* NULL-terminated; argv[0] is a program, unless lang is set */
     const char *lang;        /* run code (argv[0]) in this language, e.g. "sh" */
     bool kernel;             /* run the code in lang's long-lived kernel of this session
@@ -323,9 +383,10 @@ typedef struct al_exec_opts {
     const char *cwd;         /* NULL: / */
     unsigned timeout_ms;     /* 0: none */
     uint64_t output_cap;     /* per stream, 0: none */
-    int stdin_fd;            /* -1: the process gets /dev/null */
-    int stdout_fd;           /* where stream bytes are written */
-    int stderr_fd;
+    int stdin_fd;            /* > 0: the program's stdin is read from it; AL_FD_STDIN: from this
+                                process's fd 0; 0 or -1: none (/dev/null) */
+    int stdout_fd;           /* > 0: where stream 1's bytes are written; 0 or -1: dropped */
+    int stderr_fd;           /* the same for stream 2 */
     /* When set, stream bytes go here instead of stdout_fd/stderr_fd (stream is 1 or 2). A
      * negative return fails the exec, except -EPIPE, which sends the guest SIGPIPE. */
     int (*output)(void *ctx, int stream, const uint8_t *data, size_t len);
@@ -359,6 +420,10 @@ typedef struct al_exec_opts {
      * not told. */
     void (*started)(void *ctx, uint32_t guest_pid);
 } al_exec_opts;
+#define AL_EXEC_OPTS_INIT                                                                          \
+    {                                                                                              \
+        .struct_size = sizeof(al_exec_opts)                                                        \
+    }
 
 /* Most rows or columns of a pty run's terminal. */
 #define AL_PTY_ROWS_COLS_MAX 1000
@@ -375,8 +440,13 @@ int al_pty_resize(int fd, unsigned rows, unsigned cols);
 
 /* A forwarded port: the bytes a tunnel carried, counted by the host. */
 typedef struct al_port_counts {
+    size_t struct_size; /* sizeof: AL_PORT_COUNTS_INIT (see "Structs" above) */
     uint64_t to_guest, from_guest;
 } al_port_counts;
+#define AL_PORT_COUNTS_INIT                                                                        \
+    {                                                                                              \
+        .struct_size = sizeof(al_port_counts)                                                      \
+    }
 /* Relays fd, a connected stream socket of the caller's (left open), to 127.0.0.1:port in the
  * guest, both ways, beside the session's runs: what fd's peer sends goes to the guest's service,
  * what the service answers goes to fd, each under the channel's credit (a side that does not
@@ -394,6 +464,7 @@ int al_port_relay(al_session *s, unsigned port, int fd, int cancel_fd, al_port_c
 typedef struct al_forward al_forward;
 typedef struct al_remote al_remote;
 typedef struct al_forward_opts {
+    size_t struct_size;  /* sizeof: AL_FORWARD_OPTS_INIT (see "Structs" above) */
     al_session *session; /* the session, a session of this process; or */
     al_remote *remote;   /* one another airlock process holds (al_remote_open) */
     const char *bind;    /* the address to listen on; NULL: 127.0.0.1 (this machine only) */
@@ -404,6 +475,10 @@ typedef struct al_forward_opts {
     void (*on_error)(void *ctx, const char *msg);
     void *ctx;
 } al_forward_opts;
+#define AL_FORWARD_OPTS_INIT                                                                       \
+    {                                                                                              \
+        .struct_size = sizeof(al_forward_opts)                                                     \
+    }
 /* At most this many connections of one forward at once; more wait to be accepted. */
 #define AL_FORWARD_CONNS_MAX 64
 int al_forward_open(const al_forward_opts *o, al_forward **out, al_error *err);
@@ -414,7 +489,8 @@ unsigned long al_forward_accepted(const al_forward *f);
 void al_forward_close(al_forward *f);
 
 typedef struct al_exec_result {
-    int how; /* enum al_exec_how */
+    size_t struct_size; /* sizeof: AL_EXEC_RESULT_INIT (see "Structs" above) */
+    int how;            /* enum al_exec_how */
     int value;
     uint64_t duration_us;
     bool timed_out;
@@ -429,6 +505,10 @@ typedef struct al_exec_result {
                                 to reach a host (a name that did not resolve, a network that
                                 was unreachable): AL_OFFLINE_HINT says what to do */
 } al_exec_result;
+#define AL_EXEC_RESULT_INIT                                                                        \
+    {                                                                                              \
+        .struct_size = sizeof(al_exec_result)                                                      \
+    }
 
 /* What a front says when al_exec_result.offline is set, followed by how it allows hosts. */
 #define AL_OFFLINE_HINT                                                                            \
@@ -460,12 +540,17 @@ int al_file_get_max(al_session *s, const char *guest_path, const char *host_path
 /* A guest path's metadata, as the guest reports it (hostile: bounded and checked, for display
  * and decisions in the guest only; never used as a host path). */
 typedef struct al_file_info {
-    char name[256]; /* the last component ("/" for the root) */
-    int type;       /* enum al_entry_type */
+    size_t struct_size; /* sizeof: AL_FILE_INFO_INIT (see "Structs" above) */
+    char name[256];     /* the last component ("/" for the root) */
+    int type;           /* enum al_entry_type */
     uint64_t size;
     unsigned mode; /* permission bits, 07777 at most */
     int64_t mtime; /* unix time */
 } al_file_info;
+#define AL_FILE_INFO_INIT                                                                          \
+    {                                                                                              \
+        .struct_size = sizeof(al_file_info)                                                        \
+    }
 /* Entries al_file_list reports at most (more: -E2BIG). */
 #define AL_FILE_LIST_MAX 10000
 
@@ -488,9 +573,14 @@ int al_file_mkdir(al_session *s, const char *guest_path, bool parents, al_error 
 #define AL_WORKDIR_GUEST_DIR "/workspace"
 
 typedef struct al_workdir_opts {
+    size_t struct_size;    /* sizeof: AL_WORKDIR_OPTS_INIT (see "Structs" above) */
     uint64_t bytes_max;    /* 0: AL_WORKDIR_BYTES_MAX_DEFAULT */
     const char *guest_dir; /* NULL: /workspace */
 } al_workdir_opts;
+#define AL_WORKDIR_OPTS_INIT                                                                       \
+    {                                                                                              \
+        .struct_size = sizeof(al_workdir_opts)                                                     \
+    }
 
 enum al_entry_type {
     AL_ENTRY_FILE = 0,
@@ -521,6 +611,7 @@ enum al_apply_allow {
 };
 
 typedef struct al_change {
+    size_t struct_size;  /* sizeof: AL_CHANGE_INIT (see "Structs" above) */
     int kind;            /* enum al_change_kind */
     int type;            /* enum al_entry_type: the guest's, the host's for a deletion */
     const char *path;    /* relative to the directory, bytes the guest chose: print it through
@@ -532,13 +623,22 @@ typedef struct al_change {
     unsigned flags;      /* enum al_change_flag */
     bool held;           /* after al_workdir_apply: left alone, its consent was not given */
 } al_change;
+#define AL_CHANGE_INIT                                                                             \
+    {                                                                                              \
+        .struct_size = sizeof(al_change)                                                           \
+    }
 
 typedef struct al_workdir_push_result {
+    size_t struct_size; /* sizeof: AL_WORKDIR_PUSH_RESULT_INIT (see "Structs" above) */
     size_t files, dirs, symlinks;
     uint64_t bytes;
     char **skipped; /* "PATH: why" for each entry left out (outward symlinks, special files) */
     size_t nskipped;
 } al_workdir_push_result;
+#define AL_WORKDIR_PUSH_RESULT_INIT                                                                \
+    {                                                                                              \
+        .struct_size = sizeof(al_workdir_push_result)                                              \
+    }
 
 /* Copies the host directory dir into the guest's directory (regular files, directories, and
  * symlinks that stay inside dir; nothing is followed). Fails before sending anything when dir
@@ -575,11 +675,16 @@ void al_workdir_diff_free(al_workdir_diff *d);
 int al_session_serve_control(al_session *s, al_error *err);
 
 typedef struct al_session_info {
+    size_t struct_size; /* sizeof: AL_SESSION_INFO_INIT (see "Structs" above) */
     char name[64];
     char image[64];
     int64_t started; /* unix time */
     long pid;        /* of the process holding it */
 } al_session_info;
+#define AL_SESSION_INFO_INIT                                                                       \
+    {                                                                                              \
+        .struct_size = sizeof(al_session_info)                                                     \
+    }
 /* Calls fn for every live session of this user that serves control requests. Returns how
  * many. */
 int al_session_list(void (*fn)(void *ctx, const al_session_info *info), void *ctx, al_error *err);
@@ -607,7 +712,7 @@ const char *al_path_escape(const char *path, char *buf, size_t len);
 
 /* ---- text from the guest on a terminal (term.c) ---- */
 
-/* What a stream holds between chunks. Zero it to start. */
+/* What a stream holds between chunks. Zero it to start. Frozen (see "Structs"). */
 typedef struct al_term_state {
     unsigned char part[4]; /* a UTF-8 sequence the last chunk cut */
     unsigned char npart;
@@ -646,7 +751,8 @@ const char *al_term_escape(const char *s, char *buf, size_t len);
 #define AL_CHECKPOINT_NAME_MAX 63
 
 typedef struct al_checkpoint_info {
-    uint32_t id; /* 1, 2, ... in creation order, never reused in a session */
+    size_t struct_size; /* sizeof: AL_CHECKPOINT_INFO_INIT (see "Structs" above) */
+    uint32_t id;        /* 1, 2, ... in creation order, never reused in a session */
     char name[AL_CHECKPOINT_NAME_MAX + 1]; /* "" when unnamed */
     int64_t created;                       /* unix time */
     uint64_t state_bytes; /* the memory and device state it holds (QEMU's vm-state-size) */
@@ -656,6 +762,10 @@ typedef struct al_checkpoint_info {
     unsigned save_ms;     /* how long the guest was paused to take it */
     bool current;         /* the VM's state descends from it: the last one taken or restored */
 } al_checkpoint_info;
+#define AL_CHECKPOINT_INFO_INIT                                                                    \
+    {                                                                                              \
+        .struct_size = sizeof(al_checkpoint_info)                                                  \
+    }
 
 /* Takes a checkpoint; name may be NULL. Returns its id (> 0) and fills *out when out is set.
  * -EEXIST for a name in use, -EINVAL for a bad name, -ENOTSUP without opts.checkpoints. */
@@ -756,6 +866,7 @@ enum al_warm {
 int al_template_build(const al_session_opts *opts, al_error *err);
 
 typedef struct al_template_info {
+    size_t struct_size; /* sizeof: AL_TEMPLATE_INFO_INIT (see "Structs" above) */
     char image[64];
     char path[AL_PATH_MAX]; /* its directory */
     unsigned memory_mib;    /* the shape it was built for */
@@ -766,15 +877,24 @@ typedef struct al_template_info {
     uint64_t bytes;    /* disk space its files occupy */
     const char *why;   /* NULL: usable; else why it would be refused (stale, changed...) */
 } al_template_info;
+#define AL_TEMPLATE_INFO_INIT                                                                      \
+    {                                                                                              \
+        .struct_size = sizeof(al_template_info)                                                    \
+    }
 /* Calls fn for every template in the state dir, in name order. */
 int al_template_list(void (*fn)(void *ctx, const al_template_info *t), void *ctx, al_error *err);
 /* An image uploaded to a remote host (sessions there boot from its volumes). */
 typedef struct al_host_image {
+    size_t struct_size;  /* sizeof: AL_HOST_IMAGE_INIT (see "Structs" above) */
     const char *image;   /* its name */
     const char *version; /* 16 hex digits: its manifest and files' sizes and times */
     bool current;        /* the version of the image of that name in this machine's store */
     uint64_t bytes;      /* the space its volumes take there */
 } al_host_image;
+#define AL_HOST_IMAGE_INIT                                                                         \
+    {                                                                                              \
+        .struct_size = sizeof(al_host_image)                                                       \
+    }
 /* Calls fn for every image uploaded complete to the host at uri (its storage pool "airlock"). */
 int al_host_images(const char *uri, void (*fn)(void *ctx, const al_host_image *hi), void *ctx,
                    al_error *err);

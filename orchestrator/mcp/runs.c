@@ -304,6 +304,7 @@ static void *run_thread(void *arg)
     struct mcp_sess *ss = r->sess;
     const char *code_argv[] = {r->code, NULL};
     al_exec_opts o = {
+        .struct_size = sizeof(al_exec_opts),
         .argv = r->argv ? (const char *const *)r->argv : code_argv,
         .lang = r->lang,
         .kernel = r->kernel,
@@ -320,7 +321,7 @@ static void *run_thread(void *arg)
         .context = r->context,
         .cancel_fd = r->cancel[0],
     };
-    al_exec_result res = {0};
+    al_exec_result res = AL_EXEC_RESULT_INIT;
     al_error err = {0};
     int rc = al_exec(ss->s, &o, &res, &err);
     pthread_mutex_lock(&m->mu);

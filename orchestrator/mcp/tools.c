@@ -940,6 +940,7 @@ static cJSON *t_start_session(const struct targs *t)
     if (m->o.lifetime_max_s && (!lifetime || lifetime > m->o.lifetime_max_s))
         lifetime = m->o.lifetime_max_s;
     al_session_opts so = {
+        .struct_size = sizeof(al_session_opts),
         .image = image,
         .connect_uri = m->o.connect_uri,
         .memory_mib = (unsigned)arg_int(a, "memory_mib", 0),
@@ -1497,7 +1498,7 @@ static cJSON *t_checkpoint(const struct targs *t)
     const cJSON *a = t->a;
     struct mcp_sess *ss = t->ss;
     mcp_call_phase(c, "taking a checkpoint of %s", ss->id);
-    al_checkpoint_info ci = {0};
+    al_checkpoint_info ci = AL_CHECKPOINT_INFO_INIT;
     al_error err = {0};
     int rc = al_checkpoint_create(ss->s, arg_str(a, "name", NULL), &ci, &err);
     if (rc < 0)
@@ -1527,7 +1528,7 @@ static cJSON *t_rollback(const struct targs *t)
         snprintf(which, sizeof(which), "%llu", (unsigned long long)cp->valuedouble);
     else
         snprintf(which, sizeof(which), "%s", cp->valuestring);
-    al_checkpoint_info ci = {0};
+    al_checkpoint_info ci = AL_CHECKPOINT_INFO_INIT;
     al_error err = {0};
     char esc[80];
     al_term_escape(which, esc, sizeof(esc));

@@ -39,7 +39,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         next = memchr(line, '\n', (size_t)(buf + size - line));
         if (next)
             *next++ = '\0';
-        al_net_request r;
+        al_net_request r = AL_NET_REQUEST_INIT;
         memset(&r, 0xa5, sizeof(r)); /* what the parser leaves unset shows */
         if (al_net_log_line(allow, line, &r) <= 0)
             continue;

@@ -58,6 +58,7 @@ static void op_exec(al_session *s, const cJSON *req, cJSON *out, al_error *err)
     struct capture c = {0};
     const char *argv[] = {json_str(req, "code") ? json_str(req, "code") : "", NULL};
     al_exec_opts o = {
+        .struct_size = sizeof(al_exec_opts),
         .argv = argv,
         .lang = json_str(req, "lang") ? json_str(req, "lang") : "sh",
         .timeout_ms = (unsigned)json_num(req, "timeout"),
@@ -68,7 +69,7 @@ static void op_exec(al_session *s, const cJSON *req, cJSON *out, al_error *err)
         .output = capture_output,
         .output_ctx = &c,
     };
-    al_exec_result res = {0};
+    al_exec_result res = AL_EXEC_RESULT_INIT;
     int r = al_exec(s, &o, &res, err);
     cJSON_AddNumberToObject(out, "r", r);
     if (r == 0)
@@ -89,7 +90,7 @@ static void handle(al_session *s, const cJSON *req, cJSON *out)
         op_exec(s, req, out, &err);
         r = (int)json_num(out, "r");
     } else if (!strcmp(op, "create")) {
-        al_checkpoint_info info;
+        al_checkpoint_info info = AL_CHECKPOINT_INFO_INIT;
         r = al_checkpoint_create(s, json_str(req, "name"), &info, &err);
         if (r > 0)
             cJSON_AddItemToObject(out, "info", info_json(&info));
@@ -97,7 +98,7 @@ static void handle(al_session *s, const cJSON *req, cJSON *out)
         cJSON *list = cJSON_AddArrayToObject(out, "list");
         r = al_checkpoint_list(s, add_info, list, &err);
     } else if (!strcmp(op, "find")) {
-        al_checkpoint_info info;
+        al_checkpoint_info info = AL_CHECKPOINT_INFO_INIT;
         r = al_checkpoint_find(s, json_str(req, "key") ? json_str(req, "key") : "", &info, &err);
         if (r == 0)
             cJSON_AddItemToObject(out, "info", info_json(&info));
@@ -134,6 +135,7 @@ int main(int argc, char **argv)
         return 2;
     }
     al_session_opts opts = {
+        .struct_size = sizeof(al_session_opts),
         .image = argv[1],
         .memory_mib = argc > 2 ? (unsigned)atoi(argv[2]) : 0,
         .quiet = true,

@@ -70,7 +70,8 @@ static cJSON *do_exec(al_session *s, const cJSON *req)
         if (cJSON_IsString(e) && nenv < 128)
             env[nenv++] = e->valuestring;
     }
-    al_exec_opts o = {.argv = argv,
+    al_exec_opts o = {.struct_size = sizeof(al_exec_opts),
+                      .argv = argv,
                       .lang = lang,
                       .stdin_fd = -1,
                       .stdout_fd = -1,
@@ -98,7 +99,7 @@ static cJSON *do_exec(al_session *s, const cJSON *req)
     if (l.ms && pthread_create(&t, NULL, sigint_later, &l) != 0)
         abort();
     al_error err = {0};
-    al_exec_result res = {0};
+    al_exec_result res = AL_EXEC_RESULT_INIT;
     double t0 = capture_now_ms();
     int r = al_exec(s, &o, &res, &err);
     cJSON_AddNumberToObject(ans, "ms", capture_now_ms() - t0);
@@ -155,8 +156,11 @@ int main(int argc, char **argv)
     if (pipe2(cancel_pipe, O_CLOEXEC) < 0)
         return 1;
     /* The guest's console goes to stderr when the session closes: what a failure needs. */
-    al_session_opts so = {
-        .image = argv[1], .quiet = true, .cancel_fd = cancel_pipe[0], .console_to = stderr};
+    al_session_opts so = {.struct_size = sizeof(al_session_opts),
+                          .image = argv[1],
+                          .quiet = true,
+                          .cancel_fd = cancel_pipe[0],
+                          .console_to = stderr};
     al_session *s = NULL;
     al_error err = {0};
     if (al_session_open(&so, &s, &err) < 0) {

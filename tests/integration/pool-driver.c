@@ -32,13 +32,14 @@ static const char PROBE[] = "cat /proc/sys/kernel/random/uuid; hostname; "
 static int run(al_session *s, const char *cmd, struct capture *cap, al_error *err)
 {
     const char *argv[] = {"sh", "-c", cmd, NULL};
-    al_exec_opts o = {.argv = argv,
+    al_exec_opts o = {.struct_size = sizeof(al_exec_opts),
+                      .argv = argv,
                       .stdin_fd = -1,
                       .stdout_fd = -1,
                       .stderr_fd = -1,
                       .output = capture_output,
                       .output_ctx = cap};
-    al_exec_result res = {0};
+    al_exec_result res = AL_EXEC_RESULT_INIT;
     int r = al_exec(s, &o, &res, err);
     if (r == 0 && (res.how != AL_EXEC_EXITED || res.value != 0))
         r = -EIO;
@@ -101,7 +102,7 @@ int main(int argc, char **argv)
     takes = (unsigned)atoi(argv[4]);
     if (nthreads == 0 || nthreads > 64)
         return 2;
-    al_session_opts so = {.image = argv[1], .quiet = true};
+    al_session_opts so = {.struct_size = sizeof(al_session_opts), .image = argv[1], .quiet = true};
     al_error err = {0};
     if (al_pool_create(&so, size, &pool, &err) < 0) {
         fprintf(stderr, "pool-driver: %s\n", err.msg);

@@ -78,7 +78,7 @@ ok "dpkg installs the three packages into the scratch root" dpkg_root -i "${debs
 # ---- what landed ----
 lib=$root/usr/lib/x86_64-linux-gnu
 run() { LD_LIBRARY_PATH=$lib "$@"; }
-files=(usr/bin/airlock usr/lib/x86_64-linux-gnu/libairlock.so.0
+files=(usr/bin/airlock usr/lib/x86_64-linux-gnu/libairlock.so.1
     usr/share/man/man1/airlock.1.gz usr/share/man/man5/airlock-profiles.5.gz
     usr/sbin/airlockd etc/airlock/airlockd.conf lib/systemd/system/airlockd.service
     lib/systemd/system/airlockd.socket usr/share/man/man8/airlockd.8.gz
@@ -102,7 +102,7 @@ paths() {
     local p
     for p in /usr/share/airlock/images /usr/libexec/airlock/airlock-agent \
         /usr/share/airlock/guest-agent/kernels; do
-        grep -qaF "$p" "$lib/libairlock.so.0" || { echo "libairlock does not name $p"; return 1; }
+        grep -qaF "$p" "$lib/libairlock.so.1" || { echo "libairlock does not name $p"; return 1; }
         [ -e "$root$p" ] || { echo "$p is not in the packages"; return 1; }
     done
 }

@@ -145,7 +145,7 @@ static const char *self_path;
 
 static al_session *open_peer(const char *const *argv)
 {
-    al_session_opts so = {.quiet = true};
+    al_session_opts so = {.struct_size = sizeof(al_session_opts), .quiet = true};
     al_session *s = NULL;
     al_error err = {0};
     if (al_session_open_peer(argv, &so, &s, &err) < 0)
@@ -181,13 +181,15 @@ static int collect(void *ctx, int stream, const uint8_t *data, size_t n)
 static void *job_thread(void *arg)
 {
     struct job *j = arg;
-    al_exec_opts o = {.argv = j->argv,
+    al_exec_opts o = {.struct_size = sizeof(al_exec_opts),
+                      .argv = j->argv,
                       .stdin_fd = j->stdin_fd,
                       .stdout_fd = -1,
                       .stderr_fd = -1,
                       .timeout_ms = j->timeout_ms,
                       .output = j->slow ? j->slow : collect,
                       .output_ctx = j};
+    j->res = (al_exec_result)AL_EXEC_RESULT_INIT;
     j->rc = al_exec(j->s, &o, &j->res, &j->err);
     return NULL;
 }

@@ -83,7 +83,7 @@ int main(void)
     static char *const allow[] = {"web.test", NULL};
     char line[] = "1796084772.928 CONNECT web.test 443 200 9 9 TCP_TUNNEL - 443 403 3393 30 "
                   "TCP_DENIED ERR_ACCESS_DENIED";
-    al_net_request r;
+    al_net_request r = AL_NET_REQUEST_INIT;
     ok(al_net_log_line(allow, line, &r) == 1 && !r.allowed && r.status == 403 && r.port == 443 &&
            !strcmp(r.host, "web.test?443?200?9?9?TCP_TUNNEL?-") && r.bytes == 3393 + 30 &&
            strstr(r.why, "not in the allowlist"),

@@ -14,7 +14,8 @@ static char kernel[] = "/images/debian/vmlinux", initrd[] = "/images/debian/init
 
 static al_image image(bool ssh)
 {
-    al_image img = {.dir = dir,
+    al_image img = {.struct_size = sizeof(al_image),
+                    .dir = dir,
                     .kernel = ssh ? none : kernel,
                     .initrd = ssh ? none : initrd,
                     .disk = disk,
