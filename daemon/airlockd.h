@@ -5,8 +5,12 @@
 #define AIRLOCKD_H
 
 #include <airlock.h>
+#include <airlock/policy.h>
+#include <airlock/text.h>
 #include <cjson/cJSON.h>
 #include <microhttpd.h>
+
+#include "cleanup.h" /* after cJSON.h: _cleanup_cjson_ */
 #include <pthread.h>
 #include <stdbool.h>
 #include <stdint.h>
@@ -14,24 +18,7 @@
 #include <sys/types.h>
 #include <unistd.h>
 
-/* ---- small helpers ---- */
-
-static inline void ad_freep(void *p)
-{
-    free(*(void **)p);
-}
-static inline void ad_closep(int *fd)
-{
-    if (*fd >= 0)
-        close(*fd);
-}
-static inline void ad_cjsonp(cJSON **j)
-{
-    cJSON_Delete(*j);
-}
-#define _ad_free_ __attribute__((cleanup(ad_freep)))
-#define _ad_close_ __attribute__((cleanup(ad_closep)))
-#define _ad_cjson_ __attribute__((cleanup(ad_cjsonp)))
+/* ---- small helpers (cleanup attributes: proto/cleanup.h) ---- */
 
 uint64_t ad_now_ms(void);
 /* One log line on stderr, prefixed with the time; never a secret. */

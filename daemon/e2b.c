@@ -573,7 +573,7 @@ static const char *home_of(bool root)
 
 static enum MHD_Result process_start(struct MHD_Connection *c, struct ad_req *q)
 {
-    _ad_cjson_ cJSON *m = stream_request(q);
+    _cleanup_cjson_ cJSON *m = stream_request(q);
     if (!m)
         return stream_error(c, q, -EINVAL, "the request is not one JSON envelope");
     cJSON *pc = cJSON_GetObjectItemCaseSensitive(m, "process");
@@ -590,7 +590,7 @@ static enum MHD_Result process_start(struct MHD_Connection *c, struct ad_req *q)
         return stream_error(c, q, -EINVAL, "process: cmd, args, envs, cwd");
     struct ad_session *s = q->sess;
     bool root = as_root(c, s);
-    _ad_cjson_ cJSON *argv = cJSON_CreateArray();
+    _cleanup_cjson_ cJSON *argv = cJSON_CreateArray();
     for (size_t i = 0; !root && i < AS_USER_N; i++) /* as E2B's user */
         cJSON_AddItemToArray(argv, cJSON_CreateString(as_user[i]));
     cJSON_AddItemToArray(argv, cJSON_CreateString(cmd->valuestring));
@@ -602,7 +602,8 @@ static enum MHD_Result process_start(struct MHD_Connection *c, struct ad_req *q)
         cJSON_AddItemToArray(argv, cJSON_CreateString(a->valuestring));
     }
     /* the sandbox's envVars, then the call's own; HOME and USER as E2B sets them */
-    _ad_cjson_ cJSON *env = s->e2b_env ? cJSON_Duplicate(s->e2b_env, true) : cJSON_CreateObject();
+    _cleanup_cjson_ cJSON *env =
+        s->e2b_env ? cJSON_Duplicate(s->e2b_env, true) : cJSON_CreateObject();
     cJSON_ArrayForEach(a, envs)
     {
         if (!cJSON_IsString(a))
@@ -679,7 +680,7 @@ static bool run_running(struct ad_run *r, bool *pty)
 
 static enum MHD_Result process_connect(struct MHD_Connection *c, struct ad_req *q)
 {
-    _ad_cjson_ cJSON *m = stream_request(q);
+    _cleanup_cjson_ cJSON *m = stream_request(q);
     if (!m)
         return stream_error(c, q, -EINVAL, "the request is not one JSON envelope");
     struct ad_run *r = selected(q->sess, m);
@@ -709,7 +710,7 @@ static enum MHD_Result reply_empty(struct MHD_Connection *c, struct ad_req *q)
 
 static enum MHD_Result process_list(struct MHD_Connection *c, struct ad_req *q)
 {
-    _ad_cjson_ cJSON *runs = cJSON_CreateArray();
+    _cleanup_cjson_ cJSON *runs = cJSON_CreateArray();
     ad_run_list(q->sess, runs);
     cJSON *o = cJSON_CreateObject(), *ps = cJSON_AddArrayToObject(o, "processes");
     cJSON *r;
@@ -749,7 +750,7 @@ enum pact { ACT_INPUT, ACT_CLOSE, ACT_SIGNAL, ACT_UPDATE };
 
 static enum MHD_Result process_act(struct MHD_Connection *c, struct ad_req *q, enum pact act)
 {
-    _ad_cjson_ cJSON *m = unary_request(q);
+    _cleanup_cjson_ cJSON *m = unary_request(q);
     if (!m)
         return rpc_error(c, q, -EINVAL, "the body is not a JSON object");
     struct ad_run *r = selected(q->sess, m);
@@ -878,8 +879,8 @@ static enum MHD_Result entry_reply(struct MHD_Connection *c, struct ad_req *q, c
 static enum MHD_Result fs_stat(struct MHD_Connection *c, struct ad_req *q)
 {
     enum MHD_Result ret;
-    _ad_free_ char *path = NULL;
-    _ad_cjson_ cJSON *m = fs_request(c, q, "path", &path, &ret);
+    _cleanup_free_ char *path = NULL;
+    _cleanup_cjson_ cJSON *m = fs_request(c, q, "path", &path, &ret);
     if (!m)
         return ret;
     return entry_reply(c, q, path);
@@ -908,7 +909,7 @@ static void give_to_user(struct MHD_Connection *c, struct ad_session *s, const c
  * made). 0, or -errno with err. */
 static int make_dirs(struct MHD_Connection *c, struct ad_session *s, const char *dir, al_error *err)
 {
-    _ad_free_ char *top = strdup(dir), *up = strdup(dir);
+    _cleanup_free_ char *top = strdup(dir), *up = strdup(dir);
     if (!top || !up) {
         err->code = -ENOMEM;
         snprintf(err->msg, sizeof(err->msg), "out of memory");
@@ -966,8 +967,8 @@ static void list_one_entry(void *ctx, const al_file_info *st)
 static enum MHD_Result fs_list(struct MHD_Connection *c, struct ad_req *q)
 {
     enum MHD_Result ret;
-    _ad_free_ char *path = NULL;
-    _ad_cjson_ cJSON *m = fs_request(c, q, "path", &path, &ret);
+    _cleanup_free_ char *path = NULL;
+    _cleanup_cjson_ cJSON *m = fs_request(c, q, "path", &path, &ret);
     if (!m)
         return ret;
     cJSON *d = cJSON_GetObjectItemCaseSensitive(m, "depth");
@@ -1027,8 +1028,8 @@ static enum MHD_Result fs_list(struct MHD_Connection *c, struct ad_req *q)
 static enum MHD_Result fs_mkdir(struct MHD_Connection *c, struct ad_req *q)
 {
     enum MHD_Result ret;
-    _ad_free_ char *path = NULL;
-    _ad_cjson_ cJSON *m = fs_request(c, q, "path", &path, &ret);
+    _cleanup_free_ char *path = NULL;
+    _cleanup_cjson_ cJSON *m = fs_request(c, q, "path", &path, &ret);
     if (!m)
         return ret;
     al_file_info st = AL_FILE_INFO_INIT;
@@ -1045,8 +1046,8 @@ static enum MHD_Result fs_mkdir(struct MHD_Connection *c, struct ad_req *q)
 static enum MHD_Result fs_remove(struct MHD_Connection *c, struct ad_req *q)
 {
     enum MHD_Result ret;
-    _ad_free_ char *path = NULL;
-    _ad_cjson_ cJSON *m = fs_request(c, q, "path", &path, &ret);
+    _cleanup_free_ char *path = NULL;
+    _cleanup_cjson_ cJSON *m = fs_request(c, q, "path", &path, &ret);
     if (!m)
         return ret;
     al_error err = {0};
@@ -1059,12 +1060,12 @@ static enum MHD_Result fs_remove(struct MHD_Connection *c, struct ad_req *q)
 static enum MHD_Result fs_move(struct MHD_Connection *c, struct ad_req *q)
 {
     enum MHD_Result ret;
-    _ad_free_ char *src = NULL;
-    _ad_cjson_ cJSON *m = fs_request(c, q, "source", &src, &ret);
+    _cleanup_free_ char *src = NULL;
+    _cleanup_cjson_ cJSON *m = fs_request(c, q, "source", &src, &ret);
     if (!m)
         return ret;
     cJSON *d = cJSON_GetObjectItemCaseSensitive(m, "destination");
-    _ad_free_ char *dst = cJSON_IsString(d) ? guest_path(c, q->sess, d->valuestring) : NULL;
+    _cleanup_free_ char *dst = cJSON_IsString(d) ? guest_path(c, q->sess, d->valuestring) : NULL;
     if (!dst)
         return rpc_error(c, q, -EINVAL, "destination: a path");
     al_file_info st = AL_FILE_INFO_INIT;
@@ -1110,12 +1111,12 @@ static struct ad_run *watch_start(struct MHD_Connection *c, struct ad_req *q, cJ
 {
     cJSON *p = cJSON_GetObjectItemCaseSensitive(m, "path");
     cJSON *rec = cJSON_GetObjectItemCaseSensitive(m, "recursive");
-    _ad_free_ char *path = cJSON_IsString(p) ? guest_path(c, q->sess, p->valuestring) : NULL;
+    _cleanup_free_ char *path = cJSON_IsString(p) ? guest_path(c, q->sess, p->valuestring) : NULL;
     if (!path) {
         ad_failf(f, 400, "invalid_argument", "path: a path");
         return NULL;
     }
-    _ad_cjson_ cJSON *argv = cJSON_CreateArray();
+    _cleanup_cjson_ cJSON *argv = cJSON_CreateArray();
     cJSON_AddItemToArray(argv, cJSON_CreateString("/proc/self/exe"));
     cJSON_AddItemToArray(argv, cJSON_CreateString("--watch"));
     cJSON_AddItemToArray(argv, cJSON_CreateString(path));
@@ -1160,7 +1161,7 @@ static void watch_stream_done(void *ctx)
 
 static enum MHD_Result fs_watch_dir(struct MHD_Connection *c, struct ad_req *q)
 {
-    _ad_cjson_ cJSON *m = stream_request(q);
+    _cleanup_cjson_ cJSON *m = stream_request(q);
     if (!m)
         return stream_error(c, q, -EINVAL, "the request is not one JSON envelope");
     /* Connect's deadline ends the watching (the SDK's default is 60 s) */
@@ -1224,7 +1225,7 @@ void ad_e2b_session_free(struct ad_session *s)
 
 static enum MHD_Result fs_watcher_create(struct MHD_Connection *c, struct ad_req *q)
 {
-    _ad_cjson_ cJSON *m = unary_request(q);
+    _cleanup_cjson_ cJSON *m = unary_request(q);
     if (!m)
         return rpc_error(c, q, -EINVAL, "the body is not a JSON object");
     struct ad_session *s = q->sess;
@@ -1304,7 +1305,7 @@ static struct ad_e2b_watcher *watcher_locked(struct ad_session *s, cJSON *m,
 
 static enum MHD_Result fs_watcher_events(struct MHD_Connection *c, struct ad_req *q)
 {
-    _ad_cjson_ cJSON *m = unary_request(q);
+    _cleanup_cjson_ cJSON *m = unary_request(q);
     struct ad_e2b_watcher *w = m ? watcher_locked(q->sess, m, NULL) : NULL;
     if (!w)
         return rpc_error(c, q, -ENOENT, "no such watcher");
@@ -1330,7 +1331,7 @@ static enum MHD_Result fs_watcher_events(struct MHD_Connection *c, struct ad_req
 
 static enum MHD_Result fs_watcher_remove(struct MHD_Connection *c, struct ad_req *q)
 {
-    _ad_cjson_ cJSON *m = unary_request(q);
+    _cleanup_cjson_ cJSON *m = unary_request(q);
     struct ad_e2b_watcher **link = NULL;
     struct ad_e2b_watcher *w = m ? watcher_locked(q->sess, m, &link) : NULL;
     if (!w)
@@ -1350,7 +1351,7 @@ static enum MHD_Result fs_watcher_remove(struct MHD_Connection *c, struct ad_req
 
 static enum MHD_Result files_get(struct MHD_Connection *c, struct ad_req *q)
 {
-    _ad_free_ char *path = guest_path(c, q->sess, query(c, "path"));
+    _cleanup_free_ char *path = guest_path(c, q->sess, query(c, "path"));
     if (!path)
         return e2b_error(c, q, 400, "path: a path in the sandbox");
     static unsigned counter;
@@ -1400,7 +1401,8 @@ static void upload_finish(struct upload *u)
 {
     if (u->fd < 0)
         return;
-    _ad_free_ char *dst = guest_path(u->c, u->q->sess, u->name && u->name[0] ? u->name : u->path);
+    _cleanup_free_ char *dst =
+        guest_path(u->c, u->q->sess, u->name && u->name[0] ? u->name : u->path);
     if (!dst) {
         u->rc = -EINVAL;
         snprintf(u->why, sizeof(u->why), "a file without a usable path");
@@ -1663,7 +1665,7 @@ static void execute_done(void *ctx)
 
 static enum MHD_Result ci_execute(struct MHD_Connection *c, struct ad_req *q)
 {
-    _ad_cjson_ cJSON *m = unary_request(q);
+    _cleanup_cjson_ cJSON *m = unary_request(q);
     cJSON *code = cJSON_GetObjectItemCaseSensitive(m, "code");
     cJSON *cid = cJSON_GetObjectItemCaseSensitive(m, "context_id");
     cJSON *lang = cJSON_GetObjectItemCaseSensitive(m, "language");
@@ -1698,7 +1700,7 @@ static enum MHD_Result ci_execute(struct MHD_Connection *c, struct ad_req *q)
                              .cwd = cwd,
                              .context = context,
                              .stdin_data = ""};
-    _ad_cjson_ cJSON *env = q->sess->e2b_env ? cJSON_Duplicate(q->sess->e2b_env, true) : NULL;
+    _cleanup_cjson_ cJSON *env = q->sess->e2b_env ? cJSON_Duplicate(q->sess->e2b_env, true) : NULL;
     if (cJSON_IsObject(envs)) {
         if (!env)
             env = cJSON_CreateObject();
@@ -1744,7 +1746,7 @@ static cJSON *context_json(const char *id, const char *lang, const char *cwd)
 
 static enum MHD_Result ci_context_create(struct MHD_Connection *c, struct ad_req *q)
 {
-    _ad_cjson_ cJSON *m = unary_request(q);
+    _cleanup_cjson_ cJSON *m = unary_request(q);
     cJSON *lang = cJSON_GetObjectItemCaseSensitive(m, "language");
     cJSON *cwd = cJSON_GetObjectItemCaseSensitive(m, "cwd");
     const char *k = kernel_lang(cJSON_IsString(lang) ? lang->valuestring : NULL);

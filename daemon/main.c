@@ -225,7 +225,7 @@ static int cmd_hosts(void)
         curl_easy_getinfo(h, CURLINFO_RESPONSE_CODE, &status);
         curl_easy_cleanup(h);
     }
-    _ad_cjson_ cJSON *j = rc == CURLE_OK && b.buf ? cJSON_Parse(b.buf) : NULL;
+    _cleanup_cjson_ cJSON *j = rc == CURLE_OK && b.buf ? cJSON_Parse(b.buf) : NULL;
     if (rc != CURLE_OK || status != 200 || !j) {
         cJSON *m = j ? cJSON_GetObjectItemCaseSensitive(
                            cJSON_GetObjectItemCaseSensitive(j, "error"), "message")

@@ -428,7 +428,7 @@ static enum MHD_Result mcp_post(struct MHD_Connection *c, struct ad_req *q)
     if (!accepts(accept, "application/json") && !accepts(accept, "text/event-stream"))
         return rpc_http_error(c, q, 406, NULL, -32600,
                               "Accept must allow application/json or text/event-stream");
-    _ad_cjson_ cJSON *msg = cJSON_ParseWithLength(q->body ? q->body : "", q->body_len);
+    _cleanup_cjson_ cJSON *msg = cJSON_ParseWithLength(q->body ? q->body : "", q->body_len);
     if (!msg)
         return rpc_http_error(c, q, 400, NULL, -32700, "parse error: the body is not JSON");
     struct shape sh = {0};

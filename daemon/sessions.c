@@ -587,7 +587,7 @@ int ad_session_create(const char *owner, const struct ad_limits *lim, const stru
     if (r < 0)
         return r;
     al_net_opts net = {0};
-    _ad_free_ const char **net_allow = NULL;
+    _cleanup_free_ const char **net_allow = NULL;
     if ((r = check_net(c, lim, &net, &net_allow, f)) < 0)
         return r;
     enum al_transport transport = AL_TRANSPORT_IMAGE;

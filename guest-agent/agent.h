@@ -4,6 +4,7 @@
 #define AIRLOCK_AGENT_H
 
 #include "airlock-proto.h"
+#include "cleanup.h"
 
 #include <errno.h>
 #include <limits.h>
@@ -59,22 +60,7 @@
 #define CGROUP_ROOT "/sys/fs/cgroup"
 #define CGROUP_BASE CGROUP_ROOT "/airlock"
 
-/* Cleanup helper, in the style of systemd/bubblewrap. */
-static inline void closep(int *fd)
-{
-    if (*fd >= 0) {
-        int saved = errno;
-        close(*fd);
-        errno = saved;
-    }
-}
-#define _cleanup_close_ __attribute__((cleanup(closep)))
-static inline int steal_fd(int *fd)
-{
-    int r = *fd;
-    *fd = -1;
-    return r;
-}
+/* Cleanup attributes: proto/cleanup.h (al_closep, al_take_fd, _cleanup_close_). */
 
 enum channel_kind {
     CHANNEL_VIRTIO, /* /dev/vportNpM: always open; host presence comes and goes */

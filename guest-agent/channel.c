@@ -101,7 +101,7 @@ int channel_open_unix(struct channel *ch, const char *path)
     /* A backlog of a few: relays connecting together each get in, the newest last. */
     if (bind(fd, (struct sockaddr *)&sa, sizeof(sa)) < 0 || listen(fd, 4) < 0)
         return -errno;
-    *ch = (struct channel){CHANNEL_UNIX, -1, -1, steal_fd(&fd), -1, steal_fd(&lock_fd)};
+    *ch = (struct channel){CHANNEL_UNIX, -1, -1, al_take_fd(&fd), -1, al_take_fd(&lock_fd)};
     agent_log("listening on %s", path);
     return 0;
 }
@@ -135,7 +135,7 @@ int channel_accept(struct channel *ch)
 void channel_drop(struct channel *ch)
 {
     if (ch->kind == CHANNEL_UNIX)
-        closep(&ch->in_fd);
+        al_closep(&ch->in_fd);
     if (ch->kind != CHANNEL_STDIO)
         ch->in_fd = ch->out_fd = -1;
 }

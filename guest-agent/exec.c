@@ -187,7 +187,7 @@ static int cgroup_create(struct agent *a, struct req *r)
 {
     snprintf(r->cgroup, sizeof(r->cgroup), "req-%u-%llu", r->id, (unsigned long long)++a->counter);
     if (a->spare_fd >= 0) {
-        int fd = steal_fd(&a->spare_fd);
+        int fd = al_take_fd(&a->spare_fd);
         if (renameat(a->cg_base_fd, a->spare, a->cg_base_fd, r->cgroup) == 0)
             return fd;
         close(fd);
@@ -257,7 +257,7 @@ void exec_kill(struct agent *a, struct req *r)
 {
     char path[sizeof(r->cgroup) + 16];
     if (r->tunnel) { /* no process: its socket goes, both ways */
-        closep(&r->in_fd);
+        al_closep(&r->in_fd);
         r->in_fd = -1;
         r->inq.head = r->inq.len = 0;
         if (r->out[0].fd >= 0)
@@ -390,7 +390,7 @@ pid_t spawn_process(const struct spawn *sp, const int *fds, int nfds, int cg_fd,
     if (pid == 0)
         child_run(sp, fds, nfds, ep_w, join);
     e[1] = errno;
-    close(steal_fd(&ep_w));
+    close(al_take_fd(&ep_w));
     if (pid < 0)
         return -1;
     ssize_t n;
@@ -461,10 +461,10 @@ static int spawn_pty(struct agent *a, struct req *r, const struct al_msg *m, str
     if (spawn_req(a, r, sp, fds) < 0)
         return -1;
     /* One stream: a terminal interleaves what the program writes on stdout and stderr. */
-    r->out[0] = exec_stream(a, steal_fd(&out), AL_STREAM_STDOUT, m->u.exec.output_cap);
-    r->in_fd = steal_fd(&in);
+    r->out[0] = exec_stream(a, al_take_fd(&out), AL_STREAM_STDOUT, m->u.exec.output_cap);
+    r->in_fd = al_take_fd(&in);
     r->want_stdin = want_stdin;
-    r->pty_fd = steal_fd(&master);
+    r->pty_fd = al_take_fd(&master);
     return 0;
 }
 
@@ -494,12 +494,12 @@ static int spawn(struct agent *a, struct req *r, const struct al_msg *m, struct 
     int fds[3] = {in_r >= 0 ? in_r : a->null_fd, out_w, err_w};
     if (spawn_req(a, r, sp, fds) < 0)
         return -1;
-    r->out[0] = exec_stream(a, steal_fd(&out_r), AL_STREAM_STDOUT, m->u.exec.output_cap);
-    r->out[1] = exec_stream(a, steal_fd(&err_r), AL_STREAM_STDERR, m->u.exec.output_cap);
+    r->out[0] = exec_stream(a, al_take_fd(&out_r), AL_STREAM_STDOUT, m->u.exec.output_cap);
+    r->out[1] = exec_stream(a, al_take_fd(&err_r), AL_STREAM_STDERR, m->u.exec.output_cap);
     if (in_w >= 0)
         exec_stdin_identity(r, in_w);
-    r->in_fd = want_stdin ? steal_fd(&in_w) : -1;
-    r->stdin_hold[1] = held_stdin ? steal_fd(&in_w) : -1;
+    r->in_fd = want_stdin ? al_take_fd(&in_w) : -1;
+    r->stdin_hold[1] = held_stdin ? al_take_fd(&in_w) : -1;
     r->want_stdin = want_stdin;
     return 0;
 }
@@ -584,12 +584,12 @@ void exec_flush_stdin(struct agent *a, struct req *r)
 static void pty_hangup(struct agent *a, struct req *r)
 {
     agent_log("hangup id=%u", r->id);
-    closep(&r->in_fd);
+    al_closep(&r->in_fd);
     r->in_fd = -1;
     r->inq.head = r->inq.len = 0;
     if (r->out[0].fd >= 0)
         ostream_close(a, r, &r->out[0]);
-    closep(&r->pty_fd);
+    al_closep(&r->pty_fd);
     r->pty_fd = -1;
 }
 
@@ -717,7 +717,7 @@ void exec_connect(struct agent *a, const struct al_msg *m)
     }
     agent_log("connect id=%u port=%u", r->id, port);
     r->out[0] = exec_stream(a, out, AL_STREAM_STDOUT, 0);
-    r->in_fd = steal_fd(&fd);
+    r->in_fd = al_take_fd(&fd);
     r->want_stdin = true;
     r->tunnel = true;
     r->reaped = true; /* no process to wait for: the end is the socket's */

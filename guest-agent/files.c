@@ -37,7 +37,7 @@ static int walk_beneath(int root_fd, char *dir)
     int fd = openat(root_fd, ".", O_PATH | O_DIRECTORY | O_CLOEXEC);
     for (size_t i = 0; fd >= 0 && i < n; i++) {
         int next = openat(fd, comp[i], O_PATH | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
-        closep(&fd);
+        al_closep(&fd);
         fd = next;
     }
     return fd < 0 ? -errno : fd;
@@ -205,8 +205,8 @@ void file_get_start(struct agent *a, const struct al_msg *m)
         req_free(a, r);
         return;
     }
-    r->out[0] =
-        (struct ostream){steal_fd(&fd), AL_STREAM_FILE, a->window, 0, (uint64_t)st.st_size, false};
+    r->out[0] = (struct ostream){al_take_fd(&fd),      AL_STREAM_FILE, a->window, 0,
+                                 (uint64_t)st.st_size, false};
     struct al_msg info = {.type = AL_FILE_INFO, .id = r->id};
     info.u.file_info.mode = st.st_mode & 07777;
     info.u.file_info.size = (uint64_t)st.st_size;

@@ -145,10 +145,10 @@ static struct kernel *kernel_find(struct agent *a, const struct kernel_lang *l, 
 /* Closes what the kernel holds; its process, if any, is reaped as an orphan. */
 static void kernel_forget(struct agent *a, struct kernel *k)
 {
-    closep(&k->ctl_fd);
+    al_closep(&k->ctl_fd);
     k->ctl_fd = -1;
     for (int i = 0; i < REQ_OUTS; i++) {
-        closep(&k->out_fd[i]);
+        al_closep(&k->out_fd[i]);
         k->out_fd[i] = -1;
     }
     free(k->wbuf);
@@ -244,10 +244,10 @@ static int kernel_start(struct agent *a, struct kernel *k, struct req *r, struct
         return -1;
     }
     k->pid = pid;
-    k->ctl_fd = steal_fd(&ctl);
-    k->out_fd[0] = steal_fd(&out_r);
-    k->out_fd[1] = steal_fd(&err_r);
-    k->out_fd[2] = steal_fd(&res_r);
+    k->ctl_fd = al_take_fd(&ctl);
+    k->out_fd[0] = al_take_fd(&out_r);
+    k->out_fd[1] = al_take_fd(&err_r);
+    k->out_fd[2] = al_take_fd(&res_r);
     k->linelen = 0;
     agent_log("kernel %s started, pid %d", l->name, (int)pid);
     return 0;
@@ -573,10 +573,10 @@ void kernel_exec(struct agent *a, struct req *r, const struct al_msg *m)
 static void run_stdin_close(struct req *r)
 {
     for (int i = 0; i < 2; i++) {
-        closep(&r->stdin_hold[i]);
+        al_closep(&r->stdin_hold[i]);
         r->stdin_hold[i] = -1;
     }
-    closep(&r->in_fd);
+    al_closep(&r->in_fd);
     r->in_fd = -1;
     r->inq.head = r->inq.len = 0;
 }
@@ -653,7 +653,7 @@ void kernel_ctl_io(struct agent *a, struct kernel *k, short revents)
         return;
     if (n <= 0) {
         /* The kernel let go of its control socket: it is dying or useless. */
-        closep(&k->ctl_fd);
+        al_closep(&k->ctl_fd);
         k->ctl_fd = -1;
         kernel_kill(a, k);
         return;

@@ -222,16 +222,16 @@ void req_free(struct agent *a, struct req *r)
 {
     for (int i = 0; i < REQ_OUTS; i++)
         if (!r->out[i].borrowed)
-            closep(&r->out[i].fd);
+            al_closep(&r->out[i].fd);
     if (r->kernel)
         r->kernel->run = NULL;
-    closep(&r->stdin_hold[0]);
-    closep(&r->stdin_hold[1]);
-    closep(&r->in_fd);
-    closep(&r->pty_fd);
+    al_closep(&r->stdin_hold[0]);
+    al_closep(&r->stdin_hold[1]);
+    al_closep(&r->in_fd);
+    al_closep(&r->pty_fd);
     if (r->tmp[0])
         unlinkat(r->dir_fd, r->tmp, 0); /* a FILE_PUT that did not finish */
-    closep(&r->dir_fd);
+    al_closep(&r->dir_fd);
     cgroup_remove(a, r->cgroup);
     free(r->inq.p);
     r->used = false;

@@ -56,7 +56,7 @@ static int relay_connect(const char *path)
     _cleanup_close_ int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
     if (fd < 0 || connect(fd, (struct sockaddr *)&sa, sizeof(sa)) < 0)
         return -errno;
-    return steal_fd(&fd);
+    return al_take_fd(&fd);
 }
 
 /* Starts `airlock-agent --unix PATH` (this same binary) in a session of its own, with no fd of

@@ -65,7 +65,7 @@ uint64_t al_session_disk_usage(const al_session *s)
     return total;
 }
 
-int al_check_free_space(const char *dir, uint64_t floor, char *why, size_t len)
+int al_check_free_space(const char *dir, uint64_t floor, al_error *err)
 {
     struct statvfs v;
     if (!floor || statvfs(dir, &v) < 0)
@@ -76,31 +76,27 @@ int al_check_free_space(const char *dir, uint64_t floor, char *why, size_t len)
     char a[32], f[32];
     human(avail, a, sizeof(a));
     human(floor, f, sizeof(f));
-    snprintf(why, len,
-             "only %s is free under %s, and Airlock keeps %s free (AIRLOCK_FREE_FLOOR_MB)", a, dir,
-             f);
-    return -ENOSPC;
+    return al_err(err, -ENOSPC,
+                  "only %s is free under %s, and Airlock keeps %s free (AIRLOCK_FREE_FLOOR_MB)", a,
+                  dir, f);
 }
 
-/* What is over, into why; 0 when nothing is. */
-static int over_budget(const al_session *s, char *why, size_t len)
+/* What is over, into err; 0 when nothing is. */
+static int over_budget(const al_session *s, al_error *err)
 {
     uint64_t used = al_session_disk_usage(s);
     if (s->disk_budget && used > s->disk_budget) {
         char u[32], b[32];
         human(used, u, sizeof(u));
         human(s->disk_budget, b, sizeof(b));
-        snprintf(why, len,
-                 "the session's disk and checkpoints use %s, over its budget of %s "
-                 "(--disk-budget); the VM was paused",
-                 u, b);
-        return -ENOSPC;
+        return al_err(err, -ENOSPC,
+                      "the session's disk and checkpoints use %s, over its budget of %s "
+                      "(--disk-budget); the VM was paused",
+                      u, b);
     }
-    char free_why[300];
-    if (al_check_free_space(s->state_dir, al_free_floor(), free_why, sizeof(free_why)) < 0) {
-        snprintf(why, len, "%s; the VM was paused", free_why);
-        return -ENOSPC;
-    }
+    al_error free_why = {0};
+    if (al_check_free_space(s->state_dir, al_free_floor(), &free_why) < 0)
+        return al_err(err, -ENOSPC, "%s; the VM was paused", free_why.msg);
     return 0;
 }
 
@@ -111,8 +107,8 @@ static void *watch(void *arg)
         struct pollfd p = {s->budget_stop[0], POLLIN, 0};
         if (poll(&p, 1, WATCH_MS) != 0)
             return NULL;
-        char why[sizeof(s->budget_why)];
-        if (over_budget(s, why, sizeof(why)) == 0)
+        al_error why = {0};
+        if (over_budget(s, &why) == 0)
             continue;
         /* A handle of its own: a restore may replace the session's while this runs. */
         virDomainPtr d = virDomainLookupByName(s->conn, s->name);
@@ -120,7 +116,7 @@ static void *watch(void *arg)
             virDomainSuspend(d);
             virDomainFree(d);
         }
-        memcpy(s->budget_why, why, sizeof(why));
+        snprintf(s->budget_why, sizeof(s->budget_why), "%s", why.msg);
         __atomic_store_n(&s->budget_over, true, __ATOMIC_RELEASE);
         if (write(s->budget_alarm[1], "!", 1) < 0) {
             /* the flag alone still stops the next request */

@@ -560,7 +560,7 @@ int al_session_list(void (*fn)(void *ctx, const al_session_info *info), void *ct
 
 /* ---- the client side ---- */
 
-struct al_remote {
+struct al_attach {
     char name[64];
     char sock[AL_PATH_MAX];
 };
@@ -585,7 +585,7 @@ static bool name_ok(const char *name)
     return strspn(name + plen, "0123456789abcdef") == n - plen;
 }
 
-int al_remote_open(const char *name, al_remote **out, al_error *err)
+int al_attach_open(const char *name, al_attach **out, al_error *err)
 {
     struct only_one one = {0};
     if (!name) {
@@ -601,7 +601,7 @@ int al_remote_open(const char *name, al_remote **out, al_error *err)
     }
     if (!name_ok(name))
         return al_err(err, -EINVAL, "'%s' is not a session name (see 'airlock ps')", name);
-    al_remote *r = calloc(1, sizeof(*r));
+    al_attach *r = calloc(1, sizeof(*r));
     if (!r)
         return al_err(err, -ENOMEM, "out of memory");
     char sessions[AL_PATH_MAX];
@@ -620,12 +620,12 @@ int al_remote_open(const char *name, al_remote **out, al_error *err)
     return 0;
 }
 
-void al_remote_close(al_remote *r)
+void al_attach_close(al_attach *r)
 {
     free(r);
 }
 
-const char *al_remote_name(const al_remote *r)
+const char *al_attach_name(const al_attach *r)
 {
     return r->name;
 }
@@ -659,7 +659,7 @@ static int send_request(int fd, const char *text, const int *fds, size_t nfds)
 
 /* Sends one request line with nfds fds to r's session and reads its answer: 0 with *out (an
  * "ok" answer), or the session's error. */
-static int remote_call(al_remote *r, const char *line, const int *fds, size_t nfds, int cancel_fd,
+static int remote_call(al_attach *r, const char *line, const int *fds, size_t nfds, int cancel_fd,
                        cJSON **out, al_error *err)
 {
     struct sockaddr_un sa = {.sun_family = AF_UNIX};
@@ -707,7 +707,7 @@ static int remote_call(al_remote *r, const char *line, const int *fds, size_t nf
     return 0;
 }
 
-int al_remote_port(al_remote *r, unsigned port, int fd, int cancel_fd, al_port_counts *counts,
+int al_attach_port(al_attach *r, unsigned port, int fd, int cancel_fd, al_port_counts *counts,
                    al_error *err)
 {
     if (port < 1 || port > 65535)
@@ -735,7 +735,7 @@ int al_remote_port(al_remote *r, unsigned port, int fd, int cancel_fd, al_port_c
     return 0;
 }
 
-int al_remote_exec(al_remote *r, const al_exec_opts *opts, al_exec_result *out, al_error *err)
+int al_attach_exec(al_attach *r, const al_exec_opts *opts, al_exec_result *out, al_error *err)
 {
     al_exec_opts taken = AL_EXEC_OPTS_INIT;
     const al_exec_opts *o = &taken;
@@ -799,10 +799,10 @@ int al_remote_exec(al_remote *r, const al_exec_opts *opts, al_exec_result *out, 
 
 static int remote_runner_exec(void *ctx, const al_exec_opts *o, al_exec_result *out, al_error *err)
 {
-    return al_remote_exec(ctx, o, out, err);
+    return al_attach_exec(ctx, o, out, err);
 }
 
-static int guest_is_dir(al_remote *r, const char *path, bool *out, al_error *err)
+static int guest_is_dir(al_attach *r, const char *path, bool *out, al_error *err)
 {
     const char *argv[] = {"test", "-d", path, NULL};
     _cleanup_close_ int devnull = open("/dev/null", O_WRONLY | O_CLOEXEC);
@@ -812,7 +812,7 @@ static int guest_is_dir(al_remote *r, const char *path, bool *out, al_error *err
                       .stdout_fd = devnull,
                       .stderr_fd = devnull};
     al_exec_result res = AL_EXEC_RESULT_INIT;
-    int ret = al_remote_exec(r, &o, &res, err);
+    int ret = al_attach_exec(r, &o, &res, err);
     if (ret < 0)
         return ret;
     *out = res.how == AL_EXEC_EXITED && res.value == 0;
@@ -854,7 +854,7 @@ static int split_guest(const char *path, char *dir, size_t dlen, char *name, siz
     return 0;
 }
 
-int al_remote_put(al_remote *r, const char *host_path, const char *guest_path, al_error *err)
+int al_attach_put(al_attach *r, const char *host_path, const char *guest_path, al_error *err)
 {
     char src_name[256], dest_dir[AL_PATH_MAX + 1], name[256];
     if (last_name(host_path, src_name, sizeof(src_name)) < 0)
@@ -894,7 +894,7 @@ int al_remote_put(al_remote *r, const char *host_path, const char *guest_path, a
 }
 
 /* A guest file into a temporary file next to target, renamed over it once complete. */
-static int get_file(al_remote *r, const char *guest_path, const char *target, al_error *err)
+static int get_file(al_attach *r, const char *guest_path, const char *target, al_error *err)
 {
     char tmp[AL_PATH_MAX];
     const char *slash = strrchr(target, '/');
@@ -916,7 +916,7 @@ static int get_file(al_remote *r, const char *guest_path, const char *target, al
                       .stderr_fd = efd,
                       .output_cap = AL_WORKDIR_BYTES_MAX_DEFAULT};
     al_exec_result res = AL_EXEC_RESULT_INIT;
-    int ret = al_remote_exec(r, &o, &res, err);
+    int ret = al_attach_exec(r, &o, &res, err);
     if (ret == 0 && res.truncated_stdout)
         ret = al_err(err, -EFBIG, "'%s' is larger than %llu bytes", guest_path,
                      (unsigned long long)AL_WORKDIR_BYTES_MAX_DEFAULT);
@@ -930,7 +930,7 @@ static int get_file(al_remote *r, const char *guest_path, const char *target, al
     return ret;
 }
 
-int al_remote_get(al_remote *r, const char *guest_path, const char *host_path, al_error *err)
+int al_attach_get(al_attach *r, const char *guest_path, const char *host_path, al_error *err)
 {
     char name[256], target[AL_PATH_MAX];
     if (guest_path[0] != '/' || last_name(guest_path, name, sizeof(name)) < 0)

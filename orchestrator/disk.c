@@ -13,21 +13,9 @@
 
 /* qemu-img's complaint, quoted in the error: one line is enough. */
 
-static void xml_docp(xmlDocPtr *d)
-{
-    if (*d)
-        xmlFreeDoc(*d);
-}
-static void xml_ctxp(xmlXPathContextPtr *c)
-{
-    if (*c)
-        xmlXPathFreeContext(*c);
-}
-static void xml_objp(xmlXPathObjectPtr *o)
-{
-    if (*o)
-        xmlXPathFreeObject(*o);
-}
+AL_DEFINE_CLEANUP(xml_docp, xmlDocPtr, xmlFreeDoc)
+AL_DEFINE_CLEANUP(xml_ctxp, xmlXPathContextPtr, xmlXPathFreeContext)
+AL_DEFINE_CLEANUP(xml_objp, xmlXPathObjectPtr, xmlXPathFreeObject)
 
 /* The uid:gid QEMU runs as: libvirt's DAC base label for this domain type, from the host
  * capabilities ("+64055:+64055" for libvirt-qemu under qemu:///system, the caller's own ids

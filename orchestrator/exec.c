@@ -1,6 +1,7 @@
 /* Running one command in the guest: send EXEC, stream stdin in and stdout/stderr out, collect
  * the exit. */
 #include "link.h"
+#include "result.h"
 
 #include <errno.h>
 #include <poll.h>

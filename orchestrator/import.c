@@ -45,11 +45,7 @@ static const struct al_spawn_limits INFO_LIMITS = {.cpu_s = 30, .as_bytes = 1ul 
 static const struct al_spawn_limits CONVERT_LIMITS = {.cpu_s = 600, .as_bytes = 2ul << 30};
 
 /* Removes the scratch directory however the import ends (after a swap it holds the old image). */
-static void rmtreep(char **dir)
-{
-    if (*dir)
-        al_rmtree(*dir);
-}
+AL_DEFINE_CLEANUP(rmtreep, char *, al_rmtree)
 
 /* Copies len bytes at off, by copy_file_range where the kernel can, else through *buf (1 MiB,
  * allocated on first use). */

@@ -15,16 +15,8 @@
 #include <unistd.h>
 
 /* ---- libvirt handles and errors (vm.c) ---- */
-static inline void al_virconnp(virConnectPtr *c)
-{
-    if (*c)
-        virConnectClose(*c);
-}
-static inline void al_virdomp(virDomainPtr *d)
-{
-    if (*d)
-        virDomainFree(*d);
-}
+AL_DEFINE_CLEANUP(al_virconnp, virConnectPtr, virConnectClose)
+AL_DEFINE_CLEANUP(al_virdomp, virDomainPtr, virDomainFree)
 #define _cleanup_virconn_ __attribute__((cleanup(al_virconnp)))
 #define _cleanup_virdom_ __attribute__((cleanup(al_virdomp)))
 /* al_err, with the libvirt's last error message appended. */

@@ -4,6 +4,7 @@
  * bytes: a bigger one is skipped as it streams by and reported as refused, and so is one that
  * does not parse, names no known MIME type, carries text that is not UTF-8 or an image whose
  * bytes are not of its kind. Fuzzed by tests/fuzz/fuzz-result.c. */
+#include "result.h"
 #include "internal.h"
 
 #include <cjson/cJSON.h>

@@ -53,7 +53,7 @@ static int locked_dir_create(const char *parent, const char *name, char *out, si
  * in the runtime dir (tmpfs: the host's RAM). No session starts below the free-space floor. */
 static int session_dir_create(al_session *s, al_error *err)
 {
-    char run[AL_PATH_MAX], state[AL_PATH_MAX], why[400];
+    char run[AL_PATH_MAX], state[AL_PATH_MAX];
     int r = al_runtime_dir(run, sizeof(run), err);
     if (r == 0)
         r = locked_dir_create(run, s->name, s->dir, sizeof(s->dir), &s->lock_fd, err);
@@ -63,9 +63,10 @@ static int session_dir_create(al_session *s, al_error *err)
     r = al_state_dir(state, sizeof(state), err);
     if (r < 0)
         return r;
-    r = al_check_free_space(state, al_free_floor(), why, sizeof(why));
+    al_error why = {0};
+    r = al_check_free_space(state, al_free_floor(), &why);
     if (r < 0)
-        return al_err(err, r, "cannot start a session: %s", why);
+        return al_err(err, r, "cannot start a session: %s", why.msg);
     r = locked_dir_create(state, s->name, s->state_dir, sizeof(s->state_dir), &s->state_lock_fd,
                           err);
     if (r < 0)
@@ -588,18 +589,17 @@ static void session_pick_template(al_session *s, const al_session_opts *opts,
                                   enum al_transport kind)
 {
     struct al_template_id id;
-    al_error ignored = {0};
-    char why[300] = "";
+    al_error ignored = {0}, why = {0};
     if (!al_template_applies(s, opts, kind) ||
         al_template_id_of(s, kind, session_memory_mib(s, opts),
                           opts->vcpus ? opts->vcpus : VCPUS_DEFAULT, &id, &ignored) < 0)
         return;
-    switch (al_template_find(s, &id, why, sizeof(why))) {
+    switch (al_template_find(s, &id, &why)) {
     case AL_TEMPLATE_REFUSED:
         session_notice(s,
                        "the warm template of image '%s' is not usable (%s); removed, booting "
                        "cold",
-                       s->img.name, why);
+                       s->img.name, why.msg);
         break;
     case AL_TEMPLATE_STALE:
         session_notice(s,

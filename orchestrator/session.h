@@ -27,7 +27,7 @@ struct al_session {
     int budget_stop[2];  /* closes the watcher */
     int budget_alarm[2]; /* written once it paused the VM: wakes the channel */
     bool budget_over;    /* atomic: the watcher paused the VM, budget_why says why */
-    char budget_why[400];
+    char budget_why[sizeof(((al_error *)0)->msg)];
     FILE *console_to; /* copy the console here at close, or NULL */
     bool quiet;       /* notices: none, to on_notice, else to notice (NULL: stderr) */
     FILE *notice;
@@ -86,7 +86,7 @@ int al_budget_refuse(const al_session *s, al_error *err);
 int al_budget_room_for_checkpoint(const al_session *s, al_error *err);
 uint64_t al_session_disk_usage(const al_session *s);
 uint64_t al_free_floor(void);
-int al_check_free_space(const char *dir, uint64_t floor, char *why, size_t len);
+int al_check_free_space(const char *dir, uint64_t floor, al_error *err);
 
 /* net.c: a session with network: its proxy started and the VM's NIC in cfg (prepare), the
  * relay once the guest is up (start), everything stopped (stop); gc's reaping of a crashed
@@ -141,7 +141,7 @@ int al_template_id_of(al_session *s, enum al_transport kind, unsigned mem, unsig
 /* Loads the template into s->tmpl when it is there and intact (FOUND); else removes it (REFUSED,
  * why says why) or older ones of the image (STALE), or finds none (NONE). */
 enum { AL_TEMPLATE_FOUND, AL_TEMPLATE_NONE, AL_TEMPLATE_REFUSED, AL_TEMPLATE_STALE };
-int al_template_find(al_session *s, const struct al_template_id *id, char *why, size_t wlen);
+int al_template_find(al_session *s, const struct al_template_id *id, al_error *why);
 /* Building one (warm.c drives it): takes the build lock (into *lock_fd) and makes the staging
  * dir and its RAM file for the session to boot on (1: someone built it meanwhile, no lock);
  * saves the booted session s there (the python kernel warmed first); moves it into place
@@ -163,7 +163,7 @@ void al_template_free(struct al_template *t);
 int al_exec_quiet(al_session *s, al_exec_opts o, const char *what, al_error *err);
 /* The caller's al_exec_opts into dst as the library uses them (checked by size, descriptors'
  * zero-means-none read as -1, AL_FD_STDIN as 0) and out checked to be filled: what al_exec and
- * al_remote_exec do first. */
+ * al_attach_exec do first. */
 int al_exec_take(al_exec_opts *dst, const al_exec_opts *src, al_exec_result *out, al_error *err);
 /* checkpoint.c: the PING round trip that leaves the agent idle at a frame boundary. */
 int al_session_barrier(al_session *s, al_error *err);

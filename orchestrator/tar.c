@@ -380,16 +380,8 @@ static la_ssize_t write_cb(struct archive *a, void *ctx, const void *buf, size_t
     return (la_ssize_t)len;
 }
 
-static void archive_writep(struct archive **a)
-{
-    if (*a)
-        archive_write_free(*a);
-}
-static void archive_entryp(struct archive_entry **e)
-{
-    if (*e)
-        archive_entry_free(*e);
-}
+AL_DEFINE_CLEANUP(archive_writep, struct archive *, archive_write_free)
+AL_DEFINE_CLEANUP(archive_entryp, struct archive_entry *, archive_entry_free)
 #define _cleanup_archive_write_ __attribute__((cleanup(archive_writep)))
 #define _cleanup_archive_entry_ __attribute__((cleanup(archive_entryp)))
 

@@ -92,11 +92,7 @@ void al_template_free(struct al_template *t)
     free(t);
 }
 
-static void evp_freep(EVP_MD_CTX **c)
-{
-    if (*c)
-        EVP_MD_CTX_free(*c);
-}
+AL_DEFINE_CLEANUP(evp_freep, EVP_MD_CTX *, EVP_MD_CTX_free)
 
 /* SHA-256 of a file's bytes, in hex. */
 static int sha256_file(const char *path, char out[65])
@@ -308,7 +304,7 @@ static int manifest_write(const char *dir, const char *key, const al_session *s,
 }
 
 /* Reads DIR/manifest.json: ours (owner, 0600, no symlink), at most 64 KiB. */
-static cJSON *manifest_read(const char *dir, char *why, size_t wlen)
+static cJSON *manifest_read(const char *dir, al_error *why)
 {
     char path[AL_PATH_MAX];
     if (al_pathf(path, sizeof(path), "%s/" MANIFEST, dir) < 0)
@@ -316,24 +312,24 @@ static cJSON *manifest_read(const char *dir, char *why, size_t wlen)
     _cleanup_close_ int fd = open(path, O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
     struct stat st;
     if (fd < 0 || fstat(fd, &st) < 0) {
-        snprintf(why, wlen, "no manifest");
+        al_err(why, -ESTALE, "no manifest");
         return NULL;
     }
     if (!S_ISREG(st.st_mode) || st.st_uid != geteuid() || (st.st_mode & 0777) != 0600 ||
         st.st_size > 65536) {
-        snprintf(why, wlen, "its manifest's owner, mode or size changed");
+        al_err(why, -ESTALE, "its manifest's owner, mode or size changed");
         return NULL;
     }
     char buf[65537];
     ssize_t n = read(fd, buf, sizeof(buf) - 1);
     if (n <= 0) {
-        snprintf(why, wlen, "its manifest cannot be read");
+        al_err(why, -ESTALE, "its manifest cannot be read");
         return NULL;
     }
     buf[n] = '\0';
     cJSON *j = cJSON_Parse(buf);
     if (!j)
-        snprintf(why, wlen, "its manifest is not JSON");
+        al_err(why, -ESTALE, "its manifest is not JSON");
     return j;
 }
 
@@ -351,8 +347,7 @@ static double jnum(const cJSON *o, const char *k)
 
 /* Whether the files are the ones recorded: owner, mode, size, inode, times, and the SHA-256 of
  * each file whose hash is asked for (bit i of hash_mask). why says what differs. */
-static bool files_intact(const char *dir, const cJSON *j, unsigned hash_mask, char *why,
-                         size_t wlen)
+static bool files_intact(const char *dir, const cJSON *j, unsigned hash_mask, al_error *why)
 {
     const cJSON *files = cJSON_GetObjectItemCaseSensitive(j, "files");
     for (int i = 0; i < NFILES; i++) {
@@ -361,7 +356,7 @@ static bool files_intact(const char *dir, const cJSON *j, unsigned hash_mask, ch
         struct file_rec have;
         if (!f || al_pathf(path, sizeof(path), "%s/%s", dir, FILES[i]) < 0 ||
             record_file(path, false, &have) < 0) {
-            snprintf(why, wlen, "its %s is missing", FILES[i]);
+            al_err(why, -ESTALE, "its %s is missing", FILES[i]);
             return false;
         }
         char mt[32], ct[32];
@@ -369,18 +364,18 @@ static bool files_intact(const char *dir, const cJSON *j, unsigned hash_mask, ch
         snprintf(ct, sizeof(ct), "%lld", (long long)have.ctime_ns);
         if (!S_ISREG(have.mode) || (have.mode & 0777) != 0600 ||
             (double)have.uid != jnum(f, "uid") || (double)have.mode != jnum(f, "mode")) {
-            snprintf(why, wlen, "its %s's owner or mode changed", FILES[i]);
+            al_err(why, -ESTALE, "its %s's owner or mode changed", FILES[i]);
             return false;
         }
         if ((double)have.size != jnum(f, "size") || (double)have.ino != jnum(f, "ino") ||
             strcmp(mt, jstr(f, "mtime_ns")) || strcmp(ct, jstr(f, "ctime_ns"))) {
-            snprintf(why, wlen, "its %s was changed after it was made", FILES[i]);
+            al_err(why, -ESTALE, "its %s was changed after it was made", FILES[i]);
             return false;
         }
         if (hash_mask & (1u << i)) {
             char sha[65];
             if (sha256_file(path, sha) < 0 || strcmp(sha, jstr(f, "sha256"))) {
-                snprintf(why, wlen, "its %s's checksum differs", FILES[i]);
+                al_err(why, -ESTALE, "its %s's checksum differs", FILES[i]);
                 return false;
             }
         }
@@ -423,22 +418,21 @@ static int remove_others(const char *tdir, const char *prefix, const char *keep)
     return n;
 }
 
-/* Loads the template in dir when it is intact: 0, or -1 with why set. */
-static int template_load(const char *dir, const char *key, struct al_template **out, char *why,
-                         size_t wlen)
+/* Loads the template in dir when it is intact: 0, or -1 with why set (-ESTALE: what differs). */
+static int template_load(const char *dir, const char *key, struct al_template **out, al_error *why)
 {
-    _cleanup_cjson_ cJSON *j = manifest_read(dir, why, wlen);
+    _cleanup_cjson_ cJSON *j = manifest_read(dir, why);
     if (!j)
         return -1;
     if (strcmp(jstr(j, "key"), key)) {
-        snprintf(why, wlen, "its manifest names another key");
+        al_err(why, -ESTALE, "its manifest names another key");
         return -1;
     }
-    if (!files_intact(dir, j, (1u << F_STATE) | (1u << F_DISK), why, wlen))
+    if (!files_intact(dir, j, (1u << F_STATE) | (1u << F_DISK), why))
         return -1;
     struct al_template *t = calloc(1, sizeof(*t));
     if (!t) {
-        snprintf(why, wlen, "out of memory");
+        al_err(why, -ESTALE, "out of memory");
         return -1;
     }
     int bad = al_pathf(t->dir, sizeof(t->dir), "%s", dir);
@@ -446,7 +440,7 @@ static int template_load(const char *dir, const char *key, struct al_template **
         bad |= al_pathf(t->path[i], sizeof(t->path[i]), "%s/%s", dir, FILES[i]);
     if (bad < 0) {
         free(t);
-        snprintf(why, wlen, "its path is too long");
+        al_err(why, -ESTALE, "its path is too long");
         return -1;
     }
     t->python = cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(j, "python"));
@@ -488,11 +482,11 @@ int al_template_id_of(al_session *s, enum al_transport kind, unsigned mem, unsig
     return 0;
 }
 
-int al_template_find(al_session *s, const struct al_template_id *id, char *why, size_t wlen)
+int al_template_find(al_session *s, const struct al_template_id *id, al_error *why)
 {
     struct stat st;
     bool exists = lstat(id->dir, &st) == 0;
-    if (exists && template_load(id->dir, id->key, &s->tmpl, why, wlen) == 0)
+    if (exists && template_load(id->dir, id->key, &s->tmpl, why) == 0)
         return AL_TEMPLATE_FOUND;
     if (exists) {
         al_rmtree(id->dir);
@@ -929,12 +923,12 @@ int al_template_list(void (*fn)(void *ctx, const al_template_info *t), void *ctx
     qsort(names, n, sizeof(*names), name_cmp);
     for (size_t i = 0; i < n; i++) {
         al_template_info info = AL_TEMPLATE_INFO_INIT;
-        char why[300] = "";
+        al_error why = {0};
         if (al_pathf(info.path, sizeof(info.path), "%s/%s", tdir, names[i]) < 0) {
             free(names[i]);
             continue;
         }
-        _cleanup_cjson_ cJSON *j = manifest_read(info.path, why, sizeof(why));
+        _cleanup_cjson_ cJSON *j = manifest_read(info.path, &why);
         if (j) {
             snprintf(info.image, sizeof(info.image), "%s", jstr(j, "image"));
             info.memory_mib = (unsigned)jnum(j, "memory_mib");
@@ -947,14 +941,14 @@ int al_template_list(void (*fn)(void *ctx, const al_template_info *t), void *ctx
             /* The directory is named after its key: a manifest moved between templates is
              * not theirs. Everything is hashed here, the RAM too. */
             if (nl < 16 || strncmp(names[i] + nl - 16, key, 16))
-                snprintf(why, sizeof(why), "its manifest names another key");
+                al_err(&why, -ESTALE, "its manifest names another key");
             else
-                files_intact(info.path, j, ~0u, why, sizeof(why));
+                files_intact(info.path, j, ~0u, &why);
         } else {
             snprintf(info.image, sizeof(info.image), "%.*s", (int)strcspn(names[i], "-"), names[i]);
         }
         info.bytes = dir_bytes(info.path);
-        info.why = why[0] ? why : NULL;
+        info.why = why.code ? why.msg : NULL;
         fn(ctx, &info);
         free(names[i]);
     }

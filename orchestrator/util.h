@@ -5,54 +5,23 @@
 #define AIRLOCK_UTIL_H
 
 #include "airlock.h"
+#include "airlock/policy.h"
+#include "airlock/text.h"
 
 #include <cjson/cJSON.h>
+
+#include "cleanup.h" /* after cJSON.h: _cleanup_cjson_ */
 #include <errno.h>
 #include <stdarg.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <unistd.h>
 
-/* ---- cleanup attributes ---- */
-static inline void al_freep(void *p)
-{
-    free(*(void **)p);
-}
-static inline void al_closep(int *fd)
-{
-    if (*fd >= 0) {
-        int saved = errno;
-        close(*fd);
-        errno = saved;
-    }
-}
+/* ---- cleanup attributes: proto/cleanup.h ---- */
 /* A pty run's rows or columns as the library sends them: cut to AL_PTY_ROWS_COLS_MAX. */
 static inline unsigned al_pty_dim(unsigned v)
 {
     return v > AL_PTY_ROWS_COLS_MAX ? AL_PTY_ROWS_COLS_MAX : v;
-}
-
-static inline void al_cjsonp(cJSON **j)
-{
-    cJSON_Delete(*j);
-}
-#define _cleanup_free_ __attribute__((cleanup(al_freep)))
-#define _cleanup_close_ __attribute__((cleanup(al_closep)))
-#define _cleanup_cjson_ __attribute__((cleanup(al_cjsonp)))
-
-static inline void *al_steal(void *pp)
-{
-    void **p = pp;
-    void *v = *p;
-    *p = NULL;
-    return v;
-}
-#define TAKE_PTR(p) ((__typeof__(p))al_steal(&(p)))
-static inline int al_take_fd(int *fd)
-{
-    int v = *fd;
-    *fd = -1;
-    return v;
 }
 
 /* ---- errors ---- */

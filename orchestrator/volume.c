@@ -39,29 +39,13 @@ bool al_conn_remote(virConnectPtr conn)
     return p && p[3] && p[3] != '/';
 }
 
-static void evp_freep(EVP_MD_CTX **c)
-{
-    if (*c)
-        EVP_MD_CTX_free(*c);
-}
+AL_DEFINE_CLEANUP(evp_freep, EVP_MD_CTX *, EVP_MD_CTX_free)
 
-static void vol_freep(virStorageVolPtr *v)
-{
-    if (*v)
-        virStorageVolFree(*v);
-}
+AL_DEFINE_CLEANUP(vol_freep, virStorageVolPtr, virStorageVolFree)
 
-static void pool_freep(virStoragePoolPtr *p)
-{
-    if (*p)
-        virStoragePoolFree(*p);
-}
+AL_DEFINE_CLEANUP(pool_freep, virStoragePoolPtr, virStoragePoolFree)
 
-static void stream_freep(virStreamPtr *s)
-{
-    if (*s)
-        virStreamFree(*s);
-}
+AL_DEFINE_CLEANUP(stream_freep, virStreamPtr, virStreamFree)
 
 /* The host's pool, defined (autostarted) and started when it is not. */
 static int pool_get(virConnectPtr conn, virStoragePoolPtr *out, al_error *err)

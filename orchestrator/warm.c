@@ -150,13 +150,13 @@ static void ensure_template(const al_session_opts *opts)
                         name, e.msg);
         return;
     }
-    char why[300] = "";
-    switch (al_template_find(&p->s, &p->id, why, sizeof(why))) {
+    al_error why = {0};
+    switch (al_template_find(&p->s, &p->id, &why)) {
     case AL_TEMPLATE_FOUND:
         return;
     case AL_TEMPLATE_REFUSED:
         warm_notice(opts, "the warm template of image '%s' is not usable (%s); rebuilding it", name,
-                    why);
+                    why.msg);
         break;
     case AL_TEMPLATE_STALE:
         warm_notice(opts, "the warm template of image '%s' is stale; rebuilding it", name);

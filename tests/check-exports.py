@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
-"""libairlock exports exactly what its header declares (issue 36): the functions airlock.h
-declares, the globals of the version script (orchestrator/libairlock.sym) and the built
+"""libairlock exports exactly what its headers declare (issue 36): the functions airlock.h
+and airlock/*.h declare, the globals of the version script (orchestrator/libairlock.sym) and the built
 library's dynamic symbols are one set, every one in a LIBAIRLOCK_ version node; the header's
 version macros, al_version() at run time and the project's version agree.
 
@@ -16,7 +16,11 @@ import sys
 
 
 def declared(header):
-    text = open(header).read()
+    """The functions of airlock.h and of the headers beside it (include/airlock/*.h)."""
+    import glob
+    import os
+    paths = [header] + sorted(glob.glob(os.path.join(os.path.dirname(header), "airlock", "*.h")))
+    text = "".join(open(p).read() for p in paths)
     text = re.sub(r"/\*.*?\*/", " ", text, flags=re.S)          # comments
     text = re.sub(r"(?m)^\s*#.*(\\\n.*)*$", " ", text)            # preprocessor lines
     return set(re.findall(r"\b(al_\w+)\s*\(", text))

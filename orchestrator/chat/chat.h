@@ -14,6 +14,8 @@
 #include <cjson/cJSON.h>
 
 #include "airlock.h"
+#include "airlock/policy.h"
+#include "airlock/text.h"
 #include "model.h"
 
 /* Defaults, each a judgement call documented in the README. */

@@ -3,6 +3,8 @@
 #define AIRLOCK_CLI_H
 
 #include "airlock.h"
+#include "airlock/policy.h"
+#include "airlock/text.h"
 #include "util.h" /* al_pathf */
 
 #include <pthread.h>
@@ -135,7 +137,7 @@ struct cli_port {
 /* docker's -p: GUEST, HOST:GUEST or ADDR:HOST:GUEST; 0, or -1 having said why. */
 int cli_publish_parse(const char *spec, struct cli_port *out);
 /* Opens a forward for each port to s or r (one of them), each said on stderr unless quiet. */
-int cli_forwards_open(al_session *s, al_remote *r, struct cli_port *ports, size_t n, bool quiet,
+int cli_forwards_open(al_session *s, al_attach *r, struct cli_port *ports, size_t n, bool quiet,
                       al_error *err);
 void cli_forwards_close(struct cli_port *ports, size_t n);
 /* A --put source, before anything boots: a regular file we can open; else said in one line

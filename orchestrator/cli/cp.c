@@ -53,15 +53,15 @@ int cmd_cp(struct cli_globals *g, int argc, char **argv)
         return cli_remote_cp(g, session, src_guest ? src_path : argv[1],
                              src_guest ? argv[2] : dst_path, !src_guest);
     al_error err = {0};
-    al_remote *r = NULL;
-    int ret = al_remote_open(session, &r, &err);
+    al_attach *r = NULL;
+    int ret = al_attach_open(session, &r, &err);
     if (ret == -ENOENT && session && cli_daemon_here())
         return cli_remote_cp(g, session, src_guest ? src_path : argv[1],
                              src_guest ? argv[2] : dst_path, !src_guest);
     if (ret == 0)
-        ret = src_guest ? al_remote_get(r, src_path, argv[2], &err)
-                        : al_remote_put(r, argv[1], dst_path, &err);
-    al_remote_close(r);
+        ret = src_guest ? al_attach_get(r, src_path, argv[2], &err)
+                        : al_attach_put(r, argv[1], dst_path, &err);
+    al_attach_close(r);
     if (ret < 0) {
         cli_error(&err);
         return 1;

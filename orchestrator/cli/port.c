@@ -80,13 +80,13 @@ static void say_error(void *ctx, const char *msg)
     fprintf(stderr, "airlock: %s\n", al_term_escape(msg, safe, sizeof(safe)));
 }
 
-int cli_forwards_open(al_session *s, al_remote *r, struct cli_port *ports, size_t n, bool quiet,
+int cli_forwards_open(al_session *s, al_attach *r, struct cli_port *ports, size_t n, bool quiet,
                       al_error *err)
 {
     for (size_t i = 0; i < n; i++) {
         al_forward_opts o = {.struct_size = sizeof(al_forward_opts),
                              .session = s,
-                             .remote = r,
+                             .attach = r,
                              .bind = ports[i].bind[0] ? ports[i].bind : NULL,
                              .host_port = ports[i].host,
                              .guest_port = ports[i].guest,
@@ -151,15 +151,15 @@ int cmd_port(struct cli_globals *g, int argc, char **argv)
         return 2;
     }
     al_error err = {0};
-    al_remote *r = NULL;
-    if (al_remote_open(name, &r, &err) < 0) {
+    al_attach *r = NULL;
+    if (al_attach_open(name, &r, &err) < 0) {
         cli_error(&err);
         return err.code == -ENOENT ? EXIT_NOT_FOUND : EXIT_AIRLOCK_FAILED;
     }
     int cancel = cli_cancel_pipe(NULL);
     if (cli_forwards_open(NULL, r, &p, 1, false, &err) < 0) {
         cli_error(&err);
-        al_remote_close(r);
+        al_attach_close(r);
         return EXIT_AIRLOCK_FAILED;
     }
     if (!g->quiet)
@@ -172,6 +172,6 @@ int cmd_port(struct cli_globals *g, int argc, char **argv)
             break;
     }
     cli_forwards_close(&p, 1);
-    al_remote_close(r);
+    al_attach_close(r);
     return 0;
 }

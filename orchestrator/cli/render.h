@@ -9,6 +9,8 @@
 #include <stdio.h>
 
 #include "airlock.h"
+#include "airlock/policy.h"
+#include "airlock/text.h"
 
 struct render {
     FILE *out;

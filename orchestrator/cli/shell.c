@@ -22,10 +22,10 @@ static const char usage[] =
 static int shell_in(struct cli_globals *g, const char *name)
 {
     al_error err = {0};
-    al_remote *r = NULL;
+    al_attach *r = NULL;
     if (cli_remote_wanted(g))
         return cli_remote_shell(g, name);
-    if (al_remote_open(name, &r, &err) < 0) {
+    if (al_attach_open(name, &r, &err) < 0) {
         if (err.code == -ENOENT && cli_daemon_here())
             return cli_remote_shell(g, name);
         cli_error(&err);
@@ -41,9 +41,9 @@ static int shell_in(struct cli_globals *g, const char *name)
     al_exec_result res = AL_EXEC_RESULT_INIT;
     int ret = cli_tty_open(&t, true, &eo, &err);
     if (ret == 0)
-        ret = al_remote_exec(r, &eo, &res, &err);
+        ret = al_attach_exec(r, &eo, &res, &err);
     cli_tty_close(&t);
-    al_remote_close(r);
+    al_attach_close(r);
     if (t.left)
         fprintf(stderr, "airlock: left the terminal (Ctrl-])\n");
     if (ret < 0) {

@@ -29,8 +29,9 @@
  * - Structs the library hands to a callback or owns: struct_size is what it filled; read a field
  * newer than the oldest library you support only when AL_HAS(p, field). Frozen (never change; what
  * they would need goes into a new struct): al_error, al_net_opts (inside al_session_opts), al_mime
- * (inside al_result), al_result_stats (inside al_exec_result), al_term_state (zeroed state the
- * caller keeps). orchestrator/abi/ holds the ABI baseline CI compares with (docs/PACKAGING.md).
+ * (inside al_result), al_result_stats (inside al_exec_result), al_term_state (airlock/text.h:
+ * zeroed state the caller keeps). orchestrator/abi/ holds the ABI baseline CI compares with
+ * (docs/PACKAGING.md).
  */
 #ifndef AIRLOCK_H
 #define AIRLOCK_H
@@ -51,6 +52,11 @@ extern "C" {
  * than the library that filled it. */
 #define AL_HAS(p, field)                                                                           \
     ((p)->struct_size >= offsetof(__typeof__(*(p)), field) + sizeof((p)->field))
+/* What each AL_<NAME>_INIT is: the struct's size, the rest zero. */
+#define AL_SIZED_INIT(type)                                                                        \
+    {                                                                                              \
+        .struct_size = sizeof(type)                                                                \
+    }
 /* al_exec_opts.stdin_fd: this process's fd 0 (0 itself means "none"). */
 #define AL_FD_STDIN (-2)
 
@@ -106,10 +112,7 @@ typedef struct al_image {
     char ssh_user[64];           /* SSH images: the user cloud-init gives the session's key */
     unsigned ssh_port;           /* SSH images: sshd's port in the guest */
 } al_image;
-#define AL_IMAGE_INIT                                                                              \
-    {                                                                                              \
-        .struct_size = sizeof(al_image)                                                            \
-    }
+#define AL_IMAGE_INIT AL_SIZED_INIT(al_image)
 
 /* The store: $AIRLOCK_IMAGE_DIR, else /var/lib/airlock/images for root, else
  * $XDG_DATA_HOME/airlock/images. Writes into buf. */
@@ -131,10 +134,7 @@ typedef struct al_image_build_opts {
     bool toolchain;     /* pass --toolchain (recipes that have one) */
     int log_fd;         /* the recipe's stdout and stderr go here */
 } al_image_build_opts;
-#define AL_IMAGE_BUILD_OPTS_INIT                                                                   \
-    {                                                                                              \
-        .struct_size = sizeof(al_image_build_opts)                                                 \
-    }
+#define AL_IMAGE_BUILD_OPTS_INIT AL_SIZED_INIT(al_image_build_opts)
 /* Builds an image into the store (replacing one of the same name once the build succeeded).
  * Recipes and the agent come from the source and build tree for an uninstalled airlock, else
  * from PREFIX/share/airlock/images and PREFIX/libexec/airlock; $AIRLOCK_RECIPE_DIR and
@@ -150,10 +150,7 @@ typedef struct al_image_import_opts {
     unsigned memory_mib;  /* 0: 1024 */
     bool force;           /* replace an image of that name */
 } al_image_import_opts;
-#define AL_IMAGE_IMPORT_OPTS_INIT                                                                  \
-    {                                                                                              \
-        .struct_size = sizeof(al_image_import_opts)                                                \
-    }
+#define AL_IMAGE_IMPORT_OPTS_INIT AL_SIZED_INIT(al_image_import_opts)
 /* Copies a stock cloud image's disk into the store as an SSH image that boots through the
  * firmware (manifest: disk, transport "ssh", ssh_user, ssh_port 22, memory_mib). The file is
  * read as hostile: one with a backing file or an external data file, an encrypted one, or one
@@ -218,10 +215,7 @@ typedef struct al_session_opts {
     int warm;        /* enum al_warm: whether the session starts from a template (warm starts) */
     al_net_opts net; /* zeroed: no network (the default) */
 } al_session_opts;
-#define AL_SESSION_OPTS_INIT                                                                       \
-    {                                                                                              \
-        .struct_size = sizeof(al_session_opts)                                                     \
-    }
+#define AL_SESSION_OPTS_INIT AL_SIZED_INIT(al_session_opts)
 #define AL_DISK_BUDGET_DEFAULT (6ull << 30)
 #define AL_FREE_FLOOR_DEFAULT (512ull << 20)
 
@@ -255,10 +249,7 @@ typedef struct al_net_request {
     char why[400]; /* denied: why, one phrase ("host X is not in the allowlist; ask the user to
                       allow it") */
 } al_net_request;
-#define AL_NET_REQUEST_INIT                                                                        \
-    {                                                                                              \
-        .struct_size = sizeof(al_net_request)                                                      \
-    }
+#define AL_NET_REQUEST_INIT AL_SIZED_INIT(al_net_request)
 /* "none" (no network) or "allow=HOST[,HOST...]" into a NULL-terminated allowlist (NULL for
  * none; free with al_net_allow_free). Presets are the caller's (the CLI's profiles). */
 int al_net_spec_parse(const char *spec, char ***out, al_error *err);
@@ -283,10 +274,7 @@ typedef struct al_session_timing {
                               unique (0 for a cold boot; start_ms and handshake_ms then cover
                               only the domain start and the re-handshake) */
 } al_session_timing_t;
-#define AL_SESSION_TIMING_INIT                                                                     \
-    {                                                                                              \
-        .struct_size = sizeof(al_session_timing_t)                                                 \
-    }
+#define AL_SESSION_TIMING_INIT AL_SIZED_INIT(al_session_timing_t)
 void al_session_timing(const al_session *s, al_session_timing_t *out);
 
 /* ---- exec ---- */
@@ -327,10 +315,7 @@ typedef struct al_result {
     const char *why;                      /* REFUSED: one phrase */
     unsigned width, height;               /* of the image/png, from its header; else 0 */
 } al_result;
-#define AL_RESULT_INIT                                                                             \
-    {                                                                                              \
-        .struct_size = sizeof(al_result)                                                           \
-    }
+#define AL_RESULT_INIT AL_SIZED_INIT(al_result)
 
 /* Called for each result as it arrives; everything it points to lives until the call returns.
  * A negative return fails the exec. */
@@ -342,18 +327,7 @@ const al_mime *al_result_mime(const al_result *r, const char *type);
  * "name", "value", "traceback"} or {"type": "refused", "kind": "refused", "why"}: what
  * `airlock exec --json` prints and the data of airlockd's result and refused events. */
 char *al_result_json(const al_result *r);
-bool al_utf8_valid(const uint8_t *p, size_t n);
-/* The length of the well-formed UTF-8 sequence at p, n bytes available (RFC 3629: no overlong
- * forms, no surrogates, nothing past U+10FFFF; ASCII is 1), or 0. */
-size_t al_utf8_len(const uint8_t *p, size_t n);
-/* The n bytes at p as UTF-8 text (malloc'd, NUL-terminated, NULL when out of memory): each byte
- * that is not part of a well-formed sequence, and each NUL, becomes U+FFFD; *lossy (if given)
- * says whether one did. */
-char *al_utf8_repair(const uint8_t *p, size_t n, bool *lossy);
 
-/* The reader the exec uses on the guest's result stream, public for tests and fuzzing: feed
- * it bytes as they come, end it at the stream's end. */
-typedef struct al_result_reader al_result_reader;
 typedef struct al_result_stats {
     bool have_count;          /* the kernel numbered the run */
     unsigned execution_count; /* that number */
@@ -361,12 +335,6 @@ typedef struct al_result_stats {
     unsigned results;         /* results handed to the callback (errors included) */
     unsigned refused;         /* records refused */
 } al_result_stats;
-int al_result_reader_new(al_result_reader **out, al_error *err);
-int al_result_reader_feed(al_result_reader *rd, const uint8_t *data, size_t len, al_result_fn fn,
-                          void *ctx, al_error *err);
-int al_result_reader_end(al_result_reader *rd, al_result_fn fn, void *ctx, al_error *err);
-void al_result_reader_stats(const al_result_reader *rd, al_result_stats *out);
-void al_result_reader_free(al_result_reader *rd);
 
 typedef struct al_exec_opts {
     size_t struct_size;      /* sizeof: AL_EXEC_OPTS_INIT (see "Structs" above) */
@@ -420,10 +388,7 @@ typedef struct al_exec_opts {
      * not told. */
     void (*started)(void *ctx, uint32_t guest_pid);
 } al_exec_opts;
-#define AL_EXEC_OPTS_INIT                                                                          \
-    {                                                                                              \
-        .struct_size = sizeof(al_exec_opts)                                                        \
-    }
+#define AL_EXEC_OPTS_INIT AL_SIZED_INIT(al_exec_opts)
 
 /* Most rows or columns of a pty run's terminal. */
 #define AL_PTY_ROWS_COLS_MAX 1000
@@ -443,10 +408,7 @@ typedef struct al_port_counts {
     size_t struct_size; /* sizeof: AL_PORT_COUNTS_INIT (see "Structs" above) */
     uint64_t to_guest, from_guest;
 } al_port_counts;
-#define AL_PORT_COUNTS_INIT                                                                        \
-    {                                                                                              \
-        .struct_size = sizeof(al_port_counts)                                                      \
-    }
+#define AL_PORT_COUNTS_INIT AL_SIZED_INIT(al_port_counts)
 /* Relays fd, a connected stream socket of the caller's (left open), to 127.0.0.1:port in the
  * guest, both ways, beside the session's runs: what fd's peer sends goes to the guest's service,
  * what the service answers goes to fd, each under the channel's credit (a side that does not
@@ -462,11 +424,11 @@ int al_port_relay(al_session *s, unsigned port, int fd, int cancel_fd, al_port_c
 /* Port forwarding (airlock exec -p, airlock port): a listening socket on the host whose every
  * connection is relayed (al_port_relay) to a port in the guest, by threads of its own. */
 typedef struct al_forward al_forward;
-typedef struct al_remote al_remote;
+typedef struct al_attach al_attach;
 typedef struct al_forward_opts {
     size_t struct_size;  /* sizeof: AL_FORWARD_OPTS_INIT (see "Structs" above) */
     al_session *session; /* the session, a session of this process; or */
-    al_remote *remote;   /* one another airlock process holds (al_remote_open) */
+    al_attach *attach;   /* one another airlock process holds (al_attach_open) */
     const char *bind;    /* the address to listen on; NULL: 127.0.0.1 (this machine only) */
     unsigned host_port;  /* 0: a free one (al_forward_host_port says which) */
     unsigned guest_port; /* 1..65535, on 127.0.0.1 in the guest */
@@ -475,10 +437,7 @@ typedef struct al_forward_opts {
     void (*on_error)(void *ctx, const char *msg);
     void *ctx;
 } al_forward_opts;
-#define AL_FORWARD_OPTS_INIT                                                                       \
-    {                                                                                              \
-        .struct_size = sizeof(al_forward_opts)                                                     \
-    }
+#define AL_FORWARD_OPTS_INIT AL_SIZED_INIT(al_forward_opts)
 /* At most this many connections of one forward at once; more wait to be accepted. */
 #define AL_FORWARD_CONNS_MAX 64
 int al_forward_open(const al_forward_opts *o, al_forward **out, al_error *err);
@@ -505,10 +464,7 @@ typedef struct al_exec_result {
                                 to reach a host (a name that did not resolve, a network that
                                 was unreachable): AL_OFFLINE_HINT says what to do */
 } al_exec_result;
-#define AL_EXEC_RESULT_INIT                                                                        \
-    {                                                                                              \
-        .struct_size = sizeof(al_exec_result)                                                      \
-    }
+#define AL_EXEC_RESULT_INIT AL_SIZED_INIT(al_exec_result)
 
 /* What a front says when al_exec_result.offline is set, followed by how it allows hosts. */
 #define AL_OFFLINE_HINT                                                                            \
@@ -547,10 +503,7 @@ typedef struct al_file_info {
     unsigned mode; /* permission bits, 07777 at most */
     int64_t mtime; /* unix time */
 } al_file_info;
-#define AL_FILE_INFO_INIT                                                                          \
-    {                                                                                              \
-        .struct_size = sizeof(al_file_info)                                                        \
-    }
+#define AL_FILE_INFO_INIT AL_SIZED_INIT(al_file_info)
 /* Entries al_file_list reports at most (more: -E2BIG). */
 #define AL_FILE_LIST_MAX 10000
 
@@ -577,10 +530,7 @@ typedef struct al_workdir_opts {
     uint64_t bytes_max;    /* 0: AL_WORKDIR_BYTES_MAX_DEFAULT */
     const char *guest_dir; /* NULL: /workspace */
 } al_workdir_opts;
-#define AL_WORKDIR_OPTS_INIT                                                                       \
-    {                                                                                              \
-        .struct_size = sizeof(al_workdir_opts)                                                     \
-    }
+#define AL_WORKDIR_OPTS_INIT AL_SIZED_INIT(al_workdir_opts)
 
 enum al_entry_type {
     AL_ENTRY_FILE = 0,
@@ -623,10 +573,7 @@ typedef struct al_change {
     unsigned flags;      /* enum al_change_flag */
     bool held;           /* after al_workdir_apply: left alone, its consent was not given */
 } al_change;
-#define AL_CHANGE_INIT                                                                             \
-    {                                                                                              \
-        .struct_size = sizeof(al_change)                                                           \
-    }
+#define AL_CHANGE_INIT AL_SIZED_INIT(al_change)
 
 typedef struct al_workdir_push_result {
     size_t struct_size; /* sizeof: AL_WORKDIR_PUSH_RESULT_INIT (see "Structs" above) */
@@ -635,10 +582,7 @@ typedef struct al_workdir_push_result {
     char **skipped; /* "PATH: why" for each entry left out (outward symlinks, special files) */
     size_t nskipped;
 } al_workdir_push_result;
-#define AL_WORKDIR_PUSH_RESULT_INIT                                                                \
-    {                                                                                              \
-        .struct_size = sizeof(al_workdir_push_result)                                              \
-    }
+#define AL_WORKDIR_PUSH_RESULT_INIT AL_SIZED_INIT(al_workdir_push_result)
 
 /* Copies the host directory dir into the guest's directory (regular files, directories, and
  * symlinks that stay inside dir; nothing is followed). Fails before sending anything when dir
@@ -681,59 +625,31 @@ typedef struct al_session_info {
     int64_t started; /* unix time */
     long pid;        /* of the process holding it */
 } al_session_info;
-#define AL_SESSION_INFO_INIT                                                                       \
-    {                                                                                              \
-        .struct_size = sizeof(al_session_info)                                                     \
-    }
+#define AL_SESSION_INFO_INIT AL_SIZED_INIT(al_session_info)
 /* Calls fn for every live session of this user that serves control requests. Returns how
  * many. */
 int al_session_list(void (*fn)(void *ctx, const al_session_info *info), void *ctx, al_error *err);
 
 /* A session another process holds, by name (NULL: the only one running). */
-int al_remote_open(const char *name, al_remote **out, al_error *err);
-void al_remote_close(al_remote *r);
-const char *al_remote_name(const al_remote *r);
+int al_attach_open(const char *name, al_attach **out, al_error *err);
+void al_attach_close(al_attach *r);
+const char *al_attach_name(const al_attach *r);
 /* Like al_exec; the fds are passed to the serving process. */
-int al_remote_exec(al_remote *r, const al_exec_opts *o, al_exec_result *out, al_error *err);
+int al_attach_exec(al_attach *r, const al_exec_opts *o, al_exec_result *out, al_error *err);
 /* al_port_relay for the session r names: fd, a connected socket, relayed by the process that
  * holds the session (at most 16 requests of other processes at once per session); a byte on
  * cancel_fd (> 0) ends it (-ECANCELED), and the holder's relay with it. */
-int al_remote_port(al_remote *r, unsigned port, int fd, int cancel_fd, al_port_counts *counts,
+int al_attach_port(al_attach *r, unsigned port, int fd, int cancel_fd, al_port_counts *counts,
                    al_error *err);
 /* Copies a host file or directory to guest_path (into it when it is a directory). */
-int al_remote_put(al_remote *r, const char *host_path, const char *guest_path, al_error *err);
+int al_attach_put(al_attach *r, const char *host_path, const char *guest_path, al_error *err);
 /* Copies a guest file or directory to host_path (into it when it is a directory; a directory
  * is never merged into an existing one). Files come without exec bits. Returns how many
  * entries were left out (symlinks, special files, anything under .git/ or .hg/). */
-int al_remote_get(al_remote *r, const char *guest_path, const char *host_path, al_error *err);
+int al_attach_get(al_attach *r, const char *guest_path, const char *host_path, al_error *err);
 
-/* Escapes a name for a terminal: printable ASCII and UTF-8 as is, the rest as \xNN. */
-const char *al_path_escape(const char *path, char *buf, size_t len);
-
-/* ---- text from the guest on a terminal (term.c) ---- */
-
-/* What a stream holds between chunks. Zero it to start. Frozen (see "Structs"). */
-typedef struct al_term_state {
-    unsigned char part[4]; /* a UTF-8 sequence the last chunk cut */
-    unsigned char npart;
-    bool cr; /* the last byte was a CR (a CRLF is one newline) */
-} al_term_state;
-
-/* Room al_term_sanitize needs for n bytes in. */
-#define AL_TERM_OUT_MAX(n) (3 * (size_t)(n) + 4)
-
-/* Renders n bytes of a stream for a terminal into out (AL_TERM_OUT_MAX(n) bytes; no NUL) and
- * returns the length: \n and \t pass, a CRLF or a lone CR is a newline, other C0 controls and
- * DEL are shown in caret notation (ESC as ^[), C1 controls and bytes that are not UTF-8 as
- * U+FFFD, valid UTF-8 as is. A stream cut anywhere comes out as the whole would. */
-size_t al_term_sanitize(al_term_state *st, const void *in, size_t n, char *out);
-/* Ends the stream: a cut sequence it still holds as U+FFFD (out: 3 bytes); st is reset. */
-size_t al_term_sanitize_end(al_term_state *st, char *out);
-/* One line for a terminal: the same, with newlines, CRs and tabs as spaces; cut to fit len at a
- * character boundary. Returns buf. */
-const char *al_term_escape(const char *s, char *buf, size_t len);
-
-/* ---- checkpoints: undo what runs did to the VM (checkpoint.c, policy.c) ---- */
+/* ---- checkpoints: undo what runs did to the VM (checkpoint.c; when to take them:
+ * airlock/policy.h) ---- */
 
 /* A checkpoint is the whole VM (memory, devices, disk) saved inside the running QEMU as an
  * internal qcow2 snapshot of the session's disk (QEMU's savevm/loadvm). Needs a session opened
@@ -762,10 +678,7 @@ typedef struct al_checkpoint_info {
     unsigned save_ms;     /* how long the guest was paused to take it */
     bool current;         /* the VM's state descends from it: the last one taken or restored */
 } al_checkpoint_info;
-#define AL_CHECKPOINT_INFO_INIT                                                                    \
-    {                                                                                              \
-        .struct_size = sizeof(al_checkpoint_info)                                                  \
-    }
+#define AL_CHECKPOINT_INFO_INIT AL_SIZED_INIT(al_checkpoint_info)
 
 /* Takes a checkpoint; name may be NULL. Returns its id (> 0) and fills *out when out is set.
  * -EEXIST for a name in use, -EINVAL for a bad name, -ENOTSUP without opts.checkpoints. */
@@ -791,25 +704,6 @@ int al_checkpoint_delete(al_session *s, uint32_t id, al_error *err);
  * set; when the agent answers, only resynchronizes the channel and returns 0 (nothing undone).
  * -ENOENT when a rollback is needed but there is no checkpoint. */
 int al_checkpoint_recover(al_session *s, uint32_t *restored_id, al_error *err);
-
-enum al_checkpoint_policy {
-    AL_CHECKPOINT_AUTO = 0,   /* before every run except those proven read-only */
-    AL_CHECKPOINT_ALWAYS = 1, /* before every run */
-    AL_CHECKPOINT_NEVER = 2,
-};
-/* "auto", "always", "never". */
-int al_checkpoint_policy_parse(const char *s, enum al_checkpoint_policy *out, al_error *err);
-const char *al_checkpoint_policy_name(enum al_checkpoint_policy p);
-/* Whether to take a checkpoint before running code in lang ("sh", "shell", "bash", "python",
- * "javascript", "node"; NULL or "" for a command line) under policy. */
-bool al_checkpoint_policy_wants(const char *lang, const char *code,
-                                enum al_checkpoint_policy policy);
-/* True only when a conservative reading shows the code changes nothing in the guest: no file,
- * process or variable. Anything it is not sure about is not read-only. */
-bool al_code_read_only(const char *lang, const char *code);
-/* A short phrase when the code looks destructive ("recursive rm", "package manager"), else
- * NULL. A heuristic for telling the user; the policy never relies on it alone. */
-const char *al_code_destructive(const char *lang, const char *code);
 
 /* ---- housekeeping ---- */
 
@@ -877,10 +771,7 @@ typedef struct al_template_info {
     uint64_t bytes;    /* disk space its files occupy */
     const char *why;   /* NULL: usable; else why it would be refused (stale, changed...) */
 } al_template_info;
-#define AL_TEMPLATE_INFO_INIT                                                                      \
-    {                                                                                              \
-        .struct_size = sizeof(al_template_info)                                                    \
-    }
+#define AL_TEMPLATE_INFO_INIT AL_SIZED_INIT(al_template_info)
 /* Calls fn for every template in the state dir, in name order. */
 int al_template_list(void (*fn)(void *ctx, const al_template_info *t), void *ctx, al_error *err);
 /* An image uploaded to a remote host (sessions there boot from its volumes). */
@@ -891,10 +782,7 @@ typedef struct al_host_image {
     bool current;        /* the version of the image of that name in this machine's store */
     uint64_t bytes;      /* the space its volumes take there */
 } al_host_image;
-#define AL_HOST_IMAGE_INIT                                                                         \
-    {                                                                                              \
-        .struct_size = sizeof(al_host_image)                                                       \
-    }
+#define AL_HOST_IMAGE_INIT AL_SIZED_INIT(al_host_image)
 /* Calls fn for every image uploaded complete to the host at uri (its storage pool "airlock"). */
 int al_host_images(const char *uri, void (*fn)(void *ctx, const al_host_image *hi), void *ctx,
                    al_error *err);

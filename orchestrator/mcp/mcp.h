@@ -14,6 +14,8 @@
 #include <stddef.h>
 
 #include "airlock.h"
+#include "airlock/policy.h"
+#include "airlock/text.h"
 
 /* The protocol versions it speaks, newest first (the initialize generation). */
 #define AL_MCP_VERSIONS                                                                            \

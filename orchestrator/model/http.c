@@ -26,27 +26,11 @@
 /* How long curl_multi_poll waits before looking again when nothing happens. */
 #define POLL_MS 1000
 
-static void cleanup_curl(CURL **h)
-{
-    if (*h)
-        curl_easy_cleanup(*h);
-}
-static void cleanup_slist(struct curl_slist **l)
-{
-    curl_slist_free_all(*l);
-}
-static void cleanup_sse(al_sse **p)
-{
-    al_sse_free(*p);
-}
-static void cleanup_url(CURLU **u)
-{
-    curl_url_cleanup(*u);
-}
-static void cleanup_curlstr(char **s)
-{
-    curl_free(*s);
-}
+AL_DEFINE_CLEANUP(cleanup_curl, CURL *, curl_easy_cleanup)
+AL_DEFINE_CLEANUP(cleanup_slist, struct curl_slist *, curl_slist_free_all)
+AL_DEFINE_CLEANUP(cleanup_sse, al_sse *, al_sse_free)
+AL_DEFINE_CLEANUP(cleanup_url, CURLU *, curl_url_cleanup)
+AL_DEFINE_CLEANUP(cleanup_curlstr, char *, curl_free)
 
 /* A line for the caller's notice callback, if it gave one. */
 static void model_notice(const al_model_cfg *cfg, const char *fmt, ...)

@@ -16,10 +16,10 @@ flags=$(PKG_CONFIG_LIBDIR=$pc PKG_CONFIG_SYSROOT_DIR=$tmp/root pkg-config --cfla
 libdir=$(PKG_CONFIG_LIBDIR=$pc PKG_CONFIG_SYSROOT_DIR=$tmp/root pkg-config --variable=libdir airlock)
 cc -std=c11 -D_POSIX_C_SOURCE=200809L -Wall -Wextra -Werror -o "$tmp/embed" "$src/tests/embed/embed.c" $flags
 echo "built against $(ls "$libdir"/libairlock.so.*.*) with: $flags"
-# The header alone, as C++ (its extern "C" block): nothing it declares is C-only.
-printf '#include <airlock.h>\nint main() { return al_version(nullptr) ? 0 : 1; }\n' >"$tmp/cxx.cc"
+# The headers alone, as C++ (their extern "C" blocks): nothing they declare is C-only.
+printf '#include <airlock.h>\n#include <airlock/text.h>\n#include <airlock/policy.h>\nint main() { return al_version(nullptr) ? 0 : 1; }\n' >"$tmp/cxx.cc"
 g++ -std=c++17 -Wall -Wextra -Werror -fsyntax-only $(PKG_CONFIG_LIBDIR=$pc PKG_CONFIG_SYSROOT_DIR=$tmp/root pkg-config --cflags airlock) "$tmp/cxx.cc"
-echo "ok the header compiles as C++17"
+echo "ok the headers compile as C++17"
 # The installed library, not the build tree's (ldd says which was loaded).
 LD_LIBRARY_PATH=$libdir ldd "$tmp/embed" | grep -q "$tmp/root.*libairlock.so.1" ||
     { echo "test-embed: the program does not load the installed libairlock.so.1"; exit 1; }

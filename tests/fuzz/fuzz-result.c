@@ -7,7 +7,10 @@
  * and above its bound (from replay's run, once). */
 #include "airlock-proto.h"
 #include "airlock.h"
+#include "airlock/policy.h"
+#include "airlock/text.h"
 #include "fuzz.h"
+#include "result.h"
 
 #include <stdio.h>
 #include <stdlib.h>

@@ -5,6 +5,8 @@
  * the whole; valid UTF-8 without controls passes unchanged; al_term_escape stays within its
  * buffer. Any violation aborts. */
 #include "airlock.h"
+#include "airlock/policy.h"
+#include "airlock/text.h"
 #include "fuzz.h"
 
 #include <stdbool.h>

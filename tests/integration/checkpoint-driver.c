@@ -11,6 +11,8 @@
  * call's return) and, on failure, "error". CHECKPOINT_DRIVER_NET=HOST,...: the session gets
  * network to those hosts (--net allow=...). */
 #include "airlock.h"
+#include "airlock/policy.h"
+#include "airlock/text.h"
 #include "capture.h"
 
 #include <cjson/cJSON.h>

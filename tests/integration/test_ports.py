@@ -156,18 +156,21 @@ class PortsTest(unittest.TestCase):
         time.sleep(6)  # nobody reads: the guest's sender waits on the credit
         grown = altest.rss_kib(pid) - before
         self.assertLess(grown, 32 * 1024, "airlock grew %d KiB" % grown)
-        # what waits is a window's worth, not the flood: drain it quickly and see it was bounded
+        # what waits is a window's worth, not the flood: read what is there until the first
+        # moment nothing is (the sender still floods, but refills only as credit goes back
+        # through the guest, slower than this loop reads), and see it was bounded. Reading
+        # for a fixed time instead measured the machine's throughput, not what was held.
         c.setblocking(False)
         held = 0
         t0 = time.monotonic()
-        while time.monotonic() - t0 < 0.3:
+        while time.monotonic() - t0 < 1:
             try:
                 b = c.recv(1 << 20)
                 if not b:
                     break
                 held += len(b)
             except BlockingIOError:
-                time.sleep(0.01)
+                break
         self.assertLess(held, 64 << 20)
         c.close()
         print("# flood unread 6 s: airlock +%d KiB" % grown)

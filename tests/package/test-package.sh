@@ -86,7 +86,8 @@ files=(usr/bin/airlock usr/lib/x86_64-linux-gnu/libairlock.so.1
     usr/share/bash-completion/completions/airlock usr/libexec/airlock/airlock-agent
     usr/share/airlock/images/build-tiny.sh usr/share/airlock/images/build-debian.sh
     usr/share/airlock/images/lib/boot.sh usr/share/airlock/guest-agent/kernels/python.py
-    usr/include/airlock.h usr/lib/x86_64-linux-gnu/pkgconfig/airlock.pc)
+    usr/include/airlock.h usr/include/airlock/text.h usr/include/airlock/policy.h
+    usr/lib/x86_64-linux-gnu/pkgconfig/airlock.pc)
 missing() { for f in "${files[@]}"; do [ -e "$root/$f" ] || echo "missing: $f"; done | grep . && return 1 || return 0; }
 ok "the files land where they belong" missing
 ok "the installed airlock --version says $version" \

@@ -1,6 +1,8 @@
 /* The checkpoint policy (orchestrator/policy.c): which code is proven read-only, which looks
  * destructive, and what auto, always and never decide from that. TAP output. */
 #include "airlock.h"
+#include "airlock/policy.h"
+#include "airlock/text.h"
 
 #include <stdarg.h>
 #include <stdio.h>

@@ -1,0 +1,60 @@
+/* libairlock: text from the guest, made safe to show (term.c, result.c, util.c). Beside
+ * airlock.h, by subject: what a front needs to print what a guest wrote without letting it
+ * drive the terminal, and the UTF-8 checks the kernel results use. Same conventions as
+ * airlock.h; exported in the same version nodes. */
+#ifndef AIRLOCK_TEXT_H
+#define AIRLOCK_TEXT_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#pragma GCC visibility push(default)
+
+/* ---- UTF-8 ---- */
+
+bool al_utf8_valid(const uint8_t *p, size_t n);
+/* The length of the well-formed UTF-8 sequence at p, n bytes available (RFC 3629: no overlong
+ * forms, no surrogates, nothing past U+10FFFF; ASCII is 1), or 0. */
+size_t al_utf8_len(const uint8_t *p, size_t n);
+/* The n bytes at p as UTF-8 text (malloc'd, NUL-terminated, NULL when out of memory): each byte
+ * that is not part of a well-formed sequence, and each NUL, becomes U+FFFD; *lossy (if given)
+ * says whether one did. */
+char *al_utf8_repair(const uint8_t *p, size_t n, bool *lossy);
+
+/* Escapes a name for a terminal: printable ASCII and UTF-8 as is, the rest as \xNN. */
+const char *al_path_escape(const char *path, char *buf, size_t len);
+
+/* ---- text from the guest on a terminal (term.c) ---- */
+
+/* What a stream holds between chunks. Zero it to start. Frozen (see "Structs"). */
+typedef struct al_term_state {
+    unsigned char part[4]; /* a UTF-8 sequence the last chunk cut */
+    unsigned char npart;
+    bool cr; /* the last byte was a CR (a CRLF is one newline) */
+} al_term_state;
+
+/* Room al_term_sanitize needs for n bytes in. */
+#define AL_TERM_OUT_MAX(n) (3 * (size_t)(n) + 4)
+
+/* Renders n bytes of a stream for a terminal into out (AL_TERM_OUT_MAX(n) bytes; no NUL) and
+ * returns the length: \n and \t pass, a CRLF or a lone CR is a newline, other C0 controls and
+ * DEL are shown in caret notation (ESC as ^[), C1 controls and bytes that are not UTF-8 as
+ * U+FFFD, valid UTF-8 as is. A stream cut anywhere comes out as the whole would. */
+size_t al_term_sanitize(al_term_state *st, const void *in, size_t n, char *out);
+/* Ends the stream: a cut sequence it still holds as U+FFFD (out: 3 bytes); st is reset. */
+size_t al_term_sanitize_end(al_term_state *st, char *out);
+/* One line for a terminal: the same, with newlines, CRs and tabs as spaces; cut to fit len at a
+ * character boundary. Returns buf. */
+const char *al_term_escape(const char *s, char *buf, size_t len);
+
+#pragma GCC visibility pop
+
+#ifdef __cplusplus
+}
+#endif
+#endif
