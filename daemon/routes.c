@@ -14,43 +14,47 @@
 
 /* ---- reading a JSON body: every field checked for its type ---- */
 
-static int get_str(struct ad_req *q, const char *k, const char **out, char *why, size_t len)
+/* Field k of the body; NULL when it is absent or null (the default applies). */
+static cJSON *field(struct ad_req *q, const char *k)
 {
     cJSON *v = cJSON_GetObjectItemCaseSensitive(q->json, k);
-    if (!v || cJSON_IsNull(v))
-        return 0;
-    if (!cJSON_IsString(v)) {
-        snprintf(why, len, "%s: a string", k);
-        return -EINVAL;
-    }
-    *out = v->valuestring;
+    return v && !cJSON_IsNull(v) ? v : NULL;
+}
+
+static int wrong_type(const char *k, const char *what, char *why, size_t len)
+{
+    snprintf(why, len, "%s: %s", k, what);
+    return -EINVAL;
+}
+
+static int get_str(struct ad_req *q, const char *k, const char **out, char *why, size_t len)
+{
+    cJSON *v = field(q, k);
+    if (v && !cJSON_IsString(v))
+        return wrong_type(k, "a string", why, len);
+    if (v)
+        *out = v->valuestring;
     return 0;
 }
 
 static int get_uint(struct ad_req *q, const char *k, unsigned *out, char *why, size_t len)
 {
-    cJSON *v = cJSON_GetObjectItemCaseSensitive(q->json, k);
-    if (!v || cJSON_IsNull(v))
-        return 0;
-    if (!cJSON_IsNumber(v) || v->valuedouble < 0 || v->valuedouble > 4e9 ||
-        v->valuedouble != (double)(unsigned)v->valuedouble) {
-        snprintf(why, len, "%s: a whole number from 0 to 4000000000", k);
-        return -EINVAL;
-    }
-    *out = (unsigned)v->valuedouble;
+    cJSON *v = field(q, k);
+    if (v && (!cJSON_IsNumber(v) || v->valuedouble < 0 || v->valuedouble > 4e9 ||
+              v->valuedouble != (double)(unsigned)v->valuedouble))
+        return wrong_type(k, "a whole number from 0 to 4000000000", why, len);
+    if (v)
+        *out = (unsigned)v->valuedouble;
     return 0;
 }
 
 static int get_bool(struct ad_req *q, const char *k, bool *out, char *why, size_t len)
 {
-    cJSON *v = cJSON_GetObjectItemCaseSensitive(q->json, k);
-    if (!v || cJSON_IsNull(v))
-        return 0;
-    if (!cJSON_IsBool(v)) {
-        snprintf(why, len, "%s: true or false", k);
-        return -EINVAL;
-    }
-    *out = cJSON_IsTrue(v);
+    cJSON *v = field(q, k);
+    if (v && !cJSON_IsBool(v))
+        return wrong_type(k, "true or false", why, len);
+    if (v)
+        *out = cJSON_IsTrue(v);
     return 0;
 }
 
@@ -656,32 +660,30 @@ static enum MHD_Result file_list(struct MHD_Connection *c, struct ad_req *q)
     return ad_reply_json(c, q, 200, o);
 }
 
-static enum MHD_Result file_delete(struct MHD_Connection *c, struct ad_req *q)
+/* DELETE of a path (?recursive) and its mkdir (?parents): no body either way. */
+static enum MHD_Result file_change(struct MHD_Connection *c, struct ad_req *q, bool mkdir)
 {
     enum MHD_Result ret;
     const char *p = guest_path(c, q, &ret);
     if (!p)
         return ret;
     al_error err = {0};
-    int r = al_file_remove(q->sess->s, p, flag(c, "recursive"), &err);
-    if (r < 0) {
+    int r = mkdir ? al_file_mkdir(q->sess->s, p, flag(c, "parents"), &err)
+                  : al_file_remove(q->sess->s, p, flag(c, "recursive"), &err);
+    if (r < 0)
         return lib_fail(c, q, r, &err);
-    }
-    return ad_reply(c, q, 204, MHD_create_response_from_buffer(0, NULL, MHD_RESPMEM_PERSISTENT));
+    return ad_reply(c, q, mkdir ? 201 : 204,
+                    MHD_create_response_from_buffer(0, NULL, MHD_RESPMEM_PERSISTENT));
+}
+
+static enum MHD_Result file_delete(struct MHD_Connection *c, struct ad_req *q)
+{
+    return file_change(c, q, false);
 }
 
 static enum MHD_Result file_mkdir(struct MHD_Connection *c, struct ad_req *q)
 {
-    enum MHD_Result ret;
-    const char *p = guest_path(c, q, &ret);
-    if (!p)
-        return ret;
-    al_error err = {0};
-    int r = al_file_mkdir(q->sess->s, p, flag(c, "parents"), &err);
-    if (r < 0) {
-        return lib_fail(c, q, r, &err);
-    }
-    return ad_reply(c, q, 201, MHD_create_response_from_buffer(0, NULL, MHD_RESPMEM_PERSISTENT));
+    return file_change(c, q, true);
 }
 
 /* ---- checkpoints ---- */

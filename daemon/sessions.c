@@ -579,6 +579,21 @@ static int check_create(const struct ad_create *c, const struct ad_limits *lim, 
     return 0;
 }
 
+/* What a create that failed took back: its cancel pipe, its slot, the session, the host's room.
+ * Returns r. */
+static int create_undo(int pfd[2], struct slot *sl, struct ad_session *s, int host, unsigned mem,
+                       int r)
+{
+    if (pfd[0] >= 0)
+        close(pfd[0]);
+    if (pfd[1] >= 0)
+        close(pfd[1]);
+    free(sl);
+    free(s);
+    ad_host_release(host, mem);
+    return r;
+}
+
 int ad_session_create(const char *owner, const struct ad_limits *lim, const struct ad_create *c,
                       struct ad_session **out, struct ad_fail *f)
 {
@@ -625,11 +640,8 @@ int ad_session_create(const char *owner, const struct ad_limits *lim, const stru
     struct ad_session *s = calloc(1, sizeof(*s));
     int pfd[2] = {-1, -1};
     if (!sl || !s || pipe2(pfd, O_CLOEXEC | O_NONBLOCK) < 0) {
-        free(sl);
-        free(s);
-        ad_host_release(host, mem);
         ad_failf(f, 500, "internal", "out of memory or descriptors");
-        return -ENOMEM;
+        return create_undo(pfd, sl, s, host, mem, -ENOMEM);
     }
     snprintf(sl->owner, sizeof(sl->owner), "%s", owner);
     sl->memory_mib = mem;
@@ -644,12 +656,7 @@ int ad_session_create(const char *owner, const struct ad_limits *lim, const stru
     }
     pthread_mutex_unlock(&lock);
     if (r < 0) {
-        close(pfd[0]);
-        close(pfd[1]);
-        free(sl);
-        free(s);
-        ad_host_release(host, mem);
-        return r;
+        return create_undo(pfd, sl, s, host, mem, r);
     }
 
     al_session_opts o = {
@@ -696,12 +703,7 @@ int ad_session_create(const char *owner, const struct ad_limits *lim, const stru
             ad_failf(f, 503, "stopping", "the daemon is stopping");
             r = -ESHUTDOWN;
         }
-        close(pfd[0]);
-        close(pfd[1]);
-        free(sl);
-        free(s);
-        ad_host_release(host, mem);
-        return r;
+        return create_undo(pfd, sl, s, host, mem, r);
     }
     s->s = as;
     s->host = host;

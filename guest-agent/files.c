@@ -22,7 +22,7 @@ int files_open_root(struct agent *a, const char *root)
  * to climb out, then walks refusing symlinks, so that the lexical answer is the real one. */
 static int walk_beneath(int root_fd, char *dir)
 {
-    static char *comp[AL_PATH_MAX / 2 + 1];
+    static char *comp[AL_GUEST_PATH_MAX / 2 + 1];
     size_t n = 0;
     char *save;
     for (char *c = strtok_r(dir, "/", &save); c; c = strtok_r(NULL, "/", &save)) {
@@ -47,7 +47,7 @@ static int walk_beneath(int root_fd, char *dir)
  * -EXDEV: the path escapes the root; -EINVAL: no usable final name. */
 static int resolve(struct agent *a, struct al_str path, char name[NAME_MAX + 1])
 {
-    char buf[AL_PATH_MAX + 1], here[] = ".";
+    char buf[AL_GUEST_PATH_MAX + 1], here[] = ".";
     if (path.len && memchr(path.p, 0, path.len))
         return -EINVAL;
     memcpy(buf, path.p, path.len);

@@ -177,7 +177,7 @@ void kernel_kill(struct agent *a, struct kernel *k)
 static int kernel_start(struct agent *a, struct kernel *k, struct req *r, struct al_str cwd)
 {
     const struct kernel_lang *l = k->lang;
-    char interp[PATH_MAX], script[PATH_MAX], dir[AL_PATH_MAX + 1];
+    char interp[PATH_MAX], script[PATH_MAX], dir[AL_GUEST_PATH_MAX + 1];
     _cleanup_close_ int out_r = -1, out_w = -1, err_r = -1, err_w = -1, cg_fd = -1;
     _cleanup_close_ int res_r = -1, res_w = -1;
     _cleanup_close_ int ctl = -1, child_ctl = -1;

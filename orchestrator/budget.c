@@ -81,19 +81,24 @@ int al_check_free_space(const char *dir, uint64_t floor, al_error *err)
                   dir, f);
 }
 
+/* -ENOSPC: "... use USED, over [PART]its budget of BUDGET[THEN]". */
+static int budget_err(const al_session *s, uint64_t used, const char *part, const char *then,
+                      al_error *err)
+{
+    char u[32], b[32];
+    human(used, u, sizeof(u));
+    human(s->disk_budget, b, sizeof(b));
+    return al_err(err, -ENOSPC,
+                  "the session's disk and checkpoints use %s, over %sits budget of %s%s", u, part,
+                  b, then);
+}
+
 /* What is over, into err; 0 when nothing is. */
 static int over_budget(const al_session *s, al_error *err)
 {
     uint64_t used = al_session_disk_usage(s);
-    if (s->disk_budget && used > s->disk_budget) {
-        char u[32], b[32];
-        human(used, u, sizeof(u));
-        human(s->disk_budget, b, sizeof(b));
-        return al_err(err, -ENOSPC,
-                      "the session's disk and checkpoints use %s, over its budget of %s "
-                      "(--disk-budget); the VM was paused",
-                      u, b);
-    }
+    if (s->disk_budget && used > s->disk_budget)
+        return budget_err(s, used, "", " (--disk-budget); the VM was paused", err);
     al_error free_why = {0};
     if (al_check_free_space(s->state_dir, al_free_floor(), &free_why) < 0)
         return al_err(err, -ENOSPC, "%s; the VM was paused", free_why.msg);
@@ -177,11 +182,5 @@ int al_budget_room_for_checkpoint(const al_session *s, al_error *err)
     uint64_t used = al_session_disk_usage(s);
     if (!s->disk_budget || used <= s->disk_budget / 10 * 8)
         return 0;
-    char u[32], b[32];
-    human(used, u, sizeof(u));
-    human(s->disk_budget, b, sizeof(b));
-    return al_err(err, -ENOSPC,
-                  "the session's disk and checkpoints use %s of its %s budget; no checkpoint "
-                  "taken",
-                  u, b);
+    return budget_err(s, used, "80% of ", "; no checkpoint taken", err);
 }

@@ -92,6 +92,20 @@ static void answer_error(int fd, int code, const char *msg)
     send_line(fd, j);
 }
 
+/* The answer to a request that returned r: NULL once a failure is answered (or out of memory),
+ * else an {"ok": true} object for the caller to fill and send. */
+static cJSON *answer_begin(int fd, int r, const al_error *err)
+{
+    if (r < 0) {
+        answer_error(fd, r, err->msg);
+        return NULL;
+    }
+    cJSON *j = cJSON_CreateObject();
+    if (j)
+        cJSON_AddBoolToObject(j, "ok", true);
+    return j;
+}
+
 /* Reads one line into buf (NUL-terminated), taking up to nfds passed fds with the first bytes. */
 static int recv_request(int fd, char *buf, size_t len, int *fds, size_t nfds)
 {
@@ -214,14 +228,9 @@ static void serve_exec(struct control_worker *w, int fd, const cJSON *req, int f
      * session cancels ours. */
     o.cancel_fd = w->cancel_pipe[0];
     r = al_exec(c->s, &o, &res, &err);
-    if (r < 0) {
-        answer_error(fd, r, err.msg);
-        return;
-    }
-    _cleanup_cjson_ cJSON *j = cJSON_CreateObject();
+    _cleanup_cjson_ cJSON *j = answer_begin(fd, r, &err);
     if (!j)
         return;
-    cJSON_AddBoolToObject(j, "ok", true);
     cJSON_AddNumberToObject(j, "how", res.how);
     cJSON_AddNumberToObject(j, "value", res.value);
     cJSON_AddNumberToObject(j, "duration_us", (double)res.duration_us);
@@ -281,14 +290,9 @@ static void serve_port(struct control_worker *w, int fd, const cJSON *req, int f
     uint8_t b; /* a kill the watcher sent that the relay did not take */
     while (read(w->cancel_pipe[0], &b, 1) == 1)
         ;
-    if (r < 0) {
-        answer_error(fd, r, err.msg);
-        return;
-    }
-    _cleanup_cjson_ cJSON *j = cJSON_CreateObject();
+    _cleanup_cjson_ cJSON *j = answer_begin(fd, r, &err);
     if (!j)
         return;
-    cJSON_AddBoolToObject(j, "ok", true);
     cJSON_AddNumberToObject(j, "to_guest", (double)n.to_guest);
     cJSON_AddNumberToObject(j, "from_guest", (double)n.from_guest);
     send_line(fd, j);
@@ -710,13 +714,9 @@ static int remote_call(al_attach *r, const char *line, const int *fds, size_t nf
 int al_attach_port(al_attach *r, unsigned port, int fd, int cancel_fd, al_port_counts *counts,
                    al_error *err)
 {
-    if (port < 1 || port > 65535)
-        return al_err(err, -EINVAL, "a port is 1 to 65535, not %u", port);
-    if (counts) {
-        int r0 = AL_SIZED_OUT(counts, "al_port_counts", err);
-        if (r0 < 0)
-            return r0;
-    }
+    int r0 = al_port_args(port, counts, err);
+    if (r0 < 0)
+        return r0;
     char line[64];
     snprintf(line, sizeof(line), "{\"op\":\"port\",\"port\":%u}\n", port);
     _cleanup_cjson_ cJSON *j = NULL;

@@ -715,16 +715,19 @@ static int port_run(al_session *s, unsigned port, int fd, uint32_t id, al_port_c
     return r;
 }
 
-int al_port_relay(al_session *s, unsigned port, int fd, int cancel_fd, al_port_counts *counts,
-                  al_error *err)
+int al_port_args(unsigned port, al_port_counts *counts, al_error *err)
 {
     if (port < 1 || port > 65535)
         return al_err(err, -EINVAL, "a port is 1 to 65535, not %u", port);
-    if (counts) {
-        int r0 = AL_SIZED_OUT(counts, "al_port_counts", err);
-        if (r0 < 0)
-            return r0;
-    }
+    return counts ? AL_SIZED_OUT(counts, "al_port_counts", err) : 0;
+}
+
+int al_port_relay(al_session *s, unsigned port, int fd, int cancel_fd, al_port_counts *counts,
+                  al_error *err)
+{
+    int r0 = al_port_args(port, counts, err);
+    if (r0 < 0)
+        return r0;
     uint32_t id = 0;
     int r = al_link_ready(s, err);
     if (r == 0 && !(s->caps & AL_CAP_CONNECT))

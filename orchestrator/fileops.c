@@ -44,7 +44,7 @@ enum { X_NOENT = 2, X_NOTDIR = 20, X_EXIST = 17, X_NOTEMPTY = 39, X_ISDIR = 21 }
 static int run_script(al_session *s, const char *script, const char *path, const char *arg,
                       struct capture *c, al_error *err)
 {
-    if (path[0] != '/' || strlen(path) > AL_PATH_MAX)
+    if (path[0] != '/' || strlen(path) > AL_GUEST_PATH_MAX)
         return al_err(err, -EINVAL, "bad guest path '%s': absolute paths only", path);
     const char *argv[] = {"sh", "-c", script, "sh", path, arg ? arg : "", NULL};
     al_exec_opts o = {

@@ -165,6 +165,8 @@ int al_exec_quiet(al_session *s, al_exec_opts o, const char *what, al_error *err
  * zero-means-none read as -1, AL_FD_STDIN as 0) and out checked to be filled: what al_exec and
  * al_attach_exec do first. */
 int al_exec_take(al_exec_opts *dst, const al_exec_opts *src, al_exec_result *out, al_error *err);
+/* A tunnel's port and counts checked, for al_port_relay and al_attach_port. */
+int al_port_args(unsigned port, al_port_counts *counts, al_error *err);
 /* checkpoint.c: the PING round trip that leaves the agent idle at a frame boundary. */
 int al_session_barrier(al_session *s, al_error *err);
 /* The description a crashed guest's QEMU is started again from (takes xml; freed without

@@ -23,15 +23,15 @@
 /* Largest DATA chunk a sender emits; a multiple of the page size keeps pipe reads efficient. */
 #define AL_DATA_CHUNK_MAX (64 * 1024)
 /* Limits on lists and strings inside a payload; each names a resource the receiver allocates. */
-#define AL_ARGV_MAX 256     /* argv entries of one exec */
-#define AL_ENV_MAX 128      /* extra environment entries of one exec */
-#define AL_LANGS_MAX 16     /* languages announced in the handshake */
-#define AL_PATH_MAX 4096    /* a guest path, as PATH_MAX */
-#define AL_MESSAGE_MAX 512  /* an error message: one phrase, not a log */
-#define AL_SHORT_STR_MAX 64 /* agent version, language names */
-#define AL_REFRESH_SEED 64  /* bytes of host entropy in a REFRESH */
-#define AL_MACHINE_ID 16    /* bytes of a machine-id (32 hex digits in /etc/machine-id) */
-#define AL_HOSTNAME_MAX 63  /* a REFRESH's hostname: one DNS label */
+#define AL_ARGV_MAX 256        /* argv entries of one exec */
+#define AL_ENV_MAX 128         /* extra environment entries of one exec */
+#define AL_LANGS_MAX 16        /* languages announced in the handshake */
+#define AL_GUEST_PATH_MAX 4096 /* a guest path the protocol carries, in bytes without its NUL */
+#define AL_MESSAGE_MAX 512     /* an error message: one phrase, not a log */
+#define AL_SHORT_STR_MAX 64    /* agent version, language names */
+#define AL_REFRESH_SEED 64     /* bytes of host entropy in a REFRESH */
+#define AL_MACHINE_ID 16       /* bytes of a machine-id (32 hex digits in /etc/machine-id) */
+#define AL_HOSTNAME_MAX 63     /* a REFRESH's hostname: one DNS label */
 /* Network on request: the host writes a key of its own to this guest file (a FILE_PUT, over the
  * agent's channel) before it opens any tunnel, and sends the key first on each tunnel; the
  * guest's forwarder pairs a program only with a tunnel that sent it (docs/PROTOCOL.md). */

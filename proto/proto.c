@@ -250,7 +250,7 @@ int al_msg_decode(const struct al_header *h, const uint8_t *payload, struct al_m
         m.u.exec.rows = get_u16(&r, "truncated exec");
         m.u.exec.cols = get_u16(&r, "truncated exec");
         m.u.exec.lang = get_str(&r, AL_SHORT_STR_MAX, "bad exec language");
-        m.u.exec.cwd = get_str(&r, AL_PATH_MAX, "bad exec cwd");
+        m.u.exec.cwd = get_str(&r, AL_GUEST_PATH_MAX, "bad exec cwd");
         m.u.exec.argc =
             get_strlist(&r, m.u.exec.argv, AL_ARGV_MAX, AL_FRAME_PAYLOAD_MAX, "bad exec argv");
         m.u.exec.envc =
@@ -321,12 +321,12 @@ int al_msg_decode(const struct al_header *h, const uint8_t *payload, struct al_m
     case AL_FILE_PUT:
         m.u.file_put.mode = get_u32(&r, "truncated file-put");
         m.u.file_put.size = get_u64(&r, "truncated file-put");
-        m.u.file_put.path = get_str(&r, AL_PATH_MAX, "bad file-put path");
+        m.u.file_put.path = get_str(&r, AL_GUEST_PATH_MAX, "bad file-put path");
         if (!r.why && (m.u.file_put.mode & ~07777u))
             r.why = "bad file mode";
         break;
     case AL_FILE_GET:
-        m.u.file_get.path = get_str(&r, AL_PATH_MAX, "bad file-get path");
+        m.u.file_get.path = get_str(&r, AL_GUEST_PATH_MAX, "bad file-get path");
         break;
     case AL_FILE_INFO:
         m.u.file_info.mode = get_u32(&r, "truncated file-info");

@@ -89,9 +89,9 @@ enum al_transport {
  * or AL_TRANSPORT_SSH; else -EINVAL and "unknown transport 'X' (virtio or ssh)" in err. */
 int al_transport_parse(const char *s, enum al_transport *out, al_error *err);
 
-/* The longest path airlock builds or accepts, with its NUL: the kernel's PATH_MAX, what one
- * system call takes. Paths are built checked (a longer one fails with ENAMETOOLONG, never
- * cut). */
+/* The longest host path airlock builds or accepts, with its NUL: the kernel's PATH_MAX, what
+ * one system call takes. Paths are built checked (a longer one fails with ENAMETOOLONG, never
+ * cut). (A guest path's bound is the protocol's, AL_GUEST_PATH_MAX in proto/.) */
 #define AL_PATH_MAX 4096
 
 typedef struct al_image {

@@ -35,14 +35,10 @@ static const char *const versions[] = AL_MCP_VERSIONS;
 
 void mcp_log(al_mcp *m, const char *fmt, ...)
 {
-    if (!m->o.log)
-        return;
-    char line[1024];
     va_list ap;
     va_start(ap, fmt);
-    vsnprintf(line, sizeof(line), fmt, ap);
+    al_vnotify(m->o.log, m->o.log_ctx, fmt, ap);
     va_end(ap);
-    m->o.log(m->o.log_ctx, line);
 }
 
 int mcp_handle(char *out, size_t len, const char *prefix, size_t nbytes)

@@ -37,14 +37,10 @@ static void model_notice(const al_model_cfg *cfg, const char *fmt, ...)
     __attribute__((format(printf, 2, 3)));
 static void model_notice(const al_model_cfg *cfg, const char *fmt, ...)
 {
-    if (!cfg->notice)
-        return;
-    char line[1024];
     va_list ap;
     va_start(ap, fmt);
-    vsnprintf(line, sizeof(line), fmt, ap);
+    al_vnotify(cfg->notice, cfg->notice_ctx, fmt, ap);
     va_end(ap);
-    cfg->notice(cfg->notice_ctx, line);
 }
 
 static pthread_once_t global_once = PTHREAD_ONCE_INIT;

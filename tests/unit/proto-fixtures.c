@@ -462,7 +462,7 @@ static void build_exec(void)
 
     m = add(AL_EXEC, 3, "exec-limits");
     m->u.exec.lang = fix_str(AL_SHORT_STR_MAX);
-    m->u.exec.cwd = fix_str(AL_PATH_MAX);
+    m->u.exec.cwd = fix_str(AL_GUEST_PATH_MAX);
     m->u.exec.argc = AL_ARGV_MAX;
     for (int i = 0; i < AL_ARGV_MAX; i++)
         m->u.exec.argv[i] = fix_str((uint32_t)i);
@@ -610,12 +610,12 @@ static void build_small(void)
     m = add(AL_FILE_PUT, 22, "file-put-limits");
     m->u.file_put.mode = 07777;
     m->u.file_put.size = UINT64_MAX;
-    m->u.file_put.path = fix_str(AL_PATH_MAX);
+    m->u.file_put.path = fix_str(AL_GUEST_PATH_MAX);
 
     m = add(AL_FILE_GET, 23, "file-get");
     m->u.file_get.path = S("/etc/os-release");
     m = add(AL_FILE_GET, 24, "file-get-path-max");
-    m->u.file_get.path = fix_str(AL_PATH_MAX);
+    m->u.file_get.path = fix_str(AL_GUEST_PATH_MAX);
 
     m = add(AL_FILE_INFO, 23, "file-info");
     m->u.file_info.mode = 0755;
