@@ -41,14 +41,16 @@ static uint64_t requests[ROUTES_MAX + 1][CLASSES];
 static struct hist latency[ROUTES_MAX + 1];
 
 /* Error replies by their JSON error code; codes not in the list count as "other". */
+/* Grouped by kind: the request, the caller, the target, the session, the daemon. */
+/* clang-format off */
 static const char *const error_codes[] = {
-    "invalid",        "bad_json",         "not_a_directory",    "unauthorized",
-    "forbidden",      "not_found",        "method_not_allowed", "exists",
-    "not_empty",      "stdin_closed",     "not_running",        "not_supported",
-    "busy",           "events_dropped",   "too_large",          "unsupported_media_type",
-    "quota_exceeded", "session_poisoned", "boot_failed",        "stopping",
-    "timeout",        "disk_budget",      "internal",           "other",
+    "invalid", "bad_json", "too_large", "unsupported_media_type", "method_not_allowed",
+    "unauthorized", "forbidden", "quota_exceeded",
+    "not_found", "not_a_directory", "exists", "not_empty",
+    "stdin_closed", "not_running", "not_supported", "busy", "events_dropped", "session_poisoned",
+    "boot_failed", "stopping", "timeout", "disk_budget", "internal", "other",
 };
+/* clang-format on */
 #define NERRORS (sizeof(error_codes) / sizeof(error_codes[0]))
 static uint64_t errors[NERRORS];
 

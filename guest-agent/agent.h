@@ -59,6 +59,8 @@
 
 #define CGROUP_ROOT "/sys/fs/cgroup"
 #define CGROUP_BASE CGROUP_ROOT "/airlock"
+/* A request's or kernel's cgroup directory name under CGROUP_BASE, with its NUL. */
+#define AL_CGROUP_NAME_MAX 48
 
 /* Cleanup attributes: proto/cleanup.h (al_closep, al_take_fd, _cleanup_close_). */
 
@@ -120,21 +122,21 @@ struct req {
     uint64_t in_unacked;          /* input bytes received but not yet credited back */
     struct ibuf inq;              /* exec stdin not yet accepted by the pipe */
     /* exec */
-    pid_t pid;             /* main process; also the process group id */
-    bool reaped;           /* main process waited for */
-    int status;            /* its wait status */
-    uint64_t start_us;     /* monotonic, before fork */
-    uint64_t end_us;       /* monotonic, at reap */
-    uint64_t deadline_us;  /* timeout; 0: none */
-    uint32_t timeout_ms;   /* kernel run: deadline_us set again from it when the kernel is ready */
-    uint64_t grace_us;     /* pipes are force-closed after this; 0: not armed */
-    uint32_t exit_flags;   /* enum al_exit_flags */
-    char cgroup[48];       /* cgroup directory name under CGROUP_BASE; "" when none */
-    struct kernel *kernel; /* the kernel running this code block; NULL for a process */
-    uint64_t kill_us;      /* kernel run interrupted at its timeout: kill the kernel then */
-    int stdin_hold[2];     /* pipe ends kept so the run's stdin stays open: [0] for a kernel to
-                              open, [1] so that a read without host stdin waits; -1: none */
-    uint64_t stdin_ino;    /* the run's stdin pipe (inode, device), for the input-wait check */
+    pid_t pid;            /* main process; also the process group id */
+    bool reaped;          /* main process waited for */
+    int status;           /* its wait status */
+    uint64_t start_us;    /* monotonic, before fork */
+    uint64_t end_us;      /* monotonic, at reap */
+    uint64_t deadline_us; /* timeout; 0: none */
+    uint32_t timeout_ms;  /* kernel run: deadline_us set again from it when the kernel is ready */
+    uint64_t grace_us;    /* pipes are force-closed after this; 0: not armed */
+    uint32_t exit_flags;  /* enum al_exit_flags */
+    char cgroup[AL_CGROUP_NAME_MAX]; /* cgroup directory name under CGROUP_BASE; "" when none */
+    struct kernel *kernel;           /* the kernel running this code block; NULL for a process */
+    uint64_t kill_us;   /* kernel run interrupted at its timeout: kill the kernel then */
+    int stdin_hold[2];  /* pipe ends kept so the run's stdin stays open: [0] for a kernel to
+                           open, [1] so that a read without host stdin waits; -1: none */
+    uint64_t stdin_ino; /* the run's stdin pipe (inode, device), for the input-wait check */
     uint64_t stdin_dev;
     uint32_t input_wait_ms;    /* send WAITING after this long blocked on stdin; 0: never */
     uint64_t wait_next_us;     /* next input-wait check */
@@ -174,11 +176,11 @@ struct kernel {
     int ctl_fd;                     /* control socket: runs out, "done" lines in */
     int out_fd[REQ_OUTS]; /* read ends of the kernel's stdout, stderr and results pipe (its
                              fd 4), for its whole life */
-    char cgroup[48];      /* under CGROUP_BASE; "" when none */
-    struct req *run;      /* the run in progress; NULL when idle */
-    bool ready;           /* said "ready": output from now on is the runs' */
-    bool lost;            /* an earlier kernel of this language died: the next run is told */
-    char *wbuf;           /* the current run's request, being written to ctl_fd */
+    char cgroup[AL_CGROUP_NAME_MAX]; /* under CGROUP_BASE; "" when none */
+    struct req *run;                 /* the run in progress; NULL when idle */
+    bool ready;                      /* said "ready": output from now on is the runs' */
+    bool lost;  /* an earlier kernel of this language died: the next run is told */
+    char *wbuf; /* the current run's request, being written to ctl_fd */
     size_t wlen, woff;
     char line[64]; /* a partial line read from ctl_fd */
     size_t linelen;
@@ -310,6 +312,9 @@ void kernel_ctl_io(struct agent *a, struct kernel *k, short revents);
 /* Reads and drops output the kernel writes while no run takes it. */
 void kernel_drain(struct kernel *k, int i);
 void kernel_kill(struct agent *a, struct kernel *k);
+/* Kills a process and all it started: its cgroup's cgroup.kill (under the agent's base) when
+ * it has one, else its process group. */
+void tree_kill(struct agent *a, const char *cgroup, pid_t pid);
 /* Delivers a host SIGNAL to the kernel's process group (SIGKILL kills the kernel). */
 void kernel_signal(struct agent *a, struct req *r, int signo);
 /* Stops every kernel (disconnect outside --unix, exit). */

@@ -253,9 +253,17 @@ void cgroup_housekeeping(struct agent *a, uint64_t now)
     }
 }
 
+void tree_kill(struct agent *a, const char *cgroup, pid_t pid)
+{
+    char path[AL_CGROUP_NAME_MAX + 16];
+    if (cgroup[0] && snprintf(path, sizeof(path), "%s/cgroup.kill", cgroup) < (int)sizeof(path) &&
+        write_file(a->cg_base_fd, path, "1") == 0)
+        return;
+    kill(-pid, SIGKILL);
+}
+
 void exec_kill(struct agent *a, struct req *r)
 {
-    char path[sizeof(r->cgroup) + 16];
     if (r->tunnel) { /* no process: its socket goes, both ways */
         al_closep(&r->in_fd);
         r->in_fd = -1;
@@ -268,12 +276,7 @@ void exec_kill(struct agent *a, struct req *r)
         kernel_kill(a, r->kernel);
         return;
     }
-    if (r->cgroup[0]) {
-        snprintf(path, sizeof(path), "%s/cgroup.kill", r->cgroup);
-        if (write_file(a->cg_base_fd, path, "1") == 0)
-            return;
-    }
-    kill(-r->pid, SIGKILL);
+    tree_kill(a, r->cgroup, r->pid);
 }
 
 enum spawn_stage {

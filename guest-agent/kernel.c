@@ -161,15 +161,8 @@ static void kernel_forget(struct agent *a, struct kernel *k)
 
 void kernel_kill(struct agent *a, struct kernel *k)
 {
-    char path[sizeof(k->cgroup) + 16];
-    if (!k->pid)
-        return;
-    if (k->cgroup[0]) {
-        snprintf(path, sizeof(path), "%s/cgroup.kill", k->cgroup);
-        if (write_file(a->cg_base_fd, path, "1") == 0)
-            return;
-    }
-    kill(-k->pid, SIGKILL);
+    if (k->pid)
+        tree_kill(a, k->cgroup, k->pid);
 }
 
 /* Starts k's interpreter for run r in cwd; returns 0, or sends the error itself and returns

@@ -371,11 +371,9 @@ static int drop(al_session *s, struct ckpt *k, al_error *err)
 
 int al_checkpoint_create(al_session *s, const char *name, al_checkpoint_info *out, al_error *err)
 {
-    if (out) {
-        int r0 = AL_SIZED_OUT(out, "al_checkpoint_info", err);
-        if (r0 < 0)
-            return r0;
-    }
+    int sized = out ? AL_SIZED_OUT(out, "al_checkpoint_info", err) : 0;
+    if (sized < 0)
+        return sized;
     AL_SESSION_LOCKED(s);
     struct al_checkpoints *c = checkpoints(s, err);
     if (!c)

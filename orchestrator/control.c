@@ -496,17 +496,6 @@ void al_control_stop(al_session *s)
 
 /* ---- finding sessions ---- */
 
-static int sessions_dir(char *buf, size_t len, al_error *err)
-{
-    char run[AL_PATH_MAX];
-    int r = al_runtime_dir(run, sizeof(run), err);
-    if (r < 0)
-        return r;
-    if (al_pathf(buf, len, "%s/sessions", run) < 0)
-        return al_err(err, -ENAMETOOLONG, "runtime path too long");
-    return 0;
-}
-
 /* A live session: its lock held by its owner, its info readable. */
 static bool session_info(const char *sessions, const char *name, al_session_info *out)
 {
@@ -540,7 +529,7 @@ static bool session_info(const char *sessions, const char *name, al_session_info
 int al_session_list(void (*fn)(void *ctx, const al_session_info *info), void *ctx, al_error *err)
 {
     char sessions[AL_PATH_MAX];
-    int r = sessions_dir(sessions, sizeof(sessions), err);
+    int r = al_sessions_dir(sessions, sizeof(sessions), false, err);
     if (r < 0)
         return r;
     DIR *d = opendir(sessions);
@@ -609,7 +598,7 @@ int al_attach_open(const char *name, al_attach **out, al_error *err)
     if (!r)
         return al_err(err, -ENOMEM, "out of memory");
     char sessions[AL_PATH_MAX];
-    int ret = sessions_dir(sessions, sizeof(sessions), err);
+    int ret = al_sessions_dir(sessions, sizeof(sessions), false, err);
     al_session_info info = AL_SESSION_INFO_INIT;
     if (ret == 0 && !session_info(sessions, name, &info))
         ret = al_err(err, -ENOENT, "no running session '%s' (see 'airlock ps')", name);

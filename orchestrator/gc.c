@@ -68,12 +68,10 @@ static bool volume_session_dead(void *ctx, const char *session)
 
 int al_gc_conn(virConnectPtr conn, al_error *err)
 {
-    char run[AL_PATH_MAX], sessions[AL_PATH_MAX];
-    int r = al_runtime_dir(run, sizeof(run), err);
+    char sessions[AL_PATH_MAX];
+    int r = al_sessions_dir(sessions, sizeof(sessions), false, err);
     if (r < 0)
         return r;
-    if (al_pathf(sessions, sizeof(sessions), "%s/sessions", run) < 0)
-        return al_err(err, -ENAMETOOLONG, "runtime path too long");
     int reaped = 0;
 
     if (conn) {
@@ -92,10 +90,9 @@ int al_gc_conn(virConnectPtr conn, al_error *err)
 
     reaped += reap_dirs(sessions);
     /* The disk-backed halves (budget.c's state dirs) hold the same lock. */
-    char state[AL_PATH_MAX], state_sessions[AL_PATH_MAX];
+    char state_sessions[AL_PATH_MAX];
     al_error ignored = {0};
-    if (al_state_dir(state, sizeof(state), &ignored) == 0 &&
-        al_pathf(state_sessions, sizeof(state_sessions), "%s/sessions", state) == 0)
+    if (al_sessions_dir(state_sessions, sizeof(state_sessions), true, &ignored) == 0)
         reaped += reap_dirs(state_sessions);
     return reaped;
 }

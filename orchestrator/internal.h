@@ -67,11 +67,9 @@ struct al_vm_config {
     const char *name;
     const char *session_dir;
     const al_image *image;
-    unsigned memory_mib;
-    unsigned vcpus;
+    unsigned memory_mib, vcpus;
     bool kvm;
-    const char *agent_sock;
-    const char *console_path;
+    const char *agent_sock, *console_path;
     const char *disk;     /* the session's root disk overlay (qcow2), or NULL */
     const char *scratch;  /* a qcow2 the guest never mounts, holding checkpoints, or NULL */
     const char *raw_sock; /* NULL: none */
@@ -79,8 +77,7 @@ struct al_vm_config {
     /* SSH transport: a NIC on QEMU's user-mode network, restricted so the guest reaches
      * nothing, with one forward from 127.0.0.1:host_port to guest_port; and the cloud-init
      * seed (an ISO, read-only). host_port 0: no network. */
-    unsigned host_port;
-    unsigned guest_port;
+    unsigned host_port, guest_port;
     const char *seed;
     /* Warm starts (template.c): the disk's middle layer (the template's frozen disk, between
      * the overlay and the image's base), or NULL; guest RAM in ram_file (a template's memory,
@@ -93,8 +90,7 @@ struct al_vm_config {
     bool incoming;
     /* Network on request (net.c): the same kind of NIC, with a forward from 127.0.0.1:net_port
      * to net_guest_port, the guest's end of the proxy tunnels. net_port 0: none. */
-    unsigned net_port;
-    unsigned net_guest_port;
+    unsigned net_port, net_guest_port;
 };
 int al_vm_connect(const char *uri, virConnectPtr *out, al_error *err);
 int al_vm_start(virConnectPtr conn, const struct al_vm_config *cfg, virDomainPtr *out,
@@ -181,6 +177,9 @@ void al_console_tail(const char *path, char *out, size_t len);
  * need be and refused when it is not ours alone to change. */
 int al_runtime_dir(char *buf, size_t len, al_error *err);
 int al_state_dir(char *buf, size_t len, al_error *err);
+/* Where the session dirs are: RUNTIME/sessions, or with state STATE/sessions (their disk-backed
+ * halves); the parent is made as al_runtime_dir or al_state_dir make it. */
+int al_sessions_dir(char *buf, size_t len, bool state, al_error *err);
 /* This machine's id (/etc/machine-id: 32 hex digits) into buf (at least 33 bytes); "" when it
  * has none. Written into each domain's metadata, so that gc judges only this machine's. */
 void al_machine_id(char *buf, size_t len);

@@ -667,24 +667,25 @@ static int read_for(al_session *s, struct al_link_req *q, struct al_msg *m, int 
     return r;
 }
 
-/* Locks x and finds request id in it: 0 with x->mu held, or -EINVAL (x->mu not held). */
-static int req_lock(struct al_link_mux *x, uint32_t id, struct al_link_req **out, al_error *err)
+/* Locks x and finds request id in it: the request with x->mu held, or NULL with err set
+ * (-EINVAL) and x->mu not held. */
+static struct al_link_req *req_lock(struct al_link_mux *x, uint32_t id, al_error *err)
 {
     pthread_mutex_lock(&x->mu);
-    *out = req_find(x, id);
-    if (*out)
-        return 0;
-    pthread_mutex_unlock(&x->mu);
-    return al_err(err, -EINVAL, "request %u is not in flight", id);
+    struct al_link_req *q = req_find(x, id);
+    if (!q) {
+        pthread_mutex_unlock(&x->mu);
+        al_err(err, -EINVAL, "request %u is not in flight", id);
+    }
+    return q;
 }
 
 int al_link_wait_writable(al_session *s, uint32_t id, int fd, al_error *err)
 {
     struct al_link_mux *x = s->mux;
-    struct al_link_req *q;
-    int locked = req_lock(x, id, &q, err);
-    if (locked < 0)
-        return locked;
+    struct al_link_req *q = req_lock(x, id, err);
+    if (!q)
+        return -EINVAL;
     int r;
     for (;;) {
         if (q->fail) {
@@ -722,10 +723,9 @@ int al_link_recv_until(al_session *s, uint32_t id, struct al_msg *m, int extra_f
     struct al_link_mux *x = s->mux;
     bool ours = deadline && (!s->expires_ms || deadline < s->expires_ms);
     uint64_t until = ours ? deadline : s->expires_ms;
-    struct al_link_req *q;
-    int locked = req_lock(x, id, &q, err);
-    if (locked < 0)
-        return locked;
+    struct al_link_req *q = req_lock(x, id, err);
+    if (!q)
+        return -EINVAL;
     int r;
     for (;;) {
         if (q->head) {

@@ -20,15 +20,15 @@
  * agent, and none with one; until that is understood, --cpus 2 is opt-in. */
 #define VCPUS_DEFAULT 1
 
-/* Makes PARENT/sessions/NAME, 0755 (QEMU runs as another user under qemu:///system and must
- * traverse it), holding a lock file flocked for the session's life: made under a hidden name gc
- * ignores and renamed once locked, so gc never sees it unlocked. The path goes to out. */
-static int locked_dir_create(const char *parent, const char *name, char *out, size_t outlen,
+/* Makes SESSIONS/NAME (al_sessions_dir), 0755 (QEMU runs as another user under qemu:///system
+ * and must traverse it), holding a lock file flocked for the session's life: made under a
+ * hidden name gc ignores and renamed once locked, so gc never sees it unlocked. The path goes
+ * to out. */
+static int locked_dir_create(const char *sessions, const char *name, char *out, size_t outlen,
                              int *lock_fd, al_error *err)
 {
-    char sessions[AL_PATH_MAX], tmp[AL_PATH_MAX], lock[AL_PATH_MAX];
-    if (al_pathf(sessions, sizeof(sessions), "%s/sessions", parent) < 0 ||
-        al_pathf(out, outlen, "%s/%s", sessions, name) < 0 ||
+    char tmp[AL_PATH_MAX], lock[AL_PATH_MAX];
+    if (al_pathf(out, outlen, "%s/%s", sessions, name) < 0 ||
         al_pathf(tmp, sizeof(tmp), "%s/.%s", sessions, name) < 0 ||
         al_pathf(lock, sizeof(lock), "%s/lock", tmp) < 0)
         return al_err(err, -ENAMETOOLONG, "session path too long");
@@ -53,10 +53,10 @@ static int locked_dir_create(const char *parent, const char *name, char *out, si
  * in the runtime dir (tmpfs: the host's RAM). No session starts below the free-space floor. */
 static int session_dir_create(al_session *s, al_error *err)
 {
-    char run[AL_PATH_MAX], state[AL_PATH_MAX];
-    int r = al_runtime_dir(run, sizeof(run), err);
+    char sessions[AL_PATH_MAX], state[AL_PATH_MAX];
+    int r = al_sessions_dir(sessions, sizeof(sessions), false, err);
     if (r == 0)
-        r = locked_dir_create(run, s->name, s->dir, sizeof(s->dir), &s->lock_fd, err);
+        r = locked_dir_create(sessions, s->name, s->dir, sizeof(s->dir), &s->lock_fd, err);
     if (r < 0)
         return r;
     s->dir_created = true;
@@ -67,8 +67,10 @@ static int session_dir_create(al_session *s, al_error *err)
     r = al_check_free_space(state, al_free_floor(), &why);
     if (r < 0)
         return al_err(err, r, "cannot start a session: %s", why.msg);
-    r = locked_dir_create(state, s->name, s->state_dir, sizeof(s->state_dir), &s->state_lock_fd,
-                          err);
+    r = al_sessions_dir(sessions, sizeof(sessions), true, err);
+    if (r == 0)
+        r = locked_dir_create(sessions, s->name, s->state_dir, sizeof(s->state_dir),
+                              &s->state_lock_fd, err);
     if (r < 0)
         return r;
     s->state_created = true;
@@ -85,18 +87,27 @@ static void notice_to_file(void *f, const char *msg)
     fprintf(f, "airlock: notice: %s\n", msg);
 }
 
+void al_notice_route(const al_session_opts *o, const char *fmt, va_list ap)
+{
+    if (o->quiet)
+        return;
+    /* The library never prints on its own: the caller's callback, else the caller's FILE. */
+    if (o->on_notice)
+        al_vnotify(o->on_notice, o->notice_ctx, fmt, ap);
+    else
+        al_vnotify(o->notice ? notice_to_file : NULL, o->notice, fmt, ap);
+}
+
 #define session_notice al_session_notice
 void al_session_notice(al_session *s, const char *fmt, ...)
 {
-    if (s->quiet)
-        return;
+    al_session_opts o = {.quiet = s->quiet,
+                         .on_notice = s->on_notice,
+                         .notice_ctx = s->notice_ctx,
+                         .notice = s->notice};
     va_list ap;
     va_start(ap, fmt);
-    /* The library never prints on its own: the caller's callback, else the caller's FILE. */
-    if (s->on_notice)
-        al_vnotify(s->on_notice, s->notice_ctx, fmt, ap);
-    else
-        al_vnotify(s->notice ? notice_to_file : NULL, s->notice, fmt, ap);
+    al_notice_route(&o, fmt, ap);
     va_end(ap);
 }
 

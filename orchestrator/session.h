@@ -29,7 +29,7 @@ struct al_session {
     bool budget_over;    /* atomic: the watcher paused the VM, budget_why says why */
     char budget_why[sizeof(((al_error *)0)->msg)];
     FILE *console_to; /* copy the console here at close, or NULL */
-    bool quiet;       /* notices: none, to on_notice, else to notice (NULL: stderr) */
+    bool quiet;       /* notices: none, to on_notice, else to notice (NULL: nowhere) */
     FILE *notice;
     void (*on_notice)(void *ctx, const char *msg);
     void *notice_ctx;
@@ -173,6 +173,10 @@ int al_session_barrier(al_session *s, al_error *err);
  * checkpoints): a restored session's, without the restore's -incoming. */
 int al_checkpoints_set_xml(al_session *s, char *xml);
 void al_session_notice(al_session *s, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+/* A notice where opts sends them (quiet, on_notice, notice): al_session_notice's, for callers
+ * without a session yet (warm.c). */
+void al_notice_route(const al_session_opts *o, const char *fmt, va_list ap)
+    __attribute__((format(printf, 2, 0)));
 
 /* Ends the control socket's server, if any (control.c); before the session goes away. */
 void al_control_stop(al_session *s);

@@ -178,14 +178,8 @@ void al_tree_free(struct al_tree *t)
 
 int al_tree_add(struct al_tree *t, const struct al_tree_entry *e)
 {
-    if (t->n == t->cap) {
-        size_t cap = t->cap ? t->cap * 2 : 64;
-        struct al_tree_entry *v = realloc(t->v, cap * sizeof(*v));
-        if (!v)
-            return -ENOMEM;
-        t->v = v;
-        t->cap = cap;
-    }
+    if (al_grow(&t->v, &t->cap, t->n, sizeof(*t->v), 64) < 0)
+        return -ENOMEM;
     struct al_tree_entry c = *e;
     c.path = strdup(e->path);
     c.link = e->link ? strdup(e->link) : NULL;

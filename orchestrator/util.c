@@ -232,6 +232,18 @@ int al_state_dir(char *buf, size_t len, al_error *err)
     return 0;
 }
 
+int al_sessions_dir(char *buf, size_t len, bool state, al_error *err)
+{
+    char parent[AL_PATH_MAX];
+    int r = state ? al_state_dir(parent, sizeof(parent), err)
+                  : al_runtime_dir(parent, sizeof(parent), err);
+    if (r < 0)
+        return r;
+    if (al_pathf(buf, len, "%s/sessions", parent) < 0)
+        return al_err(err, -ENAMETOOLONG, "%s path too long", state ? "state" : "runtime");
+    return 0;
+}
+
 static int rm_one(const char *path, const struct stat *st, int flag, struct FTW *ftw)
 {
     (void)st;
@@ -363,5 +375,20 @@ int al_sized_out(void *out, size_t need, const char *type, al_error *err)
                       "%s.struct_size is %zu, below the %zu this libairlock (%s) fills", type,
                       *size, need, AIRLOCK_VERSION);
     *size = need;
+    return 0;
+}
+
+int al_grow(void *arr, size_t *cap, size_t n, size_t elem, size_t first)
+{
+    if (n < *cap)
+        return 0;
+    size_t want = *cap ? *cap * 2 : first;
+    if (want < *cap || want > SIZE_MAX / elem)
+        return -ENOMEM;
+    void *v = realloc(*(void **)arr, want * elem);
+    if (!v)
+        return -ENOMEM;
+    *(void **)arr = v;
+    *cap = want;
     return 0;
 }

@@ -49,6 +49,10 @@ uint64_t al_now_us(void);
 void al_vnotify(void (*fn)(void *ctx, const char *msg), void *ctx, const char *fmt, va_list ap)
     __attribute__((format(printf, 3, 0)));
 
+/* Room for one more element in the array *arr (a pointer's address) of *cap elements, n in use,
+ * elem bytes each: doubles it (from first) when full. 0, or -ENOMEM with *arr untouched. */
+int al_grow(void *arr, size_t *cap, size_t n, size_t elem, size_t first);
+
 /* Writes all len bytes (a write cut short or interrupted goes on); 0 or -errno. */
 int al_write_all(int fd, const void *buf, size_t len);
 /* Opens (creating, 0600, never through a symlink) the lock file path and waits for it

@@ -7,23 +7,13 @@
 #include <string.h>
 
 /* As a session's own notices, before there is a session. */
-static void notice_to_file(void *f, const char *msg)
-{
-    fprintf(f, "airlock: notice: %s\n", msg);
-}
-
 static void warm_notice(const al_session_opts *o, const char *fmt, ...)
     __attribute__((format(printf, 2, 3)));
 static void warm_notice(const al_session_opts *o, const char *fmt, ...)
 {
-    if (o->quiet)
-        return;
     va_list ap;
     va_start(ap, fmt);
-    if (o->on_notice)
-        al_vnotify(o->on_notice, o->notice_ctx, fmt, ap);
-    else
-        al_vnotify(o->notice ? notice_to_file : NULL, o->notice, fmt, ap);
+    al_notice_route(o, fmt, ap);
     va_end(ap);
 }
 

@@ -299,14 +299,8 @@ static unsigned classify(const char *path)
 static struct change *change_add(al_workdir_diff *d, int kind, int type, const char *path,
                                  const char *refused)
 {
-    if (d->n == d->cap) {
-        size_t cap = d->cap ? d->cap * 2 : 64;
-        struct change *v = realloc(d->v, cap * sizeof(*v));
-        if (!v)
-            return NULL;
-        d->v = v;
-        d->cap = cap;
-    }
+    if (al_grow(&d->v, &d->cap, d->n, sizeof(*d->v), 64) < 0)
+        return NULL;
     struct change *c = &d->v[d->n];
     *c = (struct change){.path = strdup(path)};
     if (!c->path)

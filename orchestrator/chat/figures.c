@@ -96,14 +96,9 @@ int al_outputs_prune(const char *dir, size_t keep_files, uint64_t keep_bytes, al
         if (strncmp(e->d_name, "airlock-", 8) || strlen(e->d_name) >= sizeof(v->name) ||
             fstatat(dirfd(d), e->d_name, &st, AT_SYMLINK_NOFOLLOW) < 0 || !S_ISREG(st.st_mode))
             continue;
-        if (n == cap) {
-            cap = cap ? cap * 2 : 64;
-            struct outfile *nv = realloc(v, cap * sizeof(*v));
-            if (!nv) {
-                r = al_err(err, -ENOMEM, "out of memory");
-                break;
-            }
-            v = nv;
+        if (al_grow(&v, &cap, n, sizeof(*v), 64) < 0) {
+            r = al_err(err, -ENOMEM, "out of memory");
+            break;
         }
         snprintf(v[n].name, sizeof(v[n].name), "%s", e->d_name);
         v[n].mtime = st.st_mtim;

@@ -120,14 +120,8 @@ int al_model_acc_call(struct al_model_acc *a, long key, bool create, struct al_a
     if (a->ncalls == AL_MODEL_CALLS_MAX)
         return al_err(&a->err, -EPROTO, "the model's reply has more than %d tool calls",
                       AL_MODEL_CALLS_MAX);
-    if (a->ncalls == a->callcap) {
-        size_t cap = a->callcap ? a->callcap * 2 : 4;
-        struct al_acc_call *c = realloc(a->calls, cap * sizeof(*c));
-        if (!c)
-            return al_err(&a->err, -ENOMEM, "out of memory for the model's reply");
-        a->calls = c;
-        a->callcap = cap;
-    }
+    if (al_grow(&a->calls, &a->callcap, a->ncalls, sizeof(*a->calls), 4) < 0)
+        return al_err(&a->err, -ENOMEM, "out of memory for the model's reply");
     a->calls[a->ncalls] = (struct al_acc_call){.key = key};
     *out = &a->calls[a->ncalls++];
     a->started = true;
