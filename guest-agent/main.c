@@ -71,19 +71,15 @@ int main(int argc, char **argv)
     opterr = !init;
     while ((c = getopt_long(argc, argv, "", opts, NULL)) != -1) {
         switch (c) {
-        case 'p':
-            relay.path = NULL;
-            kind = CHANNEL_VIRTIO;
-            port = optarg;
-            break;
+        case 'p': /* the channel: a virtio port, stdio, or a unix socket (tests) */
         case 's':
-            relay.path = NULL;
-            kind = CHANNEL_STDIO;
-            break;
         case 'u':
             relay.path = NULL;
-            kind = CHANNEL_UNIX;
-            path = optarg;
+            kind = c == 'p' ? CHANNEL_VIRTIO : c == 's' ? CHANNEL_STDIO : CHANNEL_UNIX;
+            if (c == 'p')
+                port = optarg;
+            else if (c == 'u')
+                path = optarg;
             break;
         case 'R':
             relay.path = optarg;

@@ -208,6 +208,9 @@ int al_vision_png_fit(const uint8_t *png, size_t len, unsigned side_max, char **
                       unsigned *h, al_error *err);
 /* Whether a model is known to take images: gpt-4o*, gpt-4.1*, claude-*. */
 bool al_vision_model(const char *model);
+/* w x h RGBA pixels as a PNG (libpng's simplified API): malloc'd into *out, *len bytes. */
+int al_png_rgba(const uint8_t *px, unsigned w, unsigned h, uint8_t **out, size_t *len,
+                al_error *err);
 
 /* ---- conversations (saved as JSON under $XDG_DATA_HOME/airlock/conversations) ---- */
 /* $XDG_DATA_HOME/airlock/SUB (outputs, history live beside the conversations), created. */

@@ -52,6 +52,28 @@ int al_vision_png(const uint8_t *png, size_t len, char **b64, unsigned *w_out, u
     return al_vision_png_fit(png, len, AL_VISION_SIDE_MAX, b64, w_out, h_out, err);
 }
 
+int al_png_rgba(const uint8_t *px, unsigned w, unsigned h, uint8_t **out, size_t *len,
+                al_error *err)
+{
+    png_image o;
+    memset(&o, 0, sizeof(o));
+    o.version = PNG_IMAGE_VERSION;
+    o.width = w;
+    o.height = h;
+    o.format = PNG_FORMAT_RGBA;
+    png_alloc_size_t size = 0;
+    uint8_t *enc = NULL;
+    bool ok = png_image_write_to_memory(&o, NULL, &size, 0, px, 0, NULL) && size &&
+              (enc = malloc(size)) && png_image_write_to_memory(&o, enc, &size, 0, px, 0, NULL);
+    if (!ok) {
+        free(enc);
+        return al_err(err, -EIO, "cannot encode the PNG: %s", o.message);
+    }
+    *out = enc;
+    *len = size;
+    return 0;
+}
+
 int al_vision_png_fit(const uint8_t *png, size_t len, unsigned side_max, char **b64,
                       unsigned *w_out, unsigned *h_out, al_error *err)
 {
@@ -101,22 +123,13 @@ int al_vision_png_fit(const uint8_t *png, size_t len, unsigned side_max, char **
             return al_err(err, -ENOMEM, "out of memory");
         }
         box_scale(px, w, h, out, w2, h2);
-        png_image o;
-        memset(&o, 0, sizeof(o));
-        o.version = PNG_IMAGE_VERSION;
-        o.width = w2;
-        o.height = h2;
-        o.format = PNG_FORMAT_RGBA;
-        png_alloc_size_t size = 0;
+        size_t size = 0;
         uint8_t *enc = NULL;
-        bool ok = png_image_write_to_memory(&o, NULL, &size, 0, out, 0, NULL) && size &&
-                  (enc = malloc(size)) &&
-                  png_image_write_to_memory(&o, enc, &size, 0, out, 0, NULL);
+        int r = al_png_rgba(out, w2, h2, &enc, &size, err);
         free(out);
-        if (!ok) {
-            free(enc);
+        if (r < 0) {
             free(px);
-            return al_err(err, -EIO, "cannot encode the scaled PNG: %s", o.message);
+            return r;
         }
         if (size <= AL_VISION_PNG_MAX || (w2 <= 64 && h2 <= 64)) {
             free(px);

@@ -4,6 +4,7 @@ real guests through the real libvirtd and QEMU.
 Environment (set by tests/meson.build): AIRLOCK_BIN, AIRLOCK_IMAGE_DIR, AIRLOCK_SOURCE_ROOT,
 AIRLOCK_AGENT_BIN.
 """
+import hashlib
 import json
 import os
 import re
@@ -86,6 +87,15 @@ def random_file(path, size, mode=None):
     if mode is not None:
         os.chmod(path, mode)
     return data
+
+
+def sha256(path):
+    """A file's SHA-256, hex, read in 1 MiB pieces."""
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            h.update(chunk)
+    return h.hexdigest()
 
 
 def rss_kib(pid):

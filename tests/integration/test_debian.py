@@ -3,7 +3,6 @@
 Node, and each session writes only to its own overlay (the base never changes, two sessions
 at once do not see each other's files). Also `airlock image build` / `rm` and the default
 image. Needs BUILD/images/debian (tests/meson.build makes it a dependency)."""
-import hashlib
 import json
 import os
 import subprocess
@@ -16,17 +15,9 @@ import altest
 DEBIAN = os.path.join(altest.IMAGE_DIR, "debian")
 
 
-def sha256(path):
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for chunk in iter(lambda: f.read(1 << 20), b""):
-            h.update(chunk)
-    return h.hexdigest()
-
-
 def base_state(path):
     st = os.stat(path)
-    return (st.st_mtime_ns, st.st_size, st.st_mode & 0o777, sha256(path))
+    return (st.st_mtime_ns, st.st_size, st.st_mode & 0o777, altest.sha256(path))
 
 
 class DebianTest(unittest.TestCase):

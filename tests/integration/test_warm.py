@@ -4,7 +4,6 @@ The tests keep their templates in a state dir of their own (AIRLOCK_STATE_DIR), 
 suite restores from them, and group their checks per boot: a template build costs a boot plus
 the python imports (20-30 s under emulation).
 """
-import hashlib
 import json
 import os
 import re
@@ -51,14 +50,6 @@ def warm(env=None):
     r = altest.run(["image", "warm", IMAGE], env=env, timeout=900)
     if r.returncode != 0:
         raise AssertionError("image warm failed: %s" % r.stderr.decode(errors="replace"))
-
-
-def sha256(path):
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for b in iter(lambda: f.read(1 << 20), b""):
-            h.update(b)
-    return h.hexdigest()
 
 
 class Driver:
@@ -138,7 +129,7 @@ class Warm(unittest.TestCase):
         for f in ("ram", "state", "disk.qcow2", "manifest.json"):
             st = os.stat(os.path.join(tdir, f))
             self.assertEqual(st.st_mode & 0o777, 0o600, f)
-        disk_before = sha256(os.path.join(tdir, "disk.qcow2"))
+        disk_before = altest.sha256(os.path.join(tdir, "disk.qcow2"))
         ls = altest.run(["image", "ls"])
         self.assertEqual(ls.returncode, 0, ls.stderr)
         self.assertRegex(ls.stdout.decode(), r"(?m)^debian\s+512M\s+1\s+\w+\s+\S+\s+ready\s")
@@ -191,7 +182,7 @@ class Warm(unittest.TestCase):
         finally:
             self.assertEqual(a.close(), 0)
             self.assertEqual(b.close(), 0)
-        self.assertEqual(sha256(os.path.join(tdir, "disk.qcow2")), disk_before)
+        self.assertEqual(altest.sha256(os.path.join(tdir, "disk.qcow2")), disk_before)
 
     def test_2_checkpoint_and_workdir(self):
         """Checkpoints, rollback and the workdir's sync work on a restored session."""

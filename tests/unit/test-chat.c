@@ -391,21 +391,11 @@ static uint8_t *make_png(unsigned w, unsigned h, size_t *len)
     uint8_t *px = malloc((size_t)w * h * 4);
     for (size_t i = 0; px && i < (size_t)w * h * 4; i++)
         px[i] = (uint8_t)(i * 7);
-    png_image img;
-    memset(&img, 0, sizeof(img));
-    img.version = PNG_IMAGE_VERSION;
-    img.width = w;
-    img.height = h;
-    img.format = PNG_FORMAT_RGBA;
-    png_alloc_size_t n = 0;
     uint8_t *out = NULL;
-    if (px && png_image_write_to_memory(&img, NULL, &n, 0, px, 0, NULL) && (out = malloc(n)) &&
-        !png_image_write_to_memory(&img, out, &n, 0, px, 0, NULL)) {
-        free(out);
+    al_error err = {0};
+    if (px && al_png_rgba(px, w, h, &out, len, &err) < 0)
         out = NULL;
-    }
     free(px);
-    *len = n;
     return out;
 }
 

@@ -3,26 +3,13 @@
  * log lines as the host reads them. TAP output. */
 #include "airlock.h"
 #include "session.h"
+#include "tap.h"
 
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-static unsigned count, failed;
-
-static bool ok(bool pass, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-static bool ok(bool pass, const char *fmt, ...)
-{
-    va_list ap;
-    va_start(ap, fmt);
-    printf("%sok %u - ", pass ? "" : "not ", ++count);
-    vprintf(fmt, ap);
-    putchar('\n');
-    va_end(ap);
-    failed += !pass;
-    return pass;
-}
 
 static int parse(const char *spec, char ***out)
 {
@@ -94,6 +81,5 @@ int main(void)
        "an allowed tunnel");
     char shortl[] = "1796084772.928 CONNECT web.test 443 200 9 9 TCP_TUNNEL";
     ok(al_net_log_line(allow, shortl, &r) == 0, "a line short of a field is no request");
-    printf("1..%u\n", count);
-    return failed ? 1 : 0;
+    return tap_done();
 }
