@@ -45,7 +45,7 @@ static al_pool *pool; /* under lock */
 static struct {
     char image[64];
     unsigned memory_mib, vcpus, size;
-    enum al_transport transport; /* the image's */
+    int transport; /* enum al_transport: the image's */
     uint64_t disk_budget_bytes;
 } pool_shape;
 
@@ -605,7 +605,7 @@ int ad_session_create(const char *owner, const struct ad_limits *lim, const stru
     _cleanup_free_ const char **net_allow = NULL;
     if ((r = check_net(c, lim, &net, &net_allow, f)) < 0)
         return r;
-    enum al_transport transport = AL_TRANSPORT_IMAGE;
+    int transport = AL_TRANSPORT_IMAGE; /* enum al_transport */
     if (c->transport && (r = al_transport_parse(c->transport, &transport, &err)) < 0) {
         ad_failf(f, 400, "invalid", "%s", err.msg);
         return r;

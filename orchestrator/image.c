@@ -110,7 +110,7 @@ static int image_part(const cJSON *j, const char *key, const char *dir, char *ou
     return 0;
 }
 
-int al_transport_parse(const char *s, enum al_transport *out, al_error *err)
+int al_transport_parse(const char *s, int *out, al_error *err)
 {
     if (s && !strcmp(s, "virtio"))
         *out = AL_TRANSPORT_VIRTIO;

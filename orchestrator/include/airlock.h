@@ -87,7 +87,7 @@ enum al_transport {
 
 /* "virtio" or "ssh" (--transport, a profile's transport, a manifest's) to AL_TRANSPORT_VIRTIO
  * or AL_TRANSPORT_SSH; else -EINVAL and "unknown transport 'X' (virtio or ssh)" in err. */
-int al_transport_parse(const char *s, enum al_transport *out, al_error *err);
+int al_transport_parse(const char *s, int *out, al_error *err);
 
 /* The longest host path airlock builds or accepts, with its NUL: the kernel's PATH_MAX, what
  * one system call takes. Paths are built checked (a longer one fails with ENAMETOOLONG, never
@@ -106,11 +106,11 @@ typedef struct al_image {
                    each session boots on an overlay of its own */
     char cmdline[1024];
     unsigned agent_protocol;
-    unsigned memory_mib;         /* suggested memory; 0 when the manifest names none */
-    char languages[256];         /* space-separated */
-    enum al_transport transport; /* how sessions reach the agent by default: VIRTIO or SSH */
-    char ssh_user[64];           /* SSH images: the user cloud-init gives the session's key */
-    unsigned ssh_port;           /* SSH images: sshd's port in the guest */
+    unsigned memory_mib; /* suggested memory; 0 when the manifest names none */
+    char languages[256]; /* space-separated */
+    int transport; /* enum al_transport: how sessions reach the agent by default, VIRTIO or SSH */
+    char ssh_user[64]; /* SSH images: the user cloud-init gives the session's key */
+    unsigned ssh_port; /* SSH images: sshd's port in the guest */
 } al_image;
 #define AL_IMAGE_INIT AL_SIZED_INIT(al_image)
 
@@ -198,10 +198,10 @@ typedef struct al_session_opts {
     int cancel_fd;             /* 0 or -1: none; or a pipe: each byte read is a signal number. While
                                   booting any byte cancels; during an exec SIGINT/SIGQUIT are
                                   forwarded to the guest process group, others kill it. */
-    enum al_transport transport; /* AL_TRANSPORT_IMAGE (0): the image's; else that one, which
+    int transport; /* enum al_transport. AL_TRANSPORT_IMAGE (0): the image's; else that one, which
                                     the image must serve (al_transport_parse reads names) */
-    bool checkpoints;            /* allow al_checkpoint_*: images without a disk get a small scratch
-                                    qcow2 to hold the snapshots (the guest never mounts it) */
+    bool checkpoints; /* allow al_checkpoint_*: images without a disk get a small scratch
+                         qcow2 to hold the snapshots (the guest never mounts it) */
     /* Notices (one line, no "airlock: notice: " prefix, no newline): called instead of
      * writing to notice when set; from the thread that opens the session. */
     void (*on_notice)(void *ctx, const char *msg);

@@ -10,7 +10,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-
 static int parse(const char *spec, char ***out)
 {
     al_error e = {0};
