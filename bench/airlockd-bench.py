@@ -21,6 +21,8 @@ import tempfile
 import threading
 import time
 
+import benchlib
+
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "clients",
                                 "python"))
 from airlock import Client, Sandbox  # noqa: E402
@@ -48,10 +50,7 @@ def exec_ms(sb):
 
 
 def main():
-    ap = argparse.ArgumentParser()
-    ap.add_argument("airlockd")
-    ap.add_argument("airlock_bench")
-    ap.add_argument("--image", default="tiny")
+    ap = benchlib.airlockd_args()
     ap.add_argument("--rtt", type=int, default=50)
     ap.add_argument("--sessions", type=int, default=8)
     ap.add_argument("--clients", type=int, default=8)
@@ -122,13 +121,7 @@ def main():
                     with lock:
                         errors.append(repr(e)[:200])
 
-        threads = [threading.Thread(target=worker, args=(i,)) for i in range(a.clients)]
-        t0 = time.time()
-        for t in threads:
-            t.start()
-        for t in threads:
-            t.join()
-        wall = time.time() - t0
+        wall = benchlib.run_threads(worker, a.clients, lambda i: (i,))
         out["load"] = {
             "clients": a.clients,
             "execs_each": a.execs,

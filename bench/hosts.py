@@ -45,6 +45,8 @@ import tempfile
 import threading
 import time
 
+import benchlib
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(ROOT, "tests", "integration"))
 sys.path.insert(0, os.path.join(ROOT, "clients", "python"))
@@ -315,13 +317,7 @@ class Bench:
                 with lock:
                     errors.append(repr(e)[:300])
 
-        threads = [threading.Thread(target=one) for _ in range(k)]
-        t0 = time.monotonic()
-        for t in threads:
-            t.start()
-        for t in threads:
-            t.join()
-        wall = time.monotonic() - t0
+        wall = benchlib.run_threads(one, k)
         counts = self.host_counts(c)
         # Each one's own time, by host (the remote host's domains are its ids there).
         far = set(self.far.domains())
@@ -497,12 +493,7 @@ def main():
             log("cleanup: " + "; ".join(problems))
     out["cleanup_problems"] = problems
     out["notes"] = notes(out)
-    text = json.dumps(out, indent=2)
-    if args.json:
-        with open(args.json, "w") as f:
-            f.write(text + "\n")
-    else:
-        print(text)
+    benchlib.emit(out, args.json, echo=False)
     summary(out)
 
 

@@ -20,6 +20,8 @@ import subprocess
 import sys
 import time
 
+import benchlib
+
 
 def log(*a):
     print(*a, file=sys.stderr, flush=True)
@@ -141,11 +143,7 @@ def main():
                        "goal": 1.5}
     log("run_code: mcp %.1f ms, library %.1f ms" % (out["run_code"]["mcp_median_ms"],
                                                     out["run_code"]["library_median_ms"]))
-    text = json.dumps(out, indent=2)
-    if a.json:
-        with open(a.json, "w") as f:
-            f.write(text + "\n")
-    print(text)
+    benchlib.emit(out, a.json)
 
 
 if __name__ == "__main__":

@@ -22,6 +22,8 @@ import statistics
 import subprocess
 import sys
 import time
+
+import benchlib
 import urllib.request
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -124,11 +126,7 @@ def main():
         "guest_added_latency_ms": round(in_guest["small_request_ms_median"] -
                                         direct["small_request_ms_median"], 2),
     }
-    text = json.dumps(out, indent=2) + "\n"
-    if a.json:
-        with open(a.json, "w") as f:
-            f.write(text)
-    sys.stdout.write(text)
+    benchlib.emit(out, a.json)
 
 
 if __name__ == "__main__":

@@ -24,16 +24,15 @@ import tempfile
 import threading
 import time
 
+import benchlib
+
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "clients",
                                 "python"))
 from airlock import Client, Sandbox  # noqa: E402
 
 
 def main():
-    ap = argparse.ArgumentParser()
-    ap.add_argument("airlockd")
-    ap.add_argument("airlock_bench")
-    ap.add_argument("--image", default="tiny")
+    ap = benchlib.airlockd_args()
     ap.add_argument("--rounds", type=int, default=30)
     a = ap.parse_args()
     lib = json.loads(subprocess.run([a.airlock_bench, "pty", a.image, str(a.rounds)],

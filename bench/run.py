@@ -44,6 +44,8 @@ import tempfile
 import threading
 import time
 
+import benchlib
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 # airlock --debug's line once the session is ready.
@@ -312,11 +314,7 @@ def bench_sessions(a, image_dir, ssh_image, runtime):
     if ssh_image:
         result["transport"] = transport_result(a, ssh_image, result, virtio_rounds, ssh_rounds,
                                                ssh_sess, ssh_mib)
-    text = json.dumps(result, indent=2)
-    if a.json:
-        with open(a.json, "w") as f:
-            f.write(text + "\n")
-    print(text)
+    benchlib.emit(result, a.json)
     sr, rt, st = result["session_ready"], result["exec_rtt"], result["stream"]
     rows = [
         ("session ready (airlock exec -- true)", "%.2f s" % sr["airlock_s_median"],
@@ -441,11 +439,7 @@ def kernel_bench(a):
                           "figure_vs_print": r["figure_vs_print"],
                           "png_result_vs_print": r["image_vs_print"]},
     }
-    text = json.dumps(result, indent=2)
-    if a.json:
-        with open(a.json, "w") as f:
-            f.write(text + "\n")
-    print(text)
+    benchlib.emit(result, a.json)
     k, f = result["kernel_rtt"], result["figure_result"]
     for row in [("python kernel 1+1 round trip", "%.1f ms" % k["python_1_plus_1_ms_median"],
                  "%.1f ms exec true" % k["exec_true_ms_median"], "%.2fx (goal <= 1.5x)" % k["ratio"]),
@@ -497,11 +491,7 @@ def checkpoint_bench(a):
         },
         "disk_per_checkpoint": changes,
     }
-    text = json.dumps(result, indent=2)
-    if a.json:
-        with open(a.json, "w") as f:
-            f.write(text + "\n")
-    print(text)
+    benchlib.emit(result, a.json)
     ck, rb = result["checkpoint"], result["rollback"]
     rows = [
         ("checkpoint (memory + disk)", "%.0f ms median" % ck["airlock_ms_median"],

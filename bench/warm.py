@@ -32,6 +32,8 @@ import sys
 import tempfile
 import time
 
+import benchlib
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 READY_LINE = re.compile(r"ready in (\d+) ms: prepare (\d+), start (\d+), boot to handshake (\d+)"
                         r"(?:; restored from a template, made unique in (\d+) ms)?")
@@ -262,12 +264,7 @@ def main():
     args = ap.parse_args()
     args.image_dir = args.image_dir or os.path.join(args.build, "images")
     out = Bench(args).main()
-    text = json.dumps(out, indent=2)
-    if args.json:
-        with open(args.json, "w") as f:
-            f.write(text + "\n")
-    else:
-        print(text)
+    benchlib.emit(out, args.json, echo=False)
 
 
 if __name__ == "__main__":

@@ -111,7 +111,12 @@ int al_image_build(const al_image_build_opts *in, al_error *err)
 
     const char *argv[] = {"bash", recipe, agent, tmp, opts->toolchain ? "--toolchain" : NULL, NULL};
     int st = 0;
-    r = al_spawn_wait(argv, opts->log_fd, opts->log_fd, &st);
+    /* Zero means none: the recipe's output goes nowhere rather than to fd 0. */
+    _cleanup_close_ int devnull = opts->log_fd > 0 ? -1 : open("/dev/null", O_WRONLY | O_CLOEXEC);
+    int log = opts->log_fd > 0 ? opts->log_fd : devnull;
+    if (log < 0)
+        return al_err(err, -errno, "cannot open /dev/null: %s", strerror(errno));
+    r = al_spawn_wait(argv, log, log, &st);
     if (r < 0) {
         al_rmtree(tmp);
         return al_err(err, r, "cannot run %s: %s", recipe, strerror(-r));

@@ -778,20 +778,17 @@ if have['javascript']:
     check('javascript: imports resolve from the current directory', ok_exit(d) and
           shown(out) == b'14\n', (d, out, err))
     d, out, err, _ = krun('javascript', 'let la = 1; const lc = 1; class K {}')
-    d, out, err, _ = krun('javascript', 'let la = 2; const lc = 3; class K { v() { return 4; } }'
-                          '\n[la, lc, new K().v()]')
-    check('javascript: let, const and class declared again in a later block', ok_exit(d) and
-          shown(out) == b'[ 2, 3, 4 ]\n', (d, out, err))
-    d, out, err, _ = krun('javascript', 'let la\n[la]')
-    check('javascript: let without a value is undefined again', ok_exit(d) and
-          shown(out) == b'[ undefined ]\n', (d, out, err))
-    d, out, err, _ = krun('javascript', 'const lc = await Promise.resolve(8); let { p, q: [r] } ='
-                          ' { p: 1, q: [2] }; [lc, p, r]')
-    check('javascript: declared again with await, destructuring', ok_exit(d) and
-          shown(out) == b'[ 8, 1, 2 ]\n', (d, out, err))
-    d, out, err, _ = krun('javascript', 'await null; (lc)')
-    check('javascript: an awaiting block\'s last value in parentheses', ok_exit(d) and
-          shown(out) == b'8\n', (d, out, err))
+    for what, code, want in [
+            ('let, const and class declared again in a later block',
+             'let la = 2; const lc = 3; class K { v() { return 4; } }\n[la, lc, new K().v()]',
+             b'[ 2, 3, 4 ]\n'),
+            ('let without a value is undefined again', 'let la\n[la]', b'[ undefined ]\n'),
+            ('declared again with await, destructuring',
+             'const lc = await Promise.resolve(8); let { p, q: [r] } = { p: 1, q: [2] }; [lc, p, r]',
+             b'[ 8, 1, 2 ]\n'),
+            ('an awaiting block\'s last value in parentheses', 'await null; (lc)', b'8\n')]:
+        d, out, err, _ = krun('javascript', code)
+        check('javascript: ' + what, ok_exit(d) and shown(out) == want, (d, out, err))
     d, out, err, _ = krun('javascript', 'await null;\nnull.x')
     check('javascript: an error in an awaiting block reports with its line, status 1',
           ok_exit(d, 1) and b'TypeError' in err and re.search(rb'cell \d+:2:', err) and

@@ -132,7 +132,7 @@ typedef struct al_image_build_opts {
     size_t struct_size; /* sizeof: AL_IMAGE_BUILD_OPTS_INIT (see "Structs" above) */
     const char *name;   /* runs the recipe images/build-NAME.sh */
     bool toolchain;     /* pass --toolchain (recipes that have one) */
-    int log_fd;         /* the recipe's stdout and stderr go here */
+    int log_fd;         /* > 0: the recipe's stdout and stderr go here; 0 or -1: nowhere */
 } al_image_build_opts;
 #define AL_IMAGE_BUILD_OPTS_INIT AL_SIZED_INIT(al_image_build_opts)
 /* Builds an image into the store (replacing one of the same name once the build succeeded).

@@ -58,82 +58,28 @@ static void emit_raw(const char *name, const char *base, void (*edit)(struct al_
     emit(name, buf, raw_msg(&r, &m));
 }
 
-static void zero_argc(struct al_msg *m)
-{
-    m->u.exec.argc = 0;
-}
-static void many_argv(struct al_msg *m)
-{
-    m->u.exec.argc = AL_ARGV_MAX + 1;
-}
-static void many_langs(struct al_msg *m)
-{
-    m->u.hello_ack.nlangs = AL_LANGS_MAX + 1;
-}
-static void signal_65(struct al_msg *m)
-{
-    m->u.signal.signo = 65;
-}
-static void status_256(struct al_msg *m)
-{
-    m->u.exit.value = 256;
-}
-static void exit_kind_2(struct al_msg *m)
-{
-    m->u.exit.how = 2;
-}
-static void class_9(struct al_msg *m)
-{
-    m->u.error.klass = AL_ERR_CLASS_MAX_ + 1;
-}
-static void mode_high(struct al_msg *m)
-{
-    m->u.file_put.mode = 010644;
-}
-static void shutdown_2(struct al_msg *m)
-{
-    m->u.shutdown.how = 2;
-}
-static void credit_over(struct al_msg *m)
-{
-    m->u.credit.bytes = AL_WINDOW_MAX + 1;
-}
-static void stream_over(struct al_msg *m)
-{
-    m->u.data.stream = AL_STREAM_COUNT;
-}
-static void flag_unknown(struct al_msg *m)
-{
-    m->flags = 1u << 1;
-}
-static void flag_eof(struct al_msg *m)
-{
-    m->flags = AL_FLAG_EOF;
-}
-static void type_0(struct al_msg *m)
-{
-    m->type = 0;
-}
-static void type_over(struct al_msg *m)
-{
-    m->type = AL_TYPE_MAX_ + 1;
-}
-static void kernel_no_lang(struct al_msg *m)
-{
-    m->u.exec.lang.len = 0;
-}
-static void input_wait_over(struct al_msg *m)
-{
-    m->u.exec.input_wait_ms = AL_INPUT_WAIT_MAX_MS + 1;
-}
-static void nsec_over(struct al_msg *m)
-{
-    m->u.refresh.nsec = 1000000000u;
-}
-static void hostname_dot(struct al_msg *m)
-{
-    m->u.refresh.hostname = al_str_cstr("a.b");
-}
+/* The mutations, one a line: each breaks one bound of a valid message. */
+/* clang-format off */
+static void zero_argc(struct al_msg *m) { m->u.exec.argc = 0; }
+static void many_argv(struct al_msg *m) { m->u.exec.argc = AL_ARGV_MAX + 1; }
+static void many_langs(struct al_msg *m) { m->u.hello_ack.nlangs = AL_LANGS_MAX + 1; }
+static void signal_65(struct al_msg *m) { m->u.signal.signo = 65; }
+static void status_256(struct al_msg *m) { m->u.exit.value = 256; }
+static void exit_kind_2(struct al_msg *m) { m->u.exit.how = 2; }
+static void class_9(struct al_msg *m) { m->u.error.klass = AL_ERR_CLASS_MAX_ + 1; }
+static void mode_high(struct al_msg *m) { m->u.file_put.mode = 010644; }
+static void shutdown_2(struct al_msg *m) { m->u.shutdown.how = 2; }
+static void credit_over(struct al_msg *m) { m->u.credit.bytes = AL_WINDOW_MAX + 1; }
+static void stream_over(struct al_msg *m) { m->u.data.stream = AL_STREAM_COUNT; }
+static void flag_unknown(struct al_msg *m) { m->flags = 1u << 1; }
+static void flag_eof(struct al_msg *m) { m->flags = AL_FLAG_EOF; }
+static void type_0(struct al_msg *m) { m->type = 0; }
+static void type_over(struct al_msg *m) { m->type = AL_TYPE_MAX_ + 1; }
+static void kernel_no_lang(struct al_msg *m) { m->u.exec.lang.len = 0; }
+static void input_wait_over(struct al_msg *m) { m->u.exec.input_wait_ms = AL_INPUT_WAIT_MAX_MS + 1; }
+static void nsec_over(struct al_msg *m) { m->u.refresh.nsec = 1000000000u; }
+static void hostname_dot(struct al_msg *m) { m->u.refresh.hostname = al_str_cstr("a.b"); }
+/* clang-format on */
 
 int main(int argc, char **argv)
 {

@@ -213,12 +213,15 @@ try:
     R["conf"] = "read"
 except OSError as e:
     R["conf"] = e.errno
-tun = []
-for i in range(8):
-    try:
-        tun.append(socket.create_connection(("127.0.0.1", fwd), timeout=5))
-    except OSError:
-        pass
+def connect_many(port, n):  # as many of n connections as are taken
+    got = []
+    for i in range(n):
+        try:
+            got.append(socket.create_connection(("127.0.0.1", port), timeout=5))
+        except OSError:
+            pass
+    return got
+tun = connect_many(fwd, 8)
 R["tunnels"] = len(tun)
 def drain(s, sink):  # reads to EOF into sink; what came before an error stays there
     while True:
@@ -238,12 +241,7 @@ def ask(pre):
         return repr(e)
 R["plain"] = ask(b"")
 R["proxy_header"] = ask(b"PROXY TCP4 127.0.0.1 127.0.0.1 1024 3128\r\n")
-held = []
-for i in range(40):
-    try:
-        held.append(socket.create_connection(("127.0.0.1", squid), timeout=5))
-    except OSError:
-        pass
+held = connect_many(squid, 40)
 R["held"] = len(held)
 print(json.dumps(R), flush=True)
 sys.stdin.readline()

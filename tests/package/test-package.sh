@@ -153,6 +153,18 @@ ok "the service is hardened as documented" bash -c "
 # The daemon from the scratch root's files, in the foreground the way the unit starts it (its
 # ExecStart, the installed config with the paths moved into a temp dir), answers /v1/health on
 # a socket in that dir; then the same through socket activation (LISTEN_FDS), as systemd would.
+# health_then_stop PID DIR SOCKET: waits for the daemon PID's SOCKET, asks /v1/health, stops it
+# with SIGTERM; succeeds when it answered ok and exited cleanly (its log and answer shown).
+health_then_stop() {
+    local pid=$1 d=$2 sock=$3 i
+    for i in $(seq 100); do [ -S "$sock" ] && break; sleep 0.1; done
+    curl -sf --unix-socket "$sock" http://airlockd/v1/health >"$d/health"
+    local rc=$?
+    kill -TERM "$pid"
+    wait "$pid" || rc=1
+    cat "$d/log" "$d/health"
+    [ $rc -eq 0 ] && grep -q '"status":"ok"' "$d/health"
+}
 daemon_runs() {
     local d=$tmp/daemon pid i
     mkdir -p -m 0700 "$d"
@@ -164,14 +176,7 @@ daemon_runs() {
     grep -q "^allow_group = [0-9][0-9]*$" "$d/conf" || { echo "allow_group not set by gid"; return 1; }
     grep -q "^socket = $d/" "$d/conf" || { echo "the installed config has no socket line"; return 1; }
     LD_LIBRARY_PATH=$lib "$root/usr/sbin/airlockd" --config "$d/conf" >/dev/null 2>"$d/log" &
-    pid=$!
-    for i in $(seq 100); do [ -S "$d/airlockd.sock" ] && break; sleep 0.1; done
-    curl -sf --unix-socket "$d/airlockd.sock" http://airlockd/v1/health >"$d/health"
-    local rc=$?
-    kill -TERM $pid
-    wait $pid || rc=1
-    cat "$d/log" "$d/health"
-    [ $rc -eq 0 ] && grep -q '"status":"ok"' "$d/health" && [ ! -e "$d/airlockd.sock" ]
+    health_then_stop $! "$d" "$d/airlockd.sock" && [ ! -e "$d/airlockd.sock" ]
 }
 ok "the installed airlockd starts in the foreground and answers /v1/health" daemon_runs
 activated() {
@@ -181,14 +186,7 @@ activated() {
         "$d/spool" >"$d/conf"
     LD_LIBRARY_PATH=$lib systemd-socket-activate -l "$d/act.sock" \
         "$root/usr/sbin/airlockd" --config "$d/conf" >/dev/null 2>"$d/log" &
-    pid=$!
-    for i in $(seq 100); do [ -S "$d/act.sock" ] && break; sleep 0.1; done
-    curl -sf --unix-socket "$d/act.sock" http://airlockd/v1/health >"$d/health"
-    local rc=$?
-    kill -TERM $pid
-    wait $pid || rc=1
-    cat "$d/log" "$d/health"
-    [ $rc -eq 0 ] && grep -q '"status":"ok"' "$d/health" && grep -q 'from systemd' "$d/log"
+    health_then_stop $! "$d" "$d/act.sock" && grep -q 'from systemd' "$d/log"
 }
 ok "the installed airlockd takes a socket-activated socket (LISTEN_FDS)" activated
 ok "the installed completion loads and completes 'airlock ex'" bash --norc -c "

@@ -580,6 +580,13 @@ struct bound {
     bool octal;              /* a file mode */
 };
 
+/* A message of this type on request 1, the rest as the setter makes it. */
+static void begin(struct al_msg *m, enum al_type type)
+{
+    m->type = type;
+    m->id = 1;
+}
+
 static void set_langs(struct al_msg *m, int64_t v)
 {
     m->type = AL_HELLO_ACK;
@@ -604,8 +611,7 @@ static void set_agent_version_len(struct al_msg *m, int64_t v)
 
 static void set_argc(struct al_msg *m, int64_t v)
 {
-    m->type = AL_EXEC;
-    m->id = 1;
+    begin(m, AL_EXEC);
     m->u.exec.argc = (uint32_t)v;
     for (int64_t i = 0; i < v && i < AL_ARGV_MAX; i++)
         m->u.exec.argv[i] = fix_str(2);
@@ -647,8 +653,7 @@ static void set_exec_input_wait(struct al_msg *m, int64_t v)
 
 static void set_data_len(struct al_msg *m, int64_t v)
 {
-    m->type = AL_DATA;
-    m->id = 1;
+    begin(m, AL_DATA);
     m->u.data.stream = AL_STREAM_STDOUT;
     m->u.data.data = (const uint8_t *)fix_str((uint32_t)v).p;
     m->u.data.len = (uint32_t)v;
@@ -662,8 +667,7 @@ static void set_data_stream(struct al_msg *m, int64_t v)
 
 static void set_credit_stream(struct al_msg *m, int64_t v)
 {
-    m->type = AL_CREDIT;
-    m->id = 1;
+    begin(m, AL_CREDIT);
     m->u.credit.stream = (uint8_t)v;
     m->u.credit.bytes = 4096;
 }
@@ -676,15 +680,13 @@ static void set_credit_bytes(struct al_msg *m, int64_t v)
 
 static void set_signal(struct al_msg *m, int64_t v)
 {
-    m->type = AL_SIGNAL;
-    m->id = 1;
+    begin(m, AL_SIGNAL);
     m->u.signal.signo = (uint32_t)v;
 }
 
 static void set_exit_code(struct al_msg *m, int64_t v)
 {
-    m->type = AL_EXIT;
-    m->id = 1;
+    begin(m, AL_EXIT);
     m->u.exit.how = AL_EXIT_CODE;
     m->u.exit.value = (int32_t)v;
 }
@@ -704,8 +706,7 @@ static void set_exit_how(struct al_msg *m, int64_t v)
 
 static void set_error_class(struct al_msg *m, int64_t v)
 {
-    m->type = AL_ERROR;
-    m->id = 1;
+    begin(m, AL_ERROR);
     m->u.error.klass = (uint16_t)v;
     m->u.error.message = fix_str(10);
 }
@@ -718,8 +719,7 @@ static void set_error_len(struct al_msg *m, int64_t v)
 
 static void set_put_mode(struct al_msg *m, int64_t v)
 {
-    m->type = AL_FILE_PUT;
-    m->id = 1;
+    begin(m, AL_FILE_PUT);
     m->u.file_put.mode = (uint32_t)v;
     m->u.file_put.path = fix_str(8);
 }
@@ -732,15 +732,13 @@ static void set_put_path_len(struct al_msg *m, int64_t v)
 
 static void set_get_path_len(struct al_msg *m, int64_t v)
 {
-    m->type = AL_FILE_GET;
-    m->id = 1;
+    begin(m, AL_FILE_GET);
     m->u.file_get.path = fix_str((uint32_t)v);
 }
 
 static void set_info_mode(struct al_msg *m, int64_t v)
 {
-    m->type = AL_FILE_INFO;
-    m->id = 1;
+    begin(m, AL_FILE_INFO);
     m->u.file_info.mode = (uint32_t)v;
 }
 
@@ -752,8 +750,7 @@ static void set_shutdown(struct al_msg *m, int64_t v)
 
 static void set_refresh(struct al_msg *m)
 {
-    m->type = AL_REFRESH;
-    m->id = 1;
+    begin(m, AL_REFRESH);
     m->u.refresh.seed = (const uint8_t *)fix_str(AL_REFRESH_SEED).p;
     m->u.refresh.machine_id = (const uint8_t *)fix_str(AL_MACHINE_ID).p;
     m->u.refresh.hostname = al_str_cstr("airlock-1");

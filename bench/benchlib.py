@@ -1,0 +1,38 @@
+"""What the benchmark scripts share: writing their JSON, running threads side by side, the
+arguments every airlockd benchmark takes."""
+import argparse
+import json
+import time
+import threading
+
+
+def emit(result, path, echo=True):
+    """The result as indented JSON: into path when given; on stdout when echo (always when
+    there is no path)."""
+    text = json.dumps(result, indent=2) + "\n"
+    if path:
+        with open(path, "w") as f:
+            f.write(text)
+    if echo or not path:
+        print(text, end="")
+
+
+def run_threads(target, n, args=None):
+    """n threads of target (with args(i) as its arguments when given), started together and
+    joined; the wall time in seconds."""
+    threads = [threading.Thread(target=target, args=args(i) if args else ()) for i in range(n)]
+    t0 = time.monotonic()
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    return time.monotonic() - t0
+
+
+def airlockd_args():
+    """airlockd AIRLOCK_BENCH [--image IMAGE]: the arguments of the airlockd benchmarks."""
+    ap = argparse.ArgumentParser()
+    ap.add_argument("airlockd")
+    ap.add_argument("airlock_bench")
+    ap.add_argument("--image", default="tiny")
+    return ap
