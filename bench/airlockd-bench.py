@@ -73,10 +73,7 @@ def main():
     d = subprocess.Popen([a.airlockd, "--config", conf], stderr=log)
     out = {"image": a.image}
     try:
-        for _ in range(300):
-            if os.path.exists(tmp + "/sock"):
-                break
-            time.sleep(0.1)
+        benchlib.wait_socket(tmp + "/sock")
         client = Client("unix:%s/sock" % tmp)
         rss0 = rss_kib(d.pid)
         sessions = [Sandbox(image=a.image, client=client)]

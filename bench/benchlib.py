@@ -29,6 +29,17 @@ def run_threads(target, n, args=None):
     return time.monotonic() - t0
 
 
+def wait_socket(path, seconds=30):
+    """Waits until path exists (a daemon's socket); whether it came."""
+    import os
+    end = time.monotonic() + seconds
+    while time.monotonic() < end:
+        if os.path.exists(path):
+            return True
+        time.sleep(0.1)
+    return False
+
+
 def airlockd_args():
     """airlockd AIRLOCK_BENCH [--image IMAGE]: the arguments of the airlockd benchmarks."""
     ap = argparse.ArgumentParser()

@@ -45,10 +45,7 @@ def main():
                          stderr=open(os.path.join(tmp, "log"), "w"))
     out = {"image": a.image, "rounds": a.rounds}
     try:
-        for _ in range(300):
-            if os.path.exists(tmp + "/sock"):
-                break
-            time.sleep(0.1)
+        benchlib.wait_socket(tmp + "/sock")
         client = Client("unix:%s/sock" % tmp)
         sb = Sandbox(image=a.image, client=client)
         sb.commands.run(["true"])

@@ -516,6 +516,13 @@ def kfinish(rid, sig=None, wait_for=None, timeout=10):
             return d, out, err, seen
 
 
+def kinterrupt(lang, code):
+    """Starts code in lang's kernel, and half a second in sends it SIGINT: kfinish's answer."""
+    rid = kstart(lang, code)
+    time.sleep(0.5)
+    return kfinish(rid, sig=2)
+
+
 def ok_exit(d, value=0):
     return d is not None and d.get('how') == 0 and d.get('value') == value
 
@@ -534,9 +541,7 @@ if have['python']:
     d, out, err, _ = krun('python', 'if x:\n  y = (')
     check('python: a syntax error is the block\'s failure', ok_exit(d, 1) and
           b'SyntaxError' in err and b'python.py' not in err, (d, err))
-    rid = kstart('python', 'x = 5\nwhile True: pass')
-    time.sleep(0.5)
-    d, out, err, _ = kfinish(rid, sig=2)
+    d, out, err, _ = kinterrupt('python', 'x = 5\nwhile True: pass')
     check('python: SIGINT raises KeyboardInterrupt, status 130', ok_exit(d, 130) and
           b'KeyboardInterrupt' in err and b'python.py' not in err, (d, err))
     d, out, err, _ = krun('python', 'x')
@@ -682,9 +687,7 @@ if have['shell']:
           out == b'5\n/tmp\nhi you\n', (d, out, err))
     d, out, err, _ = krun('shell', 'exit_code() { return 7; }; exit_code')
     check('shell: status 7', ok_exit(d, 7), d)
-    rid = kstart('shell', 'v=6; while :; do :; done')
-    time.sleep(0.5)
-    d, out, err, _ = kfinish(rid, sig=2)
+    d, out, err, _ = kinterrupt('shell', 'v=6; while :; do :; done')
     check('shell: SIGINT stops a builtin loop, status 130', ok_exit(d, 130), d)
     rid = kstart('shell', 'sleep 100; echo not reached')
     time.sleep(0.3)
@@ -723,9 +726,7 @@ if have['javascript']:
     d, out, err, _ = krun('javascript', 'null.x')
     check('javascript: an error prints its stack, status 1', ok_exit(d, 1) and
           b'TypeError' in err and b'node.js' not in err, (d, err))
-    rid = kstart('javascript', 'a = 9; while (true) {}')
-    time.sleep(0.5)
-    d, out, err, _ = kfinish(rid, sig=2)
+    d, out, err, _ = kinterrupt('javascript', 'a = 9; while (true) {}')
     check('javascript: SIGINT interrupts a busy loop, status 130', ok_exit(d, 130), (d, err))
     d, out, err, _ = krun('javascript', 'a')
     check('javascript: globals survive the interrupt', ok_exit(d) and shown(out) == b'9\n', (d, out, err))
@@ -793,9 +794,7 @@ if have['javascript']:
     check('javascript: an error in an awaiting block reports with its line, status 1',
           ok_exit(d, 1) and b'TypeError' in err and re.search(rb'cell \d+:2:', err) and
           b'node.js' not in err, (d, err))
-    rid = kstart('javascript', 'a = 11; await new Promise(r => setTimeout(r, 100000))')
-    time.sleep(0.5)
-    d, out, err, _ = kfinish(rid, sig=2)
+    d, out, err, _ = kinterrupt('javascript', 'a = 11; await new Promise(r => setTimeout(r, 100000))')
     check('javascript: SIGINT stops waiting in an awaiting block, status 130', ok_exit(d, 130),
           (d, err))
     d, out, err, _ = krun('javascript', '[a, lc]')

@@ -114,6 +114,12 @@ class Daemon:
         self.log.close()
         return rc
 
+    def stop_and_remove(self):
+        """stop(), then its directory goes; stop's status."""
+        rc = self.stop()
+        shutil.rmtree(self.dir, ignore_errors=True)
+        return rc
+
     def text(self):
         with open(self.log_path) as f:
             return f.read()
@@ -1025,8 +1031,7 @@ class DiskBudgetTest(unittest.TestCase):
             sb.kill()
             self.assertTrue(domain_gone(sb.id))
         finally:
-            self.assertEqual(d.stop(), 0)
-            shutil.rmtree(d.dir, ignore_errors=True)
+            self.assertEqual(d.stop_and_remove(), 0)
 
 class ChatTimeoutTest(unittest.TestCase):
     """A chat turn's code run is bounded by the owner's max_exec_timeout_s, as an exec is (the
@@ -1062,8 +1067,7 @@ class ChatTimeoutTest(unittest.TestCase):
             sb.kill()
             self.assertTrue(domain_gone(sb.id))
         finally:
-            self.assertEqual(d.stop(), 0)
-            shutil.rmtree(d.dir, ignore_errors=True)
+            self.assertEqual(d.stop_and_remove(), 0)
 
 
 class FrozenAgentTest(unittest.TestCase):
@@ -1159,8 +1163,7 @@ class SlowClientTest(unittest.TestCase):
         finally:
             for s in held:
                 s.close()
-            self.assertEqual(d.stop(), 0)
-            shutil.rmtree(d.dir, ignore_errors=True)
+            self.assertEqual(d.stop_and_remove(), 0)
 
     def test_a_trickled_head_is_cut_at_its_deadline(self):
         # One byte of the head every second keeps libmicrohttpd's idle timer (30 s) from
@@ -1200,8 +1203,7 @@ class SlowClientTest(unittest.TestCase):
                 self.assertEqual(status_of(got), 200, got[:200])
             k.close()
         finally:
-            self.assertEqual(d.stop(), 0)
-            shutil.rmtree(d.dir, ignore_errors=True)
+            self.assertEqual(d.stop_and_remove(), 0)
 
 
 class ChatBytesTest(unittest.TestCase):
@@ -1239,8 +1241,7 @@ class ChatBytesTest(unittest.TestCase):
                 f.read().decode("utf-8")  # what the model was sent is UTF-8 too
             sb.kill()
         finally:
-            self.assertEqual(d.stop(), 0)
-            shutil.rmtree(d.dir, ignore_errors=True)
+            self.assertEqual(d.stop_and_remove(), 0)
 
 
 class DebianTest(unittest.TestCase):
@@ -1266,8 +1267,7 @@ class DebianTest(unittest.TestCase):
                 self.assertIn("NameError", e.stderr + e.stdout)
             self.assertTrue(domain_gone(sb.id))
         finally:
-            self.assertEqual(d.stop(), 0)
-            shutil.rmtree(d.dir, ignore_errors=True)
+            self.assertEqual(d.stop_and_remove(), 0)
 
 
 class DebianSessionTest(unittest.TestCase):
@@ -2326,8 +2326,7 @@ class NetTest(unittest.TestCase):
                     sb.net_requests()
                 self.assertEqual((e.exception.status, e.exception.code), (409, "no_network"))
         finally:
-            self.assertEqual(d.stop(), 0)
-            shutil.rmtree(d.dir, ignore_errors=True)
+            self.assertEqual(d.stop_and_remove(), 0)
 
 
 class PoolTest(unittest.TestCase):
@@ -2485,8 +2484,7 @@ class TlsAndRateTest(unittest.TestCase):
             # The unix socket's owner has a bucket of its own.
             self.assertEqual(d.unix().sessions(), [])
         finally:
-            self.assertEqual(d.stop(), 0)
-            shutil.rmtree(d.dir, ignore_errors=True)
+            self.assertEqual(d.stop_and_remove(), 0)
             shutil.rmtree(tmp, ignore_errors=True)
 
     def test_config_errors_name_the_line(self):

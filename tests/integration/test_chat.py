@@ -84,6 +84,11 @@ class ChatPty:
             os.execve(altest.AIRLOCK, [altest.AIRLOCK, "chat", "-y"] + fm.args(), pty_env(fm))
         self.out = b""
 
+    def say(self, line):
+        """Waits for the prompt and types line (Enter included)."""
+        self.expect(b"> ")
+        os.write(self.fd, line + b"\r")
+
     def expect(self, needle, timeout=120, since=0):
         """Reads until needle is in what came from since on."""
         end = time.time() + timeout
@@ -899,8 +904,7 @@ class ChatTest(unittest.TestCase):
         c = ChatPty(self, fm)
         pid, fd, expect = c.pid, c.fd, c.expect
         try:
-            expect(b"> ")
-            os.write(fd, b"write a file\r")
+            c.say(b"write a file")
             expect(b"written")
             expect(b"> ", since=c.out.index(b"written"))
             # another terminal into the chat's VM, by its session name
@@ -959,8 +963,7 @@ class ChatTest(unittest.TestCase):
         c = ChatPty(self, fm)
         pid, fd, expect = c.pid, c.fd, c.expect
         try:
-            expect(b"> ")
-            os.write(fd, b"start a long job\r")
+            c.say(b"start a long job")
             # The run's own line, not the code shown before it ("echo started; ..."): under load
             # the run may start seconds after the code is shown.
             expect(b"\nstarted\r\n")

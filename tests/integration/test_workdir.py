@@ -125,11 +125,10 @@ class WorkdirTest(unittest.TestCase):
         r = self.exec_wd(code, "yes")
         self.assertEqual(r.returncode, 0, r.stderr)
         # Push: outward links skipped with a warning, never followed; the inward one kept.
-        self.assertNotIn(b"out-abs", r.stdout)
-        self.assertNotIn(b"out-rel", r.stdout)
-        self.assertNotIn(b"host secret", r.stdout)
-        self.assertIn(b"original a.txt", r.stdout)
-        self.assertIn(b"long in", r.stdout)
+        for gone in (b"out-abs", b"out-rel", b"host secret"):
+            self.assertNotIn(gone, r.stdout)
+        for kept in (b"original a.txt", b"long in"):
+            self.assertIn(kept, r.stdout)
         self.assertIn(b"out-abs: symlink pointing outside the directory, not followed",
                       r.stderr)
         self.assertIn(b"out-rel: symlink pointing outside the directory", r.stderr)
