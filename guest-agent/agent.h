@@ -180,6 +180,9 @@ struct kernel {
     struct req *run;                 /* the run in progress; NULL when idle */
     bool ready;                      /* said "ready": output from now on is the runs' */
     bool lost;  /* an earlier kernel of this language died: the next run is told */
+    bool fresh; /* no run since it started or since the VM was restored from a template (a
+                   REFRESH): the next run's cwd becomes the kernel's, as a kernel started for
+                   that run would have begun there */
     char *wbuf; /* the current run's request, being written to ctl_fd */
     size_t wlen, woff;
     char line[64]; /* a partial line read from ctl_fd */

@@ -237,6 +237,7 @@ static int kernel_start(struct agent *a, struct kernel *k, struct req *r, struct
         return -1;
     }
     k->pid = pid;
+    k->fresh = true;
     k->ctl_fd = al_take_fd(&ctl);
     k->out_fd[0] = al_take_fd(&out_r);
     k->out_fd[1] = al_take_fd(&err_r);
@@ -315,13 +316,16 @@ static char *request_bash(const struct req *r, const struct al_msg *m, struct al
 
 /* A driver's request: "run ID COUNT LEN..." then the fields back to back: code, stdin path,
  * then KEY=VALUE entries. */
+/* "run ID COUNT LEN..." and the fields: the code, the stdin path, the directory to change to
+ * first ("" to stay: only a fresh kernel's first run moves it), the env entries. */
 static char *request_driver(const struct req *r, const struct al_msg *m, struct al_str in,
-                            size_t *len)
+                            struct al_str cwd, size_t *len)
 {
-    struct al_str f[2 + AL_ENV_MAX];
+    struct al_str f[3 + AL_ENV_MAX];
     uint32_t nf = 0;
     f[nf++] = m->u.exec.argv[0];
     f[nf++] = in;
+    f[nf++] = cwd;
     for (uint32_t i = 0; i < m->u.exec.envc; i++)
         f[nf++] = m->u.exec.env[i];
     size_t cap = DRIVER_HEADER_MAX;
@@ -511,8 +515,9 @@ void kernel_exec(struct agent *a, struct req *r, const struct al_msg *m)
     char *req = NULL;
     if (err == 0) {
         struct al_str in = al_str_cstr(in_path);
+        struct al_str cwd = k->fresh ? m->u.exec.cwd : al_str_cstr("");
         req = k->lang->dialect == KERNEL_BASH ? request_bash(r, m, in, &len)
-                                              : request_driver(r, m, in, &len);
+                                              : request_driver(r, m, in, cwd, &len);
         err = req ? 0 : -ENOMEM;
     }
     if (err < 0) {
@@ -526,6 +531,7 @@ void kernel_exec(struct agent *a, struct req *r, const struct al_msg *m)
     for (int i = 0; i < REQ_OUTS; i++)
         kernel_drain(k, i);
     k->lost = false;
+    k->fresh = false;
     k->run = r;
     k->wbuf = req;
     k->wlen = len;

@@ -78,6 +78,11 @@ void refresh_apply(struct agent *a, const struct al_msg *m)
         return;
     }
     agent_log("refreshed: hostname %.*s", (int)m->u.refresh.hostname.len, m->u.refresh.hostname.p);
+    /* A kernel the template holds started in the template's directory: the session's first run
+     * of it says where it is to be, as it would have for a kernel started then. */
+    for (int i = 0; i < KERNEL_MAX; i++)
+        if (a->kernels[i].pid)
+            a->kernels[i].fresh = true;
     struct al_msg ok = {.type = AL_OK, .id = m->id};
     agent_send(a, &ok);
 }

@@ -19,7 +19,8 @@
 //
 // Started by the agent (guest-agent/kernel.c) with fd 3 a socket to it and fd 4 the results
 // pipe. Says "ready" once, then reads requests "run ID COUNT LEN..." followed by COUNT fields
-// (the code, the path of the run's stdin, KEY=VALUE entries: the run's own environment, undone
+// (the code, the path of the run's stdin, a directory to change to first or "", KEY=VALUE
+// entries: the run's own environment, undone
 // when it ends) and answers "done ID STATUS" when the block is over: 0, 1 for an uncaught
 // error, 130 for an interrupt. Results go to fd 4 as records (a u32 little-endian length, then
 // JSON; docs/PROTOCOL.md): a count, the block's value as an execute_result with text/plain
@@ -289,8 +290,18 @@ function waitFor(promise) {
   }).finally(() => { stopWaiting = null; });
 }
 
-async function run(code, stdinPath, env) {
+async function run(code, stdinPath, cwd, env) {
   await cleared;
+  // The agent names a directory only for a fresh kernel's first run (one the VM's template
+  // started elsewhere); later runs stay where the blocks have gone.
+  if (cwd) {
+    try {
+      process.chdir(cwd);
+    } catch (e) {
+      process.stderr.write(`airlock: cannot change to ${cwd}: ${e.message}\n`);
+      return 1;
+    }
+  }
   cell += 1;
   sendRecord({ type: 'count', execution_count: cell });
   const saved = new Map();
@@ -377,7 +388,7 @@ async function serve() {
   let req;
   while ((req = nextRequest())) {
     const f = req.fields;
-    const status = await run(f[0], f[1], f.slice(2));
+    const status = await run(f[0], f[1], f[2], f.slice(3));
     ctl.write(`done ${req.id} ${status}\n`);
   }
   busy = false;

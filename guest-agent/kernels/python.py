@@ -4,8 +4,8 @@ notebook tracebacks), else on a plain driver of its own (last value and errors o
 
 Started by the agent (guest-agent/kernel.c) with fd 3 a socket to it and fd 4 the results
 pipe. This says "ready" once, then reads requests "run ID COUNT LEN..." followed by COUNT
-fields (the code, the path of the run's stdin, KEY=VALUE entries: the run's own environment,
-undone when it ends) and answers "done ID STATUS" once the block is over and its output
+fields (the code, the path of the run's stdin, a directory to change to first or "", KEY=VALUE
+entries: the run's own environment, undone when it ends) and answers "done ID STATUS" once the block is over and its output
 flushed. stdout and stderr are the agent's pipes for the kernel's whole life. Status: 0, 1 for
 an exception, 130 for an interrupt (SIGINT raises KeyboardInterrupt in the block), SystemExit's
 code.
@@ -351,8 +351,16 @@ class Kernel:
                 sys.modules['numpy'].random.seed()
         self.machine = ident
 
-    def run(self, code, stdin_path, env):
+    def run(self, code, stdin_path, cwd, env):
         self.reseed_if_restored()
+        # The agent names a directory only for a fresh kernel's first run (one the VM's
+        # template started elsewhere); later runs stay where the blocks have gone.
+        if cwd:
+            try:
+                os.chdir(cwd)
+            except OSError as e:
+                print('airlock: cannot change to %s: %s' % (cwd, e.strerror), file=sys.stderr)
+                return 1
         code = as_cell(code)
         saved = {}
         for entry in env:
@@ -402,7 +410,7 @@ class Kernel:
             except EOFError:
                 return
             text = [f.decode('utf-8', 'surrogateescape') for f in fields]
-            status = self.run(text[0], text[1], text[2:])
+            status = self.run(text[0], text[1], text[2], text[3:])
             ctl.send('done %d %d\n' % (rid, status))
 
 

@@ -662,6 +662,13 @@ if have['python']:
     d2, out2, err2, _ = krun('python@b', 'import os\nctx, os.getcwd() == "/tmp"')
     check('python: two contexts keep their own variables and cwd',
           a_val == b"('a', '/tmp')\n" and shown(out2) == b"('b', False)\n", (a_val, out2, err2))
+    # A fresh kernel's first run sets where it is; later runs' cwd does not move it.
+    d, out, err, _ = krun('python@c', 'import os\nos.getcwd()', cwd='/tmp')
+    d2, out2, err2, _ = krun('python@c', 'os.getcwd()', cwd='/')
+    check('python: a new kernel starts in its first run\'s cwd and keeps its own after',
+          ok_exit(d) and shown(out) == b"'/tmp'\n" and shown(out2) == b"'/tmp'\n",
+          (d, out, err, out2, err2))
+    krun('python@c', 'stop', flags=EXEC_KERNEL_OP)
     d, out, err, _ = krun('python', 'list', flags=EXEC_KERNEL_OP)
     check('contexts: list names each running context', ok_exit(d) and
           b'python a running\n' in out and b'python b running\n' in out, (d, out))

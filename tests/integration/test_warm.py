@@ -313,6 +313,22 @@ class Warm(unittest.TestCase):
         self.assertEqual(net.stdout, b"key\n")
         self.assertNotIn(b"restored from a template", net.stderr)
 
+    def test_8_kernel_cwd_on_a_restored_session(self):
+        """issue 27: the python kernel a template holds started in the template's directory; the
+        restored session's first run of it goes to its --cwd, as a cold kernel starts there."""
+        if not any(t.startswith(IMAGE + "-") for t in templates()):
+            warm()
+        r = altest.run(["--debug", "exec", "--image", IMAGE, "--kernel", "--lang", "python",
+                        "--cwd", "/tmp", "-c", "import os; print(os.getcwd())"], timeout=900)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertIn(b"restored from a template", r.stderr)
+        self.assertEqual(r.stdout, b"/tmp\n")
+        # A missing directory is the run's failure, said as such.
+        r = altest.run(["exec", "--image", IMAGE, "--kernel", "--lang", "python", "--cwd",
+                        "/no/such/dir", "-c", "1"], timeout=900)
+        self.assertNotEqual(r.returncode, 0)
+        self.assertIn(b"/no/such/dir", r.stderr)
+
     def test_5_pool(self):
         """20 hand-outs from 4 threads: 20 distinct, fresh VMs; the pool leaves nothing."""
         if not any(t.startswith(IMAGE + "-") for t in templates()):
