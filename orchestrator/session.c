@@ -736,6 +736,7 @@ void al_session_close(al_session *s)
 {
     if (!s)
         return;
+    al_procs_end(s);
     al_budget_stop(s);
     al_control_stop(s);
     al_link_detach(s);

@@ -58,6 +58,8 @@ struct al_session {
     char langs[AL_LANGS_MAX * (AL_SHORT_STR_MAX + 1) + 1];
     struct al_template *tmpl; /* template.c: the template this session restores, or NULL */
     bool restored;            /* it was restored from tmpl (else booted cold) */
+    struct al_proc *procs;    /* proc.c: the processes started by handle (under its lock) */
+    uint32_t proc_serial;     /* their numbers, 1, 2 ... */
     /* On a remote host (volume.c): the image's parts as that host's volumes (rimg), the
      * overlay and scratch volumes this session made there (named by al_session_volume). */
     bool remote;
@@ -165,6 +167,9 @@ int al_exec_quiet(al_session *s, al_exec_opts o, const char *what, al_error *err
  * zero-means-none read as -1, AL_FD_STDIN as 0) and out checked to be filled: what al_exec and
  * al_attach_exec do first. */
 int al_exec_take(al_exec_opts *dst, const al_exec_opts *src, al_exec_result *out, al_error *err);
+/* Ends the session's processes (al_exec_start) before it closes: their requests fail, their
+ * threads are joined, their handles stay the callers'. */
+void al_procs_end(al_session *s);
 /* A tunnel's port and counts checked, for al_port_relay and al_attach_port. */
 int al_port_args(unsigned port, al_port_counts *counts, al_error *err);
 /* checkpoint.c: the PING round trip that leaves the agent idle at a frame boundary. */

@@ -476,6 +476,45 @@ typedef struct al_exec_result {
  * -ENOENT (not found) or -EACCES. */
 int al_exec(al_session *s, const al_exec_opts *opts, al_exec_result *out, al_error *err);
 
+/* ---- processes by handle (proc.c) ---- */
+
+/* A run started in the background: al_exec's work on a thread of the library. */
+typedef struct al_proc al_proc;
+typedef struct al_proc_info {
+    size_t struct_size;  /* sizeof: AL_PROC_INFO_INIT (see "Structs" above) */
+    uint32_t serial;     /* its number in the session: 1, 2 ... */
+    uint32_t guest_pid;  /* the guest's word (0 until it started): to show, never to act on */
+    const char *command; /* argv joined by spaces, at most 256 bytes; lives as the handle */
+    int64_t started;     /* unix time */
+    bool running;
+    bool failed; /* ended without a status (the session ended, the guest broke the protocol) */
+    int how;     /* once ended with a status: enum al_exec_how */
+    int value;
+} al_proc_info;
+#define AL_PROC_INFO_INIT AL_SIZED_INIT(al_proc_info)
+/* Starts what opts describes, as al_exec would run it, and returns at once with its handle.
+ * opts' strings are copied; its output goes to opts' callback or descriptors from the
+ * library's thread, as al_exec's would (so they must stay valid while it runs). Signal it with
+ * al_proc_signal: opts.cancel_fd must be none. Each is a request of its own beside the
+ * session's others. */
+int al_exec_start(al_session *s, const al_exec_opts *opts, al_proc **out, al_error *err);
+/* Waits for it to end, up to timeout_ms (-1: for as long as it takes; 0: only looks): what
+ * al_exec would have returned, with *out filled on 0; -EAGAIN while it still runs. */
+int al_proc_wait(al_proc *p, int timeout_ms, al_exec_result *out, al_error *err);
+/* SIGINT and SIGQUIT go to its process group in the guest; any other signal kills it and all
+ * it started (its cgroup). -ESRCH once it ended. Thread-safe. */
+int al_proc_signal(al_proc *p, int sig, al_error *err);
+int al_proc_kill(al_proc *p, al_error *err);
+/* Its guest pid, 0 until it started. Thread-safe. */
+uint32_t al_proc_pid(al_proc *p);
+uint32_t al_proc_serial(const al_proc *p);
+/* Calls fn for each process of the session whose handle is not freed, newest first; returns how
+ * many. fn must not call al_proc_* of the same session. */
+int al_proc_list(al_session *s, void (*fn)(void *ctx, const al_proc_info *info), void *ctx);
+/* Frees the handle, killing the process first if it still runs (and waiting for that). Before
+ * or after al_session_close of its session (which ends its processes), not during. */
+void al_proc_free(al_proc *p);
+
 /* Kernel contexts. al_kernel_stop ends a context's kernel and forgets the context (restart:
  * the next run there starts afresh; remove: no run comes); -EBUSY while it runs a block.
  * al_kernel_list writes one line per context the guest holds, "LANG CONTEXT running" or

@@ -194,6 +194,116 @@ static void *job_thread(void *arg)
     return NULL;
 }
 
+/* ---- processes by handle (proc.c) ---- */
+
+struct listing {
+    unsigned n, running;
+    char commands[256];
+};
+
+static void list_one(void *ctx, const al_proc_info *info)
+{
+    struct listing *l = ctx;
+    l->n++;
+    l->running += info->running;
+    size_t used = strlen(l->commands);
+    snprintf(l->commands + used, sizeof(l->commands) - used, "%s[%s]", used ? " " : "",
+             info->command);
+}
+
+static int to_collect(void *ctx, int stream, const uint8_t *data, size_t n)
+{
+    struct job *j = ctx;
+    return collect(j, stream, data, n);
+}
+
+static void test_procs(const char *agent)
+{
+    char root[] = "/tmp/airlock-test-link-XXXXXX";
+    if (!mkdtemp(root)) {
+        ok(false, "mkdtemp");
+        return;
+    }
+    const char *argv[] = {agent, "--stdio", "--root", root, NULL};
+    al_session *s = open_peer(argv);
+    ok(s != NULL, "procs: a session on airlock-agent --stdio");
+    if (!s)
+        return;
+    al_error err = {0};
+    /* A background process: the handle comes at once, the run goes on beside a foreground one. */
+    const char *sleeper[] = {"/bin/sh", "-c", "echo up; exec sleep 30", NULL};
+    struct job out = {0};
+    al_exec_opts o = AL_EXEC_OPTS_INIT;
+    o.argv = sleeper;
+    o.output = to_collect;
+    o.output_ctx = &out;
+    al_proc *p = NULL;
+    uint64_t t0 = al_now_ms();
+    int r = al_exec_start(s, &o, &p, &err);
+    ok(r == 0 && p && al_now_ms() - t0 < 5000, "al_exec_start returns at once (%s)", err.msg);
+    if (r < 0) {
+        al_session_close(s);
+        return;
+    }
+    for (int i = 0; i < 100 && !al_proc_pid(p); i++)
+        usleep(50 * 1000);
+    ok(al_proc_pid(p) > 0, "its guest pid comes once it started (%u)", al_proc_pid(p));
+    al_exec_result res = AL_EXEC_RESULT_INIT;
+    err = (al_error){0};
+    ok(al_proc_wait(p, 0, &res, &err) == -EAGAIN, "a wait of 0 ms says it still runs");
+    const char *echo_argv[] = {"/bin/echo", "fg", NULL};
+    struct job fg = {.s = s, .argv = echo_argv, .stdin_fd = -1};
+    job_thread(&fg);
+    ok(fg.rc == 0 && !strcmp(fg.out, "fg\n"), "a foreground run ends while it runs");
+
+    /* A second one, and the list of both. */
+    const char *quick[] = {"/bin/sh", "-c", "exit 7", NULL};
+    al_exec_opts q = AL_EXEC_OPTS_INIT;
+    q.argv = quick;
+    al_proc *p2 = NULL;
+    err = (al_error){0};
+    r = al_exec_start(s, &q, &p2, &err);
+    res = (al_exec_result)AL_EXEC_RESULT_INIT;
+    ok(r == 0 && al_proc_wait(p2, 30000, &res, &err) == 0 && res.how == AL_EXEC_EXITED &&
+           res.value == 7,
+       "a second one's status comes through al_proc_wait (%d)", res.value);
+    struct listing l = {0};
+    int n = al_proc_list(s, list_one, &l);
+    ok(n == 2 && l.n == 2 && l.running == 1 && strstr(l.commands, "[/bin/sh -c exit 7]"),
+       "al_proc_list: both, one running (%s)", l.commands);
+    al_proc_free(p2);
+
+    /* Its signal: KILL ends it and what it started; it reported its output first. */
+    err = (al_error){0};
+    r = al_proc_kill(p, &err);
+    res = (al_exec_result)AL_EXEC_RESULT_INIT;
+    int w = al_proc_wait(p, 30000, &res, &err);
+    ok(r == 0 && (w == -ECANCELED || (w == 0 && res.how == AL_EXEC_SIGNALED)),
+       "al_proc_kill ends it (wait %d: %s)", w, err.msg);
+    ok(!strcmp(out.out, "up\n"), "its output reached the callback (%s)", out.out);
+    err = (al_error){0};
+    ok(al_proc_signal(p, SIGINT, &err) == -ESRCH, "a signal after its end: -ESRCH");
+    al_proc_free(p);
+
+    /* One still running when the session closes: the close ends it, the handle still answers. */
+    al_exec_opts o3 = AL_EXEC_OPTS_INIT;
+    o3.argv = sleeper;
+    al_proc *p3 = NULL;
+    r = al_exec_start(s, &o3, &p3, &err);
+    ok(r == 0, "a third one starts");
+    for (int i = 0; i < 100 && r == 0 && !al_proc_pid(p3); i++)
+        usleep(50 * 1000);
+    t0 = al_now_ms();
+    al_session_close(s);
+    err = (al_error){0};
+    w = r == 0 ? al_proc_wait(p3, 0, NULL, &err) : -1;
+    ok(w < 0 && w != -EAGAIN && al_now_ms() - t0 < 20000,
+       "al_session_close ends a running one; its wait then answers (%d: %s)", w, err.msg);
+    if (r == 0)
+        al_proc_free(p3);
+    al_rmtree(root);
+}
+
 static void test_agent(const char *agent)
 {
     char root[] = "/tmp/airlock-test-link-XXXXXX";
@@ -487,6 +597,7 @@ int main(int argc, char **argv)
         self_path = exe;
     }
     test_agent(argv[1]);
+    test_procs(argv[1]);
     test_tunnel_stall(argv[1]);
     test_reverse();
     test_unknown();
