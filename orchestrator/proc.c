@@ -2,6 +2,7 @@
  * signalled or killed later, listed per session. Beside the session's other requests on the
  * link (link.c): each is a request of its own, with its own signal pipe (al_exec_opts.cancel_fd),
  * so a signal reaches this process alone. */
+#include "link.h"
 #include "session.h"
 
 #include <errno.h>
@@ -332,7 +333,7 @@ void al_procs_end(al_session *s)
         return;
     /* Every request fails at once; the threads then return, and their handles stay the
      * callers' (waits answer, frees free), without the session. */
-    al_session_stop(s);
+    al_link_fail_all(s, -ESHUTDOWN, "the session is being ended");
     for (;;) {
         pthread_mutex_lock(&procs_mu);
         struct al_proc *p = s->procs;
