@@ -321,7 +321,7 @@ static void print_series(const char *name, double *v, int n, bool last)
     printf("]%s", last ? "" : ", ");
 }
 
-/* Checkpoint cost and rollback time (orchestrator/checkpoint.c) against libvirt's internal
+/* Checkpoint cost and rollback time (orchestrator/session/checkpoint.c) against libvirt's internal
  * snapshot create and revert of the same guest, rounds interleaved so drift hits both alike;
  * then the disk each checkpoint takes against the MiB the guest changed before it. */
 static int cmd_checkpoint(int argc, char **argv)

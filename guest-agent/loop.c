@@ -344,7 +344,8 @@ int ostream_pump(struct agent *a, struct req *r, struct ostream *o)
 
 /* Drops every request (a kernel in the middle of a run goes with it); used on HELLO. Idle
  * kernels stay: a HELLO on a live connection is the host handshaking again, as after it
- * restored a checkpoint (orchestrator/checkpoint.c), and the kernels are state it restored. */
+ * restored a checkpoint (orchestrator/session/checkpoint.c), and the kernels are state it restored.
+ */
 static void requests_reset(struct agent *a)
 {
     for (size_t i = 0; i < AGENT_REQ_MAX; i++)

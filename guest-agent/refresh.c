@@ -1,6 +1,6 @@
-/* REFRESH: what makes a guest restored from a template (orchestrator/template.c) its own. Every
- * session restored from one template starts with the same kernel RNG state, clock, hostname and
- * machine-id; the host sends this frame right after the restore's handshake, before any request
+/* REFRESH: what makes a guest restored from a template (orchestrator/session/template.c) its own.
+ * Every session restored from one template starts with the same kernel RNG state, clock, hostname
+ * and machine-id; the host sends this frame right after the restore's handshake, before any request
  * of the user's, and the agent applies it in its own process (no fork, no exec: the first
  * process a restored guest starts costs ~90 ms under emulation):
  *

@@ -1,10 +1,15 @@
 #!/usr/bin/env python3
-"""Fails when the library's files call each other in a cycle.
+"""Fails when the library's files call each other in a cycle, or a layer calls one above it.
 
-The library (orchestrator/*.c and orchestrator/transport/*.c) is layered: a file may call the
-functions of files below it, never of one that (through others) calls it back. This reads the
-sources as text: a function is defined where its name and '(' start a line's declarator and the
-line ends with ')' and the next line is '{'; a call is any other 'name(' of a function defined in
+The library's folders are its layers, lowest first: base/ (errors, paths, text, host programs,
+the result and tar readers), link/ (the channel and the requests on it), vm/ (the machine:
+libvirt, disks, volumes, images, the budget), transport/ (how the agent is reached), session/
+(sessions and what runs on them). A file may call the functions of its own folder and of the
+folders below it, never of one above; base/ and link/ call no libvirt function (vir...) and
+their headers include no libvirt header. Within a folder, a file may call the functions of
+files below it, never of one that (through others) calls it back. This reads the sources as
+text: a function is defined where its name and '(' start a line's declarator and the line ends
+with ')' and the next line is '{'; a call is any other 'name(' of a function defined in
 another file. Headers must not include each other in a cycle either.
 
 Run: tests/check-cycles.py [ROOT]; prints the file graph with -v.
@@ -16,7 +21,10 @@ import sys
 ROOT = os.path.abspath(sys.argv[1] if len(sys.argv) > 1 and sys.argv[1] != "-v" else
                        os.path.join(os.path.dirname(__file__), ".."))
 VERBOSE = "-v" in sys.argv
-LIB_DIRS = ["orchestrator", "orchestrator/transport"]
+LAYERS = ["base", "link", "vm", "transport", "session"]
+LIB_DIRS = ["orchestrator/" + d for d in LAYERS]
+NO_LIBVIRT = {"base", "link"}
+VIRCALL = re.compile(r"\bvir[A-Z]\w*\s*\(")
 
 DEF = re.compile(r"^(?:static\s+)?(?:[A-Za-z_][\w\s\*]*?[\s\*])?(al_\w+)\s*\([^;]*$")
 CALL = re.compile(r"\b(al_\w+)\s*\(")
@@ -107,9 +115,12 @@ def main():
         for line in open(os.path.join(ROOT, h), encoding="utf-8"):
             m = INCLUDE.match(line)
             if m:
-                target = os.path.normpath(os.path.join(os.path.dirname(h), m.group(1)))
-                if target in headers:
-                    includes.setdefault(h, set()).add(target)
+                # as the compiler finds it: beside the file, then in each layer's folder
+                for d in [os.path.dirname(h)] + LIB_DIRS:
+                    target = os.path.normpath(os.path.join(d, m.group(1)))
+                    if target in headers:
+                        includes.setdefault(h, set()).add(target)
+                        break
 
     if VERBOSE:
         for f in files:
@@ -124,11 +135,26 @@ def main():
     for comp in sccs(includes):
         bad += 1
         print("include cycle among: " + ", ".join(comp))
+    layer = {f: LAYERS.index(f.split("/")[1]) for f in headers}
+    for f in files:
+        for g in sorted(calls[f]):
+            if layer[g] > layer[f]:
+                bad += 1
+                print(f"layer: {f} ({LAYERS[layer[f]]}/) calls {why[(f, g)]} in {g}, a layer above")
+        if f.split("/")[1] in NO_LIBVIRT:
+            for m in VIRCALL.finditer(text[f]):
+                bad += 1
+                print(f"layer: {f} calls libvirt ({m.group(0).rstrip('( ')})")
+    for h in sources(".h"):
+        if h.split("/")[1] in NO_LIBVIRT and "<libvirt/" in open(os.path.join(ROOT, h)).read():
+            bad += 1
+            print(f"layer: {h} includes libvirt")
     if not owner:
         print("check-cycles: no library functions found under " + ROOT)
         return 1
     if bad == 0:
-        print(f"check-cycles: {len(files)} files, {len(owner)} functions, no cycles")
+        print(f"check-cycles: {len(files)} files, {len(owner)} functions, no cycles, layers "
+              + " < ".join(LAYERS) + " kept")
     return 1 if bad else 0
 
 

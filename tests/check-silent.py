@@ -11,8 +11,8 @@ import os
 import re
 import sys
 
-DIRS = ["orchestrator", "orchestrator/model", "orchestrator/chat", "orchestrator/mcp",
-        "orchestrator/transport"]
+DIRS = ["orchestrator/" + d for d in ("base", "link", "vm", "transport", "session", "model",
+                                       "chat", "mcp")]
 BAD = re.compile(r"\b(stdout|stderr)\b|\b(printf|puts|perror|putchar|vprintf)\s*\(")
 # comments, string and character literals (escapes inside kept whole)
 STRIP = re.compile(r'/\*.*?\*/|//[^\n]*|"(?:\\.|[^"\\\n])*"|\'(?:\\.|[^\'\\\n])*\'', re.S)

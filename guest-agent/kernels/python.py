@@ -332,7 +332,7 @@ class Kernel:
         return 0
 
     def reseed_if_restored(self):
-        """A kernel restored from a template (orchestrator/template.c) holds the template's
+        """A kernel restored from a template (orchestrator/session/template.c) holds the template's
         generator states, the same in every session restored from it. The host's refresh of the
         restored guest writes a new /etc/machine-id (a new inode): before the first block after
         it, random, tempfile's names and NumPy's global generator are reseeded from the kernel's

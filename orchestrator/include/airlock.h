@@ -772,7 +772,7 @@ enum al_kvm_state al_kvm_state(void);
 /* For AL_KVM_FAILED: what showed that KVM cannot run a guest (one line). -ENOENT otherwise. */
 int al_kvm_evidence(char *buf, size_t len);
 
-/* ---- warm starts (orchestrator/template.c, pool.c) ----
+/* ---- warm starts (orchestrator/session/template.c, pool.c) ----
  *
  * A template is a saved, already booted guest of an image (for one memory size, vCPU count,
  * transport and accelerator), with the agent answering and the python kernel started with numpy,

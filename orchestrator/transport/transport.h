@@ -9,7 +9,7 @@
 #ifndef AIRLOCK_TRANSPORT_H
 #define AIRLOCK_TRANSPORT_H
 
-#include "../internal.h"
+#include "vm.h"
 
 /* What a transport may read of its session; the strings and the image live as long as it. */
 struct al_transport_env {

@@ -1,5 +1,5 @@
-/* Fuzz target for the proxy's access-log reader (orchestrator/net.c, al_net_log_line): Squid
- * writes the lines, but the method and host in them are what a hostile guest asked for. The
+/* Fuzz target for the proxy's access-log reader (orchestrator/session/net.c, al_net_log_line):
+ * Squid writes the lines, but the method and host in them are what a hostile guest asked for. The
  * input is split at newlines and each line parsed against a fixed allowlist. Whatever the input:
  * the fields come out NUL-terminated within their arrays, method and host printable ASCII without
  * spaces, the reason printable; a denied request always says why. Any violation aborts. */

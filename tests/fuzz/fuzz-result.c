@@ -1,4 +1,4 @@
-/* Fuzz target for the result reader (orchestrator/result.c): the bytes a hostile guest sends
+/* Fuzz target for the result reader (orchestrator/base/result.c): the bytes a hostile guest sends
  * on a kernel run's result stream. The first input byte picks where the stream is cut in two;
  * the rest is the stream. Whatever the input: every result handed out is of a known kind, has
  * 1..AL_MIME_MAX MIME entries of the known types with UTF-8 text and images of their kind (a

@@ -1,5 +1,5 @@
-/* Fuzz target for the reader of the guest's tar streams (orchestrator/tar.c): the bytes a hostile
- * guest's tar could send back from /workspace or for airlock cp.
+/* Fuzz target for the reader of the guest's tar streams (orchestrator/base/tar.c): the bytes a
+ * hostile guest's tar could send back from /workspace or for airlock cp.
  *
  * Whatever the input, every entry the reader hands out must be one the host may act on: a
  * relative path with no empty, "." or ".." component and no slash at either end, within the path

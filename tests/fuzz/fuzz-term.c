@@ -1,4 +1,4 @@
-/* Fuzz target for the terminal sanitizer (orchestrator/term.c): the bytes a hostile guest
+/* Fuzz target for the terminal sanitizer (orchestrator/base/term.c): the bytes a hostile guest
  * writes to its stdout. The first input byte picks where the stream is cut; the rest is the
  * stream. Whatever the input: the output holds no C0 control but newline and tab, no DEL, and is
  * valid UTF-8 with no C1 control; it fits AL_TERM_OUT_MAX; the stream cut in pieces renders as

@@ -125,7 +125,7 @@ def runtime_sessions_dir():
 
 
 def state_sessions_dir():
-    """Where sessions keep their disks and checkpoints (orchestrator/budget.c), as root."""
+    """Where sessions keep their disks and checkpoints (orchestrator/vm/budget.c), as root."""
     return os.environ.get("AIRLOCK_STATE_DIR", "/var/lib/airlock/state") + "/sessions"
 
 

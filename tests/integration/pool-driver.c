@@ -1,5 +1,5 @@
-/* Drives a pool of warm sessions (orchestrator/pool.c) for tests/integration/test_warm.py and
- * bench/warm.py:
+/* Drives a pool of warm sessions (orchestrator/session/pool.c) for tests/integration/test_warm.py
+ * and bench/warm.py:
  *
  *   pool-driver IMAGE SIZE THREADS TAKES
  *

@@ -1,4 +1,4 @@
-"""Checkpoints and rollback (orchestrator/checkpoint.c) on real VMs, through
+"""Checkpoints and rollback (orchestrator/session/checkpoint.c) on real VMs, through
 tests/integration/checkpoint-driver (one session, JSON lines).
 
 Most cases share one tiny session with the scratch disk that holds the snapshots: each takes its

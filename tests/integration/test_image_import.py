@@ -15,7 +15,7 @@ import unittest
 import altest
 
 GIB = 1 << 30
-# orchestrator/import.c: IMPORT_SIZE_MAX
+# orchestrator/vm/import.c: IMPORT_SIZE_MAX
 SIZE_MAX = 256 * GIB
 
 
@@ -230,7 +230,7 @@ class ImportTest(unittest.TestCase):
 
     def test_qemu_img_runs_under_limits(self):
         # QEMU's advice for untrusted images: qemu-img under CPU time and address-space limits,
-        # so a crafted file cannot spin or eat the host's memory (orchestrator/import.c).
+        # so a crafted file cannot spin or eat the host's memory (orchestrator/vm/import.c).
         seen = self.path("limits")
         env = self.wrap_qemu_img('echo "$1 $(ulimit -t) $(ulimit -v)" >> %s' % seen)
         r = altest.run(["image", "import", self.qcow2, "--name", "deb"], image_dir=self.store,

@@ -1,4 +1,4 @@
-"""Network on request (orchestrator/net.c, guest-agent/egress.c): --net allow=... through the
+"""Network on request (orchestrator/session/net.c, guest-agent/egress.c): --net allow=... through the
 session's own Squid, against a private internet in a network namespace (netlab.py). No traffic
 leaves this machine: the proxy resolves names only through the lab's hosts file, and the guest
 has no route anywhere but the proxy.

@@ -1,4 +1,4 @@
-"""Warm starts (orchestrator/template.c, pool.c) on the debian image, through real libvirt.
+"""Warm starts (orchestrator/session/template.c, pool.c) on the debian image, through real libvirt.
 
 The tests keep their templates in a state dir of their own (AIRLOCK_STATE_DIR), so no other
 suite restores from them, and group their checks per boot: a template build costs a boot plus

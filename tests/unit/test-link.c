@@ -1,4 +1,4 @@
-/* The link without a VM (orchestrator/link.c through the peer transport, transport/peer.c):
+/* The link without a VM (orchestrator/link/link.c through the peer transport, transport/peer.c):
  * many requests of one session at once against the real agent (`airlock-agent --stdio`), and
  * the host's own checks against a scripted hostile peer, this program run again as
  * `test-link --peer MODE`. TAP; seconds, no libvirt.

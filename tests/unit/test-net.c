@@ -1,6 +1,6 @@
-/* Allowlists for network on request (orchestrator/net.c): what --net and the library accept,
- * at, below and above the bounds (AL_NET_ALLOW_MAX hosts, 253-byte names); and Squid's access
- * log lines as the host reads them. TAP output. */
+/* Allowlists for network on request (orchestrator/session/net.c): what --net and the library
+ * accept, at, below and above the bounds (AL_NET_ALLOW_MAX hosts, 253-byte names); and Squid's
+ * access log lines as the host reads them. TAP output. */
 #include "airlock.h"
 #include "session.h"
 #include "tap.h"

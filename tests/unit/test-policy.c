@@ -1,4 +1,4 @@
-/* The checkpoint policy (orchestrator/policy.c): which code is proven read-only, which looks
+/* The checkpoint policy (orchestrator/base/policy.c): which code is proven read-only, which looks
  * destructive, and what auto, always and never decide from that. TAP output. */
 #include "airlock.h"
 #include "airlock/policy.h"

@@ -1,7 +1,7 @@
-/* The runtime directory and files made in shared places (orchestrator/util.c): a directory
+/* The runtime directory and files made in shared places (orchestrator/base/util.c): a directory
  * someone else made or can write is refused, symlinks are never followed, files copied from the
  * guest get the umask. Cases that need another uid run only as root (they say skip else). TAP. */
-#include "internal.h"
+#include "util.h"
 
 #include <fcntl.h>
 #include <stdarg.h>

@@ -1,7 +1,7 @@
-/* Text from the guest on a terminal (orchestrator/term.c) and the error messages that quote it
+/* Text from the guest on a terminal (orchestrator/base/term.c) and the error messages that quote it
  * (error.c): escape sequences shown, not obeyed; UTF-8 intact; a stream cut anywhere renders
  * as the whole does. TAP. */
-#include "internal.h"
+#include "util.h"
 
 #include <stdarg.h>
 #include <stdio.h>

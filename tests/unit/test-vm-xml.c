@@ -3,8 +3,8 @@
  * asks of libvirt is a visible diff in review. AIRLOCK_REGEN=DIR writes the files there
  * instead (then review the diff). No libvirt, no VM: al_vm_xml reads its config, and only the
  * owner's pid and the host's machine id besides (set to P and M here). */
-#include "internal.h"
 #include "tap.h"
+#include "vm.h"
 
 #include <stdlib.h>
 #include <string.h>

@@ -1,6 +1,6 @@
 /* Small helpers: clocks, the runtime directory, files in shared places, recursive removal, a free
  * loopback port. */
-#include "internal.h"
+#include "util.h"
 
 #include <errno.h>
 #include <fcntl.h>

@@ -6,7 +6,7 @@
  * reading is unsure of, gets a checkpoint. Separately, a list of patterns names code that looks
  * destructive (recursive rm, dd, mkfs...), for telling the user why a checkpoint matters; it
  * can only add checkpoints, never remove one. */
-#include "internal.h"
+#include "util.h"
 
 #include <ctype.h>
 #include <pthread.h>

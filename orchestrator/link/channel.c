@@ -1,6 +1,7 @@
 /* The host end of the agent channel: whole frames in and out of a socket, with every byte
  * from the guest decoded under the protocol's bounds. */
-#include "internal.h"
+#include "channel.h"
+#include "util.h"
 
 #include <errno.h>
 #include <fcntl.h>

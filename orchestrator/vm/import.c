@@ -10,7 +10,7 @@
  * original meanwhile. The format is decided here from the first bytes and given to qemu-img with
  * -f, never probed by it (it would take a VMDK descriptor for one and open the extent files it
  * names). */
-#include "internal.h"
+#include "vm.h"
 
 #include <fcntl.h>
 #include <libgen.h>

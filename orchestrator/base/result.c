@@ -5,7 +5,8 @@
  * does not parse, names no known MIME type, carries text that is not UTF-8 or an image whose
  * bytes are not of its kind. Fuzzed by tests/fuzz/fuzz-result.c. */
 #include "result.h"
-#include "internal.h"
+#include "airlock-proto.h"
+#include "util.h"
 
 #include <cjson/cJSON.h>
 #include <errno.h>

@@ -1,6 +1,6 @@
 /* A session: one disposable VM, its runtime directory and the agent channel into it. */
 #include "link.h"
-#include "transport/transport.h"
+#include "transport.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -337,12 +337,18 @@ static int boot_guest(al_session *s, struct al_vm_config *cfg, bool probe, uint6
     return r;
 }
 
+static bool vm_gone(const al_session *s)
+{
+    return s->dom && !virDomainIsActive(s->dom);
+}
+
 /* A session not yet booted: its fields from opts, nothing acquired; NULL when out of memory. */
 static al_session *session_new(const al_session_opts *opts)
 {
     al_session *s = calloc(1, sizeof(*s));
     if (!s)
         return NULL;
+    s->vm_gone = vm_gone;
     s->mux = al_link_mux_new();
     if (!s->mux) {
         free(s);

@@ -3,7 +3,7 @@
  * text, CSI moves the cursor over what was shown); here every control character becomes
  * visible text, and valid UTF-8 passes unchanged. One pure function over a small state, so a
  * stream cut anywhere renders the same as the whole (tests/fuzz/fuzz-term.c checks that). */
-#include "internal.h"
+#include "util.h"
 
 #include <string.h>
 

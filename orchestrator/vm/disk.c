@@ -1,7 +1,7 @@
 /* A session's root disk: a copy-on-write qcow2 overlay, in the session's runtime dir, on the
  * image's base. The base is shared by every session and never written; the overlay takes the
  * session's writes and goes away with the session dir. */
-#include "internal.h"
+#include "vm.h"
 
 #include <fcntl.h>
 #include <libxml/parser.h>

@@ -22,7 +22,7 @@
  * The snapshots survive in the qcow2, so a rollback then starts QEMU again, paused, from the
  * same domain description and loads the checkpoint into it (about 1.5 s). */
 #include "link.h"
-#include "transport/transport.h"
+#include "transport.h"
 
 #include <libvirt/libvirt-qemu.h>
 #include <libvirt/virterror.h>

@@ -168,13 +168,6 @@ void al_budget_stop(al_session *s)
     s->ch.alarm_fd = -1;
 }
 
-int al_budget_refuse(const al_session *s, al_error *err)
-{
-    if (!__atomic_load_n(&s->budget_over, __ATOMIC_ACQUIRE))
-        return 0;
-    return al_err(err, -ENOSPC, "%s", s->budget_why);
-}
-
 /* A checkpoint stores the guest's memory in the same files: refused once they hold most of the
  * budget, rather than let the snapshot itself push the session over. */
 int al_budget_room_for_checkpoint(const al_session *s, al_error *err)

@@ -1,5 +1,5 @@
 /* The image store: one directory per image, each with a manifest.json naming its parts. */
-#include "internal.h"
+#include "vm.h"
 
 #include <dirent.h>
 #include <errno.h>

@@ -1,5 +1,5 @@
 /* Running a host helper program (qemu-img, an image recipe) to completion. */
-#include "internal.h"
+#include "util.h"
 
 #include <errno.h>
 #include <fcntl.h>

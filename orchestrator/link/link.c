@@ -3,7 +3,7 @@
  * the frames that belong to no request. */
 #include "link.h"
 
-#include "transport/transport.h"
+#include "transport.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -163,7 +163,7 @@ static int link_reconnect(al_session *s, al_error *err)
         struct pollfd p = {s->cancel_fd, POLLIN, 0};
         if (poll(&p, 1, (int)ops->reconnect_wait_ms[i]) > 0)
             return al_err(err, -ECANCELED, "cancelled while reconnecting to the guest");
-        if (s->dom && !virDomainIsActive(s->dom))
+        if (s->vm_gone && s->vm_gone(s))
             return al_err(err, -ECONNRESET, "the VM is gone");
         last = (al_error){0};
         al_link_detach(s);
@@ -182,6 +182,15 @@ static int link_reconnect(al_session *s, al_error *err)
     return al_err(err, last.code ? last.code : -ECONNRESET,
                   "the %s connection to the guest was lost and reconnecting failed: %s", ops->label,
                   last.msg);
+}
+
+int al_budget_refuse(const al_session *s, al_error *err)
+{
+    /* The flag the budget watcher (vm/budget.c) sets once it paused the VM: requests stop here,
+     * below the session and without libvirt. */
+    if (!__atomic_load_n(&s->budget_over, __ATOMIC_ACQUIRE))
+        return 0;
+    return al_err(err, -ENOSPC, "%s", s->budget_why);
 }
 
 int al_link_ready(al_session *s, al_error *err)

@@ -2,7 +2,7 @@
 #ifndef AIRLOCK_SESSION_H
 #define AIRLOCK_SESSION_H
 
-#include "internal.h"
+#include "vm.h"
 
 #include <pthread.h>
 
@@ -59,7 +59,10 @@ struct al_session {
     struct al_template *tmpl; /* template.c: the template this session restores, or NULL */
     bool restored;            /* it was restored from tmpl (else booted cold) */
     struct al_proc *procs;    /* proc.c: the processes started by handle (under its lock) */
-    uint32_t proc_serial;     /* their numbers, 1, 2 ... */
+    /* The machine's answer to whether the VM has ended, for the link (which holds no libvirt)
+     * while it reconnects; NULL: it has not. */
+    bool (*vm_gone)(const al_session *s);
+    uint32_t proc_serial; /* their numbers, 1, 2 ... */
     /* On a remote host (volume.c): the image's parts as that host's volumes (rimg), the
      * overlay and scratch volumes this session made there (named by al_session_volume). */
     bool remote;
@@ -84,6 +87,7 @@ void al_checkpoints_free(al_session *s);
  * once it paused the VM; refusing a checkpoint that would not fit; the free-space floor. */
 int al_budget_start(al_session *s, al_error *err);
 void al_budget_stop(al_session *s);
+/* -ENOSPC once the watcher paused the VM (link.c: every request asks first). */
 int al_budget_refuse(const al_session *s, al_error *err);
 int al_budget_room_for_checkpoint(const al_session *s, al_error *err);
 uint64_t al_session_disk_usage(const al_session *s);

@@ -4,7 +4,7 @@
 #ifndef AIRLOCK_TAR_H
 #define AIRLOCK_TAR_H
 
-#include "internal.h"
+#include "util.h"
 
 #include <sys/types.h>
 

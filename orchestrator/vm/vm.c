@@ -1,5 +1,5 @@
 /* The VM: choosing the libvirt connection, describing the domain, starting it. */
-#include "internal.h"
+#include "vm.h"
 
 #include <libvirt/virterror.h>
 

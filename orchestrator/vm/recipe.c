@@ -1,6 +1,6 @@
 /* Building images: running a recipe (images/build-NAME.sh AGENT OUTDIR [--toolchain]) into a
  * scratch directory of the store, then swapping it in. */
-#include "internal.h"
+#include "vm.h"
 
 #include <fcntl.h>
 #include <limits.h>

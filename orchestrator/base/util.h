@@ -1,0 +1,116 @@
+/* The library's helpers that need only libc and cJSON: cleanup attributes, the error
+ * convention, time, paths. What the model clients and the chat loop use of the library's
+ * insides; the rest of the library gets it through vm.h and session.h. */
+#ifndef AIRLOCK_UTIL_H
+#define AIRLOCK_UTIL_H
+
+#include "airlock.h"
+#include "airlock/policy.h"
+#include "airlock/text.h"
+
+#include <cjson/cJSON.h>
+
+#include "cleanup.h" /* after cJSON.h: _cleanup_cjson_ */
+#include <errno.h>
+#include <stdarg.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <sys/types.h>
+#include <unistd.h>
+
+/* ---- cleanup attributes: proto/cleanup.h ---- */
+/* A pty run's rows or columns as the library sends them: cut to AL_PTY_ROWS_COLS_MAX. */
+static inline unsigned al_pty_dim(unsigned v)
+{
+    return v > AL_PTY_ROWS_COLS_MAX ? AL_PTY_ROWS_COLS_MAX : v;
+}
+
+/* ---- errors ---- */
+/* Sets err (first failure wins) and returns code, which must be negative. */
+int al_err(al_error *err, int code, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+
+/* ---- sized structs (airlock.h, "Structs") ---- */
+/* Copies the caller's options src (a struct beginning with its size) into dst, need bytes (this
+ * library's sizeof), as the header promises: a smaller size is -EINVAL, a larger one with a
+ * non-zero byte past need is -E2BIG; dst's size is then need. type names it in the message
+ * ("al_exec_opts"). */
+int al_sized_in(void *dst, size_t need, const void *src, const char *type, al_error *err);
+/* Checks a struct the caller gives the library to fill (at least need bytes by its size) and
+ * sets its size to need, what will be filled. */
+int al_sized_out(void *out, size_t need, const char *type, al_error *err);
+#define AL_SIZED_IN(dst, src, type, err) al_sized_in(dst, sizeof(*(dst)), src, type, err)
+#define AL_SIZED_OUT(out, type, err) al_sized_out(out, sizeof(*(out)), type, err)
+
+/* ---- time ---- */
+uint64_t al_now_ms(void);
+uint64_t al_now_us(void);
+
+/* Formats a one-line notice into a bounded buffer and hands it to fn (nothing when fn is NULL):
+ * how the library tells its caller something without printing. */
+void al_vnotify(void (*fn)(void *ctx, const char *msg), void *ctx, const char *fmt, va_list ap)
+    __attribute__((format(printf, 3, 0)));
+
+/* Room for one more element in the array *arr (a pointer's address) of *cap elements, n in use,
+ * elem bytes each: doubles it (from first) when full. 0, or -ENOMEM with *arr untouched. */
+int al_grow(void *arr, size_t *cap, size_t n, size_t elem, size_t first);
+
+/* Writes all len bytes (a write cut short or interrupted goes on); 0 or -errno. */
+int al_write_all(int fd, const void *buf, size_t len);
+/* Opens (creating, 0600, never through a symlink) the lock file path and waits for it
+ * exclusively (flock); the fd holds the lock until closed, or -errno. */
+int al_lock_file(const char *path);
+/* n bytes as 2n lowercase hex digits and a NUL into out. */
+void al_hexify(const unsigned char *b, size_t n, char *out);
+
+/* snprintf for paths: -ENAMETOOLONG instead of a silently cut path. */
+int al_pathf(char *buf, size_t len, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+
+/* ---- running host programs (spawn.c) ---- */
+/* Runs argv[0] (searched in PATH) with stdin from /dev/null, stdout on out_fd and stderr on
+ * err_fd, and waits; *status is the wait status. Negative errno when it could not start. */
+int al_spawn_wait(const char *const *argv, int out_fd, int err_fd, int *status);
+/* Resource limits for a helper that reads untrusted input (qemu-img on an imported image):
+ * a parser bug or a crafted file then costs bounded CPU and memory, not the host. */
+struct al_spawn_limits {
+    unsigned long cpu_s;    /* RLIMIT_CPU, seconds; 0: unlimited */
+    unsigned long as_bytes; /* RLIMIT_AS, bytes; 0: unlimited */
+};
+/* al_spawn_wait with lim applied in the child before exec (NULL: none). */
+int al_spawn_wait_limited(const char *const *argv, int out_fd, int err_fd,
+                          const struct al_spawn_limits *lim, int *status);
+/* Runs argv with stdout discarded and waits; on failure err says "cannot WHAT with PROGRAM:"
+ * and the first line the program wrote on stderr. */
+int al_spawn_quiet(const char *const *argv, const char *what, al_error *err);
+
+/* ---- text for a terminal or a log line ---- */
+/* Printable ASCII only: every byte outside 0x20..0x7e of s becomes '?' (short strings from the
+ * guest or from QEMU's log that end up on a terminal as they are). */
+void al_printable(char *s);
+/* The last non-empty line of the serial console log at path, printable characters only, cut
+ * to len ("(empty)" when there is none): what a boot failure quotes. */
+void al_console_tail(const char *path, char *out, size_t len);
+
+/* ---- session dirs ---- */
+/* The directory session dirs live in (see util.c for where and why those modes), created if
+ * need be and refused when it is not ours alone to change. */
+int al_runtime_dir(char *buf, size_t len, al_error *err);
+int al_state_dir(char *buf, size_t len, al_error *err);
+/* Where the session dirs are: RUNTIME/sessions, or with state STATE/sessions (their disk-backed
+ * halves); the parent is made as al_runtime_dir or al_state_dir make it. */
+int al_sessions_dir(char *buf, size_t len, bool state, al_error *err);
+/* This machine's id (/etc/machine-id: 32 hex digits) into buf (at least 33 bytes); "" when it
+ * has none. Written into each domain's metadata, so that gc judges only this machine's. */
+void al_machine_id(char *buf, size_t len);
+/* Opens path for writing, creating it 0600, in a place others might have reached first: never
+ * through a symlink, and only a regular file we own with one link (else -EPERM). flags: any of
+ * O_EXCL, O_APPEND, O_RDWR, and O_TRUNC (done once the checks pass). Returns an O_CLOEXEC fd
+ * or a negative errno. For the session lock and info.json in the runtime dir. */
+int al_file_create_private(const char *path, int flags);
+/* The process's umask, read without changing it (modes for files copied from the guest). */
+mode_t al_umask(void);
+int al_rmtree(const char *path);
+/* A free TCP port on 127.0.0.1, found by binding port 0. Another program may take it before
+ * ours binds it: a start that fails so is retried with another (session.c). */
+int al_free_port(unsigned *port, al_error *err);
+
+#endif

@@ -1,0 +1,117 @@
+/* The machine (vm/): libvirt handles and errors (vm.c), the domain, images (image.c), the host's
+ * helpers (spawn.c, disk.c, volume.c), where session dirs live (util.c). Below the session;
+ * the link's channel (link/channel.h) comes with it for the files above. */
+#ifndef AIRLOCK_VM_H
+#define AIRLOCK_VM_H
+
+#include "airlock-proto.h"
+#include "airlock.h"
+#include "channel.h"
+#include "util.h"
+
+#include <cjson/cJSON.h>
+#include <errno.h>
+#include <libvirt/libvirt.h>
+#include <stdarg.h>
+#include <stdlib.h>
+#include <sys/types.h>
+#include <unistd.h>
+
+/* ---- libvirt handles and errors (vm.c) ---- */
+AL_DEFINE_CLEANUP(al_virconnp, virConnectPtr, virConnectClose)
+AL_DEFINE_CLEANUP(al_virdomp, virDomainPtr, virDomainFree)
+#define _cleanup_virconn_ __attribute__((cleanup(al_virconnp)))
+#define _cleanup_virdom_ __attribute__((cleanup(al_virdomp)))
+/* al_err, with the libvirt's last error message appended. */
+int al_err_virt(al_error *err, int code, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+
+/* ---- libvirt domain ---- */
+struct al_vm_config {
+    const char *name;
+    const char *session_dir;
+    const al_image *image;
+    unsigned memory_mib, vcpus;
+    bool kvm;
+    const char *agent_sock, *console_path;
+    const char *disk;     /* the session's root disk overlay (qcow2), or NULL */
+    const char *scratch;  /* a qcow2 the guest never mounts, holding checkpoints, or NULL */
+    const char *raw_sock; /* NULL: none */
+    const char *raw_port_name;
+    /* SSH transport: a NIC on QEMU's user-mode network, restricted so the guest reaches
+     * nothing, with one forward from 127.0.0.1:host_port to guest_port; and the cloud-init
+     * seed (an ISO, read-only). host_port 0: no network. */
+    unsigned host_port, guest_port;
+    const char *seed;
+    /* Warm starts (template.c): the disk's middle layer (the template's frozen disk, between
+     * the overlay and the image's base), or NULL; guest RAM in ram_file (a template's memory,
+     * mapped shared while the template is built, privately by each restored session) instead
+     * of anonymous memory, or NULL; incoming: QEMU waits for a migration stream (the template's
+     * device state) instead of booting. */
+    const char *disk_mid;
+    const char *ram_file;
+    bool ram_shared;
+    bool incoming;
+    /* Network on request (net.c): the same kind of NIC, with a forward from 127.0.0.1:net_port
+     * to net_guest_port, the guest's end of the proxy tunnels. net_port 0: none. */
+    unsigned net_port, net_guest_port;
+};
+int al_vm_connect(const char *uri, virConnectPtr *out, al_error *err);
+int al_vm_start(virConnectPtr conn, const struct al_vm_config *cfg, virDomainPtr *out,
+                al_error *err);
+char *al_vm_xml(const struct al_vm_config *cfg);
+bool al_kvm_present(void);
+/* al_kvm_usable() for a state already read (AIRLOCK_ACCEL=kvm forces it). */
+bool al_kvm_state_usable(enum al_kvm_state st);
+/* Records whether KVM ran a guest on this boot (with this host kernel and QEMU binary), with the
+ * evidence when it did not; al_kvm_state() reads it back. */
+void al_kvm_record(bool works, const char *evidence);
+/* The same for the host conn reaches when it is another machine: kept in this process only, by
+ * URI (-1: none yet, 1 ok, 0 broken); whether libvirt there offers KVM at all. */
+int al_kvm_remote_verdict(virConnectPtr conn);
+void al_kvm_remote_record(virConnectPtr conn, bool works);
+bool al_kvm_remote_offered(virConnectPtr conn);
+/* The line of the domain's QEMU log that shows KVM could not run the guest, or "". */
+void al_vm_kvm_log_evidence(virConnectPtr conn, const char *name, char *out, size_t len);
+#define AL_METADATA_NS "https://airlock.invalid/xmlns/session/1"
+#define AL_METADATA_PREFIX "airlock"
+#define AL_DOMAIN_PREFIX "airlock-"
+
+/* ---- images ---- */
+/* Image and image part names: letters, digits, - _ . and no leading dot, under 64 bytes. */
+bool al_image_name_ok(const char *s);
+bool al_ssh_user_ok(const char *s);
+
+/* ---- disks and volumes for QEMU (disk.c, volume.c) ---- */
+/* Creates overlay, a qcow2 whose backing file is base (qcow2, never written), and hands it to
+ * the user QEMU runs as (libvirt's DAC base label for the domain type). */
+int al_disk_overlay(virConnectPtr conn, bool kvm, const char *base, const char *overlay,
+                    al_error *err);
+/* The uid:gid QEMU runs as on conn's host (libvirt's DAC base label for the domain type). */
+int al_qemu_owner(virConnectPtr conn, bool kvm, uid_t *uid, gid_t *gid, al_error *err);
+/* Hands an existing file to QEMU's user, mode 0600. */
+int al_disk_give(virConnectPtr conn, bool kvm, const char *path, al_error *err);
+/* The agent binary and its language kernels' directory, from this build or the install. */
+int al_agent_files(char *agent, size_t alen, char *kernels, size_t klen, al_error *err);
+/* Creates path, an empty qcow2 of size bytes, owned the same way. */
+int al_disk_scratch(virConnectPtr conn, bool kvm, const char *path, uint64_t size, al_error *err);
+
+/* volume.c: storage on a remote host, through the libvirt connection only. Whether conn reaches
+ * another host (its URI names one). */
+bool al_conn_remote(virConnectPtr conn);
+/* The image's parts as volumes on conn's host (uploaded and verified when missing: *uploaded),
+ * into out, whose paths are that host's (al_image_free frees them). */
+int al_volume_image(virConnectPtr conn, const al_image *img, al_image *out, bool *uploaded,
+                    al_error *err);
+/* A qcow2 volume name, owned by QEMU's user, mode 0600: on backing (a path on that host, whose
+ * local copy backing_local gives the size) or empty of size bytes (backing NULL). *path: its
+ * path there, malloc'd. */
+int al_volume_create(virConnectPtr conn, bool kvm, const char *name, uint64_t size,
+                     const char *backing_local, const char *backing, char **path, al_error *err);
+void al_volume_delete(virConnectPtr conn, const char *name);
+uint64_t al_volume_allocation(virConnectPtr conn, const char *name);
+/* Deletes the session volumes whose domain is gone from conn's host and whose session dead()
+ * says is over; how many. */
+int al_volume_reap(virConnectPtr conn, bool (*dead)(void *ctx, const char *session), void *ctx);
+
+#endif
