@@ -68,4 +68,8 @@ int al_link_recv_until(al_session *s, uint32_t id, struct al_msg *m, int extra_f
  * stopped reading is never stuck past its session. */
 int al_link_wait_writable(al_session *s, uint32_t id, int fd, al_error *err);
 
+/* -ENOSPC once the disk budget's watcher (vm/budget.c) paused the VM: every request asks first
+ * (al_link_ready), and so does a checkpoint. */
+int al_budget_refuse(const al_session *s, al_error *err);
+
 #endif

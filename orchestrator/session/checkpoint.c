@@ -21,7 +21,10 @@
  * 'preserve', and a preserved crashed guest would leave the channel silent instead of closed.
  * The snapshots survive in the qcow2, so a rollback then starts QEMU again, paused, from the
  * same domain description and loads the checkpoint into it (about 1.5 s). */
+#include "checkpoint.h"
+#include "budget.h"
 #include "link.h"
+#include "net.h"
 #include "transport.h"
 
 #include <libvirt/libvirt-qemu.h>

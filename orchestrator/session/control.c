@@ -5,6 +5,8 @@
  * one JSON line (bounded) plus the fds of the command's stdin, stdout and stderr (and a pty
  * run's resizes) passed with SCM_RIGHTS, the answer one JSON line. Each request is one of the
  * session's requests in flight beside the owner's (link.c). */
+#include "control.h"
+#include "exec.h"
 #include "session.h"
 #include "tar.h"
 

@@ -1,5 +1,6 @@
 /* Running one command in the guest: send EXEC, stream stdin in and stdout/stderr out, collect
  * the exit. */
+#include "exec.h"
 #include "link.h"
 #include "result.h"
 

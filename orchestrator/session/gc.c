@@ -1,5 +1,7 @@
 /* Reaping what crashed runs left behind. A session is dead when nobody holds the flock on its
  * runtime dir; only domains carrying airlock's metadata are ever looked at. */
+#include "gc.h"
+#include "net.h"
 #include "session.h"
 
 #include <dirent.h>

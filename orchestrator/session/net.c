@@ -19,6 +19,7 @@
  * tunnel that did not. Squid: it takes only connections that start with a PROXY protocol header
  * (require-proxy-header), and serves only the source address that header claims, a random
  * IPv6 address known to this process and the session's 0600 squid.conf. */
+#include "net.h"
 #include "session.h"
 #include "transport.h"
 

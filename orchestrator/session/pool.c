@@ -1,5 +1,6 @@
 /* A pool of ready sessions restored from a template (template.c), for long-lived callers: a
  * background thread keeps `size` of them open; al_pool_take hands one out, once. */
+#include "exec.h"
 #include "session.h"
 
 #include <string.h>

@@ -2,6 +2,8 @@
  * signalled or killed later, listed per session. Beside the session's other requests on the
  * link (link.c): each is a request of its own, with its own signal pipe (al_exec_opts.cancel_fd),
  * so a signal reaches this process alone. */
+#include "proc.h"
+#include "exec.h"
 #include "link.h"
 #include "session.h"
 

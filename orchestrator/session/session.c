@@ -1,5 +1,12 @@
 /* A session: one disposable VM, its runtime directory and the agent channel into it. */
+#include "budget.h"
+#include "checkpoint.h"
+#include "control.h"
+#include "gc.h"
 #include "link.h"
+#include "net.h"
+#include "proc.h"
+#include "template.h"
 #include "transport.h"
 
 #include <errno.h>

@@ -23,6 +23,9 @@
  * any file changes its ctime, which nobody but root can set back, so a file changed behind our
  * back is refused (notice, cold boot, the template removed) without reading the RAM file on
  * every restore. */
+#include "template.h"
+#include "checkpoint.h"
+#include "exec.h"
 #include "link.h"
 
 #include <libvirt/libvirt-qemu.h>

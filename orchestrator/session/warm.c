@@ -2,6 +2,7 @@
  * (AL_WARM_AUTO), and building templates (airlock image warm). Above session.c, which restores
  * templates, and template.c, which keeps them: building one boots a session. */
 #include "session.h"
+#include "template.h"
 
 #include <stdarg.h>
 #include <string.h>

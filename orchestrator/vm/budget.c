@@ -3,6 +3,7 @@
  * guest is root and decides how much it writes, so the host measures those files itself and
  * pauses the VM once they hold more than the budget, or once the filesystem under them would fall
  * below a floor of free space that Airlock keeps for everyone else. */
+#include "budget.h"
 #include "session.h"
 
 #include <dirent.h>

@@ -4,6 +4,7 @@
  * the fields come out NUL-terminated within their arrays, method and host printable ASCII without
  * spaces, the reason printable; a denied request always says why. Any violation aborts. */
 #include "fuzz.h"
+#include "net.h"
 #include "session.h"
 
 #include <stdio.h>

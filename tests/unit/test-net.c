@@ -2,6 +2,7 @@
  * accept, at, below and above the bounds (AL_NET_ALLOW_MAX hosts, 253-byte names); and Squid's
  * access log lines as the host reads them. TAP output. */
 #include "airlock.h"
+#include "net.h"
 #include "session.h"
 #include "tap.h"
 

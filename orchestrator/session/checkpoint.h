@@ -1,0 +1,17 @@
+/* checkpoint.c: the library side of al_checkpoint_* beyond the public header. */
+#ifndef AIRLOCK_CHECKPOINT_H
+#define AIRLOCK_CHECKPOINT_H
+
+#include "session.h"
+
+/* checkpoint.c: sets up checkpoints for a session being opened (a scratch disk for images
+ * without one, in cfg), and frees that state at close. */
+int al_checkpoints_prepare(al_session *s, struct al_vm_config *cfg, al_error *err);
+void al_checkpoints_free(al_session *s);
+/* checkpoint.c: the PING round trip that leaves the agent idle at a frame boundary. */
+int al_session_barrier(al_session *s, al_error *err);
+/* The description a crashed guest's QEMU is started again from (takes xml; freed without
+ * checkpoints): a restored session's, without the restore's -incoming. */
+int al_checkpoints_set_xml(al_session *s, char *xml);
+
+#endif
