@@ -20,7 +20,9 @@ echo "built against $(ls "$libdir"/libairlock.so.*.*) with: $flags"
 printf '#include <airlock.h>\n#include <airlock/text.h>\n#include <airlock/policy.h>\nint main() { return al_version(nullptr) ? 0 : 1; }\n' >"$tmp/cxx.cc"
 g++ -std=c++17 -Wall -Wextra -Werror -fsyntax-only $(PKG_CONFIG_LIBDIR=$pc PKG_CONFIG_SYSROOT_DIR=$tmp/root pkg-config --cflags airlock) "$tmp/cxx.cc"
 echo "ok the headers compile as C++17"
-# The installed library, not the build tree's (ldd says which was loaded).
-LD_LIBRARY_PATH=$libdir ldd "$tmp/embed" | grep -q "$tmp/root.*libairlock.so.1" ||
-    { echo "test-embed: the program does not load the installed libairlock.so.1"; exit 1; }
+# The installed library, not the build tree's (ldd says which was loaded). Read whole first:
+# grep -q leaving early would make ldd's write fail and, under pipefail, the check with it.
+loaded=$(LD_LIBRARY_PATH=$libdir ldd "$tmp/embed")
+grep -q "$tmp/root.*libairlock.so.1" <<<"$loaded" ||
+    { echo "test-embed: the program does not load the installed libairlock.so.1:"; echo "$loaded"; exit 1; }
 LD_LIBRARY_PATH=$libdir "$tmp/embed" "$image"
