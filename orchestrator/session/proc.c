@@ -145,7 +145,11 @@ int al_exec_start(al_session *s, const al_exec_opts *opts, al_proc **out, al_err
         return al_err(err, -ENOMEM, "out of memory");
     p->sig[0] = p->sig[1] = -1;
     pthread_mutex_init(&p->mu, NULL);
-    pthread_cond_init(&p->cv, NULL);
+    pthread_condattr_t ca;
+    pthread_condattr_init(&ca);
+    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+    pthread_cond_init(&p->cv, &ca);
+    pthread_condattr_destroy(&ca);
     if (!(p->argv = strv_dup(o.argv)) || (o.env && !(p->env = strv_dup(o.env))) ||
         !dup_opt(&p->lang, o.lang) || !dup_opt(&p->cwd, o.cwd) ||
         !dup_opt(&p->context, o.context) || !(p->command = command_line(p->argv))) {
@@ -207,16 +211,10 @@ int al_proc_wait(al_proc *p, int timeout_ms, al_exec_result *out, al_error *err)
         if (r0 < 0)
             return r0;
     }
-    struct timespec until;
-    clock_gettime(CLOCK_REALTIME, &until);
-    if (timeout_ms > 0) {
-        until.tv_sec += timeout_ms / 1000;
-        until.tv_nsec += (long)(timeout_ms % 1000) * 1000000L;
-        if (until.tv_nsec >= 1000000000L) {
-            until.tv_sec++;
-            until.tv_nsec -= 1000000000L;
-        }
-    }
+    /* p->cv waits on the monotonic clock (al_exec_start): a clock step does not move it. */
+    uint64_t end_us = al_now_us() + (timeout_ms > 0 ? (uint64_t)timeout_ms * 1000 : 0);
+    struct timespec until = {.tv_sec = (time_t)(end_us / 1000000),
+                             .tv_nsec = (long)(end_us % 1000000) * 1000};
     pthread_mutex_lock(&p->mu);
     while (!p->done && timeout_ms != 0)
         if ((timeout_ms < 0 ? pthread_cond_wait(&p->cv, &p->mu)

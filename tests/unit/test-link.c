@@ -217,16 +217,23 @@ static int to_collect(void *ctx, int stream, const uint8_t *data, size_t n)
     return collect(j, stream, data, n);
 }
 
-static void test_procs(const char *agent)
+/* A session on the agent, run as `AGENT --stdio --root ROOT` (root: a mkdtemp template). */
+static al_session *agent_session(const char *agent, char *root, const char *what)
 {
-    char root[] = "/tmp/airlock-test-link-XXXXXX";
     if (!mkdtemp(root)) {
         ok(false, "mkdtemp");
-        return;
+        return NULL;
     }
     const char *argv[] = {agent, "--stdio", "--root", root, NULL};
     al_session *s = open_peer(argv);
-    ok(s != NULL, "procs: a session on airlock-agent --stdio");
+    ok(s != NULL, "%s", what);
+    return s;
+}
+
+static void test_procs(const char *agent)
+{
+    char root[] = "/tmp/airlock-test-link-XXXXXX";
+    al_session *s = agent_session(agent, root, "procs: a session on airlock-agent --stdio");
     if (!s)
         return;
     al_error err = {0};
@@ -307,13 +314,7 @@ static void test_procs(const char *agent)
 static void test_agent(const char *agent)
 {
     char root[] = "/tmp/airlock-test-link-XXXXXX";
-    if (!mkdtemp(root)) {
-        ok(false, "mkdtemp");
-        return;
-    }
-    const char *argv[] = {agent, "--stdio", "--root", root, NULL};
-    al_session *s = open_peer(argv);
-    ok(s != NULL, "a session on airlock-agent --stdio, no VM");
+    al_session *s = agent_session(agent, root, "a session on airlock-agent --stdio, no VM");
     if (!s)
         return;
 
