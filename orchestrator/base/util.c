@@ -392,3 +392,36 @@ int al_grow(void *arr, size_t *cap, size_t n, size_t elem, size_t first)
     *cap = want;
     return 0;
 }
+
+void al_strv_free(char **v)
+{
+    for (char **p = v; p && *p; p++)
+        free(*p);
+    free(v);
+}
+
+char **al_strv_dup(const char *const *v)
+{
+    size_t n = 0;
+    while (v && v[n])
+        n++;
+    char **out = calloc(n + 1, sizeof(*out));
+    if (!out)
+        return NULL;
+    for (size_t i = 0; i < n; i++)
+        if (!(out[i] = strdup(v[i]))) {
+            al_strv_free(out);
+            return NULL;
+        }
+    return out;
+}
+
+char *al_strdup_opt(const char *s, bool *oom)
+{
+    if (!s)
+        return NULL;
+    char *d = strdup(s);
+    if (!d)
+        *oom = true;
+    return d;
+}

@@ -54,6 +54,14 @@ void al_vnotify(void (*fn)(void *ctx, const char *msg), void *ctx, const char *f
  * elem bytes each: doubles it (from first) when full. 0, or -ENOMEM with *arr untouched. */
 int al_grow(void *arr, size_t *cap, size_t n, size_t elem, size_t first);
 
+/* NULL-terminated string lists (argv, env): a copy of v (NULL: an empty list), NULL when out
+ * of memory; and its free (NULL is fine). */
+char **al_strv_dup(const char *const *v);
+void al_strv_free(char **v);
+/* strdup of s, or NULL for NULL; *oom set when the copy failed (so that several can be made
+ * before one check). */
+char *al_strdup_opt(const char *s, bool *oom);
+
 /* Writes all len bytes (a write cut short or interrupted goes on); 0 or -errno. */
 int al_write_all(int fd, const void *buf, size_t len);
 /* Opens (creating, 0600, never through a symlink) the lock file path and waits for it

@@ -151,13 +151,6 @@ char *mcp_buf_summary(const struct mcp_buf *b, size_t keep, bool *cut)
 
 /* ---- runs ---- */
 
-static void strv_free(char **v)
-{
-    for (char **p = v; p && *p; p++)
-        free(*p);
-    free(v);
-}
-
 static void run_free(struct mcp_run *r)
 {
     free(r->label);
@@ -165,8 +158,8 @@ static void run_free(struct mcp_run *r)
     free(r->code);
     free(r->context);
     free(r->cwd);
-    strv_free(r->argv);
-    strv_free(r->env);
+    al_strv_free(r->argv);
+    al_strv_free(r->env);
     for (int i = 0; i < 2; i++)
         free(r->out[i].ring);
     for (unsigned i = 0; i < r->nimg; i++)
@@ -340,22 +333,6 @@ static void *run_thread(void *arg)
     return NULL;
 }
 
-static char **strv_dup(const char *const *v)
-{
-    size_t n = 0;
-    while (v && v[n])
-        n++;
-    char **out = calloc(n + 1, sizeof(*out));
-    if (!out)
-        return NULL;
-    for (size_t i = 0; i < n; i++)
-        if (!(out[i] = strdup(v[i]))) {
-            strv_free(out);
-            return NULL;
-        }
-    return out;
-}
-
 static char **env_dup(const cJSON *env)
 {
     size_t n = 0;
@@ -369,22 +346,12 @@ static char **env_dup(const cJSON *env)
     {
         if (asprintf(&out[i], "%s=%s", e->string, e->valuestring) < 0) {
             out[i] = NULL;
-            strv_free(out);
+            al_strv_free(out);
             return NULL;
         }
         i++;
     }
     return out;
-}
-
-static char *dup_or_null(const char *s, bool *oom)
-{
-    if (!s)
-        return NULL;
-    char *d = strdup(s);
-    if (!d)
-        *oom = true;
-    return d;
 }
 
 /* Under the lock: the oldest run of ss that has ended and nobody reads, taken out. */
@@ -415,12 +382,12 @@ int mcp_run_start(al_mcp *m, struct mcp_sess *ss, const struct mcp_run_spec *sp,
     r->kernel = sp->kernel;
     r->timeout_ms = sp->timeout_ms;
     bool oom = false;
-    r->lang = dup_or_null(sp->lang, &oom);
-    r->code = dup_or_null(sp->code, &oom);
-    r->context = dup_or_null(sp->context, &oom);
-    r->cwd = dup_or_null(sp->cwd, &oom);
+    r->lang = al_strdup_opt(sp->lang, &oom);
+    r->code = al_strdup_opt(sp->code, &oom);
+    r->context = al_strdup_opt(sp->context, &oom);
+    r->cwd = al_strdup_opt(sp->cwd, &oom);
     r->results = cJSON_CreateArray();
-    if (sp->argv && !(r->argv = strv_dup(sp->argv)))
+    if (sp->argv && !(r->argv = al_strv_dup(sp->argv)))
         oom = true;
     if (sp->env && !(r->env = env_dup(sp->env)))
         oom = true;

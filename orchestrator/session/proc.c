@@ -40,33 +40,6 @@ struct al_proc {
 /* The sessions' process lists (al_session.procs) and each process's link to its session. */
 static pthread_mutex_t procs_mu = PTHREAD_MUTEX_INITIALIZER;
 
-static void strv_free(char **v)
-{
-    for (size_t i = 0; v && v[i]; i++)
-        free(v[i]);
-    free(v);
-}
-
-static char **strv_dup(const char *const *v)
-{
-    size_t n = 0;
-    while (v && v[n])
-        n++;
-    char **out = calloc(n + 1, sizeof(*out));
-    for (size_t i = 0; out && i < n; i++)
-        if (!(out[i] = strdup(v[i]))) {
-            strv_free(out);
-            return NULL;
-        }
-    return out;
-}
-
-static bool dup_opt(char **dst, const char *src)
-{
-    *dst = src ? strdup(src) : NULL;
-    return !src || *dst;
-}
-
 /* What al_exec reports goes to the caller's callback as it would have, or to its fd. */
 static int proc_output(void *ctx, int stream, const uint8_t *data, size_t len)
 {
@@ -105,8 +78,8 @@ static void *proc_main(void *arg)
 
 static void proc_free_parts(struct al_proc *p)
 {
-    strv_free(p->argv);
-    strv_free(p->env);
+    al_strv_free(p->argv);
+    al_strv_free(p->env);
     free(p->lang);
     free(p->cwd);
     free(p->context);
@@ -150,9 +123,12 @@ int al_exec_start(al_session *s, const al_exec_opts *opts, al_proc **out, al_err
     pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
     pthread_cond_init(&p->cv, &ca);
     pthread_condattr_destroy(&ca);
-    if (!(p->argv = strv_dup(o.argv)) || (o.env && !(p->env = strv_dup(o.env))) ||
-        !dup_opt(&p->lang, o.lang) || !dup_opt(&p->cwd, o.cwd) ||
-        !dup_opt(&p->context, o.context) || !(p->command = command_line(p->argv))) {
+    bool oom = false;
+    p->lang = al_strdup_opt(o.lang, &oom);
+    p->cwd = al_strdup_opt(o.cwd, &oom);
+    p->context = al_strdup_opt(o.context, &oom);
+    if (oom || !(p->argv = al_strv_dup(o.argv)) || (o.env && !(p->env = al_strv_dup(o.env))) ||
+        !(p->command = command_line(p->argv))) {
         proc_free_parts(p);
         return al_err(err, -ENOMEM, "out of memory");
     }
