@@ -20,7 +20,6 @@ struct al_proc {
     uint32_t serial; /* 1, 2 ... in the session */
     al_exec_opts o;  /* the caller's, its strings copied (below) */
     char **argv, **env, *lang, *cwd, *context, *command;
-    int user_stdout, user_stderr;
     int (*user_output)(void *ctx, int stream, const uint8_t *data, size_t len);
     void (*user_started)(void *ctx, uint32_t guest_pid);
     void *user_ctx;
@@ -40,14 +39,12 @@ struct al_proc {
 /* The sessions' process lists (al_session.procs) and each process's link to its session. */
 static pthread_mutex_t procs_mu = PTHREAD_MUTEX_INITIALIZER;
 
-/* What al_exec reports goes to the caller's callback as it would have, or to its fd. */
+/* The caller's output callback, with its own context: output_ctx is the handle's, for
+ * proc_started. */
 static int proc_output(void *ctx, int stream, const uint8_t *data, size_t len)
 {
     struct al_proc *p = ctx;
-    if (p->user_output)
-        return p->user_output(p->user_ctx, stream, data, len);
-    int fd = stream == 1 ? p->user_stdout : p->user_stderr;
-    return fd >= 0 ? al_write_all(fd, data, len) : 0;
+    return p->user_output(p->user_ctx, stream, data, len);
 }
 
 static void proc_started(void *ctx, uint32_t pid)
@@ -89,6 +86,18 @@ static void proc_free_parts(struct al_proc *p)
     pthread_mutex_destroy(&p->mu);
     pthread_cond_destroy(&p->cv);
     free(p);
+}
+
+/* Takes p out of its session's list, if it is still in one (under procs_mu). */
+static void procs_unlink(struct al_proc *p)
+{
+    if (p->s)
+        for (struct al_proc **q = &p->s->procs; *q; q = &(*q)->next)
+            if (*q == p) {
+                *q = p->next;
+                break;
+            }
+    p->s = NULL;
 }
 
 /* The command as al_proc_info shows it: argv joined by spaces, cut to 256 bytes. */
@@ -140,15 +149,14 @@ int al_exec_start(al_session *s, const al_exec_opts *opts, al_proc **out, al_err
     p->user_output = o.output;
     p->user_started = o.started;
     p->user_ctx = o.output_ctx;
-    p->user_stdout = o.stdout_fd;
-    p->user_stderr = o.stderr_fd;
     p->o = o;
     p->o.argv = (const char *const *)p->argv;
     p->o.env = (const char *const *)p->env;
     p->o.lang = p->lang;
     p->o.cwd = p->cwd;
     p->o.context = p->context;
-    p->o.output = proc_output;
+    /* Without a callback al_exec writes to the descriptors itself, as it would have. */
+    p->o.output = o.output ? proc_output : NULL;
     p->o.started = proc_started;
     p->o.output_ctx = p;
     p->o.cancel_fd = p->sig[0];
@@ -167,11 +175,7 @@ int al_exec_start(al_session *s, const al_exec_opts *opts, al_proc **out, al_err
     r = pthread_create(&p->thread, NULL, proc_main, p);
     if (r != 0) {
         pthread_mutex_lock(&procs_mu);
-        for (struct al_proc **q = &s->procs; *q; q = &(*q)->next)
-            if (*q == p) {
-                *q = p->next;
-                break;
-            }
+        procs_unlink(p);
         pthread_mutex_unlock(&procs_mu);
         proc_free_parts(p);
         return al_err(err, -r, "cannot start the process's thread: %s", strerror(r));
@@ -287,13 +291,7 @@ void al_proc_free(al_proc *p)
     }
     pthread_mutex_lock(&procs_mu);
     bool joined = p->joined;
-    if (p->s)
-        for (struct al_proc **q = &p->s->procs; *q; q = &(*q)->next)
-            if (*q == p) {
-                *q = p->next;
-                break;
-            }
-    p->s = NULL;
+    procs_unlink(p);
     pthread_mutex_unlock(&procs_mu);
     if (!joined)
         pthread_join(p->thread, NULL);

@@ -264,9 +264,14 @@ static void test_procs(const char *agent)
     ok(fg.rc == 0 && !strcmp(fg.out, "fg\n"), "a foreground run ends while it runs");
 
     /* A second one, and the list of both. */
-    const char *quick[] = {"/bin/sh", "-c", "exit 7", NULL};
+    /* Its output to a descriptor, as al_exec writes it without a callback. */
+    const char *quick[] = {"/bin/sh", "-c", "echo to-fd; exit 7", NULL};
+    int fdout[2];
+    if (pipe2(fdout, O_CLOEXEC) < 0)
+        return;
     al_exec_opts q = AL_EXEC_OPTS_INIT;
     q.argv = quick;
+    q.stdout_fd = fdout[1];
     al_proc *p2 = NULL;
     err = (al_error){0};
     r = al_exec_start(s, &q, &p2, &err);
@@ -274,9 +279,15 @@ static void test_procs(const char *agent)
     ok(r == 0 && al_proc_wait(p2, 30000, &res, &err) == 0 && res.how == AL_EXEC_EXITED &&
            res.value == 7,
        "a second one's status comes through al_proc_wait (%d)", res.value);
+    close(fdout[1]);
+    char fdtext[32] = "";
+    ssize_t got = read(fdout[0], fdtext, sizeof(fdtext) - 1);
+    close(fdout[0]);
+    ok(got == 6 && !memcmp(fdtext, "to-fd\n", 6), "its stdout reached its descriptor (%zd)", got);
     struct listing l = {0};
     int n = al_proc_list(s, list_one, &l);
-    ok(n == 2 && l.n == 2 && l.running == 1 && strstr(l.commands, "[/bin/sh -c exit 7]"),
+    ok(n == 2 && l.n == 2 && l.running == 1 &&
+           strstr(l.commands, "[/bin/sh -c echo to-fd; exit 7]"),
        "al_proc_list: both, one running (%s)", l.commands);
     al_proc_free(p2);
 
