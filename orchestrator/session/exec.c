@@ -397,7 +397,12 @@ int al_exec(al_session *s, const al_exec_opts *opts, al_exec_result *out, al_err
     int r = al_exec_take(&o, opts, out, err);
     if (r < 0)
         return r;
-    return exec_with(s, &o, out, 0, err);
+    return al_exec_taken(s, &o, out, err);
+}
+
+int al_exec_taken(al_session *s, const al_exec_opts *o, al_exec_result *out, al_error *err)
+{
+    return exec_with(s, o, out, 0, err);
 }
 
 struct text_buf {

@@ -62,7 +62,7 @@ static void *proc_main(void *arg)
     struct al_proc *p = arg;
     al_exec_result res = AL_EXEC_RESULT_INIT;
     al_error err = {0};
-    int rc = al_exec(p->s, &p->o, &res, &err);
+    int rc = al_exec_taken(p->s, &p->o, &res, &err);
     pthread_mutex_lock(&p->mu);
     p->rc = rc;
     p->res = res;
@@ -160,10 +160,6 @@ int al_exec_start(al_session *s, const al_exec_opts *opts, al_proc **out, al_err
     p->o.started = proc_started;
     p->o.output_ctx = p;
     p->o.cancel_fd = p->sig[0];
-    /* al_exec reads the descriptors as the library keeps them (-1: none); AL_FD_STDIN was
-     * made fd 0 by al_exec_take, and is given again as such. */
-    if (p->o.stdin_fd == 0)
-        p->o.stdin_fd = AL_FD_STDIN;
     p->s = s;
     p->started_at = (int64_t)time(NULL);
 
