@@ -174,6 +174,7 @@ struct ad_session {
     char transport[16];
     enum al_checkpoint_policy policy;
     bool checkpoints; /* opened with checkpoints allowed */
+    bool display;     /* opened with a display (GET .../screen, POST .../input) */
     bool pooled;      /* handed out by the warm pool (never returned to it) */
     cJSON *labels;
     int64_t created; /* unix time */
@@ -226,6 +227,7 @@ struct ad_create {
     const char *transport;
     const char *checkpoint_policy;
     bool checkpoints; /* allow checkpoints without a policy that takes them */
+    bool display;     /* a screen and input devices the host drives (computer use) */
     unsigned idle_s, lifetime_s;
     cJSON *labels; /* borrowed; copied */
     cJSON *net;    /* borrowed: {"allow": [...], "bytes_max": N}, or NULL */

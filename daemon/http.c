@@ -167,6 +167,10 @@ void ad_fail_from(struct ad_fail *f, int r, const al_error *err)
     case -ENOTSUP:
         ad_failf(f, 409, "not_supported", "%s", msg);
         break;
+    case -ENODEV:
+        /* A screen call on a session opened without a display. */
+        ad_failf(f, 409, "no_display", "%s", msg);
+        break;
     case -ENOSPC:
         /* The library's disk budget (or the host's free-space floor) paused the VM. */
         ad_failf(f, 507, "disk_budget", "%s", msg);

@@ -139,6 +139,7 @@ static enum MHD_Result session_create(struct MHD_Connection *c, struct ad_req *q
         get_str(q, "transport", &cr.transport, why, sizeof(why)) < 0 ||
         get_str(q, "checkpoint_policy", &cr.checkpoint_policy, why, sizeof(why)) < 0 ||
         get_bool(q, "checkpoints", &cr.checkpoints, why, sizeof(why)) < 0 ||
+        get_bool(q, "display", &cr.display, why, sizeof(why)) < 0 ||
         get_uint(q, "idle_timeout_s", &cr.idle_s, why, sizeof(why)) < 0 ||
         get_uint(q, "lifetime_s", &cr.lifetime_s, why, sizeof(why)) < 0)
         return ad_reply_error(c, q, 400, "invalid", "%s", why);
@@ -686,6 +687,81 @@ static enum MHD_Result file_mkdir(struct MHD_Connection *c, struct ad_req *q)
     return file_change(c, q, true);
 }
 
+/* ---- the screen and input (computer use, screen.c in the library) ---- */
+
+/* GET .../screen[?max_edge=N][&x=&y=&w=&h=]: the screen now as PNG, its mode's size in
+ * X-Screen-Width and X-Screen-Height. */
+static enum MHD_Result screen_get(struct MHD_Connection *c, struct ad_req *q)
+{
+    al_screenshot_opts o = AL_SCREENSHOT_OPTS_INIT;
+    static const char *const keys[] = {"max_edge", "x", "y", "w", "h"};
+    unsigned *fields[] = {&o.max_edge, &o.x, &o.y, &o.w, &o.h};
+    for (size_t i = 0; i < sizeof(keys) / sizeof(keys[0]); i++) {
+        uint64_t v = 0;
+        if (query_u64(c, keys[i], 65535, &v) < 0)
+            return ad_reply_error(c, q, 400, "invalid", "%s: a whole number up to 65535", keys[i]);
+        *fields[i] = (unsigned)v;
+    }
+    al_screenshot shot = AL_SCREENSHOT_INIT;
+    al_error err = {0};
+    int r = al_screen_capture(q->sess->s, &o, &shot, &err);
+    if (r < 0)
+        return lib_fail(c, q, r, &err);
+    struct MHD_Response *resp =
+        MHD_create_response_from_buffer(shot.len, shot.png, MHD_RESPMEM_MUST_FREE);
+    if (!resp) {
+        free(shot.png);
+        return MHD_NO;
+    }
+    char num[16];
+    MHD_add_response_header(resp, "Content-Type", "image/png");
+    MHD_add_response_header(resp, "Cache-Control", "no-store");
+    snprintf(num, sizeof(num), "%u", shot.screen_width);
+    MHD_add_response_header(resp, "X-Screen-Width", num);
+    snprintf(num, sizeof(num), "%u", shot.screen_height);
+    MHD_add_response_header(resp, "X-Screen-Height", num);
+    return ad_reply(c, q, 200, resp);
+}
+
+/* POST .../input {"actions": [...], "width": W, "height": H}: the actions in order
+ * (al_screen_input's vocabulary); width and height the size of the image the coordinates refer to
+ * (a scaled screenshot), else the screen's. */
+static enum MHD_Result screen_input(struct MHD_Connection *c, struct ad_req *q)
+{
+    unsigned w = 0, h = 0;
+    char why[256];
+    const cJSON *acts = cJSON_GetObjectItemCaseSensitive(q->json, "actions");
+    if (get_uint(q, "width", &w, why, sizeof(why)) < 0 ||
+        get_uint(q, "height", &h, why, sizeof(why)) < 0)
+        return ad_reply_error(c, q, 400, "invalid", "%s", why);
+    if (!cJSON_IsArray(acts))
+        return ad_reply_error(c, q, 400, "invalid", "actions: a list of actions");
+    _cleanup_free_ char *text = cJSON_PrintUnformatted(acts);
+    if (!text)
+        return ad_reply_error(c, q, 500, "internal", "out of memory");
+    unsigned done = 0;
+    int x = -1, y = -1;
+    al_error err = {0};
+    int r = al_screen_input(q->sess->s, text, w, h, &done, &x, &y, &err);
+    if (r < 0 && done == 0)
+        return lib_fail(c, q, r, &err);
+    cJSON *o = cJSON_CreateObject();
+    cJSON_AddNumberToObject(o, "done", done);
+    cJSON *cur = cJSON_AddArrayToObject(o, "cursor");
+    cJSON_AddItemToArray(cur, cJSON_CreateNumber(x));
+    cJSON_AddItemToArray(cur, cJSON_CreateNumber(y));
+    if (r < 0) {
+        /* Some ran: the caller learns which failed, and that the ones before it did run. */
+        struct ad_fail f;
+        ad_fail_from(&f, r, &err);
+        cJSON *e = cJSON_AddObjectToObject(o, "error");
+        cJSON_AddStringToObject(e, "code", f.code);
+        cJSON_AddStringToObject(e, "message", f.msg);
+        return ad_reply_json(c, q, f.status, o);
+    }
+    return ad_reply_json(c, q, 200, o);
+}
+
 /* ---- checkpoints ---- */
 
 static cJSON *checkpoint_json(const al_checkpoint_info *ci)
@@ -926,6 +1002,8 @@ const struct ad_route ad_routes[] = {
     {"POST",   "/v1/sessions/{id}/files/mkdir", 0, file_mkdir, "make a directory"},
     {"GET",    "/v1/sessions/{id}/open-port/{port}", 0, port_open, "a link to the port, host-routed (PORT-ID.localhost)"},
     {"*",      "/v1/sessions/{id}/ports/{port}", AD_ANY_METHOD | AD_BODY_RAW, port_proxy, "a reverse proxy to the session's port"},
+    {"GET",    "/v1/sessions/{id}/screen", 0, screen_get, "the screen now (PNG)"},
+    {"POST",   "/v1/sessions/{id}/input", AD_BODY_JSON, screen_input, "mouse and keyboard actions"},
     {"POST",   "/v1/sessions/{id}/checkpoints", AD_BODY_JSON, checkpoint_create, "take a checkpoint"},
     {"GET",    "/v1/sessions/{id}/checkpoints", 0, checkpoint_list, "the session's checkpoints"},
     {"POST",   "/v1/sessions/{id}/checkpoints/{cp}/rollback", 0, checkpoint_rollback, "roll back to it"},

@@ -109,7 +109,7 @@ static al_session *pool_take(const al_session_opts *o, uint64_t disk_budget_byte
 {
     if (!pool || o->net.allow || strcmp(o->image, pool_shape.image) ||
         o->memory_mib != pool_shape.memory_mib || o->vcpus != pool_shape.vcpus || o->checkpoints ||
-        disk_budget_bytes != pool_shape.disk_budget_bytes ||
+        o->display || disk_budget_bytes != pool_shape.disk_budget_bytes ||
         (o->transport != AL_TRANSPORT_IMAGE && o->transport != pool_shape.transport))
         return NULL;
     al_session *s = NULL;
@@ -414,6 +414,7 @@ cJSON *ad_session_json(struct ad_session *s)
     else
         cJSON_AddNumberToObject(o, "expires", (double)wall_of(s->deadline_ms));
     cJSON_AddBoolToObject(o, "checkpoints", s->checkpoints);
+    cJSON_AddBoolToObject(o, "display", s->display);
     cJSON_AddBoolToObject(o, "kvm", al_session_kvm(s->s));
     cJSON_AddBoolToObject(o, "warm", al_session_restored(s->s));
     cJSON_AddBoolToObject(o, "pooled", s->pooled);
@@ -671,6 +672,7 @@ int ad_session_create(const char *owner, const struct ad_limits *lim, const stru
         .checkpoints = c->checkpoints || policy != AL_CHECKPOINT_NEVER,
         .disk_budget_bytes = lim->disk_budget_bytes,
         .net = net,
+        .display = c->display,
     };
     uint64_t t0 = ad_now_ms();
     pthread_mutex_lock(&lock);
@@ -718,6 +720,7 @@ int ad_session_create(const char *owner, const struct ad_limits *lim, const stru
     s->vcpus = al_session_vcpus(as);
     s->policy = policy;
     s->checkpoints = o.checkpoints;
+    s->display = o.display;
     s->pooled = pooled;
     s->labels = c->labels ? cJSON_Duplicate(c->labels, true) : cJSON_CreateObject();
     if (net.allow) {

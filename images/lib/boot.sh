@@ -6,8 +6,10 @@
 
 # Order matters: each module needs the ones before it (finit_module does not resolve deps).
 # virtio_net (after net_failover, after failover): the NIC of sessions with network (--net).
+# virtio_input and evdev: the tablet and keyboard of sessions with a display, which the host
+# drives (/dev/input/event*).
 boot_modules=(virtio_ring virtio virtio_pci_legacy_dev virtio_pci_modern_dev virtio_pci
-              virtio_console virtio_blk failover net_failover virtio_net)
+              virtio_console virtio_blk failover net_failover virtio_net virtio_input evdev)
 # quiet loglevel=1: console output is slow under emulation. panic=-1: a kernel panic reboots at
 # once, which ends the guest when run with -no-reboot (or on_reboot=destroy), instead of a hang. cryptomgr.notests: skip the crypto
 # self-tests. 8250.nr_uarts=1, i8042.*: do not probe hardware the guest does not have.

@@ -339,17 +339,24 @@ static const char *init_name(const char *type, char *buf, size_t len)
     return buf;
 }
 
-int al_sized_in(void *dst, size_t need, const void *src, const char *type, al_error *err)
+int al_sized_in(void *dst, size_t need, size_t min, const void *src, const char *type,
+                al_error *err)
 {
     size_t size = *(const size_t *)src;
     char init[80];
+    if (size >= min && size < need) {
+        memset(dst, 0, need);
+        memcpy(dst, src, size);
+        *(size_t *)dst = need;
+        return 0;
+    }
     if (size < need) {
         if (size == 0)
             return al_err(err, -EINVAL, "%s.struct_size is 0: start the struct from %s", type,
                           init_name(type, init, sizeof init));
         return al_err(err, -EINVAL,
                       "%s.struct_size is %zu, below the %zu this libairlock (%s) needs", type, size,
-                      need, AIRLOCK_VERSION);
+                      min, AIRLOCK_VERSION);
     }
     const unsigned char *tail = (const unsigned char *)src + need;
     for (size_t i = 0; i < size - need; i++)

@@ -31,14 +31,20 @@ int al_err(al_error *err, int code, const char *fmt, ...) __attribute__((format(
 
 /* ---- sized structs (airlock.h, "Structs") ---- */
 /* Copies the caller's options src (a struct beginning with its size) into dst, need bytes (this
- * library's sizeof), as the header promises: a smaller size is -EINVAL, a larger one with a
- * non-zero byte past need is -E2BIG; dst's size is then need. type names it in the message
- * ("al_exec_opts"). */
-int al_sized_in(void *dst, size_t need, const void *src, const char *type, al_error *err);
+ * library's sizeof), as the header promises: a size below min (the struct's size when it was
+ * first exported) is -EINVAL, one between min and need is an older caller's (the fields it
+ * lacks are zero in dst), a larger one with a non-zero byte past need is -E2BIG; dst's size is
+ * then need. type names it in the message ("al_exec_opts"). */
+int al_sized_in(void *dst, size_t need, size_t min, const void *src, const char *type,
+                al_error *err);
 /* Checks a struct the caller gives the library to fill (at least need bytes by its size) and
  * sets its size to need, what will be filled. */
 int al_sized_out(void *out, size_t need, const char *type, al_error *err);
-#define AL_SIZED_IN(dst, src, type, err) al_sized_in(dst, sizeof(*(dst)), src, type, err)
+#define AL_SIZED_IN(dst, src, type, err)                                                           \
+    al_sized_in(dst, sizeof(*(dst)), sizeof(*(dst)), src, type, err)
+/* The same for a struct that grew: first is its first field appended since LIBAIRLOCK_1. */
+#define AL_SIZED_IN_SINCE(dst, src, type, first, err)                                              \
+    al_sized_in(dst, sizeof(*(dst)), offsetof(__typeof__(*(dst)), first), src, type, err)
 #define AL_SIZED_OUT(out, type, err) al_sized_out(out, sizeof(*(out)), type, err)
 
 /* ---- time ---- */

@@ -17,6 +17,7 @@
 #include "airlock/policy.h"
 #include "airlock/text.h"
 #include "model.h"
+#include "pngio.h" /* al_png_rgba, al_png_fit */
 
 /* Defaults, each a judgement call documented in the README. */
 #define AL_CHAT_MAX_TURNS_DEFAULT 20    /* model replies per user message */
@@ -196,8 +197,6 @@ int al_figure_save(al_figures *f, const al_mime *m, char *host, size_t len, al_e
 #define AL_VISION_SIDE_MAX 1024
 /* A PNG sent as is up to this size; a bigger one is re-encoded smaller. */
 #define AL_VISION_PNG_MAX (768 * 1024)
-/* Decoded pixels: 8192x8192 at 4 bytes is 256 MiB of host memory, no more. */
-#define AL_VISION_PIXELS_MAX (8192ull * 8192)
 /* Images one run sends the model; later ones are only named in the text. */
 #define AL_VISION_IMAGES_MAX 4
 /* The PNG as base64 (malloc'd) within the bounds above, and its size as sent. */
@@ -208,9 +207,6 @@ int al_vision_png_fit(const uint8_t *png, size_t len, unsigned side_max, char **
                       unsigned *h, al_error *err);
 /* Whether a model is known to take images: gpt-4o*, gpt-4.1*, claude-*. */
 bool al_vision_model(const char *model);
-/* w x h RGBA pixels as a PNG (libpng's simplified API): malloc'd into *out, *len bytes. */
-int al_png_rgba(const uint8_t *px, unsigned w, unsigned h, uint8_t **out, size_t *len,
-                al_error *err);
 
 /* ---- conversations (saved as JSON under $XDG_DATA_HOME/airlock/conversations) ---- */
 /* $XDG_DATA_HOME/airlock/SUB (outputs, history live beside the conversations), created. */

@@ -21,9 +21,10 @@
  * (`al_exec_opts o = AL_EXEC_OPTS_INIT;`, or `.struct_size = sizeof(al_exec_opts)` first in a
  * designated initializer): the rest is zero, and zero means "none" or "the default" in every
  * field (descriptors included: 0 is never taken as a descriptor; AL_FD_STDIN passes fd 0).
- * - Options the library reads: a struct_size below what this library needs fails with -EINVAL (a
- *   zeroed struct says so by name); a larger one (a caller built against a newer header) is
- *   taken when the fields this library does not know are zero, else -E2BIG.
+ * - Options the library reads: a struct_size below the struct's first exported size fails with
+ *   -EINVAL (a zeroed struct says so by name); one from an older header (a field appended since
+ *   is missing) is taken with those fields zero; a larger one (a caller built against a newer
+ *   header) is taken when the fields this library does not know are zero, else -E2BIG.
  * - Structs the caller gives the library to fill (al_exec_result, al_file_info ...): the same
  *   check on the way in; on the way out struct_size is what the library filled.
  * - Structs the library hands to a callback or owns: struct_size is what it filled; read a field
@@ -214,6 +215,10 @@ typedef struct al_session_opts {
     uint64_t disk_budget_bytes;
     int warm;        /* enum al_warm: whether the session starts from a template (warm starts) */
     al_net_opts net; /* zeroed: no network (the default) */
+    /* A screen and input devices the host drives (al_screen_capture, al_screen_input): a VGA
+     * display, a virtio tablet (absolute pointing) and a virtio keyboard. Such a session boots
+     * cold. */
+    bool display;
 } al_session_opts;
 #define AL_SESSION_OPTS_INIT AL_SIZED_INIT(al_session_opts)
 #define AL_DISK_BUDGET_DEFAULT (6ull << 30)
@@ -233,6 +238,54 @@ const char *al_session_agent_version(const al_session *s);
 const char *al_session_languages(const al_session *s);
 bool al_session_kvm(const al_session *s);
 unsigned al_session_vcpus(const al_session *s);
+
+/* ---- the screen and input of a session with a display (screen.c) ----
+ * Taken and driven from the host (libvirt's screenshot, QEMU's input events), never through
+ * the guest: a session opened without al_session_opts.display gets -ENODEV from each. */
+
+/* The bytes a screenshot may take from QEMU; the guest chooses its mode, this bounds it. */
+#define AL_SCREENSHOT_BYTES_MAX (64u << 20)
+/* Screenshots of one session at most this often: a faster caller waits the rest. */
+#define AL_SCREENSHOT_INTERVAL_MS 50u
+
+typedef struct al_screenshot_opts {
+    size_t struct_size;  /* sizeof: AL_SCREENSHOT_OPTS_INIT (see "Structs" above) */
+    unsigned max_edge;   /* 0: as big as the screen (or region); else scaled down so that its
+                            longer side is at most this */
+    unsigned x, y, w, h; /* a region of the screen, in its pixels (zoom); w or h 0: all of it */
+} al_screenshot_opts;
+#define AL_SCREENSHOT_OPTS_INIT AL_SIZED_INIT(al_screenshot_opts)
+
+typedef struct al_screenshot {
+    size_t struct_size; /* sizeof: AL_SCREENSHOT_INIT (see "Structs" above) */
+    uint8_t *png;       /* the image (malloc'd: free it), checked by libpng */
+    size_t len;
+    unsigned width, height;               /* of the PNG */
+    unsigned screen_width, screen_height; /* of the guest's display mode when it was taken */
+} al_screenshot;
+#define AL_SCREENSHOT_INIT AL_SIZED_INIT(al_screenshot)
+
+/* The screen now, as PNG. -ENODEV without a display, -EFBIG past AL_SCREENSHOT_BYTES_MAX or
+ * a mode past 8192x8192 pixels, -EINVAL for a region outside the screen. */
+int al_screen_capture(al_session *s, const al_screenshot_opts *opts, al_screenshot *out,
+                      al_error *err);
+
+/* Input actions, one JSON array of objects (the vocabulary of Anthropic's computer tool, which
+ * OpenAI's maps onto): {"action": "mouse_move"|"left_click"|"right_click"|"middle_click"|
+ * "double_click"|"triple_click"|"left_mouse_down"|"left_mouse_up"|"left_click_drag"|"scroll"|
+ * "key"|"hold_key"|"type"|"wait"|"cursor_position", "coordinate": [x, y],
+ * "start_coordinate": [x, y] (a drag's start), "text": keys ("ctrl+shift+t", xdotool's names,
+ * sequences separated by spaces) or text to type (US keyboard ASCII; newline is Return),
+ * "scroll_direction": "up"|"down"|"left"|"right", "scroll_amount": notches, "duration":
+ * seconds (wait, hold_key; at most 60), "repeat": times (key)}. A click's "text" names keys
+ * held during it. Coordinates are pixels of the screen, or of an image of size (space_w x
+ * space_h) when those are not 0 (a scaled screenshot); each maps onto the centre of its pixel in
+ * the tablet's range, and one outside the screen fails the action rather than clicking
+ * elsewhere. Actions run in order; the first that fails stops the rest: -EINVAL naming it
+ * ("action 2 (left_click): ..."). *done (if not NULL) counts those that ran; *x, *y (if not
+ * NULL) get the pointer's position as the host last set it, in the same pixels (-1 if never). */
+int al_screen_input(al_session *s, const char *actions_json, unsigned space_w, unsigned space_h,
+                    unsigned *done, int *x, int *y, al_error *err);
 
 /* ---- network (net.c) ---- */
 

@@ -107,7 +107,7 @@ int al_pool_create(const al_session_opts *in, unsigned size, al_pool **out, al_e
 {
     al_session_opts taken = AL_SESSION_OPTS_INIT;
     const al_session_opts *opts = &taken;
-    int r0 = AL_SIZED_IN(&taken, in, "al_session_opts", err);
+    int r0 = AL_SIZED_IN_SINCE(&taken, in, "al_session_opts", display, err);
     if (r0 < 0)
         return r0;
     if (size == 0 || size > AL_POOL_SIZE_MAX)

@@ -6,6 +6,7 @@
 #include "link.h"
 #include "net.h"
 #include "proc.h"
+#include "screen.h"
 #include "template.h"
 #include "transport.h"
 
@@ -521,6 +522,7 @@ static int session_prepare_remote(al_session *s, const al_session_opts *opts,
         .vcpus = opts->vcpus ? opts->vcpus : VCPUS_DEFAULT,
         .kvm = s->kvm,
         .disk = s->rdisk[0] ? s->rdisk : NULL,
+        .display = s->screen != NULL,
     };
     r = s->tport->ops->prepare(s->tport, cfg, s->kvm, err);
     if (r == 0 && opts->checkpoints)
@@ -570,6 +572,7 @@ static int session_prepare_vm(al_session *s, const al_session_opts *opts, enum a
         .disk = s->img.disk[0] ? disk : NULL,
         .raw_sock = s->raw_port[0] ? s->raw_sock : NULL,
         .raw_port_name = s->raw_port,
+        .display = s->screen != NULL,
     };
     r = s->tport->ops->prepare(s->tport, cfg, s->kvm, err);
     if (r < 0)
@@ -661,6 +664,10 @@ int al_session_open_for(const al_session_opts *opts, const char *build_ram, al_s
     al_session *s = session_new(opts);
     if (!s)
         return al_err(err, -ENOMEM, "out of memory");
+    if (opts->display && !(s->screen = al_screen_new())) {
+        al_session_close(s);
+        return al_err(err, -ENOMEM, "out of memory");
+    }
 
     enum al_transport kind;
     int r = session_load_image(s, opts, &kind, err);
@@ -782,6 +789,7 @@ void al_session_close(al_session *s)
     }
     al_checkpoints_free(s); /* the snapshots themselves live in the session dir */
     al_template_free(s->tmpl);
+    al_screen_free(s->screen);
     if (s->dir_created)
         al_rmtree(s->dir);
     if (s->state_created)

@@ -71,6 +71,7 @@ struct al_session {
     al_image rimg;
     char rdisk[AL_PATH_MAX]; /* the overlay's path there, or empty */
     bool vol_made, scratch_made;
+    struct al_screen *screen; /* screen.c: the display's state, or NULL (no display) */
 };
 
 /* A session's volume on a remote host: its overlay, or its scratch disk; into buf[80]. */

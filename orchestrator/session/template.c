@@ -463,12 +463,13 @@ static int build_lock(const char *tdir, const char *prefix)
 bool al_template_applies(const al_session *s, const al_session_opts *opts, enum al_transport kind)
 {
     /* SSH sessions (their keys are per session), images that boot through firmware, a
-     * benchmark port, a scratch disk or a NIC for network on request (devices the template
-     * lacks) always boot cold. */
+     * benchmark port, a scratch disk, a NIC for network on request or a display (devices the
+     * template lacks) always boot cold. */
     /* Nor do sessions on a remote host: templates are files on this one. */
     return al_warm_mode(opts) != AL_WARM_OFF && kind == AL_TRANSPORT_VIRTIO && s->img.kernel[0] &&
            !s->remote && !s->raw_port[0] && !(opts->checkpoints && !s->img.disk[0]) &&
-           !(opts->net.allow && opts->net.allow[0]) && !getenv("AIRLOCK_TEST_KVM_LIE");
+           !(opts->net.allow && opts->net.allow[0]) && !opts->display &&
+           !getenv("AIRLOCK_TEST_KVM_LIE");
 }
 
 int al_template_id_of(al_session *s, enum al_transport kind, unsigned mem, unsigned vcpus,

@@ -116,7 +116,7 @@ int al_template_build(const al_session_opts *in, al_error *err)
     __attribute__((cleanup(probe_freep))) struct probe *p = NULL;
     al_session_opts taken = AL_SESSION_OPTS_INIT;
     const al_session_opts *opts = &taken;
-    int r = AL_SIZED_IN(&taken, in, "al_session_opts", err);
+    int r = AL_SIZED_IN_SINCE(&taken, in, "al_session_opts", display, err);
     if (r < 0)
         return r;
     r = probe_make(opts, &p, err);
@@ -162,7 +162,7 @@ int al_session_open(const al_session_opts *in, al_session **out, al_error *err)
 {
     al_session_opts taken = AL_SESSION_OPTS_INIT;
     const al_session_opts *opts = &taken;
-    int r = AL_SIZED_IN(&taken, in, "al_session_opts", err);
+    int r = AL_SIZED_IN_SINCE(&taken, in, "al_session_opts", display, err);
     if (r < 0)
         return r;
     if (al_warm_mode(opts) == AL_WARM_AUTO)

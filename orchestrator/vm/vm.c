@@ -458,6 +458,15 @@ char *al_vm_xml(const struct al_vm_config *cfg)
         xml_text(f, cfg->seed);
         fputs("'/>\n      <target dev='vdc' bus='virtio'/>\n      <readonly/>\n    </disk>\n", f);
     }
+    /* Seen and driven by the host alone: QEMU's VGA (the guest's text console, or a mode its
+     * driver sets) read by screendump, and input devices QEMU feeds from input-send-event: a
+     * tablet for absolute coordinates, a keyboard (the kernel command line keeps the guest off
+     * the i8042 one). */
+    if (cfg->display)
+        fputs("    <video><model type='vga' vram='16384' heads='1'/></video>\n"
+              "    <input type='tablet' bus='virtio'/>\n"
+              "    <input type='keyboard' bus='virtio'/>\n",
+              f);
     if (cfg->agent_sock)
         xml_unix_channel(f, cfg->agent_sock, "org.airlock.agent.0");
     if (cfg->raw_sock)

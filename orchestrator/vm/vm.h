@@ -55,6 +55,9 @@ struct al_vm_config {
     /* Network on request (net.c): the same kind of NIC, with a forward from 127.0.0.1:net_port
      * to net_guest_port, the guest's end of the proxy tunnels. net_port 0: none. */
     unsigned net_port, net_guest_port;
+    /* A screen and input devices the host drives (session/screen.c): VGA, a virtio tablet and
+     * keyboard. */
+    bool display;
 };
 int al_vm_connect(const char *uri, virConnectPtr *out, al_error *err);
 int al_vm_start(virConnectPtr conn, const struct al_vm_config *cfg, virDomainPtr *out,

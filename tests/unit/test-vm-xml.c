@@ -156,5 +156,9 @@ int main(int argc, char **argv)
     net.net_guest_port = 3128;
     golden(srcdir, "network-on-request", &net);
 
+    struct al_vm_config display = cold; /* computer use: VGA, a virtio tablet and keyboard */
+    display.display = true;
+    golden(srcdir, "display", &display);
+
     return tap_done();
 }

@@ -607,11 +607,12 @@ class Sandbox:
 
     def __init__(self, image=None, memory_mib=None, vcpus=None, transport=None,
                  checkpoint_policy=None, checkpoints=None, idle_timeout_s=None, lifetime_s=None,
-                 labels=None, net=None, client=None, url=None, api_key=None, cwd="/",
-                 _info=None):
+                 labels=None, net=None, display=None, client=None, url=None, api_key=None,
+                 cwd="/", _info=None):
         """net: None (no network, the default), a list of hosts and "*.suffix" patterns the
         session's proxy lets through, or a dict {"allow": [...], "bytes_max": N}. cwd: where
-        commands run and what relative file paths are relative to."""
+        commands run and what relative file paths are relative to. display: a screen and input
+        devices the host drives (screenshot(), left_click(), type(), press(), ...)."""
         self.client = client or Client(url, api_key)
         self.cwd = cwd
         if isinstance(net, (list, tuple)):
@@ -621,7 +622,7 @@ class Sandbox:
                 image=image, memory_mib=memory_mib, vcpus=vcpus, transport=transport,
                 checkpoint_policy=checkpoint_policy, checkpoints=checkpoints,
                 idle_timeout_s=idle_timeout_s, lifetime_s=lifetime_s,
-                labels=labels, net=net).items() if v is not None}
+                labels=labels, net=net, display=display).items() if v is not None}
             _info = self.client.request("POST", "/v1/sessions", body=body)
         self.info = _info
         self.id = _info["id"]
@@ -788,6 +789,86 @@ class Sandbox:
             path += "&limit=%d" % int(limit)
         page = self.client.request("GET", path)
         return page["requests"], page["next_cursor"]
+
+    # ---- the screen and input (a session with display=True), shaped like E2B Desktop's ----
+
+    def screenshot(self, max_edge=None, region=None):
+        """The screen now as PNG bytes, taken by the host; max_edge scales it down so that its
+        longer side is at most that; region=(x, y, w, h) crops it first (zoom). The mode's size
+        is in self.screen_size afterwards."""
+        q = {}
+        if max_edge:
+            q["max_edge"] = int(max_edge)
+        if region:
+            q.update(zip(("x", "y", "w", "h"), (int(v) for v in region)))
+        path = self._path + "/screen" + ("?" + urllib.parse.urlencode(q) if q else "")
+        c, r = self.client.open("GET", path)
+        try:
+            data = r.read()
+        finally:
+            c.close()
+        if r.status >= 400:
+            _decode(r, data)
+        self.screen_size = (int(r.getheader("X-Screen-Width")),
+                            int(r.getheader("X-Screen-Height")))
+        return data
+
+    def input(self, actions, size=None):
+        """Runs input actions in order (docs/API.md: {"action": "left_click", "coordinate":
+        [x, y]}, ...); size=(w, h): the image the coordinates are pixels of (a scaled
+        screenshot), else the screen. Returns {"done": N, "cursor": [x, y]}."""
+        body = {"actions": list(actions)}
+        if size:
+            body["width"], body["height"] = int(size[0]), int(size[1])
+        return self.client.request("POST", self._path + "/input", body=body)
+
+    def _click(self, action, x, y, hold=None):
+        a = {"action": action}
+        if x is not None:
+            a["coordinate"] = [x, y]
+        if hold:
+            a["text"] = hold
+        return self.input([a])
+
+    def move_mouse(self, x, y):
+        return self.input([{"action": "mouse_move", "coordinate": [x, y]}])
+
+    def left_click(self, x=None, y=None, hold=None):
+        return self._click("left_click", x, y, hold)
+
+    def right_click(self, x=None, y=None, hold=None):
+        return self._click("right_click", x, y, hold)
+
+    def middle_click(self, x=None, y=None, hold=None):
+        return self._click("middle_click", x, y, hold)
+
+    def double_click(self, x=None, y=None, hold=None):
+        return self._click("double_click", x, y, hold)
+
+    def drag(self, start, end):
+        return self.input([{"action": "left_click_drag", "start_coordinate": list(start),
+                            "coordinate": list(end)}])
+
+    def scroll(self, direction="down", amount=1, x=None, y=None):
+        a = {"action": "scroll", "scroll_direction": direction, "scroll_amount": amount}
+        if x is not None:
+            a["coordinate"] = [x, y]
+        return self.input([a])
+
+    def write(self, text):
+        """Types text (US keyboard ASCII; newline is Return)."""
+        return self.input([{"action": "type", "text": text}])
+
+    type = write
+
+    def press(self, keys):
+        """Presses keys: "Return", "ctrl+c", or a list of names pressed together."""
+        if isinstance(keys, (list, tuple)):
+            keys = "+".join(keys)
+        return self.input([{"action": "key", "text": keys}])
+
+    def cursor_position(self):
+        return tuple(self.input([{"action": "cursor_position"}])["cursor"])
 
     def checkpoint(self, name=None):
         """Takes a checkpoint (needs checkpoints=True or a checkpoint_policy); returns its id."""

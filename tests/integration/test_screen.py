@@ -1,0 +1,288 @@
+"""The screen and input of a session, from the host (issue 33's first part): airlockd's
+GET .../screen and POST .../input through the Python client, on a debian guest with a display.
+
+What the guest sees is read inside it, from the kernel's evdev devices of the virtio tablet and
+keyboard (a reader started in the background), so every assertion is about events the guest
+really received; what the host sees is decoded here from the PNG (a small decoder below, no
+imaging library). Environment: AIRLOCKD_BIN and the usual integration variables.
+"""
+import json
+import struct
+import time
+import unittest
+import zlib
+
+import altest
+from airlock import APIError, Sandbox
+from test_airlockd import Daemon
+
+# In the guest: the tablet's and keyboard's events as lines "TYPE CODE VALUE" in /tmp/ev.log,
+# after a first line with the tablet's axis ranges (EVIOCGABS). Linux's struct input_event on
+# x86-64 is 24 bytes: a timeval, then u16 type, u16 code, s32 value.
+READER = r'''
+import fcntl, os, select, struct, sys
+devs = {}
+for e in sorted(os.listdir("/sys/class/input")):
+    if not e.startswith("event"):
+        continue
+    name = open("/sys/class/input/%s/device/name" % e).read().strip()
+    devs[name] = os.open("/dev/input/" + e, os.O_RDONLY)
+tab, kbd = devs["QEMU Virtio Tablet"], devs["QEMU Virtio Keyboard"]
+def absinfo(fd, axis):
+    buf = bytearray(24)
+    fcntl.ioctl(fd, 0x80184540 + axis, buf)  # EVIOCGABS(axis)
+    return struct.unpack("6i", buf)[1:3]     # minimum, maximum
+out = open("/tmp/ev.log", "w", buffering=1)
+out.write("ready %d %d %d %d\n" % (absinfo(tab, 0) + absinfo(tab, 1)))
+while True:
+    for fd in select.select([tab, kbd], [], [])[0]:
+        data = os.read(fd, 24 * 64)
+        for i in range(0, len(data) - 23, 24):
+            t, c, v = struct.unpack("HHi", data[i + 16:i + 24])
+            if t != 0:  # EV_SYN lines left out
+                out.write("%s %d %d %d\n" % ("tab" if fd == tab else "kbd", t, c, v))
+'''
+
+EV_KEY, EV_REL, EV_ABS = 1, 2, 3
+BTN_LEFT, BTN_RIGHT, BTN_MIDDLE = 272, 273, 274
+REL_WHEEL, REL_HWHEEL = 8, 6
+KEY_LEFTSHIFT, KEY_LEFTCTRL, KEY_T = 42, 29, 20
+# Linux key codes of the US keyboard, for decoding what was typed.
+US = {2: "1!", 3: "2@", 4: "3#", 5: "4$", 6: "5%", 7: "6^", 8: "7&", 9: "8*", 10: "9(",
+      11: "0)", 12: "-_", 13: "=+", 26: "[{", 27: "]}", 39: ";:", 40: "'\"", 41: "`~", 43: "\\|",
+      51: ",<", 52: ".>", 53: "/?", 57: "  ", 28: "\n\n"}
+for row, first in (("qwertyuiop", 16), ("asdfghjkl", 30), ("zxcvbnm", 44)):
+    for i, ch in enumerate(row):
+        US[first + i] = ch + ch.upper()
+
+
+def png_pixels(data):
+    """(width, height, rows of RGB(A) tuples' bytes, bytes per pixel) of a non-interlaced
+    8-bit RGB or RGBA PNG."""
+    assert data[:8] == b"\x89PNG\r\n\x1a\n"
+    pos, idat, ihdr = 8, b"", None
+    while pos < len(data):
+        n, kind = struct.unpack(">I4s", data[pos:pos + 8])
+        body = data[pos + 8:pos + 8 + n]
+        if kind == b"IHDR":
+            ihdr = struct.unpack(">IIBBBBB", body)
+        elif kind == b"IDAT":
+            idat += body
+        pos += 12 + n
+    w, h, depth, color, _, _, interlace = ihdr
+    assert depth == 8 and color in (2, 6) and interlace == 0, ihdr
+    bpp = 3 if color == 2 else 4
+    raw, stride, rows, prev = zlib.decompress(idat), w * bpp, [], bytearray(w * bpp)
+    for y in range(h):
+        f, line = raw[y * (stride + 1)], bytearray(raw[y * (stride + 1) + 1:(y + 1) * (stride + 1)])
+        for i in range(stride):
+            a = line[i - bpp] if i >= bpp else 0
+            b, c = prev[i], prev[i - bpp] if i >= bpp else 0
+            if f == 1:
+                line[i] = (line[i] + a) & 255
+            elif f == 2:
+                line[i] = (line[i] + b) & 255
+            elif f == 3:
+                line[i] = (line[i] + (a + b) // 2) & 255
+            elif f == 4:
+                p = a + b - c
+                pa, pb, pc = abs(p - a), abs(p - b), abs(p - c)
+                line[i] = (line[i] + (a if pa <= pb and pa <= pc else b if pb <= pc else c)) & 255
+        rows.append(bytes(line))
+        prev = line
+    return w, h, rows, bpp
+
+
+def pixel(img, x, y):
+    w, h, rows, bpp = img
+    return tuple(rows[y][x * bpp:x * bpp + 3])
+
+
+class ScreenTest(unittest.TestCase):
+    """One daemon, one debian session with a display, one without."""
+
+    @classmethod
+    def setUpClass(cls):
+        cls.d = Daemon()
+        try:
+            cls.sb = Sandbox(image="debian", display=True, client=cls.d.unix())
+            cls.sb.commands.run("cat > /tmp/reader.py", stdin=READER)
+            cls.reader = cls.sb.commands.run("python3 /tmp/reader.py", background=True)
+            deadline = time.time() + 60
+            while time.time() < deadline:
+                first = cls.sb.commands.run("head -n1 /tmp/ev.log 2>/dev/null || true").stdout
+                if first.startswith("ready"):
+                    break
+                time.sleep(0.2)
+            cls.ranges = [int(v) for v in first.split()[1:]]
+        except BaseException:
+            cls.d.stop_and_remove()
+            raise
+
+    @classmethod
+    def tearDownClass(cls):
+        cls.sb.kill()
+        if cls.d.stop_and_remove() != 0:
+            raise AssertionError("airlockd exited badly")
+
+    def events(self, act, size=None, settle=0.3):
+        """Runs the actions; the guest's events they caused, as (dev, type, code, value)."""
+        before = int(self.sb.commands.run("wc -l < /tmp/ev.log").stdout)
+        self.last = self.sb.input(act, size=size)
+        time.sleep(settle)
+        out = self.sb.commands.run("tail -n +%d /tmp/ev.log" % (before + 1)).stdout
+        return [(p[0], int(p[1]), int(p[2]), int(p[3])) for p in
+                (line.split() for line in out.splitlines())]
+
+    def test_a_screenshot_is_the_modes_png(self):
+        png = self.sb.screenshot()
+        img = png_pixels(png)
+        # The mode's size, said apart in the headers, is the PNG's: VGA's text mode here.
+        self.assertEqual((img[0], img[1]), self.sb.screen_size)
+        self.assertEqual(self.sb.screen_size, (720, 400))
+        # Scaled down to a longest edge, the aspect kept; a region (zoom) of its own size.
+        small = png_pixels(self.sb.screenshot(max_edge=360))
+        self.assertEqual((small[0], small[1]), (360, 200))
+        zoom = png_pixels(self.sb.screenshot(region=(0, 0, 90, 32)))
+        self.assertEqual((zoom[0], zoom[1]), (90, 32))
+        with self.assertRaises(APIError) as e:
+            self.sb.screenshot(region=(700, 0, 40, 10))
+        self.assertEqual(e.exception.status, 400)
+        self.assertIn("not inside the 720x400 screen", e.exception.message)
+
+    def test_b_what_the_guest_draws_the_host_sees(self):
+        # The guest paints the text screen's first cells white on white (VGA text memory at
+        # 0xb8000: a character and its attribute per cell); the host's screenshot shows them.
+        before = png_pixels(self.sb.screenshot())
+        self.sb.commands.run(
+            "python3 -c \"import mmap,os; f=os.open('/dev/mem', os.O_RDWR|os.O_SYNC); "
+            "m=mmap.mmap(f, 4096, offset=0xb8000); m[0:160]=b'\\xdb\\xff'*80\"")
+        after = png_pixels(self.sb.screenshot())
+        self.assertLess(sum(pixel(before, 4, 8)), 100)   # a dark cell before
+        self.assertGreater(sum(pixel(after, 4, 8)), 600)  # white now, the whole first row
+        self.assertGreater(sum(pixel(after, 715, 8)), 600)
+        self.assertEqual(pixel(after, 4, 24), pixel(before, 4, 24))  # the second row as it was
+
+    def test_c_coordinates_land_exactly(self):
+        amin, amax = self.ranges[0], self.ranges[1]
+        self.assertEqual((amin, amax), (self.ranges[2], self.ranges[3]))
+        w, h = 720, 400
+        for x, y in [(0, 0), (w - 1, h - 1), (w - 1, 0), (0, h - 1), (1, 1), (359, 199),
+                     (360, 200), (717, 3), (123, 321)]:
+            ev = self.events([{"action": "mouse_move", "coordinate": [x, y]}])
+            got = {c: v for d, t, c, v in ev if d == "tab" and t == EV_ABS}
+            # What a guest's X server makes of the value (v - min) * size / (max - min + 1)
+            # is the pixel asked for; a repeat of the last position sends nothing.
+            if 0 in got:
+                self.assertEqual((got[0] - amin) * w // (amax - amin + 1), x, (x, y, got))
+            if 1 in got:
+                self.assertEqual((got[1] - amin) * h // (amax - amin + 1), y, (x, y, got))
+            self.assertTrue(got, (x, y))
+            self.assertEqual(self.last["cursor"], [x, y])
+        # In the pixels of a scaled screenshot (360x200, each of its pixels 2x2 of the
+        # screen's): its (359, 199) lands on one of the four screen pixels it shows.
+        ev = self.events([{"action": "mouse_move", "coordinate": [359, 199]}], size=(360, 200))
+        got = {c: v for d, t, c, v in ev if d == "tab" and t == EV_ABS}
+        self.assertIn((got[0] - amin) * w // (amax - amin + 1), (718, 719))
+        self.assertIn((got[1] - amin) * h // (amax - amin + 1), (398, 399))
+        self.assertEqual(self.last["cursor"], [359, 199])
+
+    def test_d_out_of_range_is_an_error_not_a_clamp(self):
+        for bad in ([720, 10], [10, 400], [-1, 0], [1.5, 2], "x"):
+            before = int(self.sb.commands.run("wc -l < /tmp/ev.log").stdout)
+            with self.assertRaises(APIError) as e:
+                self.sb.input([{"action": "left_click", "coordinate": bad}])
+            self.assertEqual(e.exception.status, 400)
+            self.assertIn("action 1 (left_click)", e.exception.message)
+            time.sleep(0.3)
+            after = int(self.sb.commands.run("wc -l < /tmp/ev.log").stdout)
+            self.assertEqual(before, after, "nothing reached the guest for %r" % (bad,))
+        # The actions before a bad one ran, and the answer says how many.
+        c, r = self.sb.client.open("POST", self.sb._path + "/input", body={"actions": [
+            {"action": "mouse_move", "coordinate": [5, 5]},
+            {"action": "frobnicate"}]})
+        body = json.loads(r.read())
+        c.close()
+        self.assertEqual(r.status, 400)
+        self.assertEqual(body["done"], 1)
+        self.assertIn("action 2 (frobnicate): unknown action", body["error"]["message"])
+
+    def test_e_buttons_and_wheel(self):
+        ev = self.events([{"action": "left_click", "coordinate": [100, 100]}])
+        keys = [(c, v) for d, t, c, v in ev if t == EV_KEY]
+        self.assertEqual(keys, [(BTN_LEFT, 1), (BTN_LEFT, 0)])
+        ev = self.events([{"action": "right_click"}, {"action": "middle_click"}])
+        self.assertEqual([(c, v) for d, t, c, v in ev if t == EV_KEY],
+                         [(BTN_RIGHT, 1), (BTN_RIGHT, 0), (BTN_MIDDLE, 1), (BTN_MIDDLE, 0)])
+        ev = self.events([{"action": "double_click", "coordinate": [50, 60]}])
+        self.assertEqual([(c, v) for d, t, c, v in ev if t == EV_KEY], [(BTN_LEFT, 1),
+                         (BTN_LEFT, 0)] * 2)
+        ev = self.events([{"action": "scroll", "coordinate": [300, 200],
+                           "scroll_direction": "down", "scroll_amount": 3}])
+        self.assertEqual([v for d, t, c, v in ev if t == EV_REL and c == REL_WHEEL], [-1] * 3)
+        ev = self.events([{"action": "scroll", "scroll_direction": "up"}])
+        self.assertEqual([v for d, t, c, v in ev if t == EV_REL and c == REL_WHEEL], [1])
+        # A drag: down at the start, moves on the way, up at the end.
+        ev = self.events([{"action": "left_click_drag", "start_coordinate": [10, 10],
+                           "coordinate": [600, 300]}])
+        btn = [i for i, e in enumerate(ev) if e[1] == EV_KEY]
+        self.assertEqual([ev[i][3] for i in btn], [1, 0])
+        moves = [e for e in ev[btn[0]:btn[1]] if e[1] == EV_ABS]
+        self.assertGreaterEqual(len(moves), 8)
+        self.assertEqual(self.last["cursor"], [600, 300])
+
+    def test_f_keys_and_typing(self):
+        text = "Hello, World! 123 ~|"
+        ev = self.events([{"action": "type", "text": text}], settle=1.0)
+        typed, shift = "", False
+        for d, t, c, v in ev:
+            if d != "kbd" or t != EV_KEY:
+                continue
+            if c == KEY_LEFTSHIFT:
+                shift = v == 1
+            elif v == 1:
+                typed += US[c][1 if shift else 0]
+        self.assertEqual(typed, text)
+        # A chord: pressed in order, released in reverse.
+        ev = self.events([{"action": "key", "text": "ctrl+shift+t"}])
+        self.assertEqual([(c, v) for d, t, c, v in ev if t == EV_KEY],
+                         [(KEY_LEFTCTRL, 1), (KEY_LEFTSHIFT, 1), (KEY_T, 1), (KEY_T, 0),
+                          (KEY_LEFTSHIFT, 0), (KEY_LEFTCTRL, 0)])
+        ev = self.events([{"action": "key", "text": "Return", "repeat": 2}])
+        self.assertEqual([(c, v) for d, t, c, v in ev if t == EV_KEY], [(28, 1), (28, 0)] * 2)
+        # What cannot be typed is refused whole, before anything is typed.
+        for bad, why in (({"action": "type", "text": "naïve"}, "not on the US keyboard"),
+                         ({"action": "key", "text": "ctrl+nosuchkey"}, "unknown key"),
+                         ({"action": "hold_key", "text": "a", "duration": 61}, "duration")):
+            before = int(self.sb.commands.run("wc -l < /tmp/ev.log").stdout)
+            with self.assertRaises(APIError) as e:
+                self.sb.input([bad])
+            self.assertIn(why, e.exception.message)
+            time.sleep(0.3)
+            self.assertEqual(int(self.sb.commands.run("wc -l < /tmp/ev.log").stdout), before)
+
+    def test_g_a_session_without_a_display(self):
+        plain = Sandbox(image="debian", client=self.d.unix())
+        try:
+            self.assertFalse(plain.info["display"])
+            for call in (plain.screenshot, lambda: plain.left_click(1, 1)):
+                with self.assertRaises(APIError) as e:
+                    call()
+                self.assertEqual((e.exception.status, e.exception.code), (409, "no_display"))
+        finally:
+            plain.kill()
+
+    def test_h_screenshots_at_once_with_runs(self):
+        # Screenshots are taken while a command runs (not after it), and a flood of them is
+        # paced, not failed.
+        run = self.sb.commands.run("sleep 60", background=True)
+        try:
+            for _ in range(10):
+                self.assertEqual(self.sb.screenshot()[:8], b"\x89PNG\r\n\x1a\n")
+            self.assertTrue(run.running, "the screenshots waited for the run's end")
+        finally:
+            run.kill()
+
+
+if __name__ == "__main__":
+    altest.main()
