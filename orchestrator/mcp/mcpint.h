@@ -78,6 +78,10 @@ struct mcp_sess {
     uint64_t used_ms; /* the last call that named it, or its last run's end */
     struct mcp_run *runs;
     unsigned nruns;
+    bool display; /* started with one: screenshot and computer work */
+    /* The size the last screenshot was sent at (atomic): the computer tool's coordinates are its
+     * pixels; 0 before the first (the screen's own). */
+    unsigned shot_w, shot_h;
 };
 
 /* One request being answered on a worker thread. */

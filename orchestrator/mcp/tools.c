@@ -23,10 +23,11 @@
 #define PROCESS_READ_DEFAULT (64u << 10)
 #define RESOURCES_MAX 500
 #define RESOURCE_READ_MAX (4u << 20)
+#define ACTIONS_MAX 100 /* input actions in one computer call */
 
 /* ---- the table ---- */
 
-enum ptype { P_STR, P_INT, P_BOOL, P_STRS, P_ENV, P_ID };
+enum ptype { P_STR, P_INT, P_BOOL, P_STRS, P_ENV, P_ID, P_ACTS };
 enum pmax { MAX_FIXED, MAX_MEMORY, MAX_CPUS, MAX_LIFETIME };
 
 struct param {
@@ -85,6 +86,10 @@ static const struct param p_start[] = {
      1, 253, MAX_FIXED, NULL, true, false},
     {"lifetime_s", P_INT, false, "Seconds after which the session ends on its own", 1, 604800,
      MAX_LIFETIME, NULL, false, false},
+    {"display", P_BOOL, false,
+     "A screen, mouse and keyboard the host drives, for the screenshot and computer tools "
+     "(default false)",
+     0, 0, MAX_FIXED, NULL, false, false},
     P_END};
 static const struct param p_session[] = {P_SESSION, P_END};
 static const struct param p_run_code[] = {
@@ -183,6 +188,29 @@ static const struct param p_rollback[] = {P_SESSION,
                                            false},
                                           P_END};
 
+static const struct param p_screenshot[] = {
+    P_SESSION,
+    {"max_edge", P_INT, false,
+     "Scale the image down so its longer side is at most this (default "
+     "1568)",
+     16, 8192, MAX_FIXED, NULL, false, false},
+    P_END};
+static const struct param p_computer[] = {
+    P_SESSION,
+    {"actions", P_ACTS, true,
+     "Actions in order, each {\"action\": NAME, ...}: mouse_move, left_click, right_click, "
+     "middle_click, double_click, triple_click, left_mouse_down, left_mouse_up (\"coordinate\": "
+     "[x, y], optional for clicks; \"text\": keys held during a click), left_click_drag "
+     "(\"start_coordinate\", \"coordinate\"), scroll (\"scroll_direction\": up|down|left|right, "
+     "\"scroll_amount\"), key (\"text\": \"ctrl+s\", xdotool key names, chords separated by "
+     "spaces; \"repeat\"), hold_key (\"text\", \"duration\" s), type (\"text\": US keyboard "
+     "ASCII), wait (\"duration\" s), cursor_position. Coordinates are pixels of the last "
+     "screenshot",
+     1, ACTIONS_MAX, MAX_FIXED, NULL, false, false},
+    {"screenshot", P_BOOL, false, "Return a screenshot taken after the actions (default true)", 0,
+     0, MAX_FIXED, NULL, false, false},
+    P_END};
+
 #define RUN_SCHEMA                                                                                 \
     "{\"type\":\"object\",\"properties\":{"                                                        \
     "\"run\":{\"type\":\"string\"},\"session\":{\"type\":\"string\"},"                             \
@@ -215,6 +243,8 @@ static cJSON *t_list_files(const struct targs *t);
 static cJSON *t_checkpoint(const struct targs *t);
 static cJSON *t_rollback(const struct targs *t);
 static cJSON *t_list_checkpoints(const struct targs *t);
+static cJSON *t_screenshot(const struct targs *t);
+static cJSON *t_computer(const struct targs *t);
 
 // clang-format off
 static const struct tool tools[] = {
@@ -322,6 +352,25 @@ static const struct tool tools[] = {
      "{\"type\":\"object\",\"properties\":{\"checkpoints\":{\"type\":\"array\","
      "\"items\":{\"type\":\"object\"}}},\"required\":[\"checkpoints\"]}",
      true, false, true, false, t_list_checkpoints},
+    {"screenshot", "Take a screenshot",
+     "The screen of a session started with display, as an image, taken by the host (not by "
+     "software in the VM).",
+     p_screenshot,
+     "{\"type\":\"object\",\"properties\":{\"width\":{\"type\":\"integer\"},"
+     "\"height\":{\"type\":\"integer\"},\"screen_width\":{\"type\":\"integer\"},"
+     "\"screen_height\":{\"type\":\"integer\"}},"
+     "\"required\":[\"width\",\"height\",\"screen_width\",\"screen_height\"]}",
+     true, false, false, false, t_screenshot},
+    {"computer", "Use the mouse and keyboard",
+     "Moves, clicks, drags, scrolls, presses keys and types in a session started with display, "
+     "through its virtual tablet and keyboard, then returns a screenshot. Coordinates are pixels "
+     "of the last screenshot; one outside the screen fails that action (the ones before it ran).",
+     p_computer,
+     "{\"type\":\"object\",\"properties\":{\"done\":{\"type\":\"integer\"},"
+     "\"cursor\":{\"type\":\"array\",\"items\":{\"type\":\"integer\"}},"
+     "\"width\":{\"type\":\"integer\"},\"height\":{\"type\":\"integer\"}},"
+     "\"required\":[\"done\",\"cursor\"]}",
+     false, true, false, false, t_computer},
 };
 // clang-format on
 #define NTOOLS (sizeof(tools) / sizeof(tools[0]))
@@ -395,6 +444,16 @@ static cJSON *param_schema(const al_mcp *m, const struct param *p)
         cJSON_AddStringToObject(s, "type", "object");
         cJSON *ap = cJSON_AddObjectToObject(s, "additionalProperties");
         cJSON_AddStringToObject(ap, "type", "string");
+        break;
+    }
+    case P_ACTS: {
+        cJSON_AddStringToObject(s, "type", "array");
+        cJSON *it = cJSON_AddObjectToObject(s, "items");
+        cJSON_AddStringToObject(it, "type", "object");
+        cJSON *req = cJSON_AddArrayToObject(it, "required");
+        cJSON_AddItemToArray(req, cJSON_CreateString("action"));
+        cJSON_AddNumberToObject(s, "minItems", (double)p->min);
+        cJSON_AddNumberToObject(s, "maxItems", (double)max);
         break;
     }
     case P_ID: {
@@ -542,6 +601,18 @@ int mcp_tools_check(al_mcp *m, const char *name, const cJSON *args, char *msg, s
                 if (!cJSON_IsString(e) || !e->string[0] || strchr(e->string, '='))
                     bad = "must map names (without '=') to strings";
             }
+            break;
+        }
+        case P_ACTS: {
+            if (!cJSON_IsArray(a) || cJSON_GetArraySize(a) < p->min ||
+                cJSON_GetArraySize(a) > max) {
+                bad = "must be an array of 1 to 100 actions";
+                break;
+            }
+            const cJSON *e;
+            cJSON_ArrayForEach(
+                e, a) if (!cJSON_IsString(cJSON_GetObjectItemCaseSensitive(e, "action"))) bad =
+                "must hold objects with an \"action\"";
             break;
         }
         case P_ID:
@@ -952,6 +1023,7 @@ static cJSON *t_start_session(const struct targs *t)
         .notice_ctx = m,
         .warm = AL_WARM_DEFAULT,
         .net = {.allow = nallow ? allow : NULL},
+        .display = arg_bool(a, "display", false),
     };
     char esc[80];
     mcp_call_phase(c, "booting a VM (image %s)", al_term_escape(image, esc, sizeof(esc)));
@@ -963,6 +1035,7 @@ static cJSON *t_start_session(const struct targs *t)
     ss->memory_mib = so.memory_mib;
     ss->cpus = al_session_vcpus(ss->s);
     ss->network = net ? cJSON_Duplicate(net, true) : cJSON_CreateArray();
+    ss->display = so.display;
     /* Where files and kernels start. */
     al_error e2 = {0};
     al_file_mkdir(ss->s, "/workspace", true, &e2);
@@ -1830,4 +1903,101 @@ cJSON *mcp_resources_read(al_mcp *m, struct mcp_call *c, const char *uri, int *c
     cJSON_AddItemToArray(contents, j);
     free(data);
     return r;
+}
+
+/* ---- the screen (computer use) ---- */
+
+/* The screen as an image block into content, at most max_edge on its longer side; the size it
+ * was sent at becomes the session's coordinate space. 0, or a negative errno with err set. */
+static int add_screen(struct mcp_sess *ss, unsigned max_edge, cJSON *content, cJSON *st,
+                      al_error *err)
+{
+    al_screenshot_opts o = AL_SCREENSHOT_OPTS_INIT;
+    o.max_edge = max_edge;
+    al_screenshot shot = AL_SCREENSHOT_INIT;
+    int r = al_screen_capture(ss->s, &o, &shot, err);
+    if (r < 0)
+        return r;
+    char *b64 = b64_encode(shot.png, shot.len);
+    free(shot.png);
+    if (!b64)
+        return al_err(err, -ENOMEM, "out of memory");
+    cJSON *b = cJSON_CreateObject();
+    cJSON_AddStringToObject(b, "type", "image");
+    cJSON_AddStringToObject(b, "data", b64);
+    cJSON_AddStringToObject(b, "mimeType", "image/png");
+    cJSON_AddItemToArray(content, b);
+    free(b64);
+    __atomic_store_n(&ss->shot_w, shot.width, __ATOMIC_RELAXED);
+    __atomic_store_n(&ss->shot_h, shot.height, __ATOMIC_RELAXED);
+    cJSON_AddNumberToObject(st, "width", shot.width);
+    cJSON_AddNumberToObject(st, "height", shot.height);
+    cJSON_AddNumberToObject(st, "screen_width", shot.screen_width);
+    cJSON_AddNumberToObject(st, "screen_height", shot.screen_height);
+    return 0;
+}
+
+static cJSON *no_display(void)
+{
+    return tool_error("this session has no display: start one with start_session "
+                      "{\"display\": true}");
+}
+
+static cJSON *t_screenshot(const struct targs *t)
+{
+    struct mcp_sess *ss = t->ss;
+    if (!ss->display)
+        return no_display();
+    cJSON *content = cJSON_CreateArray(), *st = cJSON_CreateObject();
+    al_error err = {0};
+    if (add_screen(ss, (unsigned)arg_int(t->a, "max_edge", MCP_IMAGE_SIDE_MAX), content, st, &err) <
+        0) {
+        cJSON_Delete(content);
+        cJSON_Delete(st);
+        return tool_error("screenshot: %s", err.msg);
+    }
+    char line[600];
+    snprintf(line, sizeof(line), "The screen (%.0fx%.0f), shown at %.0fx%.0f.",
+             cJSON_GetNumberValue(cJSON_GetObjectItem(st, "screen_width")),
+             cJSON_GetNumberValue(cJSON_GetObjectItem(st, "screen_height")),
+             cJSON_GetNumberValue(cJSON_GetObjectItem(st, "width")),
+             cJSON_GetNumberValue(cJSON_GetObjectItem(st, "height")));
+    add_text(content, line);
+    return result(content, st, false);
+}
+
+static cJSON *t_computer(const struct targs *t)
+{
+    struct mcp_sess *ss = t->ss;
+    if (!ss->display)
+        return no_display();
+    _cleanup_free_ char *acts =
+        cJSON_PrintUnformatted(cJSON_GetObjectItemCaseSensitive(t->a, "actions"));
+    if (!acts)
+        return NULL;
+    unsigned w = __atomic_load_n(&ss->shot_w, __ATOMIC_RELAXED);
+    unsigned h = __atomic_load_n(&ss->shot_h, __ATOMIC_RELAXED);
+    unsigned done = 0;
+    int x = -1, y = -1;
+    al_error err = {0};
+    int r = al_screen_input(ss->s, acts, w, h, &done, &x, &y, &err);
+    if (r < 0)
+        return tool_error("%s (%u action%s before it ran)", err.msg, done, done == 1 ? "" : "s");
+    cJSON *content = cJSON_CreateArray(), *st = cJSON_CreateObject();
+    cJSON_AddNumberToObject(st, "done", done);
+    cJSON *cur = cJSON_AddArrayToObject(st, "cursor");
+    cJSON_AddItemToArray(cur, cJSON_CreateNumber(x));
+    cJSON_AddItemToArray(cur, cJSON_CreateNumber(y));
+    char line[600];
+    snprintf(line, sizeof(line), "Done: %u action%s; the pointer is at (%d, %d).", done,
+             done == 1 ? "" : "s", x, y);
+    add_text(content, line);
+    al_error e2 = {0};
+    /* At the size of the last one, so that its coordinates still hold. */
+    unsigned edge = w > h ? w : h ? h : MCP_IMAGE_SIDE_MAX;
+    if (arg_bool(t->a, "screenshot", true) && add_screen(ss, edge, content, st, &e2) < 0) {
+        snprintf(line, sizeof(line), "(no screenshot: %s)", e2.msg);
+        add_text(content, line);
+    }
+    return result(content, st, false);
 }

@@ -7,7 +7,10 @@ really received; what the host sees is decoded here from the PNG (a small decode
 imaging library). Environment: AIRLOCKD_BIN and the usual integration variables.
 """
 import json
+import os
 import struct
+import subprocess
+import tempfile
 import time
 import unittest
 import zlib
@@ -15,6 +18,7 @@ import zlib
 import altest
 from airlock import APIError, Sandbox
 from test_airlockd import Daemon
+from test_mcp import SDK, npm_install
 
 # In the guest: the tablet's and keyboard's events as lines "TYPE CODE VALUE" in /tmp/ev.log,
 # after a first line with the tablet's axis ranges (EVIOCGABS). Linux's struct input_event on
@@ -282,6 +286,48 @@ class ScreenTest(unittest.TestCase):
             self.assertTrue(run.running, "the screenshots waited for the run's end")
         finally:
             run.kill()
+
+
+class McpTest(unittest.TestCase):
+    """The screenshot and computer tools of `airlock mcp` through the MCP SDK (pinned, from the
+    npm registry), which checks each structuredContent against the tool's outputSchema."""
+
+    def test_screenshot_and_computer(self):
+        sdk = npm_install(SDK)
+        with tempfile.NamedTemporaryFile("w", suffix=".py") as reader:
+            reader.write(READER)
+            reader.flush()
+            env = dict(os.environ, AIRLOCK_IMAGE_DIR=altest.IMAGE_DIR)
+            p = subprocess.run(["node", os.path.join(os.path.dirname(__file__),
+                                                     "mcp_sdk_screen.mjs"), sdk, altest.AIRLOCK,
+                                reader.name, "--image", "debian"],
+                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env,
+                               timeout=900)
+        self.assertEqual(p.returncode, 0, p.stderr.decode(errors="replace")[-4000:])
+        rep = json.loads(p.stdout)
+        self.assertIn("screenshot", rep["tools"])
+        self.assertIn("computer", rep["tools"])
+        self.assertTrue(rep["plain_screenshot"]["isError"])  # a session without a display
+        shot = rep["screenshot"]
+        self.assertFalse(shot["isError"])
+        self.assertEqual(shot["images"], [{"mime": "image/png", "magic": "89504e470d0a1a0a",
+                                           "width": 720, "height": 400}])
+        self.assertEqual((shot["st"]["screen_width"], shot["st"]["width"]), (720, 720))
+        self.assertEqual([(i["width"], i["height"]) for i in rep["small"]["images"]], [(360, 200)])
+        act = rep["computer"]
+        self.assertFalse(act["isError"], act)
+        self.assertEqual(act["st"]["done"], 2)
+        # In the last screenshot's pixels (360x200), and its screenshot at that size again.
+        self.assertEqual(act["st"]["cursor"], [180, 100])
+        self.assertEqual([(i["width"], i["height"]) for i in act["images"]], [(360, 200)])
+        self.assertTrue(rep["bad"]["isError"])
+        self.assertIn("outside the 360x200 screen", rep["bad"]["text"])
+        ev = [line.split() for line in rep["events"].splitlines()]
+        keys = [(int(c), int(v)) for d, t, c, v in ev if int(t) == EV_KEY]
+        # the click at the centre, then "o" (24) and "k" (37); nothing from the refused click
+        self.assertEqual(keys, [(BTN_LEFT, 1), (BTN_LEFT, 0), (24, 1), (24, 0), (37, 1), (37, 0)])
+        absx = [int(v) for d, t, c, v in ev if int(t) == EV_ABS and int(c) == 0]
+        self.assertEqual(absx[-1] * 720 // 0x8000, 360)
 
 
 if __name__ == "__main__":
