@@ -69,11 +69,10 @@ struct body {
     size_t len;
 };
 
-static size_t to_body(char *p, size_t size, size_t n, void *ctx)
+/* A body up to max bytes (to_body: BODY_MAX). */
+static size_t body_grow(struct body *b, const char *p, size_t k, size_t max)
 {
-    struct body *b = ctx;
-    size_t k = size * n;
-    if (b->len + k > BODY_MAX)
+    if (b->len + k > max)
         return 0;
     char *nb = realloc(b->buf, b->len + k + 1);
     if (!nb)
@@ -81,8 +80,19 @@ static size_t to_body(char *p, size_t size, size_t n, void *ctx)
     memcpy(nb + b->len, p, k);
     b->buf = nb;
     b->len += k;
-    nb[b->len] = 0;
+    b->buf[b->len] = 0;
     return k;
+}
+
+/* A screenshot: as much as the library lets a screenshot be. */
+static size_t to_body_large(char *p, size_t size, size_t n, void *ctx)
+{
+    return body_grow(ctx, p, size * n, AL_SCREENSHOT_BYTES_MAX);
+}
+
+static size_t to_body(char *p, size_t size, size_t n, void *ctx)
+{
+    return body_grow(ctx, p, size * n, BODY_MAX);
 }
 
 static CURL *handle(const struct remote *r, const char *method, const char *path,
@@ -1024,29 +1034,29 @@ int cli_remote_shell(struct cli_globals *g, const char *name)
 
 static void usage_session(FILE *f)
 {
-    fputs(
-        "Usage: airlock [--server URL] session start [--image NAME] [--memory MIB] [--cpus N]\n"
-        "                 [--idle-timeout S] [--lifetime S] [--checkpoints]\n"
-        "       airlock [--server URL] session ls\n"
-        "       airlock [--server URL] session stop ID...\n"
-        "       airlock [--server URL] session extend ID SECONDS\n"
-        "\n"
-        "Sessions of airlockd that outlive a command: start prints the id for\n"
-        "'airlock exec --session ID'. Server: --server (or $AIRLOCK_HOST), default " DEFAULT_SOCKET
-        ".\n",
-        f);
+    fputs("Usage: airlock [--server URL] session start [--image NAME] [--memory MIB] [--cpus N]\n"
+          "                 [--idle-timeout S] [--lifetime S] [--checkpoints] [--display]\n"
+          "       airlock [--server URL] session ls\n"
+          "       airlock [--server URL] session screenshot ID FILE [--max-edge N]\n"
+          "       airlock [--server URL] session input ID ACTIONS-JSON\n"
+          "       airlock [--server URL] session stop ID...\n"
+          "       airlock [--server URL] session extend ID SECONDS\n"
+          "\n"
+          "Sessions of airlockd that outlive a command: start prints the id for\n"
+          "'airlock exec --session ID'. A session started with --display has a screen:\n"
+          "screenshot saves it as PNG (FILE - for stdout), input runs mouse and keyboard\n"
+          "actions ('[{\"action\": \"left_click\", \"coordinate\": [100, 200]}]', docs/API.md).\n"
+          "Server: --server (or $AIRLOCK_HOST), default " DEFAULT_SOCKET ".\n",
+          f);
 }
 
 static int session_start(const struct remote *r, int argc, char **argv)
 {
     static const struct option opts[] = {
-        {"image", required_argument, NULL, 'i'},
-        {"memory", required_argument, NULL, 'm'},
-        {"cpus", required_argument, NULL, 'C'},
-        {"idle-timeout", required_argument, NULL, 'I'},
-        {"lifetime", required_argument, NULL, 'L'},
-        {"checkpoints", no_argument, NULL, 'K'},
-        {NULL, 0, NULL, 0},
+        {"image", required_argument, NULL, 'i'},    {"memory", required_argument, NULL, 'm'},
+        {"cpus", required_argument, NULL, 'C'},     {"idle-timeout", required_argument, NULL, 'I'},
+        {"lifetime", required_argument, NULL, 'L'}, {"checkpoints", no_argument, NULL, 'K'},
+        {"display", no_argument, NULL, 'D'},        {NULL, 0, NULL, 0},
     };
     cJSON *in = cJSON_CreateObject();
     int c;
@@ -1074,6 +1084,9 @@ static int session_start(const struct remote *r, int argc, char **argv)
         case 'K':
             cJSON_AddBoolToObject(in, "checkpoints", true);
             break;
+        case 'D':
+            cJSON_AddBoolToObject(in, "display", true);
+            break;
         default:
             cJSON_Delete(in);
             return cli_bad_option("session", argc, argv, "i:m:", opts);
@@ -1087,6 +1100,91 @@ static int session_start(const struct remote *r, int argc, char **argv)
         printf("%s\n", id);
     cJSON_Delete(out);
     return k == 0 && id ? 0 : 1;
+}
+
+/* airlock session screenshot ID FILE [--max-edge N]: the PNG written beside FILE and renamed
+ * into place (or to stdout for -); the daemon's refusal said in one line. */
+static int session_screenshot(const struct remote *r, int argc, char **argv)
+{
+    static const struct option opts[] = {
+        {"max-edge", required_argument, NULL, 'E'},
+        {NULL, 0, NULL, 0},
+    };
+    unsigned long long edge = 0;
+    int c;
+    optind = 0; /* 0: glibc starts afresh, permuting ID and FILE after the options */
+    while ((c = getopt_long(argc, argv, "", opts, NULL)) != -1) {
+        if (c != 'E')
+            return cli_bad_option("session", argc, argv, "", opts);
+        edge = cli_number("--max-edge", optarg, 65535);
+    }
+    if (argc - optind != 2) {
+        usage_session(stderr);
+        return 2;
+    }
+    const char *sid = argv[optind], *file = argv[optind + 1];
+    char path[400];
+    snprintf(path, sizeof(path), "/v1/sessions/%s/screen", sid);
+    if (edge)
+        snprintf(path + strlen(path), sizeof(path) - strlen(path), "?max_edge=%llu", edge);
+    struct curl_slist *hdrs = NULL;
+    CURL *h = handle(r, "GET", path, &hdrs);
+    struct body b = {0};
+    long status = 0;
+    CURLcode cc = h ? perform(h, hdrs, to_body_large, &b, &status) : CURLE_OUT_OF_MEMORY;
+    int rc = 0;
+    if (cc != CURLE_OK || status != 200) {
+        copy_failed("screenshot of", sid, cc, &b);
+        rc = 1;
+    } else if (!strcmp(file, "-")) {
+        rc = fwrite(b.buf, 1, b.len, stdout) != b.len || fflush(stdout) != 0;
+    } else {
+        char tmp[AL_PATH_MAX + 16];
+        snprintf(tmp, sizeof(tmp), "%s.XXXXXX", file);
+        int fd = mkostemp(tmp, O_CLOEXEC);
+        bool ok = fd >= 0 && write(fd, b.buf, b.len) == (ssize_t)b.len;
+        mode_t mask = umask(077);
+        umask(mask);
+        if (fd >= 0 && close(fd) != 0)
+            ok = false;
+        if (ok && (chmod(tmp, 0666 & ~mask) < 0 || rename(tmp, file) < 0))
+            ok = false;
+        if (!ok) {
+            char n[256];
+            fprintf(stderr, "airlock: cannot write '%s': %s\n", al_term_escape(file, n, sizeof(n)),
+                    strerror(errno));
+            if (fd >= 0)
+                unlink(tmp);
+            rc = 1;
+        }
+    }
+    free(b.buf);
+    return rc;
+}
+
+/* airlock session input ID ACTIONS-JSON: the daemon's answer printed as it came. */
+static int session_input(const struct remote *r, const char *sid, const char *json)
+{
+    cJSON *acts = cJSON_Parse(json);
+    if (!cJSON_IsArray(acts)) {
+        cJSON_Delete(acts);
+        fprintf(stderr, "airlock: the actions are not a JSON array (docs/API.md: "
+                        "'[{\"action\": \"left_click\", \"coordinate\": [100, 200]}]')\n");
+        return 2;
+    }
+    cJSON *in = cJSON_CreateObject();
+    cJSON_AddItemToObject(in, "actions", acts);
+    char path[300];
+    snprintf(path, sizeof(path), "/v1/sessions/%s/input", sid);
+    cJSON *out = NULL;
+    int k = call(r, "POST", path, in, &out, NULL);
+    cJSON_Delete(in);
+    char *text = out ? cJSON_PrintUnformatted(out) : NULL;
+    if (k == 0 && text)
+        printf("%s\n", text);
+    free(text);
+    cJSON_Delete(out);
+    return k == 0 ? 0 : 1;
 }
 
 /* ---- the sessions one sees: airlock ps, airlock session ls ---- */
@@ -1190,6 +1288,10 @@ int cli_remote_session(struct cli_globals *g, int argc, char **argv)
         return session_start(&r, argc - 1, argv + 1);
     if (!strcmp(sub, "ls") && argc == 2)
         return cli_sessions_table(g);
+    if (!strcmp(sub, "screenshot"))
+        return session_screenshot(&r, argc - 1, argv + 1);
+    if (!strcmp(sub, "input") && argc == 4)
+        return session_input(&r, argv[2], argv[3]);
     if ((!strcmp(sub, "stop") || !strcmp(sub, "rm")) && argc >= 3) {
         int rc = 0;
         for (int i = 2; i < argc; i++) {

@@ -288,6 +288,49 @@ class ScreenTest(unittest.TestCase):
             run.kill()
 
 
+class CliTest(unittest.TestCase):
+    """airlock session start --display, screenshot and input against airlockd (a tiny guest)."""
+
+    def test_cli(self):
+        d = Daemon()
+        try:
+            srv = ["--server", "unix:" + d.sock]
+            r = altest.run(srv + ["session", "start", "--image", "tiny", "--display"])
+            self.assertEqual(r.returncode, 0, r.stderr)
+            sid = r.stdout.decode().strip()
+            with tempfile.TemporaryDirectory() as tmp:
+                out = os.path.join(tmp, "screen.png")
+                r = altest.run(srv + ["session", "screenshot", sid, out, "--max-edge", "360"])
+                self.assertEqual(r.returncode, 0, r.stderr)
+                with open(out, "rb") as f:
+                    img = png_pixels(f.read())
+                self.assertEqual((img[0], img[1]), (360, 200))
+                self.assertEqual(oct(os.stat(out).st_mode & 0o777), oct(0o666 & ~get_umask()))
+                r = altest.run(srv + ["session", "screenshot", sid, "-"])
+                self.assertEqual(r.stdout[:8], b"\x89PNG\r\n\x1a\n")
+            r = altest.run(srv + ["session", "input", sid,
+                                  '[{"action": "left_click", "coordinate": [700, 390]}]'])
+            self.assertEqual(r.returncode, 0, r.stderr)
+            self.assertEqual(json.loads(r.stdout), {"done": 1, "cursor": [700, 390]})
+            r = altest.run(srv + ["session", "input", sid,
+                                  '[{"action": "left_click", "coordinate": [720, 0]}]'])
+            self.assertEqual(r.returncode, 1)
+            self.assertIn(b"outside the 720x400 screen", r.stderr)
+            self.assertEqual(r.stderr.count(b"\n"), 1, r.stderr)
+            r = altest.run(srv + ["session", "input", sid, "not json"])
+            self.assertEqual(r.returncode, 2)
+            self.assertIn(b"not a JSON array", r.stderr)
+            altest.run(srv + ["session", "stop", sid])
+        finally:
+            d.stop_and_remove()
+
+
+def get_umask():
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
+
+
 class McpTest(unittest.TestCase):
     """The screenshot and computer tools of `airlock mcp` through the MCP SDK (pinned, from the
     npm registry), which checks each structuredContent against the tool's outputSchema."""
