@@ -16,6 +16,7 @@
  *       and sent as an image/png result) and display() of its PNG made once (sent only)
  *       against a print of as many bytes as the figure's results.
  *   airlock-bench procs [IMAGE] [ROUNDS]
+ *   airlock-bench screen [IMAGE] [ROUNDS]
  *       in one session, requests at once: 8 `sleep 1` against one (wall time), the round trip
  *       of `true` beside a run streaming output as fast as it can (read here) against alone,
  *       64 `echo` at once (each output checked) and the host RSS they cost.
@@ -815,6 +816,76 @@ static int cmd_procs(int argc, char **argv)
     return correct == 64 ? 0 : 1;
 }
 
+/* ---- screen: computer use from the host (screen.c) ---- */
+
+/* Sleeps out the library's screenshot pacing, so that it never enters a measurement. */
+static void unpaced(void)
+{
+    usleep((AL_SCREENSHOT_INTERVAL_MS + 10) * 1000);
+}
+
+static double shot_ms(al_session *s, size_t *bytes)
+{
+    al_screenshot shot = AL_SCREENSHOT_INIT;
+    al_error err = {0};
+    double t0 = now_s();
+    if (al_screen_capture(s, NULL, &shot, &err) < 0)
+        die(err.msg);
+    double ms = (now_s() - t0) * 1e3;
+    *bytes = shot.len;
+    free(shot.png);
+    return ms;
+}
+
+/* [IMAGE] [ROUNDS]: a host-side screenshot alone; a click then the next screenshot; and the
+ * guest's own read of its screen (VGA text memory through /dev/mem, copied out by exec), a
+ * lower bound of any in-guest capture (no pixels, no PNG). Rounds alternated. */
+static int cmd_screen(int argc, char **argv)
+{
+    const char *image = argc > 0 ? argv[0] : "tiny";
+    int n = argc > 1 ? atoi(argv[1]) : 30;
+    if (n < 1 || n > 100)
+        die("rounds must be 1..100");
+    al_session_opts so = {
+        .struct_size = sizeof(al_session_opts), .image = image, .quiet = true, .display = true};
+    al_session *s = NULL;
+    al_error err = {0};
+    if (al_session_open(&so, &s, &err) < 0)
+        die(err.msg);
+    int null = open("/dev/null", O_WRONLY | O_CLOEXEC);
+    const char *guest[] = {"dd if=/dev/mem bs=4096 skip=184 count=1 2>/dev/null", NULL};
+    double alone[100], click[100], inguest[100];
+    size_t bytes = 0;
+    unpaced();
+    shot_ms(s, &bytes); /* the first: libvirt and QEMU warm up */
+    for (int i = 0; i < n; i++) {
+        unpaced();
+        alone[i] = shot_ms(s, &bytes);
+        unpaced();
+        char act[160];
+        snprintf(act, sizeof(act), "[{\"action\": \"left_click\", \"coordinate\": [%d, %d]}]",
+                 10 + i, 20 + i);
+        double t0 = now_s();
+        if (al_screen_input(s, act, 0, 0, NULL, NULL, NULL, &err) < 0)
+            die(err.msg);
+        size_t b2;
+        shot_ms(s, &b2);
+        click[i] = (now_s() - t0) * 1e3;
+        t0 = now_s();
+        exec_or_die(s, guest, "sh", null);
+        inguest[i] = (now_s() - t0) * 1e3;
+    }
+    double ma = median(alone, n), mc = median(click, n), mg = median(inguest, n);
+    printf("{\"image\": \"%s\", \"rounds\": %d, \"kvm\": %s, \"png_bytes\": %zu, "
+           "\"screenshot_ms\": %.2f, \"click_then_screenshot_ms\": %.2f, "
+           "\"click_vs_screenshot\": %.3f, \"guest_vga_read_ms\": %.2f, "
+           "\"screenshot_vs_guest_read\": %.3f}\n",
+           image, n, al_session_kvm(s) ? "true" : "false", bytes, ma, mc, mc / ma, mg, ma / mg);
+    close(null);
+    al_session_close(s);
+    return 0;
+}
+
 /* A pty run in a thread: what it shows lands in text (bounded), each chunk says so on a pipe. */
 struct pty_job {
     al_session *s;
@@ -1095,6 +1166,8 @@ int main(int argc, char **argv)
         return cmd_pty(argc - 2, argv + 2);
     if (argc >= 2 && !strcmp(argv[1], "port"))
         return cmd_port(argc - 2, argv + 2);
+    if (argc >= 2 && !strcmp(argv[1], "screen"))
+        return cmd_screen(argc - 2, argv + 2);
     fprintf(stderr,
             "usage: airlock-bench direct QEMU KERNEL INITRD CMDLINE MEMORY_MIB kvm|tcg VCPUS\n"
             "       airlock-bench session [IMAGE] [RTT_COUNT] [STREAM_MIB] [VCPUS]\n"
@@ -1102,6 +1175,7 @@ int main(int argc, char **argv)
             "       airlock-bench kernel [IMAGE] [ROUNDS]\n"
             "       airlock-bench procs [IMAGE] [ROUNDS]\n"
             "       airlock-bench pty [IMAGE] [ROUNDS]\n"
-            "       airlock-bench port [IMAGE] [ROUNDS]\n");
+            "       airlock-bench port [IMAGE] [ROUNDS]\n"
+            "       airlock-bench screen [IMAGE] [ROUNDS]\n");
     return 2;
 }

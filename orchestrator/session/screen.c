@@ -8,22 +8,26 @@
 
 #include <ctype.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
 #include <time.h>
+#include <unistd.h>
 
 #include <cjson/cJSON.h>
-#include <libvirt/libvirt-qemu.h>
 
 #include "pngio.h"
 
 /* QEMU's absolute axes run 0..INPUT_EVENT_ABS_MAX (0x7fff); X's drivers scale a value v back to
  * v * w / 0x8000. */
 #define ABS_SPAN 0x8000
-/* Between two input commands of one action: QEMU's virtio-input drops an event batch when the
- * guest has not yet given it buffers back, which a busy emulated guest can be slow to do. */
+/* Between two input commands: QEMU's virtio-input drops an event batch when the guest has not
+ * yet given it buffers back, which a busy emulated guest can be slow to do. Counted from the
+ * last command sent, so that nothing waits after an action's last one. */
 #define INPUT_PACE_US 4000
 /* What one action may ask: clicks, notches, repeats; text typed; seconds held or waited. */
 #define CLICKS_MAX 3
@@ -37,7 +41,8 @@ struct al_screen {
     pthread_mutex_t mu; /* one screenshot or batch of actions at a time */
     uint64_t shot_ms;   /* monotonic time of the last screenshot, 0: none */
     unsigned w, h;      /* the mode as last seen, 0: not yet */
-    int ax, ay; /* the pointer where the host last put it, on the tablet's axes; -1: never */
+    int ax, ay;       /* the pointer where the host last put it, on the tablet's axes; -1: never */
+    uint64_t sent_us; /* monotonic time of the last input command, 0: none */
 };
 
 struct al_screen *al_screen_new(void)
@@ -82,7 +87,65 @@ static void sleep_us(uint64_t us)
 
 /* ---- the screenshot ---- */
 
-/* QEMU's screendump through libvirt, at most AL_SCREENSHOT_BYTES_MAX, into *out. */
+/* QEMU's screendump into a memfd of ours that libvirt passes it (add-fd): half the time of
+ * libvirt's screenshot (bench screen), which has QEMU write a file of libvirt's and streams it
+ * over libvirt's RPC. QEMU's VGA memory (16 MiB, vm.c) bounds what the guest's mode can make
+ * QEMU write; at most AL_SCREENSHOT_BYTES_MAX of it is read. */
+static int grab_local(al_session *s, uint8_t **out, size_t *outlen, al_error *err)
+{
+    _cleanup_close_ int mfd = memfd_create("airlock-screen", MFD_CLOEXEC);
+    if (mfd < 0)
+        return al_err(err, -errno, "cannot take a screenshot: memfd: %s", strerror(errno));
+    /* QEMU opens it write-only, and an fd set's fd must have that very access mode. */
+    char path[64];
+    snprintf(path, sizeof(path), "/proc/self/fd/%d", mfd);
+    _cleanup_close_ int wfd = open(path, O_WRONLY | O_CLOEXEC);
+    if (wfd < 0)
+        return al_err(err, -errno, "cannot take a screenshot: %s", strerror(errno));
+    char *reply = NULL;
+    int r = al_vm_qmp(s->dom, "take a screenshot", "{\"execute\":\"add-fd\"}", wfd, &reply, err);
+    if (r < 0)
+        return r;
+    _cleanup_free_ char *owned = reply;
+    _cleanup_cjson_ cJSON *j = cJSON_Parse(reply);
+    const cJSON *set =
+        cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItemCaseSensitive(j, "return"), "fdset-id");
+    if (!cJSON_IsNumber(set) || set->valuedouble < 0 || set->valuedouble > INT32_MAX)
+        return al_err(err, -EIO, "cannot take a screenshot: QEMU gave no fd set");
+    int id = (int)set->valuedouble;
+    char cmd[160];
+    snprintf(cmd, sizeof(cmd),
+             "{\"execute\":\"screendump\",\"arguments\":{\"filename\":\"/dev/fdset/%d\","
+             "\"format\":\"png\"}}",
+             id);
+    r = al_vm_qmp(s->dom, "take a screenshot", cmd, -1, NULL, err);
+    snprintf(cmd, sizeof(cmd), "{\"execute\":\"remove-fd\",\"arguments\":{\"fdset-id\":%d}}", id);
+    al_error e2 = {0};
+    al_vm_qmp(s->dom, "take a screenshot", cmd, -1, NULL, &e2); /* its fd only: no more to do */
+    if (r < 0)
+        return r;
+    struct stat st;
+    if (fstat(mfd, &st) < 0)
+        return al_err(err, -errno, "cannot take a screenshot: %s", strerror(errno));
+    if ((uint64_t)st.st_size > AL_SCREENSHOT_BYTES_MAX)
+        return al_err(err, -EFBIG, "the screenshot is over %u MiB", AL_SCREENSHOT_BYTES_MAX >> 20);
+    size_t len = (size_t)st.st_size;
+    _cleanup_free_ uint8_t *buf = malloc(len ? len : 1);
+    if (!buf)
+        return al_err(err, -ENOMEM, "out of memory for a screenshot");
+    for (size_t got = 0; got < len;) {
+        ssize_t n = pread(mfd, buf + got, len - got, (off_t)got);
+        if (n <= 0)
+            return al_err(err, -EIO, "cannot read the screenshot");
+        got += (size_t)n;
+    }
+    *out = TAKE_PTR(buf);
+    *outlen = len;
+    return 0;
+}
+
+/* The screen as PNG bytes, at most AL_SCREENSHOT_BYTES_MAX, into *out: through an fd of ours
+ * here, through libvirt's stream for a remote host (whose QEMU cannot take our fds). */
 static int grab(al_session *s, uint8_t **out, size_t *outlen, al_error *err)
 {
     struct al_screen *sc = s->screen;
@@ -90,6 +153,8 @@ static int grab(al_session *s, uint8_t **out, size_t *outlen, al_error *err)
     if (sc->shot_ms && now < sc->shot_ms + AL_SCREENSHOT_INTERVAL_MS)
         sleep_us((sc->shot_ms + AL_SCREENSHOT_INTERVAL_MS - now) * 1000);
     sc->shot_ms = al_now_ms();
+    if (!s->remote)
+        return grab_local(s, out, outlen, err);
     virStreamPtr st = virStreamNew(s->conn, 0);
     if (!st)
         return al_err_virt(err, -EIO, "cannot take a screenshot");
@@ -402,35 +467,39 @@ static int send_events(struct act *a, const char *events)
     if (!cmd)
         return act_err(a, -ENOMEM, "out of memory");
     snprintf(cmd, n, "{\"execute\":\"input-send-event\",\"arguments\":{\"events\":[%s]}}", events);
-    char *reply = NULL;
-    if (virDomainQemuMonitorCommand(a->s->dom, cmd, &reply, 0) < 0) {
-        al_error e = {0};
-        al_err_virt(&e, -EIO, "QEMU refused the input");
-        return act_err(a, -EIO, "%s", e.msg);
-    }
-    _cleanup_free_ char *owned = reply;
-    _cleanup_cjson_ cJSON *j = cJSON_Parse(reply);
-    const cJSON *e = cJSON_GetObjectItemCaseSensitive(j, "error");
-    if (e) {
-        const cJSON *d = cJSON_GetObjectItemCaseSensitive(e, "desc");
-        return act_err(a, -EIO, "QEMU refused the input: %.200s",
-                       cJSON_IsString(d) ? d->valuestring : "no reason given");
-    }
-    sleep_us(INPUT_PACE_US);
-    return 0;
+    struct al_screen *sc = a->s->screen;
+    uint64_t now = al_now_us();
+    if (sc->sent_us && now < sc->sent_us + INPUT_PACE_US)
+        sleep_us(sc->sent_us + INPUT_PACE_US - now);
+    sc->sent_us = al_now_us();
+    al_error e = {0};
+    int r = al_vm_qmp(a->s->dom, "send the input", cmd, -1, NULL, &e);
+    return r < 0 ? act_err(a, r, "%s", e.msg) : 0;
 }
 
-static int move_abs(struct act *a, int ax, int ay)
+/* The pointer to (ax, ay), and with it a button down or up when btn is not NULL: one batch, so
+ * that a click costs no command of its own for the move (the guest sees the motion and the
+ * button in one frame, the motion first). */
+static int move_abs_button(struct act *a, int ax, int ay, const char *btn, bool down)
 {
-    char ev[160];
-    snprintf(ev, sizeof(ev),
-             "{\"type\":\"abs\",\"data\":{\"axis\":\"x\",\"value\":%d}},"
-             "{\"type\":\"abs\",\"data\":{\"axis\":\"y\",\"value\":%d}}",
-             ax, ay);
+    char ev[256];
+    int n = snprintf(ev, sizeof(ev),
+                     "{\"type\":\"abs\",\"data\":{\"axis\":\"x\",\"value\":%d}},"
+                     "{\"type\":\"abs\",\"data\":{\"axis\":\"y\",\"value\":%d}}",
+                     ax, ay);
+    if (btn)
+        snprintf(ev + n, sizeof(ev) - (size_t)n,
+                 ",{\"type\":\"btn\",\"data\":{\"down\":%s,\"button\":\"%s\"}}",
+                 down ? "true" : "false", btn);
     int r = send_events(a, ev);
     if (r == 0)
         a->s->screen->ax = ax, a->s->screen->ay = ay;
     return r;
+}
+
+static int move_abs(struct act *a, int ax, int ay)
+{
+    return move_abs_button(a, ax, ay, NULL, false);
 }
 
 /* The action's coordinate field (key) onto the tablet: 1 and *ax, *ay; 0 when absent. */
@@ -557,19 +626,24 @@ static int duration_of(struct act *a, const cJSON *act, double *out)
     return 0;
 }
 
-/* clicks of btn, with the keys of the action's text held (a shift-click). */
+/* clicks of btn at the action's coordinate (if any; the first press carries the move), with
+ * the keys of its text held (a shift-click). */
 static int click(struct act *a, const cJSON *act, const char *btn, int clicks)
 {
-    int r = move_to(a, act, "coordinate", false);
+    int ax, ay;
+    int r = coordinate(a, act, "coordinate", &ax, &ay);
     if (r < 0)
         return r;
+    bool move = r > 0;
     const char *held = text_of(act);
     const char *q[CHORD_MAX];
     size_t n = 0;
     if (held && *held && ((r = chord_parse(a, held, q, &n)) < 0 || (r = keys(a, q, n, true)) < 0))
         return r;
+    r = 0;
     for (int i = 0; i < clicks && r == 0; i++)
-        if ((r = button(a, btn, true)) == 0)
+        if ((r = move && i == 0 ? move_abs_button(a, ax, ay, btn, true) : button(a, btn, true)) ==
+            0)
             r = button(a, btn, false);
     if (n) {
         int r2 = keys(a, q, n, false);
@@ -702,9 +776,11 @@ static int act_run(struct act *a, const cJSON *act)
     if (!strcmp(name, "triple_click"))
         return click(a, act, "left", CLICKS_MAX);
     if (!strcmp(name, "left_mouse_down") || !strcmp(name, "left_mouse_up")) {
-        if ((r = move_to(a, act, "coordinate", false)) < 0)
+        int ax, ay;
+        bool down = !strcmp(name, "left_mouse_down");
+        if ((r = coordinate(a, act, "coordinate", &ax, &ay)) < 0)
             return r;
-        return button(a, "left", !strcmp(name, "left_mouse_down"));
+        return r ? move_abs_button(a, ax, ay, "left", down) : button(a, "left", down);
     }
     if (!strcmp(name, "left_click_drag"))
         return act_drag(a, act);

@@ -28,7 +28,6 @@
 #include "exec.h"
 #include "link.h"
 
-#include <libvirt/libvirt-qemu.h>
 #include <openssl/evp.h>
 
 #include <dirent.h>
@@ -502,37 +501,6 @@ int al_template_find(al_session *s, const struct al_template_id *id, al_error *w
 
 /* ---- QMP through libvirt ---- */
 
-/* Sends a QMP command (with fd, passed along, when >= 0); fails on QEMU's error. The reply,
- * when asked for, is the caller's to free. */
-static int qmp(al_session *s, const char *what, const char *cmd, int fd, char **reply_out,
-               al_error *err)
-{
-    char *reply = NULL;
-    int rc;
-    if (fd >= 0) {
-        int fds[1] = {fd};
-        rc = virDomainQemuMonitorCommandWithFiles(s->dom, cmd, 1, fds, NULL, NULL, &reply, 0);
-    } else {
-        rc = virDomainQemuMonitorCommand(s->dom, cmd, &reply, 0);
-    }
-    if (rc < 0)
-        return al_err_virt(err, -EIO, "cannot %s", what);
-    _cleanup_cjson_ cJSON *j = cJSON_Parse(reply ? reply : "");
-    const cJSON *e = cJSON_GetObjectItemCaseSensitive(j, "error");
-    if (!j || e) {
-        char desc[200];
-        snprintf(desc, sizeof(desc), "%s", e ? jstr(e, "desc") : "no reply");
-        al_printable(desc);
-        free(reply);
-        return al_err(err, -EIO, "cannot %s: QEMU says: %s", what, desc);
-    }
-    if (reply_out)
-        *reply_out = reply;
-    else
-        free(reply);
-    return 0;
-}
-
 static const char CAP_IGNORE_SHARED[] =
     "{\"execute\":\"migrate-set-capabilities\",\"arguments\":{\"capabilities\":"
     "[{\"capability\":\"x-ignore-shared\",\"state\":true}]}}";
@@ -544,9 +512,9 @@ static const char CAP_IGNORE_SHARED_OFF[] =
 /* Hands fd to QEMU under the name "airlock-state". */
 static int qmp_getfd(al_session *s, int fd, al_error *err)
 {
-    return qmp(s, "pass the template's state file to QEMU",
-               "{\"execute\":\"getfd\",\"arguments\":{\"fdname\":\"airlock-state\"}}", fd, NULL,
-               err);
+    return al_vm_qmp(s->dom, "pass the template's state file to QEMU",
+                     "{\"execute\":\"getfd\",\"arguments\":{\"fdname\":\"airlock-state\"}}", fd,
+                     NULL, err);
 }
 
 /* Waits for the migration (out or in) to complete. */
@@ -555,7 +523,7 @@ static int migrate_wait(al_session *s, const char *what, al_error *err)
     uint64_t end = al_now_ms() + MIGRATE_MS;
     for (;;) {
         char *reply = NULL;
-        int r = qmp(s, what, "{\"execute\":\"query-migrate\"}", -1, &reply, err);
+        int r = al_vm_qmp(s->dom, what, "{\"execute\":\"query-migrate\"}", -1, &reply, err);
         if (r < 0)
             return r;
         _cleanup_free_ char *owned = reply;
@@ -690,7 +658,7 @@ int al_template_save(al_session *s, const struct al_template_id *id, const char 
                    al_pathf(from, sizeof(from), "%s/disk.qcow2", s->state_dir) < 0))
         r = al_err(err, -ENAMETOOLONG, "template path too long");
     if (r == 0)
-        r = qmp(s, "save the template", CAP_IGNORE_SHARED, -1, NULL, err);
+        r = al_vm_qmp(s->dom, "save the template", CAP_IGNORE_SHARED, -1, NULL, err);
     if (r == 0) {
         _cleanup_close_ int fd = al_file_create_private(state, O_WRONLY);
         if (fd < 0)
@@ -699,9 +667,9 @@ int al_template_save(al_session *s, const struct al_template_id *id, const char 
             r = qmp_getfd(s, fd, err);
     }
     if (r == 0)
-        r = qmp(s, "save the template",
-                "{\"execute\":\"migrate\",\"arguments\":{\"uri\":\"fd:airlock-state\"}}", -1, NULL,
-                err);
+        r = al_vm_qmp(s->dom, "save the template",
+                      "{\"execute\":\"migrate\",\"arguments\":{\"uri\":\"fd:airlock-state\"}}", -1,
+                      NULL, err);
     if (r == 0)
         r = migrate_wait(s, "save the template", err);
     if (r == 0) {
@@ -845,7 +813,7 @@ int al_template_restore(al_session *s, struct al_vm_config *cfg, al_error *err)
     /* Connected before the guest runs, so the restored port never sees its host missing. */
     int r = al_link_connect(s, al_now_ms() + RESYNC_MS, err);
     if (r == 0)
-        r = qmp(s, "restore the template", CAP_IGNORE_SHARED, -1, NULL, err);
+        r = al_vm_qmp(s->dom, "restore the template", CAP_IGNORE_SHARED, -1, NULL, err);
     if (r == 0) {
         _cleanup_close_ int fd = open(t->path[F_STATE], O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
         if (fd < 0)
@@ -854,15 +822,16 @@ int al_template_restore(al_session *s, struct al_vm_config *cfg, al_error *err)
             r = qmp_getfd(s, fd, err);
     }
     if (r == 0)
-        r = qmp(s, "restore the template",
-                "{\"execute\":\"migrate-incoming\",\"arguments\":{\"uri\":\"fd:airlock-state\"}}",
-                -1, NULL, err);
+        r = al_vm_qmp(
+            s->dom, "restore the template",
+            "{\"execute\":\"migrate-incoming\",\"arguments\":{\"uri\":\"fd:airlock-state\"}}", -1,
+            NULL, err);
     if (r == 0)
         r = migrate_wait(s, "restore the template", err);
     /* Off again: a checkpoint's savevm records the capability, and a QEMU started again to load
      * it (crash recovery, checkpoint.c) refuses a stream that says it is on. */
     if (r == 0)
-        r = qmp(s, "restore the template", CAP_IGNORE_SHARED_OFF, -1, NULL, err);
+        r = al_vm_qmp(s->dom, "restore the template", CAP_IGNORE_SHARED_OFF, -1, NULL, err);
     if (r == 0 && virDomainResume(s->dom) < 0)
         r = al_err_virt(err, -EIO, "cannot resume the restored VM");
     if (r == 0)

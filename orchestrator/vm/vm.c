@@ -1,6 +1,8 @@
 /* The VM: choosing the libvirt connection, describing the domain, starting it. */
 #include "vm.h"
 
+#include <cjson/cJSON.h>
+#include <libvirt/libvirt-qemu.h>
 #include <libvirt/virterror.h>
 
 #include <errno.h>
@@ -531,5 +533,38 @@ int al_vm_start(virConnectPtr conn, const struct al_vm_config *cfg, virDomainPtr
     if (!d)
         return al_err_virt(err, -EIO, "cannot start VM for image '%s'", cfg->image->name);
     *out = d;
+    return 0;
+}
+
+int al_vm_qmp(virDomainPtr dom, const char *what, const char *cmd, int fd, char **reply_out,
+              al_error *err)
+{
+    char *reply = NULL;
+    int rc;
+    if (fd >= 0) {
+        int fds[1] = {fd};
+        rc = virDomainQemuMonitorCommandWithFiles(dom, cmd, 1, fds, NULL, NULL, &reply, 0);
+    } else {
+        rc = virDomainQemuMonitorCommand(dom, cmd, &reply, 0);
+    }
+    if (rc < 0)
+        return al_err_virt(err, -EIO, "cannot %s", what);
+    _cleanup_cjson_ cJSON *j = cJSON_Parse(reply ? reply : "");
+    const cJSON *e = cJSON_GetObjectItemCaseSensitive(j, "error");
+    if (!j || e) {
+        const cJSON *d = cJSON_GetObjectItemCaseSensitive(e, "desc");
+        char desc[200];
+        snprintf(desc, sizeof(desc), "%s",
+                 cJSON_IsString(d) ? d->valuestring
+                 : e               ? "no reason given"
+                                   : "no reply");
+        al_printable(desc);
+        free(reply);
+        return al_err(err, -EIO, "cannot %s: QEMU says: %s", what, desc);
+    }
+    if (reply_out)
+        *reply_out = reply;
+    else
+        free(reply);
     return 0;
 }

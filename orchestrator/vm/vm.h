@@ -63,6 +63,11 @@ int al_vm_connect(const char *uri, virConnectPtr *out, al_error *err);
 int al_vm_start(virConnectPtr conn, const struct al_vm_config *cfg, virDomainPtr *out,
                 al_error *err);
 char *al_vm_xml(const struct al_vm_config *cfg);
+/* Sends a QMP command through libvirt's monitor passthrough (with fd passed along when >= 0;
+ * libvirt marks the domain tainted); fails on QEMU's error, "cannot WHAT: QEMU says: ...". The
+ * reply, when asked for, is the caller's to free. */
+int al_vm_qmp(virDomainPtr dom, const char *what, const char *cmd, int fd, char **reply_out,
+              al_error *err);
 bool al_kvm_present(void);
 /* al_kvm_usable() for a state already read (AIRLOCK_ACCEL=kvm forces it). */
 bool al_kvm_state_usable(enum al_kvm_state st);
