@@ -25,10 +25,12 @@
 /* QEMU's absolute axes run 0..INPUT_EVENT_ABS_MAX (0x7fff); X's drivers scale a value v back to
  * v * w / 0x8000. */
 #define ABS_SPAN 0x8000
-/* Between two input commands: QEMU's virtio-input drops an event batch when the guest has not
- * yet given it buffers back, which a busy emulated guest can be slow to do. Counted from the
- * last command sent, so that nothing waits after an action's last one. */
+/* Input commands are paced: QEMU's virtio-input drops an event batch when the guest has not yet
+ * given it buffers back (its queue holds 64 events, a command is up to 5), which a busy emulated
+ * guest can be slow to do. A burst of INPUT_BURST commands goes at once (a click, a chord), then
+ * one per INPUT_PACE_US (typing). */
 #define INPUT_PACE_US 4000
+#define INPUT_BURST 8
 /* What one action may ask: clicks, notches, repeats; text typed; seconds held or waited. */
 #define CLICKS_MAX 3
 #define REPEAT_MAX 100
@@ -41,8 +43,8 @@ struct al_screen {
     pthread_mutex_t mu; /* one screenshot or batch of actions at a time */
     uint64_t shot_ms;   /* monotonic time of the last screenshot, 0: none */
     unsigned w, h;      /* the mode as last seen, 0: not yet */
-    int ax, ay;       /* the pointer where the host last put it, on the tablet's axes; -1: never */
-    uint64_t sent_us; /* monotonic time of the last input command, 0: none */
+    int ax, ay;        /* the pointer where the host last put it, on the tablet's axes; -1: never */
+    uint64_t paced_us; /* the pacing's clock: a command may go once it is no later than now */
 };
 
 struct al_screen *al_screen_new(void)
@@ -469,9 +471,16 @@ static int send_events(struct act *a, const char *events)
     snprintf(cmd, n, "{\"execute\":\"input-send-event\",\"arguments\":{\"events\":[%s]}}", events);
     struct al_screen *sc = a->s->screen;
     uint64_t now = al_now_us();
-    if (sc->sent_us && now < sc->sent_us + INPUT_PACE_US)
-        sleep_us(sc->sent_us + INPUT_PACE_US - now);
-    sc->sent_us = al_now_us();
+    /* A token bucket: paced_us runs ahead of now by one pace per command sent, at most a burst
+     * ahead before a command waits. */
+    uint64_t floor = now > (uint64_t)INPUT_BURST * INPUT_PACE_US
+                         ? now - (uint64_t)INPUT_BURST * INPUT_PACE_US
+                         : 0;
+    if (sc->paced_us < floor)
+        sc->paced_us = floor;
+    if (sc->paced_us > now)
+        sleep_us(sc->paced_us - now);
+    sc->paced_us += INPUT_PACE_US;
     al_error e = {0};
     int r = al_vm_qmp(a->s->dom, "send the input", cmd, -1, NULL, &e);
     return r < 0 ? act_err(a, r, "%s", e.msg) : 0;
