@@ -5,7 +5,9 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <ftw.h>
+#include <limits.h>
 #include <netinet/in.h>
+#include <openssl/evp.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <string.h>
@@ -431,4 +433,14 @@ char *al_strdup_opt(const char *s, bool *oom)
     if (!d)
         *oom = true;
     return d;
+}
+
+char *al_base64(const uint8_t *p, size_t n)
+{
+    if (n > (SIZE_MAX / 4 - 1) * 3 || n > INT_MAX)
+        return NULL;
+    char *out = malloc((n + 2) / 3 * 4 + 1);
+    if (out)
+        EVP_EncodeBlock((unsigned char *)out, p, (int)n);
+    return out;
 }

@@ -60,6 +60,9 @@ void al_vnotify(void (*fn)(void *ctx, const char *msg), void *ctx, const char *f
  * elem bytes each: doubles it (from first) when full. 0, or -ENOMEM with *arr untouched. */
 int al_grow(void *arr, size_t *cap, size_t n, size_t elem, size_t first);
 
+/* Standard base64 of p (malloc'd, NUL-terminated), NULL when out of memory. */
+char *al_base64(const uint8_t *p, size_t n);
+
 /* NULL-terminated string lists (argv, env): a copy of v (NULL: an empty list), NULL when out
  * of memory; and its free (NULL is fine). */
 char **al_strv_dup(const char *const *v);

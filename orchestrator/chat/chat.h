@@ -47,6 +47,8 @@ typedef struct al_chat_cfg {
                                      (figures.c) */
     const char *const *net_allow; /* the session's allowlist, for the prompt; NULL or
                                      empty: the VM has no network */
+    bool computer; /* the model drives the session's screen, mouse and keyboard (a session
+                      opened with a display): the computer tool */
 } al_chat_cfg;
 
 enum al_chat_outcome {
@@ -90,17 +92,19 @@ typedef struct al_figures {
 typedef struct al_chat {
     al_chat_cfg cfg;
     al_chat_ui ui;
-    al_session *session;  /* not owned */
-    cJSON *messages;      /* the neutral conversation, without the system prompt */
-    char *system;         /* the system prompt in use */
-    char langs[256];      /* space-separated languages the model may use */
-    bool kernels;         /* they run in the session's long-lived kernels */
-    bool stamped;         /* the guest's "files written since" stamp exists */
-    char warm_langs[128]; /* " LANG" for each language whose kernel this chat started */
-    al_figures figures;   /* figures copied out so far */
-    cJSON *images;        /* images of the run in progress for a vision model: [{"media_type",
-                             "data"}], moved into its result message */
-    struct al_chat_ckpt { /* checkpoints this chat took, for %checkpoints */
+    al_session *session;     /* not owned */
+    cJSON *messages;         /* the neutral conversation, without the system prompt */
+    char *system;            /* the system prompt in use */
+    char langs[256];         /* space-separated languages the model may use */
+    bool kernels;            /* they run in the session's long-lived kernels */
+    bool stamped;            /* the guest's "files written since" stamp exists */
+    char warm_langs[128];    /* " LANG" for each language whose kernel this chat started */
+    al_figures figures;      /* figures copied out so far */
+    unsigned shot_w, shot_h; /* computer use: the size screenshots are sent at, which the
+                                model's coordinates are pixels of (0: none taken yet) */
+    cJSON *images;           /* images of the run in progress for a vision model: [{"media_type",
+                                "data"}], moved into its result message */
+    struct al_chat_ckpt {    /* checkpoints this chat took, for %checkpoints */
         uint32_t id;
         char code[72]; /* the first line of the code that ran after it */
     } ckpts[AL_CHECKPOINTS_MAX];

@@ -13,6 +13,15 @@
 
 #include "util.h"
 
+/* Screenshots go to the model at most this big on their longer side: Anthropic's computer tool
+ * works best near 1280x800 and scales larger ones down itself (costing tokens). */
+#define COMPUTER_EDGE 1280
+/* After an action, before its screenshot: the guest's programs redraw. */
+#define COMPUTER_SETTLE_MS 300
+/* Anthropic's computer tool in the version Claude 3.7 and 4 models take. */
+#define COMPUTER_TOOL "computer_20250124"
+#define COMPUTER_BETA "computer-use-2025-01-24"
+
 const char *al_chat_outcome_str(enum al_chat_outcome o)
 {
     switch (o) {
@@ -48,6 +57,8 @@ int al_chat_init(al_chat *c, const al_chat_cfg *cfg, const al_chat_ui *ui, al_se
     c->cfg = *cfg;
     if (ui)
         c->ui = *ui;
+    if (c->cfg.computer)
+        c->cfg.model.anthropic_beta = COMPUTER_BETA;
     if (!c->cfg.max_turns)
         c->cfg.max_turns = AL_CHAT_MAX_TURNS_DEFAULT;
     if (!c->cfg.max_output)
@@ -564,6 +575,140 @@ static cJSON *param(cJSON *params, const char *name, const char *type, const cha
     return v;
 }
 
+/* How a reply's calls went: run, or stopped (and why) before the rest. */
+enum step { STEP_RAN, STEP_DECLINED, STEP_CANCELLED, STEP_REPEATED };
+
+/* ---- computer use: the session's screen (session/screen.c) ---- */
+
+/* A screenshot for the model: attached to the message in progress (c->images), its size the
+ * space of the model's coordinates from now on. */
+static int computer_shot(al_chat *c, al_error *err)
+{
+    al_screenshot_opts o = AL_SCREENSHOT_OPTS_INIT;
+    o.max_edge = COMPUTER_EDGE;
+    al_screenshot shot = AL_SCREENSHOT_INIT;
+    int r = al_screen_capture(c->session, &o, &shot, err);
+    if (r < 0)
+        return r;
+    _cleanup_free_ uint8_t *png = shot.png;
+    c->shot_w = shot.width, c->shot_h = shot.height;
+    if (!c->images && !(c->images = cJSON_CreateArray()))
+        return al_err(err, -ENOMEM, "out of memory");
+    _cleanup_free_ char *b64 = al_base64(png, shot.len);
+    cJSON *img = cJSON_CreateObject();
+    if (!b64 || !img || !cJSON_AddStringToObject(img, "media_type", "image/png") ||
+        !cJSON_AddStringToObject(img, "data", b64) || !cJSON_AddItemToArray(c->images, img)) {
+        cJSON_Delete(img);
+        return al_err(err, -ENOMEM, "out of memory");
+    }
+    return 0;
+}
+
+/* The model's computer call: its action run on the screen (after the user's yes, unless
+ * auto-run), then a screenshot; the text it gets back. */
+static char *computer_call(al_chat *c, const al_tool_call *call, enum step *step)
+{
+    _cleanup_free_ char *action = strdup(call->arguments ? call->arguments : "");
+    _cleanup_cjson_ cJSON *args = cJSON_Parse(action ? action : "");
+    const char *name = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(args, "action"));
+    char *text = NULL;
+    if (!cJSON_IsObject(args) || !name)
+        return strdup("error: pass one action as {\"action\": NAME, ...}");
+    al_error e = {0};
+    if (strcmp(name, "screenshot") != 0 && strcmp(name, "cursor_position") != 0) {
+        /* The user sees each action that acts on the VM, as a run's code. */
+        if (c->ui.code)
+            c->ui.code(c->ui.ctx, "computer", action);
+        if (!c->cfg.auto_run && c->ui.confirm &&
+            c->ui.confirm(c->ui.ctx, "computer", &action) != 1) {
+            *step = STEP_DECLINED;
+            return strdup("The user declined this action.");
+        }
+        /* What the user may have edited is what runs. */
+        cJSON_Delete(args);
+        args = cJSON_Parse(action ? action : "");
+        name = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(args, "action"));
+        if (!cJSON_IsObject(args) || !name)
+            return strdup("error: the action is not a JSON object with an \"action\"");
+    }
+    if (strcmp(name, "screenshot") != 0) {
+        if (!c->shot_w && computer_shot(c, &e) < 0)
+            return asprintf(&text, "error: %s", e.msg) < 0 ? NULL : text;
+        cJSON_Delete(c->images); /* the size only: the screenshot that counts comes after */
+        c->images = NULL;
+        _cleanup_cjson_ cJSON *list = cJSON_CreateArray();
+        cJSON_AddItemToArray(list, cJSON_Duplicate(args, true));
+        _cleanup_free_ char *acts = cJSON_PrintUnformatted(list);
+        unsigned done = 0;
+        int x = -1, y = -1;
+        if (!acts)
+            return NULL;
+        if (al_screen_input(c->session, acts, c->shot_w, c->shot_h, &done, &x, &y, &e) < 0)
+            return asprintf(&text, "error: %s", e.msg) < 0 ? NULL : text;
+        if (!strcmp(name, "cursor_position"))
+            return asprintf(&text, "X=%d,Y=%d", x, y) < 0 ? NULL : text;
+        if (strcmp(name, "wait") != 0)
+            usleep(COMPUTER_SETTLE_MS * 1000);
+    }
+    memset(&e, 0, sizeof(e));
+    if (computer_shot(c, &e) < 0)
+        return asprintf(&text, "done, but no screenshot: %s", e.msg) < 0 ? NULL : text;
+    if (asprintf(&text, "%s: the screen now (%ux%u).",
+                 strcmp(name, "screenshot") ? "Done" : "Screenshot", c->shot_w, c->shot_h) < 0)
+        return NULL;
+    return text;
+}
+
+/* The computer tool: Anthropic's own (their models are trained on it), a function of the same
+ * shape for OpenAI-compatible models. */
+static void computer_tool(const al_chat *c, cJSON *tools)
+{
+    char desc[400];
+    snprintf(desc, sizeof(desc),
+             "Use the sandbox VM's screen, mouse and keyboard. The screen is %ux%u pixels; "
+             "coordinates are pixels of it. Every action returns a screenshot of the screen "
+             "after it.",
+             c->shot_w, c->shot_h);
+    cJSON *p = tool(tools, "computer", desc);
+    static const char *const actions[] = {
+        "screenshot",     "mouse_move",   "left_click",      "right_click",   "middle_click",
+        "double_click",   "triple_click", "left_mouse_down", "left_mouse_up", "left_click_drag",
+        "scroll",         "key",          "hold_key",        "type",          "wait",
+        "cursor_position"};
+    cJSON *en = cJSON_AddArrayToObject(param(p, "action", "string", "the action"), "enum");
+    for (size_t i = 0; i < sizeof(actions) / sizeof(actions[0]); i++)
+        cJSON_AddItemToArray(en, cJSON_CreateString(actions[i]));
+    cJSON *props = cJSON_GetObjectItemCaseSensitive(p, "properties");
+    static const char *const xy[] = {"coordinate", "start_coordinate"};
+    for (int i = 0; i < 2; i++) {
+        cJSON *v = cJSON_AddObjectToObject(props, xy[i]);
+        cJSON_AddStringToObject(v, "type", "array");
+        cJSON_AddNumberToObject(v, "minItems", 2);
+        cJSON_AddNumberToObject(v, "maxItems", 2);
+        cJSON_AddStringToObject(cJSON_AddObjectToObject(v, "items"), "type", "integer");
+        cJSON_AddStringToObject(v, "description",
+                                i ? "where a drag starts" : "[x, y] in screenshot pixels");
+    }
+    cJSON *v = cJSON_AddObjectToObject(props, "text");
+    cJSON_AddStringToObject(v, "type", "string");
+    cJSON_AddStringToObject(v, "description",
+                            "text to type, or keys (\"ctrl+s\", \"Return\") for key and hold_key");
+    v = cJSON_AddObjectToObject(props, "scroll_direction");
+    cJSON_AddStringToObject(v, "type", "string");
+    cJSON *dirs = cJSON_AddArrayToObject(v, "enum");
+    static const char *const ds[] = {"up", "down", "left", "right"};
+    for (int i = 0; i < 4; i++)
+        cJSON_AddItemToArray(dirs, cJSON_CreateString(ds[i]));
+    cJSON_AddStringToObject(cJSON_AddObjectToObject(props, "scroll_amount"), "type", "integer");
+    cJSON_AddStringToObject(cJSON_AddObjectToObject(props, "duration"), "type", "number");
+    cJSON *t = cJSON_GetArrayItem(tools, cJSON_GetArraySize(tools) - 1);
+    cJSON *an = cJSON_AddObjectToObject(t, "anthropic");
+    cJSON_AddStringToObject(an, "type", COMPUTER_TOOL);
+    cJSON_AddStringToObject(an, "name", "computer");
+    cJSON_AddNumberToObject(an, "display_width_px", c->shot_w);
+    cJSON_AddNumberToObject(an, "display_height_px", c->shot_h);
+}
+
 static cJSON *tools_schema(const al_chat *c)
 {
     cJSON *tools = cJSON_CreateArray();
@@ -577,6 +722,8 @@ static cJSON *tools_schema(const al_chat *c)
     for (char *save = NULL, *w = strtok_r(buf, " ", &save); w; w = strtok_r(NULL, " ", &save))
         cJSON_AddItemToArray(en, cJSON_CreateString(w));
     param(p, "code", "string", "the code to run");
+    if (c->cfg.computer)
+        computer_tool(c, tools);
     if (c->cfg.checkpoint == AL_CHECKPOINT_NEVER)
         return tools;
     p = tool(tools, "rollback",
@@ -613,6 +760,12 @@ static int ask_model(al_chat *c, al_model_reply *reply, al_error *err)
     cJSON_AddStringToObject(sys, "role", "system");
     cJSON_AddStringToObject(sys, "content", c->system);
     cJSON_InsertItemInArray(send, 0, sys);
+    /* The computer tool says the screen's size: one screenshot first, if none was taken. */
+    al_error se = {0};
+    if (c->cfg.computer && c->cfg.tools && !c->shot_w && computer_shot(c, &se) == 0) {
+        cJSON_Delete(c->images); /* the size only */
+        c->images = NULL;
+    }
     _cleanup_cjson_ cJSON *tools = c->cfg.tools ? tools_schema(c) : NULL;
     al_model_stream_cb cb = {.text = ui_text, .ctx = c};
     if (c->ui.thinking)
@@ -730,8 +883,6 @@ static uint64_t hash2(const char *a, const char *b)
         h = (h ^ (unsigned char)*s) * 1099511628211ull;
     return h;
 }
-
-enum step { STEP_RAN, STEP_DECLINED, STEP_CANCELLED, STEP_REPEATED };
 
 static void append(char **text, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 static void append(char **text, const char *fmt, ...)
@@ -1006,6 +1157,9 @@ static int tool_call_step(al_chat *c, const al_tool_call *call, struct seen_runs
     } else if (call->name && !strcmp(call->name, "rollback") &&
                c->cfg.checkpoint != AL_CHECKPOINT_NEVER) {
         result = rollback_call(c, call);
+        *ran = true;
+    } else if (call->name && !strcmp(call->name, "computer") && c->cfg.computer) {
+        result = computer_call(c, call, step);
         *ran = true;
     } else {
         _cleanup_free_ char *lang = NULL, *code = NULL;

@@ -48,19 +48,25 @@ char *al_chat_system_prompt(const al_chat_cfg *cfg, const char *langs, bool tool
                     "A run is interrupted after %u s and you get its output so far; the "
                     "interpreter keeps its variables, so split long work into shorter runs.\n",
                     cfg->run_timeout_s);
-        if (tools)
+        if (tools) {
             fputs("To run code, call the `execute` tool with a language and the code.\n", f);
-        if (tools && cfg->checkpoint != AL_CHECKPOINT_NEVER)
-            fputs("Before runs that may change something, Airlock checkpoints the whole VM and "
-                  "says so in the run's result. You can undo your own mistakes: call `rollback` "
-                  "with a checkpoint id to put files, processes and variables back as they "
-                  "were.\n",
-                  f);
-        else
+            if (cfg->checkpoint != AL_CHECKPOINT_NEVER)
+                fputs("Before runs that may change something, Airlock checkpoints the whole VM "
+                      "and says so in the run's result. You can undo your own mistakes: call "
+                      "`rollback` with a checkpoint id to put files, processes and variables "
+                      "back as they were.\n",
+                      f);
+            if (cfg->computer)
+                fputs("The VM has a screen: the `computer` tool takes a screenshot and moves, "
+                      "clicks, scrolls and types with its mouse and keyboard; each action "
+                      "returns a new screenshot. Coordinates are pixels of the screenshots.\n",
+                      f);
+        } else {
             fputs("To run code, put it in one fenced code block whose info string names the "
                   "language, e.g.\n```python\nprint(1 + 1)\n```\nOnly the first block of a "
                   "reply runs; you will get its output in the next message.\n",
                   f);
+        }
     }
     if (cfg->instructions && *cfg->instructions)
         fprintf(f, "\n%s\n", cfg->instructions);

@@ -5,20 +5,11 @@
 #include "chat.h"
 
 #include <errno.h>
-#include <openssl/evp.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "pngio.h"
 #include "util.h"
-
-static char *base64(const uint8_t *p, size_t n)
-{
-    char *out = malloc((n + 2) / 3 * 4 + 1);
-    if (out)
-        EVP_EncodeBlock((unsigned char *)out, p, (int)n);
-    return out;
-}
 
 int al_vision_png(const uint8_t *png, size_t len, char **b64, unsigned *w_out, unsigned *h_out,
                   al_error *err)
@@ -34,7 +25,7 @@ int al_vision_png_fit(const uint8_t *png, size_t len, unsigned side_max, char **
     int r = al_png_fit(png, len, side_max, AL_VISION_PNG_MAX, &fit, &n, w_out, h_out, err);
     if (r < 0)
         return r;
-    *b64 = base64(fit, n);
+    *b64 = al_base64(fit, n);
     return *b64 ? 0 : al_err(err, -ENOMEM, "out of memory");
 }
 

@@ -27,6 +27,8 @@ const char chat_opts_help[] =
     "      --no-tools            code in fenced blocks instead of tool calls\n"
     "      --vision, --no-vision   send image/png results to the model as images (default:\n"
     "                            on for gpt-4o*, gpt-4.1*, claude-*), at most 1024 px a side\n"
+    "      --computer            the model sees the VM's screen and drives its mouse and\n"
+    "                            keyboard (the computer tool; the session gets a display)\n"
     "      --retries N           retries on 429/5xx/dropped connections (default 3)\n"
     "      --request-timeout S   limit on one model request (default 600)\n"
     "Loop:\n"
@@ -101,6 +103,7 @@ enum {
     O_CHECKPOINT,
     O_VISION,
     O_NO_VISION,
+    O_COMPUTER,
     O_NET,
     O_NET_LIMIT,
 };
@@ -124,6 +127,7 @@ static const struct option long_opts[] = {
     {"no-tools", no_argument, NULL, O_NO_TOOLS},
     {"vision", no_argument, NULL, O_VISION},
     {"no-vision", no_argument, NULL, O_NO_VISION},
+    {"computer", no_argument, NULL, O_COMPUTER},
     {"retries", required_argument, NULL, O_RETRIES},
     {"request-timeout", required_argument, NULL, O_REQ_TIMEOUT},
     {"auto-run", no_argument, NULL, 'y'},
@@ -317,6 +321,10 @@ static enum set_result apply_model(struct chat_opts *o, int opt, char *s, bool b
     case O_VISION:
     case O_NO_VISION:
         o->vision = (opt == O_VISION) == b ? 1 : 0;
+        return SET_DONE;
+    case O_COMPUTER:
+        o->cfg.computer = b;
+        o->sess.display = b;
         return SET_DONE;
     case O_RETRIES:
         if (!parse_uint(s, 20, &n))
@@ -521,7 +529,7 @@ static bool is_switch(int opt)
 {
     return opt == 'y' || opt == O_NO_TOOLS || opt == O_PLAIN || opt == O_VERBOSE || opt == O_JSON ||
            opt == O_DEBUG || opt == O_SYNC_GIT || opt == O_SYNC_EXEC || opt == O_VISION ||
-           opt == O_NO_VISION;
+           opt == O_NO_VISION || opt == O_COMPUTER;
 }
 
 /* One setting, from a flag (from_profile false) or a profile line. v may be NULL for flags

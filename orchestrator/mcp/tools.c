@@ -724,14 +724,6 @@ static cJSON *no_session(const char *id)
                       al_term_escape(id, esc, sizeof(esc)));
 }
 
-static char *b64_encode(const uint8_t *p, size_t n)
-{
-    char *out = malloc(4 * ((n + 2) / 3) + 1);
-    if (out)
-        EVP_EncodeBlock((unsigned char *)out, p, (int)n);
-    return out;
-}
-
 /* Standard base64, whitespace ignored; -1 when it is not base64. */
 static ssize_t b64_decode(const char *s, uint8_t **out)
 {
@@ -1395,7 +1387,7 @@ static cJSON *t_read_file(const struct targs *t)
         return tool_error("read_file %s: %s", esc, err.msg);
     const char *enc = arg_str(a, "encoding", NULL);
     bool text = enc ? !strcmp(enc, "utf-8") : al_utf8_valid(data, len) && !memchr(data, 0, len);
-    char *content = text ? al_utf8_repair(data, len, NULL) : b64_encode(data, len);
+    char *content = text ? al_utf8_repair(data, len, NULL) : al_base64(data, len);
     bool png = len > 8 && !memcmp(data, "\x89PNG\r\n\x1a\n", 8);
     cJSON *blocks = cJSON_CreateArray();
     if (text) {
@@ -1896,7 +1888,7 @@ cJSON *mcp_resources_read(al_mcp *m, struct mcp_call *c, const char *uri, int *c
     if (al_utf8_valid(data, n) && !memchr(data, 0, n) && strncmp(mime, "image/", 6)) {
         cJSON_AddStringToObject(j, "text", (const char *)data);
     } else {
-        char *b64 = b64_encode(data, n);
+        char *b64 = al_base64(data, n);
         cJSON_AddStringToObject(j, "blob", b64 ? b64 : "");
         free(b64);
     }
@@ -1918,7 +1910,7 @@ static int add_screen(struct mcp_sess *ss, unsigned max_edge, cJSON *content, cJ
     int r = al_screen_capture(ss->s, &o, &shot, err);
     if (r < 0)
         return r;
-    char *b64 = b64_encode(shot.png, shot.len);
+    char *b64 = al_base64(shot.png, shot.len);
     free(shot.png);
     if (!b64)
         return al_err(err, -ENOMEM, "out of memory");

@@ -387,6 +387,12 @@ static int headers(const al_model_cfg *cfg, struct curl_slist **out)
         r = add_header(out, "Expect:");
     if (r == 0 && cfg->api == AL_API_ANTHROPIC)
         r = add_header(out, "anthropic-version: 2023-06-01");
+    if (r == 0 && cfg->api == AL_API_ANTHROPIC && cfg->anthropic_beta) {
+        _cleanup_free_ char *h = NULL;
+        if (asprintf(&h, "anthropic-beta: %s", cfg->anthropic_beta) < 0)
+            return -ENOMEM;
+        r = add_header(out, h);
+    }
     if (r == 0 && key) {
         _cleanup_free_ char *h = NULL;
         int n = asprintf(&h, "%s%s",

@@ -45,6 +45,8 @@ typedef struct al_model_cfg {
                                    of the reply was passed on; 0 means none. Backoff 0.5 s doubling,
                                    capped at 8 s; Retry-After honoured up to 30 s. */
     int cancel_fd;              /* -1: none; readable (any byte) cancels the request: -ECANCELED */
+    const char *anthropic_beta; /* Anthropic: an anthropic-beta header's value (a tool's beta:
+                                   computer-use-2025-01-24), or NULL */
     /* Told each request's URL, status line and retry (never the key), one line each without
      * its newline; NULL: not told. The library prints nothing itself. */
     void (*notice)(void *ctx, const char *line);
@@ -57,7 +59,9 @@ typedef struct al_model_cfg {
  *   {"role":"assistant","content":"...",                    (content may be "")
  *        "tool_calls":[{"id":"...","name":"execute","arguments":{...object...}}]}   (optional)
  *   {"role":"tool","tool_call_id":"...","name":"execute","content":"..."}
- * Tools: a cJSON array of {"name":"...","description":"...","parameters":{JSON schema}}.
+ * Tools: a cJSON array of {"name":"...","description":"...","parameters":{JSON schema}}; one
+ * with an "anthropic" object goes to Anthropic as that object (a tool of its own kind: the
+ * computer tool), to OpenAI as the function it describes.
  * tools == NULL (or empty) sends no tools (the text-mode fallback). */
 
 typedef struct al_tool_call {

@@ -245,6 +245,12 @@ int al_model_body_tools(cJSON *body, enum al_api api, const cJSON *tools, al_err
     const cJSON *t;
     cJSON_ArrayForEach(t, tools)
     {
+        const cJSON *native = cJSON_GetObjectItemCaseSensitive(t, "anthropic");
+        if (api == AL_API_ANTHROPIC && cJSON_IsObject(native)) {
+            if (!cJSON_AddItemToArray(ts, cJSON_Duplicate(native, true)))
+                goto oom;
+            continue;
+        }
         cJSON *o = cJSON_CreateObject(), *fn = o;
         const char *name = al_json_str(t, "name"), *desc = al_json_str(t, "description");
         const cJSON *params = cJSON_GetObjectItemCaseSensitive(t, "parameters");

@@ -10,7 +10,7 @@ _airlock_exec_flags='--image --interactive --tty --transport --net --net-limit -
  --linger --raw --publish --bind --json --quiet --help'
 # chat and run share one table; --resume is chat's alone, --json run's.
 _airlock_chat_common='--model --api --api-base --api-key --api-key-file --local --temperature
- --max-tokens --context-window --no-tools --vision --no-vision --retries --request-timeout --auto-run --max-turns
+ --max-tokens --context-window --no-tools --vision --no-vision --computer --retries --request-timeout --auto-run --max-turns
  --max-output --token-budget --run-timeout --system-message --instructions --profile --image
  --memory --cpus --disk-budget --transport --net --net-limit --plain --verbose --workdir
  --checkpoint --sync-back --sync-back-git --sync-back-exec --workdir-limit --connect --debug --help'

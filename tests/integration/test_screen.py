@@ -6,6 +6,7 @@ keyboard (a reader started in the background), so every assertion is about event
 really received; what the host sees is decoded here from the PNG (a small decoder below, no
 imaging library). Environment: AIRLOCKD_BIN and the usual integration variables.
 """
+import base64
 import json
 import os
 import struct
@@ -18,6 +19,7 @@ import zlib
 import altest
 from airlock import APIError, Sandbox
 from test_airlockd import Daemon
+from test_chat import FakeModel, execute, tool_results
 from test_mcp import SDK, npm_install
 
 # In the guest: the tablet's and keyboard's events as lines "TYPE CODE VALUE" in /tmp/ev.log,
@@ -329,6 +331,112 @@ def get_umask():
     mask = os.umask(0)
     os.umask(mask)
     return mask
+
+
+def computer(action, id=None, **kw):
+    c = {"name": "computer", "arguments": dict(action=action, **kw)}
+    if id:
+        c["id"] = id
+    return c
+
+
+def png_size(data):
+    assert data[:8] == b"\x89PNG\r\n\x1a\n"
+    return struct.unpack(">II", data[16:24])
+
+
+class ChatComputerTest(unittest.TestCase):
+    """airlock run --computer against the fake model (the real wire formats): the computer tool
+    as each API takes it, each action's screenshot going back as an image, the actions reaching
+    the guest's input devices, and the user's confirmation."""
+
+    def fake(self, replies):
+        fm = FakeModel(replies)
+        self.addCleanup(fm.close)
+        return fm
+
+    def test_openai_function_and_what_the_guest_received(self):
+        start_reader = (
+            "import os, subprocess, time\nopen('/tmp/reader.py', 'w').write(%r)\n"
+            "subprocess.Popen(['python3', '/tmp/reader.py'], start_new_session=True)\n"
+            "for _ in range(300):\n"
+            "    if os.path.exists('/tmp/ev.log') and open('/tmp/ev.log').read(5) == 'ready':\n"
+            "        break\n"
+            "    time.sleep(0.1)\n"
+            "print(open('/tmp/ev.log').readline())" % READER)
+        fm = self.fake([
+            {"tool_calls": [execute(start_reader, lang="python")]},
+            {"tool_calls": [computer("screenshot", id="c1")]},
+            {"tool_calls": [computer("left_click", id="c2", coordinate=[100, 50])]},
+            {"tool_calls": [computer("type", id="c3", text="hi")]},
+            {"tool_calls": [computer("left_click", id="c4", coordinate=[720, 5])]},
+            {"tool_calls": [execute("tail -n +2 /tmp/ev.log", lang="shell")]},
+            {"text": "done"},
+        ])
+        args = [a if a != "tiny" else "debian" for a in fm.args("--computer")]
+        r = altest.run(["run", "-y"] + args + ["click it"], env=fm.env, timeout=600)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        reqs = fm.requests()
+        self.assertEqual(len(reqs), 7)
+        tools = {t["function"]["name"]: t["function"] for t in reqs[0]["body"]["tools"]}
+        self.assertIn("720x400 pixels", tools["computer"]["description"])
+        self.assertIn("left_click", tools["computer"]["parameters"]["properties"]["action"]["enum"])
+        self.assertIn("computer", reqs[0]["body"]["messages"][0]["content"])
+        self.assertIn("ready", tool_results(reqs[1])[-1]["content"])
+        for n, call in ((2, "c1"), (3, "c2"), (4, "c3")):
+            res = tool_results(reqs[n])[-1]
+            self.assertEqual(res["tool_call_id"], call)
+            self.assertIn("the screen now (720x400)", res["content"])
+            # The screenshot follows as an image the model sees.
+            msgs = reqs[n]["body"]["messages"]
+            urls = [p["image_url"]["url"] for p in msgs[-1]["content"]
+                    if p["type"] == "image_url"]
+            self.assertEqual(len(urls), 1, msgs[-1])
+            self.assertEqual(png_size(base64.b64decode(urls[0].split(",", 1)[1])), (720, 400))
+        bad = tool_results(reqs[5])[-1]["content"]
+        self.assertIn("outside the 720x400 screen", bad)
+        ev = [tuple(int(v) for v in line.split()[1:]) for line in
+              tool_results(reqs[6])[-1]["content"].splitlines()
+              if line[:4] in ("tab ", "kbd ")]
+        keys = [(c, v) for t, c, v in ev if t == EV_KEY]
+        # the click at (100, 50), then h (35) and i (23); nothing of the refused click
+        self.assertEqual(keys, [(BTN_LEFT, 1), (BTN_LEFT, 0), (35, 1), (35, 0), (23, 1), (23, 0)])
+        absx = [v for t, c, v in ev if t == EV_ABS and c == 0]
+        self.assertEqual(absx[-1] * 720 // 0x8000, 100)
+
+    def test_anthropic_computer_tool_and_confirmation(self):
+        fm = self.fake([
+            {"tool_calls": [computer("screenshot", id="toolu_1")]},
+            {"tool_calls": [computer("left_click", id="toolu_2", coordinate=[10, 10])]},
+            {"tool_calls": [computer("key", id="toolu_3", text="Return")]},
+            {"text": "done"},
+        ])
+        # Asked before each action that touches the VM: yes to the click, no to the key.
+        r = altest.run(["run"] + fm.args("--computer", api="anthropic") + ["go"],
+                       input=b"y\nn\n", env=fm.env, timeout=300)
+        self.assertEqual(r.returncode, 4, r.stderr)
+        reqs = fm.requests()
+        self.assertEqual(len(reqs), 3)  # the loop stopped at the declined action
+        body = reqs[0]["body"]
+        comp = [t for t in body["tools"] if t.get("name") == "computer"]
+        self.assertEqual(comp, [{"type": "computer_20250124", "name": "computer",
+                                 "display_width_px": 720, "display_height_px": 400}])
+        self.assertEqual(reqs[0]["headers"].get("anthropic-beta"), "computer-use-2025-01-24")
+        for n, tid in ((1, "toolu_1"), (2, "toolu_2")):
+            blocks = [b for m in reqs[n]["body"]["messages"] if isinstance(m["content"], list)
+                      for b in m["content"]]
+            res = [b for b in blocks if b.get("type") == "tool_result"][-1]
+            self.assertEqual(res["tool_use_id"], tid)
+            imgs = [b for b in res["content"] if b.get("type") == "image"]
+            self.assertEqual(len(imgs), 1, res)
+            self.assertEqual(png_size(base64.b64decode(imgs[0]["source"]["data"])), (720, 400))
+        self.assertEqual(r.stderr.count(b"Run this in the sandbox?"), 2, r.stderr)
+        # Each action is shown as a run's code is.
+        shown = r.stdout.replace(b" ", b"")
+        self.assertIn(b'"action":"left_click","coordinate":[10,10]', shown)
+        self.assertIn(b'"action":"key","text":"Return"', shown)
+        conv = fm.conversations()[0]
+        self.assertIn("declined", json.dumps(conv["messages"][-1]))
 
 
 class McpTest(unittest.TestCase):
