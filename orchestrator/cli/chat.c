@@ -39,6 +39,8 @@ static const char magic_help[] =
     "  %load FILE         load a conversation saved with %save\n"
     "  %net               the VM's network requests (with --net allow=...)\n"
     "  %tokens            tokens used this session\n"
+    "  %screenshot [FILE] save the VM's screen as PNG (with --computer; default: the\n"
+    "                     outputs directory)\n"
     "  %verbose           toggle request and run details\n"
     "  %auto-run on|off   run code without asking\n"
     "  %markdown [FILE]   export the conversation as Markdown (default: stdout)\n"
@@ -324,6 +326,25 @@ static bool magic(struct repl *rp, const char *line, bool *quit)
             cli_error(&e);
         else
             printf("Loaded %d messages.\n", cJSON_GetArraySize(c->messages));
+    } else if (!strcmp(cmd, "%screenshot")) {
+        al_screenshot shot = AL_SCREENSHOT_INIT;
+        char host[AL_PATH_MAX];
+        if (al_screen_capture(rp->u.session, NULL, &shot, &e) < 0) {
+            cli_error(&e);
+        } else if (*arg) {
+            FILE *f = fopen(arg, "wbx");
+            if (!f || fwrite(shot.png, 1, shot.len, f) != shot.len || fclose(f) != 0)
+                fprintf(stderr, "airlock: cannot write '%s': %s\n", arg, strerror(errno));
+            else
+                printf("The screen (%ux%u) saved to %s\n", shot.width, shot.height, arg);
+        } else {
+            al_mime m = {.type = "image/png", .data = shot.png, .len = shot.len};
+            if (al_figure_save(&c->figures, &m, host, sizeof(host), &e) < 0)
+                cli_error(&e);
+            else
+                printf("The screen (%ux%u) saved to %s\n", shot.width, shot.height, host);
+        }
+        free(shot.png);
     } else if (!strcmp(cmd, "%tokens")) {
         printf("Tokens this session: %llu in, %llu out, %llu in all",
                (unsigned long long)c->input_tokens, (unsigned long long)c->output_tokens,

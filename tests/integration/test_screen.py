@@ -19,7 +19,7 @@ import zlib
 import altest
 from airlock import APIError, Sandbox
 from test_airlockd import Daemon
-from test_chat import FakeModel, execute, tool_results
+from test_chat import ChatPty, FakeModel, execute, tool_results
 from test_mcp import SDK, npm_install
 
 # In the guest: the tablet's and keyboard's events as lines "TYPE CODE VALUE" in /tmp/ev.log,
@@ -437,6 +437,33 @@ class ChatComputerTest(unittest.TestCase):
         self.assertIn(b'"action":"key","text":"Return"', shown)
         conv = fm.conversations()[0]
         self.assertIn("declined", json.dumps(conv["messages"][-1]))
+
+
+    def test_screenshot_in_the_chat_with_the_profile_key(self):
+        # A profile's computer: true gives the chat's session a display; %screenshot saves it.
+        fm = self.fake([])
+        prof = os.path.join(fm.env["XDG_CONFIG_HOME"], "airlock", "profiles")
+        os.makedirs(prof)
+        with open(os.path.join(prof, "default.yaml"), "w") as f:
+            f.write("computer: true\n")
+        out = os.path.join(fm.dir, "screen.png")
+        c = ChatPty(self, fm)
+        try:
+            c.say(("%%screenshot %s" % out).encode())
+            c.expect(b"saved to " + out.encode())
+            mark = len(c.out)
+            c.say(b"%screenshot")
+            c.expect(b"saved to ", since=mark)
+            c.expect(b"> ", since=mark)
+        finally:
+            altest.reap_pty(c.pid, c.fd)
+        with open(out, "rb") as f:
+            self.assertEqual(png_size(f.read()), (720, 400))
+        outs = os.path.join(fm.env["XDG_DATA_HOME"], "airlock", "outputs")
+        pngs = os.listdir(outs)
+        self.assertEqual(len(pngs), 1)
+        with open(os.path.join(outs, pngs[0]), "rb") as f:
+            self.assertEqual(png_size(f.read()), (720, 400))
 
 
 class McpTest(unittest.TestCase):
