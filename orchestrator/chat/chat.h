@@ -209,6 +209,10 @@ int al_vision_png(const uint8_t *png, size_t len, char **b64, unsigned *w, unsig
 /* The same with another bound on the longer side (the MCP server's images: 1568 px). */
 int al_vision_png_fit(const uint8_t *png, size_t len, unsigned side_max, char **b64, unsigned *w,
                       unsigned *h, al_error *err);
+/* The session's screen now as base64 PNG (malloc'd), at most max_edge on its longer side;
+ * its sizes in *shot (whose png is NULL). The chat's computer tool and MCP's screenshot. */
+int al_vision_screen(al_session *s, unsigned max_edge, char **b64, al_screenshot *shot,
+                     al_error *err);
 /* Whether a model is known to take images: gpt-4o*, gpt-4.1*, claude-*. */
 bool al_vision_model(const char *model);
 

@@ -584,19 +584,16 @@ enum step { STEP_RAN, STEP_DECLINED, STEP_CANCELLED, STEP_REPEATED };
  * space of the model's coordinates from now on. */
 static int computer_shot(al_chat *c, al_error *err)
 {
-    al_screenshot_opts o = AL_SCREENSHOT_OPTS_INIT;
-    o.max_edge = COMPUTER_EDGE;
+    _cleanup_free_ char *b64 = NULL;
     al_screenshot shot = AL_SCREENSHOT_INIT;
-    int r = al_screen_capture(c->session, &o, &shot, err);
+    int r = al_vision_screen(c->session, COMPUTER_EDGE, &b64, &shot, err);
     if (r < 0)
         return r;
-    _cleanup_free_ uint8_t *png = shot.png;
     c->shot_w = shot.width, c->shot_h = shot.height;
     if (!c->images && !(c->images = cJSON_CreateArray()))
         return al_err(err, -ENOMEM, "out of memory");
-    _cleanup_free_ char *b64 = al_base64(png, shot.len);
     cJSON *img = cJSON_CreateObject();
-    if (!b64 || !img || !cJSON_AddStringToObject(img, "media_type", "image/png") ||
+    if (!img || !cJSON_AddStringToObject(img, "media_type", "image/png") ||
         !cJSON_AddStringToObject(img, "data", b64) || !cJSON_AddItemToArray(c->images, img)) {
         cJSON_Delete(img);
         return al_err(err, -ENOMEM, "out of memory");

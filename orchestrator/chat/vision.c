@@ -34,3 +34,21 @@ bool al_vision_model(const char *model)
     return model && (!strncmp(model, "gpt-4o", 6) || !strncmp(model, "gpt-4.1", 7) ||
                      !strncmp(model, "claude-", 7));
 }
+
+int al_vision_screen(al_session *s, unsigned max_edge, char **b64, al_screenshot *shot,
+                     al_error *err)
+{
+    al_screenshot_opts o = AL_SCREENSHOT_OPTS_INIT;
+    o.max_edge = max_edge;
+    al_screenshot got = AL_SCREENSHOT_INIT;
+    int r = al_screen_capture(s, &o, &got, err);
+    if (r < 0)
+        return r;
+    *b64 = al_base64(got.png, got.len);
+    free(got.png);
+    got.png = NULL;
+    if (!*b64)
+        return al_err(err, -ENOMEM, "out of memory");
+    *shot = got;
+    return 0;
+}

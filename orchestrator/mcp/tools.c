@@ -1904,16 +1904,11 @@ cJSON *mcp_resources_read(al_mcp *m, struct mcp_call *c, const char *uri, int *c
 static int add_screen(struct mcp_sess *ss, unsigned max_edge, cJSON *content, cJSON *st,
                       al_error *err)
 {
-    al_screenshot_opts o = AL_SCREENSHOT_OPTS_INIT;
-    o.max_edge = max_edge;
+    char *b64 = NULL;
     al_screenshot shot = AL_SCREENSHOT_INIT;
-    int r = al_screen_capture(ss->s, &o, &shot, err);
+    int r = al_vision_screen(ss->s, max_edge, &b64, &shot, err);
     if (r < 0)
         return r;
-    char *b64 = al_base64(shot.png, shot.len);
-    free(shot.png);
-    if (!b64)
-        return al_err(err, -ENOMEM, "out of memory");
     cJSON *b = cJSON_CreateObject();
     cJSON_AddStringToObject(b, "type", "image");
     cJSON_AddStringToObject(b, "data", b64);
