@@ -3,6 +3,7 @@
  * every agent takes, and powering off. */
 #include "agent.h"
 
+#include <dirent.h>
 #include <fcntl.h>
 #include <net/if.h>
 #include <signal.h>
@@ -17,7 +18,10 @@
 #include <sys/syscall.h>
 #include <sys/wait.h>
 
-/* Kernel modules to load at boot, one .ko path per line, in dependency order. */
+/* Kernel modules to load at boot, one .ko path per line, in dependency order; a line
+ * "virtio:ID PATH" loads PATH only when a virtio device of that id is there (18: input, the
+ * tablet and keyboard of a session with a display), so sessions without one spend no memory on
+ * it. */
 #define MODULES_LIST "/etc/airlock/modules"
 /* Kernel command-line word naming the root disk (airlock.root=/dev/vda). Without it the
  * initramfs is the root (tiny); with it the initramfs only carries what reaches the disk. */
@@ -44,6 +48,29 @@ static void mount_fs(const char *type, const char *dir, unsigned long flags, con
         agent_log("cannot mount %s on %s: %s", type, dir, strerror(errno));
 }
 
+/* Whether the virtio bus has a device of id (its modules loaded before: virtio_pci probes the
+ * PCI devices as it loads). */
+static bool virtio_device_present(unsigned long id)
+{
+    DIR *d = opendir("/sys/bus/virtio/devices");
+    bool found = false;
+    for (struct dirent *e; d && !found && (e = readdir(d));) {
+        char path[PATH_MAX], buf[32];
+        if (e->d_name[0] == '.' || snprintf(path, sizeof(path), "/sys/bus/virtio/devices/%s/device",
+                                            e->d_name) >= (int)sizeof(path))
+            continue;
+        _cleanup_close_ int fd = open(path, O_RDONLY | O_CLOEXEC);
+        ssize_t n = fd < 0 ? -1 : read(fd, buf, sizeof(buf) - 1);
+        if (n > 0) {
+            buf[n] = '\0';
+            found = strtoul(buf, NULL, 0) == id;
+        }
+    }
+    if (d)
+        closedir(d);
+    return found;
+}
+
 static void load_modules(void)
 {
     char line[PATH_MAX];
@@ -54,10 +81,18 @@ static void load_modules(void)
         line[strcspn(line, "\r\n")] = '\0';
         if (!line[0] || line[0] == '#')
             continue;
+        const char *path = line;
+        if (!strncmp(line, "virtio:", 7)) {
+            char *end;
+            unsigned long id = strtoul(line + 7, &end, 10);
+            if (*end != ' ' || !virtio_device_present(id))
+                continue;
+            path = end + 1;
+        }
         /* finit_module directly: no modprobe, no depmod data needed in the image. */
-        _cleanup_close_ int fd = open(line, O_RDONLY | O_CLOEXEC);
+        _cleanup_close_ int fd = open(path, O_RDONLY | O_CLOEXEC);
         if (fd < 0 || (syscall(SYS_finit_module, fd, "", 0) < 0 && errno != EEXIST))
-            agent_log("cannot load module %s: %s", line, strerror(errno));
+            agent_log("cannot load module %s: %s", path, strerror(errno));
     }
     fclose(f);
 }

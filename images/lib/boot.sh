@@ -7,9 +7,11 @@
 # Order matters: each module needs the ones before it (finit_module does not resolve deps).
 # virtio_net (after net_failover, after failover): the NIC of sessions with network (--net).
 # virtio_input and evdev: the tablet and keyboard of sessions with a display, which the host
-# drives (/dev/input/event*).
+# drives (/dev/input/event*); loaded only where a virtio input device is (boot_modules_if).
 boot_modules=(virtio_ring virtio virtio_pci_legacy_dev virtio_pci_modern_dev virtio_pci
               virtio_console virtio_blk failover net_failover virtio_net virtio_input evdev)
+# Modules the agent loads only when the virtio bus has a device of this id (18: input).
+declare -A boot_modules_if=([virtio_input]=18 [evdev]=18)
 # quiet loglevel=1: console output is slow under emulation. panic=-1: a kernel panic reboots at
 # once, which ends the guest when run with -no-reboot (or on_reboot=destroy), instead of a hang. cryptomgr.notests: skip the crypto
 # self-tests. 8250.nr_uarts=1, i8042.*: do not probe hardware the guest does not have.
@@ -61,7 +63,8 @@ boot_install_modules() { # ROOT
         *.zst) zstd -qdc "$src" >"$dst" ;;
         *) cp "$src" "$dst" ;;
         esac
-        echo "/lib/modules/$boot_kver/$m.ko" >>"$root/etc/airlock/modules"
+        echo "${boot_modules_if[$m]:+virtio:${boot_modules_if[$m]} }/lib/modules/$boot_kver/$m.ko" \
+            >>"$root/etc/airlock/modules"
     done
 }
 
