@@ -1,6 +1,7 @@
-/* The screen and input of a session with a display, from the host: the screenshot is libvirt's
- * (QEMU's screendump of the VGA, PNG), the input QEMU's input-send-event into a virtio tablet
- * and keyboard, sent through libvirt's monitor passthrough as checkpoint.c does. Nothing passes
+/* The screen and input of a session with a display, from the host: the screenshot is QEMU's
+ * screendump of the VGA as PNG (into a memfd of ours here, libvirt's screenshot stream for a
+ * remote host), the input QEMU's input-send-event into a virtio tablet and keyboard, both sent
+ * through libvirt's monitor passthrough (al_vm_qmp). Nothing passes
  * through the guest, so a guest that took over our agent can neither forge a screenshot nor
  * stop the input; what it controls is what is on its screen and the mode (size), which are
  * bounded here: the bytes QEMU hands over, the pixels decoded, the rate of screenshots. */
