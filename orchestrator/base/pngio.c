@@ -101,6 +101,42 @@ void al_png_box_scale(const uint8_t *in, unsigned w, unsigned h, uint8_t *out, u
     }
 }
 
+int al_png_fit_rgba(const uint8_t *px, unsigned w, unsigned h, unsigned side_max, size_t bytes_max,
+                    uint8_t **out, size_t *outlen, unsigned *w_out, unsigned *h_out, al_error *err)
+{
+    /* Fit the longer side; a PNG small in pixels but big in bytes is re-encoded, halved until it
+     * fits. */
+    unsigned w2 = w, h2 = h;
+    if (side_max && (w2 > side_max || h2 > side_max)) {
+        double f = (double)side_max / (w > h ? w : h);
+        w2 = (unsigned)(w * f), h2 = (unsigned)(h * f);
+    }
+    for (;;) {
+        if (!w2)
+            w2 = 1;
+        if (!h2)
+            h2 = 1;
+        _cleanup_free_ uint8_t *scaled = NULL;
+        if (w2 != w || h2 != h) {
+            if (!(scaled = malloc((size_t)w2 * h2 * 4)))
+                return al_err(err, -ENOMEM, "out of memory");
+            al_png_box_scale(px, w, h, scaled, w2, h2);
+        }
+        size_t size = 0;
+        uint8_t *enc = NULL;
+        int r = al_png_rgba(scaled ? scaled : px, w2, h2, &enc, &size, err);
+        if (r < 0)
+            return r;
+        if (!bytes_max || size <= bytes_max || (w2 <= 64 && h2 <= 64)) {
+            *out = enc, *outlen = size;
+            *w_out = w2, *h_out = h2;
+            return 0;
+        }
+        free(enc);
+        w2 /= 2, h2 /= 2;
+    }
+}
+
 int al_png_fit(const uint8_t *png, size_t len, unsigned side_max, size_t bytes_max, uint8_t **out,
                size_t *outlen, unsigned *w_out, unsigned *h_out, al_error *err)
 {
@@ -120,32 +156,5 @@ int al_png_fit(const uint8_t *png, size_t len, unsigned side_max, size_t bytes_m
     _cleanup_free_ uint8_t *px = NULL;
     if ((r = al_png_decode(png, len, &px, &w, &h, err)) < 0)
         return r;
-    /* Fit the longer side; a PNG small in pixels but big in bytes is re-encoded, halved until it
-     * fits. */
-    unsigned w2 = w, h2 = h;
-    if (w2 > side_max || h2 > side_max) {
-        double f = (double)side_max / (w > h ? w : h);
-        w2 = (unsigned)(w * f), h2 = (unsigned)(h * f);
-    }
-    for (;;) {
-        if (!w2)
-            w2 = 1;
-        if (!h2)
-            h2 = 1;
-        _cleanup_free_ uint8_t *scaled = malloc((size_t)w2 * h2 * 4);
-        if (!scaled)
-            return al_err(err, -ENOMEM, "out of memory");
-        al_png_box_scale(px, w, h, scaled, w2, h2);
-        size_t size = 0;
-        uint8_t *enc = NULL;
-        if ((r = al_png_rgba(scaled, w2, h2, &enc, &size, err)) < 0)
-            return r;
-        if (!bytes_max || size <= bytes_max || (w2 <= 64 && h2 <= 64)) {
-            *out = enc, *outlen = size;
-            *w_out = w2, *h_out = h2;
-            return 0;
-        }
-        free(enc);
-        w2 /= 2, h2 /= 2;
-    }
+    return al_png_fit_rgba(px, w, h, side_max, bytes_max, out, outlen, w_out, h_out, err);
 }

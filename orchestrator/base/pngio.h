@@ -21,6 +21,11 @@ int al_png_decode(const uint8_t *png, size_t len, uint8_t **px, unsigned *w, uns
  * pixels it covers. */
 void al_png_box_scale(const uint8_t *in, unsigned w, unsigned h, uint8_t *out, unsigned w2,
                       unsigned h2);
+/* w x h RGBA pixels as a PNG with its longer side at most side_max (0: any) and its size at most
+ * bytes_max (0: any): scaled down (halved again while still too big in bytes, down to 64 px)
+ * and encoded; malloc'd into *out, its size in *w_out, *h_out. */
+int al_png_fit_rgba(const uint8_t *px, unsigned w, unsigned h, unsigned side_max, size_t bytes_max,
+                    uint8_t **out, size_t *outlen, unsigned *w_out, unsigned *h_out, al_error *err);
 /* The PNG with its longer side at most side_max and its size at most bytes_max (0: any):
  * the same bytes (a copy) when it fits, else decoded, scaled down (halved again while still
  * too big in bytes, down to 64 px) and encoded anew. malloc'd into *out; its size in *w, *h. */

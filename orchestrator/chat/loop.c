@@ -601,6 +601,18 @@ static int computer_shot(al_chat *c, al_error *err)
     return 0;
 }
 
+/* The screen's size as screenshots are sent (the model's coordinate space), from one taken
+ * for it when none was yet; its image is not sent. */
+static int computer_size(al_chat *c, al_error *err)
+{
+    if (c->shot_w)
+        return 0;
+    int r = computer_shot(c, err);
+    cJSON_Delete(c->images);
+    c->images = NULL;
+    return r;
+}
+
 /* The model's computer call: its action run on the screen (after the user's yes, unless
  * auto-run), then a screenshot; the text it gets back. */
 static char *computer_call(al_chat *c, const al_tool_call *call, enum step *step)
@@ -629,10 +641,8 @@ static char *computer_call(al_chat *c, const al_tool_call *call, enum step *step
             return strdup("error: the action is not a JSON object with an \"action\"");
     }
     if (strcmp(name, "screenshot") != 0) {
-        if (!c->shot_w && computer_shot(c, &e) < 0)
+        if (computer_size(c, &e) < 0)
             return asprintf(&text, "error: %s", e.msg) < 0 ? NULL : text;
-        cJSON_Delete(c->images); /* the size only: the screenshot that counts comes after */
-        c->images = NULL;
         _cleanup_cjson_ cJSON *list = cJSON_CreateArray();
         cJSON_AddItemToArray(list, cJSON_Duplicate(args, true));
         _cleanup_free_ char *acts = cJSON_PrintUnformatted(list);
@@ -757,12 +767,10 @@ static int ask_model(al_chat *c, al_model_reply *reply, al_error *err)
     cJSON_AddStringToObject(sys, "role", "system");
     cJSON_AddStringToObject(sys, "content", c->system);
     cJSON_InsertItemInArray(send, 0, sys);
-    /* The computer tool says the screen's size: one screenshot first, if none was taken. */
+    /* The computer tool says the screen's size (a failure is the first action's to report). */
     al_error se = {0};
-    if (c->cfg.computer && c->cfg.tools && !c->shot_w && computer_shot(c, &se) == 0) {
-        cJSON_Delete(c->images); /* the size only */
-        c->images = NULL;
-    }
+    if (c->cfg.computer && c->cfg.tools)
+        computer_size(c, &se);
     _cleanup_cjson_ cJSON *tools = c->cfg.tools ? tools_schema(c) : NULL;
     al_model_stream_cb cb = {.text = ui_text, .ctx = c};
     if (c->ui.thinking)

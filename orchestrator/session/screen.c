@@ -231,24 +231,8 @@ static int crop_scale(const uint8_t *px, unsigned w, const al_screenshot_opts *o
     for (unsigned y = 0; y < rh; y++)
         memcpy(region + (size_t)y * rw * 4, px + ((size_t)(o->y + y) * w + o->x) * 4,
                (size_t)rw * 4);
-    unsigned w2 = rw, h2 = rh;
-    if (o->max_edge && (rw > o->max_edge || rh > o->max_edge)) {
-        double f = (double)o->max_edge / (rw > rh ? rw : rh);
-        w2 = (unsigned)(rw * f), h2 = (unsigned)(rh * f);
-        w2 = w2 ? w2 : 1, h2 = h2 ? h2 : 1;
-    }
-    _cleanup_free_ uint8_t *scaled = NULL;
-    const uint8_t *src = region;
-    if (w2 != rw || h2 != rh) {
-        if (!(scaled = malloc((size_t)w2 * h2 * 4)))
-            return al_err(err, -ENOMEM, "out of memory");
-        al_png_box_scale(region, rw, rh, scaled, w2, h2);
-        src = scaled;
-    }
-    int r = al_png_rgba(src, w2, h2, &out->png, &out->len, err);
-    if (r == 0)
-        out->width = w2, out->height = h2;
-    return r;
+    return al_png_fit_rgba(region, rw, rh, o->max_edge, 0, &out->png, &out->len, &out->width,
+                           &out->height, err);
 }
 
 int al_screen_capture(al_session *s, const al_screenshot_opts *opts, al_screenshot *out,
@@ -594,16 +578,19 @@ static int keys(struct act *a, const char *const *q, size_t n, bool down)
     return send_events(a, ev);
 }
 
+/* The keys q[0..n) pressed, then released. */
+static int tap(struct act *a, const char *const *q, size_t n)
+{
+    int r = keys(a, q, n, true);
+    return r < 0 ? r : keys(a, q, n, false);
+}
+
 static int chord_tap(struct act *a, const char *chord)
 {
     const char *q[CHORD_MAX];
     size_t n;
     int r = chord_parse(a, chord, q, &n);
-    if (r == 0)
-        r = keys(a, q, n, true);
-    if (r == 0)
-        r = keys(a, q, n, false);
-    return r;
+    return r < 0 ? r : tap(a, q, n);
 }
 
 static const char *text_of(const cJSON *act)
@@ -685,9 +672,7 @@ static int act_type(struct act *a, const char *text)
         if (shift)
             q[n++] = "shift";
         q[n++] = k;
-        int r = keys(a, q, n, true);
-        if (r == 0)
-            r = keys(a, q, n, false);
+        int r = tap(a, q, n);
         if (r < 0)
             return r;
     }
