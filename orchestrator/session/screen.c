@@ -599,6 +599,16 @@ static const char *text_of(const cJSON *act)
     return cJSON_IsString(t) ? t->valuestring : NULL;
 }
 
+/* A wait or a held key: the screen's lock is let go meanwhile, so that another caller's
+ * screenshot (or actions) of the session never waits the up to DURATION_MAX_S for it. */
+static void act_sleep(struct act *a, double secs)
+{
+    struct al_screen *sc = a->s->screen;
+    pthread_mutex_unlock(&sc->mu);
+    sleep_us((uint64_t)(secs * 1e6));
+    pthread_mutex_lock(&sc->mu);
+}
+
 /* A whole number field in 1..max, dflt when absent. */
 static int count_of(struct act *a, const cJSON *act, const char *key, int dflt, int max, int *out)
 {
@@ -749,7 +759,7 @@ static int act_hold(struct act *a, const cJSON *act)
     if ((r = duration_of(a, act, &secs)) < 0 || (r = chord_parse(a, text, q, &n)) < 0 ||
         (r = keys(a, q, n, true)) < 0)
         return r;
-    sleep_us((uint64_t)(secs * 1e6));
+    act_sleep(a, secs);
     return keys(a, q, n, false);
 }
 
@@ -790,7 +800,7 @@ static int act_run(struct act *a, const cJSON *act)
     if (!strcmp(name, "wait")) {
         if ((r = duration_of(a, act, &secs)) < 0)
             return r;
-        sleep_us((uint64_t)(secs * 1e6));
+        act_sleep(a, secs);
         return 0;
     }
     if (!strcmp(name, "cursor_position"))

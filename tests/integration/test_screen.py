@@ -290,6 +290,20 @@ class ScreenTest(unittest.TestCase):
             run.kill()
 
 
+    def test_i_a_wait_action_holds_no_screenshot(self):
+        # Another caller's long wait (or held key) lets screenshots through meanwhile.
+        import threading
+        waiter = threading.Thread(target=self.sb.input,
+                                  args=([{"action": "wait", "duration": 20}],))
+        waiter.start()
+        try:
+            time.sleep(1)
+            self.assertEqual(self.sb.screenshot()[:8], b"\x89PNG\r\n\x1a\n")
+            self.assertTrue(waiter.is_alive(), "the screenshot waited for the wait's end")
+        finally:
+            waiter.join()
+
+
 class CliTest(unittest.TestCase):
     """airlock session start --display, screenshot and input against airlockd (a tiny guest)."""
 
