@@ -271,6 +271,9 @@ void exec_connect(struct agent *a, const struct al_msg *m);
 /* Reaps exited children; true when more may be waiting. */
 bool exec_reap(struct agent *a);
 void exec_tick(struct agent *a, struct req *r, uint64_t now);
+/* Only a request's deadlines (a timeout, the kill after an ignored interrupt): all that runs of
+ * a request while no host is connected (no frame is made then). */
+void exec_timers(struct agent *a, struct req *r, uint64_t now);
 void exec_kill(struct agent *a, struct req *r);
 /* Queues a finished request's cgroup for removal; clears name. */
 void cgroup_remove(struct agent *a, char *name);

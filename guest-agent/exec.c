@@ -802,7 +802,7 @@ static void exec_wait_check(struct agent *a, struct req *r, uint64_t now)
     agent_send(a, &m);
 }
 
-void exec_tick(struct agent *a, struct req *r, uint64_t now)
+void exec_timers(struct agent *a, struct req *r, uint64_t now)
 {
     if (!r->reaped && r->deadline_us && now >= r->deadline_us) {
         r->deadline_us = 0;
@@ -824,6 +824,11 @@ void exec_tick(struct agent *a, struct req *r, uint64_t now)
         agent_log("kernel of id=%u ignored the interrupt: killing it", r->id);
         exec_kill(a, r);
     }
+}
+
+void exec_tick(struct agent *a, struct req *r, uint64_t now)
+{
+    exec_timers(a, r, now);
     if (!r->reaped && r->input_wait_ms && r->stdin_ino && now >= r->wait_next_us)
         exec_wait_check(a, r, now);
     if (r->grace_us && now >= r->grace_us) {

@@ -245,9 +245,17 @@ static void req_abort(struct agent *a, struct req *r)
     req_free(a, r);
 }
 
+/* A host is connected and has handshaken: frames of requests may go out. */
+static bool host_ready(const struct agent *a)
+{
+    return a->connected && a->hello;
+}
+
 static bool ostream_ready(struct agent *a, struct ostream *o)
 {
-    if (o->fd < 0 || o->paused)
+    /* No host, or one that has not said HELLO yet: the output waits in its pipe for one that
+     * adopts the run (on_disconnect, requests_adopt). */
+    if (o->fd < 0 || o->paused || !host_ready(a))
         return false;
     if (o->capped)
         return true;
@@ -371,16 +379,33 @@ static void on_connect(struct agent *a)
     agent_log("host connected");
 }
 
+/* A host that left (a daemon restarting, killed, upgraded) may come back and adopt the runs it
+ * had (HELLO with AL_HELLO_ADOPT): processes and kernel runs are kept, frozen, their output
+ * waiting in their pipes (past a pipe's 64 KiB the process blocks on its write until a host
+ * adopts it), their deadlines running. What cannot wait for a host (a file transfer, a tunnel
+ * whose other end was the host's) ends now. Kernels stay: they are the VM's state. */
+static void requests_orphan(struct agent *a)
+{
+    for (size_t i = 0; i < AGENT_REQ_MAX; i++) {
+        struct req *r = &a->reqs[i];
+        if (r->used && (r->kind != REQ_EXEC || r->tunnel || r->pty_fd >= 0))
+            req_abort(a, r);
+    }
+}
+
 /* why: NULL when the host simply left. */
 static void on_disconnect(struct agent *a, const char *why)
 {
     /* On a unix socket the agent is the daemon behind --relay, one SSH session per connection:
      * a dropped link, or a host reconnecting after a snapshot restore, must find the idle
-     * kernels it left, as a new HELLO does. Elsewhere a new connection is a new session. */
+     * kernels it left, as a new HELLO does. On the VM's own port the host that left may come
+     * back for its runs (requests_orphan). */
     if (a->ch.kind == CHANNEL_UNIX)
         requests_reset(a);
-    else
+    else if (a->ch.kind == CHANNEL_STDIO)
         session_reset(a);
+    else
+        requests_orphan(a);
     a->connected = false;
     a->hello = false;
     if (a->ch.kind == CHANNEL_STDIO) {
@@ -391,9 +416,45 @@ static void on_disconnect(struct agent *a, const char *why)
     agent_log("host disconnected%s%s", why ? ": " : "", why ? why : "");
 }
 
+/* HELLO with AL_HELLO_ADOPT: the runs kept since the last host left are this host's (their ids
+ * into ack), with no credit on any stream (what the old host was owed is forgotten with it): the
+ * output waits for the host that takes the run over to credit it, so a host that only looks
+ * (lists, pauses) takes none of it away. */
+static void requests_adopt(struct agent *a, struct al_msg *ack)
+{
+    for (size_t i = 0; i < AGENT_REQ_MAX; i++) {
+        struct req *r = &a->reqs[i];
+        if (!r->used)
+            continue;
+        if (r->kind != REQ_EXEC || r->tunnel || r->pty_fd >= 0 ||
+            ack->u.hello_ack.nadopted >= AL_ADOPT_MAX) {
+            req_abort(a, r);
+            continue;
+        }
+        for (int j = 0; j < REQ_OUTS; j++)
+            r->out[j].credit = 0;
+        /* Its input came from the host that left: it ends here (EOF), and no credit for it is
+         * owed to the new one. */
+        r->inq.head = r->inq.len = 0;
+        r->in_unacked = 0;
+        if (r->in_fd >= 0 && !r->kernel) {
+            close(r->in_fd);
+            r->in_fd = -1;
+        }
+        ack->u.hello_ack.adopted[ack->u.hello_ack.nadopted++] = r->id;
+        agent_log("adopted id=%u", r->id);
+    }
+}
+
 static void on_hello(struct agent *a, const struct al_msg *m)
 {
-    requests_reset(a);
+    struct al_msg ack = {.type = AL_HELLO_ACK, .id = m->id};
+    bool adopt = (m->u.hello.flags & AL_HELLO_ADOPT) && m->u.hello.version == AL_PROTO_VERSION &&
+                 m->u.hello.window >= AL_WINDOW_MIN && m->u.hello.window <= AL_WINDOW_MAX;
+    if (adopt)
+        requests_adopt(a, &ack);
+    else
+        requests_reset(a);
     a->hello = false;
     if (m->u.hello.version != AL_PROTO_VERSION) {
         agent_send_error(a, 0, AL_ERR_PROTOCOL, 0,
@@ -410,7 +471,6 @@ static void on_hello(struct agent *a, const struct al_msg *m)
     /* A HELLO on a live agent may follow a checkpoint restore: the network forwarder's
      * connections lead into the host's past, so they go (the host opens new ones). */
     egress_flush();
-    struct al_msg ack = {.type = AL_HELLO_ACK, .id = m->id};
     ack.u.hello_ack.version = AL_PROTO_VERSION;
     ack.u.hello_ack.nonce = m->u.hello.nonce;
     ack.u.hello_ack.window = AL_WINDOW_DEFAULT;
@@ -448,6 +508,8 @@ static void on_credit(struct agent *a, const struct al_msg *m)
         o = &r->out[s - AL_STREAM_STDOUT];
     else if (r->kind == REQ_EXEC && s == AL_STREAM_RESULT && r->kernel)
         o = &r->out[2];
+    else if (r->kind == REQ_EXEC && s == AL_STREAM_RESULT)
+        return; /* a host taking over a run credits every stream it may have (requests_adopt) */
     else if (r->kind == REQ_GET && s == AL_STREAM_FILE)
         o = &r->out[0];
     if (!o) {
@@ -720,6 +782,13 @@ static void poll_add_req(struct agent *a, struct poll_set *ps, struct req *r, ui
     }
     if (r->kind != REQ_EXEC)
         return;
+    if (!host_ready(a)) { /* orphaned: only its deadlines run */
+        if (r->deadline_us && !r->reaped && r->deadline_us < *next)
+            *next = r->deadline_us;
+        if (r->kill_us && !r->reaped && r->kill_us < *next)
+            *next = r->kill_us;
+        return;
+    }
     if (ostream_ready(a, &r->out[0]))
         poll_add(ps, r->out[0].fd, POLLIN, r, NULL, ROLE_OUT0);
     if (ostream_ready(a, &r->out[1]))
@@ -758,7 +827,8 @@ static uint64_t poll_build(struct agent *a, struct poll_set *ps, uint64_t now)
             poll_add_req(a, ps, &a->reqs[i], now, &next);
     for (size_t i = 0; i < KERNEL_MAX; i++) {
         struct kernel *k = &a->kernels[i];
-        if (k->ctl_fd >= 0)
+        /* A run's end would make frames no host reads: it waits for one (on_disconnect). */
+        if (k->ctl_fd >= 0 && (host_ready(a) || !k->run))
             poll_add(ps, k->ctl_fd, POLLIN | (k->wbuf && k->ready ? POLLOUT : 0), NULL, k,
                      ROLE_KERNEL_CTL);
         /* Output no run is reading (between runs, or past a run's share) is dropped. */
@@ -844,7 +914,9 @@ static void agent_tick(struct agent *a)
         struct req *r = &a->reqs[i];
         if (!r->used)
             continue;
-        if (r->kind == REQ_EXEC)
+        if (r->kind == REQ_EXEC && !host_ready(a))
+            exec_timers(a, r, now);
+        else if (r->kind == REQ_EXEC)
             exec_tick(a, r, now);
         else if (r->kind == REQ_GET)
             file_get_tick(a, r);

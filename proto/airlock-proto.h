@@ -23,9 +23,13 @@
 /* Largest DATA chunk a sender emits; a multiple of the page size keeps pipe reads efficient. */
 #define AL_DATA_CHUNK_MAX (64 * 1024)
 /* Limits on lists and strings inside a payload; each names a resource the receiver allocates. */
-#define AL_ARGV_MAX 256        /* argv entries of one exec */
-#define AL_ENV_MAX 128         /* extra environment entries of one exec */
-#define AL_LANGS_MAX 16        /* languages announced in the handshake */
+#define AL_ARGV_MAX 256 /* argv entries of one exec */
+#define AL_ENV_MAX 128  /* extra environment entries of one exec */
+#define AL_LANGS_MAX 16 /* languages announced in the handshake */
+#define AL_ADOPT_MAX 64 /* requests a HELLO_ACK hands to a host that adopts them */
+/* HELLO's flags: the host takes over the runs the agent kept while no host was connected (a
+ * daemon that restarted); without it every request still open is ended, as always. */
+#define AL_HELLO_ADOPT 1u
 #define AL_GUEST_PATH_MAX 4096 /* a guest path the protocol carries, in bytes without its NUL */
 #define AL_MESSAGE_MAX 512     /* an error message: one phrase, not a log */
 #define AL_SHORT_STR_MAX 64    /* agent version, language names */
@@ -165,6 +169,7 @@ struct al_msg {
             uint32_t version;
             uint64_t nonce;  /* echoed by HELLO_ACK so both sides agree where the stream is */
             uint32_t window; /* the sender's receive window per stream */
+            uint32_t flags;  /* AL_HELLO_ADOPT; optional on the wire (absent: 0) */
         } hello;
         struct {
             uint32_t version;
@@ -174,6 +179,8 @@ struct al_msg {
             struct al_str agent_version;
             uint32_t nlangs;
             struct al_str langs[AL_LANGS_MAX];
+            uint32_t nadopted;              /* optional on the wire (absent: 0) */
+            uint32_t adopted[AL_ADOPT_MAX]; /* requests kept across the host's absence */
         } hello_ack;
         struct {
             uint32_t flags;         /* enum al_exec_flags */

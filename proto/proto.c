@@ -232,6 +232,8 @@ int al_msg_decode(const struct al_header *h, const uint8_t *payload, struct al_m
         m.u.hello.version = get_u32(&r, "truncated hello");
         m.u.hello.nonce = get_u64(&r, "truncated hello");
         m.u.hello.window = get_u32(&r, "truncated hello");
+        if (!r.why && r.left)
+            m.u.hello.flags = get_u32(&r, "truncated hello flags");
         break;
     case AL_HELLO_ACK:
         m.u.hello_ack.version = get_u32(&r, "truncated hello-ack");
@@ -241,6 +243,13 @@ int al_msg_decode(const struct al_header *h, const uint8_t *payload, struct al_m
         m.u.hello_ack.agent_version = get_str(&r, AL_SHORT_STR_MAX, "bad agent version");
         m.u.hello_ack.nlangs = get_strlist(&r, m.u.hello_ack.langs, AL_LANGS_MAX, AL_SHORT_STR_MAX,
                                            "bad language list");
+        if (!r.why && r.left) {
+            m.u.hello_ack.nadopted = get_u32(&r, "truncated adopted list");
+            if (m.u.hello_ack.nadopted > AL_ADOPT_MAX && !r.why)
+                r.why = "too many adopted requests";
+            for (uint32_t i = 0; !r.why && i < m.u.hello_ack.nadopted; i++)
+                m.u.hello_ack.adopted[i] = get_u32(&r, "truncated adopted list");
+        }
         break;
     case AL_EXEC:
         m.u.exec.flags = get_u32(&r, "truncated exec");
@@ -399,6 +408,8 @@ int al_msg_encode(const struct al_msg *m, uint8_t *out, size_t cap)
         put_u32(&w, m->u.hello.version);
         put_u64(&w, m->u.hello.nonce);
         put_u32(&w, m->u.hello.window);
+        if (m->u.hello.flags) /* absent when 0: a HELLO as before */
+            put_u32(&w, m->u.hello.flags);
         break;
     case AL_HELLO_ACK:
         if (m->u.hello_ack.nlangs > AL_LANGS_MAX)
@@ -409,6 +420,13 @@ int al_msg_encode(const struct al_msg *m, uint8_t *out, size_t cap)
         put_u32(&w, m->u.hello_ack.caps);
         put_str(&w, m->u.hello_ack.agent_version);
         put_strlist(&w, m->u.hello_ack.langs, m->u.hello_ack.nlangs);
+        if (m->u.hello_ack.nadopted > AL_ADOPT_MAX)
+            return -EINVAL;
+        if (m->u.hello_ack.nadopted) {
+            put_u32(&w, m->u.hello_ack.nadopted);
+            for (uint32_t i = 0; i < m->u.hello_ack.nadopted; i++)
+                put_u32(&w, m->u.hello_ack.adopted[i]);
+        }
         break;
     case AL_EXEC:
         if (m->u.exec.argc == 0 || m->u.exec.argc > AL_ARGV_MAX || m->u.exec.envc > AL_ENV_MAX)

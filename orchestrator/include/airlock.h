@@ -219,6 +219,13 @@ typedef struct al_session_opts {
      * display, a virtio tablet (absolute pointing) and a virtio keyboard. Such a session boots
      * cold. */
     bool display;
+    /* Not NULL: a kept session (keep.c), one that outlives this handle and its process: its
+     * domain is not tied to the libvirt connection, gc leaves it alone (until its lifetime_s
+     * ends, when it has one), and the process named keeper ("airlockd", a short name of
+     * [A-Za-z0-9._-]) takes it back with al_session_reattach after al_session_detach, a crash
+     * or a restart. It boots cold (no template); network on request and SSH images are not
+     * kept (-EOPNOTSUPP). */
+    const char *keep;
 } al_session_opts;
 #define AL_SESSION_OPTS_INIT AL_SIZED_INIT(al_session_opts)
 #define AL_DISK_BUDGET_DEFAULT (6ull << 30)
@@ -232,6 +239,65 @@ void al_session_close(al_session *s);
  * have returned. */
 void al_session_stop(al_session *s);
 const char *al_session_name(const al_session *s);
+
+/* ---- sessions that outlive their process (keep.c): al_session_opts.keep ---- */
+
+/* Frees the handle and leaves a kept session's VM running (or paused to disk) and its files in
+ * place, for al_session_reattach; any other session is closed as by al_session_close. The runs
+ * in flight end on the host's side with -ESHUTDOWN; in the guest they go on (see
+ * al_session_adopted). Safe on NULL. */
+void al_session_detach(al_session *s);
+
+typedef struct al_reattach_opts {
+    size_t struct_size;      /* sizeof: AL_REATTACH_OPTS_INIT (see "Structs" above) */
+    const char *name;        /* the session's name (al_session_name) */
+    const char *keeper;      /* as it was opened with (al_session_opts.keep) */
+    const char *connect_uri; /* NULL: as al_session_opts.connect_uri */
+    int cancel_fd;           /* as al_session_opts.cancel_fd */
+    bool quiet;
+    void (*on_notice)(void *ctx, const char *msg);
+    void *notice_ctx;
+} al_reattach_opts;
+#define AL_REATTACH_OPTS_INIT AL_SIZED_INIT(al_reattach_opts)
+/* Takes back a kept session of keeper: its running VM (a fresh handshake; the runs the agent
+ * kept meanwhile are listed by al_session_adopted), or the state it was paused to
+ * (al_session_paused: nothing runs until al_session_resume). -ENOENT when no such session is
+ * kept, -ESRCH when its VM is gone and nothing was paused (it is then removed), -EBUSY when
+ * another process holds it. */
+int al_session_reattach(const al_reattach_opts *opts, al_session **out, al_error *err);
+/* The runs the agent kept while no host was connected, handed to this handle at its last
+ * handshake (reattach, resume): up to max request ids into ids; returns how many there are.
+ * Each is taken over by al_exec with al_exec_opts.adopt. */
+size_t al_session_adopted(const al_session *s, uint32_t *ids, size_t max);
+
+/* Pauses a kept session to disk: the VM's whole state (memory, devices, running processes)
+ * saved in the session's state dir (mode 0600, its SHA-256 and QEMU's identity recorded), the
+ * QEMU process gone. Runs in flight end on the host's side with -ESTALE and are kept by the
+ * agent for al_session_resume. Fails, the session running on, when the state dir lacks room
+ * for the memory (above the free-space floor). */
+int al_session_pause(al_session *s, al_error *err);
+/* Brings a paused session back: the saved state checked first (size, owner, mode, SHA-256, the
+ * same QEMU) and refused with the reason when any differs (-EBADMSG, or -ESTALE for another
+ * QEMU), never loaded; then restored, handshaken (the kept runs adopted) and made unique again
+ * (clock, entropy). */
+int al_session_resume(al_session *s, al_error *err);
+bool al_session_paused(const al_session *s);
+
+typedef struct al_kept_info {
+    size_t struct_size; /* sizeof: AL_KEPT_INFO_INIT (see "Structs" above) */
+    char name[64];
+    bool paused;     /* to disk */
+    bool held;       /* a live process holds it now */
+    int64_t expires; /* unix time its lifetime ends, 0: none */
+} al_kept_info;
+#define AL_KEPT_INFO_INIT AL_SIZED_INIT(al_kept_info)
+/* Calls fn for each session kept for keeper on this machine. Returns how many. */
+int al_session_kept(const char *keeper, void (*fn)(void *ctx, const al_kept_info *k), void *ctx,
+                    al_error *err);
+/* Ends a kept session of keeper that no process holds: its VM destroyed, its files removed
+ * (what a keeper does with a session it has no record of). */
+int al_session_discard(const char *keeper, const char *name, al_error *err);
+
 const char *al_session_console_path(const al_session *s);
 const char *al_session_raw_port_path(const al_session *s);
 const char *al_session_agent_version(const al_session *s);
@@ -440,6 +506,14 @@ typedef struct al_exec_opts {
      * guest's word, a number to show and to find the run by, never one the host acts on. NULL:
      * not told. */
     void (*started)(void *ctx, uint32_t guest_pid);
+    /* Sessions that outlive their process (al_session_reattach): where not NULL, the run's
+     * request id is written here before the request is sent, for a later adopt. */
+    uint32_t *request_id;
+    /* Not 0: instead of starting a program, take over this run that the agent kept while no
+     * host was connected (al_session_adopted lists them): its output from where the last host
+     * stopped reading, then its exit. argv, lang and the rest that starts a program are then
+     * ignored; its input is closed. */
+    uint32_t adopt;
 } al_exec_opts;
 #define AL_EXEC_OPTS_INIT AL_SIZED_INIT(al_exec_opts)
 

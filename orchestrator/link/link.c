@@ -76,12 +76,15 @@ int al_link_send_hello(al_session *s, uint64_t *nonce, al_error *err)
     m.u.hello.version = AL_PROTO_VERSION;
     m.u.hello.nonce = n;
     m.u.hello.window = AL_WINDOW_DEFAULT;
+    m.u.hello.flags = s->hello_flags;
     int r = al_channel_send(&s->ch, &m, err);
     if (r < 0)
         return r;
     *nonce = n;
     return 0;
 }
+
+static int adopt(al_session *s, const uint32_t *ids, uint32_t n, al_error *err);
 
 /* Checks the agent's HELLO_ACK against the HELLO that carried nonce and takes in what it
  * announces; also after a checkpoint restore. */
@@ -111,7 +114,7 @@ static int hello_ack(al_session *s, const struct al_msg *m, uint64_t nonce, al_e
     /* Printable only: these strings end up on the user's terminal. */
     al_printable(s->agent_version);
     al_printable(s->langs);
-    return 0;
+    return adopt(s, a->adopted, a->nadopted, err);
 }
 
 int al_link_hello_wait(al_session *s, uint64_t nonce, uint64_t deadline, al_error *err)
@@ -341,6 +344,7 @@ struct al_link_req {
     struct qframe *own; /* where its own frames are copied as they are read (one buffer for the
                            request's life, not one allocation per frame), or NULL */
     bool waiting;       /* its thread waits for the reading or a frame */
+    bool unclaimed;     /* handed over by the agent (adopt), not yet taken by al_link_claim */
 };
 
 struct al_link_mux {
@@ -537,6 +541,86 @@ void al_link_exclusive_end(al_session *s)
     x->exclusive = false;
     pthread_cond_broadcast(&x->idle);
     pthread_mutex_unlock(&x->mu);
+}
+
+/* The runs a HELLO_ACK hands over (AL_HELLO_ADOPT): each gets its entry now, so that its frames
+ * queue (within the credit the agent was given afresh) until al_link_claim; ids come from the
+ * guest: only when asked for, each once, new, within the request limit. */
+static int adopt(al_session *s, const uint32_t *ids, uint32_t n, al_error *err)
+{
+    s->nadopted = 0;
+    if (n && !(s->hello_flags & AL_HELLO_ADOPT))
+        return al_err(err, -EPROTO, "guest handed over runs nobody asked for");
+    struct al_link_mux *x = s->mux;
+    for (uint32_t i = 0; i < n; i++) {
+        if (ids[i] == 0 || ids[i] > 0x7fffffffu)
+            return al_err(err, -EPROTO, "guest handed over a run with id %u", ids[i]);
+        for (uint32_t j = 0; j < i; j++)
+            if (ids[j] == ids[i])
+                return al_err(err, -EPROTO, "guest handed over run %u twice", ids[i]);
+    }
+    pthread_mutex_lock(&x->mu);
+    for (uint32_t i = 0; i < n; i++)
+        if (req_find(x, ids[i])) {
+            pthread_mutex_unlock(&x->mu);
+            return al_err(err, -EPROTO, "guest handed over run %u, which runs here", ids[i]);
+        }
+    if (x->n + n > AL_LINK_REQUESTS_MAX) {
+        pthread_mutex_unlock(&x->mu);
+        return al_err(err, -EPROTO, "guest handed over more runs than a session holds");
+    }
+    for (uint32_t i = 0; i < n; i++) {
+        struct al_link_req *q = calloc(1, sizeof(*q));
+        if (!q || pipe2(q->wake, O_CLOEXEC | O_NONBLOCK) < 0) {
+            free(q);
+            pthread_mutex_unlock(&x->mu);
+            return al_err(err, -ENOMEM, "cannot take over the guest's runs");
+        }
+        q->id = ids[i];
+        q->cancel_fd = s->cancel_fd;
+        q->unclaimed = true;
+        q->next = x->reqs;
+        x->reqs = q;
+        x->n++;
+        s->adopted[s->nadopted++] = ids[i];
+        if (ids[i] >= s->next_id)
+            s->next_id = ids[i] + 1;
+    }
+    pthread_mutex_unlock(&x->mu);
+    return 0;
+}
+
+void al_link_drop_unclaimed(al_session *s)
+{
+    struct al_link_mux *x = s->mux;
+    for (;;) {
+        uint32_t id = 0;
+        pthread_mutex_lock(&x->mu);
+        for (struct al_link_req *q = x->reqs; q && !id; q = q->next)
+            if (q->unclaimed)
+                id = q->id;
+        pthread_mutex_unlock(&x->mu);
+        if (!id)
+            return;
+        al_link_end(s, id);
+    }
+}
+
+int al_link_claim(al_session *s, uint32_t id, int cancel_fd, al_error *err)
+{
+    struct al_link_mux *x = s->mux;
+    pthread_mutex_lock(&x->mu);
+    struct al_link_req *q = req_find(x, id);
+    bool ok = q && q->unclaimed;
+    if (ok) {
+        q->unclaimed = false;
+        if (cancel_fd > 0)
+            q->cancel_fd = cancel_fd;
+    }
+    pthread_mutex_unlock(&x->mu);
+    if (!ok)
+        return al_err(err, -ENOENT, "no run %u was handed over by the guest (or it is taken)", id);
+    return 0;
 }
 
 void al_link_fail_all(al_session *s, int code, const char *msg)

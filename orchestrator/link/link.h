@@ -39,6 +39,13 @@ struct al_link_mux *al_link_mux_new(void);
 void al_link_mux_free(struct al_link_mux *x);
 int al_link_begin(al_session *s, int cancel_fd, uint32_t *id, al_error *err);
 void al_link_end(al_session *s, uint32_t id);
+/* Takes over run id, which the agent handed over at the handshake (AL_HELLO_ADOPT, listed in
+ * s->adopted): it is then this caller's as if begun here; -ENOENT when it was not handed over
+ * or is taken already. */
+int al_link_claim(al_session *s, uint32_t id, int cancel_fd, al_error *err);
+/* Forgets the runs handed over and not claimed (a pause: the agent keeps them, and hands them
+ * over again at the resume). */
+void al_link_drop_unclaimed(al_session *s);
 /* The signal pipe of request id. */
 int al_link_cancel_fd(al_session *s, uint32_t id);
 /* The channel alone, for what talks to the agent outside any request (a checkpoint's barrier, a

@@ -109,6 +109,23 @@ int al_checkpoints_prepare(al_session *s, struct al_vm_config *cfg, al_error *er
     return 0;
 }
 
+int al_checkpoints_reattach(al_session *s, const char *disk, al_error *err)
+{
+    struct al_checkpoints *c = calloc(1, sizeof(*c));
+    if (!c)
+        return al_err(err, -ENOMEM, "out of memory");
+    c->next_id = 1;
+    s->ckpt = c;
+    if (al_pathf(c->disk, sizeof(c->disk), "%s", disk) < 0)
+        return al_err(err, -ENAMETOOLONG, "session path too long");
+    return 0;
+}
+
+const char *al_checkpoints_disk(const al_session *s)
+{
+    return s->ckpt ? s->ckpt->disk : NULL;
+}
+
 void al_checkpoints_free(al_session *s)
 {
     if (!s->ckpt)

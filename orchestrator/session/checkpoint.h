@@ -8,6 +8,11 @@
  * without one, in cfg), and frees that state at close. */
 int al_checkpoints_prepare(al_session *s, struct al_vm_config *cfg, al_error *err);
 void al_checkpoints_free(al_session *s);
+/* A kept session taken back (keep.c): checkpoints allowed again on the disk that holds them;
+ * those taken before are not listed (their snapshots stay in it until the session ends). */
+int al_checkpoints_reattach(al_session *s, const char *disk, al_error *err);
+/* The qcow2 that holds the snapshots, NULL without checkpoints. */
+const char *al_checkpoints_disk(const al_session *s);
 /* checkpoint.c: the PING round trip that leaves the agent idle at a frame boundary. */
 int al_session_barrier(al_session *s, al_error *err);
 /* The description a crashed guest's QEMU is started again from (takes xml; freed without

@@ -346,6 +346,33 @@ static int exec_loop(struct exec_state *st, const al_exec_opts *o, al_exec_resul
                      al_error *err);
 
 /* Each exec is a request of its own on the channel: others run beside it (link.c). */
+/* A run the agent kept while no host was connected, taken over (al_exec_opts.adopt): no EXEC,
+ * the loop from its next frame; its input was closed by the agent. */
+static int exec_adopted(al_session *s, const al_exec_opts *o, al_exec_result *out,
+                        al_result_reader *results, uint32_t id, al_error *err)
+{
+    struct exec_state st = {.s = s,
+                            .id = id,
+                            .cancel_fd = al_link_cancel_fd(s, id),
+                            .stdin_fd = -1,
+                            .results = results,
+                            .scan = !al_session_net(s),
+                            .started = true,
+                            .resize_fd = -1};
+    /* The agent holds its output until credited (requests_adopt in guest-agent/loop.c): a whole
+     * window on each stream it may have, as a new run starts with. */
+    static const uint8_t streams[] = {AL_STREAM_STDOUT, AL_STREAM_STDERR, AL_STREAM_RESULT};
+    for (size_t i = 0; i < sizeof(streams); i++) {
+        struct al_msg c = {.type = AL_CREDIT, .id = id};
+        c.u.credit.stream = streams[i];
+        c.u.credit.bytes = AL_WINDOW_DEFAULT;
+        int r = al_channel_send(&s->ch, &c, err);
+        if (r < 0)
+            return r;
+    }
+    return exec_loop(&st, o, out, err);
+}
+
 static int exec_with(al_session *s, const al_exec_opts *o, al_exec_result *out, uint32_t op,
                      al_error *err)
 {
@@ -355,11 +382,21 @@ static int exec_with(al_session *s, const al_exec_opts *o, al_exec_result *out, 
     int r = al_link_ready(s, err);
     if (r == 0 && o->kernel)
         r = al_result_reader_new(&results, err);
-    if (r == 0)
+    if (r == 0 && o->adopt) {
+        id = o->adopt;
+        r = al_link_claim(s, id, o->cancel_fd, err);
+        if (r == 0) {
+            r = exec_adopted(s, o, out, results, id, err);
+            al_link_end(s, id);
+        }
+    } else if (r == 0) {
         r = al_link_begin(s, o->cancel_fd, &id, err);
-    if (r == 0) {
-        r = exec_run(s, o, out, results, op, id, err);
-        al_link_end(s, id);
+        if (r == 0) {
+            if (o->request_id)
+                *o->request_id = id;
+            r = exec_run(s, o, out, results, op, id, err);
+            al_link_end(s, id);
+        }
     }
     al_result_reader_free(results);
     return al_link_check(s, r, err);
@@ -381,8 +418,10 @@ int al_exec_take(al_exec_opts *dst, const al_exec_opts *src, al_exec_result *out
         r = AL_SIZED_OUT(out, "al_exec_result", err);
     if (r < 0)
         return r;
-    if (!dst->argv || !dst->argv[0])
+    if (!dst->adopt && (!dst->argv || !dst->argv[0]))
         return al_err(err, -EINVAL, "al_exec_opts.argv names nothing to run");
+    if (dst->adopt && dst->stdin_fd >= 0)
+        return al_err(err, -EINVAL, "a run taken over has no input (al_exec_opts.stdin_fd)");
     dst->stdin_fd = fd_field(dst->stdin_fd, true);
     dst->stdout_fd = fd_field(dst->stdout_fd, false);
     dst->stderr_fd = fd_field(dst->stderr_fd, false);
@@ -631,7 +670,10 @@ static int exec_loop(struct exec_state *st, const al_exec_opts *o, al_exec_resul
         case AL_ERROR: {
             char port[32];
             snprintf(port, sizeof(port), "port %u", st->port);
-            const char *what = st->port ? port : o->lang ? "cannot run code" : o->argv[0];
+            const char *what = st->port  ? port
+                               : o->lang ? "cannot run code"
+                               : o->argv ? o->argv[0]
+                                         : "the run";
             return al_channel_guest_error(&m, what, err);
         }
         case AL_WAITING:

@@ -1,6 +1,7 @@
 /* Reaping what crashed runs left behind. A session is dead when nobody holds the flock on its
  * runtime dir; only domains carrying airlock's metadata are ever looked at. */
 #include "gc.h"
+#include "keep.h"
 #include "net.h"
 #include "session.h"
 
@@ -10,8 +11,30 @@
 #include <stdio.h>
 #include <string.h>
 #include <sys/file.h>
+#include <time.h>
+#include <unistd.h>
 
-/* True when no live process holds the lock in a session dir (or the dir is gone). */
+/* A kept session's mark (keep.c, AL_KEEP_MARK: "KEEPER EXPIRES"): its keeper comes back for it,
+ * so nobody else reaps it before its lifetime ends (EXPIRES, unix time; 0: never). */
+static bool dir_kept(const char *dir)
+{
+    char mark[AL_PATH_MAX], buf[128];
+    if (al_pathf(mark, sizeof(mark), "%s/" AL_KEEP_MARK, dir) < 0)
+        return false;
+    _cleanup_close_ int fd = open(mark, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
+    if (fd < 0)
+        return false;
+    ssize_t n = read(fd, buf, sizeof(buf) - 1);
+    if (n <= 0)
+        return false;
+    buf[n] = '\0';
+    const char *sp = strchr(buf, ' ');
+    long long expires = sp ? strtoll(sp + 1, NULL, 10) : -1;
+    return expires == 0 || (expires > 0 && (long long)time(NULL) < expires);
+}
+
+/* True when no live process holds the lock in a session dir (or the dir is gone), and it is
+ * not kept for a keeper (dir_kept). */
 static bool dir_dead(const char *dir)
 {
     char lock[AL_PATH_MAX];
@@ -20,7 +43,7 @@ static bool dir_dead(const char *dir)
     _cleanup_close_ int fd = open(lock, O_RDWR | O_CLOEXEC | O_NOFOLLOW);
     if (fd < 0)
         return errno == ENOENT;
-    return flock(fd, LOCK_EX | LOCK_NB) == 0;
+    return flock(fd, LOCK_EX | LOCK_NB) == 0 && !dir_kept(dir);
 }
 
 static bool session_dead(const char *sessions, const char *name)

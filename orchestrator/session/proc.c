@@ -133,6 +133,12 @@ int al_exec_start(al_session *s, const al_exec_opts *opts, al_proc **out, al_err
     pthread_cond_init(&p->cv, &ca);
     pthread_condattr_destroy(&ca);
     bool oom = false;
+    /* A run taken over (al_exec_opts.adopt) is listed by its request id. */
+    char adopted[48];
+    snprintf(adopted, sizeof(adopted), "(run %u, taken over)", o.adopt);
+    const char *adopted_argv[] = {adopted, NULL};
+    if (o.adopt)
+        o.argv = adopted_argv;
     p->lang = al_strdup_opt(o.lang, &oom);
     p->cwd = al_strdup_opt(o.cwd, &oom);
     p->context = al_strdup_opt(o.context, &oom);

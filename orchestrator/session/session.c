@@ -3,6 +3,7 @@
 #include "checkpoint.h"
 #include "control.h"
 #include "gc.h"
+#include "keep.h"
 #include "link.h"
 #include "net.h"
 #include "proc.h"
@@ -59,6 +60,14 @@ static int locked_dir_create(const char *sessions, const char *name, char *out, 
 /* The session's two dirs: the runtime one (sockets, console, lock) and the disk-backed state
  * one for its root disk overlay and checkpoints, which may grow to gigabytes and so never live
  * in the runtime dir (tmpfs: the host's RAM). No session starts below the free-space floor. */
+int al_session_dir_make(bool state, const char *name, char *out, size_t outlen, int *lock_fd,
+                        al_error *err)
+{
+    char sessions[AL_PATH_MAX];
+    int r = al_sessions_dir(sessions, sizeof(sessions), state, err);
+    return r < 0 ? r : locked_dir_create(sessions, name, out, outlen, lock_fd, err);
+}
+
 static int session_dir_create(al_session *s, al_error *err)
 {
     char sessions[AL_PATH_MAX], state[AL_PATH_MAX];
@@ -351,7 +360,7 @@ static bool vm_gone(const al_session *s)
 }
 
 /* A session not yet booted: its fields from opts, nothing acquired; NULL when out of memory. */
-static al_session *session_new(const al_session_opts *opts)
+al_session *al_session_new(const al_session_opts *opts)
 {
     al_session *s = calloc(1, sizeof(*s));
     if (!s)
@@ -661,7 +670,7 @@ int al_session_open_for(const al_session_opts *opts, const char *build_ram, al_s
                         al_error *err)
 {
     uint64_t t_open = al_now_ms();
-    al_session *s = session_new(opts);
+    al_session *s = al_session_new(opts);
     if (!s)
         return al_err(err, -ENOMEM, "out of memory");
     if (opts->display && !(s->screen = al_screen_new())) {
@@ -680,6 +689,9 @@ int al_session_open_for(const al_session_opts *opts, const char *build_ram, al_s
     /* Every start reaps what crashed runs left behind; a failure here is not ours to report. */
     al_error gc_err = {0};
     al_gc_conn(s->conn, &gc_err);
+    r = al_keep_check(s, opts, kind, err);
+    if (r < 0)
+        goto fail;
     r = session_name_and_dirs(s, err);
     if (r < 0)
         goto fail;
@@ -694,6 +706,14 @@ int al_session_open_for(const al_session_opts *opts, const char *build_ram, al_s
         goto fail;
     cfg.ram_file = build_ram;
     cfg.ram_shared = build_ram != NULL;
+    s->kind = kind;
+    s->disk_budget = opts->disk_budget_bytes ? opts->disk_budget_bytes : AL_DISK_BUDGET_DEFAULT;
+    if (s->keeper[0]) {
+        cfg.keep = true;
+        r = al_keep_record(s, err); /* before the domain: gc must see the marks first */
+        if (r < 0)
+            goto fail;
+    }
 
     s->timing.prepare_ms = al_now_ms() - t_open;
     uint64_t start = al_now_ms();
@@ -706,7 +726,6 @@ int al_session_open_for(const al_session_opts *opts, const char *build_ram, al_s
     r = al_net_start(s, err);
     if (r < 0)
         goto fail;
-    s->disk_budget = opts->disk_budget_bytes ? opts->disk_budget_bytes : AL_DISK_BUDGET_DEFAULT;
     r = al_budget_start(s, err);
     if (r < 0)
         goto fail;
@@ -725,7 +744,7 @@ fail:
 int al_session_open_peer(const char *const *argv, const al_session_opts *opts, al_session **out,
                          al_error *err)
 {
-    al_session *s = session_new(opts);
+    al_session *s = al_session_new(opts);
     if (!s)
         return al_err(err, -ENOMEM, "out of memory");
     snprintf(s->name, sizeof(s->name), "airlock-peer");
@@ -754,16 +773,38 @@ void al_session_stop(al_session *s)
 
 void al_session_close(al_session *s)
 {
+    al_session_release(s, false);
+}
+
+void al_session_release(al_session *s, bool keep)
+{
     if (!s)
         return;
+    if (keep) /* the requests in flight end here, their processes go on in the guest */
+        al_link_fail_all(s, -ESHUTDOWN, "the session was detached");
     al_procs_end(s);
     al_budget_stop(s);
     al_control_stop(s);
     al_link_detach(s);
     al_transport_free(s->tport);
     if (s->dom) {
-        virDomainDestroy(s->dom);
+        if (!keep)
+            virDomainDestroy(s->dom);
         virDomainFree(s->dom);
+    }
+    if (keep) { /* the VM and both dirs stay for the keeper: only this process's parts go */
+        if (s->conn)
+            virConnectClose(s->conn);
+        al_checkpoints_free(s);
+        al_template_free(s->tmpl);
+        al_screen_free(s->screen);
+        al_closep(&s->lock_fd);
+        al_closep(&s->state_lock_fd);
+        al_image_free(&s->img);
+        pthread_mutex_destroy(&s->lock);
+        al_link_mux_free(s->mux);
+        free(s);
+        return;
     }
     al_net_stop(s); /* after the VM: its tunnels end with it */
     char vol[80];

@@ -72,6 +72,14 @@ struct al_session {
     char rdisk[AL_PATH_MAX]; /* the overlay's path there, or empty */
     bool vol_made, scratch_made;
     struct al_screen *screen; /* screen.c: the display's state, or NULL (no display) */
+    /* keep.c: a session kept for keeper (al_session_opts.keep), "" when not; paused to disk */
+    char keeper[64];
+    int64_t keep_expires; /* unix time its lifetime ends, 0: none */
+    bool paused;
+    enum al_transport kind;
+    uint32_t hello_flags; /* the next HELLO's (AL_HELLO_ADOPT while reattaching, resuming) */
+    uint32_t adopted[AL_ADOPT_MAX]; /* the runs the agent handed over at the last handshake */
+    size_t nadopted;
 };
 
 /* A session's volume on a remote host: its overlay, or its scratch disk; into buf[80]. */
@@ -99,6 +107,14 @@ static inline void al_session_unlockp(al_session **s)
 int al_session_open_for(const al_session_opts *opts, const char *build_ram, al_session **out,
                         al_error *err);
 void al_session_notice(al_session *s, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+/* session.c, for keep.c: a session not yet booted (its fields from opts); the locked runtime or
+ * state dir NAME (al_sessions_dir's) made and its lock held in *lock_fd. */
+al_session *al_session_new(const al_session_opts *opts);
+/* al_session_close (keep false), or al_session_detach's part for a kept session (keep true):
+ * the handle freed, the VM and the dirs left as they are. */
+void al_session_release(al_session *s, bool keep);
+int al_session_dir_make(bool state, const char *name, char *out, size_t outlen, int *lock_fd,
+                        al_error *err);
 /* A notice where opts sends them (quiet, on_notice, notice): al_session_notice's, for callers
  * without a session yet (warm.c). */
 void al_notice_route(const al_session_opts *o, const char *fmt, va_list ap)

@@ -97,7 +97,7 @@ void al_template_free(struct al_template *t)
 AL_DEFINE_CLEANUP(evp_freep, EVP_MD_CTX *, EVP_MD_CTX_free)
 
 /* SHA-256 of a file's bytes, in hex. */
-static int sha256_file(const char *path, char out[65])
+int al_sha256_file(const char *path, char out[65])
 {
     _cleanup_close_ int fd = open(path, O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
     if (fd < 0)
@@ -173,7 +173,7 @@ static void key_add_content(EVP_MD_CTX *md, const char *tdir, const char *path)
     if (fd >= 0)
         close(fd);
     if (!sha[0]) {
-        if (sha256_file(path, sha) < 0) {
+        if (al_sha256_file(path, sha) < 0) {
             key_add(md, "%s unreadable", path);
             return;
         }
@@ -218,7 +218,7 @@ static int template_key(al_session *s, enum al_transport kind, const char *tdir,
     if (al_pathf(manifest, sizeof(manifest), "%s/manifest.json", s->img.dir) < 0)
         return -ENAMETOOLONG;
     char msha[65] = "";
-    sha256_file(manifest, msha);
+    al_sha256_file(manifest, msha);
     key_add(md, "manifest %s", msha);
     key_add_content(md, tdir, s->img.kernel);
     key_add_content(md, tdir, s->img.initrd);
@@ -232,6 +232,17 @@ static int template_key(al_session *s, enum al_transport kind, const char *tdir,
     EVP_DigestFinal_ex(md, d, NULL);
     al_hexify(d, 32, key);
     return 0;
+}
+
+void al_qemu_identity(virConnectPtr conn, char *buf, size_t len)
+{
+    unsigned long qemu = 0, lib = 0;
+    virConnectGetVersion(conn, &qemu);
+    virConnectGetLibVersion(conn, &lib);
+    struct stat st = {0};
+    stat("/usr/bin/qemu-system-x86_64", &st);
+    snprintf(buf, len, "qemu %lu libvirt %lu binary %lld %lld.%09ld", qemu, lib,
+             (long long)st.st_size, (long long)st.st_mtim.tv_sec, st.st_mtim.tv_nsec);
 }
 
 static int templates_dir(char *buf, size_t len, al_error *err)
@@ -263,7 +274,7 @@ static int record_file(const char *path, bool hash, struct file_rec *f)
         .mtime_ns = (int64_t)st.st_mtim.tv_sec * 1000000000 + st.st_mtim.tv_nsec,
         .ctime_ns = (int64_t)st.st_ctim.tv_sec * 1000000000 + st.st_ctim.tv_nsec,
     };
-    return hash ? sha256_file(path, f->sha) : 0;
+    return hash ? al_sha256_file(path, f->sha) : 0;
 }
 
 static int manifest_write(const char *dir, const char *key, const al_session *s, unsigned mem,
@@ -376,7 +387,7 @@ static bool files_intact(const char *dir, const cJSON *j, unsigned hash_mask, al
         }
         if (hash_mask & (1u << i)) {
             char sha[65];
-            if (sha256_file(path, sha) < 0 || strcmp(sha, jstr(f, "sha256"))) {
+            if (al_sha256_file(path, sha) < 0 || strcmp(sha, jstr(f, "sha256"))) {
                 al_err(why, -ESTALE, "its %s's checksum differs", FILES[i]);
                 return false;
             }
@@ -463,11 +474,12 @@ bool al_template_applies(const al_session *s, const al_session_opts *opts, enum 
 {
     /* SSH sessions (their keys are per session), images that boot through firmware, a
      * benchmark port, a scratch disk, a NIC for network on request or a display (devices the
-     * template lacks) always boot cold. */
+     * template lacks) always boot cold, and so do kept sessions (pause saves a VM libvirt
+     * started as its own, keep.c). */
     /* Nor do sessions on a remote host: templates are files on this one. */
     return al_warm_mode(opts) != AL_WARM_OFF && kind == AL_TRANSPORT_VIRTIO && s->img.kernel[0] &&
            !s->remote && !s->raw_port[0] && !(opts->checkpoints && !s->img.disk[0]) &&
-           !(opts->net.allow && opts->net.allow[0]) && !opts->display &&
+           !(opts->net.allow && opts->net.allow[0]) && !opts->display && !opts->keep &&
            !getenv("AIRLOCK_TEST_KVM_LIE");
 }
 
@@ -718,7 +730,7 @@ static int refresh_request(al_session *s, uint32_t rid, uint8_t *seed, const uin
 /* Makes the restored guest its own: host entropy into its kernel RNG, the host's clock, the
  * session's name as hostname, a fresh machine-id, in one REFRESH the agent applies in its own
  * process (guest-agent/refresh.c). */
-static int make_unique(al_session *s, al_error *err)
+int al_session_make_unique(al_session *s, al_error *err)
 {
     if (!(s->caps & AL_CAP_REFRESH))
         return al_err(err, -ENOTSUP, "the template's agent cannot refresh a restored guest");
@@ -838,7 +850,7 @@ int al_template_restore(al_session *s, struct al_vm_config *cfg, al_error *err)
         r = al_link_resync(s, RESYNC_MS, err);
     uint64_t answered = al_now_ms();
     if (r == 0)
-        r = make_unique(s, err);
+        r = al_session_make_unique(s, err);
     if (r == 0 && s->ckpt)
         r = keep_restart_xml(s, err);
     if (r < 0)

@@ -39,5 +39,12 @@ const char *al_template_disk(const struct al_template *t);
  * resumes, handshakes and makes the guest unique. */
 int al_template_restore(al_session *s, struct al_vm_config *cfg, al_error *err);
 void al_template_free(struct al_template *t);
+/* A restored guest made its own (REFRESH: the host's entropy and clock, the session's name, a
+ * fresh machine-id): after a template's restore and a paused session's resume (keep.c). */
+int al_session_make_unique(al_session *s, al_error *err);
+/* SHA-256 of a file's bytes, in hex. */
+int al_sha256_file(const char *path, char out[65]);
+/* What a saved VM state depends on: QEMU's and libvirt's versions, QEMU's binary. */
+void al_qemu_identity(virConnectPtr conn, char *buf, size_t len);
 
 #endif

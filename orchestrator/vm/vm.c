@@ -528,8 +528,8 @@ int al_vm_start(virConnectPtr conn, const struct al_vm_config *cfg, virDomainPtr
     if (!xml)
         return al_err(err, -ENOMEM, "cannot build the domain description");
     /* AUTODESTROY: if this process dies, even by SIGKILL, libvirtd destroys the domain when
-     * our connection drops. */
-    virDomainPtr d = virDomainCreateXML(conn, xml, VIR_DOMAIN_START_AUTODESTROY);
+     * our connection drops; a kept session's is left for its keeper (keep.c), or gc. */
+    virDomainPtr d = virDomainCreateXML(conn, xml, cfg->keep ? 0 : VIR_DOMAIN_START_AUTODESTROY);
     if (!d)
         return al_err_virt(err, -EIO, "cannot start VM for image '%s'", cfg->image->name);
     *out = d;

@@ -58,6 +58,8 @@ struct al_vm_config {
     /* A screen and input devices the host drives (session/screen.c): VGA, a virtio tablet and
      * keyboard. */
     bool display;
+    /* A kept session (keep.c): the domain outlives the connection that started it. */
+    bool keep;
 };
 int al_vm_connect(const char *uri, virConnectPtr *out, al_error *err);
 int al_vm_start(virConnectPtr conn, const struct al_vm_config *cfg, virDomainPtr *out,
