@@ -96,6 +96,12 @@ struct ad_config {
     unsigned host_check_s; /* how often each host is asked whether it answers */
     /* E2B compatibility (e2b.c): its listener ("HOST:PORT", "" for none) and the image E2B's
      * default templates (base, code-interpreter-v1) stand for */
+    /* Sessions that last (store.c): sessions are kept by the library, so that a restart takes
+     * them back, and may be paused (true by default); false: a stop ends them all, and the warm
+     * pool serves creates. */
+    bool keep_sessions;
+    unsigned keep_grace_s; /* how long kept sessions wait for a daemon that stopped; 0: the
+                              library's default (AIRLOCK_KEEP_GRACE_S) */
     char e2b_listen[128];
     char e2b_image[64];
 };
@@ -202,6 +208,14 @@ struct ad_session {
     cJSON *e2b_contexts;   /* the code interpreter's contexts (e2b.c, under its lock) */
     struct ad_e2b_watcher *e2b_watchers; /* envd's CreateWatcher's (e2b.c, the same lock) */
     bool e2b_user; /* the guest has E2B's `user` and runuser: processes run as it */
+    /* Sessions that last (issue 35; store.c): kept by the library for this daemon (restarts take
+     * it back), its name (unique per owner, "" for none), paused to disk, pausing when idle this
+     * long instead of ending (0: never); set at create or restore, paused under the lock. */
+    bool kept;
+    char name[64];
+    bool paused;
+    unsigned auto_pause_s;
+    bool detaching; /* shutdown: the VM is left running for the next start */
 };
 
 int ad_sessions_init(const struct ad_config *c);
@@ -222,6 +236,8 @@ void ad_session_list(const char *owner, void (*fn)(void *ctx, struct ad_session 
 cJSON *ad_session_json(struct ad_session *s);
 
 struct ad_create {
+    const char *name; /* unique per owner, or NULL */
+    unsigned auto_pause_s;
     const char *image;
     unsigned memory_mib, vcpus;
     const char *transport;
@@ -244,6 +260,28 @@ struct ad_fail {
 };
 int ad_session_create(const char *owner, const struct ad_limits *lim, const struct ad_create *c,
                       struct ad_session **out, struct ad_fail *f);
+/* Pauses a kept session to disk (its memory and QEMU process freed; its runs suspended, taken
+ * up again by the resume) and brings it back. */
+int ad_session_pause(struct ad_session *s, struct ad_fail *f);
+int ad_session_resume(struct ad_session *s, struct ad_fail *f);
+/* The session's record written to the store (a kept one's; no-op otherwise), after a change. */
+void ad_session_save(struct ad_session *s);
+/* A session's name: 1 to 63 of [A-Za-z0-9._-], not "airlock-..." (an id's form). */
+bool ad_session_name_ok(const char *name);
+/* The live session of owner named name, referenced, or NULL. */
+struct ad_session *ad_session_by_name(const char *owner, const char *name);
+
+/* ---- the sessions' store (store.c): the key store's file, table sessions ---- */
+
+int ad_store_open(const char *keys_db, char *why, size_t len);
+void ad_store_close(void);
+/* The keeper name of this daemon's kept sessions (al_session_opts.keep). */
+const char *ad_store_keeper(void);
+int ad_store_put(const char *id, const char *owner, const char *name, const cJSON *record);
+void ad_store_del(const char *id);
+int ad_store_each(void (*fn)(void *ctx, const char *id, const char *owner, const cJSON *record),
+                  void *ctx);
+
 /* Moves the end of its lifetime to seconds from now, within lim's max_lifetime_s of its start. */
 int ad_session_extend(struct ad_session *s, unsigned seconds, const struct ad_limits *lim,
                       struct ad_fail *f);
@@ -313,6 +351,12 @@ int ad_run_resize(struct ad_run *r, unsigned rows, unsigned cols, struct ad_fail
 cJSON *ad_run_wait(struct ad_run *r, unsigned timeout_ms);
 /* Cancels every run of s (delete, reaping, shutdown) and waits for their threads. */
 void ad_runs_cancel(struct ad_session *s);
+/* Sessions that last: the runs in flight as the store keeps them (id, request id, what runs);
+ * after a resume or a restart, each suspended run whose request the agent handed over
+ * (al_session_adopted) is taken up again, the others end with an error event; runs is the
+ * store's array at a restart (NULL after a resume in this daemon's life). */
+cJSON *ad_runs_record(struct ad_session *s);
+void ad_runs_resume(struct ad_session *s, const cJSON *runs);
 void ad_runs_free(struct ad_session *s);
 bool ad_runs_active(struct ad_session *s);
 /* For a body: appends an event (waiting for a reader when the buffer is full), and the
@@ -383,6 +427,7 @@ enum ad_route_flags {
     AD_LOST_OK = 1 << 5,    /* served for a session whose host went down (get, delete) */
     AD_ANY_METHOD = 1 << 6, /* any method, and the path's rest past the pattern (a proxy) */
     AD_OWN_ORIGIN = 1 << 7, /* checks Origin itself (/mcp): no X-Airlock-CSRF asked */
+    AD_PAUSED_OK = 1 << 8,  /* served for a paused session (get, delete, resume, runs' events) */
 };
 
 struct ad_route {

@@ -38,6 +38,7 @@ void ad_config_defaults(struct ad_config *c)
     c->limits.net_bytes_max = AL_NET_BYTES_MAX_DEFAULT;
     snprintf(c->model_api, sizeof(c->model_api), "openai");
     c->model_tools = true;
+    c->keep_sessions = true;
     c->host_check_s = 2;
     snprintf(c->e2b_image, sizeof(c->e2b_image), "debian");
 }
@@ -230,6 +231,19 @@ static int set(struct ad_config *c, const char *k, char *v)
         return parse_uint(v, &c->max_connections);
     if (!strcmp(k, "max_connections_per_ip"))
         return parse_uint(v, &c->max_connections_per_ip);
+    if (!strcmp(k, "keep_sessions")) {
+        if (strcmp(v, "true") && strcmp(v, "false"))
+            return -EINVAL;
+        c->keep_sessions = !strcmp(v, "true");
+        return 0;
+    }
+    if (!strcmp(k, "keep_grace_s")) {
+        if ((r = parse_u64(v, 366ull * 86400, &x)) == 0 && x < 10)
+            r = -EINVAL;
+        if (r == 0)
+            c->keep_grace_s = (unsigned)x;
+        return r;
+    }
     if (!strcmp(k, "pool_image"))
         return copy(c->pool_image, sizeof(c->pool_image), v);
     if (!strcmp(k, "pool_size")) {

@@ -441,6 +441,8 @@ static bool rate_ok(const char *owner, unsigned per_s)
 static bool find_session(struct MHD_Connection *c, struct ad_req *q, enum MHD_Result *r)
 {
     q->sess = ad_session_get(q->owner, q->params[0]);
+    if (!q->sess) /* or by its name (unique per owner) */
+        q->sess = ad_session_by_name(q->owner, q->params[0]);
     if (!q->sess) {
         *r = ad_reply_error(c, q, 404, "not_found", "no session '%s'", q->params[0]);
         return false;
@@ -451,6 +453,13 @@ static bool find_session(struct MHD_Connection *c, struct ad_req *q, enum MHD_Re
                             "the host this session ran on stopped answering (%s); the session "
                             "is lost: delete it and start another",
                             q->sess->lost_why);
+        return false;
+    }
+    if (q->sess->paused && !(q->route->flags & AD_PAUSED_OK)) {
+        *r = ad_reply_error(c, q, 409, "paused",
+                            "the session is paused: resume it first (POST "
+                            "/v1/sessions/%s/resume)",
+                            q->sess->id);
         return false;
     }
     return true;

@@ -278,6 +278,16 @@ static int serve(void)
         fprintf(stderr, "airlockd: cannot start watching the hosts\n");
         return 1;
     }
+    if (ad_cfg.keep_grace_s) { /* the library reads it when it renews a kept session's lease */
+        char g[32];
+        snprintf(g, sizeof(g), "%u", ad_cfg.keep_grace_s);
+        setenv("AIRLOCK_KEEP_GRACE_S", g, 1);
+    }
+    if (ad_store_open(ad_cfg.keys_db, why, sizeof(why)) < 0) {
+        fprintf(stderr, "airlockd: %s\n", why);
+        ad_hosts_shutdown();
+        return 1;
+    }
     if (ad_sessions_init(&ad_cfg) < 0) {
         fprintf(stderr, "airlockd: cannot start the reaper\n");
         ad_hosts_shutdown();
@@ -301,6 +311,7 @@ static int serve(void)
     ad_http_stop();
     ad_sessions_shutdown();
     ad_hosts_shutdown();
+    ad_store_close();
     ad_keys_close();
     ad_log("stopped");
     return 0;

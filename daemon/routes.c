@@ -141,8 +141,13 @@ static enum MHD_Result session_create(struct MHD_Connection *c, struct ad_req *q
         get_bool(q, "checkpoints", &cr.checkpoints, why, sizeof(why)) < 0 ||
         get_bool(q, "display", &cr.display, why, sizeof(why)) < 0 ||
         get_uint(q, "idle_timeout_s", &cr.idle_s, why, sizeof(why)) < 0 ||
-        get_uint(q, "lifetime_s", &cr.lifetime_s, why, sizeof(why)) < 0)
+        get_uint(q, "lifetime_s", &cr.lifetime_s, why, sizeof(why)) < 0 ||
+        get_str(q, "name", &cr.name, why, sizeof(why)) < 0 ||
+        get_uint(q, "auto_pause_s", &cr.auto_pause_s, why, sizeof(why)) < 0)
         return ad_reply_error(c, q, 400, "invalid", "%s", why);
+    if (cr.name && !ad_session_name_ok(cr.name))
+        return ad_reply_error(c, q, 400, "invalid",
+                              "name: 1 to 63 of [A-Za-z0-9._-], not starting with 'airlock-'");
     cr.labels = cJSON_GetObjectItemCaseSensitive(q->json, "labels");
     cr.net = cJSON_GetObjectItemCaseSensitive(q->json, "net");
     if (cr.image && (!cr.image[0] || strchr(cr.image, '/') || strlen(cr.image) >= 64))
@@ -189,6 +194,22 @@ static enum MHD_Result session_extend(struct MHD_Connection *c, struct ad_req *q
         return ad_reply_error(c, q, 400, "invalid", "seconds: a whole number above 0");
     struct ad_fail f;
     if (ad_session_extend(q->sess, secs, &q->lim, &f) < 0)
+        return ad_reply_fail(c, q, &f);
+    return ad_reply_json(c, q, 200, ad_session_json(q->sess));
+}
+
+static enum MHD_Result session_pause(struct MHD_Connection *c, struct ad_req *q)
+{
+    struct ad_fail f;
+    if (ad_session_pause(q->sess, &f) < 0)
+        return ad_reply_fail(c, q, &f);
+    return ad_reply_json(c, q, 200, ad_session_json(q->sess));
+}
+
+static enum MHD_Result session_resume(struct MHD_Connection *c, struct ad_req *q)
+{
+    struct ad_fail f;
+    if (ad_session_resume(q->sess, &f) < 0)
         return ad_reply_fail(c, q, &f);
     return ad_reply_json(c, q, 200, ad_session_json(q->sess));
 }
@@ -978,15 +999,17 @@ const struct ad_route ad_routes[] = {
     {"POST",   "/v1/sessions", AD_NO_SESSION | AD_BODY_JSON, session_create, "start a session"},
     {"GET",    "/v1/sessions", AD_NO_SESSION, session_list, "the caller's sessions"},
     {"GET",    "/v1/hosts", AD_NO_SESSION, hosts_get, "the hosts sessions run on (local callers)"},
-    {"GET",    "/v1/sessions/{id}", AD_LOST_OK, session_get, "one session"},
-    {"DELETE", "/v1/sessions/{id}", AD_LOST_OK, session_delete, "end a session"},
-    {"POST",   "/v1/sessions/{id}/extend", AD_BODY_JSON, session_extend, "move the end of its lifetime"},
+    {"GET",    "/v1/sessions/{id}", AD_LOST_OK | AD_PAUSED_OK, session_get, "one session"},
+    {"DELETE", "/v1/sessions/{id}", AD_LOST_OK | AD_PAUSED_OK, session_delete, "end a session"},
+    {"POST",   "/v1/sessions/{id}/extend", AD_BODY_JSON | AD_PAUSED_OK, session_extend, "move the end of its lifetime"},
+    {"POST",   "/v1/sessions/{id}/pause", 0, session_pause, "pause it to disk (memory and QEMU freed)"},
+    {"POST",   "/v1/sessions/{id}/resume", AD_PAUSED_OK, session_resume, "bring a paused session back"},
     {"GET",    "/v1/sessions/{id}/net", 0, net_list, "the session's network requests"},
     {"POST",   "/v1/sessions/{id}/runs", AD_BODY_JSON, run_start, "start a command or code run"},
-    {"GET",    "/v1/sessions/{id}/runs", 0, run_list, "the session's runs"},
-    {"GET",    "/v1/sessions/{id}/runs/{run}", 0, run_get, "one run"},
-    {"GET",    "/v1/sessions/{id}/runs/{run}/events", 0, run_events, "the run's events (SSE)"},
-    {"GET",    "/v1/sessions/{id}/runs/{run}/wait", 0, run_wait, "wait for the run's end"},
+    {"GET",    "/v1/sessions/{id}/runs", AD_PAUSED_OK, run_list, "the session's runs"},
+    {"GET",    "/v1/sessions/{id}/runs/{run}", AD_PAUSED_OK, run_get, "one run"},
+    {"GET",    "/v1/sessions/{id}/runs/{run}/events", AD_PAUSED_OK, run_events, "the run's events (SSE)"},
+    {"GET",    "/v1/sessions/{id}/runs/{run}/wait", AD_PAUSED_OK, run_wait, "wait for the run's end"},
     {"POST",   "/v1/sessions/{id}/runs/{run}/stdin", AD_BODY_RAW, run_stdin, "write to the run's stdin"},
     {"POST",   "/v1/sessions/{id}/runs/{run}/signal", AD_BODY_JSON, run_signal, "signal the run"},
     {"POST",   "/v1/sessions/{id}/runs/{run}/resize", AD_BODY_JSON, run_resize, "a pty run's new terminal size"},

@@ -61,6 +61,11 @@ struct ad_run {
     unsigned results_dropped; /* results dropped past give_up_ms */
     int stdin_rd;
     uint64_t started; /* unix time */
+    /* Sessions that last (issue 35): the run's request id in the agent (al_exec_opts.request_id);
+     * suspended: its session was paused or its daemon stopped, the guest keeps it, a resume or
+     * the next start takes it up again (adopt: through al_exec_opts.adopt) */
+    uint32_t request_id;
+    bool suspended, adopt;
     /* a run of something else than al_exec (a chat turn): its body, which fills the end
      * event's object and returns the event's type */
     const char *(*body)(struct ad_run *r, void *ctx, cJSON *end);
@@ -73,6 +78,8 @@ static pthread_mutex_t list_lock = PTHREAD_MUTEX_INITIALIZER;
 /* Runs not yet finished per session, and bytes of stdin given in the request itself (it must
  * fit the pipe so that starting a run never blocks). */
 #define ACTIVE_RUNS_MAX 16
+/* Runs an agent hands over at once (the protocol's AL_ADOPT_MAX). */
+#define ADOPTED_MAX 64
 #define STDIN_INLINE_MAX 65536
 /* Past the run's timeout: longer than the library's own grace (5 s, a kernel's 60 s) */
 #define GIVE_UP_GRACE_MS 10000u
@@ -306,6 +313,45 @@ static void run_started(void *ctx, uint32_t pid)
     r->guest_pid = pid;
     pthread_cond_broadcast(&r->cv);
     pthread_mutex_unlock(&r->mu);
+    ad_session_save(r->sess); /* the store learns the run: a restart adopts it */
+}
+
+/* The run's al_exec: the program started, or (adopt) the agent's kept run taken up. */
+static int run_exec(struct ad_run *r, al_exec_result *res, al_error *err)
+{
+    al_exec_opts o = {
+        .struct_size = sizeof(al_exec_opts),
+        .argv = (const char *const *)r->argv,
+        .lang = r->lang,
+        .kernel = r->kernel,
+        .context = r->context,
+        .env = (const char *const *)r->env,
+        .cwd = r->cwd,
+        .timeout_ms = r->adopt ? 0 : r->timeout_ms, /* the agent keeps the run's own */
+        .stdin_fd = r->adopt ? -1 : r->stdin_rd,
+        .stdout_fd = -1,
+        .stderr_fd = -1,
+        .output = ad_run_output,
+        .started = run_started,
+        .output_ctx = r,
+        .result = ad_run_result,
+        .result_ctx = r,
+        .cancel_fd = r->cancel[0],
+        .pty_rows = r->adopt ? 0 : r->pty_rows,
+        .pty_cols = r->adopt ? 0 : r->pty_cols,
+        .resize_fd = r->adopt ? -1 : r->resize[0],
+        .request_id = &r->request_id,
+        .adopt = r->adopt ? r->request_id : 0,
+    };
+    if (r->timeout_ms && !r->adopt)
+        r->give_up_ms =
+            ad_now_ms() + r->timeout_ms + (r->kernel ? GIVE_UP_GRACE_KERNEL_MS : GIVE_UP_GRACE_MS);
+    if (r->adopt) {
+        pthread_mutex_lock(&r->mu);
+        r->running = !r->cancelled;
+        pthread_mutex_unlock(&r->mu);
+    }
+    return al_exec(r->sess->s, &o, res, err);
 }
 
 static void *run_thread(void *arg)
@@ -320,9 +366,13 @@ static void *run_thread(void *arg)
 
     cJSON *st = cJSON_CreateObject();
     cJSON_AddStringToObject(st, "run", r->id);
-    push(r, "start", st, false);
+    push(r, r->adopt ? "resumed" : "start", st, false);
     cJSON_Delete(st);
 
+    if (r->adopt) {
+        rc = run_exec(r, &res, &err);
+        goto ended;
+    }
     if (r->body) {
         pthread_mutex_lock(&r->mu);
         r->running = !r->cancelled;
@@ -364,32 +414,27 @@ static void *run_thread(void *arg)
         err.code = rc;
         snprintf(err.msg, sizeof(err.msg), "cancelled before it started");
     } else {
-        al_exec_opts o = {
-            .struct_size = sizeof(al_exec_opts),
-            .argv = (const char *const *)r->argv,
-            .lang = r->lang,
-            .kernel = r->kernel,
-            .context = r->context,
-            .env = (const char *const *)r->env,
-            .cwd = r->cwd,
-            .timeout_ms = r->timeout_ms,
-            .stdin_fd = r->stdin_rd,
-            .stdout_fd = -1,
-            .stderr_fd = -1,
-            .output = ad_run_output,
-            .started = run_started,
-            .output_ctx = r,
-            .result = ad_run_result,
-            .result_ctx = r,
-            .cancel_fd = r->cancel[0],
-            .pty_rows = r->pty_rows,
-            .pty_cols = r->pty_cols,
-            .resize_fd = r->resize[0],
-        };
-        if (r->timeout_ms)
-            r->give_up_ms = ad_now_ms() + r->timeout_ms +
-                            (r->kernel ? GIVE_UP_GRACE_KERNEL_MS : GIVE_UP_GRACE_MS);
-        rc = al_exec(s->s, &o, &res, &err);
+        rc = run_exec(r, &res, &err);
+    }
+ended:
+    /* Paused, or the daemon stopping with the session kept: the guest keeps the run, and so
+     * does the store; a resume or the next start takes it up (ad_runs_resume). */
+    if (r->request_id && (rc == -ESTALE || (rc == -ESHUTDOWN && s->detaching))) {
+        pthread_mutex_lock(&r->mu);
+        r->suspended = true;
+        r->running = false;
+        pthread_cond_broadcast(&r->cv);
+        pthread_mutex_unlock(&r->mu);
+        cJSON *o = cJSON_CreateObject();
+        cJSON_AddStringToObject(o, "run", r->id);
+        cJSON_AddStringToObject(
+            o, "why", rc == -ESTALE ? "the session was paused" : "the daemon is stopping");
+        push(r, "suspended", o, false);
+        cJSON_Delete(o);
+        ad_metrics_run_end(false, ad_now_ms() - t0);
+        ad_session_put(s); /* the run's reference goes back to the list's */
+        ad_run_put(r);
+        return NULL;
     }
     drain_cancel(r);
     ad_metrics_run_end(rc < 0, ad_now_ms() - t0);
@@ -451,6 +496,8 @@ static void finish(struct ad_run *r, const char *type, cJSON *o)
     pthread_cond_broadcast(&r->cv);
     pthread_mutex_unlock(&r->mu);
     ad_session_touch(s);
+    if (r->request_id)
+        ad_session_save(s); /* no longer in flight in the store */
     ad_session_put(s);
     ad_run_put(r); /* the thread's reference */
 }
@@ -743,7 +790,11 @@ static cJSON *run_json_locked(struct ad_run *r)
 {
     cJSON *o = cJSON_CreateObject();
     cJSON_AddStringToObject(o, "id", r->id);
-    cJSON_AddStringToObject(o, "state", r->done ? "done" : r->running ? "running" : "queued");
+    cJSON_AddStringToObject(o, "state",
+                            r->done        ? "done"
+                            : r->suspended ? "suspended"
+                            : r->running   ? "running"
+                                           : "queued");
     cJSON_AddNumberToObject(o, "started", (double)r->started);
     cJSON_AddNumberToObject(o, "events", (double)(r->next_seq - 1));
     if (r->argv && !r->lang) {
@@ -1213,4 +1264,162 @@ struct MHD_Response *ad_run_stream(struct ad_run *r, uint64_t last_id, ad_run_fm
         MHD_add_response_header(resp, "Cache-Control", "no-cache");
     }
     return resp;
+}
+
+/* ---- sessions that last (issue 35) ---- */
+
+cJSON *ad_runs_record(struct ad_session *s)
+{
+    cJSON *a = cJSON_CreateArray();
+    pthread_mutex_lock(&list_lock);
+    for (struct ad_run *r = s->runs; r; r = r->next) {
+        pthread_mutex_lock(&r->mu);
+        if (!r->done && r->request_id && !r->body) {
+            cJSON *o = run_json_locked(r);
+            cJSON_DeleteItemFromObjectCaseSensitive(o, "state");
+            cJSON_DeleteItemFromObjectCaseSensitive(o, "events");
+            cJSON_AddNumberToObject(o, "request", r->request_id);
+            cJSON_AddBoolToObject(o, "kernel", r->kernel);
+            if (r->lang)
+                cJSON_AddStringToObject(o, "lang", r->lang);
+            if (r->context)
+                cJSON_AddStringToObject(o, "context", r->context);
+            cJSON_AddItemToArray(a, o);
+        }
+        pthread_mutex_unlock(&r->mu);
+    }
+    pthread_mutex_unlock(&list_lock);
+    return a;
+}
+
+static bool adopted(struct ad_session *s, uint32_t id)
+{
+    uint32_t ids[ADOPTED_MAX];
+    size_t n = s->s ? al_session_adopted(s->s, ids, ADOPTED_MAX) : 0;
+    for (size_t i = 0; i < n && i < ADOPTED_MAX; i++)
+        if (ids[i] == id)
+            return true;
+    return false;
+}
+
+/* Takes a suspended run up again on a thread of its own, or ends it with why. Called with
+ * list_lock held. */
+static void resume_one(struct ad_session *s, struct ad_run *r, const char *why)
+{
+    if (r->has_thread) {
+        pthread_join(r->thread, NULL); /* the thread that suspended it has returned */
+        r->has_thread = false;
+    }
+    struct ad_session *held = adopted(s, r->request_id) ? ad_session_get(s->owner, s->id) : NULL;
+    pthread_mutex_lock(&r->mu);
+    r->suspended = false;
+    r->adopt = true;
+    r->refs++; /* the thread's */
+    pthread_mutex_unlock(&r->mu);
+    if (held && pthread_create(&r->thread, NULL, run_thread, r) == 0) {
+        r->has_thread = true;
+        return;
+    }
+    if (held)
+        ad_session_put(held);
+    cJSON *o = cJSON_CreateObject();
+    cJSON_AddStringToObject(o, "code", "lost");
+    cJSON_AddNumberToObject(o, "status", 410);
+    ad_json_add_text(o, "message", why);
+    cJSON_AddStringToObject(o, "run", r->id);
+    cJSON *result = cJSON_Duplicate(o, true);
+    cJSON_AddStringToObject(result, "type", "error");
+    if (push_ex(r, "error", o, false, result) < 0) {
+        pthread_mutex_lock(&r->mu);
+        r->result = result;
+        r->done = true;
+        pthread_mutex_unlock(&r->mu);
+    }
+    cJSON_Delete(o);
+    pthread_mutex_lock(&r->mu);
+    pthread_cond_broadcast(&r->cv);
+    pthread_mutex_unlock(&r->mu);
+    ad_run_put(r);
+}
+
+/* A run of the store's record, made again after a restart: what it ran (for its JSON), its
+ * request, suspended; its events before the restart are gone (the buffer was memory). */
+static struct ad_run *run_from_record(const cJSON *o)
+{
+    const cJSON *id = cJSON_GetObjectItemCaseSensitive(o, "id");
+    const cJSON *req = cJSON_GetObjectItemCaseSensitive(o, "request");
+    if (!cJSON_IsString(id) || strlen(id->valuestring) >= 16 || !cJSON_IsNumber(req) ||
+        req->valuedouble < 1 || req->valuedouble > 0x7fffffff)
+        return NULL;
+    struct ad_run *r = calloc(1, sizeof(*r));
+    if (!r)
+        return NULL;
+    pthread_mutex_init(&r->mu, NULL);
+    pthread_cond_init(&r->cv, NULL);
+    r->stdin_wr = r->stdin_rd = -1;
+    r->cancel[0] = r->cancel[1] = -1;
+    r->resize[0] = r->resize[1] = -1;
+    r->next_seq = 1;
+    snprintf(r->id, sizeof(r->id), "%s", id->valuestring);
+    r->request_id = (uint32_t)req->valuedouble;
+    r->suspended = true;
+    r->started = (uint64_t)cJSON_GetNumberValue(cJSON_GetObjectItemCaseSensitive(o, "started"));
+    r->kernel = cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(o, "kernel"));
+    r->hidden = cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(o, "hidden"));
+    const char *lang = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(o, "lang"));
+    const char *ctx = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(o, "context"));
+    const char *tag = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(o, "tag"));
+    const char *cwd = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(o, "cwd"));
+    r->lang = lang ? strdup(lang) : NULL;
+    r->context = ctx ? strdup(ctx) : NULL;
+    r->tag = tag ? strdup(tag) : NULL;
+    r->cwd = cwd ? strdup(cwd) : NULL;
+    const cJSON *argv = cJSON_GetObjectItemCaseSensitive(o, "argv");
+    const char *why = NULL;
+    r->argv = cJSON_IsArray(argv) && cJSON_GetArraySize(argv) > 0
+                  ? strv_from_array((cJSON *)argv, 4096, &why)
+                  : calloc(2, sizeof(char *));
+    if (r->argv && !r->argv[0])
+        r->argv[0] = strdup(lang ? "(code)" : "(run)");
+    if (!r->argv || pipe2(r->cancel, O_CLOEXEC | O_NONBLOCK) < 0) {
+        r->cancel[0] = r->cancel[1] = -1;
+        run_free(r);
+        return NULL;
+    }
+    return r;
+}
+
+void ad_runs_resume(struct ad_session *s, const cJSON *runs)
+{
+    pthread_mutex_lock(&list_lock);
+    const cJSON *o;
+    cJSON_ArrayForEach(o, runs)
+    {
+        struct ad_run *r = run_from_record(o);
+        if (!r)
+            continue;
+        unsigned n = 0;
+        if (sscanf(r->id, "r%u", &n) == 1 && n > s->next_run)
+            s->next_run = n;
+        r->sess = s;
+        r->refs = 1; /* the list's */
+        r->next = s->runs;
+        s->runs = r;
+        cJSON *st = cJSON_CreateObject();
+        cJSON_AddStringToObject(st, "run", r->id);
+        cJSON_AddStringToObject(st, "why", "the daemon restarted: the events before are gone");
+        push(r, "suspended", st, false);
+        cJSON_Delete(st);
+    }
+    /* A session still paused keeps its runs suspended until its resume. */
+    for (struct ad_run *r = s->s && !s->paused ? s->runs : NULL; r; r = r->next) {
+        pthread_mutex_lock(&r->mu);
+        bool suspended = r->suspended && !r->done;
+        pthread_mutex_unlock(&r->mu);
+        if (suspended)
+            resume_one(s, r,
+                       s->s ? "the guest no longer had this run when the session came back"
+                            : "the session could not be taken back");
+    }
+    pthread_mutex_unlock(&list_lock);
 }

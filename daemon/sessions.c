@@ -15,6 +15,7 @@ struct slot {
     struct slot *next;
     struct ad_session *s; /* NULL while booting */
     char owner[40];
+    char name[64]; /* the session's name, reserved while it boots; "" for none */
     unsigned memory_mib;
     unsigned vcpus;
 };
@@ -107,7 +108,7 @@ static void pool_start(const struct ad_config *c)
  * held (shutdown takes the pool away under it); al_pool_try_take does not wait. */
 static al_session *pool_take(const al_session_opts *o, uint64_t disk_budget_bytes)
 {
-    if (!pool || o->net.allow || strcmp(o->image, pool_shape.image) ||
+    if (!pool || o->keep || o->net.allow || strcmp(o->image, pool_shape.image) ||
         o->memory_mib != pool_shape.memory_mib || o->vcpus != pool_shape.vcpus || o->checkpoints ||
         o->display || disk_budget_bytes != pool_shape.disk_budget_bytes ||
         (o->transport != AL_TRANSPORT_IMAGE && o->transport != pool_shape.transport))
@@ -140,8 +141,11 @@ cJSON *ad_pool_json(void)
 
 static void *reap_loop(void *arg);
 
+static void sessions_restore(void);
+
 int ad_sessions_init(const struct ad_config *c)
 {
+    sessions_restore();
     pool_start(c);
     if (pthread_create(&reaper, NULL, reap_loop, NULL)) {
         al_pool_destroy(pool);
@@ -209,18 +213,52 @@ static void unlink_slot(struct ad_session *s)
 static void finish(struct ad_session *s, unsigned own)
 {
     pthread_mutex_unlock(&lock);
-    ad_runs_cancel(s);
-    /* The VM goes first: whatever a request of this session waits for (a frozen agent, a guest
-     * that stopped reading), it fails now, and the references it holds come back. */
-    al_session_stop(s->s);
-    pthread_mutex_lock(&lock);
-    while (s->refs > own)
-        pthread_cond_wait(&cond, &lock);
-    pthread_mutex_unlock(&lock);
     uint64_t t0 = ad_now_ms();
-    ad_metrics_closing();
-    al_session_close(s->s);
-    ad_metrics_closed(ad_now_ms() - t0);
+    if (s->detaching) {
+        /* Kept for the next start: the runs' host side ends (their processes go on in the
+         * guest, and the store keeps them for adoption), the VM runs on. */
+        al_session_detach(s->s);
+        s->s = NULL;
+        pthread_mutex_lock(&lock);
+        while (s->refs > own)
+            pthread_cond_wait(&cond, &lock);
+        pthread_mutex_unlock(&lock);
+        ad_host_release(s->host, s->memory_mib);
+        ad_log("session %s of %s kept for the next start", s->id, s->owner);
+    } else {
+        ad_runs_cancel(s);
+        /* The VM goes first: whatever a request of this session waits for (a frozen agent, a
+         * guest that stopped reading), it fails now, and the references it holds come back. */
+        if (s->s)
+            al_session_stop(s->s);
+        pthread_mutex_lock(&lock);
+        while (s->refs > own)
+            pthread_cond_wait(&cond, &lock);
+        pthread_mutex_unlock(&lock);
+        ad_metrics_closing();
+        if (s->s) {
+            al_session_close(s->s);
+        } else if (s->kept) { /* taken back at start, it could not be: what is left of it goes */
+            al_error ignored = {0};
+            al_session_discard(ad_store_keeper(), s->id, &ignored);
+        }
+        ad_metrics_closed(ad_now_ms() - t0);
+        if (s->kept)
+            ad_store_del(s->id);
+    }
+    if (s->detaching) {
+        ad_runs_free(s);
+        ad_chat_free(s);
+        close(s->cancel_rd);
+        close(s->cancel_wr);
+        cJSON_Delete(s->labels);
+        cJSON_Delete(s->net);
+        cJSON_Delete(s->e2b_env);
+        cJSON_Delete(s->e2b_contexts);
+        ad_e2b_session_free(s);
+        pthread_mutex_lock(&lock);
+        return;
+    }
     ad_host_release(s->host, s->memory_mib);
     if (s->lost)
         ad_host_gc(s->host); /* when it answers again: what the close could not reach */
@@ -291,6 +329,33 @@ static void reap_one(struct ad_session *s, const char *why)
     pthread_attr_destroy(&at);
 }
 
+/* Pauses an idle session with auto_pause_s in a thread of its own (a pause takes seconds).
+ * Called with lock held. */
+static void *pauser(void *arg)
+{
+    struct ad_session *s = arg;
+    struct ad_fail f;
+    if (ad_session_pause(s, &f) < 0)
+        ad_log("session %s of %s: idle, but the pause failed: %s", s->id, s->owner, f.msg);
+    else
+        ad_log("session %s of %s: paused after %u s idle", s->id, s->owner, s->auto_pause_s);
+    ad_session_put(s);
+    return NULL;
+}
+
+static void auto_pause(struct ad_session *s)
+{
+    pthread_t th;
+    pthread_attr_t at;
+    pthread_attr_init(&at);
+    pthread_attr_setdetachstate(&at, PTHREAD_CREATE_DETACHED);
+    s->refs++;
+    s->used_ms = ad_now_ms(); /* not again before this one is done */
+    if (pthread_create(&th, &at, pauser, s))
+        s->refs--;
+    pthread_attr_destroy(&at);
+}
+
 static void *reap_loop(void *arg)
 {
     (void)arg;
@@ -325,8 +390,12 @@ static void *reap_loop(void *arg)
                 break; /* being ended by a delete; the list changed */
             /* now again: a request may have touched it while the lock was let go */
             now = ad_now_ms();
-            if (!busy && s->refs == 0 && s->idle_s && now >= s->used_ms &&
-                now - s->used_ms >= s->idle_s * 1000ull)
+            if (s->paused || busy || s->refs || now < s->used_ms)
+                continue; /* a paused session's lifetime goes on; its idleness does not count */
+            if (s->auto_pause_s && s->kept && !s->lost && s->s &&
+                now - s->used_ms >= s->auto_pause_s * 1000ull)
+                auto_pause(s);
+            else if (s->idle_s && now - s->used_ms >= s->idle_s * 1000ull)
                 reap_one(s, "idle timeout");
         }
     }
@@ -348,8 +417,12 @@ void ad_sessions_shutdown(void)
     ad_runs_shutdown();
     pthread_mutex_lock(&lock);
     for (struct slot *sl = slots; sl; sl = sl->next)
-        if (sl->s && !sl->s->gone)
-            reap_one(sl->s, "daemon stopping");
+        if (sl->s && !sl->s->gone) {
+            /* A kept session outlives the daemon: the next start takes it back. */
+            sl->s->detaching = sl->s->kept && sl->s->s && !sl->s->lost;
+            reap_one(sl->s,
+                     sl->s->detaching ? "daemon stopping, the session is kept" : "daemon stopping");
+        }
     /* Each ends in its own thread, all at once; shutdown always ends. */
     uint64_t end = ad_now_ms() + SHUTDOWN_WAIT_MS;
     while (enders && ad_now_ms() < end) {
@@ -415,19 +488,33 @@ cJSON *ad_session_json(struct ad_session *s)
         cJSON_AddNumberToObject(o, "expires", (double)wall_of(s->deadline_ms));
     cJSON_AddBoolToObject(o, "checkpoints", s->checkpoints);
     cJSON_AddBoolToObject(o, "display", s->display);
-    cJSON_AddBoolToObject(o, "kvm", al_session_kvm(s->s));
-    cJSON_AddBoolToObject(o, "warm", al_session_restored(s->s));
+    cJSON_AddBoolToObject(o, "kvm", s->s && al_session_kvm(s->s));
+    cJSON_AddBoolToObject(o, "warm", s->s && al_session_restored(s->s));
     cJSON_AddBoolToObject(o, "pooled", s->pooled);
     cJSON_AddBoolToObject(o, "lost", s->lost);
-    cJSON_AddStringToObject(o, "languages", al_session_languages(s->s));
+    if (s->lost)
+        ad_json_add_text(o, "lost_why", s->lost_why);
+    if (s->name[0])
+        cJSON_AddStringToObject(o, "name", s->name);
+    else
+        cJSON_AddNullToObject(o, "name");
+    cJSON_AddBoolToObject(o, "kept", s->kept);
+    cJSON_AddBoolToObject(o, "paused", s->paused);
+    cJSON_AddNumberToObject(o, "auto_pause_s", s->auto_pause_s);
+    cJSON_AddStringToObject(o, "languages", s->s ? al_session_languages(s->s) : "");
     cJSON_AddItemToObject(o, "net", s->net ? cJSON_Duplicate(s->net, true) : cJSON_CreateNull());
     return o;
 }
 
 static int quota(const char *owner, const struct ad_limits *lim, unsigned memory_mib,
-                 unsigned vcpus, struct ad_fail *f)
+                 unsigned vcpus, const char *name, struct ad_fail *f)
 {
     unsigned n = 0, mem = 0, cpus = 0;
+    for (struct slot *sl = slots; name && name[0] && sl; sl = sl->next)
+        if (!strcmp(sl->owner, owner) && !strcmp(sl->name, name)) {
+            ad_failf(f, 409, "name_taken", "a session named '%s' exists already", name);
+            return -EEXIST;
+        }
     /* a session being ended counts until its VM is gone */
     for (struct slot *sl = slots; sl; sl = sl->next)
         if (!strcmp(sl->owner, owner)) {
@@ -648,7 +735,8 @@ int ad_session_create(const char *owner, const struct ad_limits *lim, const stru
     sl->memory_mib = mem;
     sl->vcpus = c->vcpus ? c->vcpus : 1; /* the library's default */
     pthread_mutex_lock(&lock);
-    r = stopping ? -ESHUTDOWN : quota(owner, lim, mem, sl->vcpus, f);
+    snprintf(sl->name, sizeof(sl->name), "%s", c->name ? c->name : "");
+    r = stopping ? -ESHUTDOWN : quota(owner, lim, mem, sl->vcpus, c->name, f);
     if (r == -ESHUTDOWN)
         ad_failf(f, 503, "stopping", "the daemon is stopping");
     if (r == 0) {
@@ -674,6 +762,24 @@ int ad_session_create(const char *owner, const struct ad_limits *lim, const stru
         .net = net,
         .display = c->display,
     };
+    /* Kept by the library for the next start of this daemon (network on request, SSH and other
+     * hosts' sessions cannot be: they end with it). */
+    bool keep = ad_cfg.keep_sessions && !net.allow && !ssh && !uri && ad_host_local(host);
+    if (keep)
+        o.keep = ad_store_keeper();
+    if (c->auto_pause_s && !keep) {
+        pthread_mutex_lock(&lock);
+        for (struct slot **p = &slots; *p; p = &(*p)->next)
+            if (*p == sl) {
+                *p = sl->next;
+                break;
+            }
+        pthread_mutex_unlock(&lock);
+        ad_failf(f, 400, "invalid",
+                 "auto_pause_s: this session cannot be paused (network on request, SSH, another "
+                 "host, or keep_sessions off)");
+        return create_undo(pfd, sl, s, host, mem, -EINVAL);
+    }
     uint64_t t0 = ad_now_ms();
     pthread_mutex_lock(&lock);
     /* The pool's sessions run on the default connection, a local host. */
@@ -743,9 +849,13 @@ int ad_session_create(const char *owner, const struct ad_limits *lim, const stru
         snprintf(s->e2b_template, sizeof(s->e2b_template), "%s", c->e2b_template);
         s->e2b_env = c->e2b_env ? cJSON_Duplicate(c->e2b_env, true) : NULL;
     }
+    s->kept = keep && !pooled;
+    s->auto_pause_s = c->auto_pause_s;
+    snprintf(s->name, sizeof(s->name), "%s", sl->name);
     s->refs = 1;
     sl->s = s;
     pthread_mutex_unlock(&lock);
+    ad_session_save(s);
     ad_log("session %s of %s started (%s, %u MiB, %llums%s)", s->id, owner, image, mem,
            (unsigned long long)(ad_now_ms() - t0),
            pooled                    ? ", from the pool"
@@ -767,5 +877,294 @@ int ad_session_extend(struct ad_session *s, unsigned seconds, const struct ad_li
     pthread_mutex_lock(&lock);
     s->deadline_ms = want;
     pthread_mutex_unlock(&lock);
+    ad_session_save(s);
     return 0;
+}
+
+/* ---- sessions that last (issue 35): the store, pause and resume, the restart ---- */
+
+bool ad_session_name_ok(const char *name)
+{
+    size_t n = strlen(name);
+    if (n == 0 || n > 63 || !strncmp(name, "airlock-", 8))
+        return false;
+    return strspn(name, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789._-") == n;
+}
+
+struct ad_session *ad_session_by_name(const char *owner, const char *name)
+{
+    struct ad_session *found = NULL;
+    pthread_mutex_lock(&lock);
+    for (struct slot *sl = slots; sl && name[0]; sl = sl->next)
+        if (sl->s && !sl->s->gone && !strcmp(sl->s->owner, owner) && !strcmp(sl->s->name, name)) {
+            found = sl->s;
+            found->refs++;
+            break;
+        }
+    pthread_mutex_unlock(&lock);
+    return found;
+}
+
+/* What the store keeps of s: all a restart needs to serve it as before. Called with a
+ * reference. */
+static cJSON *record_of(struct ad_session *s)
+{
+    cJSON *o = cJSON_CreateObject();
+    pthread_mutex_lock(&lock);
+    cJSON_AddStringToObject(o, "name", s->name);
+    cJSON_AddStringToObject(o, "image", s->image);
+    cJSON_AddNumberToObject(o, "memory_mib", s->memory_mib);
+    cJSON_AddNumberToObject(o, "vcpus", s->vcpus);
+    cJSON_AddStringToObject(o, "transport", s->transport);
+    cJSON_AddStringToObject(o, "checkpoint_policy", al_checkpoint_policy_name(s->policy));
+    cJSON_AddBoolToObject(o, "checkpoints", s->checkpoints);
+    cJSON_AddBoolToObject(o, "display", s->display);
+    cJSON_AddItemToObject(o, "labels", cJSON_Duplicate(s->labels, true));
+    cJSON_AddNumberToObject(o, "created", (double)s->created);
+    cJSON_AddNumberToObject(o, "idle_s", s->idle_s);
+    cJSON_AddNumberToObject(o, "lifetime_s", s->lifetime_s);
+    cJSON_AddNumberToObject(o, "deadline",
+                            s->deadline_ms == UINT64_MAX ? 0 : (double)wall_of(s->deadline_ms));
+    cJSON_AddBoolToObject(o, "paused", s->paused);
+    cJSON_AddNumberToObject(o, "auto_pause_s", s->auto_pause_s);
+    if (s->e2b_token[0]) {
+        cJSON_AddStringToObject(o, "e2b_token", s->e2b_token);
+        cJSON_AddStringToObject(o, "e2b_traffic", s->e2b_traffic);
+        cJSON_AddStringToObject(o, "e2b_template", s->e2b_template);
+        cJSON_AddBoolToObject(o, "e2b_user", s->e2b_user);
+        if (s->e2b_env)
+            cJSON_AddItemToObject(o, "e2b_env", cJSON_Duplicate(s->e2b_env, true));
+    }
+    pthread_mutex_unlock(&lock);
+    cJSON_AddItemToObject(o, "runs", ad_runs_record(s));
+    return o;
+}
+
+void ad_session_save(struct ad_session *s)
+{
+    if (!s->kept || s->detaching || s->gone)
+        return;
+    _cleanup_cjson_ cJSON *rec = record_of(s);
+    if (ad_store_put(s->id, s->owner, s->name, rec) < 0)
+        ad_log("session %s: cannot write its record to the store", s->id);
+}
+
+int ad_session_pause(struct ad_session *s, struct ad_fail *f)
+{
+    if (!s->kept || !s->s) {
+        ad_failf(f, 409, "not_kept",
+                 "this session cannot be paused (network on request, SSH, another host, or "
+                 "keep_sessions off)");
+        return -EINVAL;
+    }
+    al_error err = {0};
+    pthread_mutex_lock(&lock);
+    bool already = s->paused;
+    pthread_mutex_unlock(&lock);
+    if (already) {
+        ad_failf(f, 409, "paused", "the session is paused already");
+        return -EALREADY;
+    }
+    uint64_t t0 = ad_now_ms();
+    int r = al_session_pause(s->s, &err);
+    if (r < 0) {
+        ad_fail_from(f, r, &err);
+        if (r == -ENOSPC || r == -EDQUOT)
+            ad_failf(f, 507, "no_space", "%s", err.msg);
+        return r;
+    }
+    pthread_mutex_lock(&lock);
+    s->paused = true;
+    pthread_mutex_unlock(&lock);
+    ad_session_save(s);
+    ad_log("session %s of %s paused (%llums)", s->id, s->owner,
+           (unsigned long long)(ad_now_ms() - t0));
+    return 0;
+}
+
+int ad_session_resume(struct ad_session *s, struct ad_fail *f)
+{
+    pthread_mutex_lock(&lock);
+    bool paused = s->paused;
+    pthread_mutex_unlock(&lock);
+    if (!paused || !s->s) {
+        ad_failf(f, 409, "not_paused", "the session is not paused");
+        return -EINVAL;
+    }
+    al_error err = {0};
+    uint64_t t0 = ad_now_ms();
+    int r = al_session_resume(s->s, &err);
+    if (r == -EBADMSG || r == -ESTALE) {
+        /* Its saved state is not ours (or not this QEMU's): never loaded; the session is lost. */
+        pthread_mutex_lock(&lock);
+        s->lost = true;
+        snprintf(s->lost_why, sizeof(s->lost_why), "%.250s", err.msg);
+        pthread_mutex_unlock(&lock);
+        ad_log("session %s of %s lost: %s", s->id, s->owner, err.msg);
+    }
+    if (r < 0) {
+        ad_fail_from(f, r, &err);
+        if (r == -EBADMSG || r == -ESTALE)
+            ad_failf(f, 502, "lost", "%s", err.msg);
+        return r;
+    }
+    pthread_mutex_lock(&lock);
+    s->paused = false;
+    s->used_ms = ad_now_ms();
+    pthread_mutex_unlock(&lock);
+    ad_runs_resume(s, NULL);
+    ad_session_save(s);
+    ad_log("session %s of %s resumed (%llums)", s->id, s->owner,
+           (unsigned long long)(ad_now_ms() - t0));
+    return 0;
+}
+
+static const char *rstr(const cJSON *j, const char *key)
+{
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(j, key);
+    return cJSON_IsString(v) ? v->valuestring : "";
+}
+
+static double rnum(const cJSON *j, const char *key)
+{
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(j, key);
+    return cJSON_IsNumber(v) ? v->valuedouble : 0;
+}
+
+/* One session of the store taken back at start: its VM through the library, its runs adopted;
+ * one the library cannot take back is kept as lost, with the reason, until it is deleted. */
+static void restore_one(void *ctx, const char *id, const char *owner, const cJSON *rec)
+{
+    (void)ctx;
+    struct slot *sl = calloc(1, sizeof(*sl));
+    struct ad_session *s = calloc(1, sizeof(*s));
+    int pfd[2] = {-1, -1};
+    if (!sl || !s || pipe2(pfd, O_CLOEXEC | O_NONBLOCK) < 0) {
+        free(sl);
+        free(s);
+        ad_log("session %s: cannot take it back: out of memory or descriptors", id);
+        return;
+    }
+    snprintf(s->id, sizeof(s->id), "%s", id);
+    snprintf(s->owner, sizeof(s->owner), "%s", owner);
+    snprintf(s->name, sizeof(s->name), "%s", rstr(rec, "name"));
+    snprintf(s->image, sizeof(s->image), "%s", rstr(rec, "image"));
+    snprintf(s->transport, sizeof(s->transport), "%s", rstr(rec, "transport"));
+    s->memory_mib = (unsigned)rnum(rec, "memory_mib");
+    s->vcpus = (unsigned)rnum(rec, "vcpus");
+    al_error ignored = {0};
+    if (al_checkpoint_policy_parse(rstr(rec, "checkpoint_policy"), &s->policy, &ignored) < 0)
+        s->policy = AL_CHECKPOINT_NEVER;
+    s->checkpoints = cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(rec, "checkpoints"));
+    s->display = cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(rec, "display"));
+    const cJSON *labels = cJSON_GetObjectItemCaseSensitive(rec, "labels");
+    s->labels = cJSON_IsObject(labels) ? cJSON_Duplicate(labels, true) : cJSON_CreateObject();
+    s->created = (int64_t)rnum(rec, "created");
+    s->idle_s = (unsigned)rnum(rec, "idle_s");
+    s->lifetime_s = (unsigned)rnum(rec, "lifetime_s");
+    int64_t deadline = (int64_t)rnum(rec, "deadline"), now_s = time(NULL);
+    s->created_ms = s->used_ms = ad_now_ms();
+    s->deadline_ms = !deadline          ? UINT64_MAX
+                     : deadline > now_s ? ad_now_ms() + (uint64_t)(deadline - now_s) * 1000u
+                                        : ad_now_ms();
+    s->paused = cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(rec, "paused"));
+    s->auto_pause_s = (unsigned)rnum(rec, "auto_pause_s");
+    s->kept = true;
+    s->cancel_rd = pfd[0];
+    s->cancel_wr = pfd[1];
+    if (rstr(rec, "e2b_token")[0]) {
+        snprintf(s->e2b_token, sizeof(s->e2b_token), "%s", rstr(rec, "e2b_token"));
+        snprintf(s->e2b_traffic, sizeof(s->e2b_traffic), "%s", rstr(rec, "e2b_traffic"));
+        snprintf(s->e2b_template, sizeof(s->e2b_template), "%s", rstr(rec, "e2b_template"));
+        s->e2b_user = cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(rec, "e2b_user"));
+        const cJSON *env = cJSON_GetObjectItemCaseSensitive(rec, "e2b_env");
+        s->e2b_env = cJSON_IsObject(env) ? cJSON_Duplicate(env, true) : NULL;
+    }
+    const char *uri = NULL;
+    struct ad_fail f;
+    s->host = ad_host_place(s->memory_mib, true, &uri, &f);
+    if (s->host < 0)
+        s->host = 0;
+    al_reattach_opts o = AL_REATTACH_OPTS_INIT;
+    o.name = id;
+    o.keeper = ad_store_keeper();
+    o.cancel_fd = pfd[0];
+    o.quiet = true;
+    al_error err = {0};
+    uint64_t t0 = ad_now_ms();
+    int r = al_session_reattach(&o, &s->s, &err);
+    if (r < 0) {
+        s->s = NULL;
+        s->lost = true;
+        snprintf(s->lost_why, sizeof(s->lost_why), "not taken back after the restart: %.200s",
+                 err.msg);
+        ad_log("session %s of %s lost: %s", id, owner, err.msg);
+    } else {
+        s->paused = al_session_paused(s->s);
+    }
+    snprintf(sl->owner, sizeof(sl->owner), "%s", owner);
+    snprintf(sl->name, sizeof(sl->name), "%s", s->name);
+    sl->memory_mib = s->memory_mib;
+    sl->vcpus = s->vcpus ? s->vcpus : 1;
+    pthread_mutex_lock(&lock);
+    s->refs = 1; /* restore_one's, until the runs are back */
+    sl->s = s;
+    sl->next = slots;
+    slots = sl;
+    pthread_mutex_unlock(&lock);
+    /* Its runs: adopted where the agent kept them, else ended with the reason. */
+    const cJSON *runs = cJSON_GetObjectItemCaseSensitive(rec, "runs");
+    ad_runs_resume(s, cJSON_IsArray(runs) ? runs : NULL);
+    ad_session_save(s);
+    ad_session_put(s);
+    if (r == 0)
+        ad_log("session %s of %s taken back%s (%llums)", id, owner, s->paused ? ", paused" : "",
+               (unsigned long long)(ad_now_ms() - t0));
+}
+
+struct reap_ctx {
+    char **known;
+    size_t n;
+};
+
+static void collect_id(void *ctx, const char *id, const char *owner, const cJSON *rec)
+{
+    (void)owner, (void)rec;
+    struct reap_ctx *c = ctx;
+    char **k = realloc(c->known, (c->n + 1) * sizeof(*k));
+    if (!k)
+        return;
+    c->known = k;
+    c->known[c->n] = strdup(id);
+    if (c->known[c->n])
+        c->n++;
+}
+
+static void reap_unknown(void *ctx, const al_kept_info *k)
+{
+    struct reap_ctx *c = ctx;
+    for (size_t i = 0; i < c->n; i++)
+        if (!strcmp(c->known[i], k->name))
+            return;
+    if (k->held)
+        return;
+    al_error err = {0};
+    if (al_session_discard(ad_store_keeper(), k->name, &err) == 0)
+        ad_log("session %s: kept for this daemon, in no record of it: ended", k->name);
+}
+
+/* At start: every session of the store taken back; what the library keeps for this daemon and
+ * no record owns (a crash between the boot and the record) is ended. */
+static void sessions_restore(void)
+{
+    struct reap_ctx c = {0};
+    ad_store_each(collect_id, &c);
+    al_error err = {0};
+    al_session_kept(ad_store_keeper(), reap_unknown, &c, &err);
+    for (size_t i = 0; i < c.n; i++)
+        free(c.known[i]);
+    free(c.known);
+    int n = ad_store_each(restore_one, NULL);
+    if (n > 0)
+        ad_log("%d sessions in the store", n);
 }

@@ -24,12 +24,14 @@ static inline void al_freep(void *p)
     free(*(void **)p);
 }
 /* Closes an fd that is open (>= 0), keeping errno: a cleanup never changes why a call failed. */
+/* Closes *fd if open, and forgets it (-1): a stale number is never polled or closed again. */
 static inline void al_closep(int *fd)
 {
     if (*fd >= 0) {
         int saved = errno;
         close(*fd);
         errno = saved;
+        *fd = -1;
     }
 }
 #define _cleanup_free_ _cleanup_(al_freep)

@@ -270,6 +270,11 @@ int al_session_reattach(const al_reattach_opts *in, al_session **out, al_error *
         return r;
     }
     s->dir_created = s->state_created = true;
+    r = al_keep_lease_start(s, err);
+    if (r < 0) {
+        al_session_release(s, true);
+        return r;
+    }
     *out = s;
     return 0;
 }

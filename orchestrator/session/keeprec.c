@@ -6,7 +6,9 @@
 #include <ctype.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <poll.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <time.h>
 #include <unistd.h>
@@ -55,10 +57,25 @@ static int write_file(const char *path, const char *data, al_error *err)
     return 0;
 }
 
+/* AIRLOCK_KEEP_GRACE_S, else AL_KEEP_GRACE_DEFAULT_S: how long a kept session outlives its
+ * holder's last sign of life. */
+static int64_t grace_s(void)
+{
+    const char *e = getenv("AIRLOCK_KEEP_GRACE_S");
+    long long v = e && *e ? strtoll(e, NULL, 10) : 0;
+    return v >= 10 && v <= 366ll * 86400 ? v : AL_KEEP_GRACE_DEFAULT_S;
+}
+
 int al_keep_marks(al_session *s, al_error *err)
 {
     char mark[128], path[AL_PATH_MAX];
-    snprintf(mark, sizeof(mark), "%s %lld\n", s->keeper, (long long)s->keep_expires);
+    /* A lease: the holder renews it (lease_main); once it stops (the holder died and nobody
+     * took the session back) gc may end the session after the grace, or at its lifetime's
+     * end if that comes first. */
+    int64_t until = (int64_t)time(NULL) + grace_s();
+    if (s->keep_expires && s->keep_expires < until)
+        until = s->keep_expires;
+    snprintf(mark, sizeof(mark), "%s %lld\n", s->keeper, (long long)until);
     const char *dirs[] = {s->dir, s->state_dir};
     for (size_t i = 0; i < 2; i++) {
         if (al_pathf(path, sizeof(path), "%s/" AL_KEEP_MARK, dirs[i]) < 0)
@@ -103,4 +120,41 @@ int al_keep_record(al_session *s, al_error *err)
 {
     int r = al_keep_marks(s, err);
     return r < 0 ? r : al_keep_record_write(s, NULL, err);
+}
+
+/* The lease's renewal, a thread per kept session while a process holds it. */
+static void *lease_main(void *arg)
+{
+    al_session *s = arg;
+    struct pollfd p = {s->lease_stop[0], POLLIN, 0};
+    while (poll(&p, 1, (int)(grace_s() * 1000 / 4)) == 0) {
+        al_error ignored = {0};
+        al_keep_marks(s, &ignored); /* a full disk: the last mark stands until the next try */
+    }
+    return NULL;
+}
+
+int al_keep_lease_start(al_session *s, al_error *err)
+{
+    if (!s->keeper[0] || s->lease_running)
+        return 0;
+    if (pipe2(s->lease_stop, O_CLOEXEC) < 0)
+        return al_err(err, -errno, "pipe: %s", strerror(errno));
+    if (pthread_create(&s->lease_thread, NULL, lease_main, s) != 0) {
+        al_closep(&s->lease_stop[0]);
+        al_closep(&s->lease_stop[1]);
+        return al_err(err, -EAGAIN, "cannot start the kept session's lease");
+    }
+    s->lease_running = true;
+    return 0;
+}
+
+void al_keep_lease_stop(al_session *s)
+{
+    if (!s->lease_running)
+        return;
+    al_closep(&s->lease_stop[1]);
+    pthread_join(s->lease_thread, NULL);
+    al_closep(&s->lease_stop[0]);
+    s->lease_running = false;
 }

@@ -376,6 +376,7 @@ al_session *al_session_new(const al_session_opts *opts)
     s->ch.fd = -1;
     s->ch.alarm_fd = -1;
     s->budget_stop[0] = s->budget_stop[1] = s->budget_alarm[0] = s->budget_alarm[1] = -1;
+    s->lease_stop[0] = s->lease_stop[1] = -1;
     /* Recursive: a request made of several (a workdir copy) may hold it around its parts. */
     pthread_mutexattr_t ma;
     pthread_mutexattr_init(&ma);
@@ -727,6 +728,8 @@ int al_session_open_for(const al_session_opts *opts, const char *build_ram, al_s
     if (r < 0)
         goto fail;
     r = al_budget_start(s, err);
+    if (r == 0)
+        r = al_keep_lease_start(s, err);
     if (r < 0)
         goto fail;
     if (!s->restored) { /* a restore keeps its own figures (template.c) */
@@ -780,10 +783,16 @@ void al_session_release(al_session *s, bool keep)
 {
     if (!s)
         return;
-    if (keep) /* the requests in flight end here, their processes go on in the guest */
+    if (keep) { /* the requests in flight end here, their processes go on in the guest */
         al_link_fail_all(s, -ESHUTDOWN, "the session was detached");
+        al_link_drop_unclaimed(s);
+        /* their threads let go of the channel before it is freed */
+        al_error ignored = {0};
+        al_link_exclusive(s, 10000, &ignored);
+    }
     al_procs_end(s);
     al_budget_stop(s);
+    al_keep_lease_stop(s);
     al_control_stop(s);
     al_link_detach(s);
     al_transport_free(s->tport);

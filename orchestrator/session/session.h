@@ -77,7 +77,10 @@ struct al_session {
     int64_t keep_expires; /* unix time its lifetime ends, 0: none */
     bool paused;
     enum al_transport kind;
-    uint32_t hello_flags; /* the next HELLO's (AL_HELLO_ADOPT while reattaching, resuming) */
+    uint32_t hello_flags;   /* the next HELLO's (AL_HELLO_ADOPT while reattaching, resuming) */
+    pthread_t lease_thread; /* keeprec.c: renews the marks while this process holds it */
+    bool lease_running;
+    int lease_stop[2];
     uint32_t adopted[AL_ADOPT_MAX]; /* the runs the agent handed over at the last handshake */
     size_t nadopted;
 };

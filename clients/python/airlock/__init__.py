@@ -607,12 +607,14 @@ class Sandbox:
 
     def __init__(self, image=None, memory_mib=None, vcpus=None, transport=None,
                  checkpoint_policy=None, checkpoints=None, idle_timeout_s=None, lifetime_s=None,
-                 labels=None, net=None, display=None, client=None, url=None, api_key=None,
-                 cwd="/", _info=None):
+                 labels=None, net=None, display=None, name=None, auto_pause_s=None,
+                 client=None, url=None, api_key=None, cwd="/", _info=None):
         """net: None (no network, the default), a list of hosts and "*.suffix" patterns the
         session's proxy lets through, or a dict {"allow": [...], "bytes_max": N}. cwd: where
         commands run and what relative file paths are relative to. display: a screen and input
-        devices the host drives (screenshot(), left_click(), type(), press(), ...)."""
+        devices the host drives (screenshot(), left_click(), type(), press(), ...). name: the
+        session's name, unique per key (Sandbox.connect takes it as the id); auto_pause_s:
+        paused to disk after that long idle instead of ending (pause(), resume())."""
         self.client = client or Client(url, api_key)
         self.cwd = cwd
         if isinstance(net, (list, tuple)):
@@ -622,7 +624,8 @@ class Sandbox:
                 image=image, memory_mib=memory_mib, vcpus=vcpus, transport=transport,
                 checkpoint_policy=checkpoint_policy, checkpoints=checkpoints,
                 idle_timeout_s=idle_timeout_s, lifetime_s=lifetime_s,
-                labels=labels, net=net, display=display).items() if v is not None}
+                labels=labels, net=net, display=display, name=name,
+                auto_pause_s=auto_pause_s).items() if v is not None}
             _info = self.client.request("POST", "/v1/sessions", body=body)
         self.info = _info
         self.id = _info["id"]
@@ -681,6 +684,20 @@ class Sandbox:
         return self.info
 
     set_timeout = extend
+
+    def pause(self):
+        """Pauses the session to disk: its memory, devices and running processes saved, its
+        VM's memory freed. Runs in flight are suspended, and go on after resume()."""
+        self.info = self.client.request("POST", self._path + "/pause")
+        return self.info
+
+    def resume(self):
+        """Brings a paused session back as it was (files, kernels' variables, processes)."""
+        self.info = self.client.request("POST", self._path + "/resume")
+        return self.info
+
+    def is_paused(self):
+        return bool(self.refresh().get("paused"))
 
     def is_running(self):
         """Whether the session is still there and its VM up (not ended, not lost)."""

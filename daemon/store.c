@@ -1,0 +1,170 @@
+/* The daemon's sessions on disk (issue 35): one row per session in the key store's SQLite file
+ * (table sessions: id, owner, name, and the session's record as JSON, written whole on every
+ * change), so that a restart, a crash or an upgrade takes every session back (sessions.c,
+ * ad_sessions_init). The daemon's lock beside the store (KEYS_DB.lock, flocked, holding the pid):
+ * one airlockd per state, a second one refuses naming the first. The keeper name the library
+ * marks our sessions with is derived from the store's path, so daemons on other stores (tests,
+ * other users) never take or reap each other's. */
+#include "airlockd.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <openssl/evp.h>
+#include <sqlite3.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/file.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+static sqlite3 *db;
+static int lock_fd = -1;
+static char keeper[64];
+
+const char *ad_store_keeper(void)
+{
+    return keeper;
+}
+
+/* KEYS_DB.lock, flocked for the daemon's life; the pid of the holder in it. */
+static int take_lock(const char *path, char *why, size_t len)
+{
+    char lock[600];
+    snprintf(lock, sizeof(lock), "%s.lock", path);
+    int fd = open(lock, O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0600);
+    if (fd < 0) {
+        snprintf(why, len, "cannot open '%s': %s", lock, strerror(errno));
+        return -EIO;
+    }
+    if (flock(fd, LOCK_EX | LOCK_NB) < 0) {
+        char pid[32] = "";
+        ssize_t n = pread(fd, pid, sizeof(pid) - 1, 0);
+        pid[n > 0 ? n : 0] = 0;
+        pid[strcspn(pid, "\n")] = 0;
+        snprintf(why, len, "another airlockd (pid %s) uses the state '%s'; stop it first",
+                 pid[0] ? pid : "?", path);
+        close(fd);
+        return -EBUSY;
+    }
+    char pid[32];
+    int n = snprintf(pid, sizeof(pid), "%ld\n", (long)getpid());
+    if (ftruncate(fd, 0) < 0 || pwrite(fd, pid, (size_t)n, 0) != n) {
+        /* the lock holds all the same; the pid is only for the message */
+    }
+    lock_fd = fd;
+    return 0;
+}
+
+int ad_store_open(const char *path, char *why, size_t len)
+{
+    int r = take_lock(path, why, len);
+    if (r < 0)
+        return r;
+    char real[4096];
+    if (!realpath(path, real))
+        snprintf(real, sizeof(real), "%s", path);
+    unsigned char d[32];
+    unsigned dl = 0;
+    EVP_Digest(real, strlen(real), d, &dl, EVP_sha256(), NULL);
+    snprintf(keeper, sizeof(keeper), "airlockd-%02x%02x%02x%02x%02x%02x%02x%02x", d[0], d[1], d[2],
+             d[3], d[4], d[5], d[6], d[7]);
+    if (sqlite3_open_v2(path, &db, SQLITE_OPEN_READWRITE | SQLITE_OPEN_FULLMUTEX, NULL) !=
+        SQLITE_OK) {
+        snprintf(why, len, "cannot open '%s': %s", path, db ? sqlite3_errmsg(db) : "no memory");
+        ad_store_close();
+        return -EIO;
+    }
+    sqlite3_busy_timeout(db, 5000);
+    char *msg = NULL;
+    if (sqlite3_exec(db,
+                     "CREATE TABLE IF NOT EXISTS sessions (id TEXT PRIMARY KEY, owner TEXT NOT "
+                     "NULL, name TEXT, record TEXT NOT NULL);",
+                     NULL, NULL, &msg) != SQLITE_OK) {
+        snprintf(why, len, "cannot set up the sessions in '%s': %s", path, msg ? msg : "?");
+        sqlite3_free(msg);
+        ad_store_close();
+        return -EIO;
+    }
+    return 0;
+}
+
+void ad_store_close(void)
+{
+    sqlite3_close(db);
+    db = NULL;
+    if (lock_fd >= 0)
+        close(lock_fd);
+    lock_fd = -1;
+}
+
+int ad_store_put(const char *id, const char *owner, const char *name, const cJSON *record)
+{
+    if (!db)
+        return -ENOTCONN;
+    _cleanup_free_ char *text = cJSON_PrintUnformatted(record);
+    sqlite3_stmt *st;
+    if (!text || sqlite3_prepare_v2(db,
+                                    "INSERT OR REPLACE INTO sessions (id, owner, name, record) "
+                                    "VALUES (?, ?, ?, ?)",
+                                    -1, &st, NULL) != SQLITE_OK)
+        return -EIO;
+    sqlite3_bind_text(st, 1, id, -1, SQLITE_TRANSIENT);
+    sqlite3_bind_text(st, 2, owner, -1, SQLITE_TRANSIENT);
+    if (name && name[0])
+        sqlite3_bind_text(st, 3, name, -1, SQLITE_TRANSIENT);
+    else
+        sqlite3_bind_null(st, 3);
+    sqlite3_bind_text(st, 4, text, -1, SQLITE_TRANSIENT);
+    int rc = sqlite3_step(st);
+    sqlite3_finalize(st);
+    return rc == SQLITE_DONE ? 0 : -EIO;
+}
+
+void ad_store_del(const char *id)
+{
+    sqlite3_stmt *st;
+    if (!db ||
+        sqlite3_prepare_v2(db, "DELETE FROM sessions WHERE id = ?", -1, &st, NULL) != SQLITE_OK)
+        return;
+    sqlite3_bind_text(st, 1, id, -1, SQLITE_TRANSIENT);
+    sqlite3_step(st);
+    sqlite3_finalize(st);
+}
+
+int ad_store_each(void (*fn)(void *ctx, const char *id, const char *owner, const cJSON *record),
+                  void *ctx)
+{
+    sqlite3_stmt *st;
+    if (!db || sqlite3_prepare_v2(db, "SELECT id, owner, record FROM sessions", -1, &st, NULL) !=
+                   SQLITE_OK)
+        return -EIO;
+    /* All read first: fn may write the rows (a REPLACE would come round again). */
+    _cleanup_cjson_ cJSON *rows = cJSON_CreateArray();
+    while (rows && sqlite3_step(st) == SQLITE_ROW) {
+        const char *id = (const char *)sqlite3_column_text(st, 0);
+        const char *owner = (const char *)sqlite3_column_text(st, 1);
+        const char *text = (const char *)sqlite3_column_text(st, 2);
+        cJSON *rec = text ? cJSON_Parse(text) : NULL;
+        /* Our own file, 0600; still read as data: a row that is not a record is dropped. */
+        if (!id || !owner || !cJSON_IsObject(rec) || strlen(id) >= 64 || strlen(owner) >= 40) {
+            cJSON_Delete(rec);
+            continue;
+        }
+        cJSON *row = cJSON_CreateObject();
+        cJSON_AddStringToObject(row, "id", id);
+        cJSON_AddStringToObject(row, "owner", owner);
+        cJSON_AddItemToObject(row, "record", rec);
+        cJSON_AddItemToArray(rows, row);
+    }
+    sqlite3_finalize(st);
+    int n = 0;
+    const cJSON *row;
+    cJSON_ArrayForEach(row, rows)
+    {
+        fn(ctx, cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(row, "id")),
+           cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(row, "owner")),
+           cJSON_GetObjectItemCaseSensitive(row, "record"));
+        n++;
+    }
+    return n;
+}
