@@ -215,7 +215,8 @@ struct ad_session {
     char name[64];
     bool paused;
     unsigned auto_pause_s;
-    bool detaching; /* shutdown: the VM is left running for the next start */
+    bool pause_at_end; /* E2B's autoPause: paused, not ended, at the end of its lifetime */
+    bool detaching;    /* shutdown: the VM is left running for the next start */
 };
 
 int ad_sessions_init(const struct ad_config *c);
@@ -238,6 +239,7 @@ cJSON *ad_session_json(struct ad_session *s);
 struct ad_create {
     const char *name; /* unique per owner, or NULL */
     unsigned auto_pause_s;
+    bool pause_at_end; /* paused instead of ended when its lifetime is over (E2B's autoPause) */
     const char *image;
     unsigned memory_mib, vcpus;
     const char *transport;

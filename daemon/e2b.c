@@ -209,7 +209,7 @@ static cJSON *sandbox_json(struct ad_session *s)
     cJSON_AddNumberToObject(o, "cpuCount", s->vcpus);
     cJSON_AddNumberToObject(o, "memoryMB", s->memory_mib);
     cJSON_AddNumberToObject(o, "diskSizeMB", 0);
-    cJSON_AddStringToObject(o, "state", "running");
+    cJSON_AddStringToObject(o, "state", s->paused ? "paused" : "running");
     cJSON *md = s->labels ? cJSON_Duplicate(s->labels, true) : cJSON_CreateObject();
     cJSON_AddItemToObject(o, "metadata", md);
     return o;
@@ -318,9 +318,9 @@ static enum MHD_Result sandbox_create(struct MHD_Connection *c, struct ad_req *q
         if (!cJSON_IsString(x) || !x->string[0] || strchr(x->string, '='))
             return e2b_error(c, q, 400, "envVars: an object of strings");
     }
-    if (cJSON_IsTrue(pause))
+    if (cJSON_IsTrue(pause) && !ad_cfg.keep_sessions)
         return e2b_error(c, q, 400,
-                         "autoPause: pausing is not supported by this server (airlockd); "
+                         "autoPause: pausing is off on this server (airlockd's keep_sessions); "
                          "sandboxes end at their timeout");
     const char *image = template_image(cJSON_IsString(t) ? t->valuestring : NULL);
     if (!image[0] || strchr(image, '/') || strlen(image) >= 64)
@@ -342,6 +342,7 @@ static enum MHD_Result sandbox_create(struct MHD_Connection *c, struct ad_req *q
     cr.e2b_traffic = traffic;
     cr.e2b_template = cJSON_IsString(t) && t->valuestring[0] ? t->valuestring : "base";
     cr.e2b_env = cJSON_IsObject(env) ? env : NULL;
+    cr.pause_at_end = cJSON_IsTrue(pause); /* E2B's autoPause: paused, not killed, at timeout */
     al_image img = AL_IMAGE_INIT;
     al_error ierr = {0};
     if (al_image_load(image, &img, &ierr) < 0)
@@ -381,6 +382,7 @@ static enum MHD_Result sandbox_create(struct MHD_Connection *c, struct ad_req *q
                "command -v setpriv >/dev/null",
                &err);
     s->e2b_user = r == 0;
+    ad_session_save(s);
     cJSON *o = sandbox_tokens_json(s);
     ad_session_put(s);
     return ad_reply_json(c, q, 201, o);
@@ -397,6 +399,9 @@ static enum MHD_Result sandbox_connect(struct MHD_Connection *c, struct ad_req *
     struct ad_session *s = q->sess;
     cJSON *timeout = cJSON_GetObjectItemCaseSensitive(q->json, "timeout");
     struct ad_fail f;
+    /* E2B's connect and resume bring a paused sandbox back */
+    if (s->paused && ad_session_resume(s, &f) < 0)
+        return e2b_fail(c, q, &f);
     if (cJSON_IsNumber(timeout) && timeout->valuedouble >= 1 && timeout->valuedouble < 1e7 &&
         ad_session_extend(s, (unsigned)timeout->valuedouble, &q->lim, &f) < 0)
         return e2b_fail(c, q, &f);
@@ -425,9 +430,12 @@ static enum MHD_Result sandbox_timeout(struct MHD_Connection *c, struct ad_req *
 
 static enum MHD_Result sandbox_pause(struct MHD_Connection *c, struct ad_req *q)
 {
-    return e2b_error(c, q, 501,
-                     "pausing a sandbox is not supported by this server (airlockd); it keeps "
-                     "running until its timeout");
+    struct ad_fail f;
+    if (q->sess->paused) /* E2B answers 409 for a sandbox paused already */
+        return e2b_error(c, q, 409, "sandbox '%s' is already paused", q->params[0]);
+    if (ad_session_pause(q->sess, &f) < 0)
+        return e2b_fail(c, q, &f);
+    return ad_reply(c, q, 204, MHD_create_response_from_buffer(0, NULL, MHD_RESPMEM_PERSISTENT));
 }
 
 static enum MHD_Result sandbox_metrics(struct MHD_Connection *c, struct ad_req *q)
@@ -439,12 +447,14 @@ struct list_ctx {
     cJSON *arr;
     cJSON *want; /* metadata filter: every key=value given must match */
     bool paused_only;
+    bool running_too; /* paused ones listed beside the running (state=running,paused) */
 };
 
 static void list_one(void *ctx, struct ad_session *s)
 {
     struct list_ctx *l = ctx;
-    if (!s->e2b_token[0] || l->paused_only)
+    if (!s->e2b_token[0] || (l->paused_only && !s->paused) ||
+        (!l->paused_only && !l->running_too && s->paused) || s->lost)
         return;
     cJSON *w;
     cJSON_ArrayForEach(w, l->want)
@@ -480,7 +490,7 @@ static enum MHD_Result sandbox_list(struct MHD_Connection *c, struct ad_req *q)
 {
     const char *state = query(c, "state");
     struct list_ctx l = {cJSON_CreateArray(), metadata_filter(query(c, "metadata")),
-                         state && !strstr(state, "running")};
+                         state && !strstr(state, "running"), !state || strstr(state, "paused")};
     ad_session_list(q->owner, list_one, &l);
     cJSON_Delete(l.want);
     return ad_reply_json(c, q, 200, l.arr);
@@ -2019,8 +2029,8 @@ enum MHD_Result ad_e2b_route(struct MHD_Connection *c, struct ad_req *q, const c
         native_id(sid, id, sizeof(id));
         s = ad_session_get_any(id);
     }
-    /* the SDK reads 502 as "the sandbox is not running" */
-    if (!s || !s->e2b_token[0]) {
+    /* the SDK reads 502 as "the sandbox is not running" (a paused one is not) */
+    if (!s || !s->e2b_token[0] || s->paused || s->lost) {
         if (s)
             ad_session_put(s);
         return e2b_error(c, q, 502, "sandbox '%s' is not running", sid);

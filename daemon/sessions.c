@@ -376,6 +376,16 @@ static void *reap_loop(void *arg)
             struct ad_session *s = sl->s;
             if (!s || s->gone)
                 continue;
+            if (now >= s->deadline_ms && s->pause_at_end && s->kept && s->s && !s->lost &&
+                !s->paused && !s->refs) {
+                /* E2B's autoPause: paused at its timeout, kept for the daemon's longest
+                 * lifetime from now (a paused E2B sandbox waits for a resume) */
+                unsigned keep_s =
+                    ad_cfg.limits.max_lifetime_s ? ad_cfg.limits.max_lifetime_s : 24 * 3600;
+                s->deadline_ms = now + keep_s * 1000ull;
+                auto_pause(s);
+                continue;
+            }
             if (now >= s->deadline_ms) {
                 reap_one(s, "lifetime over");
                 continue; /* its slot stays until its end is done */
@@ -851,6 +861,7 @@ int ad_session_create(const char *owner, const struct ad_limits *lim, const stru
     }
     s->kept = keep && !pooled;
     s->auto_pause_s = c->auto_pause_s;
+    s->pause_at_end = c->pause_at_end && s->kept;
     snprintf(s->name, sizeof(s->name), "%s", sl->name);
     s->refs = 1;
     sl->s = s;
@@ -927,6 +938,7 @@ static cJSON *record_of(struct ad_session *s)
                             s->deadline_ms == UINT64_MAX ? 0 : (double)wall_of(s->deadline_ms));
     cJSON_AddBoolToObject(o, "paused", s->paused);
     cJSON_AddNumberToObject(o, "auto_pause_s", s->auto_pause_s);
+    cJSON_AddBoolToObject(o, "pause_at_end", s->pause_at_end);
     if (s->e2b_token[0]) {
         cJSON_AddStringToObject(o, "e2b_token", s->e2b_token);
         cJSON_AddStringToObject(o, "e2b_traffic", s->e2b_traffic);
@@ -1069,6 +1081,7 @@ static void restore_one(void *ctx, const char *id, const char *owner, const cJSO
                                         : ad_now_ms();
     s->paused = cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(rec, "paused"));
     s->auto_pause_s = (unsigned)rnum(rec, "auto_pause_s");
+    s->pause_at_end = cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(rec, "pause_at_end"));
     s->kept = true;
     s->cancel_rd = pfd[0];
     s->cancel_wr = pfd[1];

@@ -151,7 +151,10 @@ static int call(const struct remote *r, const char *method, const char *path, cJ
     int rc = 0;
     if (cc != CURLE_OK) {
         if (!r->quiet)
-            fprintf(stderr, "airlock: cannot reach airlockd at %s: %s\n",
+            fprintf(stderr,
+                    "airlock: cannot reach airlockd at %s: %s; this needs airlockd running "
+                    "('systemctl start airlockd', or 'airlockd' as root), or another with "
+                    "--server URL\n",
                     r->unix_path ? r->unix_path : r->base, curl_easy_strerror(cc));
         rc = -ECONNREFUSED;
     } else if (status >= 400 && r->quiet) {
@@ -1036,7 +1039,9 @@ static void usage_session(FILE *f)
 {
     fputs("Usage: airlock [--server URL] session start [--image NAME] [--memory MIB] [--cpus N]\n"
           "                 [--idle-timeout S] [--lifetime S] [--checkpoints] [--display]\n"
+          "                 [--name NAME] [--auto-pause S]\n"
           "       airlock [--server URL] session ls\n"
+          "       airlock [--server URL] session pause|resume ID...\n"
           "       airlock [--server URL] session screenshot ID FILE [--max-edge N]\n"
           "       airlock [--server URL] session input ID ACTIONS-JSON\n"
           "       airlock [--server URL] session stop ID...\n"
@@ -1046,6 +1051,9 @@ static void usage_session(FILE *f)
           "'airlock exec --session ID'. A session started with --display has a screen:\n"
           "screenshot saves it as PNG (FILE - for stdout), input runs mouse and keyboard\n"
           "actions ('[{\"action\": \"left_click\", \"coordinate\": [100, 200]}]', docs/API.md).\n"
+          "Sessions outlive restarts of airlockd. pause saves one to disk (its memory freed),\n"
+          "resume brings it back as it was; --auto-pause S pauses it after S seconds idle.\n"
+          "A session's NAME (unique per key) stands for its ID everywhere.\n"
           "Server: --server (or $AIRLOCK_HOST), default " DEFAULT_SOCKET ".\n",
           f);
 }
@@ -1053,10 +1061,16 @@ static void usage_session(FILE *f)
 static int session_start(const struct remote *r, int argc, char **argv)
 {
     static const struct option opts[] = {
-        {"image", required_argument, NULL, 'i'},    {"memory", required_argument, NULL, 'm'},
-        {"cpus", required_argument, NULL, 'C'},     {"idle-timeout", required_argument, NULL, 'I'},
-        {"lifetime", required_argument, NULL, 'L'}, {"checkpoints", no_argument, NULL, 'K'},
-        {"display", no_argument, NULL, 'D'},        {NULL, 0, NULL, 0},
+        {"image", required_argument, NULL, 'i'},
+        {"memory", required_argument, NULL, 'm'},
+        {"cpus", required_argument, NULL, 'C'},
+        {"idle-timeout", required_argument, NULL, 'I'},
+        {"lifetime", required_argument, NULL, 'L'},
+        {"checkpoints", no_argument, NULL, 'K'},
+        {"display", no_argument, NULL, 'D'},
+        {"name", required_argument, NULL, 'N'},
+        {"auto-pause", required_argument, NULL, 'P'},
+        {NULL, 0, NULL, 0},
     };
     cJSON *in = cJSON_CreateObject();
     int c;
@@ -1086,6 +1100,13 @@ static int session_start(const struct remote *r, int argc, char **argv)
             break;
         case 'D':
             cJSON_AddBoolToObject(in, "display", true);
+            break;
+        case 'N':
+            cJSON_AddStringToObject(in, "name", optarg);
+            break;
+        case 'P':
+            cJSON_AddNumberToObject(in, "auto_pause_s",
+                                    (double)cli_number("--auto-pause", optarg, 4000000000u));
             break;
         default:
             cJSON_Delete(in);
@@ -1292,12 +1313,16 @@ int cli_remote_session(struct cli_globals *g, int argc, char **argv)
         return session_screenshot(&r, argc - 1, argv + 1);
     if (!strcmp(sub, "input") && argc == 4)
         return session_input(&r, argv[2], argv[3]);
-    if ((!strcmp(sub, "stop") || !strcmp(sub, "rm")) && argc >= 3) {
+    bool pause = !strcmp(sub, "pause"), resume = !strcmp(sub, "resume");
+    if ((!strcmp(sub, "stop") || !strcmp(sub, "rm") || pause || resume) && argc >= 3) {
         int rc = 0;
         for (int i = 2; i < argc; i++) {
             char path[300];
-            snprintf(path, sizeof(path), "/v1/sessions/%s", argv[i]);
-            if (call(&r, "DELETE", path, NULL, NULL, NULL) < 0)
+            snprintf(path, sizeof(path), "/v1/sessions/%s%s", argv[i],
+                     pause    ? "/pause"
+                     : resume ? "/resume"
+                              : "");
+            if (call(&r, pause || resume ? "POST" : "DELETE", path, NULL, NULL, NULL) < 0)
                 rc = 1;
         }
         return rc;

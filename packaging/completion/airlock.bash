@@ -19,7 +19,7 @@ _airlock_run_flags="$_airlock_chat_common --json"
 _airlock_import_flags='--name --user --memory --force --help'
 _airlock_warm_flags='--memory --cpus --help'
 _airlock_commands='chat run conversations exec image doctor gc ps cp shell port session proc rm mcp help'
-_airlock_session_start_flags='--image --memory --cpus --idle-timeout --lifetime --checkpoints --display'
+_airlock_session_start_flags='--image --memory --cpus --idle-timeout --lifetime --checkpoints --display --name --auto-pause'
 
 # The first column of a listing, without its header line, up to its first blank line (image ls
 # lists the warm templates after one).
@@ -113,7 +113,7 @@ _airlock()
     proc) ((${#args[@]} == 0)) && _airlock_words 'ls logs kill wait' "$cur" ;;
     session)
         case ${args[0]:-} in
-        '') _airlock_words 'start ls stop extend screenshot input' "$cur" ;;
+        '') _airlock_words 'start ls stop extend pause resume screenshot input' "$cur" ;;
         start) [[ $cur == -* ]] && _airlock_words "$_airlock_session_start_flags" "$cur" ;;
         esac
         ;;

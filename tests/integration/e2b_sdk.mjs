@@ -414,10 +414,16 @@ async function security() {
   await check('a bad API key is refused', async () => {
     await rejects(Sandbox.create({ apiKey: 'e2b_' + '0'.repeat(60) }), e2b.AuthenticationError, 'create')
   })
-  await check('pause is refused, and the sandbox runs on', async () => {
-    const err = await rejects(sb.pause(), null, 'pause')
-    truthy(String(err.message).includes('not supported'), 'why: ' + err.message)
-    eq((await sb.commands.run('echo still')).stdout, 'still\n', 'runs on')
+  await check('pause, and connect brings it back as it was', async () => {
+    await sb.files.write('/tmp/kept.txt', 'kept before the pause')
+    await sb.pause()
+    eq(await sb.isRunning(), false, 'paused: not running')
+    const listed = await Sandbox.list({ query: { state: ['paused'] } }).nextItems()
+    truthy(listed.some((x) => x.sandboxId === sb.sandboxId && x.state === 'paused'), 'listed as paused')
+    const back = await Sandbox.connect(sb.sandboxId)
+    eq(await back.isRunning(), true, 'running again')
+    eq(await back.files.read('/tmp/kept.txt'), 'kept before the pause', 'the file')
+    eq((await back.commands.run('echo still')).stdout, 'still\n', 'runs on')
   })
   await sb.kill()
 }

@@ -48,6 +48,8 @@ class Daemon:
             "run_buffer_bytes": 262144,
             "max_upload_bytes": 8 << 20,
             "max_body_bytes": 65536,
+            # SIGTERM ends the sessions (test_restart.py tests the default, keeping them)
+            "keep_sessions": "false",
         }
         c.update(conf)
         self.conf = os.path.join(self.dir, "airlockd.conf")

@@ -156,7 +156,8 @@ class SdkTest(unittest.TestCase):
             with open(os.path.join(cls.npm, "node_modules", name, "package.json")) as f:
                 print("e2b-sdk: %s@%s" % (name, json.load(f)["version"]), file=sys.stderr)
         cls.node = os.path.join(cls.npm, "node_modules", ".bin", "node")
-        cls.e = E2bDaemon()
+        # sessions kept: E2B's pause and connect (resume) work
+        cls.e = E2bDaemon(keep_sessions="true", keep_grace_s=30)
 
     @classmethod
     def tearDownClass(cls):
