@@ -989,7 +989,18 @@ void ad_runs_cancel(struct ad_session *s)
     pthread_mutex_lock(&list_lock);
     for (struct ad_run *r = s->runs; r; r = r->next) {
         pthread_mutex_lock(&r->mu);
-        if (!r->done) {
+        if (!r->done && r->suspended) {
+            /* no thread to end it: it ends here, and its readers with it */
+            r->cancelled = true;
+            r->done = true;
+            r->result = cJSON_CreateObject();
+            cJSON_AddStringToObject(r->result, "type", "error");
+            cJSON_AddStringToObject(r->result, "code", "cancelled");
+            cJSON_AddStringToObject(r->result, "message",
+                                    "the session ended while the run was "
+                                    "suspended");
+            cJSON_AddStringToObject(r->result, "run", r->id);
+        } else if (!r->done) {
             r->cancelled = true;
             uint8_t b = SIGKILL;
             if (r->running && write(cancel_wr(r), &b, 1) < 0) {
