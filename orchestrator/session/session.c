@@ -811,6 +811,7 @@ void al_session_release(al_session *s, bool keep)
         al_closep(&s->state_lock_fd);
         al_image_free(&s->img);
         pthread_mutex_destroy(&s->lock);
+        al_link_drop_unclaimed(s); /* runs handed over that nobody took */
         al_link_mux_free(s->mux);
         free(s);
         return;
@@ -848,6 +849,7 @@ void al_session_release(al_session *s, bool keep)
     al_closep(&s->state_lock_fd);
     al_image_free(&s->img);
     pthread_mutex_destroy(&s->lock);
+    al_link_drop_unclaimed(s); /* runs handed over that nobody took */
     al_link_mux_free(s->mux);
     free(s);
 }
