@@ -223,7 +223,6 @@ static void finish(struct ad_session *s, unsigned own)
         while (s->refs > own)
             pthread_cond_wait(&cond, &lock);
         pthread_mutex_unlock(&lock);
-        ad_host_release(s->host, s->memory_mib);
         ad_log("session %s of %s kept for the next start", s->id, s->owner);
     } else {
         ad_runs_cancel(s);
@@ -245,25 +244,12 @@ static void finish(struct ad_session *s, unsigned own)
         ad_metrics_closed(ad_now_ms() - t0);
         if (s->kept)
             ad_store_del(s->id);
-    }
-    if (s->detaching) {
-        ad_runs_free(s);
-        ad_chat_free(s);
-        close(s->cancel_rd);
-        close(s->cancel_wr);
-        cJSON_Delete(s->labels);
-        cJSON_Delete(s->net);
-        cJSON_Delete(s->e2b_env);
-        cJSON_Delete(s->e2b_contexts);
-        ad_e2b_session_free(s);
-        pthread_mutex_lock(&lock);
-        return;
+        if (s->lost)
+            ad_host_gc(s->host); /* when it answers again: what the close could not reach */
+        ad_log("session %s of %s ended (%llums to close)", s->id, s->owner,
+               (unsigned long long)(ad_now_ms() - t0));
     }
     ad_host_release(s->host, s->memory_mib);
-    if (s->lost)
-        ad_host_gc(s->host); /* when it answers again: what the close could not reach */
-    ad_log("session %s of %s ended (%llums to close)", s->id, s->owner,
-           (unsigned long long)(ad_now_ms() - t0));
     ad_runs_free(s);
     ad_chat_free(s);
     close(s->cancel_rd);

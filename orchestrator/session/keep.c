@@ -187,16 +187,7 @@ static int reattach_from(al_session *s, const cJSON *rec, const char *connect_ur
     int r = al_vm_connect(connect_uri, &s->conn, err);
     if (r < 0)
         return r;
-    struct al_transport_env env = {
-        .name = s->name,
-        .dir = s->dir,
-        .agent_sock = s->sock,
-        .console = s->console,
-        .img = &s->img,
-        .conn = s->conn,
-        .cancel_fd = s->cancel_fd,
-    };
-    r = al_transport_new(s->kind, &env, &s->tport, err);
+    r = al_session_transport_new(s, s->kind, err);
     if (r < 0)
         return r;
     s->paused = cJSON_GetObjectItemCaseSensitive(rec, "paused") != NULL;

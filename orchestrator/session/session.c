@@ -540,10 +540,7 @@ static int session_prepare_remote(al_session *s, const al_session_opts *opts,
     return r;
 }
 
-/* The disk overlay (into disk, which cfg then points at) and the domain's configuration, with
- * what the transport (of kind) and checkpoints add to it. */
-static int session_prepare_vm(al_session *s, const al_session_opts *opts, enum al_transport kind,
-                              char *disk, size_t disklen, struct al_vm_config *cfg, al_error *err)
+int al_session_transport_new(al_session *s, enum al_transport kind, al_error *err)
 {
     struct al_transport_env env = {
         .name = s->name,
@@ -555,7 +552,15 @@ static int session_prepare_vm(al_session *s, const al_session_opts *opts, enum a
         .cancel_fd = s->cancel_fd,
         .remote = s->remote,
     };
-    int r = al_transport_new(kind, &env, &s->tport, err);
+    return al_transport_new(kind, &env, &s->tport, err);
+}
+
+/* The disk overlay (into disk, which cfg then points at) and the domain's configuration, with
+ * what the transport (of kind) and checkpoints add to it. */
+static int session_prepare_vm(al_session *s, const al_session_opts *opts, enum al_transport kind,
+                              char *disk, size_t disklen, struct al_vm_config *cfg, al_error *err)
+{
+    int r = al_session_transport_new(s, kind, err);
     if (r < 0)
         return r;
     if (s->remote)

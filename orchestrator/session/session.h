@@ -116,6 +116,8 @@ al_session *al_session_new(const al_session_opts *opts);
 /* al_session_close (keep false), or al_session_detach's part for a kept session (keep true):
  * the handle freed, the VM and the dirs left as they are. */
 void al_session_release(al_session *s, bool keep);
+/* The session's transport of kind (s->tport), on its dirs and connection. */
+int al_session_transport_new(al_session *s, enum al_transport kind, al_error *err);
 int al_session_dir_make(bool state, const char *name, char *out, size_t outlen, int *lock_fd,
                         al_error *err);
 /* A notice where opts sends them (quiet, on_notice, notice): al_session_notice's, for callers
