@@ -806,33 +806,21 @@ void al_session_release(al_session *s, bool keep)
             virDomainDestroy(s->dom);
         virDomainFree(s->dom);
     }
-    if (keep) { /* the VM and both dirs stay for the keeper: only this process's parts go */
-        if (s->conn)
-            virConnectClose(s->conn);
-        al_checkpoints_free(s);
-        al_template_free(s->tmpl);
-        al_screen_free(s->screen);
-        al_closep(&s->lock_fd);
-        al_closep(&s->state_lock_fd);
-        al_image_free(&s->img);
-        pthread_mutex_destroy(&s->lock);
-        al_link_drop_unclaimed(s); /* runs handed over that nobody took */
-        al_link_mux_free(s->mux);
-        free(s);
-        return;
-    }
-    al_net_stop(s); /* after the VM: its tunnels end with it */
-    char vol[80];
-    for (int scratch = 0; scratch < 2; scratch++) {
-        if (scratch ? s->scratch_made : s->vol_made) {
-            al_session_volume(s, scratch, vol);
-            al_volume_delete(s->conn, vol); /* a host that is down: its gc reaps it */
+    /* A kept session's VM and dirs stay for its keeper: only this process's parts go. */
+    if (!keep) {
+        al_net_stop(s); /* after the VM: its tunnels end with it */
+        char vol[80];
+        for (int scratch = 0; scratch < 2; scratch++) {
+            if (scratch ? s->scratch_made : s->vol_made) {
+                al_session_volume(s, scratch, vol);
+                al_volume_delete(s->conn, vol); /* a host that is down: its gc reaps it */
+            }
         }
     }
     al_image_free(&s->rimg);
     if (s->conn)
         virConnectClose(s->conn);
-    if (s->console_to && s->dir_created) {
+    if (!keep && s->console_to && s->dir_created) {
         FILE *f = fopen(s->console, "r");
         char line[1024], safe[sizeof(line) * 3];
         /* The guest writes the console: no escape sequence of its reaches the terminal. */
@@ -846,9 +834,9 @@ void al_session_release(al_session *s, bool keep)
     al_checkpoints_free(s); /* the snapshots themselves live in the session dir */
     al_template_free(s->tmpl);
     al_screen_free(s->screen);
-    if (s->dir_created)
+    if (!keep && s->dir_created)
         al_rmtree(s->dir);
-    if (s->state_created)
+    if (!keep && s->state_created)
         al_rmtree(s->state_dir);
     al_closep(&s->lock_fd);
     al_closep(&s->state_lock_fd);
