@@ -270,6 +270,12 @@ int ad_session_resume(struct ad_session *s, struct ad_fail *f);
 void ad_session_save(struct ad_session *s);
 /* A session's name: 1 to 63 of [A-Za-z0-9._-], not "airlock-..." (an id's form). */
 bool ad_session_name_ok(const char *name);
+/* Images an owner saved from its sessions (POST /v1/sessions/{id}/image) are its own: in the
+ * store as "own-" + 10 hex digits of the owner's hash + "-" + NAME, found under NAME by that
+ * owner's creates before the store's images, never by another's. */
+#define AD_OWN_IMAGE_PREFIX "own-"
+#define AD_OWN_IMAGE_NAME_MAX 48
+int ad_owner_image(const char *owner, const char *name, char *out, size_t len);
 /* The live session of owner named name, referenced, or NULL. */
 struct ad_session *ad_session_by_name(const char *owner, const char *name);
 

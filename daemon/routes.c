@@ -865,6 +865,48 @@ static enum MHD_Result checkpoint_delete(struct MHD_Connection *c, struct ad_req
     return ad_reply(c, q, 204, MHD_create_response_from_buffer(0, NULL, MHD_RESPMEM_PERSISTENT));
 }
 
+/* The session's disk as an image of the owner's own (al_image_commit): the body names it and
+ * may name a checkpoint; an image of that name is replaced only with "replace": true. */
+static enum MHD_Result session_image(struct MHD_Connection *c, struct ad_req *q)
+{
+    const char *name = NULL, *ck = NULL;
+    bool replace = false;
+    char why[256], store[64];
+    if (get_str(q, "name", &name, why, sizeof(why)) < 0 ||
+        get_str(q, "checkpoint", &ck, why, sizeof(why)) < 0 ||
+        get_bool(q, "replace", &replace, why, sizeof(why)) < 0)
+        return ad_reply_error(c, q, 400, "invalid", "%s", why);
+    if (!name ||
+        strspn(name, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789._-") !=
+            strlen(name) ||
+        !name[0] || name[0] == '.' || ad_owner_image(q->owner, name, store, sizeof(store)) < 0)
+        return ad_reply_error(c, q, 400, "invalid", "name: 1 to %d of [A-Za-z0-9._-]",
+                              AD_OWN_IMAGE_NAME_MAX);
+    al_image_commit_opts o = AL_IMAGE_COMMIT_OPTS_INIT;
+    o.name = store;
+    o.force = replace;
+    al_error err = {0};
+    if (ck) {
+        al_checkpoint_info ci = AL_CHECKPOINT_INFO_INIT;
+        int r = al_checkpoint_find(q->sess->s, ck, &ci, &err);
+        if (r < 0)
+            return lib_fail(c, q, r, &err);
+        o.checkpoint = ci.id;
+    }
+    int r = al_image_commit(q->sess->s, &o, &err);
+    if (r == -EEXIST)
+        return ad_reply_error(c, q, 409, "exists",
+                              "an image of yours named '%s' exists "
+                              "(\"replace\": true replaces it)",
+                              name);
+    if (r < 0)
+        return lib_fail(c, q, r, &err);
+    cJSON *j = cJSON_CreateObject();
+    cJSON_AddStringToObject(j, "image", name);
+    cJSON_AddStringToObject(j, "store_name", store);
+    return ad_reply_json(c, q, 201, j);
+}
+
 // clang-format off
 /* ---- a session's guest ports (ports.c) ---- */
 
@@ -1027,6 +1069,7 @@ const struct ad_route ad_routes[] = {
     {"*",      "/v1/sessions/{id}/ports/{port}", AD_ANY_METHOD | AD_BODY_RAW, port_proxy, "a reverse proxy to the session's port"},
     {"GET",    "/v1/sessions/{id}/screen", 0, screen_get, "the screen now (PNG)"},
     {"POST",   "/v1/sessions/{id}/input", AD_BODY_JSON, screen_input, "mouse and keyboard actions"},
+    {"POST",   "/v1/sessions/{id}/image", AD_BODY_JSON, session_image, "save its disk as an image of yours"},
     {"POST",   "/v1/sessions/{id}/checkpoints", AD_BODY_JSON, checkpoint_create, "take a checkpoint"},
     {"GET",    "/v1/sessions/{id}/checkpoints", 0, checkpoint_list, "the session's checkpoints"},
     {"POST",   "/v1/sessions/{id}/checkpoints/{cp}/rollback", 0, checkpoint_rollback, "roll back to it"},

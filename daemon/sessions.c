@@ -4,6 +4,7 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <openssl/evp.h>
 #include <signal.h>
 #include <stdio.h>
 #include <string.h>
@@ -678,6 +679,19 @@ static int create_undo(int pfd[2], struct slot *sl, struct ad_session *s, int ho
     return r;
 }
 
+int ad_owner_image(const char *owner, const char *name, char *out, size_t len)
+{
+    unsigned char d[32];
+    char hex[11];
+    if (strlen(name) > AD_OWN_IMAGE_NAME_MAX ||
+        !EVP_Digest(owner, strlen(owner), d, NULL, EVP_sha256(), NULL))
+        return -EINVAL;
+    for (size_t i = 0; i < 5; i++)
+        snprintf(hex + 2 * i, 3, "%02x", d[i]);
+    return snprintf(out, len, AD_OWN_IMAGE_PREFIX "%.10s-%s", hex, name) < (int)len ? 0
+                                                                                    : -ENAMETOOLONG;
+}
+
 int ad_session_create(const char *owner, const struct ad_limits *lim, const struct ad_create *c,
                       struct ad_session **out, struct ad_fail *f)
 {
@@ -700,8 +714,18 @@ int ad_session_create(const char *owner, const struct ad_limits *lim, const stru
         ad_failf(f, 400, "invalid", "%s", err.msg);
         return r;
     }
-    /* The memory a session will take, for the quota, before it boots. */
+    /* An owner's own images (saved from its sessions) come first; other owners' are not
+     * there for it. */
+    char own[64];
+    if (c->image && !strncmp(c->image, AD_OWN_IMAGE_PREFIX, strlen(AD_OWN_IMAGE_PREFIX))) {
+        ad_failf(f, 400, "invalid", "unknown image '%s'", c->image);
+        return -ENOENT;
+    }
     const char *image = c->image ? c->image : al_image_default();
+    if (c->image && ad_owner_image(owner, c->image, own, sizeof(own)) == 0 &&
+        al_image_load(own, &(al_image){.struct_size = sizeof(al_image)}, NULL) == 0)
+        image = own;
+    /* The memory a session will take, for the quota, before it boots. */
     al_image img = AL_IMAGE_INIT;
     if ((r = al_image_load(image, &img, &err)) < 0) {
         ad_fail_from(f, r, &err);

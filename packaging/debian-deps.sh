@@ -25,6 +25,10 @@ PACKAGES=(
   # network on request (--net allow=...): each session's proxy (run by airlock, not the
   # package's service); openssl makes the network test's certificate authority
   squid openssl
+  # images from Containerfiles and OCI or docker archives (airlock image build --from): buildah
+  # builds (runc where cgroups are not v2 alone), podman holds the exported base, skopeo and
+  # debugfs (e2fsprogs) for tests and commits
+  buildah podman skopeo runc uidmap
   # a prompt zombie reaper for libvirtd where PID 1 is not an init (containers, sandboxes)
   tini
   # tests: sanitizers and libFuzzer runtimes, python for the integration tests, the format check

@@ -3,6 +3,7 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <signal.h>
 #include <spawn.h>
 #include <stdio.h>
 #include <string.h>
@@ -112,4 +113,62 @@ int al_spawn_quiet(const char *const *argv, const char *what, al_error *err)
     }
     fclose(errf);
     return 0;
+}
+
+int al_spawn_start(const char *const *argv, int in_fd, int out_fd, int err_fd, pid_t *pid)
+{
+    posix_spawn_file_actions_t fa;
+    posix_spawnattr_t at;
+    int r = posix_spawn_file_actions_init(&fa);
+    if (r)
+        return -r;
+    r = posix_spawnattr_init(&at);
+    if (r) {
+        posix_spawn_file_actions_destroy(&fa);
+        return -r;
+    }
+    if (in_fd >= 0)
+        r = posix_spawn_file_actions_adddup2(&fa, in_fd, 0);
+    else
+        r = posix_spawn_file_actions_addopen(&fa, 0, "/dev/null", O_RDONLY, 0);
+    if (!r)
+        r = posix_spawn_file_actions_adddup2(&fa, out_fd, 1);
+    if (!r)
+        r = posix_spawn_file_actions_adddup2(&fa, err_fd, 2);
+    /* A group of its own: a deadline kills what it started too. */
+    if (!r)
+        r = posix_spawnattr_setflags(&at, POSIX_SPAWN_SETPGROUP);
+    if (!r)
+        r = posix_spawnattr_setpgroup(&at, 0);
+    if (!r)
+        r = posix_spawnp(pid, argv[0], &fa, &at, (char *const *)argv, environ);
+    posix_spawn_file_actions_destroy(&fa);
+    posix_spawnattr_destroy(&at);
+    return -r;
+}
+
+int al_spawn_reap(pid_t pid, unsigned timeout_s, int *status)
+{
+    uint64_t end = timeout_s ? al_now_ms() + (uint64_t)timeout_s * 1000 : 0;
+    bool termed = false;
+    for (;;) {
+        int st;
+        pid_t w = waitpid(pid, &st, end ? WNOHANG : 0);
+        if (w == pid) {
+            *status = st;
+            /* What it left running in its group goes with it. */
+            kill(-pid, SIGKILL);
+            return termed ? -ETIMEDOUT : 0;
+        }
+        if (w < 0 && errno != EINTR)
+            return -errno;
+        if (end && al_now_ms() >= end) {
+            /* SIGTERM first, so that a builder removes its containers; SIGKILL 10 s later. */
+            kill(-pid, termed ? SIGKILL : SIGTERM);
+            end = al_now_ms() + 10000;
+            termed = true;
+        }
+        if (w == 0)
+            usleep(50 * 1000);
+    }
 }

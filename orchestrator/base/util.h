@@ -98,6 +98,13 @@ int al_spawn_wait_limited(const char *const *argv, int out_fd, int err_fd,
 /* Runs argv with stdout discarded and waits; on failure err says "cannot WHAT with PROGRAM:"
  * and the first line the program wrote on stderr. */
 int al_spawn_quiet(const char *const *argv, const char *what, al_error *err);
+/* Starts argv (searched in PATH) in a process group of its own, stdin from in_fd (-1:
+ * /dev/null), without waiting. */
+int al_spawn_start(const char *const *argv, int in_fd, int out_fd, int err_fd, pid_t *pid);
+/* Waits for what al_spawn_start started, at most timeout_s (0: no limit): past it, its group
+ * gets SIGTERM, then SIGKILL, and -ETIMEDOUT is returned once it is gone. Its group is killed
+ * once it exits, either way. */
+int al_spawn_reap(pid_t pid, unsigned timeout_s, int *status);
 
 /* ---- text for a terminal or a log line ---- */
 /* Printable ASCII only: every byte outside 0x20..0x7e of s becomes '?' (short strings from the

@@ -112,6 +112,20 @@ typedef struct al_image {
     int transport; /* enum al_transport: how sessions reach the agent by default, VIRTIO or SSH */
     char ssh_user[64]; /* SSH images: the user cloud-init gives the session's key */
     unsigned ssh_port; /* SSH images: sshd's port in the guest */
+    /* Where the image came from (al_image_from, al_image_commit), for 'image ls': "recipe",
+     * "imported", "containerfile", "oci-layout", "oci-archive", "docker-archive", "directory"
+     * or "commit"; its path (or the session it was saved from); the digest of what was read
+     * ("sha256:HEX", "" when none). */
+    char source[32];
+    char source_path[512];
+    char digest[80];
+    /* The session's defaults from the image's configuration (ENV, WORKDIR, USER, CMD with
+     * ENTRYPOINT before it): env comes before a run's own, workdir is the cwd of a run that
+     * names none. Owned; NULL or "" when the image sets none. */
+    char **env;
+    char *workdir;
+    char *user;
+    char **cmd;
 } al_image;
 #define AL_IMAGE_INIT AL_SIZED_INIT(al_image)
 
@@ -160,6 +174,44 @@ typedef struct al_image_import_opts {
 int al_image_import(const al_image_import_opts *opts, al_error *err);
 /* Removes an image from the store; sessions already running on it are not affected. */
 int al_image_remove(const char *name, al_error *err);
+
+/* Images from what container tools make (al_image_from). */
+#define AL_IMAGE_FROM_SIZE_DEFAULT (8ull << 30) /* the files' data */
+#define AL_IMAGE_FROM_TIMEOUT_DEFAULT_S 1800    /* a Containerfile's build */
+typedef struct al_image_from_opts {
+    size_t struct_size; /* sizeof: AL_IMAGE_FROM_OPTS_INIT (see "Structs" above) */
+    const char *name;   /* the image's name in the store */
+    /* A Containerfile or Dockerfile (built with buildah), an OCI image layout (a directory with
+     * oci-layout) or archive, a `docker save` tarball, or a directory tree (a root file
+     * system). */
+    const char *from;
+    const char *context; /* a Containerfile's build context; NULL: the file's directory */
+    const char *base;    /* the image whose kernel and initrd boot it; NULL: "debian" */
+    uint64_t max_size;   /* the files' data; 0: AL_IMAGE_FROM_SIZE_DEFAULT */
+    unsigned timeout_s;  /* a Containerfile's build; 0: AL_IMAGE_FROM_TIMEOUT_DEFAULT_S */
+    bool keep_setid;     /* keep set-uid and set-gid bits (else cleared) */
+    bool force;          /* replace an image of that name */
+    int log_fd;          /* > 0: the builder's output and a line for each entry changed */
+} al_image_from_opts;
+#define AL_IMAGE_FROM_OPTS_INIT AL_SIZED_INIT(al_image_from_opts)
+/* Makes an image of a root file system that container tools describe: the layers are applied
+ * as hostile input (nothing written outside the new tree; "..", absolute paths and hard links
+ * out of it refused; device nodes dropped; set-id bits cleared; sizes bounded; every digest
+ * checked), the tree becomes an ext4 root disk, and the base image's kernel and initrd (with the
+ * agent and the language kernels) boot it. The image's ENV, WORKDIR, USER and CMD become its
+ * sessions' defaults. Nothing is left in the store on failure. */
+int al_image_from(const al_image_from_opts *opts, al_error *err);
+
+typedef struct al_image_export_opts {
+    size_t struct_size; /* sizeof: AL_IMAGE_EXPORT_OPTS_INIT (see "Structs" above) */
+    const char *image;  /* NULL: "debian" */
+    const char *ref;    /* the local container image made; NULL: "airlock/IMAGE" */
+    int log_fd;         /* > 0: podman's output */
+} al_image_export_opts;
+#define AL_IMAGE_EXPORT_OPTS_INIT AL_SIZED_INIT(al_image_export_opts)
+/* Makes a local container image (podman's store) of an image's root disk, so that a
+ * Containerfile can start FROM it with no registry. */
+int al_image_export_base(const al_image_export_opts *opts, al_error *err);
 
 /* ---- sessions ---- */
 
@@ -552,6 +604,7 @@ int al_port_relay(al_session *s, unsigned port, int fd, int cancel_fd, al_port_c
  * connection is relayed (al_port_relay) to a port in the guest, by threads of its own. */
 typedef struct al_forward al_forward;
 typedef struct al_attach al_attach;
+typedef struct al_image_commit_opts al_image_commit_opts;
 typedef struct al_forward_opts {
     size_t struct_size;  /* sizeof: AL_FORWARD_OPTS_INIT (see "Structs" above) */
     al_session *session; /* the session, a session of this process; or */
@@ -800,6 +853,9 @@ int al_session_list(void (*fn)(void *ctx, const al_session_info *info), void *ct
 int al_attach_open(const char *name, al_attach **out, al_error *err);
 void al_attach_close(al_attach *r);
 const char *al_attach_name(const al_attach *r);
+/* al_image_commit of the session r names, by the process that holds it (into that process's
+ * image store). */
+int al_attach_commit(al_attach *r, const al_image_commit_opts *o, al_error *err);
 /* Like al_exec; the fds are passed to the serving process. */
 int al_attach_exec(al_attach *r, const al_exec_opts *o, al_exec_result *out, al_error *err);
 /* al_port_relay for the session r names: fd, a connected socket, relayed by the process that
@@ -870,6 +926,21 @@ int al_checkpoint_delete(al_session *s, uint32_t id, al_error *err);
  * set; when the agent answers, only resynchronizes the channel and returns 0 (nothing undone).
  * -ENOENT when a rollback is needed but there is no checkpoint. */
 int al_checkpoint_recover(al_session *s, uint32_t *restored_id, al_error *err);
+
+struct al_image_commit_opts {
+    size_t struct_size;  /* sizeof: AL_IMAGE_COMMIT_OPTS_INIT (see "Structs" above) */
+    const char *name;    /* the new image's name in the store */
+    uint32_t checkpoint; /* 0: the disk as it is now; else that checkpoint's disk */
+    bool force;          /* replace an image of that name */
+};
+#define AL_IMAGE_COMMIT_OPTS_INIT AL_SIZED_INIT(al_image_commit_opts)
+/* Saves the session's root disk as a new image of the store, flattened (no link to the image
+ * it came from), with the session's own secrets removed: SSH host keys and authorized keys,
+ * the machine-id, the random seed. The disk as it is now is taken after a sync in the guest
+ * with the VM paused for the copy (a guest that does not sync only loses its own unwritten
+ * data). The new image has the old one's kernel, initrd and defaults. Local sessions with a root
+ * disk only. */
+int al_image_commit(al_session *s, const al_image_commit_opts *opts, al_error *err);
 
 /* ---- housekeeping ---- */
 

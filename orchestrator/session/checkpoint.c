@@ -121,6 +121,11 @@ int al_checkpoints_reattach(al_session *s, const char *disk, al_error *err)
     return 0;
 }
 
+void al_checkpoint_tag(uint32_t id, char *buf, size_t len)
+{
+    snprintf(buf, len, TAG_FMT, id);
+}
+
 const char *al_checkpoints_disk(const al_session *s)
 {
     return s->ckpt ? s->ckpt->disk : NULL;

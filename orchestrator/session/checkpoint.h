@@ -13,6 +13,8 @@ void al_checkpoints_free(al_session *s);
 int al_checkpoints_reattach(al_session *s, const char *disk, al_error *err);
 /* The qcow2 that holds the snapshots, NULL without checkpoints. */
 const char *al_checkpoints_disk(const al_session *s);
+/* QEMU's snapshot tag of checkpoint id (commit.c reads its disk). */
+void al_checkpoint_tag(uint32_t id, char *buf, size_t len);
 /* checkpoint.c: the PING round trip that leaves the agent idle at a frame boundary. */
 int al_session_barrier(al_session *s, al_error *err);
 /* The description a crashed guest's QEMU is started again from (takes xml; freed without

@@ -300,6 +300,28 @@ static void serve_port(struct control_worker *w, int fd, const cJSON *req, int f
     send_line(fd, j);
 }
 
+/* An image of the session's disk, into this process's image store (al_image_commit). */
+static void serve_commit(struct control_worker *w, int fd, const cJSON *req)
+{
+    al_image_commit_opts o = AL_IMAGE_COMMIT_OPTS_INIT;
+    const cJSON *name = cJSON_GetObjectItem(req, "name");
+    const cJSON *ck = cJSON_GetObjectItem(req, "checkpoint");
+    const cJSON *force = cJSON_GetObjectItem(req, "force");
+    if (!cJSON_IsString(name) ||
+        (ck && (!cJSON_IsNumber(ck) || ck->valuedouble < 0 || ck->valuedouble > UINT32_MAX))) {
+        answer_error(fd, -EINVAL, "a commit needs an image name");
+        return;
+    }
+    o.name = name->valuestring;
+    o.checkpoint = ck ? (uint32_t)ck->valuedouble : 0;
+    o.force = cJSON_IsTrue(force);
+    al_error err = {0};
+    int r = al_image_commit(w->c->s, &o, &err);
+    _cleanup_cjson_ cJSON *j = answer_begin(fd, r, &err);
+    if (j)
+        send_line(fd, j);
+}
+
 static void serve_one(struct control_worker *w, int fd)
 {
     struct ucred cred;
@@ -318,6 +340,8 @@ static void serve_one(struct control_worker *w, int fd)
             serve_exec(w, fd, req, fds);
         else if (cJSON_IsString(op) && !strcmp(op->valuestring, "port"))
             serve_port(w, fd, req, fds);
+        else if (cJSON_IsString(op) && !strcmp(op->valuestring, "commit"))
+            serve_commit(w, fd, req);
         else
             answer_error(fd, -EINVAL, "unknown request");
     }
@@ -724,6 +748,31 @@ int al_attach_port(al_attach *r, unsigned port, int fd, int cancel_fd, al_port_c
                 cJSON_IsNumber(from) && from->valuedouble >= 0 ? (uint64_t)from->valuedouble : 0};
     }
     return 0;
+}
+
+int al_attach_commit(al_attach *r, const al_image_commit_opts *given, al_error *err)
+{
+    al_image_commit_opts o = AL_IMAGE_COMMIT_OPTS_INIT;
+    int r0 = AL_SIZED_IN(&o, given, "al_image_commit_opts", err);
+    if (r0 < 0)
+        return r0;
+    _cleanup_cjson_ cJSON *req = cJSON_CreateObject();
+    if (!req || !cJSON_AddStringToObject(req, "op", "commit") ||
+        !cJSON_AddStringToObject(req, "name", o.name ? o.name : "") ||
+        !cJSON_AddNumberToObject(req, "checkpoint", o.checkpoint) ||
+        !cJSON_AddBoolToObject(req, "force", o.force))
+        return al_err(err, -ENOMEM, "out of memory");
+    _cleanup_free_ char *text = cJSON_PrintUnformatted(req);
+    char *line = text ? malloc(strlen(text) + 2) : NULL;
+    if (!line)
+        return al_err(err, -ENOMEM, "out of memory");
+    sprintf(line, "%s\n", text);
+    /* One fd rides along, as with every request: nothing reads it. */
+    _cleanup_close_ int null = open("/dev/null", O_RDONLY | O_CLOEXEC);
+    _cleanup_cjson_ cJSON *j = NULL;
+    int ret = remote_call(r, line, &null, 1, -1, &j, err);
+    free(line);
+    return ret;
 }
 
 int al_attach_exec(al_attach *r, const al_exec_opts *opts, al_exec_result *out, al_error *err)

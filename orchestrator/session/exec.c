@@ -340,6 +340,21 @@ static int on_host_deadline(struct exec_state *st, const al_exec_opts *o, uint64
                   o->timeout_ms / 1000);
 }
 
+/* The image's env entries whose names env does not set (into v, at most AL_ENV_MAX). */
+static size_t image_env(const al_session *s, const char *const *env, const char **v)
+{
+    size_t n = 0;
+    for (char **e = s->img.env; e && *e && n < AL_ENV_MAX; e++) {
+        size_t klen = strcspn(*e, "=") + 1;
+        bool set = false;
+        for (size_t i = 0; env && env[i] && !set; i++)
+            set = !strncmp(env[i], *e, klen);
+        if (!set)
+            v[n++] = *e;
+    }
+    return n;
+}
+
 static int exec_run(al_session *s, const al_exec_opts *o, al_exec_result *out,
                     al_result_reader *results, uint32_t op, uint32_t id, al_error *err);
 static int exec_loop(struct exec_state *st, const al_exec_opts *o, al_exec_result *out,
@@ -525,11 +540,15 @@ static int kernel_lang(const al_exec_opts *o, char *out, size_t cap, al_error *e
 static int exec_run(al_session *s, const al_exec_opts *o, al_exec_result *out,
                     al_result_reader *results, uint32_t op, uint32_t id, al_error *err)
 {
-    size_t argc = count(o->argv), envc = count(o->env);
+    /* The image's defaults (its ENV, WORKDIR), less what the run sets itself. */
+    const char *ienv[AL_ENV_MAX];
+    size_t ienvc = image_env(s, o->env, ienv);
+    size_t argc = count(o->argv), envc = ienvc + count(o->env);
     if (argc == 0 || argc > AL_ARGV_MAX)
         return al_err(err, -EINVAL, "a command needs 1 to %d arguments", AL_ARGV_MAX);
     if (envc > AL_ENV_MAX)
-        return al_err(err, -EINVAL, "at most %d environment entries", AL_ENV_MAX);
+        return al_err(err, -EINVAL, "at most %d environment entries (the image sets %zu)",
+                      AL_ENV_MAX, ienvc);
     if (o->kernel && !o->lang)
         return al_err(err, -EINVAL, "a kernel run needs a language");
     if (o->input_wait_ms > AL_INPUT_WAIT_MAX_MS)
@@ -540,7 +559,7 @@ static int exec_run(al_session *s, const al_exec_opts *o, al_exec_result *out,
     if (pty && !o->pty_cols)
         return al_err(err, -EINVAL, "a terminal needs rows and columns");
     bool term_set = false;
-    for (size_t i = 0; pty && i < envc; i++)
+    for (size_t i = 0; pty && i < envc - ienvc; i++)
         term_set |= !strncmp(o->env[i], "TERM=", 5);
     if (pty && !term_set && envc + 1 > AL_ENV_MAX)
         return al_err(err, -EINVAL, "at most %d environment entries with TERM", AL_ENV_MAX - 1);
@@ -568,13 +587,15 @@ static int exec_run(al_session *s, const al_exec_opts *o, al_exec_result *out,
     m.u.exec.input_wait_ms = o->input_wait_ms;
     m.u.exec.output_cap = o->output_cap;
     m.u.exec.lang = al_str_cstr(lang);
-    m.u.exec.cwd = al_str_cstr(o->cwd ? o->cwd : "");
+    m.u.exec.cwd = al_str_cstr(o->cwd                              ? o->cwd
+                               : s->img.workdir && *s->img.workdir ? s->img.workdir
+                                                                   : "");
     m.u.exec.argc = (uint32_t)argc;
     for (size_t i = 0; i < argc; i++)
         m.u.exec.argv[i] = al_str_cstr(o->argv[i]);
     m.u.exec.envc = (uint32_t)envc;
     for (size_t i = 0; i < envc; i++)
-        m.u.exec.env[i] = al_str_cstr(o->env[i]);
+        m.u.exec.env[i] = al_str_cstr(i < ienvc ? ienv[i] : o->env[i - ienvc]);
     if (pty && !term_set)
         m.u.exec.env[m.u.exec.envc++] = al_str_cstr(PTY_TERM_DEFAULT);
     int r = al_channel_send(&s->ch, &m, err);

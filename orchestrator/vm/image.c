@@ -4,12 +4,17 @@
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <string.h>
 #include <sys/stat.h>
 
 /* A manifest is a few hundred bytes; anything far bigger is not one. */
 #define MANIFEST_MAX (64 * 1024)
+/* The image's defaults (oci.c checks them the same way when it writes them). */
+#define CONFIG_ENV_MAX 64
+#define CONFIG_LIST_MAX 64
+#define CONFIG_STR_MAX 1024
 
 int al_image_store_dir(char *buf, size_t len, al_error *err)
 {
@@ -118,6 +123,67 @@ int al_transport_parse(const char *s, int *out, al_error *err)
         *out = AL_TRANSPORT_SSH;
     else
         return al_err(err, -EINVAL, "unknown transport '%s' (virtio or ssh)", s ? s : "");
+    return 0;
+}
+
+/* A list of at most max strings of the manifest's config, each without control characters. */
+static int config_list(const cJSON *list, size_t max, char ***out)
+{
+    if (!list)
+        return 0;
+    if (!cJSON_IsArray(list) || (size_t)cJSON_GetArraySize(list) > max)
+        return -EINVAL;
+    const char *v[CONFIG_LIST_MAX + 1];
+    size_t n = 0;
+    const cJSON *e;
+    cJSON_ArrayForEach(e, list)
+    {
+        if (!cJSON_IsString(e) || strlen(e->valuestring) > CONFIG_STR_MAX ||
+            strpbrk(e->valuestring, "\n\r"))
+            return -EINVAL;
+        v[n++] = e->valuestring;
+    }
+    v[n] = NULL;
+    return (*out = al_strv_dup(v)) ? 0 : -ENOMEM;
+}
+
+/* Where the image came from and its sessions' defaults (al_image_from, al_image_commit). */
+static int image_origin(const cJSON *j, al_image *img, const char *name, al_error *err)
+{
+    const cJSON *src = cJSON_GetObjectItemCaseSensitive(j, "source");
+    const cJSON *kind = cJSON_GetObjectItemCaseSensitive(src, "kind");
+    const cJSON *path = cJSON_GetObjectItemCaseSensitive(src, "path");
+    const cJSON *digest = cJSON_GetObjectItemCaseSensitive(src, "digest");
+    if (cJSON_IsString(kind))
+        snprintf(img->source, sizeof(img->source), "%s", kind->valuestring);
+    else if (cJSON_GetObjectItemCaseSensitive(j, "imported_from"))
+        snprintf(img->source, sizeof(img->source), "imported");
+    else
+        snprintf(img->source, sizeof(img->source), "recipe");
+    if (cJSON_IsString(path))
+        snprintf(img->source_path, sizeof(img->source_path), "%s", path->valuestring);
+    if (cJSON_IsString(digest))
+        snprintf(img->digest, sizeof(img->digest), "%s", digest->valuestring);
+    al_printable(img->source);
+    al_printable(img->source_path);
+    al_printable(img->digest);
+    const cJSON *cfg = cJSON_GetObjectItemCaseSensitive(j, "config");
+    const cJSON *wd = cJSON_GetObjectItemCaseSensitive(cfg, "workdir");
+    const cJSON *user = cJSON_GetObjectItemCaseSensitive(cfg, "user");
+    if (config_list(cJSON_GetObjectItemCaseSensitive(cfg, "env"), CONFIG_ENV_MAX, &img->env) < 0 ||
+        config_list(cJSON_GetObjectItemCaseSensitive(cfg, "cmd"), CONFIG_LIST_MAX, &img->cmd) < 0)
+        return al_err(err, -EINVAL, "image '%s': bad config in its manifest", name);
+    for (char **e = img->env; e && *e; e++)
+        if (!strchr(*e, '=') || **e == '=')
+            return al_err(err, -EINVAL, "image '%s': config env entry is not KEY=VALUE", name);
+    if ((wd && (!cJSON_IsString(wd) || wd->valuestring[0] != '/' ||
+                strlen(wd->valuestring) > CONFIG_STR_MAX)) ||
+        (user && (!cJSON_IsString(user) || strlen(user->valuestring) > 64)))
+        return al_err(err, -EINVAL, "image '%s': bad workdir or user in its manifest", name);
+    img->workdir = strdup(wd ? wd->valuestring : "");
+    img->user = strdup(user ? user->valuestring : "");
+    if (!img->workdir || !img->user)
+        return al_err(err, -ENOMEM, "out of memory");
     return 0;
 }
 
@@ -236,6 +302,11 @@ rest:;
         snprintf(img.languages + have, sizeof(img.languages) - have, "%s%s", have ? " " : "",
                  l->valuestring);
     }
+    r = image_origin(j, &img, name, err);
+    if (r < 0) {
+        al_image_free(&img);
+        return r;
+    }
     img.dir = strdup(p.dir);
     img.kernel = strdup(p.kernel);
     img.initrd = strdup(p.initrd);
@@ -255,6 +326,14 @@ void al_image_free(al_image *img)
     free(img->initrd);
     free(img->disk);
     img->dir = img->kernel = img->initrd = img->disk = NULL;
+    if (img->struct_size >= offsetof(al_image, cmd) + sizeof(img->cmd)) {
+        al_strv_free(img->env);
+        al_strv_free(img->cmd);
+        free(img->workdir);
+        free(img->user);
+        img->env = img->cmd = NULL;
+        img->workdir = img->user = NULL;
+    }
 }
 
 static int cmp_names(const void *a, const void *b)
@@ -342,4 +421,76 @@ int al_image_remove(const char *name, al_error *err)
     if (r < 0)
         return al_err(err, r, "cannot remove '%s': %s", gone, strerror(-r));
     return 0;
+}
+
+int al_manifest_write(const char *dir, const cJSON *j, al_error *err)
+{
+    char path[AL_PATH_MAX];
+    _cleanup_free_ char *text = cJSON_Print(j);
+    if (!text)
+        return al_err(err, -ENOMEM, "out of memory");
+    if (al_pathf(path, sizeof(path), "%s/manifest.json", dir) < 0)
+        return al_err(err, -ENAMETOOLONG, "image path too long");
+    FILE *f = fopen(path, "wxe");
+    if (!f)
+        return al_err(err, -errno, "cannot write the manifest: %s", strerror(errno));
+    /* Readable by all whatever the umask, like the disk. */
+    bool ok = fprintf(f, "%s\n", text) > 0 && fchmod(fileno(f), 0644) == 0;
+    if (fclose(f) != 0 || !ok)
+        return al_err(err, -EIO, "cannot write the manifest '%s'", path);
+    return 0;
+}
+
+/* The scratch dir starts with a dot: 'image ls' and al_image_default() ignore it. */
+int al_image_scratch(const char *name, bool force, const char *what, char *dst, size_t dlen,
+                     char *tmp, size_t tlen, al_error *err)
+{
+    char store[AL_PATH_MAX];
+    if (!name || !al_image_name_ok(name))
+        return al_err(err, -EINVAL, "bad image name '%s'", name ? name : "");
+    int r = al_image_store_dir(store, sizeof(store), err);
+    if (r < 0)
+        return r;
+    if (mkdir(store, 0755) < 0 && errno != EEXIST)
+        return al_err(err, -errno, "cannot create image store '%s': %s", store, strerror(errno));
+    if (al_pathf(dst, dlen, "%s/%s", store, name) < 0 ||
+        al_pathf(tmp, tlen, "%s/.%s.%s-%ld", store, name, what, (long)getpid()) < 0)
+        return al_err(err, -ENAMETOOLONG, "image path too long");
+    struct stat st;
+    char manifest[AL_PATH_MAX];
+    if (lstat(dst, &st) == 0) {
+        if (!force)
+            return al_err(err, -EEXIST, "image '%s' already exists (--force replaces it)", name);
+        if (!S_ISDIR(st.st_mode) ||
+            al_pathf(manifest, sizeof(manifest), "%s/manifest.json", dst) < 0 ||
+            lstat(manifest, &st) < 0)
+            return al_err(err, -EEXIST,
+                          "'%s' is in the image store but is not an image: not replacing it", dst);
+    }
+    al_rmtree(tmp);
+    /* Private while it is being made. */
+    if (mkdir(tmp, 0700) < 0)
+        return al_err(err, -errno, "cannot create '%s': %s", tmp, strerror(errno));
+    return 0;
+}
+
+int al_image_swap_in(const char *tmp, const char *dst, const char *name, bool force, al_error *err)
+{
+    if (force) {
+        if (renameat2(AT_FDCWD, tmp, AT_FDCWD, dst, RENAME_EXCHANGE) == 0)
+            return al_rmtree(tmp), 0; /* the old image, now at tmp */
+        if (errno != ENOENT || rename(tmp, dst) < 0)
+            return al_err(err, -errno, "cannot move the new image into '%s': %s", dst,
+                          strerror(errno));
+        return 0;
+    }
+    if (renameat2(AT_FDCWD, tmp, AT_FDCWD, dst, RENAME_NOREPLACE) == 0)
+        return 0;
+    /* A file system without RENAME_NOREPLACE: rename() still fails over a non-empty directory,
+     * which every image is. */
+    if (errno == EINVAL && rename(tmp, dst) == 0)
+        return 0;
+    if (errno == EEXIST || errno == ENOTEMPTY)
+        return al_err(err, -EEXIST, "image '%s' already exists (--force replaces it)", name);
+    return al_err(err, -errno, "cannot move the new image into '%s': %s", dst, strerror(errno));
 }

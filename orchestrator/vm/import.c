@@ -268,38 +268,7 @@ static int write_manifest(const char *scratch, const al_image_import_opts *o, co
         /* For whoever reads the manifest later; nothing reads it back. */
         !cJSON_AddStringToObject(j, "imported_from", basename(from)))
         return al_err(err, -ENOMEM, "out of memory");
-    _cleanup_free_ char *text = cJSON_Print(j);
-    char path[AL_PATH_MAX];
-    if (!text)
-        return al_err(err, -ENOMEM, "out of memory");
-    if (al_pathf(path, sizeof(path), "%s/manifest.json", scratch) < 0)
-        return al_err(err, -ENAMETOOLONG, "image path too long");
-    FILE *f = fopen(path, "wxe");
-    if (!f)
-        return al_err(err, -errno, "cannot write the manifest: %s", strerror(errno));
-    /* Readable by all whatever the umask, like the disk. */
-    bool ok = fprintf(f, "%s\n", text) > 0 && fchmod(fileno(f), 0644) == 0;
-    if (fclose(f) != 0 || !ok)
-        return al_err(err, -EIO, "cannot write the manifest '%s'", path);
-    return 0;
-}
-
-/* What is in the store under the name: 0 nothing, 1 an image, else an error. */
-static int existing(const char *dst, const char *name, bool force, al_error *err)
-{
-    struct stat st;
-    char manifest[AL_PATH_MAX];
-    if (lstat(dst, &st) < 0)
-        return errno == ENOENT ? 0
-                               : al_err(err, -errno, "cannot read '%s': %s", dst, strerror(errno));
-    if (!force)
-        return al_err(err, -EEXIST, "image '%s' already exists (--force replaces it)", name);
-    /* Only an image is replaced: never a stray directory someone pointed the store at. */
-    if (!S_ISDIR(st.st_mode) || al_pathf(manifest, sizeof(manifest), "%s/manifest.json", dst) < 0 ||
-        lstat(manifest, &st) < 0)
-        return al_err(err, -EEXIST,
-                      "'%s' is in the image store but is not an image: not replacing it", dst);
-    return 1;
+    return al_manifest_write(scratch, j, err);
 }
 
 int al_image_import(const al_image_import_opts *given, al_error *err)
@@ -332,30 +301,17 @@ int al_image_import(const al_image_import_opts *given, al_error *err)
         return al_err(err, -EFBIG, "'%s' is %lld bytes, over the import limit of %llu GiB",
                       opts->path, (long long)st.st_size, IMPORT_SIZE_MAX >> 30);
 
-    char store[AL_PATH_MAX], dst[AL_PATH_MAX], tmp[AL_PATH_MAX], src[AL_PATH_MAX],
-        disk[AL_PATH_MAX];
-    int r = al_image_store_dir(store, sizeof(store), err);
+    char dst[AL_PATH_MAX], tmp[AL_PATH_MAX], src[AL_PATH_MAX], disk[AL_PATH_MAX];
+    /* The name checked now so a refusal comes before minutes of copying; the move checks
+     * again. The scratch dir is private while it holds the copy being checked. */
+    int r = al_image_scratch(opts->name, opts->force, "import", dst, sizeof(dst), tmp, sizeof(tmp),
+                             err);
     if (r < 0)
         return r;
-    /* QEMU (another user under qemu:///system) must traverse the store. */
-    if (mkdir(store, 0755) < 0 && errno != EEXIST)
-        return al_err(err, -errno, "cannot create image store '%s': %s", store, strerror(errno));
-    /* The scratch dir starts with a dot: 'image ls' and al_image_default() ignore it. */
-    if (al_pathf(dst, sizeof(dst), "%s/%s", store, opts->name) < 0 ||
-        al_pathf(tmp, sizeof(tmp), "%s/.%s.import-%ld", store, opts->name, (long)getpid()) < 0 ||
-        al_pathf(src, sizeof(src), "%s/source", tmp) < 0 ||
+    __attribute__((cleanup(rmtreep))) char *scratch = tmp;
+    if (al_pathf(src, sizeof(src), "%s/source", tmp) < 0 ||
         al_pathf(disk, sizeof(disk), "%s/disk.qcow2", tmp) < 0)
         return al_err(err, -ENAMETOOLONG, "image path too long");
-    /* Checked now so a refusal comes before minutes of copying; the move checks again. */
-    r = existing(dst, opts->name, opts->force, err);
-    if (r < 0)
-        return r;
-
-    al_rmtree(tmp);
-    /* Private while it holds the copy being checked: nobody else may change it meanwhile. */
-    if (mkdir(tmp, 0700) < 0)
-        return al_err(err, -errno, "cannot create '%s': %s", tmp, strerror(errno));
-    __attribute__((cleanup(rmtreep))) char *scratch = tmp;
 
     r = copy_snapshot(in, st.st_size, src);
     if (r < 0)
@@ -389,20 +345,5 @@ int al_image_import(const al_image_import_opts *given, al_error *err)
         return al_err(err, -errno, "cannot chmod '%s': %s", tmp, strerror(errno));
 
     /* Moved in at once, so a session starting meanwhile gets the old or the new image. */
-    if (opts->force) {
-        if (renameat2(AT_FDCWD, tmp, AT_FDCWD, dst, RENAME_EXCHANGE) < 0 &&
-            (errno != ENOENT || rename(tmp, dst) < 0))
-            return al_err(err, -errno, "cannot move the new image into '%s': %s", dst,
-                          strerror(errno));
-    } else if (renameat2(AT_FDCWD, tmp, AT_FDCWD, dst, RENAME_NOREPLACE) < 0) {
-        /* A filesystem without RENAME_NOREPLACE: rename() still fails over a non-empty
-         * directory, which every image is. */
-        if (errno == EINVAL && rename(tmp, dst) == 0)
-            return 0;
-        if (errno == EEXIST || errno == ENOTEMPTY)
-            return al_err(err, -EEXIST, "image '%s' already exists (--force replaces it)",
-                          opts->name);
-        return al_err(err, -errno, "cannot move the new image into '%s': %s", dst, strerror(errno));
-    }
-    return 0;
+    return al_image_swap_in(tmp, dst, opts->name, opts->force, err);
 }

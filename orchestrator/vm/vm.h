@@ -90,6 +90,19 @@ void al_vm_kvm_log_evidence(virConnectPtr conn, const char *name, char *out, siz
 /* ---- images ---- */
 /* Image and image part names: letters, digits, - _ . and no leading dot, under 64 bytes. */
 bool al_image_name_ok(const char *s);
+/* Images made in the store (import.c, oci.c, commit.c). image.c: a scratch dir of the store
+ * for image name (refused when the name is taken, unless force), dst its place; the swap into
+ * the store. oci.c: the root disk (out, a qcow2) of a tree with bytes of data in entries; the
+ * manifest (extra's fields plus the base image's boot parts, linked into scratch). */
+/* Writes j as dir/manifest.json (new, 0644). */
+int al_manifest_write(const char *dir, const cJSON *j, al_error *err);
+int al_image_scratch(const char *name, bool force, const char *what, char *dst, size_t dlen,
+                     char *tmp, size_t tlen, al_error *err);
+int al_image_make_disk(const char *tree, uint64_t bytes, uint64_t entries, const char *out,
+                       int log_fd, al_error *err);
+int al_image_assemble(const char *scratch, const al_image *base, const char *name, cJSON *extra,
+                      al_error *err);
+int al_image_swap_in(const char *tmp, const char *dst, const char *name, bool force, al_error *err);
 bool al_ssh_user_ok(const char *s);
 
 /* ---- disks and volumes for QEMU (disk.c, volume.c) ---- */

@@ -258,6 +258,12 @@ int al_volume_image(virConnectPtr conn, const al_image *img, al_image *out, bool
     }
     *out = *img;
     out->dir = out->kernel = out->initrd = out->disk = NULL;
+    /* The defaults are the same on every host: copies of the local image's. */
+    out->env = img->env ? al_strv_dup((const char *const *)img->env) : NULL;
+    out->cmd = img->cmd ? al_strv_dup((const char *const *)img->cmd) : NULL;
+    out->workdir = strdup(img->workdir ? img->workdir : "");
+    out->user = strdup(img->user ? img->user : "");
+    bool oom = (img->env && !out->env) || (img->cmd && !out->cmd) || !out->workdir || !out->user;
     char *paths[3] = {NULL, NULL, NULL};
     for (size_t i = 0; i < 3; i++) {
         char name[200];
@@ -269,7 +275,7 @@ int al_volume_image(virConnectPtr conn, const al_image *img, al_image *out, bool
     out->initrd = paths[1];
     out->disk = paths[2];
     out->dir = strdup(POOL_PATH);
-    if (r == 0 && (!out->dir || !out->kernel || !out->initrd || !out->disk))
+    if (r == 0 && (oom || !out->dir || !out->kernel || !out->initrd || !out->disk))
         r = al_err(err, -ENOMEM, "out of memory");
     if (r < 0)
         al_image_free(out);

@@ -18,6 +18,9 @@ _airlock_chat_flags="$_airlock_chat_common --resume"
 _airlock_run_flags="$_airlock_chat_common --json"
 _airlock_import_flags='--name --user --memory --force --help'
 _airlock_warm_flags='--memory --cpus --help'
+_airlock_build_flags='--toolchain --from --context --base --max-size --timeout --keep-setid --force --help'
+_airlock_export_flags='--ref --help'
+_airlock_commit_flags='--checkpoint --force --help'
 _airlock_commands='chat run conversations exec image doctor gc ps cp shell port session proc rm mcp help'
 _airlock_session_start_flags='--image --memory --cpus --idle-timeout --lifetime --checkpoints --display --name --auto-pause'
 
@@ -120,15 +123,31 @@ _airlock()
     image)
         case ${args[0]:-} in
         '') [[ $cur == -* ]] && _airlock_words '--help' "$cur" ||
-            _airlock_words 'ls build import rm warm' "$cur" ;;
+            _airlock_words 'ls build import rm warm inspect export-base commit' "$cur" ;;
         build)
-            if ((${#args[@]} < 2)); then
+            if [[ $prev == --from || $prev == --context ]]; then
+                COMPREPLY+=($(compgen -f -- "$cur"))
+            elif ((${#args[@]} < 2)) && [[ $cur != -* ]]; then
                 _airlock_words 'debian tiny sshd' "$cur"
             else
-                _airlock_words '--toolchain' "$cur"
+                _airlock_words "$_airlock_build_flags" "$cur"
             fi
             ;;
-        rm) ((${#args[@]} < 2)) && _airlock_words "$(_airlock_column1 "$bin" image ls)" "$cur" ;;
+        rm | inspect) ((${#args[@]} < 2)) && _airlock_words "$(_airlock_column1 "$bin" image ls)" "$cur" ;;
+        export-base)
+            if [[ $cur == -* ]]; then
+                _airlock_words "$_airlock_export_flags" "$cur"
+            elif ((${#args[@]} < 2)); then
+                _airlock_words "$(_airlock_column1 "$bin" image ls)" "$cur"
+            fi
+            ;;
+        commit)
+            if [[ $cur == -* ]]; then
+                _airlock_words "$_airlock_commit_flags" "$cur"
+            elif ((${#args[@]} < 2)); then
+                _airlock_words "$(_airlock_column1 "$bin" ps)" "$cur"
+            fi
+            ;;
         ls) [[ $cur == -* ]] && _airlock_words '--hosts' "$cur" ;;
         warm)
             if [[ $cur == -* ]]; then

@@ -102,18 +102,21 @@ def main():
                "airlock chat --<Tab>: exactly chatopts.c's table but --json")
     expect_set(script, binary, env, ["run", "--"], chat - {"--resume"},
                "airlock run --<Tab>: exactly chatopts.c's table but --resume")
-    # image.c holds two tables: import's, and warm's (--memory, which import has too, --cpus).
-    expect_set(script, binary, env, ["image", "import", "f.qcow2", "--"],
-               cliflags.table_of(src, "image.c") - {"--cpus"},
-               "airlock image import FILE --<Tab>: exactly image.c's import table")
-    expect_set(script, binary, env, ["image", "warm", "debian", "--"],
-               {"--memory", "--cpus", "--help"},
-               "airlock image warm NAME --<Tab>: exactly image.c's warm table")
+    # image.c holds a table per subcommand, each in its function.
     image_c = open(os.path.join(src, "orchestrator", "cli", "image.c")).read()
-    compared = set(re.findall(r'"(--[a-z-]+)"', image_c)) - cliflags.table_of(src, "image.c")
-    expect_set(script, binary, env, ["image", "build", "debian", "--"], compared - {"--hosts"},
-               "airlock image build NAME --<Tab>: the flags image.c compares, not in its table "
-               "(but ls's)")
+    tables = {}
+    for m in re.finditer(r"\nstatic int (image_\w+)\(.*?\n\}\n", image_c, re.S):
+        flags = {"--" + f for f in re.findall(r'\{"([a-z-]+)", +(?:no|required|optional)_argument',
+                                                m.group(0))}
+        if flags:
+            tables[m.group(1)] = flags
+    for sub, words, fn in (("import", ["f.qcow2"], "image_import"),
+                           ("warm", ["debian"], "image_warm"),
+                           ("build", ["debian"], "image_build"),
+                           ("export-base", [], "image_export"),
+                           ("commit", ["s", "n"], "image_commit")):
+        expect_set(script, binary, env, ["image", sub] + words + ["--"], tables.get(fn, set()),
+                   "airlock image %s --<Tab>: exactly image.c's %s table" % (sub, fn))
     expect_set(script, binary, env, ["image", "ls", "--"], {"--hosts"},
                "airlock image ls --<Tab>: its one flag")
     expect_set(script, binary, env, ["exec", "--image", ""], {"alpha", "beta-2"},

@@ -696,6 +696,17 @@ class Sandbox:
         self.info = self.client.request("POST", self._path + "/resume")
         return self.info
 
+    def save_image(self, name, checkpoint=None, replace=False):
+        """Saves the session's disk (as it is now, or as checkpoint left it) as an image of the
+        caller's own: Sandbox(image=name) then starts from it. The session's SSH keys and
+        machine-id are not in it. Returns {"image": name, ...}."""
+        body = {"name": name}
+        if checkpoint is not None:
+            body["checkpoint"] = str(checkpoint)
+        if replace:
+            body["replace"] = True
+        return self.client.request("POST", self._path + "/image", body=body)
+
     def is_paused(self):
         return bool(self.refresh().get("paused"))
 

@@ -1,0 +1,178 @@
+#!/usr/bin/env python3
+"""Images people bring (issue 34), booted: a Containerfile FROM the exported debian base with
+a package from the archive, ENV and WORKDIR; an OCI archive and a docker-save tarball that
+buildah makes from a directory (no network); a directory tree; and a session saved as an image
+through airlockd (a package and a file kept, the session's machine-id not, another key's
+creates not finding it). Real buildah, podman, libvirt, QEMU and agent."""
+import os
+import shutil
+import subprocess
+import tempfile
+import unittest
+
+import altest
+from airlock import APIError, Sandbox
+from test_airlockd import Daemon
+
+
+def sh(*args, **kw):
+    return subprocess.run(list(args), check=True, stdout=subprocess.PIPE,
+                          stderr=subprocess.PIPE, **kw)
+
+
+def busybox_root(path):
+    """A root file system of one static busybox and its links: boots under the agent."""
+    os.makedirs(os.path.join(path, "bin"))
+    shutil.copy("/bin/busybox", os.path.join(path, "bin", "busybox"))
+    for applet in ("sh", "cat", "echo", "pwd", "ls", "id"):
+        os.symlink("busybox", os.path.join(path, "bin", applet))
+    os.makedirs(os.path.join(path, "data"))
+    with open(os.path.join(path, "data", "greeting"), "w") as f:
+        f.write("from the tree\n")
+
+
+class ImagesTest(unittest.TestCase):
+    @classmethod
+    def setUpClass(cls):
+        cls.work = tempfile.mkdtemp(prefix="airlock-images-")
+        cls.store = os.path.join(cls.work, "store")
+        os.makedirs(cls.store)
+        os.chmod(cls.work, 0o755)
+        os.chmod(cls.store, 0o755)
+        # The built images, linked: the new ones take debian's kernel and initrd.
+        for name in ("debian", "tiny"):
+            os.symlink(os.path.join(altest.IMAGE_DIR, name), os.path.join(cls.store, name))
+
+    @classmethod
+    def tearDownClass(cls):
+        shutil.rmtree(cls.work, ignore_errors=True)
+
+    def airlock(self, *args, timeout=900):
+        r = altest.run(list(args), image_dir=self.store, timeout=timeout)
+        self.assertGreaterEqual(r.returncode, 0, r)
+        return r
+
+    def ok(self, *args, timeout=900):
+        r = self.airlock(*args, timeout=timeout)
+        self.assertEqual(r.returncode, 0, r.stderr.decode(errors="replace"))
+        return r
+
+    def test_containerfile_from_exported_base(self):
+        ref = "airlock-test/debian-%d" % os.getpid()
+        self.ok("image", "export-base", "--ref", ref)
+        try:
+            ctx = os.path.join(self.work, "ctx")
+            os.makedirs(ctx)
+            with open(os.path.join(ctx, "note.txt"), "w") as f:
+                f.write("copied in\n")
+            with open(os.path.join(ctx, "Containerfile"), "w") as f:
+                f.write("FROM %s\n"
+                        "RUN apt-get update && apt-get install -y --no-install-recommends cowsay"
+                        " && rm -rf /var/lib/apt/lists/*\n"
+                        "ENV FOO=bar PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:"
+                        "/sbin:/bin:/usr/games\n"
+                        "COPY note.txt /srv/app/note.txt\n"
+                        "WORKDIR /srv/app\n" % ref)
+            self.ok("image", "build", "mine", "--from", os.path.join(ctx, "Containerfile"))
+            r = self.ok("exec", "--image", "mine", "--", "cowsay", "hi")
+            self.assertIn(b"< hi >", r.stdout)
+            r = self.ok("exec", "--image", "mine", "--", "sh", "-c", 'echo "$FOO"; pwd; cat note.txt')
+            self.assertEqual(r.stdout.decode().split("\n")[:3], ["bar", "/srv/app", "copied in"])
+            # A run's own env wins over the image's.
+            r = self.ok("exec", "--image", "mine", "-e", "FOO=mine", "--", "sh", "-c", 'echo "$FOO"')
+            self.assertEqual(r.stdout, b"mine\n")
+            r = self.ok("image", "ls")
+            self.assertRegex(r.stdout.decode(), r"\nmine .* containerfile@sha256:[0-9a-f]{12}")
+        finally:
+            subprocess.run(["podman", "rmi", "-f", ref], stdout=subprocess.DEVNULL,
+                           stderr=subprocess.DEVNULL)
+
+    def test_oci_and_docker_archives_and_a_tree(self):
+        tree = os.path.join(self.work, "tree")
+        busybox_root(tree)
+        ctr = sh("buildah", "from", "scratch").stdout.decode().strip()
+        try:
+            sh("buildah", "copy", ctr, tree, "/")
+            sh("buildah", "config", "--env", "HELLO=world", "--workingdir", "/data",
+               "--cmd", "/bin/sh", ctr)
+            oci = os.path.join(self.work, "img.oci.tar")
+            dock = os.path.join(self.work, "img.docker.tar")
+            sh("buildah", "commit", "--rm", ctr, "oci-archive:" + oci)
+            ctr = None
+        finally:
+            if ctr:
+                subprocess.run(["buildah", "rm", ctr], stdout=subprocess.DEVNULL)
+        # The docker-save form of the same image, by skopeo (no daemon).
+        sh("skopeo", "copy", "oci-archive:" + oci, "docker-archive:" + dock + ":busy:latest")
+        for name, src, kind in (("fromoci", oci, "oci-archive"),
+                                ("fromdocker", dock, "docker-archive"),
+                                ("fromtree", tree, "directory")):
+            self.ok("image", "build", name, "--from", src)
+            r = self.ok("exec", "--image", name, "--", "/bin/sh", "-c",
+                        'echo "[$HELLO]"; pwd; cat /data/greeting')
+            if kind == "directory":  # a bare tree has no configuration
+                self.assertEqual(r.stdout, b"[]\n/\nfrom the tree\n")
+            else:
+                self.assertEqual(r.stdout, b"[world]\n/data\nfrom the tree\n")
+            r = self.ok("image", "inspect", name)
+            self.assertIn(("source    " + kind).encode(), r.stdout)
+
+
+class CommitTest(unittest.TestCase):
+    """POST /v1/sessions/{id}/image: the owner's session saved, then booted again."""
+
+    def setUp(self):
+        self.work = tempfile.mkdtemp(prefix="airlock-commit-")
+        os.chmod(self.work, 0o755)
+        self.store = os.path.join(self.work, "store")
+        os.makedirs(self.store)
+        os.chmod(self.store, 0o755)
+        os.symlink(os.path.join(altest.IMAGE_DIR, "debian"), os.path.join(self.store, "debian"))
+        # A package from the archive, installed in the session from a file (it has no network).
+        sh("apt-get", "download", "hello", cwd=self.work)
+        self.deb = [f for f in os.listdir(self.work) if f.endswith(".deb")][0]
+        self.d = Daemon(env={"AIRLOCK_IMAGE_DIR": self.store})
+
+    def tearDown(self):
+        self.d.stop_and_remove()
+        shutil.rmtree(self.work, ignore_errors=True)
+
+    def test_commit(self):
+        alice = self.d.tcp(self.d.key("alice"))
+        bob = self.d.tcp(self.d.key("bob"))
+        with Sandbox(image="debian", client=alice) as sb:
+            with open(os.path.join(self.work, self.deb), "rb") as f:
+                sb.files.write("/tmp/hello.deb", f.read())
+            # What makes this machine itself: an id and a host key of its own.
+            r = sb.commands.run("dpkg -i /tmp/hello.deb >/dev/null && echo kept > /root/marker && "
+                                "tr -d - < /proc/sys/kernel/random/uuid > /etc/machine-id && "
+                                "mkdir -p /etc/ssh && echo SECRET > /etc/ssh/ssh_host_ed25519_key"
+                                " && echo config > /etc/ssh/sshd_config && cat /etc/machine-id")
+            self.assertEqual(r.exit_code, 0, r.stderr)
+            session_id = r.stdout.strip()
+            self.assertRegex(session_id, r"^[0-9a-f]{32}$")
+            saved = sb.save_image("setup")
+            self.assertEqual(saved["image"], "setup")
+            # The session goes on after the copy.
+            self.assertEqual(sb.commands.run("cat /root/marker").stdout, "kept\n")
+            with self.assertRaises(APIError) as e:
+                sb.save_image("setup")
+            self.assertEqual(e.exception.status, 409)
+        with Sandbox(image="setup", client=alice) as sb:
+            r = sb.commands.run("hello; cat /root/marker; cat /etc/machine-id; ls /etc/ssh")
+            self.assertEqual(r.exit_code, 0, r.stderr)
+            self.assertEqual(r.stdout, "Hello, world!\nkept\nsshd_config\n")
+        with Sandbox(image="debian", client=alice) as sb:
+            r = sb.commands.run("command -v hello; test -e /root/marker; echo $?")
+            self.assertEqual(r.stdout, "1\n")
+        # Another key's creates do not find it, by either name.
+        with self.assertRaises(APIError) as e:
+            Sandbox(image="setup", client=bob)
+        self.assertEqual(e.exception.status, 400)
+        with self.assertRaises(APIError) as e:
+            Sandbox(image=saved["store_name"], client=bob)
+        self.assertEqual(e.exception.status, 400)
+
+
+if __name__ == "__main__":
+    unittest.main(verbosity=2)
