@@ -2,6 +2,8 @@
 arguments every airlockd benchmark takes."""
 import argparse
 import json
+import os
+import platform
 import time
 import threading
 
@@ -15,6 +17,25 @@ def emit(result, path, echo=True):
             f.write(text)
     if echo or not path:
         print(text, end="")
+
+
+def machine():
+    """What the numbers were measured on: host, CPUs, memory, whether KVM was there, and the
+    load averages at the time (a shared machine's other work shows there)."""
+    model, mem_kib = "", 0
+    with open("/proc/cpuinfo") as f:
+        for line in f:
+            if line.startswith("model name"):
+                model = line.split(":", 1)[1].strip()
+                break
+    with open("/proc/meminfo") as f:
+        for line in f:
+            if line.startswith("MemTotal:"):
+                mem_kib = int(line.split()[1])
+    return {"host": platform.node(), "cpus": os.cpu_count(), "cpu": model,
+            "mem_gib": round(mem_kib / (1 << 20), 1), "kernel": platform.release(),
+            "dev_kvm": os.path.exists("/dev/kvm"),
+            "load": [round(x, 2) for x in os.getloadavg()]}
 
 
 def run_threads(target, n, args=None):
@@ -31,7 +52,6 @@ def run_threads(target, n, args=None):
 
 def wait_socket(path, seconds=30):
     """Waits until path exists (a daemon's socket); whether it came."""
-    import os
     end = time.monotonic() + seconds
     while time.monotonic() < end:
         if os.path.exists(path):

@@ -28,6 +28,8 @@ void ad_log(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 
 #define AD_ALLOW_UIDS_MAX 16
 
+/* e2b_template lines in the config: a handful of an organisation's templates. */
+#define AD_E2B_TEMPLATES_MAX 64
 /* What one owner (an API key, or a unix peer uid) may hold at once. 0: no limit where noted. */
 struct ad_limits {
     unsigned max_sessions;       /* concurrent sessions */
@@ -103,6 +105,11 @@ struct ad_config {
     unsigned keep_grace_s; /* how long kept sessions wait for a daemon that stopped; 0: the
                               library's default (AIRLOCK_KEEP_GRACE_S) */
     char e2b_listen[128];
+    /* e2b_template lines: a templateID that names an image of the store (issue 34) */
+    struct ad_e2b_template {
+        char name[64], image[64];
+    } e2b_templates[AD_E2B_TEMPLATES_MAX];
+    size_t ne2b_templates;
     char e2b_image[64];
 };
 
@@ -276,6 +283,9 @@ bool ad_session_name_ok(const char *name);
 #define AD_OWN_IMAGE_PREFIX "own-"
 #define AD_OWN_IMAGE_NAME_MAX 48
 int ad_owner_image(const char *owner, const char *name, char *out, size_t len);
+/* The store's name of the image owner's creates mean by name: its own of that name when there
+ * is one, else name itself (into buf, which is returned). */
+const char *ad_image_for(const char *owner, const char *name, char *buf, size_t len);
 /* The live session of owner named name, referenced, or NULL. */
 struct ad_session *ad_session_by_name(const char *owner, const char *name);
 

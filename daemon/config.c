@@ -141,6 +141,24 @@ static int parse_host(struct ad_config *c, char *v)
     return 0;
 }
 
+/* "TEMPLATE IMAGE": E2B's templateID TEMPLATE is the store's IMAGE. */
+static int parse_e2b_template(struct ad_config *c, char *v)
+{
+    if (c->ne2b_templates == AD_E2B_TEMPLATES_MAX)
+        return -E2BIG;
+    char *save, *name = strtok_r(v, " \t", &save), *image = strtok_r(NULL, " \t", &save);
+    if (!name || !image || strtok_r(NULL, " \t", &save) || strchr(image, '/') || strchr(name, '/'))
+        return -EINVAL;
+    struct ad_e2b_template *t = &c->e2b_templates[c->ne2b_templates];
+    if (copy(t->name, sizeof(t->name), name) < 0 || copy(t->image, sizeof(t->image), image) < 0)
+        return -EINVAL;
+    for (size_t i = 0; i < c->ne2b_templates; i++)
+        if (!strcmp(c->e2b_templates[i].name, name))
+            return -EEXIST;
+    c->ne2b_templates++;
+    return 0;
+}
+
 static int set(struct ad_config *c, const char *k, char *v)
 {
     uint64_t x;
@@ -163,6 +181,8 @@ static int set(struct ad_config *c, const char *k, char *v)
         return copy(c->e2b_listen, sizeof(c->e2b_listen), v);
     if (!strcmp(k, "e2b_image"))
         return v[0] && !strchr(v, '/') ? copy(c->e2b_image, sizeof(c->e2b_image), v) : -EINVAL;
+    if (!strcmp(k, "e2b_template"))
+        return parse_e2b_template(c, v);
     if (!strcmp(k, "tls_cert"))
         return copy(c->tls_cert, sizeof(c->tls_cert), v);
     if (!strcmp(k, "tls_key"))

@@ -225,18 +225,22 @@ static cJSON *sandbox_tokens_json(struct ad_session *s)
     return o;
 }
 
-/* The image a template name stands for: E2B's default names are e2b_image; any other name is
- * an image of the store by that name. */
-static const char *template_image(const char *t)
+/* The image a template name stands for: E2B's default names are e2b_image; a name of an
+ * e2b_template line its image; any other name the owner's own image of that name (saved from
+ * a session), else the store's. */
+static const char *template_image(const char *owner, const char *t, char *buf, size_t len)
 {
     static const char *const defaults[] = {"base", "code-interpreter-v1", "code-interpreter",
                                            "code-interpreter-beta", NULL};
     if (!t || !t[0])
         return ad_cfg.e2b_image;
+    for (size_t i = 0; i < ad_cfg.ne2b_templates; i++)
+        if (!strcmp(t, ad_cfg.e2b_templates[i].name))
+            return ad_cfg.e2b_templates[i].image;
     for (const char *const *d = defaults; *d; d++)
         if (!strcmp(t, *d))
             return ad_cfg.e2b_image;
-    return t;
+    return ad_image_for(owner, t, buf, len);
 }
 
 /* Runs argv in the session as root, its output dropped; its status, or a library error. */
@@ -322,7 +326,9 @@ static enum MHD_Result sandbox_create(struct MHD_Connection *c, struct ad_req *q
         return e2b_error(c, q, 400,
                          "autoPause: pausing is off on this server (airlockd's keep_sessions); "
                          "sandboxes end at their timeout");
-    const char *image = template_image(cJSON_IsString(t) ? t->valuestring : NULL);
+    char own[64];
+    const char *image =
+        template_image(q->owner, cJSON_IsString(t) ? t->valuestring : NULL, own, sizeof(own));
     if (!image[0] || strchr(image, '/') || strlen(image) >= 64)
         return e2b_error(c, q, 404, "template '%s' not found", image);
     struct ad_create cr = {.image = image};

@@ -9,6 +9,7 @@
 #include <stdio.h>
 #include <string.h>
 #include <strings.h>
+#include <sys/stat.h>
 #include <time.h>
 
 /* A registry slot: a session, or a reservation while one boots (counted against quotas). */
@@ -692,6 +693,21 @@ int ad_owner_image(const char *owner, const char *name, char *out, size_t len)
                                                                                     : -ENAMETOOLONG;
 }
 
+const char *ad_image_for(const char *owner, const char *name, char *buf, size_t len)
+{
+    char store[AL_PATH_MAX], manifest[AL_PATH_MAX];
+    struct stat st;
+    al_error ignored = {0};
+    if (ad_owner_image(owner, name, buf, len) == 0 &&
+        al_image_store_dir(store, sizeof(store), &ignored) == 0 &&
+        snprintf(manifest, sizeof(manifest), "%s/%s/manifest.json", store, buf) <
+            (int)sizeof(manifest) &&
+        stat(manifest, &st) == 0)
+        return buf;
+    snprintf(buf, len, "%s", name);
+    return buf;
+}
+
 int ad_session_create(const char *owner, const struct ad_limits *lim, const struct ad_create *c,
                       struct ad_session **out, struct ad_fail *f)
 {
@@ -717,14 +733,15 @@ int ad_session_create(const char *owner, const struct ad_limits *lim, const stru
     /* An owner's own images (saved from its sessions) come first; other owners' are not
      * there for it. */
     char own[64];
-    if (c->image && !strncmp(c->image, AD_OWN_IMAGE_PREFIX, strlen(AD_OWN_IMAGE_PREFIX))) {
+    char mine[64] = "";
+    ad_owner_image(owner, "", mine, sizeof(mine)); /* "own-HEX-": its own images' prefix */
+    if (c->image && !strncmp(c->image, AD_OWN_IMAGE_PREFIX, strlen(AD_OWN_IMAGE_PREFIX)) &&
+        strncmp(c->image, mine, strlen(mine)) != 0) {
         ad_failf(f, 400, "invalid", "unknown image '%s'", c->image);
         return -ENOENT;
     }
-    const char *image = c->image ? c->image : al_image_default();
-    if (c->image && ad_owner_image(owner, c->image, own, sizeof(own)) == 0 &&
-        al_image_load(own, &(al_image){.struct_size = sizeof(al_image)}, NULL) == 0)
-        image = own;
+    const char *image =
+        c->image ? ad_image_for(owner, c->image, own, sizeof(own)) : al_image_default();
     /* The memory a session will take, for the quota, before it boots. */
     al_image img = AL_IMAGE_INIT;
     if ((r = al_image_load(image, &img, &err)) < 0) {

@@ -342,6 +342,8 @@ struct relay_opts {
 };
 /* Returns the exit status; reports its own errors. */
 int relay_main(const struct relay_opts *o);
+/* airlock-agent --run-as USER -- PROGRAM... (runas.c): execs PROGRAM as the image's USER. */
+int runas_main(const char *spec, char **argv);
 /* airlock-agent --watch (watch.c): DIR's changes on stdout until DIR goes. */
 int watch_main(const char *dir, bool recursive);
 

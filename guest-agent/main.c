@@ -20,6 +20,7 @@ static void usage(FILE *f)
             "                     [--root DIR] [--allow-shutdown] [--kernels DIR]\n"
             "                     [--version] [--help]\n"
             "       airlock-agent --watch DIR [--recursive]\n"
+            "       airlock-agent --run-as USER[:GROUP] -- PROGRAM [ARGS...]\n"
             "Serves Airlock frames: on the virtio-serial port NAME (default %s),\n"
             "on stdin/stdout, or on a unix socket, where the newest connection wins.\n"
             "--relay PATH copies stdin/stdout to and from the agent on the socket PATH,\n"
@@ -28,6 +29,8 @@ static void usage(FILE *f)
             "and its kernels outlive them.\n"
             "File paths resolve beneath DIR (/).\n"
             "--watch DIR prints DIR's changes as lines (watch.c), for the host to read.\n"
+            "--run-as runs PROGRAM as USER (a name of /etc/passwd or a uid), for an image's\n"
+            "USER.\n"
             "--allow-shutdown lets SHUTDOWN power off the machine outside --port mode.\n"
             "--kernels DIR: the language kernels' driver scripts (default %s).\n",
             DEFAULT_PORT, KERNELS_DIR);
@@ -67,6 +70,9 @@ int main(int argc, char **argv)
     bool init = getpid() == 1;
     int c, err;
 
+    /* Before getopt, which would take the program's own options for ours. */
+    if (!init && argc >= 5 && !strcmp(argv[1], "--run-as") && !strcmp(argv[3], "--"))
+        return runas_main(argv[2], argv + 4);
     /* As PID 1 the kernel hands us stray command-line words: never refuse to start on them. */
     opterr = !init;
     while ((c = getopt_long(argc, argv, "", opts, NULL)) != -1) {

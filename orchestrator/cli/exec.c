@@ -455,8 +455,17 @@ static int exec_build_opts(struct exec_args *a)
             return 2;
         }
         if (a->ncmd == 0) {
-            fprintf(stderr, "airlock: exec needs a command (see 'airlock exec --help')\n");
-            return 2;
+            /* The image's CMD (its ENTRYPOINT first), as docker run with no command. */
+            static al_image img = AL_IMAGE_INIT; /* its cmd is the run's argv until exit */
+            al_error ignored = {0};
+            if (al_image_load(a->so.image ? a->so.image : al_image_default(), &img, &ignored) < 0 ||
+                !img.cmd || !img.cmd[0]) {
+                fprintf(stderr, "airlock: exec needs a command (see 'airlock exec --help'); the "
+                                "image has no CMD\n");
+                return 2;
+            }
+            eo->argv = (const char *const *)img.cmd;
+            return -1;
         }
         eo->argv = (const char *const *)a->cmd;
     }

@@ -31,6 +31,8 @@ _Static_assert(AL_PTY_ROWS_COLS_MAX == AL_PTY_DIM_MAX, "the public bound is the 
  * whatever still runs of it is killed, as a terminal's hangup leaves nothing behind. */
 #define PTY_HANGUP_KILL_MS 3000u
 #define PTY_TERM_DEFAULT "TERM=xterm-256color"
+/* Where a virtio image's agent is in the guest (bound from the initramfs: guest-agent/init.c). */
+#define AL_GUEST_AGENT_PATH "/usr/lib/airlock/airlock-agent"
 
 /* Longer than any message offline_says holds. */
 #define OFFLINE_TAIL 64
@@ -590,9 +592,22 @@ static int exec_run(al_session *s, const al_exec_opts *o, al_exec_result *out,
     m.u.exec.cwd = al_str_cstr(o->cwd                              ? o->cwd
                                : s->img.workdir && *s->img.workdir ? s->img.workdir
                                                                    : "");
-    m.u.exec.argc = (uint32_t)argc;
+    /* The image's USER: a command runs through the agent's --run-as (kernels and code runs
+     * stay root's, as the agent runs them). */
+    const char *user = s->img.user;
+    size_t wrap = 0;
+    if (!o->lang && user && *user && strcmp(user, "root") && strcmp(user, "0") &&
+        strncmp(user, "0:", 2) && strncmp(user, "root:", 5) && s->kind == AL_TRANSPORT_VIRTIO) {
+        if (argc + 4 > AL_ARGV_MAX)
+            return al_err(err, -EINVAL, "a command needs 1 to %d arguments", AL_ARGV_MAX - 4);
+        static const char agent[] = AL_GUEST_AGENT_PATH;
+        const char *pre[] = {agent, "--run-as", user, "--"};
+        for (; wrap < 4; wrap++)
+            m.u.exec.argv[wrap] = al_str_cstr(pre[wrap]);
+    }
+    m.u.exec.argc = (uint32_t)(argc + wrap);
     for (size_t i = 0; i < argc; i++)
-        m.u.exec.argv[i] = al_str_cstr(o->argv[i]);
+        m.u.exec.argv[wrap + i] = al_str_cstr(o->argv[i]);
     m.u.exec.envc = (uint32_t)envc;
     for (size_t i = 0; i < envc; i++)
         m.u.exec.env[i] = al_str_cstr(i < ienvc ? ienv[i] : o->env[i - ienvc]);

@@ -4,6 +4,8 @@ a package from the archive, ENV and WORKDIR; an OCI archive and a docker-save ta
 buildah makes from a directory (no network); a directory tree; and a session saved as an image
 through airlockd (a package and a file kept, the session's machine-id not, another key's
 creates not finding it). Real buildah, podman, libvirt, QEMU and agent."""
+import http.client
+import json
 import os
 import shutil
 import subprocess
@@ -13,6 +15,7 @@ import unittest
 import altest
 from airlock import APIError, Sandbox
 from test_airlockd import Daemon
+from test_e2b import e2b_form, e2b_port
 
 
 def sh(*args, **kw):
@@ -94,7 +97,7 @@ class ImagesTest(unittest.TestCase):
         try:
             sh("buildah", "copy", ctr, tree, "/")
             sh("buildah", "config", "--env", "HELLO=world", "--workingdir", "/data",
-               "--cmd", "/bin/sh", ctr)
+               "--user", "1000:1000", "--cmd", '["/bin/echo", "from-cmd"]', ctr)
             oci = os.path.join(self.work, "img.oci.tar")
             dock = os.path.join(self.work, "img.docker.tar")
             sh("buildah", "commit", "--rm", ctr, "oci-archive:" + oci)
@@ -109,11 +112,17 @@ class ImagesTest(unittest.TestCase):
                                 ("fromtree", tree, "directory")):
             self.ok("image", "build", name, "--from", src)
             r = self.ok("exec", "--image", name, "--", "/bin/sh", "-c",
-                        'echo "[$HELLO]"; pwd; cat /data/greeting')
+                        'echo "[$HELLO]"; pwd; cat /data/greeting; id -u; id -g')
             if kind == "directory":  # a bare tree has no configuration
-                self.assertEqual(r.stdout, b"[]\n/\nfrom the tree\n")
+                self.assertEqual(r.stdout, b"[]\n/\nfrom the tree\n0\n0\n")
+                r = self.airlock("exec", "--image", name)
+                self.assertEqual(r.returncode, 2, r)
+                self.assertIn(b"no CMD", r.stderr)
             else:
-                self.assertEqual(r.stdout, b"[world]\n/data\nfrom the tree\n")
+                # ENV, WORKDIR and USER (no /etc/passwd: uid:gid as given) are the defaults.
+                self.assertEqual(r.stdout, b"[world]\n/data\nfrom the tree\n1000\n1000\n")
+                r = self.ok("exec", "--image", name)
+                self.assertEqual(r.stdout, b"from-cmd\n")
             r = self.ok("image", "inspect", name)
             self.assertIn(("source    " + kind).encode(), r.stdout)
 
@@ -131,15 +140,26 @@ class CommitTest(unittest.TestCase):
         # A package from the archive, installed in the session from a file (it has no network).
         sh("apt-get", "download", "hello", cwd=self.work)
         self.deb = [f for f in os.listdir(self.work) if f.endswith(".deb")][0]
-        self.d = Daemon(env={"AIRLOCK_IMAGE_DIR": self.store})
+        self.d = Daemon(env={"AIRLOCK_IMAGE_DIR": self.store}, e2b_listen="127.0.0.1:0",
+                        lines=["e2b_template = team-stack debian"])
 
     def tearDown(self):
         self.d.stop_and_remove()
         shutil.rmtree(self.work, ignore_errors=True)
 
+    def e2b_create(self, key, template):
+        port = e2b_port(self.d)
+        c = http.client.HTTPConnection("127.0.0.1", port, timeout=120)
+        c.request("POST", "/v2/sandboxes", json.dumps({"templateID": template, "timeout": 60}),
+                  {"X-API-KEY": e2b_form(key), "Content-Type": "application/json"})
+        r = c.getresponse()
+        data = r.read()
+        c.close()
+        return r.status, data
+
     def test_commit(self):
-        alice = self.d.tcp(self.d.key("alice"))
-        bob = self.d.tcp(self.d.key("bob"))
+        alice_key, bob_key = self.d.key("alice"), self.d.key("bob")
+        alice, bob = self.d.tcp(alice_key), self.d.tcp(bob_key)
         with Sandbox(image="debian", client=alice) as sb:
             with open(os.path.join(self.work, self.deb), "rb") as f:
                 sb.files.write("/tmp/hello.deb", f.read())
@@ -165,6 +185,20 @@ class CommitTest(unittest.TestCase):
         with Sandbox(image="debian", client=alice) as sb:
             r = sb.commands.run("command -v hello; test -e /root/marker; echo $?")
             self.assertEqual(r.stdout, "1\n")
+        # E2B's templateID: the key's own image by its name, a config line's image by its.
+        for key, template, status, image in ((alice_key, "setup", 201, saved["store_name"]),
+                                             (bob_key, "setup", 404, None),
+                                             (bob_key, "team-stack", 201, "debian")):
+            st, data = self.e2b_create(key, template)
+            self.assertEqual(st, status, data)
+            if image:
+                sid = json.loads(data)["sandboxID"]
+                owner = alice if key is alice_key else bob
+                mine = [x for x in owner.sessions() if x["id"].endswith(sid) or
+                        sid in x["id"]]
+                self.assertEqual([x["image"] for x in mine], [image], owner.sessions())
+                for x in mine:
+                    owner.request("DELETE", "/v1/sessions/" + x["id"])
         # Another key's creates do not find it, by either name.
         with self.assertRaises(APIError) as e:
             Sandbox(image="setup", client=bob)
