@@ -82,6 +82,15 @@ def sha256_file(path):
             h.update(b)
 
 
+def tree_bytes(path):
+    """The bytes of the files under path (links not followed)."""
+    total = 0
+    for top, _, names in os.walk(path):
+        for n in names:
+            total += os.lstat(os.path.join(top, n)).st_size
+    return total
+
+
 def helper_label(argv):
     """A helper's command line in a few words: which helper, which conversion."""
     if not argv:
@@ -92,7 +101,7 @@ def helper_label(argv):
         o = argv[argv.index("-O") + 1] if "-O" in argv else "?"
         return "qemu-img convert %s->%s" % (f, o)
     if prog == "debugfs":
-        return "debugfs -w (scrub)" if "-w" in argv else "debugfs -R (list)"
+        return "debugfs -w" if "-w" in argv else "debugfs -R"
     if prog == "mke2fs":
         return "mke2fs -d"
     return prog
@@ -103,12 +112,12 @@ class Children:
     each one's command line and when it was first and last seen, in seconds from the start;
     and when each of marks (name: a predicate) first held."""
 
-    def __init__(self, pid, marks=None):
+    def __init__(self, pid, marks=None, t0=None):
         self.pid = pid
         self.marks = dict(marks or {})
         self.marked = {}
         self.seen = {}
-        self.t0 = time.monotonic()
+        self.t0 = t0 or time.monotonic()
         self.done = threading.Event()
         self.th = threading.Thread(target=self._poll, daemon=True)
         self.th.start()
@@ -130,7 +139,8 @@ class Children:
                         continue
                     e = self.seen.setdefault(k, {"argv": argv, "start": now, "end": now})
                     e["end"] = now
-                    e["argv"] = argv  # the exec'd one, not the fork's copy of the parent
+                    if argv:  # the exec'd one, not the fork's copy; a zombie's is empty
+                        e["argv"] = argv
             for name, pred in self.marks.items():
                 if name not in self.marked:
                     try:
@@ -144,20 +154,21 @@ class Children:
         self.done.set()
         self.th.join()
 
-    def spans(self, total):
-        """The helpers as [label, start, end], in order, and total's phases: what came before
-        the first helper, each helper label's summed time, what came after the last."""
-        hs = sorted(([helper_label(e["argv"]), round(e["start"], 3), round(e["end"], 3)]
-                     for e in self.seen.values()), key=lambda h: h[1])
-        phases = {}
-        if hs:
-            phases["before_helpers_s"] = hs[0][1]
-            for label, a, b in hs:
-                phases[label + "_s"] = round(phases.get(label + "_s", 0) + (b - a), 3)
-            phases["after_helpers_s"] = round(total - max(h[2] for h in hs), 3)
-        for name, t in self.marked.items():
-            phases[name] = round(t, 3)
-        return hs, phases
+    def helpers(self):
+        """The helpers seen as [label, start, end], in the order they started (the parent's
+        own forks that never exec'd are left out)."""
+        return sorted(([helper_label(e["argv"]), round(e["start"], 3), round(e["end"], 3)]
+                       for e in self.seen.values()
+                       if os.path.basename(e["argv"][0]) in ("mke2fs", "qemu-img", "debugfs")),
+                      key=lambda h: h[1])
+
+
+def spent(helpers, label):
+    """(first start, last end, summed time) of the helpers of that label; Nones if none ran."""
+    hs = [h for h in helpers if h[0] == label]
+    if not hs:
+        return None, None, None
+    return hs[0][1], hs[-1][2], sum(h[2] - h[1] for h in hs)
 
 
 def dump_tree(image_dir, work):
@@ -234,19 +245,46 @@ def bench_oci(a, env, store, tree, entries, files, archive, work):
     for i in range(a.rounds):
         subprocess.run([airlock, "image", "rm", "benchoci"], env=env, stdout=subprocess.DEVNULL,
                        stderr=subprocess.DEVNULL)
+        os.sync()  # nothing of the last step's left to write back into this one
         t0 = time.monotonic()
         p = subprocess.Popen([airlock, "image", "build", "benchoci", "--from", archive, "--force"],
                              env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
         scratch_tree = os.path.join(store, ".benchoci.from-%d" % p.pid, "tree")
-        kids = Children(p.pid, {"layers_start_s": lambda: bool(os.listdir(scratch_tree))})
-        _, err = p.communicate()
+        had_tree = []
+
+        def tree_gone():
+            if os.path.isdir(scratch_tree):
+                had_tree.append(1)
+                return False
+            return bool(had_tree)
+
+        kids = Children(p.pid, {"layers_start": lambda: bool(os.listdir(scratch_tree)),
+                                "tree_removed": tree_gone}, t0=t0)
+        err, layers_done = [], None
+        for line in p.stderr:
+            err.append(line)
+            if " entries, " in line and layers_done is None:
+                layers_done = time.monotonic() - t0
+        p.wait()
         took = time.monotonic() - t0
         kids.stop()
+        err = "".join(err)
         if p.returncode != 0:
             raise RuntimeError("airlock image build --from failed (%d): %s" %
                                (p.returncode, err.strip()[-2000:]))
         builds.append(took)
-        hs, ph = kids.spans(took)
+        hs = kids.helpers()
+        m = kids.marked
+        mk0, mk1, mks = spent(hs, "mke2fs -d")
+        qc0, qc1, qcs = spent(hs, "qemu-img convert raw->qcow2")
+        ph = {"unpack_archive_s": m.get("layers_start"),
+              "apply_layer_s": layers_done - m["layers_start"]
+              if layers_done and "layers_start" in m else None,
+              "defaults_s": mk0 - layers_done if mk0 and layers_done else None,
+              "mke2fs_s": mks, "qemu_img_s": qcs,
+              "rm_tree_s": m["tree_removed"] - qc1 if qc1 and "tree_removed" in m else None,
+              "finish_s": took - m["tree_removed"] if "tree_removed" in m else None}
+        ph = {k: (round(v, 3) if v is not None else None) for k, v in ph.items()}
         helpers.append(hs)
         phases.append(ph)
         if i == 0:
@@ -261,6 +299,7 @@ def bench_oci(a, env, store, tree, entries, files, archive, work):
         for f in (out_raw, out_qcow2):
             if os.path.exists(f):
                 os.unlink(f)
+        os.sync()
         t0 = time.monotonic()
         mkfs.append(timed(["mke2fs", "-q", "-t", "ext4", "-O", "^has_journal", "-m", "0",
                            "-L", "airlock-root", "-N", str(entries * 2 + 65536),
@@ -269,8 +308,8 @@ def bench_oci(a, env, store, tree, entries, files, archive, work):
                             out_raw, out_qcow2]))
         os.unlink(out_raw)
         bases.append(time.monotonic() - t0)
-        log("oci round %d: build %.2fs (%s) baseline %.2fs (mke2fs %.2fs, qemu-img %.2fs)" %
-            (i, builds[-1], " ".join("%s %s" % (k, v) for k, v in ph.items()), bases[-1],
+        log("oci round %d: build %.2fs (%s); baseline %.2fs (mke2fs %.2fs, qemu-img %.2fs)" %
+            (i, builds[-1], " ".join("%s %s" % (k[:-2], v) for k, v in ph.items()), bases[-1],
              mkfs[-1], convs[-1]))
     ratios = [b / c for b, c in zip(builds, bases)]
     built = os.path.join(store, "benchoci", "rootfs.qcow2")
@@ -279,8 +318,11 @@ def bench_oci(a, env, store, tree, entries, files, archive, work):
             "goal": 1.3, "met": med(ratios) <= 1.3, "fs_bytes": fs,
             "image_qcow2_bytes": os.path.getsize(built),
             "baseline_qcow2_bytes": os.path.getsize(out_qcow2),
+            "image_dir": sorted(os.listdir(os.path.dirname(built))),
+            "image_dir_bytes": tree_bytes(os.path.dirname(built)),
             "phases": phases, "helpers": helpers,
-            "boot_check": "airlock exec --image benchoci -- cat /etc/os-release: Debian, each round"}
+            "boot_check": "airlock exec --image benchoci -- cat /etc/os-release: Debian, "
+                          "each round"}
 
 
 def find_overlay(state, sid):
@@ -328,18 +370,31 @@ def bench_commit(a, store, state, work):
                     os.unlink(f)
 
             def commit():
-                kids = Children(d.p.pid)
+                os.sync()
                 t0 = time.monotonic()
+                kids = Children(d.p.pid, t0=t0)
                 sb.save_image("benchsave", replace=True)
                 took = time.monotonic() - t0
                 kids.stop()
-                hs, ph = kids.spans(took)
+                hs = kids.helpers()
+                f0, _, fs = spent(hs, "qemu-img convert qcow2->raw")
+                _, _, ls = spent(hs, "debugfs -R")
+                _, _, ws = spent(hs, "debugfs -w")
+                _, c1, cs = spent(hs, "qemu-img convert raw->qcow2")
+                ph = {"sync_pause_s": f0, "flatten_to_raw_s": fs,
+                      "debugfs_s": (ls or 0) + (ws or 0), "convert_to_qcow2_s": cs,
+                      "finish_s": took - c1 if c1 else None}
+                # between the helpers: the daemon's own work, and our 20 ms polling
+                ph["gaps_s"] = took - sum(v or 0 for v in ph.values())
                 commits.append(took)
                 helpers.append(hs)
-                phases.append(ph)
+                phases.append({k: (round(v, 3) if v is not None else None)
+                               for k, v in ph.items()})
 
             def baseline():
+                os.sync()
                 bases.append(timed(base_cmd))
+                os.sync()
                 flats.append(timed(flat_cmd))
 
             for step in ((commit, baseline) if i % 2 == 0 else (baseline, commit)):
@@ -350,7 +405,7 @@ def bench_commit(a, store, state, work):
             log("commit round %d: write %.1fs, commit %.2fs (%s), overlay convert %.2fs, "
                 "flattening convert %.2fs; overlay %d MiB" %
                 (i, writes[-1], commits[-1],
-                 " ".join("%s %s" % (k, v) for k, v in phases[-1].items()), bases[-1],
+                 " ".join("%s %s" % (k[:-2], v) for k, v in phases[-1].items()), bases[-1],
                  flats[-1], sizes[-1]["overlay_bytes"] >> 20))
         store_dirs = [n for n in os.listdir(store) if "benchsave" in n and not n.startswith(".")]
         saved_bytes = (os.path.getsize(os.path.join(store, store_dirs[0], "rootfs.qcow2"))
