@@ -20,9 +20,12 @@ commit: one debian session through airlockd; each round a fresh 100 MiB file (th
   measured, not the goal's baseline: the flattening convert of the overlay (its whole chain into
   one qcow2, no -B), which an image that stands alone cannot skip. The last saved image is
   booted and its file checked.
+Every timed step starts after a sync (untimed): none inherits the write-back of the one before.
 Where the time goes: the helpers airlock and airlockd spawn (mke2fs, qemu-img, debugfs), seen
-as their children by polling /proc every 20 ms, and for a build the moment the first layer
-entry lands in its tree (the archive unpacked before that).
+as their children by polling /proc every 20 ms; for a build also the moment the first layer
+entry lands in its tree (the archive is unpacked before) and the log line that ends the
+layers; and, once, plain tools on the same data (tar -x of the archive and of the layer,
+sha256sum of the layer).
 """
 import argparse
 import glob
@@ -201,7 +204,7 @@ def dump_tree(image_dir, work):
 
 def oci_archive(tree, work):
     """tree as an OCI image of one uncompressed layer: the layout dir (written by hand) and a
-    tar archive of it. (layout, archive, layer bytes)."""
+    tar archive of it. (layout, archive, the layer's sha256, its bytes)."""
     layout = os.path.join(work, "layout")
     blobs = os.path.join(layout, "blobs", "sha256")
     os.makedirs(blobs)
@@ -234,7 +237,7 @@ def oci_archive(tree, work):
         json.dump({"imageLayoutVersion": "1.0.0"}, f)
     archive = os.path.join(work, "debian-oci.tar")
     sh(["tar", "-C", layout, "-cf", archive, "oci-layout", "index.json", "blobs"])
-    return layout, archive, lsize
+    return layout, archive, lhex, lsize
 
 
 def bench_oci(a, env, store, tree, entries, files, archive, work):
@@ -250,16 +253,7 @@ def bench_oci(a, env, store, tree, entries, files, archive, work):
         p = subprocess.Popen([airlock, "image", "build", "benchoci", "--from", archive, "--force"],
                              env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
         scratch_tree = os.path.join(store, ".benchoci.from-%d" % p.pid, "tree")
-        had_tree = []
-
-        def tree_gone():
-            if os.path.isdir(scratch_tree):
-                had_tree.append(1)
-                return False
-            return bool(had_tree)
-
-        kids = Children(p.pid, {"layers_start": lambda: bool(os.listdir(scratch_tree)),
-                                "tree_removed": tree_gone}, t0=t0)
+        kids = Children(p.pid, {"layers_start": lambda: bool(os.listdir(scratch_tree))}, t0=t0)
         err, layers_done = [], None
         for line in p.stderr:
             err.append(line)
@@ -282,8 +276,8 @@ def bench_oci(a, env, store, tree, entries, files, archive, work):
               if layers_done and "layers_start" in m else None,
               "defaults_s": mk0 - layers_done if mk0 and layers_done else None,
               "mke2fs_s": mks, "qemu_img_s": qcs,
-              "rm_tree_s": m["tree_removed"] - qc1 if qc1 and "tree_removed" in m else None,
-              "finish_s": took - m["tree_removed"] if "tree_removed" in m else None}
+              # the tree removed (most of it), the image assembled and moved in
+              "rm_tree_finish_s": took - qc1 if qc1 else None}
         ph = {k: (round(v, 3) if v is not None else None) for k, v in ph.items()}
         helpers.append(hs)
         phases.append(ph)
@@ -439,6 +433,18 @@ def bench_commit(a, store, state, work):
         d.stop_and_remove()
 
 
+def load():
+    """The load averages and the share of the last minute that tasks stalled on I/O (PSI): a
+    shared machine's other work shows there."""
+    out = {"loadavg": [round(x, 2) for x in os.getloadavg()]}
+    try:
+        with open("/proc/pressure/io") as f:
+            out["io_some_avg60"] = float(f.readline().split()[2].split("=")[1])
+    except (OSError, IndexError, ValueError):
+        pass
+    return out
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--build", default=os.path.join(ROOT, "build"))
@@ -450,7 +456,7 @@ def main():
     image_dir = os.path.abspath(a.image_dir or os.path.join(a.build, "images"))
     result = {"bench": "images", "machine": benchlib.machine(),
               "accel": "kvm" if os.path.exists("/dev/kvm") else "tcg", "rounds": a.rounds,
-              "load": {"start": list(os.getloadavg())}}
+              "load": {"start": load()}}
     work = tempfile.mkdtemp(prefix="airlock-images-bench-", dir="/var/tmp")
     try:
         os.chmod(work, 0o755)
@@ -463,44 +469,45 @@ def main():
 
         t0 = time.monotonic()
         tree, entries, files = dump_tree(image_dir, work)
-        layout, archive, lsize = oci_archive(tree, work)
+        layout, archive, lhex, lsize = oci_archive(tree, work)
         prep = time.monotonic() - t0
         result["tree"] = {"entries": entries, "file_bytes": files}
         log("tree: %d entries, %d MiB of files; archive %d MiB (prepared in %.1fs)" %
             (entries, files >> 20, os.path.getsize(archive) >> 20, prep))
-        # What reading the archive costs, apart: unpacking it, hashing its layer.
-        t0 = time.monotonic()
-        probe = os.path.join(work, "probe")
-        os.mkdir(probe)
-        sh(["tar", "-C", probe, "-xf", archive])
-        untar = time.monotonic() - t0
-        shutil.rmtree(probe)
-        t0 = time.monotonic()
-        sha256_file(os.path.join(layout, "blobs", "sha256",
-                                 next(n for n in os.listdir(os.path.join(layout, "blobs",
-                                                                         "sha256"))
-                                      if os.path.getsize(os.path.join(layout, "blobs", "sha256",
-                                                                      n)) == lsize)))
-        hash_s = time.monotonic() - t0
+        # Reading the archive apart, with plain tools: unpacking it, hashing its layer,
+        # writing the tree out of the layer.
+        blob = os.path.join(layout, "blobs", "sha256", lhex)
+        probes = {"tar_x_archive_s": ["tar", "-xf", archive],
+                  "sha256sum_layer_s": ["sha256sum", blob],
+                  "tar_x_layer_s": ["tar", "--numeric-owner", "-xf", blob]}
+        for k, argv in probes.items():
+            probe = os.path.join(work, "probe")
+            os.mkdir(probe)
+            os.sync()
+            probes[k] = timed(argv, cwd=probe)
+            shutil.rmtree(probe)
+        log("plain tools: %s" % " ".join("%s %.2f" % (k[:-2], v) for k, v in probes.items()))
 
         oci = bench_oci(a, env, store, tree, entries, files, archive, work)
         result["oci"] = dict({"archive_bytes": os.path.getsize(archive), "layer_bytes": lsize,
                               "layout": "one uncompressed layer "
                                         "(application/vnd.oci.image.layer.v1.tar)",
-                              "tar_x_archive_s": untar, "sha256_layer_s": hash_s}, **oci)
+                              "layout_bytes": tree_bytes(layout), "plain_tools": probes},
+                             **oci)
         shutil.rmtree(tree)
         shutil.rmtree(layout)
         os.unlink(archive)
 
+        result["load"]["after_oci"] = load()
         result["commit"] = bench_commit(a, store, state, work)
-        result["load"]["end"] = list(os.getloadavg())
+        result["load"]["end"] = load()
         for k in ("oci", "commit"):
             r = result[k]
             log("%s: ratio %.2f (goal <= %s): %s" % (k, r["ratio"], r["goal"],
                                                       "met" if r["met"] else "not met"))
     finally:
         shutil.rmtree(work, ignore_errors=True)
-    benchlib.emit(result, a.json, echo=False)
+    benchlib.emit(result, a.json)
 
 
 if __name__ == "__main__":

@@ -127,6 +127,38 @@ class ImagesTest(unittest.TestCase):
             self.assertIn(("source    " + kind).encode(), r.stdout)
 
 
+class CliCommitTest(unittest.TestCase):
+    """airlock image commit SESSION NAME: the session another airlock process holds (its
+    control socket) saved into the store."""
+
+    def test_commit_a_running_exec(self):
+        work = tempfile.mkdtemp(prefix="airlock-cli-commit-")
+        store = os.path.join(work, "store")
+        os.makedirs(store)
+        os.chmod(work, 0o755)
+        os.chmod(store, 0o755)
+        os.symlink(os.path.join(altest.IMAGE_DIR, "debian"), os.path.join(store, "debian"))
+        holder = altest.popen(["exec", "--image", "debian", "--", "sh", "-c",
+                               "echo held > /root/held && sync && echo ready && sleep 300"],
+                              image_dir=store, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        try:
+            self.assertEqual(holder.stdout.readline(), b"ready\n")
+            ps = altest.run(["ps"], image_dir=store)
+            names = [l.split()[0] for l in ps.stdout.decode().splitlines()[1:] if l.strip()]
+            mine = [n for n in names if n.startswith("airlock-")]
+            self.assertTrue(mine, ps)
+            r = altest.run(["image", "commit", mine[-1], "held"], image_dir=store, timeout=600)
+            self.assertEqual(r.returncode, 0, r.stderr)
+            r = altest.run(["exec", "--image", "held", "--", "cat", "/root/held"], image_dir=store)
+            self.assertEqual((r.returncode, r.stdout), (0, b"held\n"), r.stderr)
+            r = altest.run(["image", "inspect", "held"], image_dir=store)
+            self.assertRegex(r.stdout.decode(), r"source +commit %s" % mine[-1])
+        finally:
+            holder.kill()
+            holder.communicate()
+            shutil.rmtree(work, ignore_errors=True)
+
+
 class CommitTest(unittest.TestCase):
     """POST /v1/sessions/{id}/image: the owner's session saved, then booted again."""
 
@@ -199,6 +231,18 @@ class CommitTest(unittest.TestCase):
                 self.assertEqual([x["image"] for x in mine], [image], owner.sessions())
                 for x in mine:
                     owner.request("DELETE", "/v1/sessions/" + x["id"])
+        # From a checkpoint: the disk as it was then, not as it is now.
+        with Sandbox(image="debian", checkpoints=True, client=alice) as sb:
+            self.assertEqual(sb.commands.run("echo then > /root/then && sync").exit_code, 0)
+            ck = alice.request("POST", "/v1/sessions/%s/checkpoints" % sb.id,
+                               body={"name": "before"})
+            self.assertEqual(sb.commands.run("echo now > /root/now && sync").exit_code, 0)
+            sb.save_image("then", checkpoint="before")
+            sb.save_image("now")
+        for name, want in (("then", "then\nno\n"), ("now", "then\nnow\n")):
+            with Sandbox(image=name, client=alice) as sb:
+                r = sb.commands.run("cat /root/then; cat /root/now 2>/dev/null || echo no")
+                self.assertEqual(r.stdout, want, (name, ck))
         # Another key's creates do not find it, by either name.
         with self.assertRaises(APIError) as e:
             Sandbox(image="setup", client=bob)
