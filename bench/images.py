@@ -24,8 +24,8 @@ Every timed step starts after a sync (untimed): none inherits the write-back of 
 Where the time goes: the helpers airlock and airlockd spawn (mke2fs, qemu-img, debugfs), seen
 as their children by polling /proc every 20 ms; for a build also the moment the first layer
 entry lands in its tree (the archive is unpacked before) and the log line that ends the
-layers; and, once, plain tools on the same data (tar -x of the archive and of the layer,
-sha256sum of the layer).
+layers; and each round the same steps with plain tools (tar -x of the archive, tar -x of its
+layer into a tree, the baseline's two helpers, the tree removed), and once the layer's SHA-256.
 """
 import argparse
 import glob
@@ -240,11 +240,26 @@ def oci_archive(tree, work):
     return layout, archive, lhex, lsize
 
 
-def bench_oci(a, env, store, tree, entries, files, archive, work):
+def make_disk(tree, entries, fs, out_raw, out_qcow2):
+    """tree as oci.c makes its disk (mke2fs -d with its options and size, then qemu-img into
+    a qcow2); the seconds of each. Earlier outputs removed first."""
+    for f in (out_raw, out_qcow2):
+        if os.path.exists(f):
+            os.unlink(f)
+    m = timed(["mke2fs", "-q", "-t", "ext4", "-O", "^has_journal", "-m", "0",
+               "-L", "airlock-root", "-N", str(entries * 2 + 65536), "-E", "root_owner=0:0",
+               "-d", tree, out_raw, "%dk" % (fs >> 10)])
+    q = timed(["qemu-img", "convert", "-q", "-f", "raw", "-O", "qcow2", out_raw, out_qcow2])
+    os.unlink(out_raw)
+    return m, q
+
+
+def bench_oci(a, env, store, tree, entries, files, archive, lhex, work):
     airlock = os.path.join(a.build, "orchestrator", "airlock")
     fs = max(FS_SIZE_MIN, files + files // 4 + FS_ROOM)
     out_raw, out_qcow2 = os.path.join(work, "base.raw"), os.path.join(work, "base.qcow2")
     builds, bases, mkfs, convs, phases, helpers = [], [], [], [], [], []
+    plains, plain_phases = [], []
     for i in range(a.rounds):
         subprocess.run([airlock, "image", "rm", "benchoci"], env=env, stdout=subprocess.DEVNULL,
                        stderr=subprocess.DEVNULL)
@@ -268,12 +283,12 @@ def bench_oci(a, env, store, tree, entries, files, archive, work):
                                (p.returncode, err.strip()[-2000:]))
         builds.append(took)
         hs = kids.helpers()
-        m = kids.marked
-        mk0, mk1, mks = spent(hs, "mke2fs -d")
-        qc0, qc1, qcs = spent(hs, "qemu-img convert raw->qcow2")
-        ph = {"unpack_archive_s": m.get("layers_start"),
-              "apply_layer_s": layers_done - m["layers_start"]
-              if layers_done and "layers_start" in m else None,
+        mark = kids.marked
+        mk0, _, mks = spent(hs, "mke2fs -d")
+        _, qc1, qcs = spent(hs, "qemu-img convert raw->qcow2")
+        ph = {"unpack_archive_s": mark.get("layers_start"),
+              "apply_layer_s": layers_done - mark["layers_start"]
+              if layers_done and "layers_start" in mark else None,
               "defaults_s": mk0 - layers_done if mk0 and layers_done else None,
               "mke2fs_s": mks, "qemu_img_s": qcs,
               # the tree removed (most of it), the image assembled and moved in
@@ -290,25 +305,46 @@ def bench_oci(a, env, store, tree, entries, files, archive, work):
             raise RuntimeError("the built image does not boot (%d): %s %s" %
                                (boot.returncode, boot.stdout[-500:], boot.stderr[-2000:]))
 
-        for f in (out_raw, out_qcow2):
-            if os.path.exists(f):
-                os.unlink(f)
         os.sync()
         t0 = time.monotonic()
-        mkfs.append(timed(["mke2fs", "-q", "-t", "ext4", "-O", "^has_journal", "-m", "0",
-                           "-L", "airlock-root", "-N", str(entries * 2 + 65536),
-                           "-E", "root_owner=0:0", "-d", tree, out_raw, "%dk" % (fs >> 10)]))
-        convs.append(timed(["qemu-img", "convert", "-q", "-f", "raw", "-O", "qcow2",
-                            out_raw, out_qcow2]))
-        os.unlink(out_raw)
+        m, q = make_disk(tree, entries, fs, out_raw, out_qcow2)
         bases.append(time.monotonic() - t0)
-        log("oci round %d: build %.2fs (%s); baseline %.2fs (mke2fs %.2fs, qemu-img %.2fs)" %
+        mkfs.append(m)
+        convs.append(q)
+
+        # The same steps with plain tools: the archive unpacked, the layer into a tree with tar,
+        # the disk, the tree removed (airlock leaves the unpacked archive: so does this).
+        plain_dir = os.path.join(work, "plain")
+        src, ptree = os.path.join(plain_dir, "src"), os.path.join(plain_dir, "tree")
+        os.makedirs(src)
+        os.makedirs(ptree)
+        os.sync()
+        t0 = time.monotonic()
+        sh(["tar", "-C", src, "-xf", archive])
+        t1 = time.monotonic()
+        sh(["tar", "--numeric-owner", "-C", ptree, "-xf",
+            os.path.join(src, "blobs", "sha256", lhex)])
+        t2 = time.monotonic()
+        m, q = make_disk(ptree, entries, fs, out_raw, out_qcow2)
+        t3 = time.monotonic()
+        shutil.rmtree(ptree)
+        t4 = time.monotonic()
+        shutil.rmtree(plain_dir)
+        plains.append(t4 - t0)
+        plain_phases.append({k: round(v, 3) for k, v in (
+            ("unpack_archive_s", t1 - t0), ("tar_x_layer_s", t2 - t1), ("mke2fs_s", m),
+            ("qemu_img_s", q), ("rm_tree_s", t4 - t3))})
+        log("oci round %d: build %.2fs (%s); baseline %.2fs (mke2fs %.2fs, qemu-img %.2fs); "
+            "plain tools %.2fs (%s)" %
             (i, builds[-1], " ".join("%s %s" % (k[:-2], v) for k, v in ph.items()), bases[-1],
-             mkfs[-1], convs[-1]))
+             mkfs[-1], convs[-1], plains[-1],
+             " ".join("%s %s" % (k[:-2], v) for k, v in plain_phases[-1].items())))
     ratios = [b / c for b, c in zip(builds, bases)]
     built = os.path.join(store, "benchoci", "rootfs.qcow2")
     return {"build_s": builds, "baseline_s": bases, "baseline_mke2fs_s": mkfs,
             "baseline_qemu_img_s": convs, "ratios": ratios, "ratio": med(ratios),
+            "plain_tools_s": plains, "plain_tools_phases": plain_phases,
+            "ratio_to_plain_tools": med(builds) / med(plains),
             "goal": 1.3, "met": med(ratios) <= 1.3, "fs_bytes": fs,
             "image_qcow2_bytes": os.path.getsize(built),
             "baseline_qcow2_bytes": os.path.getsize(out_qcow2),
@@ -474,25 +510,17 @@ def main():
         result["tree"] = {"entries": entries, "file_bytes": files}
         log("tree: %d entries, %d MiB of files; archive %d MiB (prepared in %.1fs)" %
             (entries, files >> 20, os.path.getsize(archive) >> 20, prep))
-        # Reading the archive apart, with plain tools: unpacking it, hashing its layer,
-        # writing the tree out of the layer.
-        blob = os.path.join(layout, "blobs", "sha256", lhex)
-        probes = {"tar_x_archive_s": ["tar", "-xf", archive],
-                  "sha256sum_layer_s": ["sha256sum", blob],
-                  "tar_x_layer_s": ["tar", "--numeric-owner", "-xf", blob]}
-        for k, argv in probes.items():
-            probe = os.path.join(work, "probe")
-            os.mkdir(probe)
-            os.sync()
-            probes[k] = timed(argv, cwd=probe)
-            shutil.rmtree(probe)
-        log("plain tools: %s" % " ".join("%s %.2f" % (k[:-2], v) for k, v in probes.items()))
+        # Its digest, as airlock checks it (OpenSSL's SHA-256, as Python's hashlib).
+        os.sync()
+        t0 = time.monotonic()
+        sha256_file(os.path.join(layout, "blobs", "sha256", lhex))
+        hash_s = time.monotonic() - t0
 
-        oci = bench_oci(a, env, store, tree, entries, files, archive, work)
+        oci = bench_oci(a, env, store, tree, entries, files, archive, lhex, work)
         result["oci"] = dict({"archive_bytes": os.path.getsize(archive), "layer_bytes": lsize,
                               "layout": "one uncompressed layer "
                                         "(application/vnd.oci.image.layer.v1.tar)",
-                              "layout_bytes": tree_bytes(layout), "plain_tools": probes},
+                              "layout_bytes": tree_bytes(layout), "sha256_layer_s": hash_s},
                              **oci)
         shutil.rmtree(tree)
         shutil.rmtree(layout)

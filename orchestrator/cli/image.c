@@ -11,7 +11,8 @@ static const char usage[] =
     "Usage: airlock image ls [--hosts URI[,URI...]]\n"
     "       airlock image build NAME [--toolchain]\n"
     "       airlock image build NAME --from PATH [--context DIR] [--base IMAGE]\n"
-    "                           [--max-size SIZE] [--timeout S] [--keep-setid] [--force]\n"
+    "                           [--max-size SIZE] [--timeout S] [--keep-setid] [--kernels]\n"
+    "                           [--force]\n"
     "       airlock image inspect NAME\n"
     "       airlock image export-base [IMAGE] [--ref REF]\n"
     "       airlock image commit SESSION NAME [--checkpoint ID] [--force]\n"
@@ -40,6 +41,8 @@ static const char usage[] =
     "      --max-size SIZE       most data its files may hold (default: 8G)\n"
     "      --timeout S           a Containerfile's build is stopped after S s (default: 1800)\n"
     "      --keep-setid          keep set-uid and set-gid bits\n"
+    "      --kernels             add python3 and IPython (the language kernels' needs) with\n"
+    "                            the image's apt-get, in a buildah container\n"
     "      --force               replace an image of that name\n"
     "  inspect NAME              where an image came from (source, digest) and its defaults\n"
     "  export-base [IMAGE]       make a local container image of IMAGE's root disk (default\n"
@@ -148,7 +151,8 @@ static int image_build(int argc, char **argv)
         OPT_MAX_SIZE,
         OPT_TIMEOUT,
         OPT_KEEP_SETID,
-        OPT_FORCE
+        OPT_FORCE,
+        OPT_KERNELS
     };
     static const struct option opts[] = {
         {"toolchain", no_argument, NULL, OPT_TOOLCHAIN},
@@ -159,6 +163,7 @@ static int image_build(int argc, char **argv)
         {"timeout", required_argument, NULL, OPT_TIMEOUT},
         {"keep-setid", no_argument, NULL, OPT_KEEP_SETID},
         {"force", no_argument, NULL, OPT_FORCE},
+        {"kernels", no_argument, NULL, OPT_KERNELS},
         {"help", no_argument, NULL, 'h'},
         {NULL, 0, NULL, 0},
     };
@@ -193,6 +198,9 @@ static int image_build(int argc, char **argv)
         case OPT_FORCE:
             f.force = true;
             break;
+        case OPT_KERNELS:
+            f.kernels = true;
+            break;
         case 'h':
             fputs(usage, stdout);
             return 0;
@@ -204,10 +212,11 @@ static int image_build(int argc, char **argv)
         fprintf(stderr, "airlock: image build wants one image NAME\n");
         return 2;
     }
-    bool from_opts = f.context || f.base || f.max_size || f.timeout_s || f.keep_setid || f.force;
+    bool from_opts =
+        f.context || f.base || f.max_size || f.timeout_s || f.keep_setid || f.force || f.kernels;
     if ((toolchain && f.from) || (from_opts && !f.from)) {
         fprintf(stderr, "airlock: --toolchain is for recipes; --context, --base, --max-size, "
-                        "--timeout, --keep-setid and --force go with --from\n");
+                        "--timeout, --keep-setid, --kernels and --force go with --from\n");
         return 2;
     }
     al_error err = {0};

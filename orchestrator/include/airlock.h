@@ -192,6 +192,8 @@ typedef struct al_image_from_opts {
     bool keep_setid;     /* keep set-uid and set-gid bits (else cleared) */
     bool force;          /* replace an image of that name */
     int log_fd;          /* > 0: the builder's output and a line for each entry changed */
+    bool kernels; /* add python3 and IPython (what the language kernels need) with the image's
+                     apt-get, in a buildah container; not for a directory tree */
 } al_image_from_opts;
 #define AL_IMAGE_FROM_OPTS_INIT AL_SIZED_INIT(al_image_from_opts)
 /* Makes an image of a root file system that container tools describe: the layers are applied

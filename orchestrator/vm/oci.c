@@ -493,6 +493,63 @@ static int run_helper(struct from_job *j, const char *const *argv, unsigned time
     return 0;
 }
 
+/* What --kernels installs: the python kernel's interpreter and IPython (the shell kernel needs
+ * bash, which Debian's images have). */
+static const char KERNELS_SCRIPT[] =
+    "command -v apt-get >/dev/null || exit 100; "
+    "export DEBIAN_FRONTEND=noninteractive; apt-get update -q && "
+    "apt-get install -y -q --no-install-recommends python3 python3-ipython bash && "
+    "rm -rf /var/lib/apt/lists/*";
+
+/* The image ref (a buildah transport: "oci:DIR", "oci-archive:FILE", "docker-archive:FILE" or a
+ * tag) with the kernels' packages added in a buildah container (its RUN's confinement, under
+ * the build's deadline), written as an OCI layout to out. */
+static int add_kernels(struct from_job *j, const char *ref, const char *out, al_error *err)
+{
+    char dest[AL_PATH_MAX + 8], ctr[160];
+    if (al_pathf(dest, sizeof(dest), "oci:%s", out) < 0)
+        return al_err(err, -ENAMETOOLONG, "path too long");
+    snprintf(ctr, sizeof(ctr), "airlock-kernels-%ld-%s", (long)getpid(), j->o->name);
+    unsigned timeout = j->o->timeout_s ? j->o->timeout_s : AL_IMAGE_FROM_TIMEOUT_DEFAULT_S;
+    const char *runtime = build_runtime();
+    const char *from[] = {"buildah", "from", "--quiet", "--name", ctr, ref, NULL};
+    job_log(j, "adding python3 and IPython for the language kernels (apt-get, limit %u s)",
+            timeout);
+    int r = run_helper(j, from, PUSH_TIMEOUT_S, "buildah from", err);
+    if (r < 0)
+        return r;
+    const char *run[10];
+    int n = 0;
+    run[n++] = "buildah";
+    run[n++] = "run";
+    if (runtime) {
+        run[n++] = "--runtime";
+        run[n++] = runtime;
+    }
+    run[n++] = ctr;
+    run[n++] = "--";
+    run[n++] = "sh";
+    run[n++] = "-c";
+    run[n++] = KERNELS_SCRIPT;
+    run[n] = NULL;
+    al_error why = {0};
+    r = run_helper(j, run, timeout, "adding the kernels' packages", &why);
+    if (r < 0 && r != -EIO)
+        r = al_err(err, r, "%s", why.msg);
+    else if (r < 0)
+        r = al_err(err, -EIO,
+                   "cannot add python3 and IPython: the image has no apt-get, or it failed (see "
+                   "the build log); build it without --kernels and see which languages it has");
+    const char *commit[] = {"buildah", "commit", "--quiet", "--rm", "--disable-compression",
+                            ctr,       dest,     NULL};
+    if (r == 0)
+        return run_helper(j, commit, PUSH_TIMEOUT_S, "buildah commit", err);
+    const char *rm[] = {"buildah", "rm", ctr, NULL};
+    al_error ignored = {0};
+    run_helper(j, rm, PUSH_TIMEOUT_S, "buildah rm", &ignored);
+    return r;
+}
+
 static int from_containerfile(struct from_job *j, const char *file, const char *src, al_error *err)
 {
     char ctx[AL_PATH_MAX], tag[128], dest[AL_PATH_MAX + 8];
@@ -534,8 +591,13 @@ static int from_containerfile(struct from_job *j, const char *file, const char *
     if (r < 0)
         return r;
     /* Uncompressed: the layers are read once, right here. */
-    const char *push[] = {"buildah", "push", "--quiet", "--disable-compression", tag, dest, NULL};
-    r = run_helper(j, push, PUSH_TIMEOUT_S, "buildah push", err);
+    if (j->o->kernels)
+        r = add_kernels(j, tag, src, err);
+    else {
+        const char *push[] = {"buildah", "push", "--quiet", "--disable-compression",
+                              tag,       dest,   NULL};
+        r = run_helper(j, push, PUSH_TIMEOUT_S, "buildah push", err);
+    }
     const char *rmi[] = {"buildah", "rmi", tag, NULL};
     al_error ignored = {0};
     run_helper(j, rmi, PUSH_TIMEOUT_S, "buildah rmi", &ignored);
@@ -560,6 +622,29 @@ static bool is_archive(const char *path)
     return n == 512 && !memcmp(b + 257, "ustar", 5);
 }
 
+/* --kernels on an image buildah reads (transport:path): the packages added into a layout of
+ * its own (src/kernels), which is then read as any layout. The digest stays the source's. */
+static int with_kernels(struct from_job *j, const char *transport, const char *path,
+                        const char *src, al_error *err)
+{
+    char ref[AL_PATH_MAX + 32], out[AL_PATH_MAX];
+    if (al_pathf(ref, sizeof(ref), "%s:%s", transport, path) < 0 ||
+        al_pathf(out, sizeof(out), "%s.kernels", src) < 0)
+        return al_err(err, -ENAMETOOLONG, "path too long");
+    int r = add_kernels(j, ref, out, err);
+    if (r < 0)
+        return r;
+    _cleanup_close_ int fd = open(out, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (fd < 0)
+        return al_err(err, -errno, "buildah wrote no image layout: %s", strerror(errno));
+    char digest[sizeof(j->digest)];
+    snprintf(digest, sizeof(digest), "%s", j->digest);
+    r = from_layout(j, fd, err);
+    if (digest[0])
+        snprintf(j->digest, sizeof(j->digest), "%s", digest);
+    return r;
+}
+
 static int read_source(struct from_job *j, al_error *err)
 {
     const char *from = j->o->from;
@@ -577,8 +662,13 @@ static int read_source(struct from_job *j, al_error *err)
             return al_err(err, -errno, "cannot open '%s': %s", from, strerror(errno));
         if (faccessat(dfd, "oci-layout", F_OK, AT_SYMLINK_NOFOLLOW) == 0) {
             j->kind = "oci-layout";
-            return from_layout(j, dfd, err);
+            return j->o->kernels ? with_kernels(j, "oci", abs, src, err) : from_layout(j, dfd, err);
         }
+        if (j->o->kernels)
+            return al_err(err, -EINVAL,
+                          "--kernels adds packages to an image: give a Containerfile, an OCI "
+                          "layout or archive, or a docker save tarball, not '%s'",
+                          from);
         if (faccessat(dfd, "manifest.json", F_OK, AT_SYMLINK_NOFOLLOW) == 0 &&
             faccessat(dfd, "repositories", F_OK, AT_SYMLINK_NOFOLLOW) == 0) {
             j->kind = "docker-archive";
@@ -614,11 +704,13 @@ static int read_source(struct from_job *j, al_error *err)
     }
     if (faccessat(sfd, "oci-layout", F_OK, AT_SYMLINK_NOFOLLOW) == 0) {
         j->kind = "oci-archive";
-        return from_layout(j, sfd, err);
+        return j->o->kernels ? with_kernels(j, "oci-archive", abs, src, err)
+                             : from_layout(j, sfd, err);
     }
     if (faccessat(sfd, "manifest.json", F_OK, AT_SYMLINK_NOFOLLOW) == 0) {
         j->kind = "docker-archive";
-        return from_docker(j, sfd, err);
+        return j->o->kernels ? with_kernels(j, "docker-archive", abs, src, err)
+                             : from_docker(j, sfd, err);
     }
     return al_err(err, -EINVAL,
                   "'%s' is a tar archive but neither an OCI image (no oci-layout) nor a docker "

@@ -86,6 +86,17 @@ class ImagesTest(unittest.TestCase):
             self.assertEqual(r.stdout, b"mine\n")
             r = self.ok("image", "ls")
             self.assertRegex(r.stdout.decode(), r"\nmine .* containerfile@sha256:[0-9a-f]{12}")
+            # A RUN that never ends is stopped at the build's deadline, leaving nothing.
+            before = sh("buildah", "containers", "-q").stdout
+            with open(os.path.join(ctx, "Forever"), "w") as f:
+                f.write("FROM %s\nRUN sleep 100000\n" % ref)
+            r = self.airlock("image", "build", "forever", "--from", os.path.join(ctx, "Forever"),
+                             "--timeout", "20")
+            self.assertEqual(r.returncode, 1, r)
+            self.assertIn(b"ran past its 20 s limit", r.stderr)
+            self.assertFalse(os.path.exists(os.path.join(self.store, "forever")))
+            self.assertEqual([n for n in os.listdir(self.store) if n.startswith(".")], [])
+            self.assertEqual(sh("buildah", "containers", "-q").stdout, before)
         finally:
             subprocess.run(["podman", "rmi", "-f", ref], stdout=subprocess.DEVNULL,
                            stderr=subprocess.DEVNULL)
@@ -107,6 +118,14 @@ class ImagesTest(unittest.TestCase):
                 subprocess.run(["buildah", "rm", ctr], stdout=subprocess.DEVNULL)
         # The docker-save form of the same image, by skopeo (no daemon).
         sh("skopeo", "copy", "oci-archive:" + oci, "docker-archive:" + dock + ":busy:latest")
+        # --kernels adds python3 and IPython with the image's apt-get: busybox has none.
+        r = self.airlock("image", "build", "nokernels", "--from", oci, "--kernels")
+        self.assertEqual(r.returncode, 1, r)
+        self.assertIn(b"no apt-get", r.stderr)
+        self.assertFalse(os.path.exists(os.path.join(self.store, "nokernels")))
+        r = self.airlock("image", "build", "nokernels", "--from", tree, "--kernels")
+        self.assertEqual(r.returncode, 1, r)
+        self.assertIn(b"--kernels adds packages to an image", r.stderr)
         for name, src, kind in (("fromoci", oci, "oci-archive"),
                                 ("fromdocker", dock, "docker-archive"),
                                 ("fromtree", tree, "directory")):
