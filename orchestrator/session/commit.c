@@ -110,7 +110,37 @@ static int scrub(const char *raw, const char *scratch, al_error *err)
         return r;
     /* A command that finds nothing to remove only prints so; -w writes the rest. */
     const char *argv[] = {"debugfs", "-w", "-f", cmdfile, raw, NULL};
-    return helper(argv, NULL, "remove the session's secrets from the disk", err);
+    r = helper(argv, NULL, "remove the session's secrets from the disk", err);
+    if (r < 0)
+        return r;
+    /* debugfs frees the blocks without clearing them: every free block is discarded (holes
+     * punched in the raw file, read as zeros), so neither the secrets nor what the session
+     * deleted are in the image (a root in its sessions reads /dev/vda), and the copy stores only
+     * what is used. e2fsck's 1 is "errors fixed": the guest's file system, its business.
+     * e2fsck discards nothing in a run that fixed something (a copy of a mounted file system
+     * always has something: its orphans, its counts), so a first run fixes and a second, on a
+     * clean file system, discards. */
+    static const char *const fsck[2][7] = {{"e2fsck", "-f", "-y", NULL},
+                                           {"e2fsck", "-f", "-y", "-E", "discard", NULL}};
+    _cleanup_close_ int null = open("/dev/null", O_WRONLY | O_CLOEXEC);
+    for (int i = 0; i < 2; i++) {
+        const char *run[7];
+        int n = 0;
+        for (; fsck[i][n]; n++)
+            run[n] = fsck[i][n];
+        run[n++] = raw;
+        run[n] = NULL;
+        int st = 0;
+        r = al_spawn_wait_limited(run, null, null, &HELPER_LIMITS, &st);
+        if (r < 0)
+            return al_err(err, r, "cannot run e2fsck: %s", strerror(-r));
+        if (!WIFEXITED(st) || WEXITSTATUS(st) > 1)
+            return al_err(err, -EIO,
+                          "the session's file system has errors e2fsck could not fix (status "
+                          "%d): not saved",
+                          WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st));
+    }
+    return 0;
 }
 
 /* The flattened disk, raw, into out: now (a sync in the guest, then the VM paused while qemu-img

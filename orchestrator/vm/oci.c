@@ -948,6 +948,12 @@ int al_image_from(const al_image_from_opts *given, al_error *err)
     r = read_source(&j, err);
     if (r < 0)
         goto out;
+    /* What the source was unpacked to (archives, buildah's layouts) is no part of the image. */
+    char unpacked[AL_PATH_MAX + 16];
+    snprintf(unpacked, sizeof(unpacked), "%s/src", j.scratch);
+    al_rmtree(unpacked);
+    snprintf(unpacked, sizeof(unpacked), "%s/src.kernels", j.scratch);
+    al_rmtree(unpacked);
     if (j.notes > NOTES_MAX)
         job_log(&j, "%u more entries changed (not listed)", j.notes - NOTES_MAX);
     job_log(&j,

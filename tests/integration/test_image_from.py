@@ -157,6 +157,20 @@ class ImageFromTest(unittest.TestCase):
         self.assertIn(b"Env", r.stderr)
         self.assert_nothing_left()
 
+    def test_an_archive_leaves_only_the_image(self):
+        """From an OCI archive: the image's dir holds its parts, not the unpacked archive."""
+        layout = oci(os.path.join(self.work, "img"), [BASE, [{"name": "x", "data": b"x"}]])
+        archive = os.path.join(self.work, "img.tar")
+        subprocess.run(["tar", "-C", layout, "-cf", archive, "oci-layout", "index.json", "blobs"],
+                       check=True)
+        r = self.build("arch", archive)
+        self.assertEqual(r.returncode, 0, r)
+        parts = sorted(os.listdir(os.path.join(self.store, "arch")))
+        self.assertEqual([p for p in parts if p not in ("initrd.img", "manifest.json",
+                                                         "rootfs.qcow2", "vmlinux", "vmlinuz")],
+                         [], parts)
+        self.assertEqual(sorted(os.listdir(self.store)), ["arch", "debian"])
+
     def test_not_an_image(self):
         with open(os.path.join(self.work, "plain.tar"), "wb") as f:
             f.write(layer(BASE))

@@ -146,6 +146,11 @@ class ImagesTest(unittest.TestCase):
             self.assertIn(("source    " + kind).encode(), r.stdout)
 
 
+# Written in a session before it is saved: neither may be anywhere in the saved disk.
+SECRET = "AIRLOCK-TEST-HOST-KEY-%d" % os.getpid()
+DELETED = "AIRLOCK-TEST-DELETED-%d" % os.getpid()
+
+
 class CliCommitTest(unittest.TestCase):
     """airlock image commit SESSION NAME: the session another airlock process holds (its
     control socket) saved into the store."""
@@ -217,13 +222,21 @@ class CommitTest(unittest.TestCase):
             # What makes this machine itself: an id and a host key of its own.
             r = sb.commands.run("dpkg -i /tmp/hello.deb >/dev/null && echo kept > /root/marker && "
                                 "tr -d - < /proc/sys/kernel/random/uuid > /etc/machine-id && "
-                                "mkdir -p /etc/ssh && echo SECRET > /etc/ssh/ssh_host_ed25519_key"
-                                " && echo config > /etc/ssh/sshd_config && cat /etc/machine-id")
+                                "mkdir -p /etc/ssh && echo %s > /etc/ssh/ssh_host_ed25519_key && "
+                                "echo %s > /root/deleted && sync && rm /root/deleted"
+                                " && echo config > /etc/ssh/sshd_config && cat /etc/machine-id"
+                                % (SECRET, DELETED))
             self.assertEqual(r.exit_code, 0, r.stderr)
             session_id = r.stdout.strip()
             self.assertRegex(session_id, r"^[0-9a-f]{32}$")
             saved = sb.save_image("setup")
             self.assertEqual(saved["image"], "setup")
+            # Not even in the disk's free blocks: a root in its sessions reads /dev/vda.
+            disk = os.path.join(self.store, saved["store_name"], "rootfs.qcow2")
+            for needle in (SECRET, DELETED, session_id):
+                found = subprocess.run(["grep", "-a", "-c", needle, disk],
+                                       stdout=subprocess.PIPE).stdout
+                self.assertEqual(found, b"0\n", needle)
             # The session goes on after the copy.
             self.assertEqual(sb.commands.run("cat /root/marker").stdout, "kept\n")
             with self.assertRaises(APIError) as e:
