@@ -162,7 +162,9 @@ class Children:
         own forks that never exec'd are left out)."""
         return sorted(([helper_label(e["argv"]), round(e["start"], 3), round(e["end"], 3)]
                        for e in self.seen.values()
-                       if os.path.basename(e["argv"][0]) in ("mke2fs", "qemu-img", "debugfs")),
+                       if e["argv"] and
+                       os.path.basename(e["argv"][0]) in ("mke2fs", "qemu-img", "debugfs",
+                                                          "e2fsck")),
                       key=lambda h: h[1])
 
 
@@ -268,7 +270,12 @@ def bench_oci(a, env, store, tree, entries, files, archive, lhex, work):
         p = subprocess.Popen([airlock, "image", "build", "benchoci", "--from", archive, "--force"],
                              env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
         scratch_tree = os.path.join(store, ".benchoci.from-%d" % p.pid, "tree")
-        kids = Children(p.pid, {"layers_start": lambda: bool(os.listdir(scratch_tree))}, t0=t0)
+
+        def layers_started():
+            # the tree is in the scratch dir, or in RAM (/dev/shm/airlock-tree.*) when it fits
+            trees = [scratch_tree] + glob.glob("/dev/shm/airlock-tree.*/tree")
+            return any(os.path.isdir(t) and os.listdir(t) for t in trees)
+        kids = Children(p.pid, {"layers_start": layers_started}, t0=t0)
         err, layers_done = [], None
         for line in p.stderr:
             err.append(line)

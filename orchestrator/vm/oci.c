@@ -44,7 +44,9 @@ AL_DEFINE_CLEANUP(evp_free, EVP_MD_CTX *, EVP_MD_CTX_free)
 struct from_job {
     const al_image_from_opts *o;
     char scratch[AL_PATH_MAX]; /* STORE/.NAME.from-PID */
-    int tree_fd;               /* scratch/tree: the root file system being made */
+    int tree_fd;               /* tree: the root file system being made; -1 until made */
+    char tree[AL_PATH_MAX];    /* scratch/tree, or SHM/airlock-tree.XXXXXX/tree */
+    char shm[AL_PATH_MAX];     /* the tmpfs dir holding the tree, "" when on disk */
     struct al_layer_limits lim;
     struct al_layer_stats st;
     const char *kind; /* the source's kind, as al_image.source has it */
@@ -185,6 +187,59 @@ static const cJSON *pick_manifest(const cJSON *index)
 
 /* ---- applying layers ---- */
 
+/* A tree is written once, read once by mke2fs and removed: in RAM (tmpfs) that is several times
+ * faster than on the disk, which writes it back meanwhile. One that fits well goes there. */
+#define SHM_DIR "/dev/shm"
+
+static uint64_t mem_available(void)
+{
+    FILE *f = fopen("/proc/meminfo", "re");
+    char line[256];
+    unsigned long long kib = 0;
+    while (f && fgets(line, sizeof(line), f))
+        if (sscanf(line, "MemAvailable: %llu kB", &kib) == 1)
+            break;
+    if (f)
+        fclose(f);
+    return (uint64_t)kib << 10;
+}
+
+/* Makes the tree, in RAM when expected bytes (0: not known) leave room twice over in both the
+ * tmpfs and the memory available, else in the scratch dir. */
+static int tree_make(struct from_job *j, uint64_t expected, al_error *err)
+{
+    if (j->tree_fd >= 0)
+        return 0;
+    struct statfs fs;
+    bool ram = expected && statfs(SHM_DIR, &fs) == 0 && fs.f_type == TMPFS_MAGIC &&
+               (uint64_t)fs.f_bavail * (uint64_t)fs.f_bsize / 2 > expected &&
+               mem_available() / 2 > expected;
+    if (ram) {
+        snprintf(j->shm, sizeof(j->shm), SHM_DIR "/airlock-tree.XXXXXX");
+        if (!mkdtemp(j->shm)) {
+            j->shm[0] = '\0';
+            ram = false;
+        }
+    }
+    if (al_pathf(j->tree, sizeof(j->tree), "%s/tree", ram ? j->shm : j->scratch) < 0)
+        return al_err(err, -ENAMETOOLONG, "image path too long");
+    if (mkdir(j->tree, 0755) < 0 ||
+        (j->tree_fd = open(j->tree, O_RDONLY | O_DIRECTORY | O_CLOEXEC)) < 0)
+        return al_err(err, -errno, "cannot create '%s': %s", j->tree, strerror(errno));
+    return 0;
+}
+
+/* What a layer descriptor's blob holds once unpacked, roughly: compressed ones four times. */
+static uint64_t layer_estimate(const cJSON *desc)
+{
+    const cJSON *size = cJSON_GetObjectItemCaseSensitive(desc, "size");
+    const cJSON *mt = cJSON_GetObjectItemCaseSensitive(desc, "mediaType");
+    uint64_t n = cJSON_IsNumber(size) && size->valuedouble > 0 ? (uint64_t)size->valuedouble : 0;
+    bool packed =
+        cJSON_IsString(mt) && (strstr(mt->valuestring, "gzip") || strstr(mt->valuestring, "zstd"));
+    return packed ? n * 4 : n + n / 8;
+}
+
 static int apply_layer_fd(struct from_job *j, int fd, const char *want_hex, al_error *err)
 {
     char sha[65];
@@ -268,6 +323,13 @@ static int from_layout(struct from_job *j, int layout_fd, al_error *err)
         return al_err(err, -EINVAL, "the image manifest has no list of at most %d layers",
                       LAYERS_MAX);
     const cJSON *l;
+    uint64_t expected = 0;
+    cJSON_ArrayForEach(l, layers)
+    {
+        expected += layer_estimate(l);
+    }
+    if ((r = tree_make(j, expected, err)) < 0)
+        return r;
     cJSON_ArrayForEach(l, layers)
     {
         j->layer++;
@@ -325,6 +387,17 @@ static int from_docker(struct from_job *j, int dir_fd, al_error *err)
                       "the archive's layers do not match its configuration's diff_ids (or are "
                       "more than %d)",
                       LAYERS_MAX);
+    uint64_t expected = 0;
+    for (int i = 0; i < cJSON_GetArraySize(layers); i++) {
+        _cleanup_close_ int fd = docker_path(cJSON_GetArrayItem(layers, i), rel, sizeof(rel)) < 0
+                                     ? -1
+                                     : al_beneath_open(dir_fd, rel, O_RDONLY | O_NOFOLLOW);
+        struct stat st;
+        if (fd >= 0 && fstat(fd, &st) == 0 && S_ISREG(st.st_mode))
+            expected += (uint64_t)st.st_size + (uint64_t)st.st_size / 8;
+    }
+    if ((r = tree_make(j, expected, err)) < 0)
+        return r;
     for (int i = 0; i < cJSON_GetArraySize(layers); i++) {
         j->layer++;
         if (docker_path(cJSON_GetArrayItem(layers, i), rel, sizeof(rel)) < 0)
@@ -343,6 +416,9 @@ static int from_docker(struct from_job *j, int dir_fd, al_error *err)
  * set-id bits cleared), so nothing of the host's is copied that a layer could not carry. */
 static int from_tree(struct from_job *j, const char *dir, al_error *err)
 {
+    int made = tree_make(j, 0, err);
+    if (made < 0)
+        return made;
     int p[2];
     if (pipe2(p, O_CLOEXEC) < 0)
         return al_err(err, -errno, "cannot make a pipe: %s", strerror(errno));
@@ -923,7 +999,7 @@ int al_image_from(const al_image_from_opts *given, al_error *err)
     if (r < 0)
         return r;
     struct from_job j = {.o = o, .tree_fd = -1};
-    char dst[AL_PATH_MAX], tree[AL_PATH_MAX], disk[AL_PATH_MAX];
+    char dst[AL_PATH_MAX], disk[AL_PATH_MAX];
     _cleanup_cjson_ cJSON *m = NULL;
     r = al_image_scratch(o->name, o->force, "from", dst, sizeof(dst), j.scratch, sizeof(j.scratch),
                          err);
@@ -936,16 +1012,13 @@ int al_image_from(const al_image_from_opts *given, al_error *err)
                                          o->max_size ? o->max_size : AL_IMAGE_FROM_SIZE_DEFAULT,
                                      .keep_setid = o->keep_setid,
                                      .chown = geteuid() == 0};
-    if (al_pathf(tree, sizeof(tree), "%s/tree", j.scratch) < 0 ||
-        al_pathf(disk, sizeof(disk), "%s/rootfs.qcow2", j.scratch) < 0) {
+    if (al_pathf(disk, sizeof(disk), "%s/rootfs.qcow2", j.scratch) < 0) {
         r = al_err(err, -ENAMETOOLONG, "image path too long");
         goto out;
     }
-    if (mkdir(tree, 0755) < 0 || (j.tree_fd = open(tree, O_RDONLY | O_DIRECTORY | O_CLOEXEC)) < 0) {
-        r = al_err(err, -errno, "cannot create '%s': %s", tree, strerror(errno));
-        goto out;
-    }
     r = read_source(&j, err);
+    if (r == 0 && j.tree_fd < 0)
+        r = al_err(err, -EINVAL, "the image has no layers");
     if (r < 0)
         goto out;
     /* What the source was unpacked to (archives, buildah's layouts) is no part of the image. */
@@ -979,17 +1052,19 @@ int al_image_from(const al_image_from_opts *given, al_error *err)
     if (r < 0)
         goto out;
     languages(&j, langs);
-    r = al_image_make_disk(tree, j.st.bytes, j.st.entries, disk, o->log_fd, err);
+    r = al_image_make_disk(j.tree, j.st.bytes, j.st.entries, disk, o->log_fd, err);
     if (r < 0)
         goto out;
     al_closep(&j.tree_fd);
-    al_rmtree(tree);
+    al_rmtree(j.tree);
     r = al_image_assemble(j.scratch, &base, o->name, m, err);
     if (r < 0)
         goto out;
     r = al_image_swap_in(j.scratch, dst, o->name, o->force, err);
 out:
     al_closep(&j.tree_fd);
+    if (j.shm[0])
+        al_rmtree(j.shm);
     cJSON_Delete(j.config_doc);
     al_image_free(&base);
     return r;
