@@ -16,6 +16,7 @@
 #include <stdarg.h>
 #include <stdio.h>
 #include <string.h>
+#include <strings.h>
 #include <sys/stat.h>
 #include <sys/statfs.h>
 #include <sys/syscall.h>
@@ -569,6 +570,27 @@ static int run_helper(struct from_job *j, const char *const *argv, unsigned time
     return 0;
 }
 
+/* The first line argv prints (bounded), into out; "" when it fails. */
+static void capture_line(struct from_job *j, const char *const *argv, char *out, size_t len)
+{
+    out[0] = '\0';
+    char path[AL_PATH_MAX];
+    if (al_pathf(path, sizeof(path), "%s/captured", j->scratch) < 0)
+        return;
+    _cleanup_close_ int fd = open(path, O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+    _cleanup_close_ int null = open("/dev/null", O_WRONLY | O_CLOEXEC);
+    pid_t pid;
+    int st = 0;
+    if (fd < 0 || null < 0 || al_spawn_start(argv, -1, fd, null, &pid) < 0)
+        return;
+    if (al_spawn_reap(pid, PUSH_TIMEOUT_S, &st) == 0 && WIFEXITED(st) && WEXITSTATUS(st) == 0) {
+        ssize_t n = pread(fd, out, len - 1, 0);
+        out[n > 0 ? n : 0] = '\0';
+        out[strcspn(out, "\n")] = '\0';
+    }
+    unlink(path);
+}
+
 /* What --kernels installs: the python kernel's interpreter and IPython (the shell kernel needs
  * bash, which Debian's images have). */
 static const char KERNELS_SCRIPT[] =
@@ -594,6 +616,14 @@ static int add_kernels(struct from_job *j, const char *ref, const char *out, al_
     int r = run_helper(j, from, PUSH_TIMEOUT_S, "buildah from", err);
     if (r < 0)
         return r;
+    /* An archive or layout buildah read stays in its store, untagged: its id, to remove it
+     * after (a tag, the caller removes). */
+    char image_id[80] = "";
+    bool pulled = strncmp(ref, "localhost/", 10) != 0;
+    if (pulled) {
+        const char *inspect[] = {"buildah", "inspect", "--format", "{{.FromImageID}}", ctr, NULL};
+        capture_line(j, inspect, image_id, sizeof(image_id));
+    }
     const char *run[10];
     int n = 0;
     run[n++] = "buildah";
@@ -618,16 +648,70 @@ static int add_kernels(struct from_job *j, const char *ref, const char *out, al_
                    "the build log); build it without --kernels and see which languages it has");
     const char *commit[] = {"buildah", "commit", "--quiet", "--rm", "--disable-compression",
                             ctr,       dest,     NULL};
-    if (r == 0)
-        return run_helper(j, commit, PUSH_TIMEOUT_S, "buildah commit", err);
     const char *rm[] = {"buildah", "rm", ctr, NULL};
     al_error ignored = {0};
-    run_helper(j, rm, PUSH_TIMEOUT_S, "buildah rm", &ignored);
+    if (r == 0)
+        r = run_helper(j, commit, PUSH_TIMEOUT_S, "buildah commit", err);
+    else
+        run_helper(j, rm, PUSH_TIMEOUT_S, "buildah rm", &ignored);
+    const char *rmi[] = {"buildah", "rmi", image_id, NULL};
+    if (image_id[0] && strspn(image_id, "0123456789abcdef") == strlen(image_id))
+        run_helper(j, rmi, PUSH_TIMEOUT_S, "buildah rmi", &ignored);
+    return r;
+}
+
+/* A Containerfile is a few KiB; reading it only to find its FROMs. */
+#define CONTAINERFILE_MAX (1 << 20)
+
+/* The FROMs of file that name an airlock image ("airlock/NAME", "localhost/airlock/NAME",
+ * ":latest" or no tag) missing from the container store are exported from the image store
+ * first (al_image_export_base), so that FROM airlock/debian works on the first try. */
+static int export_missing_bases(struct from_job *j, const char *file, al_error *err)
+{
+    FILE *f = fopen(file, "re");
+    if (!f)
+        return al_err(err, -errno, "cannot read '%s': %s", file, strerror(errno));
+    char line[1024];
+    size_t total = 0;
+    int r = 0;
+    while (r == 0 && fgets(line, sizeof(line), f) && (total += strlen(line)) < CONTAINERFILE_MAX) {
+        char *w = line + strspn(line, " \t");
+        if (strncasecmp(w, "FROM", 4) != 0 || !strchr(" \t", w[4]))
+            continue;
+        char *ref = NULL;
+        for (char *t = strtok(w + 4, " \t\r\n"); t && !ref; t = strtok(NULL, " \t\r\n"))
+            if (t[0] != '-') /* --platform=... */
+                ref = t;
+        if (!ref)
+            continue;
+        const char *name = !strncmp(ref, "localhost/", 10) ? ref + 10 : ref;
+        if (strncmp(name, "airlock/", 8) != 0)
+            continue;
+        char image[64];
+        snprintf(image, sizeof(image), "%.*s", (int)strcspn(name + 8, ":@"), name + 8);
+        const char *tag = name + 8 + strlen(image);
+        if ((*tag && strcmp(tag, ":latest")) || !al_image_name_ok(image))
+            continue;
+        const char *exists[] = {"podman", "image", "exists", ref, NULL};
+        al_error missing = {0};
+        if (run_helper(j, exists, PUSH_TIMEOUT_S, "podman image exists", &missing) == 0)
+            continue;
+        job_log(j, "FROM %s: not in the container store; exporting image '%s' first", ref, image);
+        al_image_export_opts eo = AL_IMAGE_EXPORT_OPTS_INIT;
+        eo.image = image;
+        eo.ref = ref;
+        eo.log_fd = j->o->log_fd;
+        r = al_image_export_base(&eo, err);
+    }
+    fclose(f);
     return r;
 }
 
 static int from_containerfile(struct from_job *j, const char *file, const char *src, al_error *err)
 {
+    int r0 = export_missing_bases(j, file, err);
+    if (r0 < 0)
+        return r0;
     char ctx[AL_PATH_MAX], tag[128], dest[AL_PATH_MAX + 8];
     if (j->o->context) {
         if (al_pathf(ctx, sizeof(ctx), "%s", j->o->context) < 0)
