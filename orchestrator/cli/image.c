@@ -384,7 +384,8 @@ static int image_ls(const char *hosts)
         return 1;
     }
     int bad = 0;
-    printf("%-16s %-8s %-16s %-24s %s\n", "NAME", "PROTOCOL", "TRANSPORT", "LANGUAGES", "PATH");
+    printf("%-16s %-8s %-16s %-24s %s  %s\n", "NAME", "PROTOCOL", "TRANSPORT", "LANGUAGES", "PATH",
+           "SOURCE");
     int n = al_image_list(print_image, &bad, &err);
     if (n < 0) {
         cli_error(&err);
