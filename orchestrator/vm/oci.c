@@ -26,6 +26,8 @@
 #define JSON_MAX (1 << 20)
 /* Layers of one image: Docker's own limit is 127. */
 #define LAYERS_MAX 128
+/* Files kept from an image archive: its layers, manifests, configs, index, a few over. */
+#define ARCHIVE_MEMBERS_MAX (4 * LAYERS_MAX + 64)
 /* The configuration's defaults: bounded, they go into every run of the image's sessions. */
 #define CONFIG_ENV_MAX 64
 #define CONFIG_STR_MAX 1024
@@ -490,6 +492,7 @@ static int unpack_archive(struct from_job *j, const char *path, int src_fd, al_e
         goto out;
     }
     uint64_t total = 0, bound = j->lim.bytes_max + ((uint64_t)AL_LAYER_ENTRIES_MAX << 10);
+    unsigned kept = 0;
     struct archive_entry *e;
     int ar;
     while ((ar = archive_read_next_header(a, &e)) == ARCHIVE_OK) {
@@ -504,6 +507,13 @@ static int unpack_archive(struct from_job *j, const char *path, int src_fd, al_e
                 job_log(j, "archive member '%.200s' left out (not a file of an image layout)",
                         name);
             continue;
+        }
+        /* A layout is an index, a manifest, a config and its layers: a flood of members is
+         * not one (each would be a file in the scratch dir). */
+        if (++kept > ARCHIVE_MEMBERS_MAX) {
+            r = al_err(err, -E2BIG, "'%s' holds more than %d files: not an image archive", path,
+                       ARCHIVE_MEMBERS_MAX);
+            goto out;
         }
         int64_t size = archive_entry_size(e);
         if (size < 0 || (total += (uint64_t)size) > bound) {

@@ -171,6 +171,16 @@ class ImageFromTest(unittest.TestCase):
                          [], parts)
         self.assertEqual(sorted(os.listdir(self.store)), ["arch", "debian"])
 
+    def test_member_flood_refused(self):
+        with tarfile.open(os.path.join(self.work, "flood.tar"), "w") as t:
+            for i in range(600):
+                info = tarfile.TarInfo("blobs/sha256/%064x" % i)
+                t.addfile(info, io.BytesIO(b""))
+        r = self.build("bad", os.path.join(self.work, "flood.tar"))
+        self.assertEqual(r.returncode, 1, r)
+        self.assertIn(b"not an image archive", r.stderr)
+        self.assert_nothing_left()
+
     def test_not_an_image(self):
         with open(os.path.join(self.work, "plain.tar"), "wb") as f:
             f.write(layer(BASE))
@@ -202,7 +212,7 @@ class ImageFromTest(unittest.TestCase):
                  {"name": "opq/.wh..wh..opq"}]
         src = oci(os.path.join(self.work, "img"), [BASE, lower, upper],
                   config={"Env": ["PATH=/bin", "FOO=bar"], "WorkingDir": "/srv",
-                          "Cmd": ["/bin/sh"]})
+                          "Cmd": ["/bin/sh", "-c", "echo one\necho two"]})
         r = self.build("ok", src)
         self.assertEqual(r.returncode, 0, r)
         for needle in (b"dev-null", b"disk", b"bin/suid", b"bin/sgid", b"xattr"):
@@ -230,7 +240,7 @@ class ImageFromTest(unittest.TestCase):
         self.assertRegex(out, r"digest +sha256:[0-9a-f]{64}")
         self.assertRegex(out, r"env +PATH=/bin FOO=bar")
         self.assertRegex(out, r"workdir +/srv")
-        self.assertRegex(out, r"cmd +/bin/sh")
+        self.assertRegex(out, r"cmd +/bin/sh -c echo one\necho two")
         # Kept with --keep-setid.
         r = self.build("setid", src, "--keep-setid")
         self.assertEqual(r.returncode, 0, r)
