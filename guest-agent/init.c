@@ -162,6 +162,25 @@ static int root_switch(const char *dev, bool with_agent)
     return 0;
 }
 
+/* /tmp and /dev/shm hold at most half the memory still available once the guest is up, not
+ * tmpfs's half of all of it: in a small guest (tiny's root is itself in memory) filling /tmp
+ * then ends in ENOSPC the program can report, not in a kernel deadlocked on memory. */
+static void tmpfs_opts(char *buf, size_t len)
+{
+    unsigned long long kib = 0;
+    char line[128];
+    FILE *f = fopen("/proc/meminfo", "re");
+    while (f && fgets(line, sizeof(line), f))
+        if (sscanf(line, "MemAvailable: %llu kB", &kib) == 1)
+            break;
+    if (f)
+        fclose(f);
+    if (kib >= 2048)
+        snprintf(buf, len, "mode=1777,size=%lluk", kib / 2);
+    else
+        snprintf(buf, len, "mode=1777");
+}
+
 /* Code that serves on localhost (a test web server, a notebook) expects lo to be up. */
 static void loopback_up(void)
 {
@@ -198,8 +217,10 @@ void init_pid1(void)
     }
     /* The rest is mounted in the final root. */
     mount_fs("devpts", "/dev/pts", MS_NOSUID | MS_NOEXEC, "mode=0620,ptmxmode=0666");
-    mount_fs("tmpfs", "/dev/shm", MS_NOSUID | MS_NODEV, "mode=1777");
-    mount_fs("tmpfs", "/tmp", MS_NOSUID | MS_NODEV, "mode=1777");
+    char mem_fs[64];
+    tmpfs_opts(mem_fs, sizeof(mem_fs));
+    mount_fs("tmpfs", "/dev/shm", MS_NOSUID | MS_NODEV, mem_fs);
+    mount_fs("tmpfs", "/tmp", MS_NOSUID | MS_NODEV, mem_fs);
     mount_fs("tmpfs", "/run", MS_NOSUID | MS_NODEV, "mode=0755");
     mount_fs("cgroup2", CGROUP_ROOT, plain, NULL);
     /* What udev would have made and shells expect (process substitution, /dev/stdin). */

@@ -449,17 +449,93 @@ static int from_tree(struct from_job *j, const char *dir, al_error *err)
 
 /* ---- archives: the members the formats use, copied into scratch/src ---- */
 
+/* hex digits, n of them (n 0: 32 to 128). */
+static bool hex_run(const char *p, size_t len, size_t n)
+{
+    return strspn(p, "0123456789abcdef") >= len && (n ? len == n : len >= 32 && len <= 128);
+}
+
+/* A name of the OCI layout or of docker save's (p checked by al_tree_path_check): the only
+ * members an image archive has, and the only ones taken from it. */
 static bool member_ok(const char *p)
 {
-    /* Names of the OCI layout and of docker save's layout: letters, digits, '.', '_', '-' in
-     * at most three levels. */
-    if (strspn(p, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789._-/") !=
-        strlen(p))
+    static const char *const top[] = {"oci-layout",   "index.json", "manifest.json",
+                                      "repositories", "blobs",      NULL};
+    for (const char *const *t = top; *t; t++)
+        if (!strcmp(p, *t))
+            return true;
+    size_t n = strcspn(p, "/");
+    if (!strncmp(p, "blobs/", 6)) { /* blobs/ALG[/HEX] */
+        const char *alg = p + 6;
+        size_t an = strcspn(alg, "/");
+        if (an == 0 || an > 16 || strspn(alg, "abcdefghijklmnopqrstuvwxyz0123456789") < an)
+            return false;
+        return !alg[an] || hex_run(alg + an + 1, strlen(alg + an + 1), 0);
+    }
+    if (!hex_run(p, n, 64)) /* docker: HEX, HEX.json, HEX.tar, HEX/{layer.tar,json,VERSION} */
         return false;
-    int depth = 0;
-    for (const char *c = p; *c; c++)
-        depth += *c == '/';
-    return depth <= 2;
+    const char *rest = p + n;
+    return !*rest || !strcmp(rest, ".json") || !strcmp(rest, ".tar") ||
+           !strcmp(rest, "/layer.tar") || !strcmp(rest, "/json") || !strcmp(rest, "/VERSION");
+}
+
+/* The tar archive at path opened for reading into *out (built-in filters only: no external
+ * programs on an archive from anywhere). */
+static int tar_open(const char *path, struct archive **out, al_error *err)
+{
+    struct archive *a = archive_read_new();
+    if (!a)
+        return al_err(err, -ENOMEM, "out of memory");
+    archive_read_support_filter_gzip(a);
+    archive_read_support_filter_bzip2(a);
+    archive_read_support_filter_xz(a);
+    archive_read_support_filter_zstd(a);
+    archive_read_support_format_tar(a);
+    if (archive_read_open_filename(a, path, 1 << 16) != ARCHIVE_OK) {
+        int r = al_err(err, -EINVAL, "cannot read '%s': %s", path, archive_error_string(a));
+        archive_read_free(a);
+        return r;
+    }
+    *out = a;
+    return 0;
+}
+
+/* The member's name, checked, in rel: 1 a name of the image layouts, 0 the archive's top
+ * ("./"), -1 a name no image has. */
+static int member_rel(struct archive_entry *e, char rel[static AL_TREE_PATH_MAX + 1])
+{
+    const char *name = archive_entry_pathname(e);
+    if (!name || strlen(name) > AL_TREE_PATH_MAX)
+        return -1;
+    snprintf(rel, AL_TREE_PATH_MAX + 1, "%s", name);
+    if (al_tree_path_check(rel) < 0)
+        return -1;
+    return !rel[0] ? 0 : member_ok(rel) ? 1 : -1;
+}
+
+/* Whether the tar archive at path is an image (only names of the layouts: 1, and unpack_archive
+ * then says which, or that it is neither) or a root file system's tar, as `docker export` writes
+ * (0). Stops at the first name no image has. */
+static int archive_is_image(const char *path, al_error *err)
+{
+    struct archive *a;
+    int r = tar_open(path, &a, err);
+    if (r < 0)
+        return r;
+    struct archive_entry *e;
+    int ar;
+    char rel[AL_TREE_PATH_MAX + 1];
+    while ((ar = archive_read_next_header(a, &e)) == ARCHIVE_OK)
+        if (member_rel(e, rel) < 0)
+            goto out; /* no image names such a member: a root file system's */
+    if (ar != ARCHIVE_EOF)
+        r = al_err(err, -EINVAL, "'%s' is not a readable tar archive: %s", path,
+                   archive_error_string(a));
+    else
+        r = 1;
+out:
+    archive_read_free(a);
+    return r;
 }
 
 static int mkdirs_beneath(int dirfd, const char *rel)
@@ -477,35 +553,20 @@ static int mkdirs_beneath(int dirfd, const char *rel)
 
 static int unpack_archive(struct from_job *j, const char *path, int src_fd, al_error *err)
 {
-    struct archive *a = archive_read_new();
-    if (!a)
-        return al_err(err, -ENOMEM, "out of memory");
-    /* Built-in filters only (no external programs on an archive from anywhere). */
-    archive_read_support_filter_gzip(a);
-    archive_read_support_filter_bzip2(a);
-    archive_read_support_filter_xz(a);
-    archive_read_support_filter_zstd(a);
-    archive_read_support_format_tar(a);
-    int r = 0;
-    if (archive_read_open_filename(a, path, 1 << 16) != ARCHIVE_OK) {
-        r = al_err(err, -EINVAL, "cannot read '%s': %s", path, archive_error_string(a));
-        goto out;
-    }
+    struct archive *a;
+    int r = tar_open(path, &a, err);
+    if (r < 0)
+        return r;
     uint64_t total = 0, bound = j->lim.bytes_max + ((uint64_t)AL_LAYER_ENTRIES_MAX << 10);
     unsigned kept = 0;
     struct archive_entry *e;
     int ar;
+    char rel[AL_TREE_PATH_MAX + 1];
     while ((ar = archive_read_next_header(a, &e)) == ARCHIVE_OK) {
-        const char *name = archive_entry_pathname(e);
-        char rel[AL_TREE_PATH_MAX + 1];
-        if (!name || strlen(name) > AL_TREE_PATH_MAX)
-            continue;
-        snprintf(rel, sizeof(rel), "%s", name);
-        if (archive_entry_filetype(e) != AE_IFREG || al_tree_path_check(rel) < 0 || !rel[0] ||
-            !member_ok(rel)) {
+        if (member_rel(e, rel) <= 0 || archive_entry_filetype(e) != AE_IFREG) {
             if (archive_entry_filetype(e) != AE_IFDIR)
                 job_log(j, "archive member '%.200s' left out (not a file of an image layout)",
-                        name);
+                        archive_entry_pathname(e) ? archive_entry_pathname(e) : "");
             continue;
         }
         /* A layout is an index, a manifest, a config and its layers: a flood of members is
@@ -856,6 +917,26 @@ static int read_source(struct from_job *j, al_error *err)
         return al_err(err, -errno, "cannot open '%s': %s", src, strerror(errno));
     int r;
     if (is_archive(abs)) {
+        r = archive_is_image(abs, err);
+        if (r == 0 && j->o->kernels)
+            return al_err(err, -EINVAL,
+                          "--kernels adds packages to an image: give a Containerfile, an OCI "
+                          "layout or archive, or a docker save tarball, not a root file "
+                          "system's tar");
+        if (r == 0) {
+            /* A root file system's tar: one layer, read where it is. */
+            j->kind = "rootfs-archive";
+            _cleanup_close_ int fd = open(abs, O_RDONLY | O_CLOEXEC | O_NOCTTY);
+            if (fd < 0)
+                return al_err(err, -errno, "cannot open '%s': %s", from, strerror(errno));
+            uint64_t size = (uint64_t)st.st_size;
+            if ((r = tree_make(j, size * 4, err)) < 0)
+                return r;
+            j->layer = 1;
+            return apply_layer_fd(j, fd, NULL, err);
+        }
+        if (r < 0)
+            return r;
         r = unpack_archive(j, abs, sfd, err);
         if (r < 0)
             return r;
@@ -883,9 +964,8 @@ static int read_source(struct from_job *j, al_error *err)
                              : from_docker(j, sfd, err);
     }
     return al_err(err, -EINVAL,
-                  "'%s' is a tar archive but neither an OCI image (no oci-layout) nor a docker "
-                  "save (no manifest.json); a root file system's tar: unpack it and give the "
-                  "directory",
+                  "'%s' is a tar archive of an image's files but neither an OCI image (no "
+                  "oci-layout) nor a docker save (no manifest.json)",
                   from);
 }
 

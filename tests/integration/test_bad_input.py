@@ -144,7 +144,8 @@ class BadInputTest(unittest.TestCase):
             self.assertEqual(r.returncode, 125, r.stderr)
             self.assertEqual(r.stderr.strip().splitlines(),
                              [b"airlock: --get failed: no such file in the guest: /nonexist"])
-            # A guest out of room says it is the guest's (tiny's /tmp is half its memory).
+            # A guest out of room says it is the guest's (tiny's /tmp is half the memory left
+            # once it is up).
             big = os.path.join(d, "big")
             with open(big, "wb") as f:
                 f.truncate(64 << 20)

@@ -181,12 +181,26 @@ class ImageFromTest(unittest.TestCase):
         self.assertIn(b"not an image archive", r.stderr)
         self.assert_nothing_left()
 
-    def test_not_an_image(self):
-        with open(os.path.join(self.work, "plain.tar"), "wb") as f:
-            f.write(layer(BASE))
-        r = self.build("bad", os.path.join(self.work, "plain.tar"))
+    def test_rootfs_tar_and_not_an_image(self):
+        """A root file system's tar (docker export) is one layer, with the same checks; a tar of
+        layout names without oci-layout or manifest.json is no image."""
+        with open(os.path.join(self.work, "rootfs.tar"), "wb") as f:
+            f.write(layer(BASE + [{"name": "dev/null", "type": tarfile.CHRTYPE, "dev": (1, 3)}]))
+        r = self.build("rootfs", os.path.join(self.work, "rootfs.tar"))
+        self.assertEqual(r.returncode, 0, r)
+        self.assertIn(b"dev/null: device node dropped", r.stderr)
+        self.assertIn("os-release", self.debugfs("rootfs", "ls /etc"))
+        out = altest.run(["image", "inspect", "rootfs"], image_dir=self.store).stdout.decode()
+        self.assertRegex(out, r"source +rootfs-archive /")
+        r = self.build("bad", os.path.join(self.work, "rootfs.tar"), "--kernels")
+        self.assertEqual(r.returncode, 1, r)
+        self.assertIn(b"not a root file system's tar", r.stderr)
+        with open(os.path.join(self.work, "index.tar"), "wb") as f:
+            f.write(layer([{"name": "index.json", "data": b"{}"}]))
+        r = self.build("bad", os.path.join(self.work, "index.tar"))
         self.assertEqual(r.returncode, 1, r)
         self.assertIn(b"neither an OCI image", r.stderr)
+        shutil.rmtree(os.path.join(self.store, "rootfs"))
         self.assert_nothing_left()
 
     def test_neutralised(self):
