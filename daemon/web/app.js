@@ -11,6 +11,7 @@ const SHOWN_MAX = 65536; // characters of one output shown before "show more"
 const IMAGE_EXT = /\.(png|jpe?g|gif|webp|svg)$/i;
 
 let current = null; // the session shown
+const displays = new Set(); // ids of the sessions with a screen
 let activeRun = null; // {id, source} of the running chat turn or command
 
 async function api(method, path, body, raw) {
@@ -90,12 +91,14 @@ async function refreshSessions() {
   const j = await api('GET', '/v1/sessions');
   const ul = $('sessions');
   ul.replaceChildren();
+  displays.clear();
   for (const s of j.sessions) {
+    if (s.display) displays.add(s.id);
     const li = el('li', s.id === current ? 'current' : '');
     li.dataset.id = s.id;
     li.append(el('span', 'name', s.id));
     const age = Math.round(Date.now() / 1000 - s.created);
-    li.append(el('span', 'meta', `${s.image} · ${s.memory_mib} MiB · ${age} s`));
+    li.append(el('span', 'meta', `${s.image} · ${s.memory_mib} MiB · ${age} s${s.display ? ' · screen' : ''}`));
     const stop = el('button', 'stop-session', 'Stop');
     stop.addEventListener('click', async (ev) => {
       ev.stopPropagation();
@@ -107,6 +110,7 @@ async function refreshSessions() {
     li.addEventListener('click', () => select(s.id));
     ul.append(li);
   }
+  showScreenTab();
 }
 
 function showError(e) {
@@ -119,6 +123,7 @@ $('new-session').addEventListener('submit', async (ev) => {
   $('start-session').disabled = true;
   const body = { checkpoint_policy: 'auto' };
   if ($('new-image').value) body.image = $('new-image').value;
+  if ($('new-display').checked) body.display = true;
   try {
     const s = await api('POST', '/v1/sessions', body);
     await refreshSessions();
@@ -136,6 +141,7 @@ function sp(path) {
 
 async function select(id) {
   current = id;
+  showScreenTab();
   showTerminal(id);
   $('session-title').textContent = id ? `Session ${id}` : 'No session selected';
   $('transcript').replaceChildren();
@@ -647,15 +653,17 @@ async function loadXterm() {
 
 function setTab(t) {
   tab = t;
-  $('tab-chat').classList.toggle('current', t === 'chat');
-  $('tab-terminal').classList.toggle('current', t === 'terminal');
+  for (const n of ['chat', 'terminal', 'screen']) $('tab-' + n).classList.toggle('current', t === n);
   $('terminal-pane').hidden = t !== 'terminal';
-  for (const id of ['transcript', 'chat-form', 'shell-form']) $(id).hidden = t === 'terminal';
+  $('screen-pane').hidden = t !== 'screen';
+  for (const id of ['transcript', 'chat-form', 'shell-form']) $(id).hidden = t !== 'chat';
   showTerminal(current);
+  if (t === 'screen') screenLoop();
 }
 
 $('tab-chat').addEventListener('click', () => setTab('chat'));
 $('tab-terminal').addEventListener('click', () => setTab('terminal'));
+$('tab-screen').addEventListener('click', () => setTab('screen'));
 $('terminal-new').addEventListener('click', () => {
   const t = terminals.get(current);
   if (t) { t.div.remove(); terminals.delete(current); }
@@ -751,5 +759,156 @@ async function showTerminal(id) {
   });
   t.term.focus();
 }
+
+// ---- the screen tab (sessions started with a screen): the host's screenshots of the VM
+// (GET /screen, a few a second while the tab is shown: simpler than a VNC stream, and what the
+// model sees too); "take over" sends the person's pointer and keys as input actions (POST
+// /input, in the pixels of the screenshot shown, one request at a time and in order). The
+// guest draws the pixels; nothing in them is read by the page, they are only shown.
+
+const SCREEN_PERIOD_MS = 250;
+const screen = { loop: null, w: 0, h: 0, frames: 0, queue: Promise.resolve(), moving: null };
+
+function showScreenTab() {
+  const has = current !== null && displays.has(current);
+  $('tab-screen').hidden = !has;
+  if (!has && tab === 'screen') setTab('chat');
+  if (has && tab === 'screen') screenLoop();
+}
+
+const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
+
+async function screenLoop() {
+  const id = current;
+  if (!id || screen.loop === id) return;
+  screen.loop = id;
+  const img = $('screen-img');
+  while (screen.loop === id && current === id && tab === 'screen') {
+    const t0 = performance.now();
+    try {
+      const r = await api('GET', sp('/screen'));
+      const blob = await r.blob();
+      if (current !== id) break;
+      const old = img.src;
+      img.src = URL.createObjectURL(blob);
+      await img.decode().catch(() => {});
+      if (old.startsWith('blob:')) URL.revokeObjectURL(old);
+      screen.w = Number(r.headers.get('X-Screen-Width')) || img.naturalWidth;
+      screen.h = Number(r.headers.get('X-Screen-Height')) || img.naturalHeight;
+      img.dataset.frames = ++screen.frames;
+      $('screen-status').textContent = `${screen.w}×${screen.h} · ${Math.round(performance.now() - t0)} ms`;
+    } catch (e) {
+      $('screen-status').textContent = 'no screen: ' + e.message;
+      await sleep(2000);
+    }
+    await sleep(Math.max(0, SCREEN_PERIOD_MS - (performance.now() - t0)));
+  }
+  if (screen.loop === id) screen.loop = null;
+}
+
+// The screenshot's pixel under the pointer, or null outside it.
+function screenPoint(ev) {
+  const img = $('screen-img');
+  const r = img.getBoundingClientRect();
+  const w = img.naturalWidth, h = img.naturalHeight;
+  if (!w || !h || !r.width || !r.height) return null;
+  const x = Math.floor(((ev.clientX - r.left) * w) / r.width);
+  const y = Math.floor(((ev.clientY - r.top) * h) / r.height);
+  return x >= 0 && y >= 0 && x < w && y < h ? [x, y] : null;
+}
+
+function sendInput(actions) {
+  const img = $('screen-img');
+  const body = { actions, width: img.naturalWidth, height: img.naturalHeight };
+  const id = current;
+  screen.queue = screen.queue.then(async () => {
+    if (current !== id) return;
+    try {
+      await api('POST', sp('/input'), body);
+      img.dataset.sent = Number(img.dataset.sent || 0) + actions.length;
+    } catch (e) {
+      $('screen-status').textContent = 'input refused: ' + e.message;
+    }
+  });
+}
+
+const takingOver = () => $('take-over').checked && !$('screen-pane').hidden;
+
+$('take-over').addEventListener('change', () => {
+  $('screen-img').classList.toggle('live', $('take-over').checked);
+  if ($('take-over').checked) $('screen-img').focus();
+});
+
+const screenImg = $('screen-img');
+screenImg.addEventListener('mousedown', (ev) => {
+  if (!takingOver()) return;
+  ev.preventDefault();
+  screenImg.focus();
+  const at = screenPoint(ev);
+  if (!at) return;
+  if (ev.button === 0) sendInput([{ action: 'left_mouse_down', coordinate: at }]);
+  else if (ev.button === 1) sendInput([{ action: 'middle_click', coordinate: at }]);
+  else if (ev.button === 2) sendInput([{ action: 'right_click', coordinate: at }]);
+});
+screenImg.addEventListener('mouseup', (ev) => {
+  if (!takingOver() || ev.button !== 0) return;
+  ev.preventDefault();
+  const at = screenPoint(ev);
+  sendInput([at ? { action: 'left_mouse_up', coordinate: at } : { action: 'left_mouse_up' }]);
+});
+screenImg.addEventListener('contextmenu', (ev) => { if (takingOver()) ev.preventDefault(); });
+// Moves go at most one request at a time: the latest position waits for the one in flight.
+screenImg.addEventListener('mousemove', (ev) => {
+  if (!takingOver()) return;
+  const at = screenPoint(ev);
+  if (!at) return;
+  const pending = screen.moving !== null;
+  screen.moving = at;
+  if (pending) return;
+  setTimeout(() => {
+    const to = screen.moving;
+    screen.moving = null;
+    if (to) sendInput([{ action: 'mouse_move', coordinate: to }]);
+  }, 50);
+});
+screenImg.addEventListener('wheel', (ev) => {
+  if (!takingOver()) return;
+  ev.preventDefault();
+  const at = screenPoint(ev);
+  if (!at || (!ev.deltaX && !ev.deltaY)) return;
+  const dir = Math.abs(ev.deltaY) >= Math.abs(ev.deltaX) ? (ev.deltaY > 0 ? 'down' : 'up') : (ev.deltaX > 0 ? 'right' : 'left');
+  sendInput([{ action: 'scroll', coordinate: at, scroll_direction: dir, scroll_amount: 1 }]);
+}, { passive: false });
+
+// The browser's key names as the input's (xdotool's); a printable key without ctrl, alt or
+// meta is typed as its character.
+const KEY_NAMES = {
+  Enter: 'Return', Backspace: 'BackSpace', Tab: 'Tab', Escape: 'Escape', Delete: 'Delete',
+  Insert: 'Insert', Home: 'Home', End: 'End', PageUp: 'Page_Up', PageDown: 'Page_Down',
+  ArrowLeft: 'Left', ArrowRight: 'Right', ArrowUp: 'Up', ArrowDown: 'Down', ' ': 'space',
+};
+
+screenImg.addEventListener('keydown', (ev) => {
+  if (!takingOver()) return;
+  if (['Control', 'Shift', 'Alt', 'Meta', 'AltGraph', 'CapsLock'].includes(ev.key)) return;
+  ev.preventDefault();
+  const chord = ev.ctrlKey || ev.altKey || ev.metaKey;
+  if (!chord && ev.key.length === 1 && ev.key !== ' ') {
+    sendInput([{ action: 'type', text: ev.key }]);
+    return;
+  }
+  let name = KEY_NAMES[ev.key] || (/^F([1-9]|1[0-2])$/.test(ev.key) ? ev.key : null);
+  if (!name && ev.key.length === 1) name = ev.key.toLowerCase();
+  if (!name) {
+    $('screen-status').textContent = `the key ${ev.key} is not sent`;
+    return;
+  }
+  const mods = [];
+  if (ev.ctrlKey) mods.push('ctrl');
+  if (ev.altKey) mods.push('alt');
+  if (ev.shiftKey && (chord || name.length > 1)) mods.push('shift');
+  if (ev.metaKey) mods.push('super');
+  sendInput([{ action: 'key', text: [...mods, name].join('+') }]);
+});
 
 start();

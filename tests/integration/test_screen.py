@@ -99,6 +99,43 @@ def png_pixels(data):
     return w, h, rows, bpp
 
 
+def start_reader(sb):
+    """Starts READER in the guest; the tablet's axis ranges (x min, max, y min, max)."""
+    sb.commands.run("cat > /tmp/reader.py", stdin=READER)
+    sb.commands.run("python3 /tmp/reader.py", background=True)
+    deadline = time.time() + 60
+    while time.time() < deadline:
+        first = sb.commands.run("head -n1 /tmp/ev.log 2>/dev/null || true").stdout
+        if first.startswith("ready"):
+            break
+        time.sleep(0.2)
+    return [int(v) for v in first.split()[1:]]
+
+
+def event_count(sb):
+    return int(sb.commands.run("wc -l < /tmp/ev.log").stdout)
+
+
+def events_since(sb, before):
+    """The guest's events after the first `before` lines, as (dev, type, code, value)."""
+    out = sb.commands.run("tail -n +%d /tmp/ev.log" % (before + 1)).stdout
+    return [(p[0], int(p[1]), int(p[2]), int(p[3])) for p in
+            (line.split() for line in out.splitlines())]
+
+
+def typed(ev):
+    """The text the keyboard's presses among the events typed (US layout, shift held)."""
+    text, shift = "", False
+    for d, t, c, v in ev:
+        if d != "kbd" or t != EV_KEY:
+            continue
+        if c == KEY_LEFTSHIFT:
+            shift = v == 1
+        elif v == 1:
+            text += US[c][1 if shift else 0]
+    return text
+
+
 def pixel(img, x, y):
     w, h, rows, bpp = img
     return tuple(rows[y][x * bpp:x * bpp + 3])
@@ -112,15 +149,7 @@ class ScreenTest(unittest.TestCase):
         cls.d = Daemon()
         try:
             cls.sb = Sandbox(image="debian", display=True, client=cls.d.unix())
-            cls.sb.commands.run("cat > /tmp/reader.py", stdin=READER)
-            cls.reader = cls.sb.commands.run("python3 /tmp/reader.py", background=True)
-            deadline = time.time() + 60
-            while time.time() < deadline:
-                first = cls.sb.commands.run("head -n1 /tmp/ev.log 2>/dev/null || true").stdout
-                if first.startswith("ready"):
-                    break
-                time.sleep(0.2)
-            cls.ranges = [int(v) for v in first.split()[1:]]
+            cls.ranges = start_reader(cls.sb)
         except BaseException:
             cls.d.stop_and_remove()
             raise
@@ -133,12 +162,10 @@ class ScreenTest(unittest.TestCase):
 
     def events(self, act, size=None, settle=0.3):
         """Runs the actions; the guest's events they caused, as (dev, type, code, value)."""
-        before = int(self.sb.commands.run("wc -l < /tmp/ev.log").stdout)
+        before = event_count(self.sb)
         self.last = self.sb.input(act, size=size)
         time.sleep(settle)
-        out = self.sb.commands.run("tail -n +%d /tmp/ev.log" % (before + 1)).stdout
-        return [(p[0], int(p[1]), int(p[2]), int(p[3])) for p in
-                (line.split() for line in out.splitlines())]
+        return events_since(self.sb, before)
 
     def test_a_screenshot_is_the_modes_png(self):
         png = self.sb.screenshot()
@@ -195,13 +222,13 @@ class ScreenTest(unittest.TestCase):
 
     def test_d_out_of_range_is_an_error_not_a_clamp(self):
         for bad in ([720, 10], [10, 400], [-1, 0], [1.5, 2], "x"):
-            before = int(self.sb.commands.run("wc -l < /tmp/ev.log").stdout)
+            before = event_count(self.sb)
             with self.assertRaises(APIError) as e:
                 self.sb.input([{"action": "left_click", "coordinate": bad}])
             self.assertEqual(e.exception.status, 400)
             self.assertIn("action 1 (left_click)", e.exception.message)
             time.sleep(0.3)
-            after = int(self.sb.commands.run("wc -l < /tmp/ev.log").stdout)
+            after = event_count(self.sb)
             self.assertEqual(before, after, "nothing reached the guest for %r" % (bad,))
         # The actions before a bad one ran, and the answer says how many.
         c, r = self.sb.client.open("POST", self.sb._path + "/input", body={"actions": [
@@ -240,15 +267,7 @@ class ScreenTest(unittest.TestCase):
     def test_f_keys_and_typing(self):
         text = "Hello, World! 123 ~|"
         ev = self.events([{"action": "type", "text": text}], settle=1.0)
-        typed, shift = "", False
-        for d, t, c, v in ev:
-            if d != "kbd" or t != EV_KEY:
-                continue
-            if c == KEY_LEFTSHIFT:
-                shift = v == 1
-            elif v == 1:
-                typed += US[c][1 if shift else 0]
-        self.assertEqual(typed, text)
+        self.assertEqual(typed(ev), text)
         # A chord: pressed in order, released in reverse.
         ev = self.events([{"action": "key", "text": "ctrl+shift+t"}])
         self.assertEqual([(c, v) for d, t, c, v in ev if t == EV_KEY],
@@ -260,12 +279,12 @@ class ScreenTest(unittest.TestCase):
         for bad, why in (({"action": "type", "text": "naïve"}, "not on the US keyboard"),
                          ({"action": "key", "text": "ctrl+nosuchkey"}, "unknown key"),
                          ({"action": "hold_key", "text": "a", "duration": 61}, "duration")):
-            before = int(self.sb.commands.run("wc -l < /tmp/ev.log").stdout)
+            before = event_count(self.sb)
             with self.assertRaises(APIError) as e:
                 self.sb.input([bad])
             self.assertIn(why, e.exception.message)
             time.sleep(0.3)
-            self.assertEqual(int(self.sb.commands.run("wc -l < /tmp/ev.log").stdout), before)
+            self.assertEqual(event_count(self.sb), before)
 
     def test_g_a_session_without_a_display(self):
         plain = Sandbox(image="debian", client=self.d.unix())

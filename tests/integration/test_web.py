@@ -27,6 +27,7 @@ import unittest
 import altest
 from test_airlockd import Daemon
 from airlock import APIError, Sandbox
+from test_screen import BTN_LEFT, EV_ABS, EV_KEY, event_count, events_since, start_reader, typed
 
 try:
     from selenium import webdriver
@@ -35,6 +36,8 @@ except ImportError:  # Debian's python3-selenium lives beside the system python
         os.execv("/usr/bin/python3", ["/usr/bin/python3"] + sys.argv)
     raise
 from selenium.webdriver.chrome.service import Service
+from selenium.webdriver.common.action_chains import ActionChains
+from selenium.webdriver.common.keys import Keys
 from selenium.webdriver.common.by import By
 from selenium.webdriver.support.ui import WebDriverWait
 
@@ -549,6 +552,110 @@ class WebTest(unittest.TestCase):
         self.shot("09-port")
         b.close()
         b.switch_to.window(main)
+
+    # ---- the screen of a session started with one, taken over ----
+
+    def sign_in(self):
+        self.b.get(self.url)
+        self.wait(lambda: self.q("#login").is_displayed() or self.q("#app").is_displayed(), 20,
+                  "the page")
+        if self.q("#login").is_displayed():
+            self.q("#api-key").send_keys(self.key)
+            self.q("#login-btn").click()
+            self.wait(lambda: self.q("#app").is_displayed(), 10, "signed in")
+
+    def guest_events(self, sb, before, want, timeout=30):
+        """The guest's events after `before` once `want` of them have come."""
+        deadline = time.time() + timeout
+        while True:
+            ev = events_since(sb, before)
+            if len(ev) >= want or time.time() > deadline:
+                return ev
+            time.sleep(0.3)
+
+    def test_screen_take_over(self):
+        """A session started with a screen: its Screen tab shows the host's screenshots,
+        refreshed; with "take over" the person's clicks land on the guest's tablet at the pixel
+        clicked and their keys on its keyboard (read back from the guest's evdev devices).
+        Without "take over" nothing is sent; a session without a screen has no such tab."""
+        b = self.b
+        self.sign_in()
+        self.q("#new-image").clear()
+        self.q("#new-image").send_keys("debian")
+        if not self.q("#new-display").is_selected():
+            self.q("#new-display").click()
+        self.q("#start-session").click()
+        self.wait(lambda: self.qs("#sessions li.current"), BOOT_S, "a session starts")
+        sid = self.session_id()
+        sb = self.sandbox(sid)
+        self.addCleanup(sb.kill)
+        self.assertTrue(sb.refresh()["display"])
+        ranges = start_reader(sb)
+        self.wait(lambda: self.q("#tab-screen").is_displayed(), 20, "the Screen tab")
+        self.q("#tab-screen").click()
+        img = self.q("#screen-img")
+        frames = lambda: int(img.get_attribute("data-frames") or 0)
+        self.wait(lambda: frames() >= 2, 60, "screenshots")
+        # VGA's text mode until a desktop sets one; the <img> is the screenshot, not scaled.
+        self.assertEqual(b.execute_script(
+            "return [arguments[0].naturalWidth, arguments[0].naturalHeight]", img), [720, 400])
+        self.assertIn("720×400", self.q("#screen-status").text)
+        n = frames()
+        self.wait(lambda: frames() > n + 2, 30, "the screen refreshed")
+        self.shot("10-screen")
+
+        # Not taken over: a click on the picture sends nothing.
+        before = event_count(sb)
+        ActionChains(b).move_to_element_with_offset(img, 0, 0).click().perform()
+        time.sleep(1.5)
+        self.assertEqual(events_since(sb, before), [])
+
+        self.q("#take-over").click()
+        rect = b.execute_script("const r = arguments[0].getBoundingClientRect();"
+                                "return [r.left, r.top, r.width, r.height]", img)
+        amin, amax = ranges[0], ranges[1]
+        for px, py in ((100, 50), (650, 370)):
+            # Selenium's offsets are from the element's centre, in CSS pixels.
+            dx = round(rect[0] + (px + 0.5) * rect[2] / 720 - (rect[0] + rect[2] / 2))
+            dy = round(rect[1] + (py + 0.5) * rect[3] / 400 - (rect[1] + rect[3] / 2))
+            before = event_count(sb)
+            ActionChains(b).move_to_element_with_offset(img, dx, dy).click().perform()
+            ev = self.guest_events(sb, before, 4)
+            self.assertEqual([(c, v) for d, t, c, v in ev if t == EV_KEY],
+                             [(BTN_LEFT, 1), (BTN_LEFT, 0)],
+                             (ev, self.q("#screen-status").text, img.get_attribute("data-sent")))
+            ax = [v for d, t, c, v in ev if t == EV_ABS and c == 0]
+            ay = [v for d, t, c, v in ev if t == EV_ABS and c == 1]
+            self.assertTrue(ax and ay, ev)
+            # where the guest's X server would put the pointer: the pixel clicked (give or
+            # take the browser's rounding of the offset)
+            self.assertLessEqual(abs((ax[-1] - amin) * 720 // (amax - amin + 1) - px), 1, ev)
+            self.assertLessEqual(abs((ay[-1] - amin) * 400 // (amax - amin + 1) - py), 1, ev)
+        # Keys while the picture has the focus: typed text, Enter, a chord.
+        before = event_count(sb)
+        img.send_keys("Hi, 42!")
+        img.send_keys(Keys.ENTER)
+        ActionChains(b).key_down(Keys.CONTROL).send_keys_to_element(img, "c").key_up(
+            Keys.CONTROL).perform()
+        ev = self.guest_events(sb, before, 30)
+        ctrl = 29  # KEY_LEFTCTRL
+        self.assertEqual(typed([e for e in ev if e[2] != ctrl]), "Hi, 42!\nc", ev)
+        keys = [(c, v) for d, t, c, v in ev if t == EV_KEY]
+        self.assertLess(keys.index((ctrl, 1)), keys.index((46, 1)), keys)  # held over KEY_C
+        self.assertLess(keys.index((46, 0)), keys.index((ctrl, 0)), keys)
+        self.assertEqual(b.find_elements(By.CSS_SELECTOR, ".error:not(:empty)"), [])
+        self.shot("11-screen-take-over")
+
+        # A session without a screen: no Screen tab; the chat tab comes back.
+        plain = Sandbox(url="http://127.0.0.1:%d" % self.d.port, api_key=self.key,
+                        image="tiny")
+        self.addCleanup(plain.kill)
+        self.wait(lambda: b.execute_script(
+            "for (const li of document.querySelectorAll('#sessions li'))"
+            "  if (li.dataset.id === arguments[0]) { li.click(); return true; }"
+            "return false", plain.id), 40, "the other session listed (refreshed every 15 s)")
+        self.wait(lambda: not self.q("#tab-screen").is_displayed(), 10, "no Screen tab")
+        self.assertTrue(self.q("#transcript").is_displayed())
 
     # ---- the unix socket through a local forward: no key ----
 
