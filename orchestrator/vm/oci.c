@@ -449,10 +449,11 @@ static int from_tree(struct from_job *j, const char *dir, al_error *err)
 
 /* ---- archives: the members the formats use, copied into scratch/src ---- */
 
-/* hex digits, n of them (n 0: 32 to 128). */
-static bool hex_run(const char *p, size_t len, size_t n)
+/* A blob's file name: its digest in hex, 32 to 128 digits. */
+static bool blob_name(const char *p)
 {
-    return strspn(p, "0123456789abcdef") >= len && (n ? len == n : len >= 32 && len <= 128);
+    size_t len = strlen(p);
+    return strspn(p, "0123456789abcdef") == len && len >= 32 && len <= 128;
 }
 
 /* A name of the OCI layout or of docker save's (p checked by al_tree_path_check): the only
@@ -464,15 +465,15 @@ static bool member_ok(const char *p)
     for (const char *const *t = top; *t; t++)
         if (!strcmp(p, *t))
             return true;
-    size_t n = strcspn(p, "/");
     if (!strncmp(p, "blobs/", 6)) { /* blobs/ALG[/HEX] */
         const char *alg = p + 6;
         size_t an = strcspn(alg, "/");
         if (an == 0 || an > 16 || strspn(alg, "abcdefghijklmnopqrstuvwxyz0123456789") < an)
             return false;
-        return !alg[an] || hex_run(alg + an + 1, strlen(alg + an + 1), 0);
+        return !alg[an] || blob_name(alg + an + 1);
     }
-    if (!hex_run(p, n, 64)) /* docker: HEX, HEX.json, HEX.tar, HEX/{layer.tar,json,VERSION} */
+    size_t n = strspn(p, "0123456789abcdef");
+    if (n != 64) /* docker: HEX, HEX.json, HEX.tar, HEX/{layer.tar,json,VERSION} */
         return false;
     const char *rest = p + n;
     return !*rest || !strcmp(rest, ".json") || !strcmp(rest, ".tar") ||

@@ -181,6 +181,40 @@ class ImageFromTest(unittest.TestCase):
         self.assertIn(b"not an image archive", r.stderr)
         self.assert_nothing_left()
 
+    def test_archives_of_each_layout(self):
+        """An OCI archive with its directories' entries (as buildah writes it) and a docker
+        save (skopeo's: HEX.tar layers, HEX/layer.tar links to them) are read as images, not
+        as a root file system's tar."""
+        layout = oci(os.path.join(self.work, "img"), [BASE])
+        with tarfile.open(os.path.join(self.work, "img.oci.tar"), "w") as t:
+            t.add(layout, arcname=".")
+        data = layer(BASE)
+        lid = hashlib.sha256(data).hexdigest()
+        cfg = json.dumps({"architecture": "amd64", "os": "linux", "config": {"Env": ["A=1"]},
+                          "rootfs": {"type": "layers",
+                                     "diff_ids": ["sha256:" + lid]}}).encode()
+        cid = hashlib.sha256(cfg).hexdigest()
+        v1 = "%064x" % 7
+        manifest = json.dumps([{"Config": cid + ".json", "RepoTags": ["t:latest"],
+                                "Layers": [lid + ".tar"]}]).encode()
+        with open(os.path.join(self.work, "img.docker.tar"), "wb") as f:
+            f.write(layer([{"name": lid + ".tar", "data": data},
+                           {"name": cid + ".json", "data": cfg},
+                           {"name": v1 + "/layer.tar", "type": tarfile.SYMTYPE,
+                            "link": "../" + lid + ".tar"},
+                           {"name": v1 + "/VERSION", "data": b"1.0"},
+                           {"name": v1 + "/json", "data": b"{}"},
+                           {"name": "manifest.json", "data": manifest},
+                           {"name": "repositories", "data": b"{}"}]))
+        for name, kind in (("o", "oci-archive"), ("d", "docker-archive")):
+            r = self.build(name, os.path.join(self.work, "img.%s.tar" % kind.split("-")[0]))
+            self.assertEqual(r.returncode, 0, r)
+            out = altest.run(["image", "inspect", name], image_dir=self.store).stdout.decode()
+            self.assertRegex(out, r"source +%s /" % kind)
+            self.assertEqual(self.debugfs(name, "cat /etc/os-release"), "ID=test\n")
+            shutil.rmtree(os.path.join(self.store, name))
+        self.assert_nothing_left()
+
     def test_rootfs_tar_and_not_an_image(self):
         """A root file system's tar (docker export) is one layer, with the same checks; a tar of
         layout names without oci-layout or manifest.json is no image."""
