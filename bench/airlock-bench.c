@@ -838,7 +838,8 @@ static double shot_ms(al_session *s, size_t *bytes)
 }
 
 /* [IMAGE] [ROUNDS]: a host-side screenshot alone; a click then the next screenshot; and the
- * guest's own read of its screen (VGA text memory through /dev/mem, copied out by exec), a
+ * guest's own capture copied out by exec: on the desktop image scrot's PNG of the X screen (the
+ * baseline of issue 33's goal), elsewhere a read of the VGA text memory through /dev/mem, a
  * lower bound of any in-guest capture (no pixels, no PNG). Rounds alternated. */
 static int cmd_screen(int argc, char **argv)
 {
@@ -853,7 +854,17 @@ static int cmd_screen(int argc, char **argv)
     if (al_session_open(&so, &s, &err) < 0)
         die(err.msg);
     int null = open("/dev/null", O_WRONLY | O_CLOEXEC);
-    const char *guest[] = {"dd if=/dev/mem bs=4096 skip=184 count=1 2>/dev/null", NULL};
+    bool desktop = !strcmp(image, "desktop");
+    const char *guest[] = {desktop ? "scrot -o -z /tmp/s.png && cat /tmp/s.png"
+                                   : "dd if=/dev/mem bs=4096 skip=184 count=1 2>/dev/null",
+                           NULL};
+    if (desktop) {
+        /* X is started beside the agent: wait for it (and a screen with something on it). */
+        const char *up[] = {"for i in $(seq 600); do xdpyinfo >/dev/null 2>&1 && exit 0; "
+                            "sleep 0.1; done; exit 1",
+                            NULL};
+        exec_or_die(s, up, "sh", null);
+    }
     double alone[100], click[100], inguest[100];
     size_t bytes = 0;
     unpaced();
@@ -878,9 +889,11 @@ static int cmd_screen(int argc, char **argv)
     double ma = median(alone, n), mc = median(click, n), mg = median(inguest, n);
     printf("{\"image\": \"%s\", \"rounds\": %d, \"kvm\": %s, \"png_bytes\": %zu, "
            "\"screenshot_ms\": %.2f, \"click_then_screenshot_ms\": %.2f, "
-           "\"click_vs_screenshot\": %.3f, \"guest_vga_read_ms\": %.2f, "
-           "\"screenshot_vs_guest_read\": %.3f}\n",
-           image, n, al_session_kvm(s) ? "true" : "false", bytes, ma, mc, mc / ma, mg, ma / mg);
+           "\"click_vs_screenshot\": %.3f, \"guest_capture\": \"%s\", "
+           "\"guest_capture_ms\": %.2f, \"screenshot_vs_guest_capture\": %.3f}\n",
+           image, n, al_session_kvm(s) ? "true" : "false", bytes, ma, mc, mc / ma,
+           desktop ? "scrot PNG, copied out by exec" : "VGA text memory, copied out by exec", mg,
+           ma / mg);
     close(null);
     al_session_close(s);
     return 0;

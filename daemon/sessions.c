@@ -863,7 +863,7 @@ int ad_session_create(const char *owner, const struct ad_limits *lim, const stru
     s->vcpus = al_session_vcpus(as);
     s->policy = policy;
     s->checkpoints = o.checkpoints;
-    s->display = o.display;
+    s->display = al_session_has_display(as);
     s->pooled = pooled;
     s->labels = c->labels ? cJSON_Duplicate(c->labels, true) : cJSON_CreateObject();
     if (net.allow) {

@@ -33,6 +33,11 @@
  * switched (airlock.init=/usr/local/sbin/airlock-boot): images reached over SSH, which must not
  * hold the agent, boot with it. */
 #define INIT_PARAM "airlock.init="
+/* Kernel command-line word naming a program PID 1 starts once, beside the agent, after the root
+ * switch (airlock.service=/usr/local/sbin/airlock-desktop): an image's own boot step (the desktop
+ * image's X server). Its processes are adopted and reaped by PID 1, never restarted; it holds no
+ * channel and no request, so the host relies on nothing it does. */
+#define SERVICE_PARAM "airlock.service="
 /* Where the new root is mounted before the switch. */
 #define NEW_ROOT "/newroot"
 /* The agent and the language kernels, in the initramfs; bound at the same path into the new
@@ -99,6 +104,8 @@ static void load_modules(void)
 
 /* The program named by airlock.init=, set by init_pid1(); empty: serve the agent protocol. */
 static char boot_program[PATH_MAX];
+/* The program named by airlock.service=; empty: none. */
+static char service_program[PATH_MAX];
 
 /* Writes the value of the command-line word PARAM (name and '=') into val when it is an absolute
  * path under prefix without "..", false when there is none (or it is no such path). */
@@ -209,6 +216,7 @@ void init_pid1(void)
     load_modules();
     char dev[64];
     cmdline_path(INIT_PARAM, "/", boot_program, sizeof(boot_program));
+    cmdline_path(SERVICE_PARAM, "/", service_program, sizeof(service_program));
     if (cmdline_path(ROOT_PARAM, "/dev/", dev, sizeof(dev)) &&
         root_switch(dev, !boot_program[0]) < 0) {
         init_power_off(false); /* the host sees the channel close, the console says why */
@@ -252,22 +260,31 @@ void init_pid1(void)
  * then only reaps: daemons and the orphans of SSH sessions are re-parented to it. A boot step
  * that cannot start or fails powers the machine off, so the host sees it at once instead of
  * waiting out a timeout; a daemon that dies later is not restarted (tests kill sshd on purpose). */
-static _Noreturn void boot_program_run(void)
+/* Starts program with stdin from /dev/null and output to the console (fds 1-2; nothing reads
+ * the serial line), in a session of its own when new_session. Its pid, or -1 (logged). */
+static pid_t program_start(const char *program, bool new_session)
 {
-    pid_t boot = fork();
-    if (boot == 0) {
-        /* Output goes to the console (fds 1-2); nothing reads the serial line. */
+    pid_t pid = fork();
+    if (pid == 0) {
+        if (new_session)
+            setsid();
         int fd = open("/dev/null", O_RDONLY);
         if (fd > 0) {
             dup2(fd, STDIN_FILENO);
             close(fd);
         }
-        execl(boot_program, boot_program, (char *)NULL);
-        agent_log("cannot run %s: %s", boot_program, strerror(errno));
+        execl(program, program, (char *)NULL);
+        agent_log("cannot run %s: %s", program, strerror(errno));
         _exit(127);
     }
-    if (boot < 0)
-        agent_log("cannot start %s: %s", boot_program, strerror(errno));
+    if (pid < 0)
+        agent_log("cannot start %s: %s", program, strerror(errno));
+    return pid;
+}
+
+static _Noreturn void boot_program_run(void)
+{
+    pid_t boot = program_start(boot_program, false);
     while (boot > 0) {
         int st;
         pid_t p = waitpid(-1, &st, 0);
@@ -308,6 +325,10 @@ void init_supervise(void)
         boot_program_run();
     if (egress_present())
         egress_start();
+    /* airlock.service=PROGRAM: started once, in its own session (it may send its output
+     * elsewhere); PID 1 reaps it and what it leaves running. */
+    if (service_program[0])
+        program_start(service_program, true);
     pid_t agent = fork();
     if (agent == 0)
         return;

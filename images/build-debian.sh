@@ -6,6 +6,9 @@
 #   images/build-debian.sh AGENT_BINARY OUTDIR [--toolchain] [--variant=sshd]
 #
 # --toolchain adds build-essential (and python3-dev).
+# --variant=desktop builds the `desktop` image instead (images/build-desktop.sh): the same disk
+# plus desktop/packages (Xorg, openbox, a terminal, chromium) and desktop/customize.sh, booted
+# with Debian's generic kernel (DRM for the VGA) and airlock.service= naming the desktop's start.
 # --variant=sshd builds the `sshd` image instead (images/build-sshd.sh): the same disk plus
 # sshd/packages and sshd/customize.sh, without the agent. Its initramfs still has the agent as
 # /init to load modules and switch root, but airlock.init= on the command line makes that init
@@ -42,6 +45,7 @@ for a in "$@"; do
     case $a in
     --toolchain) toolchain=true ;;
     --variant=sshd) variant=sshd ;;
+    --variant=desktop) variant=desktop ;;
     -*) usage ;;
     *) args+=("$a") ;;
     esac
@@ -57,7 +61,9 @@ export SOURCE_DATE_EPOCH=${SOURCE_DATE_EPOCH:-1700000000}
 agent_version=$("$agent" --version | awk '{print $2}')
 agent_protocol=$("$agent" --version | awk '{print $4}')
 [ -n "$agent_version" ] || die "'$agent --version' printed no version"
-boot_find_kernel
+kernel_flavour=cloud-amd64
+[ "$variant" != desktop ] || kernel_flavour=amd64
+boot_find_kernel "$kernel_flavour"
 kernels=${AIRLOCK_KERNELS_DIR:-$here/../guest-agent/kernels}
 # The Debian archive as this machine's apt knows it (only Debian's own sources: others may be
 # unreachable from where images are built).
@@ -83,6 +89,18 @@ if [ "$variant" = sshd ]; then
     # The NoCloud seed's ISO 9660 file system (isofs needs cdrom); modules in Debian's cloud
     # kernel. The NIC's driver is in every image (lib/boot.sh).
     boot_modules+=(cdrom isofs)
+fi
+if [ "$variant" = desktop ]; then
+    lists+=("$here/desktop/packages")
+    hooks=(--hook "$here/desktop/customize.sh")
+    variant_files=("$here/desktop/customize.sh" "$here/desktop/airlock-desktop"
+                   "$here/desktop/as-user" "$here/desktop/airlock-desktop-warm"
+                   "$here/desktop/xorg.conf")
+    # The generic kernel has ext4 (and the checksum it needs at mount) as modules, which the
+    # cloud kernel builds in; then the VGA's DRM driver and what it needs. In load order
+    # (finit_module resolves nothing).
+    boot_modules+=(crc32c_generic crc16 mbcache jbd2 ext4
+                   drm drm_kms_helper ttm drm_ttm_helper drm_vram_helper bochs)
 fi
 mapfile -t packages < <(sed -e 's/#.*//' -e 's/[[:space:]]//g' "${lists[@]}" | grep . | LC_ALL=C sort -u)
 
@@ -153,7 +171,7 @@ fi
 ln -s usr/lib/airlock/airlock-agent "$root/init"
 # The sshd variant never binds /usr/lib/airlock into its root: the host copies the agent and
 # the kernels over SFTP.
-if [ "$variant" = debian ]; then
+if [ "$variant" != sshd ]; then
     mkdir -p "$root/usr/lib/airlock/kernels"
     if [ -d "$kernels" ]; then
         cp -R "$kernels/." "$root/usr/lib/airlock/kernels/"
@@ -178,6 +196,30 @@ if [ "$variant" = sshd ]; then
   "ssh_port": 22,
   "languages": ["python", "shell", "javascript"],
   "memory_mib": 512,
+  "toolchain": $toolchain,
+  "inputs": "$inputs"
+}
+EOF
+    install -m 0644 "$stage/manifest.json" "$outdir/manifest.json"
+    exit 0
+fi
+if [ "$variant" = desktop ]; then
+    # A display by default; 1 GiB (Xorg, a browser); X clients started by exec find the
+    # desktop through DISPLAY; the warm template has the browser started (warm_command).
+    cat >"$stage/manifest.json" <<EOF
+{
+  "name": "desktop",
+  "kernel": "$boot_kernel_file",
+  "initrd": "initrd.img",
+  "disk": "rootfs.qcow2",
+  "cmdline": "$boot_cmdline airlock.root=/dev/vda airlock.service=/usr/local/sbin/airlock-desktop",
+  "languages": ["python", "shell", "javascript"],
+  "agent_protocol": $agent_protocol,
+  "agent_version": "$agent_version",
+  "memory_mib": 1024,
+  "display": true,
+  "warm_command": "/usr/local/sbin/airlock-desktop-warm",
+  "config": {"env": ["DISPLAY=:0"]},
   "toolchain": $toolchain,
   "inputs": "$inputs"
 }

@@ -17,6 +17,8 @@ PACKAGES=(
   libvirt-daemon-system libvirt-daemon-driver-qemu libvirt-clients qemu-system-x86 qemu-utils
   # the tiny image
   busybox-static linux-image-cloud-amd64 cpio
+  # the desktop image: Debian's generic kernel (its bochs DRM driver sets the VGA's mode)
+  linux-image-amd64
   # the debian image (root disk from the archive, ext4 without loop mounts, qcow2) and the
   # libvirt capabilities parser (the user QEMU runs as owns each session's disk overlay)
   mmdebstrap e2fsprogs libxml2-dev

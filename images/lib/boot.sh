@@ -20,10 +20,19 @@ declare -A boot_modules_if=([virtio_input]=18 [evdev]=18)
 boot_cmdline="console=ttyS0 quiet loglevel=1 panic=-1 cryptomgr.notests \
 8250.nr_uarts=1 i8042.noaux i8042.nokbd i8042.nopnp no_timer_check tsc=reliable"
 
-# Sets boot_kernel (the newest /boot/vmlinuz-*-cloud-amd64), boot_kver and boot_moddir.
-boot_find_kernel() {
-    boot_kernel=$(ls /boot/vmlinuz-*-cloud-amd64 2>/dev/null | sort -V | tail -n 1)
-    [ -n "$boot_kernel" ] || die "no /boot/vmlinuz-*-cloud-amd64 (install linux-image-cloud-amd64)"
+# Sets boot_kernel (the newest /boot/vmlinuz-*-FLAVOUR, FLAVOUR cloud-amd64 unless given),
+# boot_kver and boot_moddir. The desktop image takes Debian's generic kernel (amd64): the cloud
+# kernel has no DRM and no framebuffer driver for the VGA.
+boot_find_kernel() { # [FLAVOUR]
+    local flavour=${1:-cloud-amd64} k
+    boot_kernel=
+    for k in $(ls /boot/vmlinuz-*-"$flavour" 2>/dev/null | sort -V); do
+        # Debian's version numbers hold no "-cloud": a generic kernel's name never ends so.
+        [ "$flavour" = cloud-amd64 ] || [ "${k%-cloud-amd64}" = "$k" ] || continue
+        boot_kernel=$k
+    done
+    [ -n "$boot_kernel" ] ||
+        die "no /boot/vmlinuz-*-$flavour (install linux-image-${flavour})"
     boot_kver=${boot_kernel#/boot/vmlinuz-}
     boot_moddir=/lib/modules/$boot_kver/kernel
 }

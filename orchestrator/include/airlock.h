@@ -358,6 +358,9 @@ const char *al_session_agent_version(const al_session *s);
 const char *al_session_languages(const al_session *s);
 bool al_session_kvm(const al_session *s);
 unsigned al_session_vcpus(const al_session *s);
+/* Whether the session has a screen and input: asked for (al_session_opts.display), or given by
+ * its image (the desktop image's manifest says "display": true). */
+bool al_session_has_display(const al_session *s);
 
 /* ---- the screen and input of a session with a display (screen.c) ----
  * Taken and driven from the host (libvirt's screenshot, QEMU's input events), never through

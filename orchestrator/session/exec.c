@@ -752,23 +752,49 @@ static int exec_loop(struct exec_state *st, const al_exec_opts *o, al_exec_resul
     }
 }
 
-static int drop_output(void *ctx, int stream, const uint8_t *data, size_t len)
+/* The tail of a quiet run's stderr, for its error message (guest text: bounded, made
+ * printable before use). */
+struct quiet_tail {
+    char buf[160];
+    size_t len;
+};
+
+static int quiet_output(void *ctx, int stream, const uint8_t *data, size_t len)
 {
-    (void)ctx, (void)stream, (void)data, (void)len;
+    struct quiet_tail *t = ctx;
+    if (stream != 2)
+        return 0;
+    for (size_t i = 0; i < len; i++) {
+        if (t->len == sizeof(t->buf) - 1) {
+            memmove(t->buf, t->buf + 1, t->len - 1);
+            t->len--;
+        }
+        t->buf[t->len++] = (char)data[i];
+    }
+    t->buf[t->len] = '\0';
     return 0;
 }
 
 int al_exec_quiet(al_session *s, al_exec_opts o, const char *what, al_error *err)
 {
+    struct quiet_tail tail = {0};
     o.stdin_fd = o.stdout_fd = o.stderr_fd = -1;
-    o.output = drop_output;
+    o.output = quiet_output;
+    o.output_ctx = &tail;
     al_exec_result res = AL_EXEC_RESULT_INIT;
     int r = al_exec(s, &o, &res, err);
     if (r < 0)
         return r;
-    if (res.how != AL_EXEC_EXITED || res.value != 0)
-        return al_err(err, -EIO, "%s: ended with status %d%s", what, res.value,
-                      res.timed_out ? " (timed out)" : "");
+    if (res.how != AL_EXEC_EXITED || res.value != 0) {
+        /* Its last line of stderr, if any, says why. */
+        while (tail.len && (tail.buf[tail.len - 1] == '\n' || tail.buf[tail.len - 1] == '\r'))
+            tail.buf[--tail.len] = '\0';
+        char *last = strrchr(tail.buf, '\n');
+        last = last ? last + 1 : tail.buf;
+        al_printable(last);
+        return al_err(err, -EIO, "%s: ended with status %d%s%s%s", what, res.value,
+                      res.timed_out ? " (timed out)" : "", *last ? ": " : "", last);
+    }
     return 0;
 }
 

@@ -32,6 +32,11 @@
  * one per INPUT_PACE_US (typing). */
 #define INPUT_PACE_US 4000
 #define INPUT_BURST 8
+/* A button press goes no sooner than this after the last release: libinput (the X and Wayland
+ * desktops' input library) takes a release followed by a press within 25 ms for a switch's
+ * bounce and drops both, so back-to-back clicks and double clicks would lose all but the first.
+ * Far below any toolkit's double-click time (400 ms and more). */
+#define BUTTON_GAP_US 40000
 /* What one action may ask: clicks, notches, repeats; text typed; seconds held or waited. */
 #define CLICKS_MAX 3
 #define REPEAT_MAX 100
@@ -46,6 +51,7 @@ struct al_screen {
     unsigned w, h;      /* the mode as last seen, 0: not yet */
     int ax, ay;        /* the pointer where the host last put it, on the tablet's axes; -1: never */
     uint64_t paced_us; /* the pacing's clock: a command may go once it is no later than now */
+    uint64_t released_us; /* when a button was last released (BUTTON_GAP_US), 0: never */
 };
 
 struct al_screen *al_screen_new(void)
@@ -447,6 +453,26 @@ static int act_err(struct act *a, int code, const char *fmt, ...)
 
 /* Sends events (a JSON list's items, comma-separated) as one input-send-event: QEMU delivers
  * them and then one sync. */
+/* Whether btn is a pointer button (wheel "buttons" are motion to the guest, never debounced). */
+static bool real_button(const char *btn)
+{
+    return btn && strncmp(btn, "wheel-", 6) != 0;
+}
+
+/* Before a press: the gap since the last release (BUTTON_GAP_US). */
+static void button_gap(struct al_screen *sc, const char *btn, bool down)
+{
+    uint64_t now = al_now_us();
+    if (real_button(btn) && down && sc->released_us && now - sc->released_us < BUTTON_GAP_US)
+        sleep_us(BUTTON_GAP_US - (now - sc->released_us));
+}
+
+static void button_sent(struct al_screen *sc, const char *btn, bool down)
+{
+    if (real_button(btn) && !down)
+        sc->released_us = al_now_us();
+}
+
 static int send_events(struct act *a, const char *events)
 {
     size_t n = strlen(events) + 96;
@@ -485,9 +511,12 @@ static int move_abs_button(struct act *a, int ax, int ay, const char *btn, bool 
         snprintf(ev + n, sizeof(ev) - (size_t)n,
                  ",{\"type\":\"btn\",\"data\":{\"down\":%s,\"button\":\"%s\"}}",
                  down ? "true" : "false", btn);
+    button_gap(a->s->screen, btn, down);
     int r = send_events(a, ev);
-    if (r == 0)
+    if (r == 0) {
         a->s->screen->ax = ax, a->s->screen->ay = ay;
+        button_sent(a->s->screen, btn, down);
+    }
     return r;
 }
 
@@ -529,7 +558,11 @@ static int button(struct act *a, const char *b, bool down)
     char ev[96];
     snprintf(ev, sizeof(ev), "{\"type\":\"btn\",\"data\":{\"down\":%s,\"button\":\"%s\"}}",
              down ? "true" : "false", b);
-    return send_events(a, ev);
+    button_gap(a->s->screen, b, down);
+    int r = send_events(a, ev);
+    if (r == 0)
+        button_sent(a->s->screen, b, down);
+    return r;
 }
 
 /* A chord's keys ("ctrl+shift+t") as qcodes, in order; shift added where a key needs it. */

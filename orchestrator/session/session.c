@@ -421,6 +421,8 @@ static int session_load_image(al_session *s, const al_session_opts *opts, enum a
     if (r < 0)
         return r;
     *kind = s->img.transport;
+    if (!s->screen && al_image_has_display(&s->img) && !(s->screen = al_screen_new()))
+        return al_err(err, -ENOMEM, "out of memory");
     if (opts->transport != AL_TRANSPORT_IMAGE && opts->transport != AL_TRANSPORT_VIRTIO &&
         opts->transport != AL_TRANSPORT_SSH)
         return al_err(err, -EINVAL, "unknown transport %d (virtio or ssh)", (int)opts->transport);
@@ -884,6 +886,11 @@ const char *al_session_languages(const al_session *s)
 unsigned al_session_vcpus(const al_session *s)
 {
     return s->vcpus;
+}
+
+bool al_session_has_display(const al_session *s)
+{
+    return s->screen != NULL;
 }
 
 bool al_session_restored(const al_session *s)

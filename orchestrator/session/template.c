@@ -473,13 +473,15 @@ static int build_lock(const char *tdir, const char *prefix)
 bool al_template_applies(const al_session *s, const al_session_opts *opts, enum al_transport kind)
 {
     /* SSH sessions (their keys are per session), images that boot through firmware, a
-     * benchmark port, a scratch disk, a NIC for network on request or a display (devices the
-     * template lacks) always boot cold, and so do kept sessions (pause saves a VM libvirt
+     * benchmark port, a scratch disk, a NIC for network on request or a display on an image
+     * without one (devices the template lacks; an image with a display, the desktop, has it
+     * in its template too) always boot cold, and so do kept sessions (pause saves a VM libvirt
      * started as its own, keep.c). */
     /* Nor do sessions on a remote host: templates are files on this one. */
     return al_warm_mode(opts) != AL_WARM_OFF && kind == AL_TRANSPORT_VIRTIO && s->img.kernel[0] &&
            !s->remote && !s->raw_port[0] && !(opts->checkpoints && !s->img.disk[0]) &&
-           !(opts->net.allow && opts->net.allow[0]) && !opts->display && !opts->keep &&
+           !(opts->net.allow && opts->net.allow[0]) &&
+           !(opts->display && !al_image_has_display(&s->img)) && !opts->keep &&
            !getenv("AIRLOCK_TEST_KVM_LIE");
 }
 
@@ -660,6 +662,14 @@ int al_template_save(al_session *s, const struct al_template_id *id, const char 
     if (r == 0 && python)
         r = python_run(s, WARM_PYTHON, "/workspace", WARM_EXEC_MS,
                        "warming the template's python kernel", err);
+    /* The image's own warm-up: the desktop's browser started, its window up. */
+    char warm_cmd[256];
+    if (r == 0 && al_image_warm_command(&s->img, warm_cmd, sizeof(warm_cmd))) {
+        const char *argv[] = {warm_cmd, NULL};
+        al_exec_opts eo = {
+            .struct_size = sizeof(al_exec_opts), .argv = argv, .timeout_ms = WARM_EXEC_MS};
+        r = al_exec_quiet(s, eo, "running the image's warm command", err);
+    }
     if (r == 0)
         r = al_session_barrier(s, err);
     if (r == 0 && virDomainSuspend(s->dom) < 0)

@@ -56,7 +56,8 @@ static int probe_make(const al_session_opts *opts, struct probe **out, al_error 
     if (!al_template_applies(s, &use, p->kind))
         return al_err(err, -ENOTSUP,
                       "image '%s' cannot have a warm template for these sessions (only images "
-                      "with the agent as init, over virtio-serial, without a benchmark port)",
+                      "with the agent as init, over virtio-serial, without a benchmark port or a "
+                      "display)",
                       s->img.name);
     r = al_vm_connect(opts->connect_uri, &s->conn, err);
     if (r < 0)

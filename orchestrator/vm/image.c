@@ -187,6 +187,33 @@ static int image_origin(const cJSON *j, al_image *img, const char *name, al_erro
     return 0;
 }
 
+/* The loaded image's manifest again, for the keys al_image does not hold; NULL when unreadable. */
+static cJSON *manifest_again(const al_image *img)
+{
+    char path[AL_PATH_MAX];
+    int ferr = 0;
+    if (!img->dir || al_pathf(path, sizeof(path), "%s/manifest.json", img->dir) < 0)
+        return NULL;
+    _cleanup_free_ char *text = read_small_file(path, &ferr);
+    return text ? cJSON_Parse(text) : NULL;
+}
+
+bool al_image_has_display(const al_image *img)
+{
+    _cleanup_cjson_ cJSON *j = manifest_again(img);
+    return cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(j, "display"));
+}
+
+bool al_image_warm_command(const al_image *img, char *buf, size_t len)
+{
+    _cleanup_cjson_ cJSON *j = manifest_again(img);
+    const cJSON *c = cJSON_GetObjectItemCaseSensitive(j, "warm_command");
+    if (!cJSON_IsString(c) || c->valuestring[0] != '/' || strlen(c->valuestring) >= len)
+        return false;
+    snprintf(buf, len, "%s", c->valuestring);
+    return true;
+}
+
 int al_image_load(const char *name, al_image *out, al_error *err)
 {
     char store[AL_PATH_MAX];

@@ -90,6 +90,13 @@ void al_vm_kvm_log_evidence(virConnectPtr conn, const char *name, char *out, siz
 /* ---- images ---- */
 /* Image and image part names: letters, digits, - _ . and no leading dot, under 64 bytes. */
 bool al_image_name_ok(const char *s);
+/* Whether a loaded image's manifest asks for a display ("display": true: the desktop image):
+ * its sessions get one whether or not they asked. */
+bool al_image_has_display(const al_image *img);
+/* The program (an absolute path in the guest) the image's warm template runs before it is
+ * saved ("warm_command": the desktop image's starts the browser and waits for its window);
+ * false when none. */
+bool al_image_warm_command(const al_image *img, char *buf, size_t len);
 /* Images made in the store (import.c, oci.c, commit.c). image.c: a scratch dir of the store
  * for image name (refused when the name is taken, unless force), dst its place; the swap into
  * the store. oci.c: the root disk (out, a qcow2) of a tree with bytes of data in entries; the

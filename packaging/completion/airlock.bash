@@ -128,7 +128,7 @@ _airlock()
             if [[ $prev == --from || $prev == --context ]]; then
                 COMPREPLY+=($(compgen -f -- "$cur"))
             elif ((${#args[@]} < 2)) && [[ $cur != -* ]]; then
-                _airlock_words 'debian tiny sshd' "$cur"
+                _airlock_words 'debian tiny sshd desktop' "$cur"
             else
                 _airlock_words "$_airlock_build_flags" "$cur"
             fi

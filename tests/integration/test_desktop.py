@@ -1,0 +1,242 @@
+"""The desktop image (issue 33): Xorg on the guest's VGA, driven by the host's screen and input,
+through airlockd and the Python client. No model.
+
+A fullscreen Tk program in the guest (APP below, run as the unprivileged `user` on the image's X
+server) has a button at a known rectangle that turns the background from one known colour to
+another, a text entry, and a canvas that logs where each click landed, in X's own root
+coordinates. Every assertion compares what the host sent with what the guest's X clients
+received, or what the host's screenshot shows with the colours the program drew.
+Environment: AIRLOCKD_BIN and the usual integration variables.
+"""
+import os
+import shutil
+import tempfile
+import time
+import unittest
+
+import altest
+from airlock import Sandbox
+from test_airlockd import Daemon
+from test_screen import pixel, png_pixels
+
+RED, GREEN, BLUE = (255, 0, 0), (0, 255, 0), (0, 0, 255)
+BUTTON = (100, 100, 240, 80)  # x, y, w, h on the screen
+ENTRY = (100, 300, 600, 40)
+
+APP = r'''
+import sys, tkinter as tk
+log = open("/tmp/app.log", "w", buffering=1)
+root = tk.Tk()
+root.attributes("-fullscreen", True)
+root.configure(bg="#ff0000", cursor="crosshair")
+canvas = tk.Canvas(root, bg="#ff0000", highlightthickness=0, bd=0)
+canvas.place(x=0, y=0, relwidth=1, relheight=1)
+def pressed():
+    canvas.configure(bg="#00ff00")
+    root.configure(bg="#00ff00")
+    log.write("button\n")
+b = tk.Button(root, text="Press", command=pressed, bg="#0000ff", activebackground="#0000ff",
+              bd=0, highlightthickness=0)
+b.place(x=%d, y=%d, width=%d, height=%d)
+entry = tk.Entry(root, font=("DejaVu Sans Mono", 14))
+entry.place(x=%d, y=%d, width=%d, height=%d)
+entry.bind("<Return>", lambda e: log.write("entry %%r\n" %% entry.get()))
+entry.bind("<Button-1>", lambda e: entry.focus_force())
+entry.bind("<FocusIn>", lambda e: log.write("focus\n"))
+canvas.bind("<Button-1>", lambda e: log.write("click %%d %%d\n" %% (e.x_root, e.y_root)))
+canvas.bind("<Button-3>", lambda e: log.write("right %%d %%d\n" %% (e.x_root, e.y_root)))
+canvas.bind("<Double-Button-1>", lambda e: log.write("double %%d %%d\n" %% (e.x_root, e.y_root)))
+for b in (4, 5):  # X's wheel buttons: up, down
+    canvas.bind("<Button-%%d>" %% b,
+                lambda e: log.write("wheel %%d %%d %%d\n" %% (e.num, e.x_root, e.y_root)))
+def ready():
+    root.update_idletasks()
+    log.write("ready %%d %%d\n" %% (root.winfo_width(), root.winfo_height()))
+root.after(500, ready)
+root.mainloop()
+''' % (BUTTON + ENTRY)
+
+
+def wait_for(fn, what, timeout=180):
+    deadline = time.time() + timeout
+    while True:
+        v = fn()
+        if v:
+            return v
+        if time.time() > deadline:
+            raise AssertionError("timed out waiting for " + what)
+        time.sleep(0.3)
+
+
+def start_app(sb):
+    """Waits for X, starts APP as the desktop's user; the size of its window once shown."""
+    # The desktop started at boot (airlock.service): X answers on DISPLAY, which the image's
+    # configuration gives every run.
+    wait_for(lambda: sb.commands.run("xdpyinfo >/dev/null 2>&1 && echo up || true")
+             .stdout == "up\n", "the X server")
+    sb.commands.run("cat > /tmp/app.py && chmod 644 /tmp/app.py", stdin=APP)
+    sb.commands.run("as-user python3 /tmp/app.py 2>/tmp/app.err", background=True)
+    return tuple(int(v) for v in wait_for(
+        lambda: sb.commands.run("grep '^ready' /tmp/app.log 2>/dev/null || true")
+        .stdout.split()[1:], "the test program's window"))
+
+
+def app_log(sb, prefix):
+    return sb.commands.run("grep '^%s' /tmp/app.log || true" % prefix).stdout.splitlines()
+
+
+class DesktopTest(unittest.TestCase):
+    @classmethod
+    def setUpClass(cls):
+        cls.d = Daemon()
+        try:
+            # No display asked for: the desktop image's sessions have one anyway.
+            cls.sb = Sandbox(image="desktop", client=cls.d.unix())
+            cls.size = start_app(cls.sb)
+        except BaseException:
+            cls.d.stop_and_remove()
+            raise
+
+    @classmethod
+    def tearDownClass(cls):
+        cls.sb.kill()
+        if cls.d.stop_and_remove() != 0:
+            raise AssertionError("airlockd exited badly")
+
+    def log_lines(self, prefix):
+        return app_log(self.sb, prefix)
+
+    def shot(self):
+        return png_pixels(self.sb.screenshot())
+
+    def test_a_the_desktop_is_xorg_at_the_default_mode(self):
+        img = self.shot()
+        self.assertEqual(img[:2], (1280, 800))
+        self.assertEqual(self.sb.screen_size, (1280, 800))
+        # The program's window covers the screen: X and the host agree on the size.
+        self.assertEqual(self.size, (1280, 800))
+        self.assertEqual(pixel(img, 640, 700), RED)
+        self.assertEqual(pixel(img, 1279, 799), RED)
+        bx, by, bw, bh = BUTTON
+        self.assertEqual(pixel(img, bx + 5, by + 5), BLUE)
+        # The X server runs as root, the desktop's programs as the unprivileged user.
+        ps = self.sb.commands.run("ps -o user=,args= -C openbox,xterm,python3").stdout
+        self.assertRegex(ps, r"(?m)^user +openbox")
+        self.assertRegex(ps, r"(?m)^user +python3 /tmp/app.py")
+
+    def test_b_calibration_lands_exactly(self):
+        points = [(0, 0), (1279, 0), (0, 799), (1279, 799), (640, 400), (801, 613), (33, 777)]
+        before = len(self.log_lines("click"))
+        for x, y in points:
+            self.sb.left_click(x, y)
+        got = wait_for(lambda: self.log_lines("click")[before:] if
+                       len(self.log_lines("click")) >= before + len(points) else None,
+                       "the clicks in the program's log", 60)
+        self.assertEqual(got, ["click %d %d" % p for p in points])
+
+    def test_c_the_button_changes_the_colour(self):
+        bx, by, bw, bh = BUTTON
+        self.sb.move_mouse(bx + bw // 2, by + bh // 2)
+        self.sb.left_click()
+        wait_for(lambda: self.log_lines("button"), "the button's press", 60)
+        img = wait_for(lambda: (lambda i: i if pixel(i, 640, 700) == GREEN else None)(
+            self.shot()), "the new colour on the host's screenshot", 30)
+        self.assertEqual(pixel(img, 10, 790), GREEN)
+
+    def test_d_typing_reaches_the_entry(self):
+        ex, ey, ew, eh = ENTRY
+        self.sb.left_click(ex + 20, ey + eh // 2)
+        # Keys go where the focus is when X handles them: the program takes it on the click.
+        wait_for(lambda: self.log_lines("focus"), "the entry's focus", 60)
+        text = "Hello, World! 123 ~|"
+        self.sb.write(text)
+        self.sb.press("Return")
+        got = wait_for(lambda: self.log_lines("entry"), "the entry's text", 60)
+        self.assertEqual(got[-1], "entry %r" % text)
+
+    def test_e_wheel_right_and_double_click(self):
+        before = {k: len(self.log_lines(k)) for k in ("wheel", "right", "double")}
+        self.sb.scroll("down", 2, 700, 600)
+        self.sb.scroll("up", 1, 701, 601)
+        self.sb.right_click(702, 602)
+        self.sb.double_click(703, 603)
+        want = {"wheel": ["wheel 5 700 600", "wheel 5 700 600", "wheel 4 701 601"],
+                "right": ["right 702 602"], "double": ["double 703 603"]}
+        for k, lines in want.items():
+            got = wait_for(lambda: (lambda g: g if len(g) >= len(lines) else None)(
+                self.log_lines(k)[before[k]:]), "the program's %s events" % k, 60)
+            self.assertEqual(got, lines)
+
+    def test_f_a_scaled_screenshot(self):
+        data = self.sb.screenshot(max_edge=640)
+        w, h = png_pixels(data)[:2]
+        self.assertEqual((w, h), (640, 400))
+        self.assertEqual(self.sb.screen_size, (1280, 800))
+
+
+class DesktopTemplateTest(unittest.TestCase):
+    """The desktop image's warm template (`airlock image warm desktop`, whose warm command starts
+    chromium) and a session airlockd restores from it: the browser's window is there at once,
+    and the screen, the tablet and the keyboard work after the restore and the uniqueness
+    refresh."""
+
+    @classmethod
+    def setUpClass(cls):
+        cls.state = tempfile.mkdtemp(prefix="airlock-desktop-warm-", dir="/var/tmp")
+        os.chmod(cls.state, 0o755)
+        cls.d = None
+        try:
+            env = {"AIRLOCK_STATE_DIR": cls.state}
+            r = altest.run(["-q", "image", "warm", "desktop"], env=env, timeout=900)
+            if r.returncode != 0:
+                raise AssertionError("image warm desktop: %s" % r.stderr.decode())
+            cls.d = Daemon(env=env)
+            cls.sb = Sandbox(image="desktop", client=cls.d.unix())
+        except BaseException:
+            cls.cleanup()
+            raise
+
+    @classmethod
+    def cleanup(cls):
+        if cls.d and cls.d.stop_and_remove() != 0:
+            raise AssertionError("airlockd exited badly")
+        shutil.rmtree(cls.state, ignore_errors=True)
+
+    @classmethod
+    def tearDownClass(cls):
+        cls.sb.kill()
+        cls.cleanup()
+
+    def test_restored_with_the_browser_and_working_input(self):
+        sb = self.sb
+        info = sb.client.request("GET", sb._path)
+        self.assertTrue(info["warm"], info)  # restored, not booted
+        self.assertTrue(info["display"], info)
+        # The browser the template started is up, and its page is on the host's screenshot:
+        # white where a bare desktop shows its background colour.
+        self.assertEqual(sb.commands.run(
+            "xdotool search --onlyvisible --class chromium >/dev/null && echo shown").stdout,
+            "shown\n")
+        data = sb.screenshot()
+        if os.environ.get("AIRLOCK_DESKTOP_SHOT"):
+            with open(os.environ["AIRLOCK_DESKTOP_SHOT"], "wb") as f:
+                f.write(data)
+        img = png_pixels(data)
+        self.assertEqual(img[:2], (1280, 800))
+        self.assertEqual(pixel(img, 900, 600), (255, 255, 255))
+        # The tablet and the keyboard, through a program started after the restore.
+        self.assertEqual(start_app(sb), (1280, 800))
+        sb.left_click(801, 613)
+        self.assertEqual(wait_for(lambda: app_log(sb, "click"), "the click", 60),
+                         ["click 801 613"])
+        ex, ey, ew, eh = ENTRY
+        sb.left_click(ex + 20, ey + eh // 2)
+        wait_for(lambda: app_log(sb, "focus"), "the entry's focus", 60)
+        sb.write("restored ~ok")
+        sb.press("Return")
+        self.assertEqual(wait_for(lambda: app_log(sb, "entry"), "the entry's text", 60),
+                         ["entry 'restored ~ok'"])
+
+
+if __name__ == "__main__":
+    unittest.main(verbosity=2)
