@@ -253,6 +253,7 @@ struct ad_create {
     const char *checkpoint_policy;
     bool checkpoints; /* allow checkpoints without a policy that takes them */
     bool display;     /* a screen and input devices the host drives (computer use) */
+    unsigned display_width, display_height; /* its mode; 0: 1280x800 */
     unsigned idle_s, lifetime_s;
     cJSON *labels; /* borrowed; copied */
     cJSON *net;    /* borrowed: {"allow": [...], "bytes_max": N}, or NULL */

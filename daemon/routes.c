@@ -140,6 +140,8 @@ static enum MHD_Result session_create(struct MHD_Connection *c, struct ad_req *q
         get_str(q, "checkpoint_policy", &cr.checkpoint_policy, why, sizeof(why)) < 0 ||
         get_bool(q, "checkpoints", &cr.checkpoints, why, sizeof(why)) < 0 ||
         get_bool(q, "display", &cr.display, why, sizeof(why)) < 0 ||
+        get_uint(q, "display_width", &cr.display_width, why, sizeof(why)) < 0 ||
+        get_uint(q, "display_height", &cr.display_height, why, sizeof(why)) < 0 ||
         get_uint(q, "idle_timeout_s", &cr.idle_s, why, sizeof(why)) < 0 ||
         get_uint(q, "lifetime_s", &cr.lifetime_s, why, sizeof(why)) < 0 ||
         get_str(q, "name", &cr.name, why, sizeof(why)) < 0 ||

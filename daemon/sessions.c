@@ -628,6 +628,11 @@ static int check_net(const struct ad_create *c, const struct ad_limits *lim, al_
 
 static int check_create(const struct ad_create *c, const struct ad_limits *lim, struct ad_fail *f)
 {
+    al_error derr = {0};
+    if (al_display_size_check(c->display_width, c->display_height, &derr) < 0) {
+        ad_failf(f, 400, "invalid", "%s", derr.msg);
+        return -EINVAL;
+    }
     if (c->vcpus > VCPUS_MAX) {
         ad_failf(f, 400, "invalid", "vcpus: at most %d", VCPUS_MAX);
         return -EINVAL;
@@ -798,6 +803,8 @@ int ad_session_create(const char *owner, const struct ad_limits *lim, const stru
         .disk_budget_bytes = lim->disk_budget_bytes,
         .net = net,
         .display = c->display,
+        .display_width = c->display_width,
+        .display_height = c->display_height,
     };
     /* Kept by the library for the next start of this daemon (network on request, SSH and other
      * hosts' sessions cannot be: they end with it). */

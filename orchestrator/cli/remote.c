@@ -1038,7 +1038,8 @@ int cli_remote_shell(struct cli_globals *g, const char *name)
 static void usage_session(FILE *f)
 {
     fputs("Usage: airlock [--server URL] session start [--image NAME] [--memory MIB] [--cpus N]\n"
-          "                 [--idle-timeout S] [--lifetime S] [--checkpoints] [--display]\n"
+          "                 [--idle-timeout S] [--lifetime S] [--checkpoints]\n"
+          "                 [--display[=WxH]]\n"
           "                 [--name NAME] [--auto-pause S]\n"
           "       airlock [--server URL] session ls\n"
           "       airlock [--server URL] session pause|resume ID...\n"
@@ -1048,7 +1049,8 @@ static void usage_session(FILE *f)
           "       airlock [--server URL] session extend ID SECONDS\n"
           "\n"
           "Sessions of airlockd that outlive a command: start prints the id for\n"
-          "'airlock exec --session ID'. A session started with --display has a screen:\n"
+          "'airlock exec --session ID'. A session started with --display has a screen\n"
+          "(1280x800, or --display=WxH; the desktop image's sessions always have one):\n"
           "screenshot saves it as PNG (FILE - for stdout), input runs mouse and keyboard\n"
           "actions ('[{\"action\": \"left_click\", \"coordinate\": [100, 200]}]', docs/API.md).\n"
           "Sessions outlive restarts of airlockd. pause saves one to disk (its memory freed),\n"
@@ -1067,7 +1069,7 @@ static int session_start(const struct remote *r, int argc, char **argv)
         {"idle-timeout", required_argument, NULL, 'I'},
         {"lifetime", required_argument, NULL, 'L'},
         {"checkpoints", no_argument, NULL, 'K'},
-        {"display", no_argument, NULL, 'D'},
+        {"display", optional_argument, NULL, 'D'},
         {"name", required_argument, NULL, 'N'},
         {"auto-pause", required_argument, NULL, 'P'},
         {NULL, 0, NULL, 0},
@@ -1098,9 +1100,24 @@ static int session_start(const struct remote *r, int argc, char **argv)
         case 'K':
             cJSON_AddBoolToObject(in, "checkpoints", true);
             break;
-        case 'D':
+        case 'D': {
             cJSON_AddBoolToObject(in, "display", true);
+            if (!optarg)
+                break;
+            unsigned w = 0, h = 0;
+            char tail;
+            al_error derr = {0};
+            if (sscanf(optarg, "%ux%u%c", &w, &h, &tail) != 2 || !w || !h ||
+                al_display_size_check(w, h, &derr) < 0) {
+                fprintf(stderr, "airlock: --display wants WIDTHxHEIGHT%s%s, not '%s'\n",
+                        derr.msg[0] ? ": " : "", derr.msg, optarg);
+                cJSON_Delete(in);
+                return 2;
+            }
+            cJSON_AddNumberToObject(in, "display_width", w);
+            cJSON_AddNumberToObject(in, "display_height", h);
             break;
+        }
         case 'N':
             cJSON_AddStringToObject(in, "name", optarg);
             break;

@@ -271,7 +271,8 @@ typedef struct al_session_opts {
     al_net_opts net; /* zeroed: no network (the default) */
     /* A screen and input devices the host drives (al_screen_capture, al_screen_input): a VGA
      * display, a virtio tablet (absolute pointing) and a virtio keyboard. Such a session boots
-     * cold. */
+     * cold, unless its image has a display of its own (the desktop image: its template has
+     * one too). */
     bool display;
     /* Not NULL: a kept session (keep.c), one that outlives this handle and its process: its
      * domain is not tied to the libvirt connection, gc leaves it alone (until its lifetime_s
@@ -280,7 +281,18 @@ typedef struct al_session_opts {
      * or a restart. It boots cold (no template); network on request and SSH images are not
      * kept (-EOPNOTSUPP). */
     const char *keep;
+    /* The display's preferred mode (QEMU's EDID, which the guest's X takes), in pixels: both 0
+     * for 1280x800, else both set, each a multiple of 8, AL_DISPLAY_MIN_* to AL_DISPLAY_MAX_*.
+     * Implies display; such a session boots cold. */
+    unsigned display_width, display_height;
 } al_session_opts;
+#define AL_DISPLAY_MIN_W 640u
+#define AL_DISPLAY_MIN_H 480u
+#define AL_DISPLAY_MAX_W 2560u
+#define AL_DISPLAY_MAX_H 1600u
+/* 0 when width x height is a display size al_session_opts takes (both 0: the default), else
+ * -EINVAL with the bounds in err. */
+int al_display_size_check(unsigned width, unsigned height, al_error *err);
 #define AL_SESSION_OPTS_INIT AL_SIZED_INIT(al_session_opts)
 #define AL_DISK_BUDGET_DEFAULT (6ull << 30)
 #define AL_FREE_FLOOR_DEFAULT (512ull << 20)

@@ -88,8 +88,14 @@ static const struct param p_start[] = {
      MAX_LIFETIME, NULL, false, false},
     {"display", P_BOOL, false,
      "A screen, mouse and keyboard the host drives, for the screenshot and computer tools "
-     "(default false)",
+     "(default false; the desktop image's sessions always have one)",
      0, 0, MAX_FIXED, NULL, false, false},
+    {"display_width", P_INT, false,
+     "The display's width in pixels, a multiple of 8 (with display_height; default 1280)",
+     AL_DISPLAY_MIN_W, AL_DISPLAY_MAX_W, MAX_FIXED, NULL, false, false},
+    {"display_height", P_INT, false,
+     "The display's height in pixels, a multiple of 8 (with display_width; default 800)",
+     AL_DISPLAY_MIN_H, AL_DISPLAY_MAX_H, MAX_FIXED, NULL, false, false},
     P_END};
 static const struct param p_session[] = {P_SESSION, P_END};
 static const struct param p_run_code[] = {
@@ -1016,7 +1022,12 @@ static cJSON *t_start_session(const struct targs *t)
         .warm = AL_WARM_DEFAULT,
         .net = {.allow = nallow ? allow : NULL},
         .display = arg_bool(a, "display", false),
+        .display_width = (unsigned)arg_int(a, "display_width", 0),
+        .display_height = (unsigned)arg_int(a, "display_height", 0),
     };
+    al_error serr = {0};
+    if (al_display_size_check(so.display_width, so.display_height, &serr) < 0)
+        return tool_error("%s", serr.msg);
     char esc[80];
     mcp_call_phase(c, "booting a VM (image %s)", al_term_escape(image, esc, sizeof(esc)));
     struct mcp_sess *ss = NULL;
@@ -1027,7 +1038,7 @@ static cJSON *t_start_session(const struct targs *t)
     ss->memory_mib = so.memory_mib;
     ss->cpus = al_session_vcpus(ss->s);
     ss->network = net ? cJSON_Duplicate(net, true) : cJSON_CreateArray();
-    ss->display = so.display;
+    ss->display = al_session_has_display(ss->s);
     /* Where files and kernels start. */
     al_error e2 = {0};
     al_file_mkdir(ss->s, "/workspace", true, &e2);

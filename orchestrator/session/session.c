@@ -535,6 +535,8 @@ static int session_prepare_remote(al_session *s, const al_session_opts *opts,
         .kvm = s->kvm,
         .disk = s->rdisk[0] ? s->rdisk : NULL,
         .display = s->screen != NULL,
+        .display_w = s->display_w,
+        .display_h = s->display_h,
     };
     r = s->tport->ops->prepare(s->tport, cfg, s->kvm, err);
     if (r == 0 && opts->checkpoints)
@@ -590,6 +592,8 @@ static int session_prepare_vm(al_session *s, const al_session_opts *opts, enum a
         .raw_sock = s->raw_port[0] ? s->raw_sock : NULL,
         .raw_port_name = s->raw_port,
         .display = s->screen != NULL,
+        .display_w = s->display_w,
+        .display_h = s->display_h,
     };
     r = s->tport->ops->prepare(s->tport, cfg, s->kvm, err);
     if (r < 0)
@@ -681,7 +685,14 @@ int al_session_open_for(const al_session_opts *opts, const char *build_ram, al_s
     al_session *s = al_session_new(opts);
     if (!s)
         return al_err(err, -ENOMEM, "out of memory");
-    if (opts->display && !(s->screen = al_screen_new())) {
+    int r0 = al_display_size_check(opts->display_width, opts->display_height, err);
+    if (r0 < 0) {
+        al_session_close(s);
+        return r0;
+    }
+    s->display_w = opts->display_width;
+    s->display_h = opts->display_height;
+    if ((opts->display || s->display_w) && !(s->screen = al_screen_new())) {
         al_session_close(s);
         return al_err(err, -ENOMEM, "out of memory");
     }
@@ -891,6 +902,20 @@ unsigned al_session_vcpus(const al_session *s)
 bool al_session_has_display(const al_session *s)
 {
     return s->screen != NULL;
+}
+
+int al_display_size_check(unsigned width, unsigned height, al_error *err)
+{
+    if (!width && !height)
+        return 0;
+    if (width % 8 || height % 8 || width < AL_DISPLAY_MIN_W || width > AL_DISPLAY_MAX_W ||
+        height < AL_DISPLAY_MIN_H || height > AL_DISPLAY_MAX_H)
+        return al_err(err, -EINVAL,
+                      "display size %ux%u: width and height each a multiple of 8, from %ux%u to "
+                      "%ux%u",
+                      width, height, AL_DISPLAY_MIN_W, AL_DISPLAY_MIN_H, AL_DISPLAY_MAX_W,
+                      AL_DISPLAY_MAX_H);
+    return 0;
 }
 
 bool al_session_restored(const al_session *s)

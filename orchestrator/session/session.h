@@ -71,7 +71,8 @@ struct al_session {
     al_image rimg;
     char rdisk[AL_PATH_MAX]; /* the overlay's path there, or empty */
     bool vol_made, scratch_made;
-    struct al_screen *screen; /* screen.c: the display's state, or NULL (no display) */
+    struct al_screen *screen;      /* screen.c: the display's state, or NULL (no display) */
+    unsigned display_w, display_h; /* the display's mode asked for; 0: QEMU's default */
     /* keep.c: a session kept for keeper (al_session_opts.keep), "" when not; paused to disk */
     char keeper[64];
     int64_t keep_expires; /* unix time its lifetime ends, 0: none */

@@ -481,8 +481,8 @@ bool al_template_applies(const al_session *s, const al_session_opts *opts, enum 
     return al_warm_mode(opts) != AL_WARM_OFF && kind == AL_TRANSPORT_VIRTIO && s->img.kernel[0] &&
            !s->remote && !s->raw_port[0] && !(opts->checkpoints && !s->img.disk[0]) &&
            !(opts->net.allow && opts->net.allow[0]) &&
-           !(opts->display && !al_image_has_display(&s->img)) && !opts->keep &&
-           !getenv("AIRLOCK_TEST_KVM_LIE");
+           !(opts->display && !al_image_has_display(&s->img)) && !opts->display_width &&
+           !opts->keep && !getenv("AIRLOCK_TEST_KVM_LIE");
 }
 
 int al_template_id_of(al_session *s, enum al_transport kind, unsigned mem, unsigned vcpus,

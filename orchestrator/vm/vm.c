@@ -464,11 +464,17 @@ char *al_vm_xml(const struct al_vm_config *cfg)
      * driver sets) read by screendump, and input devices QEMU feeds from input-send-event: a
      * tablet for absolute coordinates, a keyboard (the kernel command line keeps the guest off
      * the i8042 one). */
-    if (cfg->display)
-        fputs("    <video><model type='vga' vram='16384' heads='1'/></video>\n"
-              "    <input type='tablet' bus='virtio'/>\n"
+    if (cfg->display) {
+        fputs("    <video><model type='vga' vram='16384' heads='1'", f);
+        if (cfg->display_w && cfg->display_h)
+            fprintf(f, "><resolution x='%u' y='%u'/></model></video>\n", cfg->display_w,
+                    cfg->display_h);
+        else
+            fputs("/></video>\n", f);
+        fputs("    <input type='tablet' bus='virtio'/>\n"
               "    <input type='keyboard' bus='virtio'/>\n",
               f);
+    }
     if (cfg->agent_sock)
         xml_unix_channel(f, cfg->agent_sock, "org.airlock.agent.0");
     if (cfg->raw_sock)

@@ -58,6 +58,7 @@ struct al_vm_config {
     /* A screen and input devices the host drives (session/screen.c): VGA, a virtio tablet and
      * keyboard. */
     bool display;
+    unsigned display_w, display_h; /* the VGA's preferred mode (EDID); 0: QEMU's 1280x800 */
     /* A kept session (keep.c): the domain outlives the connection that started it. */
     bool keep;
 };

@@ -65,5 +65,16 @@ report.bad = { isError: bad.isError, text: text(bad) };
 await new Promise((res) => setTimeout(res, 500));
 const log = await call("run_command", { session, command: "tail -n +2 /tmp/ev.log" });
 report.events = log.structuredContent.stdout;
+// The desktop image's sessions have a display without asking for one; a size is asked for
+// with display_width and display_height, and a bad one is a tool error before any boot.
+const desk = await call("start_session", { image: "desktop", display_width: 1024,
+                                           display_height: 768 });
+const deskShot = await call("screenshot", { session: desk.structuredContent.session });
+report.desktop = { isError: deskShot.isError, images: images(deskShot) };
+const plainDesk = await call("start_session", { image: "desktop" });
+const plainShot = await call("screenshot", { session: plainDesk.structuredContent.session });
+report.desktop_default = { isError: plainShot.isError, images: images(plainShot) };
+const badSize = await call("start_session", { display_width: 1000, display_height: 700 });
+report.bad_size = { isError: badSize.isError, text: text(badSize) };
 await client.close();
 console.log(JSON.stringify(report));

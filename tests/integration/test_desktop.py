@@ -15,7 +15,7 @@ import time
 import unittest
 
 import altest
-from airlock import Sandbox
+from airlock import APIError, Sandbox
 from test_airlockd import Daemon
 from test_screen import pixel, png_pixels
 
@@ -49,10 +49,18 @@ canvas.bind("<Double-Button-1>", lambda e: log.write("double %%d %%d\n" %% (e.x_
 for b in (4, 5):  # X's wheel buttons: up, down
     canvas.bind("<Button-%%d>" %% b,
                 lambda e: log.write("wheel %%d %%d %%d\n" %% (e.num, e.x_root, e.y_root)))
+tries = [0]
 def ready():
+    # Mapped, then made fullscreen by the window manager: ready once it covers the screen (or,
+    # after 60 s, at whatever size it has, for the test to report).
     root.update_idletasks()
-    log.write("ready %%d %%d\n" %% (root.winfo_width(), root.winfo_height()))
-root.after(500, ready)
+    w, h = root.winfo_width(), root.winfo_height()
+    tries[0] += 1
+    if (w, h) != (root.winfo_screenwidth(), root.winfo_screenheight()) and tries[0] < 600:
+        root.after(100, ready)
+        return
+    log.write("ready %%d %%d\n" %% (w, h))
+root.after(100, ready)
 root.mainloop()
 ''' % (BUTTON + ENTRY)
 
@@ -166,6 +174,33 @@ class DesktopTest(unittest.TestCase):
             got = wait_for(lambda: (lambda g: g if len(g) >= len(lines) else None)(
                 self.log_lines(k)[before[k]:]), "the program's %s events" % k, 60)
             self.assertEqual(got, lines)
+
+    def test_g_a_display_of_another_size(self):
+        with self.assertRaises(APIError) as e:
+            Sandbox(image="desktop", display=(1000, 700), client=self.d.unix())
+        self.assertEqual(e.exception.status, 400)
+        self.assertIn("multiple of 8", str(e.exception))
+        sb = Sandbox(image="desktop", display=(1024, 768), client=self.d.unix())
+        try:
+            # X takes the mode the VGA offers as its preferred one; the host's screenshot has it.
+            wait_for(lambda: sb.commands.run("xdpyinfo 2>/dev/null | grep dimensions || true")
+                     .stdout, "the X server")
+            self.assertIn(" 1024x768 pixels", sb.commands.run("xdpyinfo | grep dimensions")
+                          .stdout)
+            self.assertEqual(png_pixels(sb.screenshot())[:2], (1024, 768))
+            self.assertEqual(sb.screen_size, (1024, 768))
+        finally:
+            sb.kill()
+
+    def test_h_when_x_dies_the_screen_still_works(self):
+        # Last: it ends this session's desktop. The host reads the VGA, not X: with the X
+        # server gone the screenshot shows what the kernel's console left there.
+        self.sb.commands.run("pkill -KILL -x Xorg; while pgrep -x Xorg >/dev/null; do "
+                             "sleep 0.1; done")
+        img = png_pixels(self.sb.screenshot())
+        self.assertGreaterEqual(img[0], 640)
+        self.assertNotEqual(pixel(img, 640, 700), RED)
+        self.assertNotEqual(pixel(img, 640, 700), GREEN)
 
     def test_f_a_scaled_screenshot(self):
         data = self.sb.screenshot(max_edge=640)

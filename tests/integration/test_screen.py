@@ -539,6 +539,15 @@ class McpTest(unittest.TestCase):
         self.assertEqual(keys, [(BTN_LEFT, 1), (BTN_LEFT, 0), (24, 1), (24, 0), (37, 1), (37, 0)])
         absx = [int(v) for d, t, c, v in ev if int(t) == EV_ABS and int(c) == 0]
         self.assertEqual(absx[-1] * 720 // 0x8000, 360)
+        # The desktop image: a display without asking, at the size asked for, or the default.
+        self.assertFalse(rep["desktop"]["isError"], rep["desktop"])
+        self.assertEqual([(i["width"], i["height"]) for i in rep["desktop"]["images"]],
+                         [(1024, 768)])
+        self.assertFalse(rep["desktop_default"]["isError"], rep["desktop_default"])
+        self.assertEqual([(i["width"], i["height"]) for i in rep["desktop_default"]["images"]],
+                         [(1280, 800)])
+        self.assertTrue(rep["bad_size"]["isError"])
+        self.assertIn("multiple of 8", rep["bad_size"]["text"])
 
 
 if __name__ == "__main__":

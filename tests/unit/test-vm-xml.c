@@ -160,5 +160,10 @@ int main(int argc, char **argv)
     display.display = true;
     golden(srcdir, "display", &display);
 
+    struct al_vm_config sized = display; /* --display=1024x768: the VGA's EDID mode */
+    sized.display_w = 1024;
+    sized.display_h = 768;
+    golden(srcdir, "display-sized", &sized);
+
     return tap_done();
 }

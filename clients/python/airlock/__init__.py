@@ -612,13 +612,18 @@ class Sandbox:
         """net: None (no network, the default), a list of hosts and "*.suffix" patterns the
         session's proxy lets through, or a dict {"allow": [...], "bytes_max": N}. cwd: where
         commands run and what relative file paths are relative to. display: a screen and input
-        devices the host drives (screenshot(), left_click(), type(), press(), ...). name: the
+        devices the host drives (screenshot(), left_click(), type(), press(), ...): True for
+        1280x800, or (width, height); the desktop image's sessions have one anyway. name: the
         session's name, unique per key (Sandbox.connect takes it as the id); auto_pause_s:
         paused to disk after that long idle instead of ending (pause(), resume())."""
         self.client = client or Client(url, api_key)
         self.cwd = cwd
         if isinstance(net, (list, tuple)):
             net = {"allow": list(net)}
+        size = {}
+        if isinstance(display, (list, tuple)):
+            size = {"display_width": int(display[0]), "display_height": int(display[1])}
+            display = True
         if _info is None:
             body = {k: v for k, v in dict(
                 image=image, memory_mib=memory_mib, vcpus=vcpus, transport=transport,
@@ -626,6 +631,7 @@ class Sandbox:
                 idle_timeout_s=idle_timeout_s, lifetime_s=lifetime_s,
                 labels=labels, net=net, display=display, name=name,
                 auto_pause_s=auto_pause_s).items() if v is not None}
+            body.update(size)
             _info = self.client.request("POST", "/v1/sessions", body=body)
         self.info = _info
         self.id = _info["id"]
