@@ -1,5 +1,6 @@
 /* The chat API: a user message drives the library's chat loop (orchestrator/chat) in the
- * session's VM as a run of its own, so that its events (model text, code, live output, the end
+ * session's VM (and, in a session with a display, its screen: the computer tool) as a run of its
+ * own, so that its events (model text, code, live output, the end
  * of each run, notices) use the same numbered buffer, SSE stream, Last-Event-ID replay and
  * signal route as any run. No chat logic here: the loop's UI callbacks become events.
  *
@@ -270,6 +271,10 @@ static int chat_ready(struct ad_session *s, struct ad_fail *f)
         .image = s->image,
         .checkpoint = s->checkpoints ? s->policy : AL_CHECKPOINT_NEVER,
         .results_to_ui = true,
+        /* A session with a display (asked for, or the desktop image's): the model gets the
+         * computer tool, each action a "code" event of language "computer" (and, without
+         * auto_run, a "confirm" for it), its screenshot going back to the model. */
+        .computer = s->display,
     };
     al_chat_ui ui = {
         .ctx = ch,

@@ -392,7 +392,7 @@ function follow(runId, box, onEnd) {
   on('text_end', () => { textDiv = null; });
   let lastCode = null;
   on('code', (d) => {
-    lastCode = el('pre', 'code', d.code);
+    lastCode = el('pre', 'code', d.language === 'computer' ? computerAction(d.code) : d.code);
     lastCode.dataset.lang = d.language || '';
     box.append(lastCode);
     out = null;
@@ -465,6 +465,20 @@ function follow(runId, box, onEnd) {
     if (onEnd) onEnd();
   };
   for (const t of ['done', 'error', 'exit']) on(t, (d) => end(d, t));
+}
+
+// A computer-use action of the model (the chat's "code" of language "computer", its JSON) as one
+// line: "left_click [640, 400]", "type \"hello\"".
+function computerAction(json) {
+  let a;
+  try { a = JSON.parse(json); } catch { return json; }
+  if (!a || typeof a.action !== 'string') return json;
+  let s = a.action;
+  if (Array.isArray(a.start_coordinate)) s += ` from [${a.start_coordinate.join(', ')}]`;
+  if (Array.isArray(a.coordinate)) s += ` [${a.coordinate.join(', ')}]`;
+  if (typeof a.text === 'string') s += ` ${JSON.stringify(a.text)}`;
+  if (a.scroll_direction) s += ` ${a.scroll_direction} ${a.scroll_amount || 1}`;
+  return s;
 }
 
 function scroll() {

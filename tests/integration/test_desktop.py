@@ -8,6 +8,8 @@ coordinates. Every assertion compares what the host sent with what the guest's X
 received, or what the host's screenshot shows with the colours the program drew.
 Environment: AIRLOCKD_BIN and the usual integration variables.
 """
+import base64
+import json
 import os
 import shutil
 import tempfile
@@ -15,9 +17,10 @@ import time
 import unittest
 
 import altest
-from airlock import APIError, Sandbox
+from airlock import APIError, Run, Sandbox
 from test_airlockd import Daemon
-from test_screen import pixel, png_pixels
+from test_chat import tool_results
+from test_screen import computer, pixel, png_pixels, png_size
 
 RED, GREEN, BLUE = (255, 0, 0), (0, 255, 0), (0, 0, 255)
 BUTTON = (100, 100, 240, 80)  # x, y, w, h on the screen
@@ -96,7 +99,15 @@ def app_log(sb, prefix):
 class DesktopTest(unittest.TestCase):
     @classmethod
     def setUpClass(cls):
-        cls.d = Daemon()
+        # The fake model (the real OpenAI wire format) for the chat test: a screenshot, then a
+        # click on the program's canvas.
+        cls.tmp = tempfile.mkdtemp(prefix="airlock-desktop-chat-")
+        cls.fm, port = altest.start_fake_model([
+            {"tool_calls": [computer("screenshot", id="c1")]},
+            {"tool_calls": [computer("left_click", id="c2", coordinate=[777, 555])]},
+            {"text": "clicked"}], cls.tmp)
+        cls.d = Daemon(model_api="openai", model_api_base="http://127.0.0.1:%d/v1" % port,
+                       model="fake")
         try:
             # No display asked for: the desktop image's sessions have one anyway.
             cls.sb = Sandbox(image="desktop", client=cls.d.unix())
@@ -108,6 +119,9 @@ class DesktopTest(unittest.TestCase):
     @classmethod
     def tearDownClass(cls):
         cls.sb.kill()
+        cls.fm.kill()
+        cls.fm.wait()
+        shutil.rmtree(cls.tmp, ignore_errors=True)
         if cls.d.stop_and_remove() != 0:
             raise AssertionError("airlockd exited badly")
 
@@ -192,7 +206,36 @@ class DesktopTest(unittest.TestCase):
         finally:
             sb.kill()
 
-    def test_h_when_x_dies_the_screen_still_works(self):
+    def test_h_the_daemons_chat_drives_the_desktop(self):
+        # A session with a display (here without asking: the desktop image's) chats with the
+        # computer tool: each action is an event, its screenshot goes back to the model, and
+        # the click reaches the program through X.
+        sb = self.sb
+        before = len(self.log_lines("click"))
+        info = sb.client.request("POST", "/v1/sessions/%s/chat" % sb.id,
+                                 {"message": "click it", "auto_run": True})
+        evs = list(Run(sb, info).events(timeout=300))
+        self.assertEqual(evs[-1].type, "done", evs[-1])
+        acts = [json.loads(e.data["code"]) for e in evs
+                if e.type == "code" and e.data["language"] == "computer"]
+        # The screenshot only reads: the actions shown (and asked about) are those that act.
+        self.assertEqual([a["action"] for a in acts], ["left_click"])
+        self.assertEqual(acts[0]["coordinate"], [777, 555])
+        self.assertEqual(self.log_lines("click")[before:], ["click 777 555"])
+        with open(os.path.join(self.tmp, "requests.jsonl")) as f:
+            reqs = [json.loads(line) for line in f if line.strip()]
+        self.assertEqual(len(reqs), 3)
+        tools = {t["function"]["name"]: t["function"] for t in reqs[0]["body"]["tools"]}
+        self.assertIn("1280x800 pixels", tools["computer"]["description"])
+        for n, call in ((1, "c1"), (2, "c2")):
+            self.assertEqual(tool_results(reqs[n])[-1]["tool_call_id"], call)
+            self.assertIn("the screen now (1280x800)", tool_results(reqs[n])[-1]["content"])
+            urls = [p["image_url"]["url"] for p in reqs[n]["body"]["messages"][-1]["content"]
+                    if p["type"] == "image_url"]
+            self.assertEqual(len(urls), 1)
+            self.assertEqual(png_size(base64.b64decode(urls[0].split(",", 1)[1])), (1280, 800))
+
+    def test_z_when_x_dies_the_screen_still_works(self):
         # Last: it ends this session's desktop. The host reads the VGA, not X: with the X
         # server gone the screenshot shows what the kernel's console left there.
         self.sb.commands.run("pkill -KILL -x Xorg; while pgrep -x Xorg >/dev/null; do "
