@@ -106,8 +106,9 @@ class DesktopTest(unittest.TestCase):
             {"tool_calls": [computer("screenshot", id="c1")]},
             {"tool_calls": [computer("left_click", id="c2", coordinate=[777, 555])]},
             {"text": "clicked"}], cls.tmp)
+        # keep_sessions: pause and resume (sessions are killed at the end, never left kept).
         cls.d = Daemon(model_api="openai", model_api_base="http://127.0.0.1:%d/v1" % port,
-                       model="fake")
+                       model="fake", keep_sessions="true")
         try:
             # No display asked for: the desktop image's sessions have one anyway.
             cls.sb = Sandbox(image="desktop", client=cls.d.unix())
@@ -132,15 +133,18 @@ class DesktopTest(unittest.TestCase):
         return png_pixels(self.sb.screenshot())
 
     def test_a_the_desktop_is_xorg_at_the_default_mode(self):
-        img = self.shot()
+        bx, by, bw, bh = BUTTON
+        probes = ((640, 700), (1279, 799), (bx + 5, by + 5))
+
+        def drawn():  # Tk draws its widgets after the window is mapped, as it gets to it
+            i = self.shot()
+            seen = [pixel(i, x, y) for x, y in probes]
+            return i if seen == [RED, RED, BLUE] else None
+        img = wait_for(drawn, "the program's colours on the screenshot", 60)
         self.assertEqual(img[:2], (1280, 800))
         self.assertEqual(self.sb.screen_size, (1280, 800))
         # The program's window covers the screen: X and the host agree on the size.
         self.assertEqual(self.size, (1280, 800))
-        self.assertEqual(pixel(img, 640, 700), RED)
-        self.assertEqual(pixel(img, 1279, 799), RED)
-        bx, by, bw, bh = BUTTON
-        self.assertEqual(pixel(img, bx + 5, by + 5), BLUE)
         # The X server runs as root, the desktop's programs as the unprivileged user.
         ps = self.sb.commands.run("ps -o user=,args= -C openbox,xterm,python3").stdout
         self.assertRegex(ps, r"(?m)^user +openbox")
@@ -234,6 +238,21 @@ class DesktopTest(unittest.TestCase):
                     if p["type"] == "image_url"]
             self.assertEqual(len(urls), 1)
             self.assertEqual(png_size(base64.b64decode(urls[0].split(",", 1)[1])), (1280, 800))
+
+    def test_i_pause_and_resume(self):
+        # The VGA, the tablet, the keyboard and X come back from the saved state: the program
+        # is on the screen and a click reaches it.
+        sb = self.sb
+        sb.pause()
+        sb.resume()
+        img = png_pixels(sb.screenshot())
+        self.assertEqual(img[:2], (1280, 800))
+        self.assertEqual(pixel(img, 640, 700), GREEN)  # the button of test_c was pressed
+        before = len(self.log_lines("click"))
+        sb.left_click(555, 444)
+        got = wait_for(lambda: (lambda g: g if g else None)(self.log_lines("click")[before:]),
+                       "the click after the resume", 60)
+        self.assertEqual(got, ["click 555 444"])
 
     def test_z_when_x_dies_the_screen_still_works(self):
         # Last: it ends this session's desktop. The host reads the VGA, not X: with the X
