@@ -256,10 +256,6 @@ void init_pid1(void)
         agent_log("cannot chdir to /: %s", strerror(errno));
 }
 
-/* airlock.init=PROGRAM: PROGRAM is a one-shot boot step (it starts sshd and exits 0). PID 1
- * then only reaps: daemons and the orphans of SSH sessions are re-parented to it. A boot step
- * that cannot start or fails powers the machine off, so the host sees it at once instead of
- * waiting out a timeout; a daemon that dies later is not restarted (tests kill sshd on purpose). */
 /* Starts program with stdin from /dev/null and output to the console (fds 1-2; nothing reads
  * the serial line), in a session of its own when new_session. Its pid, or -1 (logged). */
 static pid_t program_start(const char *program, bool new_session)
@@ -282,6 +278,10 @@ static pid_t program_start(const char *program, bool new_session)
     return pid;
 }
 
+/* airlock.init=PROGRAM: PROGRAM is a one-shot boot step (it starts sshd and exits 0). PID 1
+ * then only reaps: daemons and the orphans of SSH sessions are re-parented to it. A boot step
+ * that cannot start or fails powers the machine off, so the host sees it at once instead of
+ * waiting out a timeout; a daemon that dies later is not restarted (tests kill sshd on purpose). */
 static _Noreturn void boot_program_run(void)
 {
     pid_t boot = program_start(boot_program, false);

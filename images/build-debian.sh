@@ -203,42 +203,30 @@ EOF
     install -m 0644 "$stage/manifest.json" "$outdir/manifest.json"
     exit 0
 fi
+# The images with the agent: debian, and desktop, whose sessions have a display by default,
+# 1 GiB (Xorg, a browser), DISPLAY for the runs' X clients, and a warm template with the
+# browser started (warm_command).
+memory=512 cmdline_extra='' extra=''
 if [ "$variant" = desktop ]; then
-    # A display by default; 1 GiB (Xorg, a browser); X clients started by exec find the
-    # desktop through DISPLAY; the warm template has the browser started (warm_command).
-    cat >"$stage/manifest.json" <<EOF
-{
-  "name": "desktop",
-  "kernel": "$boot_kernel_file",
-  "initrd": "initrd.img",
-  "disk": "rootfs.qcow2",
-  "cmdline": "$boot_cmdline airlock.root=/dev/vda airlock.service=/usr/local/sbin/airlock-desktop",
-  "languages": ["python", "shell", "javascript"],
-  "agent_protocol": $agent_protocol,
-  "agent_version": "$agent_version",
-  "memory_mib": 1024,
-  "display": true,
+    memory=1024
+    cmdline_extra=' airlock.service=/usr/local/sbin/airlock-desktop'
+    extra='  "display": true,
   "warm_command": "/usr/local/sbin/airlock-desktop-warm",
   "config": {"env": ["DISPLAY=:0"]},
-  "toolchain": $toolchain,
-  "inputs": "$inputs"
-}
-EOF
-    install -m 0644 "$stage/manifest.json" "$outdir/manifest.json"
-    exit 0
+'
 fi
 cat >"$stage/manifest.json" <<EOF
 {
-  "name": "debian",
+  "name": "$variant",
   "kernel": "$boot_kernel_file",
   "initrd": "initrd.img",
   "disk": "rootfs.qcow2",
-  "cmdline": "$boot_cmdline airlock.root=/dev/vda",
+  "cmdline": "$boot_cmdline airlock.root=/dev/vda$cmdline_extra",
   "languages": ["python", "shell", "javascript"],
   "agent_protocol": $agent_protocol,
   "agent_version": "$agent_version",
-  "memory_mib": 512,
-  "toolchain": $toolchain,
+  "memory_mib": $memory,
+${extra}  "toolchain": $toolchain,
   "inputs": "$inputs"
 }
 EOF

@@ -762,15 +762,19 @@ struct quiet_tail {
 static int quiet_output(void *ctx, int stream, const uint8_t *data, size_t len)
 {
     struct quiet_tail *t = ctx;
+    const size_t cap = sizeof(t->buf) - 1;
     if (stream != 2)
         return 0;
-    for (size_t i = 0; i < len; i++) {
-        if (t->len == sizeof(t->buf) - 1) {
-            memmove(t->buf, t->buf + 1, t->len - 1);
-            t->len--;
-        }
-        t->buf[t->len++] = (char)data[i];
+    if (len >= cap) {
+        data += len - cap;
+        len = cap;
+        t->len = 0;
+    } else if (t->len + len > cap) { /* keep the newest bytes before these */
+        memmove(t->buf, t->buf + t->len + len - cap, cap - len);
+        t->len = cap - len;
     }
+    memcpy(t->buf + t->len, data, len);
+    t->len += len;
     t->buf[t->len] = '\0';
     return 0;
 }

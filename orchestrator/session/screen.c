@@ -451,8 +451,6 @@ static int act_err(struct act *a, int code, const char *fmt, ...)
     return al_err(a->err, code, "action %u (%s): %s", a->n, a->name, msg);
 }
 
-/* Sends events (a JSON list's items, comma-separated) as one input-send-event: QEMU delivers
- * them and then one sync. */
 /* Whether btn is a pointer button (wheel "buttons" are motion to the guest, never debounced). */
 static bool real_button(const char *btn)
 {
@@ -473,6 +471,8 @@ static void button_sent(struct al_screen *sc, const char *btn, bool down)
         sc->released_us = al_now_us();
 }
 
+/* Sends events (a JSON list's items, comma-separated) as one input-send-event: QEMU delivers
+ * them and then one sync. */
 static int send_events(struct act *a, const char *events)
 {
     size_t n = strlen(events) + 96;
