@@ -124,6 +124,17 @@ static int ui_confirm(void *ctx, const char *lang, char **code)
     return answer;
 }
 
+/* A safety check the model's vendor attached to a computer action (OpenAI's): a "confirm"
+ * event of language "safety_check" whose code is "CODE: MESSAGE", asked auto_run or not; only
+ * POST .../chat/confirm {"run": true} acknowledges it. */
+static int ui_acknowledge(void *ctx, const char *code, const char *message)
+{
+    _cleanup_free_ char *text = NULL;
+    if (asprintf(&text, "%s: %s", code, message) < 0)
+        return 0;
+    return ui_confirm(ctx, "safety_check", &text);
+}
+
 int ad_chat_confirm(struct ad_session *s, bool run, const char *code, struct ad_fail *f)
 {
     pthread_mutex_lock(&chat_lock);
@@ -259,7 +270,9 @@ static int chat_ready(struct ad_session *s, struct ad_fail *f)
     al_chat_cfg cfg = {
         .model =
             {
-                .api = strcmp(ad_cfg.model_api, "anthropic") ? AL_API_OPENAI : AL_API_ANTHROPIC,
+                .api = !strcmp(ad_cfg.model_api, "anthropic")   ? AL_API_ANTHROPIC
+                       : !strcmp(ad_cfg.model_api, "responses") ? AL_API_RESPONSES
+                                                                : AL_API_OPENAI,
                 .api_base = ad_cfg.model_api_base,
                 .api_key = ch->key,
                 .model = ch->model,
@@ -273,7 +286,8 @@ static int chat_ready(struct ad_session *s, struct ad_fail *f)
         .results_to_ui = true,
         /* A session with a display (asked for, or the desktop image's): the model gets the
          * computer tool, each action a "code" event of language "computer" (and, without
-         * auto_run, a "confirm" for it), its screenshot going back to the model. */
+         * auto_run, a "confirm" for it), its screenshot going back to the model; OpenAI's
+         * safety checks a "confirm" of language "safety_check", auto_run or not. */
         .computer = s->display,
     };
     al_chat_ui ui = {
@@ -283,6 +297,7 @@ static int chat_ready(struct ad_session *s, struct ad_fail *f)
         .text_end = ui_text_end,
         .code = ui_code,
         .confirm = ui_confirm,
+        .acknowledge = ui_acknowledge,
         .output = ui_output,
         .run_end = ui_run_end,
         .result = ui_result,

@@ -231,7 +231,7 @@ static int set(struct ad_config *c, const char *k, char *v)
     if (!strcmp(k, "max_body_bytes"))
         return parse_u64(v, 64u << 20, &c->max_body_bytes);
     if (!strcmp(k, "model_api")) {
-        if (strcmp(v, "openai") && strcmp(v, "anthropic"))
+        if (strcmp(v, "openai") && strcmp(v, "anthropic") && strcmp(v, "responses"))
             return -EINVAL;
         return copy(c->model_api, sizeof(c->model_api), v);
     }

@@ -406,6 +406,18 @@ function follow(runId, box, onEnd) {
       if (code !== undefined) body.code = code;
       await api('POST', sp('/chat/confirm'), body).catch((e) => box.append(el('div', 'error', e.message)));
     };
+    // OpenAI's safety check on a computer action: a person acknowledges it, or the turn ends.
+    if (d.language === 'safety_check') {
+      box.append(el('div', 'msg notice safety', 'The model\'s vendor flags the next action: ' + d.code));
+      const ackB = el('button', 'run', 'Acknowledge');
+      const noB = el('button', 'skip', 'Decline');
+      ackB.addEventListener('click', () => answer(true));
+      noB.addEventListener('click', () => answer(false));
+      bar.append(ackB, noB);
+      box.append(bar);
+      scroll();
+      return;
+    }
     const runB = el('button', 'run', 'Run');
     const editB = el('button', 'edit', 'Edit');
     const skipB = el('button', 'skip', 'Skip');
@@ -472,6 +484,12 @@ function follow(runId, box, onEnd) {
 function computerAction(json) {
   let a;
   try { a = JSON.parse(json); } catch { return json; }
+  // OpenAI's batch: one line per action, its type and what it says
+  if (Array.isArray(a)) {
+    return a.map((x) => (x && typeof x.type === 'string'
+      ? [x.type, ...Object.entries(x).filter(([k]) => k !== 'type').map(([k, v]) => `${k}=${JSON.stringify(v)}`)].join(' ')
+      : JSON.stringify(x))).join('\n');
+  }
   if (!a || typeof a.action !== 'string') return json;
   let s = a.action;
   if (Array.isArray(a.start_coordinate)) s += ` from [${a.start_coordinate.join(', ')}]`;

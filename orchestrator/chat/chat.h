@@ -70,6 +70,10 @@ typedef struct al_chat_ui {
     void (*code)(void *ctx, const char *lang, const char *code); /* code about to be offered */
     /* Asks to run; 1 run, 0 decline. May replace *code (a malloc'd string) after editing. */
     int (*confirm)(void *ctx, const char *lang, char **code);
+    /* A person acknowledges a safety check the model's vendor attached to a computer action
+     * (code, message as the vendor gave them): 1 yes, 0 no. Asked whether or not runs are
+     * confirmed; without this callback nothing is acknowledged and the actions do not run. */
+    int (*acknowledge)(void *ctx, const char *code, const char *message);
     /* A run begins; cold: it starts LANG's kernel first (seconds under emulation). */
     void (*run_start)(void *ctx, const char *lang, bool cold);
     int (*output)(void *ctx, int stream, const uint8_t *data, size_t n); /* live run output */
@@ -248,5 +252,11 @@ int al_profile_load(const char *name_or_path,
                     int (*fn)(void *ctx, const char *key, const char *value, al_error *err),
                     void *ctx, al_error *err);
 int al_profile_dir(char *buf, size_t len, al_error *err);
+
+/* OpenAI's computer actions (a computer_call's "actions", each {"type": ...}) as a list of
+ * al_screen_input's actions, coordinates checked against the w x h screenshot the model saw.
+ * NULL, with why set to one line naming the action, when any of them cannot be run. */
+cJSON *al_cua_openai_actions(const cJSON *actions, unsigned w, unsigned h, char *why,
+                             size_t whylen);
 
 #endif

@@ -90,8 +90,7 @@ static cJSON *conv_json(const al_chat *c)
     cJSON_AddNumberToObject(j, "created", (double)c->created);
     cJSON_AddNumberToObject(j, "updated", (double)time(NULL));
     cJSON_AddStringToObject(j, "model", c->cfg.model.model ? c->cfg.model.model : "");
-    cJSON_AddStringToObject(j, "api",
-                            c->cfg.model.api == AL_API_ANTHROPIC ? "anthropic" : "openai");
+    cJSON_AddStringToObject(j, "api", al_api_name(c->cfg.model.api));
     cJSON_AddStringToObject(j, "api_base", c->cfg.model.api_base ? c->cfg.model.api_base : "");
     cJSON_AddStringToObject(j, "image", c->cfg.image ? c->cfg.image : "");
     cJSON_AddStringToObject(j, "system", c->system ? c->system : "");

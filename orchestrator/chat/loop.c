@@ -613,6 +613,15 @@ static int computer_size(al_chat *c, al_error *err)
     return r;
 }
 
+/* An action (or a batch) that acts on the VM: the user sees it as a run's code and, without
+ * auto-run, confirms it, and may edit its JSON in *json. false when declined. */
+static bool offer_action(al_chat *c, char **json)
+{
+    if (c->ui.code)
+        c->ui.code(c->ui.ctx, "computer", *json);
+    return c->cfg.auto_run || !c->ui.confirm || c->ui.confirm(c->ui.ctx, "computer", json) == 1;
+}
+
 /* The model's computer call: its action run on the screen (after the user's yes, unless
  * auto-run), then a screenshot; the text it gets back. */
 static char *computer_call(al_chat *c, const al_tool_call *call, enum step *step)
@@ -625,11 +634,7 @@ static char *computer_call(al_chat *c, const al_tool_call *call, enum step *step
         return strdup("error: pass one action as {\"action\": NAME, ...}");
     al_error e = {0};
     if (strcmp(name, "screenshot") != 0 && strcmp(name, "cursor_position") != 0) {
-        /* The user sees each action that acts on the VM, as a run's code. */
-        if (c->ui.code)
-            c->ui.code(c->ui.ctx, "computer", action);
-        if (!c->cfg.auto_run && c->ui.confirm &&
-            c->ui.confirm(c->ui.ctx, "computer", &action) != 1) {
+        if (!offer_action(c, &action)) {
             *step = STEP_DECLINED;
             return strdup("The user declined this action.");
         }
@@ -666,8 +671,86 @@ static char *computer_call(al_chat *c, const al_tool_call *call, enum step *step
     return text;
 }
 
-/* The computer tool: Anthropic's own (their models are trained on it), a function of the same
- * shape for OpenAI-compatible models. */
+/* OpenAI's computer call (the Responses API): its pending safety checks acknowledged by a
+ * person (asked even with auto-run; never acknowledged automatically), its batch of actions
+ * shown and confirmed as a run's code is, then run on the screen. The result message gets
+ * "acknowledged_safety_checks" and "is_error" through extra; the screenshot after it is the
+ * caller's. */
+static char *openai_computer_call(al_chat *c, const al_tool_call *call, enum step *step,
+                                  cJSON *extra)
+{
+    _cleanup_cjson_ cJSON *args = cJSON_Parse(call->arguments ? call->arguments : "");
+    const cJSON *checks = cJSON_GetObjectItemCaseSensitive(args, "pending_safety_checks"), *chk;
+    char *text = NULL;
+    cJSON_AddTrueToObject(extra, "is_error"); /* until the actions ran */
+    cJSON_ArrayForEach(chk, checks)
+    {
+        const char *code = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(chk, "code"));
+        const char *msg = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(chk, "message"));
+        if (!c->ui.acknowledge ||
+            c->ui.acknowledge(c->ui.ctx, code ? code : "", msg ? msg : "") != 1) {
+            *step = STEP_DECLINED;
+            return asprintf(&text,
+                            "The user did not acknowledge the safety check (%.64s): the actions "
+                            "were not run.",
+                            code ? code : "no code") < 0
+                       ? NULL
+                       : text;
+        }
+    }
+    if (cJSON_GetArraySize(checks) > 0)
+        cJSON_AddItemToObject(extra, "acknowledged_safety_checks", cJSON_Duplicate(checks, true));
+    _cleanup_cjson_ cJSON *acts =
+        cJSON_Duplicate(cJSON_GetObjectItemCaseSensitive(args, "actions"), true);
+    const cJSON *one = cJSON_GetObjectItemCaseSensitive(args, "action");
+    if (!acts && cJSON_IsObject(one) && (acts = cJSON_CreateArray()))
+        cJSON_AddItemToArray(acts, cJSON_Duplicate(one, true));
+    if (!cJSON_IsArray(acts))
+        return strdup("error: the computer call has no actions");
+    bool acting = false;
+    const cJSON *a;
+    cJSON_ArrayForEach(a, acts)
+    {
+        const char *t = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(a, "type"));
+        acting |= !t || strcmp(t, "screenshot") != 0;
+    }
+    al_error e = {0};
+    if (acting) {
+        _cleanup_free_ char *shown = cJSON_PrintUnformatted(acts);
+        if (!shown)
+            return NULL;
+        if (!offer_action(c, &shown)) {
+            *step = STEP_DECLINED;
+            return strdup("The user declined these actions.");
+        }
+        cJSON_Delete(acts);
+        acts = cJSON_Parse(shown ? shown : "");
+        if (!cJSON_IsArray(acts))
+            return strdup("error: the actions are not a JSON list");
+    }
+    if (computer_size(c, &e) < 0)
+        return asprintf(&text, "error: %s", e.msg) < 0 ? NULL : text;
+    char why[256];
+    _cleanup_cjson_ cJSON *mine =
+        al_cua_openai_actions(acts, c->shot_w, c->shot_h, why, sizeof(why));
+    if (!mine)
+        return asprintf(&text, "error: %s; nothing was done", why) < 0 ? NULL : text;
+    if (cJSON_GetArraySize(mine) > 0) {
+        _cleanup_free_ char *list = cJSON_PrintUnformatted(mine);
+        unsigned done = 0;
+        if (!list)
+            return NULL;
+        if (al_screen_input(c->session, list, c->shot_w, c->shot_h, &done, NULL, NULL, &e) < 0)
+            return asprintf(&text, "error: %s", e.msg) < 0 ? NULL : text;
+        usleep(COMPUTER_SETTLE_MS * 1000);
+    }
+    cJSON_DeleteItemFromObject(extra, "is_error");
+    return asprintf(&text, "Done: the screen now (%ux%u).", c->shot_w, c->shot_h) < 0 ? NULL : text;
+}
+
+/* The computer tool: Anthropic's own (their models are trained on it), OpenAI's own on its
+ * Responses API (the preview model's older tool for it), and a function of the same shape as
+ * Anthropic's for other OpenAI-compatible models. */
 static void computer_tool(const al_chat *c, cJSON *tools)
 {
     char desc[400];
@@ -714,6 +797,16 @@ static void computer_tool(const al_chat *c, cJSON *tools)
     cJSON_AddStringToObject(an, "name", "computer");
     cJSON_AddNumberToObject(an, "display_width_px", c->shot_w);
     cJSON_AddNumberToObject(an, "display_height_px", c->shot_h);
+    cJSON *oa = cJSON_AddObjectToObject(t, "openai");
+    const char *model = c->cfg.model.model ? c->cfg.model.model : "";
+    if (!strncmp(model, "computer-use-preview", 20)) {
+        cJSON_AddStringToObject(oa, "type", "computer_use_preview");
+        cJSON_AddNumberToObject(oa, "display_width", c->shot_w);
+        cJSON_AddNumberToObject(oa, "display_height", c->shot_h);
+        cJSON_AddStringToObject(oa, "environment", "linux");
+    } else {
+        cJSON_AddStringToObject(oa, "type", "computer");
+    }
 }
 
 static cJSON *tools_schema(const al_chat *c)
@@ -1157,8 +1250,16 @@ static int tool_call_step(al_chat *c, const al_tool_call *call, struct seen_runs
                           enum step *step, bool *ran, al_error *err)
 {
     _cleanup_free_ char *result = NULL;
+    _cleanup_cjson_ cJSON *extra = cJSON_CreateObject();
+    bool native = call->kind && !strcmp(call->kind, "computer_call") && c->cfg.computer;
+    if (!extra)
+        return al_err(err, -ENOMEM, "out of memory");
     if (*step != STEP_RAN) {
         result = strdup("Not run: an earlier call in this reply was stopped.");
+        cJSON_AddTrueToObject(extra, "is_error");
+    } else if (native) {
+        result = openai_computer_call(c, call, step, extra);
+        *ran = true;
     } else if (call->name && !strcmp(call->name, "rollback") &&
                c->cfg.checkpoint != AL_CHECKPOINT_NEVER) {
         result = rollback_call(c, call);
@@ -1179,7 +1280,19 @@ static int tool_call_step(al_chat *c, const al_tool_call *call, struct seen_runs
                 return r;
         }
     }
-    add_message(c, with_images(c, tool_result(call, result ? result : "")));
+    cJSON *m = tool_result(call, result ? result : "");
+    if (m && call->kind) {
+        /* OpenAI's computer call is answered with a screenshot, whatever became of it. */
+        al_error se = {0};
+        if (native && !c->images && computer_shot(c, &se) < 0) {
+            cJSON_DeleteItemFromObject(extra, "is_error");
+            cJSON_AddTrueToObject(extra, "is_error");
+        }
+        cJSON_AddStringToObject(m, "kind", call->kind);
+        for (cJSON *x = extra->child; x; x = x->next)
+            cJSON_AddItemToObject(m, x->string, cJSON_Duplicate(x, true));
+    }
+    add_message(c, with_images(c, m));
     return 0;
 }
 

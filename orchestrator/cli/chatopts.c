@@ -13,7 +13,9 @@ const char chat_opts_help[] =
     "Model:\n"
     "      --model NAME          model name (default: gpt-4o-mini, or claude-sonnet-4-5 when\n"
     "                            only ANTHROPIC_API_KEY is set)\n"
-    "      --api openai|anthropic  wire format (default: anthropic for claude-* models)\n"
+    "      --api openai|anthropic|responses\n"
+    "                            wire format: Chat Completions, Messages or OpenAI's\n"
+    "                            Responses API (default: anthropic for claude-* models)\n"
     "      --api-base URL        endpoint (default: the API's hosted one)\n"
     "      --api-key-file FILE   read the key from FILE ('-': stdin) (default:\n"
     "                            $OPENAI_API_KEY / $ANTHROPIC_API_KEY)\n"
@@ -266,7 +268,7 @@ static enum set_result apply_model(struct chat_opts *o, int opt, char *s, bool b
         o->model = s;
         return SET_DONE;
     case O_API:
-        if (strcmp(s, "openai") && strcmp(s, "anthropic"))
+        if (al_api_parse(s) < 0)
             return SET_BAD;
         o->api_name = s;
         return SET_DONE;
@@ -696,7 +698,7 @@ int chat_opts_finish(struct chat_opts *o)
     const char *model = o->model;
     enum al_api api = AL_API_OPENAI;
     if (o->api_name)
-        api = strcmp(o->api_name, "anthropic") ? AL_API_OPENAI : AL_API_ANTHROPIC;
+        api = (enum al_api)al_api_parse(o->api_name);
     else if (model && !strncmp(model, "claude", 6))
         api = AL_API_ANTHROPIC;
     else if (!model && !o->local && !is_set(o->api_base) && !is_set(okey) && is_set(akey))

@@ -234,6 +234,29 @@ static int ui_confirm(void *ctx, const char *lang, char **code)
     }
 }
 
+/* The model vendor's safety check on a computer action: a person acknowledges it here, -y or
+ * not; without a terminal nobody can, and the actions do not run. */
+static int ui_acknowledge(void *ctx, const char *code, const char *message)
+{
+    struct loopui *u = ctx;
+    char c[128], m[1024];
+    al_term_escape(code, c, sizeof(c));
+    al_term_escape(message, m, sizeof(m));
+    fprintf(stderr, "airlock: the model's vendor flags the next computer action (%s): %s\n",
+            *c ? c : "no code", *m ? m : "(no message)");
+    if (u->confirm_fd < 0) {
+        fprintf(stderr, "airlock: no terminal to acknowledge it on; not running the actions\n");
+        return 0;
+    }
+    fprintf(stderr, "Acknowledge it and go on? [y/N] ");
+    fflush(stderr);
+    char line[64];
+    int n = loopui_read_line(u->confirm_fd, line, sizeof(line));
+    if (n == -2)
+        fputc('\n', stderr);
+    return n >= 0 && (!strcasecmp(line, "y") || !strcasecmp(line, "yes"));
+}
+
 /* A kernel's first start is seconds of silence under emulation: say what is waited for. */
 static void ui_run_start(void *ctx, const char *lang, bool cold)
 {
@@ -481,6 +504,7 @@ int loopui_open(struct loopui *u, struct chat_opts *o, struct cli_globals *g)
         .text_end = ui_text_end,
         .code = ui_code,
         .confirm = ui_confirm,
+        .acknowledge = ui_acknowledge,
         .run_start = ui_run_start,
         .output = ui_output,
         .run_end = ui_run_end,

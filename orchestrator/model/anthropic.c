@@ -272,13 +272,10 @@ static int block_delta(struct al_model_acc *a, const cJSON *j)
 int al_anthropic_event(void *ctx, const char *event, const char *data, size_t len)
 {
     struct al_model_acc *a = ctx;
-    _cleanup_cjson_ cJSON *j = cJSON_ParseWithLength(data, len);
-    if (!cJSON_IsObject(j))
-        return al_model_bad_json(a, "stream", data, len);
-    /* The data's own "type" names the event; the SSE event name says the same. */
-    const char *type = al_json_str(j, "type");
-    if (!type)
-        type = event;
+    const char *type;
+    _cleanup_cjson_ cJSON *j = al_model_event_parse(a, event, data, len, &type);
+    if (!j)
+        return a->err.code;
     if (strcmp(type, "message_start") == 0) {
         const cJSON *usage = cJSON_GetObjectItemCaseSensitive(
             cJSON_GetObjectItemCaseSensitive(j, "message"), "usage");

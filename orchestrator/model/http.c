@@ -94,7 +94,7 @@ static int endpoint_url(const al_model_cfg *cfg, char **out, bool *local, al_err
     while (n && base[n - 1] == '/')
         n--;
     /* Anthropic's base is given without /v1, but one given with it is understood too. */
-    const char *path = "/chat/completions";
+    const char *path = cfg->api == AL_API_RESPONSES ? "/responses" : "/chat/completions";
     if (cfg->api == AL_API_ANTHROPIC)
         path = n >= 3 && memcmp(base + n - 3, "/v1", 3) == 0 ? "/messages" : "/v1/messages";
     _cleanup_free_ char *url = NULL;
@@ -280,7 +280,10 @@ static int attempt(const struct request *q, struct al_model_acc *acc, bool *retr
     *retry_after_s = -1;
     __attribute__((cleanup(cleanup_curl))) CURL *h = curl_easy_init();
     __attribute__((cleanup(cleanup_sse))) al_sse *sse =
-        al_sse_new(cfg->api == AL_API_ANTHROPIC ? al_anthropic_event : al_openai_event, acc);
+        al_sse_new(cfg->api == AL_API_ANTHROPIC   ? al_anthropic_event
+                   : cfg->api == AL_API_RESPONSES ? al_responses_event
+                                                  : al_openai_event,
+                   acc);
     if (!h || !sse)
         return al_err(err, -ENOMEM, "cannot start the model request");
     __attribute__((cleanup(xfer_done))) struct xfer x = {
@@ -318,8 +321,9 @@ static int attempt(const struct request *q, struct al_model_acc *acc, bool *retr
         return 0;
     if (x.status / 100 == 2 && x.whole && rc == CURLE_OK) {
         /* A server that does not stream: the whole reply at once, passed on as one piece. */
-        r = cfg->api == AL_API_ANTHROPIC ? al_anthropic_response(acc, x.body.p, x.body.len)
-                                         : al_openai_response(acc, x.body.p, x.body.len);
+        r = cfg->api == AL_API_ANTHROPIC   ? al_anthropic_response(acc, x.body.p, x.body.len)
+            : cfg->api == AL_API_RESPONSES ? al_responses_response(acc, x.body.p, x.body.len)
+                                           : al_openai_response(acc, x.body.p, x.body.len);
         return r < 0 ? al_err(err, r, "%s", acc->err.msg) : 0;
     }
     if (x.status && x.status / 100 != 2) {
@@ -414,7 +418,7 @@ static int model_prepare(const al_model_cfg *cfg, char **url, bool *local, al_er
         return al_err(err, -EINVAL, "no model API base URL");
     if (!cfg->model || !*cfg->model)
         return al_err(err, -EINVAL, "no model name");
-    if (cfg->api != AL_API_OPENAI && cfg->api != AL_API_ANTHROPIC)
+    if (cfg->api != AL_API_OPENAI && cfg->api != AL_API_ANTHROPIC && cfg->api != AL_API_RESPONSES)
         return al_err(err, -EINVAL, "unknown model API %d", (int)cfg->api);
     pthread_once(&global_once, global_init);
     if (global_rc != CURLE_OK)
@@ -466,8 +470,9 @@ int al_model_chat(const al_model_cfg *cfg, const cJSON *messages, const cJSON *t
         return r;
 
     _cleanup_free_ char *body = NULL;
-    r = cfg->api == AL_API_ANTHROPIC ? al_anthropic_body(cfg, messages, tools, &body, err)
-                                     : al_openai_body(cfg, messages, tools, &body, err);
+    r = cfg->api == AL_API_ANTHROPIC   ? al_anthropic_body(cfg, messages, tools, &body, err)
+        : cfg->api == AL_API_RESPONSES ? al_responses_body(cfg, messages, tools, &body, err)
+                                       : al_openai_body(cfg, messages, tools, &body, err);
     if (r < 0)
         return r;
     __attribute__((cleanup(cleanup_slist))) struct curl_slist *hdrs = NULL;

@@ -46,6 +46,7 @@ struct al_acc_call {
     struct al_buf args;
     long key;             /* OpenAI tool_calls[].index, or Anthropic content block index */
     bool args_from_start; /* Anthropic: args came whole in content_block_start */
+    bool computer;        /* the Responses API: a computer_call (arguments built from it) */
 };
 
 /* The reply being assembled from stream events, for either API. */
@@ -63,11 +64,14 @@ struct al_model_acc {
     bool started;      /* some content arrived: a retry would repeat what the user saw */
     bool passed;       /* something was passed to a callback */
     bool server_error; /* the server sent an error in the stream (overloaded...) */
+    cJSON *output;     /* the Responses API: the output items, as each was done */
     al_error err;      /* why an event was refused */
 };
 
 void al_model_acc_init(struct al_model_acc *a, enum al_api api, const al_model_stream_cb *cb);
 void al_model_acc_free(struct al_model_acc *a);
+/* Counts n more bytes of the reply against AL_MODEL_REPLY_MAX: 0, or -EMSGSIZE (a->err set). */
+int al_model_acc_grow(struct al_model_acc *a, size_t n);
 /* Adds assistant text; passes the complete UTF-8 characters on to cb->text. */
 int al_model_acc_text(struct al_model_acc *a, const char *s, size_t n);
 /* The call with this key, made when new (tool_start is called once its name is known). */
@@ -86,20 +90,28 @@ int al_model_acc_take(struct al_model_acc *a, al_model_reply *out, al_error *err
  * AL_SSE_DONE at the end marker, or a negative errno with acc->err set. */
 int al_openai_event(void *ctx, const char *event, const char *data, size_t len);
 int al_anthropic_event(void *ctx, const char *event, const char *data, size_t len);
+int al_responses_event(void *ctx, const char *event, const char *data, size_t len);
 
 /* A whole, non-streamed reply (a server that ignored "stream": true), into acc. */
 int al_openai_response(struct al_model_acc *a, const char *body, size_t len);
 int al_anthropic_response(struct al_model_acc *a, const char *body, size_t len);
+int al_responses_response(struct al_model_acc *a, const char *body, size_t len);
 
 /* Request bodies in each API's wire format. */
 int al_openai_body(const al_model_cfg *cfg, const cJSON *messages, const cJSON *tools, char **out,
                    al_error *err);
 int al_anthropic_body(const al_model_cfg *cfg, const cJSON *messages, const cJSON *tools,
                       char **out, al_error *err);
+int al_responses_body(const al_model_cfg *cfg, const cJSON *messages, const cJSON *tools,
+                      char **out, al_error *err);
 
 /* Fails the reply for an error the server put in the stream (worth retrying while nothing
  * has been passed on: servers say "overloaded" that way). */
 int al_model_server_error(struct al_model_acc *a, const char *msg);
+/* An event's data as a JSON object, and its type: the data's own "type" (the SSE event's name
+ * says the same), else the event's name. NULL, with a->err set, when it is not an object. */
+cJSON *al_model_event_parse(struct al_model_acc *a, const char *event, const char *data, size_t len,
+                            const char **type);
 /* Fails the reply for JSON that does not parse, quoting its start. */
 int al_model_bad_json(struct al_model_acc *a, const char *what, const char *data, size_t len);
 

@@ -1,5 +1,6 @@
-/* Model clients: one streaming chat request to an OpenAI-compatible Chat Completions endpoint
- * or to Anthropic's Messages API, over libcurl, with retries and cancellation.
+/* Model clients: one streaming chat request to an OpenAI-compatible Chat Completions endpoint,
+ * to OpenAI's Responses API or to Anthropic's Messages API, over libcurl, with retries and
+ * cancellation.
  *
  * Conversations are kept in one neutral shape (below) and converted to each API's wire format
  * here, so the loop above never sees a provider's JSON. */
@@ -16,7 +17,13 @@
 enum al_api {
     AL_API_OPENAI = 0,    /* POST {api_base}/chat/completions, stream: true */
     AL_API_ANTHROPIC = 1, /* POST {api_base}/v1/messages (api_base without /v1), stream: true */
+    AL_API_RESPONSES = 2, /* POST {api_base}/responses, stream: true (OpenAI's Responses API,
+                             whose models take its native computer tool) */
 };
+/* The API's name as the CLI, profiles and conversations spell it ("openai", "anthropic",
+ * "responses"), and back; al_api_parse returns -1 for an unknown name. */
+const char *al_api_name(enum al_api api);
+int al_api_parse(const char *name);
 
 /* Provider defaults (model/providers.c): what an endpoint, a model or a key defaults to. */
 struct al_provider {
@@ -61,13 +68,23 @@ typedef struct al_model_cfg {
  *   {"role":"tool","tool_call_id":"...","name":"execute","content":"..."}
  * Tools: a cJSON array of {"name":"...","description":"...","parameters":{JSON schema}}; one
  * with an "anthropic" object goes to Anthropic as that object (a tool of its own kind: the
- * computer tool), to OpenAI as the function it describes.
+ * computer tool), one with an "openai" object to the Responses API as that object, and each
+ * otherwise as the function it describes.
+ * The Responses API adds to this:
+ *   a tool call of OpenAI's computer tool has "kind":"computer_call" and its arguments are
+ *       {"actions":[...]} or {"action":{...}}, with "pending_safety_checks":[...] when any;
+ *   its result (a "tool" message with the same "kind") is the screenshot in "images"[0], with
+ *       "acknowledged_safety_checks":[...] when a person acknowledged them; "is_error": true
+ *       sends its text to the model too;
+ *   an assistant message may keep the reply's output items as they came ("responses_output"),
+ *       which go back verbatim (reasoning items included) instead of being rebuilt.
  * tools == NULL (or empty) sends no tools (the text-mode fallback). */
 
 typedef struct al_tool_call {
     char *id; /* as the server gave it; made up ("call_N") when it gave none */
     char *name;
     char *arguments; /* the raw JSON text the model produced (may be invalid JSON) */
+    char *kind;      /* NULL: a function call; "computer_call": OpenAI's computer tool */
 } al_tool_call;
 
 typedef struct al_model_reply {
@@ -77,6 +94,7 @@ typedef struct al_model_reply {
     unsigned input_tokens; /* usage as reported; 0 when the server reported none */
     unsigned output_tokens;
     char finish[32]; /* "stop", "tool_calls", "length", "end_turn", "tool_use", ... */
+    char *output;    /* the Responses API: the reply's output items (a JSON array), else NULL */
 } al_model_reply;
 
 typedef struct al_model_stream_cb {

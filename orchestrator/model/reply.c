@@ -12,8 +12,10 @@ void al_model_reply_free(al_model_reply *r)
         free(r->calls[i].id);
         free(r->calls[i].name);
         free(r->calls[i].arguments);
+        free(r->calls[i].kind);
     }
     free(r->calls);
+    free(r->output);
     *r = (al_model_reply){0};
 }
 
@@ -50,6 +52,11 @@ cJSON *al_model_reply_message(const al_model_reply *r)
     if (!m || !cJSON_AddStringToObject(m, "role", "assistant") ||
         !cJSON_AddStringToObject(m, "content", r->text ? r->text : ""))
         return NULL;
+    if (r->output) {
+        cJSON *items = cJSON_Parse(r->output);
+        if (!cJSON_IsArray(items) || !cJSON_AddItemToObject(m, "responses_output", items))
+            return cJSON_Delete(items), NULL;
+    }
     if (!r->ncalls)
         return TAKE_PTR(m);
     cJSON *calls = cJSON_AddArrayToObject(m, "tool_calls");
@@ -64,6 +71,8 @@ cJSON *al_model_reply_message(const al_model_reply *r)
             !cJSON_AddStringToObject(c, "name", r->calls[i].name ? r->calls[i].name : "") ||
             !args || !cJSON_AddItemToObject(c, "arguments", args))
             return cJSON_Delete(args), NULL;
+        if (r->calls[i].kind && !cJSON_AddStringToObject(c, "kind", r->calls[i].kind))
+            return NULL;
     }
     return TAKE_PTR(m);
 }

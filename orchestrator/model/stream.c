@@ -52,10 +52,11 @@ void al_model_acc_free(struct al_model_acc *a)
         al_buf_free(&a->calls[i].args);
     }
     free(a->calls);
+    cJSON_Delete(a->output);
     *a = (struct al_model_acc){0};
 }
 
-static int grow(struct al_model_acc *a, size_t n)
+int al_model_acc_grow(struct al_model_acc *a, size_t n)
 {
     if (n > AL_MODEL_REPLY_MAX - a->total)
         return al_err(&a->err, -EMSGSIZE, "the model's reply exceeds %u MiB",
@@ -98,7 +99,7 @@ int al_model_acc_text(struct al_model_acc *a, const char *s, size_t n)
 {
     if (n == 0)
         return 0;
-    int r = grow(a, n);
+    int r = al_model_acc_grow(a, n);
     if (r < 0)
         return r;
     if (al_buf_add(&a->text, s, n) < 0)
@@ -134,7 +135,7 @@ int al_model_acc_call_name(struct al_model_acc *a, struct al_acc_call *c, const 
     if (c->name.len || !name || !*name)
         return 0;
     size_t n = strlen(name);
-    int r = grow(a, n);
+    int r = al_model_acc_grow(a, n);
     if (r < 0)
         return r;
     if (al_buf_add(&c->name, name, n) < 0)
@@ -148,7 +149,7 @@ int al_model_acc_call_name(struct al_model_acc *a, struct al_acc_call *c, const 
 
 int al_model_acc_args(struct al_model_acc *a, struct al_acc_call *c, const char *s, size_t n)
 {
-    int r = grow(a, n);
+    int r = al_model_acc_grow(a, n);
     if (r < 0)
         return r;
     if (al_buf_add(&c->args, s, n) < 0)
@@ -194,10 +195,14 @@ int al_model_acc_take(struct al_model_acc *a, al_model_reply *out, al_error *err
         r.calls[i].id = al_buf_steal(&c->id);
         r.calls[i].name = al_buf_steal(&c->name);
         r.calls[i].arguments = al_buf_steal(&c->args);
+        r.calls[i].kind = c->computer ? strdup("computer_call") : NULL;
         r.ncalls = i + 1;
-        oom |= !r.calls[i].id || !r.calls[i].name || !r.calls[i].arguments;
+        oom |= !r.calls[i].id || !r.calls[i].name || !r.calls[i].arguments ||
+               (c->computer && !r.calls[i].kind);
     }
     r.text = al_buf_steal(&a->text);
+    if (a->output && !(r.output = cJSON_PrintUnformatted(a->output)))
+        oom = true;
     if (!r.text || oom) {
         al_model_reply_free(&r);
         return al_err(err, -ENOMEM, "out of memory for the model's reply");
@@ -245,8 +250,11 @@ int al_model_body_tools(cJSON *body, enum al_api api, const cJSON *tools, al_err
     const cJSON *t;
     cJSON_ArrayForEach(t, tools)
     {
-        const cJSON *native = cJSON_GetObjectItemCaseSensitive(t, "anthropic");
-        if (api == AL_API_ANTHROPIC && cJSON_IsObject(native)) {
+        const cJSON *native =
+            cJSON_GetObjectItemCaseSensitive(t, api == AL_API_ANTHROPIC   ? "anthropic"
+                                                : api == AL_API_RESPONSES ? "openai"
+                                                                          : "");
+        if (api != AL_API_OPENAI && cJSON_IsObject(native)) {
             if (!cJSON_AddItemToArray(ts, cJSON_Duplicate(native, true)))
                 goto oom;
             continue;
@@ -257,14 +265,16 @@ int al_model_body_tools(cJSON *body, enum al_api api, const cJSON *tools, al_err
         if (!o || !cJSON_AddItemToArray(ts, o))
             goto oom;
         /* OpenAI: {"type":"function","function":{name, description, parameters}};
+         * Responses: {"type":"function", name, description, parameters};
          * Anthropic: {name, description, input_schema}, which it requires. */
-        if (api == AL_API_OPENAI && (!cJSON_AddStringToObject(o, "type", "function") ||
-                                     !(fn = cJSON_AddObjectToObject(o, "function"))))
+        if (api != AL_API_ANTHROPIC && !cJSON_AddStringToObject(o, "type", "function"))
+            goto oom;
+        if (api == AL_API_OPENAI && !(fn = cJSON_AddObjectToObject(o, "function")))
             goto oom;
         if (!cJSON_AddStringToObject(fn, "name", name ? name : "") ||
             (desc && !cJSON_AddStringToObject(fn, "description", desc)))
             goto oom;
-        if (api == AL_API_OPENAI && params &&
+        if (api != AL_API_ANTHROPIC && params &&
             !cJSON_AddItemToObject(fn, "parameters", cJSON_Duplicate(params, true)))
             goto oom;
         if (api == AL_API_ANTHROPIC &&
@@ -294,6 +304,21 @@ int al_model_bad_json(struct al_model_acc *a, const char *what, const char *data
     /* Enough of it to recognise; data need not be NUL-terminated. */
     int n = len < 80 ? (int)len : 80;
     return al_err(&a->err, -EPROTO, "malformed JSON in the model's %s: %.*s", what, n, data);
+}
+
+cJSON *al_model_event_parse(struct al_model_acc *a, const char *event, const char *data, size_t len,
+                            const char **type)
+{
+    cJSON *j = cJSON_ParseWithLength(data, len);
+    if (!cJSON_IsObject(j)) {
+        cJSON_Delete(j);
+        al_model_bad_json(a, "stream", data, len);
+        return NULL;
+    }
+    *type = al_json_str(j, "type");
+    if (!*type)
+        *type = event;
+    return j;
 }
 
 int al_model_server_error(struct al_model_acc *a, const char *msg)

@@ -47,7 +47,7 @@ _airlock_value()
     --net) _airlock_words 'none allow=' "$cur" ;;
     --sync-back) _airlock_words 'ask yes no' "$cur" ;;
     --checkpoint) _airlock_words 'auto always never' "$cur" ;;
-    --api) _airlock_words 'openai anthropic' "$cur" ;;
+    --api) _airlock_words 'openai anthropic responses' "$cur" ;;
     --local) _airlock_words 'ollama llamacpp lmstudio' "$cur" ;;
     -l | --lang) _airlock_words 'sh bash python shell javascript' "$cur" ;;
     -c | --connect) _airlock_words 'qemu:///system qemu:///session' "$cur" ;;

@@ -10,9 +10,11 @@ sees the file sees the whole number). It serves until killed.
 Endpoints
   POST .../chat/completions   OpenAI Chat Completions, streamed (SSE chunks, "data: [DONE]")
   POST .../messages           Anthropic Messages API, streamed (message_start ... message_stop)
+  POST .../responses          OpenAI Responses API, streamed (response.created ...
+                              response.completed, each output item added, its deltas, done)
   GET  .../models             a one-model list (does not use the script)
-Every POST to either endpoint takes the NEXT reply from the script, whatever its path: the same
-script works for both APIs, each reply being rendered in the format of the request that takes it.
+Every POST to any of them takes the NEXT reply from the script, whatever its path: the same
+script works for every API, each reply being rendered in the format of the request that takes it.
 When the script is used up, the server answers 500 with
   {"error": {"message": "fakemodel: script exhausted after N replies", ...}}.
 
@@ -41,7 +43,14 @@ The script: a JSON list of replies (or {"replies": [...]}), used in order. Each 
                        events, and a comment before the first
     "done": false,     OpenAI: leave out the final "data: [DONE]" (default true)
     "error": "text",   after the content, an error in the stream instead of the finish:
-                       OpenAI: data: {"error": {"message": text}}; Anthropic: event: error
+                       OpenAI: data: {"error": {"message": text}}; Anthropic: event: error;
+                       Responses: event: error
+    Responses only:
+    "computer_calls": [{"call_id": "call_1", "actions": [{"type": "click", ...}],
+                        "pending_safety_checks": [{"id": ..., "code": ..., "message": ...}]}]
+                       computer_call items after the function calls ("action": {...} instead of
+                       "actions" for the preview model's shape)
+    "reasoning": true  a reasoning item (with encrypted_content) before the message
    plus any of the transport controls below.
 
 2. An HTTP error or any non-streamed reply:
@@ -218,6 +227,76 @@ def anthropic_events(reply, req):
     return ev
 
 
+def responses_events(reply, req):
+    """The SSE events of a Responses API streamed reply."""
+    model, size, by_chars, calls, usage = content_params(reply, req)
+    seq = [0]
+
+    def e(name, obj):
+        obj = dict(type=name, sequence_number=seq[0], **obj)
+        seq[0] += 1
+        return (name, sse_json(obj))
+
+    resp = {"id": "resp_fake", "object": "response", "created_at": 1700000000,
+            "status": "in_progress", "model": model, "output": [], "usage": None}
+    ev = [e("response.created", {"response": resp}), e("response.in_progress", {"response": resp})]
+    output = []
+
+    def item(added, done, deltas=()):
+        i = len(output)
+        ev.append(e("response.output_item.added", {"output_index": i, "item": added}))
+        for name, obj in deltas:
+            ev.append(e(name, dict(item_id=added["id"], output_index=i, **obj)))
+        ev.append(e("response.output_item.done", {"output_index": i, "item": done}))
+        output.append(done)
+
+    if reply.get("reasoning"):
+        r = {"id": "rs_fake", "type": "reasoning", "summary": [], "encrypted_content": "opaque"}
+        item(r, r)
+    text = reply.get("text")
+    if text:
+        part = {"type": "output_text", "text": text, "annotations": []}
+        deltas = [("response.content_part.added",
+                   {"content_index": 0, "part": dict(part, text="")})]
+        deltas += [("response.output_text.delta", {"content_index": 0, "delta": p})
+                   for p in pieces(text.encode("utf-8"), size, by_chars)]
+        deltas += [("response.output_text.done", {"content_index": 0, "text": text}),
+                   ("response.content_part.done", {"content_index": 0, "part": part})]
+        m = {"id": "msg_fake", "type": "message", "role": "assistant"}
+        item(dict(m, status="in_progress", content=[]),
+             dict(m, status="completed", content=[part]), deltas)
+    for i, call in enumerate(calls):
+        args = args_text(call.get("arguments"))
+        fc = {"id": "fc_fake_%d" % i, "type": "function_call", "name": call["name"],
+              "call_id": call.get("id", "call_fake_%d" % i)}
+        deltas = [("response.function_call_arguments.delta", {"delta": p})
+                  for p in pieces(args, size, by_chars)]
+        deltas.append(("response.function_call_arguments.done",
+                       {"arguments": args.decode("utf-8")}))
+        item(dict(fc, status="in_progress", arguments=""),
+             dict(fc, status="completed", arguments=args.decode("utf-8")), deltas)
+    for i, cc in enumerate(reply.get("computer_calls") or []):
+        cu = {"id": "cu_fake_%d" % i, "type": "computer_call",
+              "call_id": cc.get("call_id", "call_cu_%d" % i),
+              "pending_safety_checks": cc.get("pending_safety_checks", [])}
+        for k in ("actions", "action"):
+            if k in cc:
+                cu[k] = cc[k]
+        item(dict(cu, status="in_progress"), dict(cu, status="completed"))
+    if reply.get("error"):
+        ev.append(e("error", {"code": "server_error", "message": reply["error"], "param": None}))
+        return ev
+    u = {"input_tokens": usage.get("input", 10), "output_tokens": usage.get("output", 5)}
+    u["total_tokens"] = u["input_tokens"] + u["output_tokens"]
+    final = dict(resp, status="completed", output=output, usage=u)
+    if reply.get("finish") == "length":
+        final.update(status="incomplete", incomplete_details={"reason": "max_output_tokens"})
+        ev.append(e("response.incomplete", {"response": final}))
+    else:
+        ev.append(e("response.completed", {"response": final}))
+    return ev
+
+
 def render(events, reply, keepalive_line):
     """The SSE bytes of the events, and where one event's bytes end (the natural writes)."""
     nl = reply.get("line_ending", "\n").encode()
@@ -278,6 +357,8 @@ class Handler(BaseHTTPRequestHandler):
             api = "openai"
         elif path.endswith("/messages"):
             api = "anthropic"
+        elif path.endswith("/responses"):
+            api = "responses"
         else:
             self.send_json(404, {"error": {"message": "fakemodel: no such path " + self.path}})
             return
@@ -316,6 +397,8 @@ class Handler(BaseHTTPRequestHandler):
             ends = [len(data)]
         elif api == "openai":
             data, ends = render(openai_events(reply, body), reply, b": keep-alive")
+        elif api == "responses":
+            data, ends = render(responses_events(reply, body), reply, b": keep-alive")
         else:
             ka = b"event: ping" + reply.get("line_ending", "\n").encode() + b'data: {"type": "ping"}'
             data, ends = render(anthropic_events(reply, body), reply, ka)

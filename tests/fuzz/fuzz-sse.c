@@ -1,7 +1,9 @@
 /* Fuzz target for the model stream parsers: the bytes a model server (or anything between it and
- * us) could send, through the SSE parser into the OpenAI or Anthropic reply accumulator.
+ * us) could send, through the SSE parser into the OpenAI, Anthropic or Responses reply
+ * accumulator.
  *
- * Input: byte 0 picks the mode (bit 0: OpenAI / Anthropic; bit 1: the rest is a neutral
+ * Input: byte 0 picks the mode (bit 0: OpenAI / Anthropic, bit 3 over both: OpenAI's Responses
+ * API; bit 1: the rest is a neutral
  * conversation to build a request body from; bit 2: the rest is a whole non-streamed reply;
  * else it is a stream), byte 1 seeds the sizes of the pieces the stream is fed in. The stream is
  * parsed twice, whole and in pieces: both must end the same way with the same reply. The text
@@ -56,15 +58,19 @@ static void parse(enum al_api api, bool whole_reply, const uint8_t *data, size_t
     al_model_stream_cb cb = {on_text, on_tool_start, &v};
     struct al_model_acc acc;
     al_model_acc_init(&acc, api, &cb);
-    al_sse *p = al_sse_new(api == AL_API_ANTHROPIC ? al_anthropic_event : al_openai_event, &acc);
+    al_sse *p = al_sse_new(api == AL_API_ANTHROPIC   ? al_anthropic_event
+                           : api == AL_API_RESPONSES ? al_responses_event
+                                                     : al_openai_event,
+                           &acc);
     if (!p)
         fail("out of memory");
     size_t at = 0;
     int rc = 0;
     unsigned step = seed;
     if (whole_reply) {
-        rc = api == AL_API_ANTHROPIC ? al_anthropic_response(&acc, (const char *)data, size)
-                                     : al_openai_response(&acc, (const char *)data, size);
+        rc = api == AL_API_ANTHROPIC   ? al_anthropic_response(&acc, (const char *)data, size)
+             : api == AL_API_RESPONSES ? al_responses_response(&acc, (const char *)data, size)
+                                       : al_openai_response(&acc, (const char *)data, size);
         at = size;
     }
     while (at < size && rc == 0) {
@@ -112,7 +118,8 @@ static void same(const struct outcome *a, const struct outcome *b)
     for (size_t i = 0; i < x->ncalls; i++)
         if (strcmp(x->calls[i].id, y->calls[i].id) != 0 ||
             strcmp(x->calls[i].name, y->calls[i].name) != 0 ||
-            strcmp(x->calls[i].arguments, y->calls[i].arguments) != 0)
+            strcmp(x->calls[i].arguments, y->calls[i].arguments) != 0 ||
+            !x->calls[i].kind != !y->calls[i].kind)
             fail("whole and piecewise parses give different tool calls");
 }
 
@@ -127,8 +134,9 @@ static void body(enum al_api api, const uint8_t *data, size_t size)
     al_model_cfg cfg = {.api = api, .model = "m", .max_tokens = 7};
     char *out = NULL;
     al_error err = {0};
-    int r = api == AL_API_ANTHROPIC ? al_anthropic_body(&cfg, conv, tools, &out, &err)
-                                    : al_openai_body(&cfg, conv, tools, &out, &err);
+    int r = api == AL_API_ANTHROPIC   ? al_anthropic_body(&cfg, conv, tools, &out, &err)
+            : api == AL_API_RESPONSES ? al_responses_body(&cfg, conv, tools, &out, &err)
+                                      : al_openai_body(&cfg, conv, tools, &out, &err);
     if (r == 0) {
         cJSON *back = cJSON_Parse(out);
         if (!back)
@@ -146,7 +154,9 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
     if (size < 2)
         return 0;
-    enum al_api api = data[0] & 1 ? AL_API_ANTHROPIC : AL_API_OPENAI;
+    enum al_api api = data[0] & 8   ? AL_API_RESPONSES
+                      : data[0] & 1 ? AL_API_ANTHROPIC
+                                    : AL_API_OPENAI;
     if (data[0] & 2) {
         body(api, data + 2, size - 2);
         return 0;

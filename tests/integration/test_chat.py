@@ -40,7 +40,7 @@ class FakeModel:
             return [json.loads(l) for l in f if l.strip()]
 
     def args(self, *extra, api="openai"):
-        base = self.base if api == "openai" else "http://127.0.0.1:%d" % self.port
+        base = self.base if api != "anthropic" else "http://127.0.0.1:%d" % self.port
         return ["--image", "tiny", "--api", api, "--api-base", base, "--model", "fake-model",
                 "--retries", "1"] + list(extra)
 

@@ -9,6 +9,7 @@ imaging library). Environment: AIRLOCKD_BIN and the usual integration variables.
 import base64
 import json
 import os
+import shutil
 import struct
 import subprocess
 import tempfile
@@ -17,7 +18,7 @@ import unittest
 import zlib
 
 import altest
-from airlock import APIError, Sandbox
+from airlock import APIError, Run, Sandbox
 from test_airlockd import Daemon
 from test_chat import ChatPty, FakeModel, execute, tool_results
 from test_mcp import SDK, npm_install
@@ -366,6 +367,17 @@ def get_umask():
     return mask
 
 
+# A run that starts READER in the guest and prints its first line once it is ready.
+START_READER = (
+    "import os, subprocess, time\nopen('/tmp/reader.py', 'w').write(%r)\n"
+    "subprocess.Popen(['python3', '/tmp/reader.py'], start_new_session=True)\n"
+    "for _ in range(300):\n"
+    "    if os.path.exists('/tmp/ev.log') and open('/tmp/ev.log').read(5) == 'ready':\n"
+    "        break\n"
+    "    time.sleep(0.1)\n"
+    "print(open('/tmp/ev.log').readline())" % READER)
+
+
 def computer(action, id=None, **kw):
     c = {"name": "computer", "arguments": dict(action=action, **kw)}
     if id:
@@ -389,16 +401,8 @@ class ChatComputerTest(unittest.TestCase):
         return fm
 
     def test_openai_function_and_what_the_guest_received(self):
-        start_reader = (
-            "import os, subprocess, time\nopen('/tmp/reader.py', 'w').write(%r)\n"
-            "subprocess.Popen(['python3', '/tmp/reader.py'], start_new_session=True)\n"
-            "for _ in range(300):\n"
-            "    if os.path.exists('/tmp/ev.log') and open('/tmp/ev.log').read(5) == 'ready':\n"
-            "        break\n"
-            "    time.sleep(0.1)\n"
-            "print(open('/tmp/ev.log').readline())" % READER)
         fm = self.fake([
-            {"tool_calls": [execute(start_reader, lang="python")]},
+            {"tool_calls": [execute(START_READER, lang="python")]},
             {"tool_calls": [computer("screenshot", id="c1")]},
             {"tool_calls": [computer("left_click", id="c2", coordinate=[100, 50])]},
             {"tool_calls": [computer("type", id="c3", text="hi")]},
@@ -472,6 +476,83 @@ class ChatComputerTest(unittest.TestCase):
         self.assertIn("declined", json.dumps(conv["messages"][-1]))
 
 
+    def test_responses_computer_calls_batches_and_safety_checks(self):
+        # OpenAI's Responses API with its own computer tool: batched actions, the screenshot as
+        # each call's output, a batch refused whole, and safety checks a person acknowledges
+        # (asked even with -y: yes to the first, no to the second).
+        def cu(call_id, *actions, checks=None):
+            c = {"call_id": call_id, "actions": list(actions)}
+            if checks:
+                c["pending_safety_checks"] = checks
+            return {"computer_calls": [c]}
+
+        check = lambda n, code: [{"id": "sc_%d" % n, "code": code, "message": "Look at %s." % code}]
+        fm = self.fake([
+            {"tool_calls": [execute(START_READER, lang="python", id="f1")], "reasoning": True},
+            cu("cu1", {"type": "screenshot"}),
+            cu("cu2", {"type": "click", "button": "left", "x": 100, "y": 50},
+               {"type": "type", "text": "hi"}, {"type": "keypress", "keys": ["CTRL", "A"]}),
+            cu("cu3", {"type": "click", "button": "left", "x": 100, "y": 50},
+               {"type": "click", "button": "left", "x": 720, "y": 5}),
+            cu("cu4", {"type": "click", "button": "left", "x": 10, "y": 10},
+               checks=check(1, "malicious_instructions")),
+            {"tool_calls": [execute("tail -n +2 /tmp/ev.log", id="f2")]},
+            cu("cu5", {"type": "click", "button": "left", "x": 20, "y": 20},
+               checks=check(2, "sensitive_domain")),
+            {"text": "never asked for"},
+        ])
+        args = [a if a != "tiny" else "debian" for a in fm.args("--computer", api="responses")]
+        r = altest.run(["run", "-y"] + args + ["click it"], input=b"y\nn\n", env=fm.env,
+                       timeout=600)
+        self.assertEqual(r.returncode, 4, r.stderr)  # the second check was not acknowledged
+        reqs = fm.requests()
+        self.assertEqual(len(reqs), 7)
+        self.assertTrue(reqs[0]["path"].endswith("/responses"))
+        body = reqs[0]["body"]
+        self.assertIn({"type": "computer"}, body["tools"])
+        self.assertIn("computer", body["instructions"])
+        # The reasoning item goes back as it came, before the call and its output.
+        inp = reqs[1]["body"]["input"]
+        self.assertEqual([i.get("type") for i in inp[-3:]],
+                         ["reasoning", "function_call", "function_call_output"])
+        self.assertEqual(inp[-3]["encrypted_content"], "opaque")
+        self.assertIn("ready", inp[-1]["output"])
+
+        def output(n, call_id):
+            outs = [i for i in reqs[n]["body"]["input"] if i.get("type") == "computer_call_output"]
+            self.assertEqual(outs[-1]["call_id"], call_id)
+            url = outs[-1]["output"]["image_url"]
+            self.assertEqual(outs[-1]["output"]["type"], "computer_screenshot")
+            self.assertEqual(png_size(base64.b64decode(url.split(",", 1)[1])), (720, 400))
+            return outs[-1], reqs[n]["body"]["input"][-1]
+
+        for n, call_id in ((2, "cu1"), (3, "cu2")):
+            out, last = output(n, call_id)
+            self.assertNotIn("acknowledged_safety_checks", out)
+            self.assertEqual(last, out)  # nothing for the model to read besides the screen
+        out, last = output(4, "cu3")
+        self.assertIn("outside the 720x400 screen", last["content"])
+        self.assertIn("nothing was done", last["content"])
+        out, last = output(5, "cu4")
+        self.assertEqual(out["acknowledged_safety_checks"], check(1, "malicious_instructions"))
+        self.assertEqual(r.stderr.count(b"Acknowledge it and go on?"), 2, r.stderr)
+        self.assertIn(b"malicious_instructions", r.stderr)
+        self.assertIn(b"sensitive_domain", r.stderr)
+        self.assertNotIn(b"Run this in the sandbox?", r.stderr)  # -y: actions not confirmed
+        ev = [tuple(int(v) for v in line.split()[1:]) for line in
+              [i for i in reqs[6]["body"]["input"]
+               if i.get("type") == "function_call_output"][-1]["output"].splitlines()
+              if line[:4] in ("tab ", "kbd ")]
+        keys = [(c, v) for t, c, v in ev if t == EV_KEY]
+        # cu2: the click, h (35), i (23), ctrl (29) + a (30); nothing of cu3; cu4's click
+        self.assertEqual(keys, [(BTN_LEFT, 1), (BTN_LEFT, 0), (35, 1), (35, 0), (23, 1), (23, 0),
+                                (29, 1), (30, 1), (30, 0), (29, 0), (BTN_LEFT, 1), (BTN_LEFT, 0)])
+        absx = [v for t, c, v in ev if t == EV_ABS and c == 0]
+        self.assertEqual(absx[-1] * 720 // 0x8000, 10)
+        conv = fm.conversations()[0]
+        self.assertIn("did not acknowledge", json.dumps(conv["messages"][-1]))
+        self.assertEqual(conv["api"], "responses")
+
     def test_screenshot_in_the_chat_with_the_profile_key(self):
         # A profile's computer: true gives the chat's session a display; %screenshot saves it.
         fm = self.fake([])
@@ -497,6 +578,61 @@ class ChatComputerTest(unittest.TestCase):
         self.assertEqual(len(pngs), 1)
         with open(os.path.join(outs, pngs[0]), "rb") as f:
             self.assertEqual(png_size(f.read()), (720, 400))
+
+
+class DaemonResponsesChatTest(unittest.TestCase):
+    """airlockd's chat with model_api = responses in a session with a display: OpenAI's computer
+    tool, and a safety check OpenAI attaches to a call asked as a confirm of its own, auto_run
+    or not, which only the owner's yes acknowledges."""
+
+    def test_safety_checks_wait_for_the_owner(self):
+        tmp = tempfile.mkdtemp(prefix="airlock-responses-chat-")
+        self.addCleanup(shutil.rmtree, tmp, True)
+        ck1 = [{"id": "sc_1", "code": "malicious_instructions", "message": "Odd page."}]
+        ck2 = [{"id": "sc_2", "code": "sensitive_domain", "message": "A bank."}]
+        fm, port = altest.start_fake_model([
+            {"computer_calls": [{"call_id": "cu1", "pending_safety_checks": ck1, "actions": [
+                {"type": "click", "button": "left", "x": 30, "y": 40}]}]},
+            {"computer_calls": [{"call_id": "cu2", "pending_safety_checks": ck2,
+                                 "actions": [{"type": "type", "text": "x"}]}]},
+            {"text": "never asked for"}], tmp)
+        self.addCleanup(fm.wait)
+        self.addCleanup(fm.kill)
+        d = Daemon(model_api="responses", model_api_base="http://127.0.0.1:%d/v1" % port,
+                   model="fake")
+        try:
+            sb = Sandbox(image="debian", display=True, client=d.unix())
+            try:
+                info = sb.client.request("POST", "/v1/sessions/%s/chat" % sb.id,
+                                         {"message": "go", "auto_run": True})
+                answers, confirms, evs = iter([True, False]), [], []
+                for e in Run(sb, info).events(timeout=300):
+                    evs.append(e)
+                    if e.type == "confirm":
+                        confirms.append(e.data)
+                        sb.client.request("POST", "/v1/sessions/%s/chat/confirm" % sb.id,
+                                          {"run": next(answers)})
+            finally:
+                sb.kill()
+        finally:
+            self.assertEqual(d.stop_and_remove(), 0)
+        self.assertEqual(confirms, [
+            {"language": "safety_check", "code": "malicious_instructions: Odd page."},
+            {"language": "safety_check", "code": "sensitive_domain: A bank."}])
+        self.assertEqual((evs[-1].type, evs[-1].data.get("outcome")), ("done", "declined"))
+        # The acknowledged call ran (its batch shown); the declined one did not.
+        acts = [json.loads(e.data["code"]) for e in evs
+                if e.type == "code" and e.data["language"] == "computer"]
+        self.assertEqual(acts, [[{"type": "click", "button": "left", "x": 30, "y": 40}]])
+        with open(os.path.join(tmp, "requests.jsonl")) as f:
+            reqs = [json.loads(line) for line in f if line.strip()]
+        self.assertEqual(len(reqs), 2)
+        self.assertIn({"type": "computer"}, reqs[0]["body"]["tools"])
+        out = [i for i in reqs[1]["body"]["input"] if i.get("type") == "computer_call_output"]
+        self.assertEqual(out[-1]["call_id"], "cu1")
+        self.assertEqual(out[-1]["acknowledged_safety_checks"], ck1)
+        url = out[-1]["output"]["image_url"]
+        self.assertEqual(png_size(base64.b64decode(url.split(",", 1)[1])), (720, 400))
 
 
 class McpTest(unittest.TestCase):

@@ -2,7 +2,7 @@
  *   {"rc": 0 | -errno, "errname": "EPROTO", "msg": "...", "pieces": ["..."],
  *    "pieces_whole_utf8": true, "tool_starts": ["execute"], "reply": {...}, "message": {...}}
  *
- * model-probe --api openai|anthropic --base URL --model NAME [--key KEY]
+ * model-probe --api openai|anthropic|responses --base URL --model NAME [--key KEY]
  *             --messages FILE [--tools FILE] [--retries N] [--timeout S]
  *             [--connect-timeout S] [--max-tokens N] [--temperature T]
  *             [--cancel-on-text | --cancel-after-ms MS] [--verbose] */
@@ -132,7 +132,11 @@ int main(int argc, char **argv)
     while ((o = getopt_long(argc, argv, "", opts, NULL)) != -1) {
         switch (o) {
         case 'a':
-            cfg.api = strcmp(optarg, "anthropic") == 0 ? AL_API_ANTHROPIC : AL_API_OPENAI;
+            cfg.api = (enum al_api)al_api_parse(optarg);
+            if (al_api_parse(optarg) < 0) {
+                fprintf(stderr, "model-probe: unknown API %s\n", optarg);
+                return 2;
+            }
             break;
         case 'b':
             cfg.api_base = optarg;
@@ -222,6 +226,8 @@ int main(int argc, char **argv)
             cJSON_AddStringToObject(c, "id", reply.calls[i].id);
             cJSON_AddStringToObject(c, "name", reply.calls[i].name);
             cJSON_AddStringToObject(c, "arguments", reply.calls[i].arguments);
+            if (reply.calls[i].kind)
+                cJSON_AddStringToObject(c, "kind", reply.calls[i].kind);
             cJSON_AddItemToArray(calls, c);
         }
         cJSON_AddNumberToObject(rj, "input_tokens", reply.input_tokens);

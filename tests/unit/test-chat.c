@@ -482,12 +482,87 @@ static void test_vision(void)
        "Anthropic: the image is an image block inside the tool result");
     free(body);
     cJSON_Delete(b);
+    body = NULL;
+    b = NULL;
+    okay = al_responses_body(&cfg, msgs, NULL, &body, &err) == 0 && (b = cJSON_Parse(body));
+    om = b ? cJSON_GetObjectItem(b, "input") : NULL;
+    last = cJSON_GetArrayItem(om, cJSON_GetArraySize(om) - 1);
+    cJSON *outp = cJSON_GetObjectItem(last, "output");
+    part = cJSON_GetArrayItem(outp, 1);
+    url = cJSON_GetStringValue(cJSON_GetObjectItem(part, "image_url"));
+    ok(okay && cJSON_GetArraySize(om) == 3 &&
+           !strcmp(cJSON_GetStringValue(cJSON_GetObjectItem(last, "type")),
+                   "function_call_output") &&
+           !strcmp(cJSON_GetStringValue(cJSON_GetObjectItem(cJSON_GetArrayItem(outp, 0), "text")),
+                   "ok") &&
+           !strcmp(cJSON_GetStringValue(cJSON_GetObjectItem(part, "type")), "input_image") && url &&
+           !strncmp(url, "data:image/png;base64,", 22) && !strcmp(url + 22, b64),
+       "Responses: the image is an input_image part of the function call's output");
+    free(body);
+    cJSON_Delete(b);
     unsigned est = al_chat_estimate(cJSON_GetArrayItem(msgs, 2));
     ok(strlen(b64) / 4 > 1000 && est > 1600 && est < 1700,
        "a message's image counts as 1600 tokens, not its %zu bytes of base64 (%u)", strlen(b64),
        est);
     cJSON_Delete(msgs);
     free(b64);
+}
+
+/* OpenAI's computer actions as al_screen_input's, on a 720x400 screenshot. */
+static void cua_case(const char *actions, const char *want, const char *what)
+{
+    cJSON *in = cJSON_Parse(actions);
+    char why[256];
+    cJSON *out = al_cua_openai_actions(in, 720, 400, why, sizeof(why));
+    char *got = out ? cJSON_PrintUnformatted(out) : NULL;
+    bool pass = want ? got && !strcmp(got, want) : !out && strstr(why, what);
+    ok(pass, "computer actions: %s%s%s", what, pass ? "" : " -- got ", pass ? "" : got ? got : why);
+    free(got);
+    cJSON_Delete(out);
+    cJSON_Delete(in);
+}
+
+static void test_cua(void)
+{
+    cua_case("[{\"type\":\"click\",\"button\":\"right\",\"x\":0,\"y\":399,\"keys\":[\"SHIFT\"]},"
+             "{\"type\":\"double_click\",\"x\":719,\"y\":0,\"keys\":null},"
+             "{\"type\":\"screenshot\"},{\"type\":\"wait\"}]",
+             "[{\"action\":\"right_click\",\"coordinate\":[0,399],\"text\":\"SHIFT\"},"
+             "{\"action\":\"double_click\",\"coordinate\":[719,0]},"
+             "{\"action\":\"wait\",\"duration\":1}]",
+             "clicks at the edges with held keys, no action for a screenshot, a wait of 1 s");
+    cua_case("[{\"type\":\"keypress\",\"keys\":[\"CTRL\",\"ARROWLEFT\"]},"
+             "{\"type\":\"keypress\",\"keys\":[\"CAPSLOCK\"]},"
+             "{\"type\":\"keypress\",\"keys\":[\"CTRL\",\"A\"]}]",
+             "[{\"action\":\"key\",\"text\":\"CTRL+LEFT\"},{\"action\":\"key\",\"text\":"
+             "\"caps_lock\"},{\"action\":\"key\",\"text\":\"CTRL+a\"}]",
+             "key names: ARROWLEFT, CAPSLOCK, and A as the key, not a capital");
+    cua_case("[{\"type\":\"scroll\",\"x\":5,\"y\":6,\"scroll_x\":-250,\"scroll_y\":120},"
+             "{\"type\":\"scroll\",\"x\":5,\"y\":6,\"scroll_x\":0,\"scroll_y\":-1e9}]",
+             "[{\"action\":\"scroll\",\"coordinate\":[5,6],\"scroll_direction\":\"down\","
+             "\"scroll_amount\":2},{\"action\":\"scroll\",\"coordinate\":[5,6],"
+             "\"scroll_direction\":\"left\",\"scroll_amount\":3},{\"action\":\"scroll\","
+             "\"coordinate\":[5,6],\"scroll_direction\":\"up\",\"scroll_amount\":100}]",
+             "scroll pixels as notches of 100, rounded up, capped at 100");
+    cua_case("[{\"type\":\"drag\",\"path\":[{\"x\":1,\"y\":2},{\"x\":3,\"y\":4},"
+             "{\"x\":5,\"y\":6}]},{\"type\":\"click\",\"button\":\"back\",\"x\":7,"
+             "\"y\":8},{\"type\":\"type\",\"text\":\"hi\"}]",
+             "[{\"action\":\"left_mouse_down\",\"coordinate\":[1,2]},{\"action\":"
+             "\"mouse_move\",\"coordinate\":[3,4]},{\"action\":\"left_mouse_up\","
+             "\"coordinate\":[5,6]},{\"action\":\"mouse_move\",\"coordinate\":[7,8]},"
+             "{\"action\":\"key\",\"text\":\"alt+Left\"},{\"action\":\"type\",\"text\":"
+             "\"hi\"}]",
+             "a drag along its path, the back button as history back, typing");
+    cua_case("[{\"type\":\"click\",\"x\":1,\"y\":1},{\"type\":\"drag\",\"path\":"
+             "[{\"x\":1,\"y\":2},{\"x\":720,\"y\":4}]}]",
+             NULL, "action 2 (drag): (720, 4) is outside the 720x400 screen");
+    cua_case("[{\"type\":\"move\",\"x\":1.5,\"y\":1}]", NULL, "whole pixels");
+    cua_case("[{\"type\":\"move\",\"x\":-1,\"y\":1}]", NULL, "outside");
+    cua_case("[{\"type\":\"keypress\",\"keys\":[\"HYPERSPACE\"]}]", NULL,
+             "unknown key 'HYPERSPACE'");
+    cua_case("[{\"type\":\"teleport\"}]", NULL, "action 1 (teleport): unknown action type");
+    cua_case("[{\"type\":\"drag\",\"path\":[{\"x\":1,\"y\":2}]}]", NULL, "2 to 256 points");
+    cua_case("{\"type\":\"click\"}", NULL, "not a list");
 }
 
 int main(void)
@@ -503,6 +578,7 @@ int main(void)
     test_conv(tmp);
     test_figures(tmp);
     test_vision();
+    test_cua();
     printf("1..%u\n", count);
     char cmd[600];
     snprintf(cmd, sizeof(cmd), "rm -rf '%s'", tmp);

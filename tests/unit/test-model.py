@@ -18,7 +18,7 @@ import unittest
 PROBE = os.environ.get("MODEL_PROBE", "build/tests/model-probe")
 FAKEMODEL = os.environ.get("FAKEMODEL", os.path.join(os.path.dirname(__file__), "..",
                                                      "fakemodel", "fakemodel.py"))
-APIS = ("openai", "anthropic")
+APIS = ("openai", "anthropic", "responses")
 KEY = "sk-test-0123456789"
 TOOLS = [{"name": "execute", "description": "Run code in the sandbox VM.",
           "parameters": {"type": "object",
@@ -38,6 +38,13 @@ STARTS = {
                   '"delta":{"type":"text_delta","text":" and more"}}\n\n'
                   'event: message_stop\ndata: {"type":"message_stop"}\n\n'),
 }
+STARTS["responses"] = (
+    'event: response.output_text.delta\ndata: {"type":"response.output_text.delta",'
+    '"output_index":0,"content_index":0,"delta":"first words"}\n\n',
+    'event: response.output_text.delta\ndata: {"type":"response.output_text.delta",'
+    '"output_index":0,"content_index":0,"delta":" and more"}\n\n'
+    'event: response.completed\ndata: {"type":"response.completed","response":'
+    '{"status":"completed","output":[]}}\n\n')
 UNICODE = "Grüße, 世界! Emoji 🎉🧪 and ✓ done."
 
 
@@ -64,7 +71,7 @@ class Fake:
         self.dir.cleanup()
 
     def base(self, api):
-        return "http://127.0.0.1:%d%s" % (self.port, "/v1" if api == "openai" else "")
+        return "http://127.0.0.1:%d%s" % (self.port, "" if api == "anthropic" else "/v1")
 
     def requests(self):
         with open(self.log, encoding="utf-8") as f:
@@ -119,9 +126,14 @@ class Streaming(unittest.TestCase):
                     self.assertEqual("".join(out["pieces"]), UNICODE)
                     self.assertGreater(len(out["pieces"]), 5)
                     self.assertEqual(r["calls"], [])
-                    self.assertEqual(r["finish"], "stop" if api == "openai" else "end_turn")
+                    self.assertEqual(r["finish"], "end_turn" if api == "anthropic" else "stop")
                     self.assertEqual((r["input_tokens"], r["output_tokens"]), (42, 7))
-                    self.assertEqual(out["message"], {"role": "assistant", "content": UNICODE})
+                    msg = dict(out["message"])
+                    kept = msg.pop("responses_output", None)
+                    self.assertEqual(msg, {"role": "assistant", "content": UNICODE})
+                    # The Responses API's output items are kept to be sent back as they came.
+                    self.assertEqual(kept and kept[0]["content"][0]["text"],
+                                     UNICODE if api == "responses" else None)
 
     def test_tool_call_arguments_over_many_chunks(self):
         args = {"language": "python", "code": "print('héllo, 世界')\nfor i in range(3):\n    print(i)"}
@@ -137,7 +149,7 @@ class Streaming(unittest.TestCase):
                 self.assertEqual(r["calls"][0]["name"], "execute")
                 self.assertEqual(json.loads(r["calls"][0]["arguments"]), args)
                 self.assertEqual(out["tool_starts"], ["execute"])
-                self.assertEqual(r["finish"], "tool_calls" if api == "openai" else "tool_use")
+                self.assertEqual(r["finish"], "tool_use" if api == "anthropic" else "tool_calls")
                 self.assertEqual(out["message"]["tool_calls"],
                                  [{"id": "call_A", "name": "execute", "arguments": args}])
 
@@ -249,6 +261,14 @@ class Streaming(unittest.TestCase):
                 {"type": "tool_use", "id": "w1", "name": "execute", "input": args},
                 {"type": "tool_use", "id": "w2", "name": "execute", "input": {}}],
                 "stop_reason": "tool_use", "usage": {"input_tokens": 11, "output_tokens": 12}},
+            "responses": {"id": "resp_w", "object": "response", "status": "completed", "output": [
+                {"type": "message", "id": "msg_w", "role": "assistant", "status": "completed",
+                 "content": [{"type": "output_text", "text": "Whole ✓", "annotations": []}]},
+                {"type": "function_call", "id": "fc_1", "call_id": "w1", "name": "execute",
+                 "arguments": json.dumps(args), "status": "completed"},
+                {"type": "function_call", "id": "fc_2", "call_id": "w2", "name": "execute",
+                 "arguments": "{}", "status": "completed"}],
+                "usage": {"input_tokens": 11, "output_tokens": 12}},
         }
         for api in APIS:
             with self.subTest(api=api):
@@ -292,8 +312,10 @@ class Errors(unittest.TestCase):
             for framing in ("chunked", "close"):
                 with self.subTest(api=api, framing=framing):
                     # Enough bytes for some text to have been shown: never retried.
+                    # (The Responses API's events are wordier: its text starts later.)
+                    cut = 1600 if api == "responses" else 900
                     out = run(api, [{"text": "This reply will be cut off " * 4, "chunk_size": 8,
-                                     "drop_after": 900, "framing": framing}, {"text": "again"}],
+                                     "drop_after": cut, "framing": framing}, {"text": "again"}],
                               args=["--retries", "2"])
                     self.err(out, "EPROTO", "closed the connection mid-reply")
                     self.assertTrue(out["pieces"])
@@ -506,7 +528,16 @@ class Requests(unittest.TestCase):
                                                  "name": "execute", "content": "1\n"}]
                 out = run(api, [{"text": "It printed 1."}], messages=conv, tools=TOOLS)
                 self.assertEqual(out["rc"], 0, out["msg"])
-                sent = out["requests"][0]["body"]["messages"]
+                body = out["requests"][0]["body"]
+                if api == "responses":
+                    # The reply's output items go back as they came, the result after them.
+                    self.assertEqual(body["instructions"], "You are a test.")
+                    self.assertEqual(body["input"][0], {"role": "user", "content": "hi"})
+                    self.assertEqual(body["input"][1:3], conv[2]["responses_output"])
+                    self.assertEqual(body["input"][3], {"type": "function_call_output",
+                                                        "call_id": "r1", "output": "1\n"})
+                    continue
+                sent = body["messages"]
                 if api == "openai":
                     self.assertEqual(sent[2]["tool_calls"][0]["function"]["name"], "execute")
                     self.assertEqual(json.loads(sent[2]["tool_calls"][0]["function"]["arguments"]),
@@ -547,6 +578,113 @@ class Requests(unittest.TestCase):
                     self.assertIn("127.0.0.1:%d" % fake.port, err[0])
                     self.assertIn("HTTP 500", err[0])
                     self.assertNotIn(KEY, err[0])
+
+COMPUTER = [{"name": "computer", "description": "The screen.",
+             "parameters": {"type": "object", "properties": {"action": {"type": "string"}}},
+             "anthropic": {"type": "computer_20250124", "name": "computer",
+                           "display_width_px": 720, "display_height_px": 400},
+             "openai": {"type": "computer"}}]
+ACTIONS = [{"type": "click", "button": "left", "x": 3, "y": 4}, {"type": "type", "text": "hi"}]
+CHECKS = [{"id": "sc_1", "code": "malicious_instructions", "message": "Odd page."}]
+
+
+class Responses(unittest.TestCase):
+    """OpenAI's Responses API: its request items, its computer calls, its own ends."""
+
+    def test_request(self):
+        out = run("responses", [{"text": "ok"}], messages=Requests.CONV, tools=TOOLS,
+                  args=["--temperature", "0.25", "--max-tokens", "100"])
+        self.assertEqual(out["rc"], 0, out["msg"])
+        (req,) = out["requests"]
+        self.assertEqual(req["path"], "/v1/responses")
+        self.assertEqual(req["auth"], "Bearer " + KEY)
+        b = req["body"]
+        self.assertIs(b["stream"], True)
+        self.assertEqual(b["temperature"], 0.25)
+        self.assertEqual(b["max_output_tokens"], 100)
+        self.assertEqual(b["instructions"], "Be brief.")
+        self.assertNotIn("truncation", b)
+        self.assertEqual(b["tools"], [dict(type="function", **TOOLS[0])])
+        # Messages rebuilt as items when the reply's own items were not kept.
+        self.assertEqual(b["input"], [
+            {"role": "user", "content": "List files."},
+            {"type": "function_call", "call_id": "c1", "name": "execute",
+             "arguments": json.dumps({"language": "sh", "code": "ls"}, separators=(",", ":"))},
+            {"type": "function_call", "call_id": "c2", "name": "execute", "arguments": "{oops"},
+            {"type": "function_call_output", "call_id": "c1", "output": "a.txt\nb.txt"},
+            {"type": "function_call_output", "call_id": "c2", "output": "bad arguments"},
+            {"role": "user", "content": "And now?"},
+            {"role": "assistant", "content": "Done."}])
+
+    def test_computer_call_and_its_output(self):
+        out = run("responses", [{"reasoning": True, "computer_calls": [
+            {"call_id": "cc1", "actions": ACTIONS, "pending_safety_checks": CHECKS}]}],
+            tools=COMPUTER)
+        self.assertEqual(out["rc"], 0, out["msg"])
+        self.assertEqual(out["requests"][0]["body"]["tools"], [{"type": "computer"}])
+        r = out["reply"]
+        self.assertEqual(r["finish"], "tool_calls")
+        self.assertEqual(out["tool_starts"], ["computer"])
+        (call,) = r["calls"]
+        self.assertEqual((call["id"], call["name"], call["kind"]), ("cc1", "computer", "computer_call"))
+        self.assertEqual(json.loads(call["arguments"]),
+                         {"actions": ACTIONS, "pending_safety_checks": CHECKS})
+        msg = out["message"]
+        self.assertEqual(msg["tool_calls"][0]["kind"], "computer_call")
+        self.assertEqual([i["type"] for i in msg["responses_output"]], ["reasoning", "computer_call"])
+        png = {"media_type": "image/png", "data": "iVBORw0KGgo="}
+        url = "data:image/png;base64,iVBORw0KGgo="
+        result = {"role": "tool", "tool_call_id": "cc1", "name": "computer", "kind": "computer_call",
+                  "content": "Done.", "images": [png], "acknowledged_safety_checks": CHECKS}
+        # Sent back: the reasoning and the call as they came, then the screenshot, acknowledged.
+        out = run("responses", [{"text": "ok"}], messages=HELLO + [msg, result], tools=COMPUTER)
+        inp = out["requests"][0]["body"]["input"]
+        self.assertEqual(inp[1:3], msg["responses_output"])
+        self.assertEqual(inp[1]["encrypted_content"], "opaque")
+        self.assertEqual(inp[3], {"type": "computer_call_output", "call_id": "cc1",
+                                  "output": {"type": "computer_screenshot", "image_url": url},
+                                  "acknowledged_safety_checks": CHECKS})
+        self.assertEqual(len(inp), 4)
+        # A failed call: the screenshot still answers it, and its text follows for the model.
+        failed = dict(result, content="error: out of the screen", is_error=True)
+        del failed["acknowledged_safety_checks"]
+        rebuilt = dict(msg)
+        del rebuilt["responses_output"]
+        out = run("responses", [{"text": "ok"}], messages=HELLO + [rebuilt, failed],
+                  tools=COMPUTER)
+        inp = out["requests"][0]["body"]["input"]
+        self.assertEqual(inp[1], {"type": "computer_call", "id": "cc1", "call_id": "cc1",
+                                  "status": "completed", "actions": ACTIONS,
+                                  "pending_safety_checks": CHECKS})
+        self.assertEqual(inp[2], {"type": "computer_call_output", "call_id": "cc1",
+                                  "output": {"type": "computer_screenshot", "image_url": url}})
+        self.assertEqual(inp[3], {"role": "user",
+                                  "content": "The computer call cc1: error: out of the screen"})
+
+    def test_preview_tool_asks_for_truncation(self):
+        tools = [dict(COMPUTER[0], openai={"type": "computer_use_preview", "display_width": 720,
+                                            "display_height": 400, "environment": "linux"})]
+        out = run("responses", [{"computer_calls": [
+            {"call_id": "p1", "action": {"type": "screenshot"}}]}], tools=tools)
+        self.assertEqual(out["rc"], 0, out["msg"])
+        b = out["requests"][0]["body"]
+        self.assertEqual(b["truncation"], "auto")
+        self.assertEqual(b["tools"], [tools[0]["openai"]])
+        self.assertEqual(json.loads(out["reply"]["calls"][0]["arguments"]),
+                         {"action": {"type": "screenshot"}})
+
+    def test_incomplete_and_failed(self):
+        out = run("responses", [{"text": "cut", "finish": "length"}])
+        self.assertEqual(out["rc"], 0, out["msg"])
+        self.assertEqual(out["reply"]["finish"], "length")
+        failed = ('event: response.failed\ndata: {"type":"response.failed","response":'
+                  '{"status":"failed","error":{"code":"server_error","message":"it broke"}}}\n\n')
+        out = run("responses", [{"raw": failed}])
+        self.assertEqual(-out["rc"], errno.EPROTO)
+        self.assertIn("it broke", out["msg"])
+        out = run("responses", [{"text": "x", "error": "overloaded now"}])
+        self.assertEqual(-out["rc"], errno.EPROTO)
+        self.assertIn("overloaded now", out["msg"])
 
 
 if __name__ == "__main__":
