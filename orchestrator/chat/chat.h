@@ -96,19 +96,20 @@ typedef struct al_figures {
 typedef struct al_chat {
     al_chat_cfg cfg;
     al_chat_ui ui;
-    al_session *session;     /* not owned */
-    cJSON *messages;         /* the neutral conversation, without the system prompt */
-    char *system;            /* the system prompt in use */
-    char langs[256];         /* space-separated languages the model may use */
-    bool kernels;            /* they run in the session's long-lived kernels */
-    bool stamped;            /* the guest's "files written since" stamp exists */
-    char warm_langs[128];    /* " LANG" for each language whose kernel this chat started */
-    al_figures figures;      /* figures copied out so far */
-    unsigned shot_w, shot_h; /* computer use: the size screenshots are sent at, which the
-                                model's coordinates are pixels of (0: none taken yet) */
-    cJSON *images;           /* images of the run in progress for a vision model: [{"media_type",
-                                "data"}], moved into its result message */
-    struct al_chat_ckpt {    /* checkpoints this chat took, for %checkpoints */
+    al_session *session;         /* not owned */
+    cJSON *messages;             /* the neutral conversation, without the system prompt */
+    char *system;                /* the system prompt in use */
+    char langs[256];             /* space-separated languages the model may use */
+    bool kernels;                /* they run in the session's long-lived kernels */
+    bool stamped;                /* the guest's "files written since" stamp exists */
+    char warm_langs[128];        /* " LANG" for each language whose kernel this chat started */
+    al_figures figures;          /* figures copied out so far */
+    unsigned screen_w, screen_h; /* computer use: the screen's size when the last was taken */
+    unsigned shot_w, shot_h;     /* computer use: the size screenshots are sent at, which the
+                                    model's coordinates are pixels of (0: none taken yet) */
+    cJSON *images;        /* images of the run in progress for a vision model: [{"media_type",
+                             "data"}], moved into its result message */
+    struct al_chat_ckpt { /* checkpoints this chat took, for %checkpoints */
         uint32_t id;
         char code[72]; /* the first line of the code that ran after it */
     } ckpts[AL_CHECKPOINTS_MAX];
@@ -252,6 +253,10 @@ int al_profile_load(const char *name_or_path,
                     int (*fn)(void *ctx, const char *key, const char *value, al_error *err),
                     void *ctx, al_error *err);
 int al_profile_dir(char *buf, size_t len, al_error *err);
+
+/* Whether an Anthropic model takes Anthropic's newer computer tool (computer_20251124, with
+ * zoom): Claude Opus 4.5, and the 4.6 models and later. */
+bool al_chat_computer_zoom_tool(const char *model);
 
 /* OpenAI's computer actions (a computer_call's "actions", each {"type": ...}) as a list of
  * al_screen_input's actions, coordinates checked against the w x h screenshot the model saw.

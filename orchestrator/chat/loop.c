@@ -18,9 +18,33 @@
 #define COMPUTER_EDGE 1280
 /* After an action, before its screenshot: the guest's programs redraw. */
 #define COMPUTER_SETTLE_MS 300
-/* Anthropic's computer tool in the version Claude 3.7 and 4 models take. */
+/* Anthropic's computer tool in the version Claude 3.7, 4 and Sonnet 4.5 take, and the newer one
+ * (with zoom) of Claude Opus 4.5 and the 4.6 models on, as Anthropic's documentation pairs them. */
 #define COMPUTER_TOOL "computer_20250124"
 #define COMPUTER_BETA "computer-use-2025-01-24"
+#define COMPUTER_TOOL_ZOOM "computer_20251124"
+#define COMPUTER_BETA_ZOOM "computer-use-2025-11-24"
+
+/* Whether an Anthropic model takes the newer computer tool: claude-FAMILY-MAJOR[-MINOR][-DATE]
+ * at 4.6 or later, or Opus 4.5. */
+bool al_chat_computer_zoom_tool(const char *model)
+{
+    if (!model || strncmp(model, "claude-", 7) != 0)
+        return false;
+    const char *fam = model + 7, *dash = strchr(fam, '-');
+    if (!dash || dash == fam || dash - fam > 15)
+        return false;
+    for (const char *p = fam; p < dash; p++)
+        if (*p < 'a' || *p > 'z') /* claude-3-7-sonnet: the old naming */
+            return false;
+    unsigned maj = 0, min = 0;
+    if (sscanf(dash + 1, "%u-%u", &maj, &min) < 1)
+        return false;
+    if (min > 99) /* claude-opus-4-20250514: a date, not a minor version */
+        min = 0;
+    bool opus = dash - fam == 4 && !strncmp(fam, "opus", 4);
+    return maj > 4 || (maj == 4 && (min >= 6 || (min == 5 && opus)));
+}
 
 const char *al_chat_outcome_str(enum al_chat_outcome o)
 {
@@ -58,7 +82,8 @@ int al_chat_init(al_chat *c, const al_chat_cfg *cfg, const al_chat_ui *ui, al_se
     if (ui)
         c->ui = *ui;
     if (c->cfg.computer)
-        c->cfg.model.anthropic_beta = COMPUTER_BETA;
+        c->cfg.model.anthropic_beta =
+            al_chat_computer_zoom_tool(c->cfg.model.model) ? COMPUTER_BETA_ZOOM : COMPUTER_BETA;
     if (!c->cfg.max_turns)
         c->cfg.max_turns = AL_CHAT_MAX_TURNS_DEFAULT;
     if (!c->cfg.max_output)
@@ -580,16 +605,9 @@ enum step { STEP_RAN, STEP_DECLINED, STEP_CANCELLED, STEP_REPEATED };
 
 /* ---- computer use: the session's screen (session/screen.c) ---- */
 
-/* A screenshot for the model: attached to the message in progress (c->images), its size the
- * space of the model's coordinates from now on. */
-static int computer_shot(al_chat *c, al_error *err)
+/* A PNG (base64) for the model, attached to the message in progress (c->images). */
+static int attach_png(al_chat *c, const char *b64, al_error *err)
 {
-    _cleanup_free_ char *b64 = NULL;
-    al_screenshot shot = AL_SCREENSHOT_INIT;
-    int r = al_vision_screen(c->session, COMPUTER_EDGE, &b64, &shot, err);
-    if (r < 0)
-        return r;
-    c->shot_w = shot.width, c->shot_h = shot.height;
     if (!c->images && !(c->images = cJSON_CreateArray()))
         return al_err(err, -ENOMEM, "out of memory");
     cJSON *img = cJSON_CreateObject();
@@ -599,6 +617,19 @@ static int computer_shot(al_chat *c, al_error *err)
         return al_err(err, -ENOMEM, "out of memory");
     }
     return 0;
+}
+
+/* A screenshot for the model, its size the space of the model's coordinates from now on. */
+static int computer_shot(al_chat *c, al_error *err)
+{
+    _cleanup_free_ char *b64 = NULL;
+    al_screenshot shot = AL_SCREENSHOT_INIT;
+    int r = al_vision_screen(c->session, COMPUTER_EDGE, &b64, &shot, err);
+    if (r < 0)
+        return r;
+    c->shot_w = shot.width, c->shot_h = shot.height;
+    c->screen_w = shot.screen_width, c->screen_h = shot.screen_height;
+    return attach_png(c, b64, err);
 }
 
 /* The screen's size as screenshots are sent (the model's coordinate space), from one taken
@@ -622,6 +653,57 @@ static bool offer_action(al_chat *c, char **json)
     return c->cfg.auto_run || !c->ui.confirm || c->ui.confirm(c->ui.ctx, "computer", json) == 1;
 }
 
+/* The zoom action: the region [x0, y0, x1, y1) of the screenshots' space (x1, y1 excluded), cut
+ * from a fresh screenshot at the screen's own resolution (at most COMPUTER_EDGE on its longer
+ * side); the model's coordinates stay those of the screenshots. */
+static char *computer_zoom(al_chat *c, const cJSON *args)
+{
+    char *text = NULL;
+    al_error e = {0};
+    if (computer_size(c, &e) < 0)
+        return asprintf(&text, "error: %s", e.msg) < 0 ? NULL : text;
+    const cJSON *reg = cJSON_GetObjectItemCaseSensitive(args, "region"), *v;
+    double r[4];
+    int n = 0;
+    cJSON_ArrayForEach(v, (cJSON_IsArray(reg) ? reg : NULL))
+    {
+        if (n == 4 || !cJSON_IsNumber(v) || v->valuedouble != (double)(long)v->valuedouble)
+            break;
+        r[n++] = v->valuedouble;
+    }
+    if (n != 4 || cJSON_GetArraySize(reg) != 4)
+        return strdup("error: region must be [x0, y0, x1, y1] in whole pixels");
+    if (r[0] < 0 || r[1] < 0 || r[2] > c->shot_w || r[3] > c->shot_h || r[0] >= r[2] ||
+        r[1] >= r[3])
+        return asprintf(&text,
+                        "error: the region [%.0f, %.0f, %.0f, %.0f] is not inside the %ux%u "
+                        "screen (x0 < x1 <= %u, y0 < y1 <= %u)",
+                        r[0], r[1], r[2], r[3], c->shot_w, c->shot_h, c->shot_w, c->shot_h) < 0
+                   ? NULL
+                   : text;
+    /* Onto the screen's pixels: every screen pixel the region's pixels cover. */
+    uint64_t sw = c->screen_w, sh = c->screen_h;
+    al_screenshot_opts o = AL_SCREENSHOT_OPTS_INIT;
+    o.x = (unsigned)((uint64_t)r[0] * sw / c->shot_w);
+    o.y = (unsigned)((uint64_t)r[1] * sh / c->shot_h);
+    o.w = (unsigned)(((uint64_t)r[2] * sw + c->shot_w - 1) / c->shot_w) - o.x;
+    o.h = (unsigned)(((uint64_t)r[3] * sh + c->shot_h - 1) / c->shot_h) - o.y;
+    o.max_edge = COMPUTER_EDGE;
+    al_screenshot got = AL_SCREENSHOT_INIT;
+    if (al_screen_capture(c->session, &o, &got, &e) < 0)
+        return asprintf(&text, "error: %s", e.msg) < 0 ? NULL : text;
+    _cleanup_free_ char *b64 = al_base64(got.png, got.len);
+    free(got.png);
+    if (!b64 || attach_png(c, b64, &e) < 0)
+        return NULL;
+    return asprintf(&text,
+                    "The region [%.0f, %.0f, %.0f, %.0f] at the screen's resolution (%ux%u). "
+                    "Coordinates stay those of the %ux%u screenshots.",
+                    r[0], r[1], r[2], r[3], got.width, got.height, c->shot_w, c->shot_h) < 0
+               ? NULL
+               : text;
+}
+
 /* The model's computer call: its action run on the screen (after the user's yes, unless
  * auto-run), then a screenshot; the text it gets back. */
 static char *computer_call(al_chat *c, const al_tool_call *call, enum step *step)
@@ -633,6 +715,8 @@ static char *computer_call(al_chat *c, const al_tool_call *call, enum step *step
     if (!cJSON_IsObject(args) || !name)
         return strdup("error: pass one action as {\"action\": NAME, ...}");
     al_error e = {0};
+    if (!strcmp(name, "zoom"))
+        return computer_zoom(c, args);
     if (strcmp(name, "screenshot") != 0 && strcmp(name, "cursor_position") != 0) {
         if (!offer_action(c, &action)) {
             *step = STEP_DECLINED;
@@ -761,10 +845,10 @@ static void computer_tool(const al_chat *c, cJSON *tools)
              c->shot_w, c->shot_h);
     cJSON *p = tool(tools, "computer", desc);
     static const char *const actions[] = {
-        "screenshot",     "mouse_move",   "left_click",      "right_click",   "middle_click",
-        "double_click",   "triple_click", "left_mouse_down", "left_mouse_up", "left_click_drag",
-        "scroll",         "key",          "hold_key",        "type",          "wait",
-        "cursor_position"};
+        "screenshot",      "mouse_move",   "left_click",      "right_click",   "middle_click",
+        "double_click",    "triple_click", "left_mouse_down", "left_mouse_up", "left_click_drag",
+        "scroll",          "key",          "hold_key",        "type",          "wait",
+        "cursor_position", "zoom"};
     cJSON *en = cJSON_AddArrayToObject(param(p, "action", "string", "the action"), "enum");
     for (size_t i = 0; i < sizeof(actions) / sizeof(actions[0]); i++)
         cJSON_AddItemToArray(en, cJSON_CreateString(actions[i]));
@@ -791,12 +875,22 @@ static void computer_tool(const al_chat *c, cJSON *tools)
         cJSON_AddItemToArray(dirs, cJSON_CreateString(ds[i]));
     cJSON_AddStringToObject(cJSON_AddObjectToObject(props, "scroll_amount"), "type", "integer");
     cJSON_AddStringToObject(cJSON_AddObjectToObject(props, "duration"), "type", "number");
+    v = cJSON_AddObjectToObject(props, "region");
+    cJSON_AddStringToObject(v, "type", "array");
+    cJSON_AddNumberToObject(v, "minItems", 4);
+    cJSON_AddNumberToObject(v, "maxItems", 4);
+    cJSON_AddStringToObject(cJSON_AddObjectToObject(v, "items"), "type", "integer");
+    cJSON_AddStringToObject(v, "description",
+                            "zoom: [x0, y0, x1, y1], the region to see at full resolution");
     cJSON *t = cJSON_GetArrayItem(tools, cJSON_GetArraySize(tools) - 1);
     cJSON *an = cJSON_AddObjectToObject(t, "anthropic");
-    cJSON_AddStringToObject(an, "type", COMPUTER_TOOL);
+    bool zoom = al_chat_computer_zoom_tool(c->cfg.model.model);
+    cJSON_AddStringToObject(an, "type", zoom ? COMPUTER_TOOL_ZOOM : COMPUTER_TOOL);
     cJSON_AddStringToObject(an, "name", "computer");
     cJSON_AddNumberToObject(an, "display_width_px", c->shot_w);
     cJSON_AddNumberToObject(an, "display_height_px", c->shot_h);
+    if (zoom)
+        cJSON_AddTrueToObject(an, "enable_zoom");
     cJSON *oa = cJSON_AddObjectToObject(t, "openai");
     const char *model = c->cfg.model.model ? c->cfg.model.model : "";
     if (!strncmp(model, "computer-use-preview", 20)) {

@@ -476,6 +476,45 @@ class ChatComputerTest(unittest.TestCase):
         self.assertIn("declined", json.dumps(conv["messages"][-1]))
 
 
+    def test_anthropic_newer_tool_and_zoom(self):
+        # Claude Opus 4.5 gets Anthropic's newer computer tool, with zoom: a region at the
+        # screen's resolution, the coordinates after it still those of the screenshots.
+        fm = self.fake([
+            {"tool_calls": [computer("zoom", id="toolu_1", region=[360, 200, 720, 400])]},
+            {"tool_calls": [computer("zoom", id="toolu_2", region=[0, 0, 721, 10])]},
+            {"tool_calls": [computer("mouse_move", id="toolu_3", coordinate=[700, 390])]},
+            {"text": "done"},
+        ])
+        args = fm.args("--computer", api="anthropic")
+        args[args.index("fake-model")] = "claude-opus-4-5"
+        r = altest.run(["run", "-y"] + args + ["look closer"], env=fm.env, timeout=300)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        reqs = fm.requests()
+        self.assertEqual(len(reqs), 4)
+        comp = [t for t in reqs[0]["body"]["tools"] if t.get("name") == "computer"]
+        self.assertEqual(comp, [{"type": "computer_20251124", "name": "computer",
+                                 "display_width_px": 720, "display_height_px": 400,
+                                 "enable_zoom": True}])
+        self.assertEqual(reqs[0]["headers"].get("anthropic-beta"), "computer-use-2025-11-24")
+
+        def result(n):
+            blocks = [b for m in reqs[n]["body"]["messages"] if isinstance(m["content"], list)
+                      for b in m["content"]]
+            return [b for b in blocks if b.get("type") == "tool_result"][-1]
+        res = result(1)
+        self.assertEqual(res["tool_use_id"], "toolu_1")
+        imgs = [b for b in res["content"] if b.get("type") == "image"]
+        self.assertEqual(png_size(base64.b64decode(imgs[0]["source"]["data"])), (360, 200))
+        self.assertIn("stay those of the 720x400 screenshots", res["content"][0]["text"])
+        res = result(2)
+        self.assertIn("not inside the 720x400 screen", json.dumps(res["content"]))
+        # The move after the zoom is in the screenshots' space: in the zoom's 360x200 it would
+        # be outside and refused (no screenshot after it).
+        res = result(3)
+        self.assertIn("Done: the screen now (720x400)", res["content"][0]["text"])
+        imgs = [b for b in res["content"] if b.get("type") == "image"]
+        self.assertEqual(png_size(base64.b64decode(imgs[0]["source"]["data"])), (720, 400))
+
     def test_responses_computer_calls_batches_and_safety_checks(self):
         # OpenAI's Responses API with its own computer tool: batched actions, the screenshot as
         # each call's output, a batch refused whole, and safety checks a person acknowledges

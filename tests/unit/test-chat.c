@@ -524,6 +524,22 @@ static void cua_case(const char *actions, const char *want, const char *what)
 
 static void test_cua(void)
 {
+    static const char *const newer[] = {"claude-opus-4-5", "claude-opus-4-5-20251101",
+                                        "claude-sonnet-4-6", "claude-haiku-4-7", "claude-opus-5"};
+    static const char *const older[] = {"claude-sonnet-4-5",
+                                        "claude-opus-4-1",
+                                        "claude-opus-4-20250514",
+                                        "claude-3-7-sonnet-latest",
+                                        "claude-haiku-4-5",
+                                        "gpt-4o",
+                                        "claude-",
+                                        NULL};
+    bool all = true;
+    for (size_t i = 0; i < sizeof(newer) / sizeof(newer[0]); i++)
+        all &= al_chat_computer_zoom_tool(newer[i]);
+    for (size_t i = 0; i < sizeof(older) / sizeof(older[0]); i++)
+        all &= !al_chat_computer_zoom_tool(older[i]);
+    ok(all, "Anthropic's newer computer tool for Opus 4.5 and the 4.6 models on, only");
     cua_case("[{\"type\":\"click\",\"button\":\"right\",\"x\":0,\"y\":399,\"keys\":[\"SHIFT\"]},"
              "{\"type\":\"double_click\",\"x\":719,\"y\":0,\"keys\":null},"
              "{\"type\":\"screenshot\"},{\"type\":\"wait\"}]",
