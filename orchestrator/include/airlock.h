@@ -410,7 +410,9 @@ int al_screen_capture(al_session *s, const al_screenshot_opts *opts, al_screensh
  * "double_click"|"triple_click"|"left_mouse_down"|"left_mouse_up"|"left_click_drag"|"scroll"|
  * "key"|"hold_key"|"type"|"wait"|"cursor_position", "coordinate": [x, y],
  * "start_coordinate": [x, y] (a drag's start), "text": keys ("ctrl+shift+t", xdotool's names,
- * sequences separated by spaces) or text to type (US keyboard ASCII; newline is Return),
+ * sequences separated by spaces) or text to type (the US keyboard's ASCII as keys, newline is
+ * Return; text with any other character is typed whole by xdotool in the guest, -ENOTSUP when
+ * it has none),
  * "scroll_direction": "up"|"down"|"left"|"right", "scroll_amount": notches, "duration":
  * seconds (wait, hold_key; at most 60), "repeat": times (key)}. A click's "text" names keys
  * held during it. Coordinates are pixels of the screen, or of an image of size (space_w x

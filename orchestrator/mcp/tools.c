@@ -209,8 +209,9 @@ static const struct param p_computer[] = {
      "[x, y], optional for clicks; \"text\": keys held during a click), left_click_drag "
      "(\"start_coordinate\", \"coordinate\"), scroll (\"scroll_direction\": up|down|left|right, "
      "\"scroll_amount\"), key (\"text\": \"ctrl+s\", xdotool key names, chords separated by "
-     "spaces; \"repeat\"), hold_key (\"text\", \"duration\" s), type (\"text\": US keyboard "
-     "ASCII), wait (\"duration\" s), cursor_position. Coordinates are pixels of the last "
+     "spaces; \"repeat\"), hold_key (\"text\", \"duration\" s), type (\"text\": ASCII as "
+     "keys, other characters through the guest's xdotool), wait (\"duration\" s), cursor_position. "
+     "Coordinates are pixels of the last "
      "screenshot",
      1, ACTIONS_MAX, MAX_FIXED, NULL, false, false},
     {"screenshot", P_BOOL, false, "Return a screenshot taken after the actions (default true)", 0,

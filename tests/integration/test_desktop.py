@@ -179,6 +179,15 @@ class DesktopTest(unittest.TestCase):
         self.sb.press("Return")
         got = wait_for(lambda: self.log_lines("entry"), "the entry's text", 60)
         self.assertEqual(got[-1], "entry %r" % text)
+        # What the US keyboard's keys do not make is typed by the guest's xdotool, in order.
+        self.sb.press("ctrl+a")  # Tk's entry: to the line's start, then delete to its end
+        self.sb.press("ctrl+k")
+        more = "naïve ✓ 世界 Grüße"
+        self.sb.write(more)
+        self.sb.press("Return")
+        got = wait_for(lambda: (lambda g: g if len(g) >= 2 else None)(self.log_lines("entry")),
+                       "the entry's second text", 60)
+        self.assertEqual(got[-1], "entry %r" % more)
 
     def test_e_wheel_right_and_double_click(self):
         before = {k: len(self.log_lines(k)) for k in ("wheel", "right", "double")}

@@ -890,7 +890,8 @@ class Sandbox:
         return self.input([a])
 
     def write(self, text):
-        """Types text (US keyboard ASCII; newline is Return)."""
+        """Types text (newline is Return): ASCII as keys, other characters through the guest's
+        xdotool (the desktop image has it)."""
         return self.input([{"action": "type", "text": text}])
 
     type = write
