@@ -9,6 +9,7 @@ imaging library). Environment: AIRLOCKD_BIN and the usual integration variables.
 import base64
 import json
 import os
+import shlex
 import shutil
 import struct
 import subprocess
@@ -323,6 +324,53 @@ class ScreenTest(unittest.TestCase):
             self.assertTrue(waiter.is_alive(), "the screenshot waited for the wait's end")
         finally:
             waiter.join()
+
+
+    def test_z_a_hostile_mode_change(self):
+        # Last: it leaves the display in a huge mode. Root in the guest programs the VGA's VBE
+        # registers itself (port I/O, as no driver would): 16000 pixels wide, 12000 high. The
+        # device the host configured fits the mode to its 16 MiB of video memory (16000x262
+        # here), so the host's screenshot stays bounded; it is taken, scaled on request, and
+        # the session goes on.
+        r = self.sb.commands.run("python3 -c %s" % shlex.quote(VBE_MODE % (16000, 12000)))
+        self.assertEqual(r.stdout, "set\n", r.stderr)
+        deadline = time.time() + 60
+        while True:
+            img = png_pixels(self.sb.screenshot())
+            if img[0] != 720 or time.time() > deadline:
+                break
+            time.sleep(0.5)
+        w, h = img[:2]
+        self.assertEqual(w, 16000)
+        self.assertLessEqual(w * h * 4, 16 << 20)
+        self.assertEqual(self.sb.screen_size, (w, h))
+        small = png_pixels(self.sb.screenshot(max_edge=1280))
+        self.assertEqual(small[0], 1280)
+        # Coordinates are checked against the new mode, and the session still runs code.
+        with self.assertRaises(APIError):
+            self.sb.input([{"action": "mouse_move", "coordinate": [16000, 0]}])
+        self.sb.input([{"action": "mouse_move", "coordinate": [15999, h - 1]}])
+        self.assertEqual(self.sb.commands.run("echo alive").stdout, "alive\n")
+
+
+# In the guest, as root: the VGA's Bochs VBE registers (index port 0x1ce, data 0x1cf) written
+# with 16-bit port I/O from a few bytes of machine code, to set an XxY 32-bit linear mode.
+VBE_MODE = r"""
+import ctypes, mmap
+libc = ctypes.CDLL(None, use_errno=True)
+if libc.ioperm(0x1ce, 3, 1) != 0:  # 16 bits at 0x1cf reach 0x1d0
+    raise SystemExit("ioperm: errno %%d" %% ctypes.get_errno())
+# mov dx,0x1ce; mov ax,di; out dx,ax; mov dx,0x1cf; mov ax,si; out dx,ax; ret
+code = bytes([0x66, 0xba, 0xce, 0x01, 0x66, 0x89, 0xf8, 0x66, 0xef,
+              0x66, 0xba, 0xcf, 0x01, 0x66, 0x89, 0xf0, 0x66, 0xef, 0xc3])
+buf = mmap.mmap(-1, 4096, prot=mmap.PROT_READ | mmap.PROT_WRITE | mmap.PROT_EXEC)
+buf.write(code)
+out = ctypes.CFUNCTYPE(None, ctypes.c_uint16, ctypes.c_uint16)(
+    ctypes.addressof(ctypes.c_char.from_buffer(buf)))
+for index, value in ((4, 0), (1, %d), (2, %d), (3, 32), (4, 0x41)):
+    out(index, value)
+print("set")
+"""
 
 
 class CliTest(unittest.TestCase):
