@@ -605,6 +605,26 @@ enum step { STEP_RAN, STEP_DECLINED, STEP_CANCELLED, STEP_REPEATED };
 
 /* ---- computer use: the session's screen (session/screen.c) ---- */
 
+static cJSON *last_user_turn(al_chat *c);
+/* A checkpoint now, in the chat's list, the exchange's first for %undo; 0 when none. */
+static uint32_t take_checkpoint(al_chat *c, const char *code);
+
+/* Before the first action of an exchange that acts on the VM, with checkpoints on: a
+ * checkpoint, so that %undo and the rollback tool bring back the screen and all it changed as
+ * for code (one an exchange: a checkpoint is a snapshot of the whole VM, too much for every
+ * click). The note for the model, when one was taken, in *note. */
+static void computer_checkpoint(al_chat *c, const char *action, char note[static 64])
+{
+    note[0] = '\0';
+    cJSON *u = last_user_turn(c);
+    if (c->cfg.checkpoint == AL_CHECKPOINT_NEVER || !u ||
+        cJSON_GetObjectItemCaseSensitive(u, "checkpoint"))
+        return;
+    uint32_t id = take_checkpoint(c, action);
+    if (id)
+        snprintf(note, 64, " [checkpoint %u was taken before this action]", id);
+}
+
 /* A PNG (base64) for the model, attached to the message in progress (c->images). */
 static int attach_png(al_chat *c, const char *b64, al_error *err)
 {
@@ -711,7 +731,7 @@ static char *computer_call(al_chat *c, const al_tool_call *call, enum step *step
     _cleanup_free_ char *action = strdup(call->arguments ? call->arguments : "");
     _cleanup_cjson_ cJSON *args = cJSON_Parse(action ? action : "");
     const char *name = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(args, "action"));
-    char *text = NULL;
+    char *text = NULL, note[64] = "";
     if (!cJSON_IsObject(args) || !name)
         return strdup("error: pass one action as {\"action\": NAME, ...}");
     al_error e = {0};
@@ -739,6 +759,8 @@ static char *computer_call(al_chat *c, const al_tool_call *call, enum step *step
         int x = -1, y = -1;
         if (!acts)
             return NULL;
+        if (strcmp(name, "wait") != 0 && strcmp(name, "cursor_position") != 0)
+            computer_checkpoint(c, acts, note);
         if (al_screen_input(c->session, acts, c->shot_w, c->shot_h, &done, &x, &y, &e) < 0)
             return asprintf(&text, "error: %s", e.msg) < 0 ? NULL : text;
         if (!strcmp(name, "cursor_position"))
@@ -749,8 +771,9 @@ static char *computer_call(al_chat *c, const al_tool_call *call, enum step *step
     memset(&e, 0, sizeof(e));
     if (computer_shot(c, &e) < 0)
         return asprintf(&text, "done, but no screenshot: %s", e.msg) < 0 ? NULL : text;
-    if (asprintf(&text, "%s: the screen now (%ux%u).",
-                 strcmp(name, "screenshot") ? "Done" : "Screenshot", c->shot_w, c->shot_h) < 0)
+    if (asprintf(&text, "%s: the screen now (%ux%u).%s",
+                 strcmp(name, "screenshot") ? "Done" : "Screenshot", c->shot_w, c->shot_h,
+                 note) < 0)
         return NULL;
     return text;
 }
@@ -819,17 +842,29 @@ static char *openai_computer_call(al_chat *c, const al_tool_call *call, enum ste
         al_cua_openai_actions(acts, c->shot_w, c->shot_h, why, sizeof(why));
     if (!mine)
         return asprintf(&text, "error: %s; nothing was done", why) < 0 ? NULL : text;
+    char note[64] = "";
     if (cJSON_GetArraySize(mine) > 0) {
         _cleanup_free_ char *list = cJSON_PrintUnformatted(mine);
         unsigned done = 0;
         if (!list)
             return NULL;
+        bool changes = false; /* a batch of waits changes nothing: no checkpoint for it */
+        cJSON *m;
+        cJSON_ArrayForEach(m, mine)
+        {
+            const char *n = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(m, "action"));
+            changes |= !n || strcmp(n, "wait") != 0;
+        }
+        if (changes)
+            computer_checkpoint(c, list, note);
         if (al_screen_input(c->session, list, c->shot_w, c->shot_h, &done, NULL, NULL, &e) < 0)
             return asprintf(&text, "error: %s", e.msg) < 0 ? NULL : text;
         usleep(COMPUTER_SETTLE_MS * 1000);
     }
     cJSON_DeleteItemFromObject(extra, "is_error");
-    return asprintf(&text, "Done: the screen now (%ux%u).", c->shot_w, c->shot_h) < 0 ? NULL : text;
+    return asprintf(&text, "Done: the screen now (%ux%u).%s", c->shot_w, c->shot_h, note) < 0
+               ? NULL
+               : text;
 }
 
 /* The computer tool: Anthropic's own (their models are trained on it), OpenAI's own on its
@@ -1116,6 +1151,11 @@ static uint32_t checkpoint_before(al_chat *c, const char *lang, const char *code
     if (c->cfg.checkpoint == AL_CHECKPOINT_NEVER ||
         !al_checkpoint_policy_wants(lang, code, c->cfg.checkpoint))
         return 0;
+    return take_checkpoint(c, code);
+}
+
+static uint32_t take_checkpoint(al_chat *c, const char *code)
+{
     al_error e = {0};
     int id = al_checkpoint_create(c->session, NULL, NULL, &e);
     if (id <= 0) {

@@ -490,6 +490,32 @@ class ChatComputerTest(unittest.TestCase):
         absx = [v for t, c, v in ev if t == EV_ABS and c == 0]
         self.assertEqual(absx[-1] * 720 // 0x8000, 100)
 
+    def test_undo_takes_back_a_click(self):
+        # The exchange that clicks takes a checkpoint before its first action; %undo goes back
+        # to it, so the reader in the guest never saw the click.
+        fm = self.fake([
+            {"tool_calls": [execute(START_READER, lang="python")]}, {"text": "started"},
+            {"tool_calls": [computer("left_click", id="c1", coordinate=[100, 50])]},
+            {"text": "clicked"},
+            {"tool_calls": [execute("tail -n +2 /tmp/ev.log", lang="shell")]}, {"text": "read"},
+        ])
+        args = [a if a != "tiny" else "debian" for a in fm.args("--computer")]
+        r = altest.run(["chat", "-y", "--plain"] + args,
+                       input=b"start\nclick\n%undo\nread\n", env=fm.env, timeout=600)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertIn(b"Rolled the VM back and dropped the last exchange", r.stdout)
+        reqs = fm.requests()
+        self.assertEqual(len(reqs), 6)
+        clicked = tool_results(reqs[3])[-1]["content"]
+        self.assertRegex(clicked, r"the screen now \(720x400\)\. \[checkpoint \d+ was taken")
+        users = [m["content"] for m in reqs[4]["body"]["messages"]
+                 if m["role"] == "user" and isinstance(m["content"], str)]
+        self.assertEqual(users, ["start", "read"])
+        ev = [tuple(int(v) for v in line.split()[1:]) for line in
+              tool_results(reqs[5])[-1]["content"].splitlines()
+              if line[:4] in ("tab ", "kbd ")]
+        self.assertNotIn((EV_KEY, BTN_LEFT, 1), ev)
+
     def test_anthropic_computer_tool_and_confirmation(self):
         fm = self.fake([
             {"tool_calls": [computer("screenshot", id="toolu_1")]},
