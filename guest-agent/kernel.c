@@ -732,6 +732,31 @@ bool kernel_reaped(struct agent *a, pid_t pid, int status)
     return false;
 }
 
+/* Whether pid's SIGINT is at its default disposition (which ends the process), from
+ * /proc/PID/status; false when that cannot be read. */
+static bool sigint_would_kill(pid_t pid)
+{
+    char path[64], line[128];
+    unsigned long long caught = 0, ignored = 0;
+    snprintf(path, sizeof(path), "/proc/%d/status", (int)pid);
+    FILE *f = fopen(path, "re");
+    if (!f)
+        return false;
+    bool seen = false;
+    while (fgets(line, sizeof(line), f)) {
+        if (sscanf(line, "SigIgn: %llx", &ignored) == 1)
+            continue;
+        if (sscanf(line, "SigCgt: %llx", &caught) == 1)
+            seen = true;
+    }
+    fclose(f);
+    unsigned long long bit = 1ull << (SIGINT - 1);
+    return seen && !((caught | ignored) & bit);
+}
+
+/* How long an interrupt waits for the interpreter to have a SIGINT handler again. */
+#define SIGINT_HANDLER_WAIT_MS 200
+
 void kernel_signal(struct agent *a, struct req *r, int signo)
 {
     struct kernel *k = r->kernel;
@@ -741,6 +766,11 @@ void kernel_signal(struct agent *a, struct req *r, int signo)
         kernel_kill(a, k);
         return;
     }
+    /* node's vm module lets go of the process's SIGINT handler for a moment as a block starts
+     * (it removes the listeners before its own watchdog takes the signal): a SIGINT then
+     * would end the kernel and its state. Wait for a handler, a few milliseconds at most. */
+    for (int i = 0; signo == SIGINT && i < SIGINT_HANDLER_WAIT_MS && sigint_would_kill(k->pid); i++)
+        usleep(1000);
     /* The whole group, as a terminal's ^C: the interpreter and what the block started. */
     if (kill(-k->pid, signo) < 0 && errno != ESRCH)
         agent_send_error(a, r->id, errno_class(errno), errno, "cannot send signal %d: %s", signo,

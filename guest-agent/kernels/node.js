@@ -28,7 +28,10 @@
 // promise settles. SIGINT interrupts a busy block (breakOnSigint) or stops waiting for its
 // promise; the kernel and its globals survive. One that comes while the driver's own code runs
 // (reading the request, compiling the block) is held and stops the block before it starts; one
-// that comes before the next request belonged to the block before, and is dropped.
+// that comes before the next request belonged to the block before, and is dropped. vm's
+// breakOnSigint removes the process's SIGINT listeners before its watchdog takes the signal,
+// so for a moment SIGINT would end node: the agent waits for a handler before it sends one
+// (kernel.c, kernel_signal).
 const fs = require('fs');
 const net = require('net');
 const path = require('path');
