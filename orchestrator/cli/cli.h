@@ -113,6 +113,10 @@ struct cli_tty {
 #define CLI_TTY_LEAVE_HELP "Ctrl-] leaves (the shell gets SIGHUP, as when a terminal closes)"
 int cli_tty_open(struct cli_tty *t, bool input, al_exec_opts *eo, al_error *err);
 void cli_tty_close(struct cli_tty *t);
+/* After cli_tty_close: when the user left, says so and gives 128 + SIGHUP, what the hangup means
+ * whatever the guest's program made of it (a shell that reads the hangup's EOF before its
+ * SIGHUP exits 0); status otherwise. */
+int cli_tty_left(const struct cli_tty *t, int status);
 
 /* Prints "airlock: MESSAGE" once, for the outermost caller. */
 void cli_error(const al_error *err);

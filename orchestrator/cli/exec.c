@@ -653,11 +653,10 @@ static int exec_run(al_session *s, struct exec_args *a, int *status, al_error *e
             return err->code;
     }
     al_exec_result res = AL_EXEC_RESULT_INIT;
-    int r = al_exec(s, eo, &res, err);
+    int r = al_exec(s, eo, &res, err), left = -1;
     if (a->tty) {
         cli_tty_close(&term);
-        if (term.left)
-            fprintf(stderr, "airlock: left the terminal (Ctrl-])\n");
+        left = cli_tty_left(&term, -1);
     }
     if (eo->output)
         cli_termout_end(&tty);
@@ -680,7 +679,7 @@ static int exec_run(al_session *s, struct exec_args *a, int *status, al_error *e
         fprintf(stderr, "airlock: command timed out after %u s\n", eo->timeout_ms / 1000);
         *status = EXIT_TIMED_OUT;
     } else {
-        *status = res.how == AL_EXEC_SIGNALED ? 128 + res.value : res.value;
+        *status = left >= 0 ? left : res.how == AL_EXEC_SIGNALED ? 128 + res.value : res.value;
     }
     if (a->json)
         json_end(&res, *status);

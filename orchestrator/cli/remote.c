@@ -999,8 +999,8 @@ int cli_remote_exec(struct cli_globals *g, int argc, char **argv)
 out:
     if (tty_open) {
         cli_tty_close(&t);
-        if (t.left)
-            fprintf(stderr, "airlock: left the terminal (Ctrl-])\n");
+        int left = cli_tty_left(&t, rc); /* a failure of airlock's own stays one */
+        rc = rc == EXIT_AIRLOCK_FAILED ? rc : left;
     }
     if (own[0]) {
         snprintf(path, sizeof(path), "/v1/sessions/%s", own);

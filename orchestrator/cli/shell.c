@@ -44,13 +44,12 @@ static int shell_in(struct cli_globals *g, const char *name)
         ret = al_attach_exec(r, &eo, &res, &err);
     cli_tty_close(&t);
     al_attach_close(r);
-    if (t.left)
-        fprintf(stderr, "airlock: left the terminal (Ctrl-])\n");
+    int left = cli_tty_left(&t, -1);
     if (ret < 0) {
         cli_error(&err);
         return EXIT_AIRLOCK_FAILED;
     }
-    return res.how == AL_EXEC_SIGNALED ? 128 + res.value : res.value;
+    return left >= 0 ? left : res.how == AL_EXEC_SIGNALED ? 128 + res.value : res.value;
 }
 
 int cmd_shell(struct cli_globals *g, int argc, char **argv)

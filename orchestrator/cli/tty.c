@@ -151,6 +151,14 @@ int cli_tty_open(struct cli_tty *t, bool input, al_exec_opts *eo, al_error *err)
     return 0;
 }
 
+int cli_tty_left(const struct cli_tty *t, int status)
+{
+    if (!t->left)
+        return status;
+    fprintf(stderr, "airlock: left the terminal (Ctrl-])\n");
+    return 128 + SIGHUP;
+}
+
 void cli_tty_close(struct cli_tty *t)
 {
     if (t->relaying) {

@@ -261,7 +261,7 @@ class ShellIntoSessionTest(unittest.TestCase):
         t2.read_until(rb"\r\nrunning\r\n")
         # Closing the first terminal ends its shell and what it started.
         t.send(b"\x1d")
-        t.wait()
+        self.assertEqual(t.wait(), 128 + signal.SIGHUP)
         self.assertEqual(termios.tcgetattr(t.slave), t.before)
         time.sleep(2)
         t2.send(f"kill -0 {bg} 2>/dev/null || echo gone\r".encode())
