@@ -609,18 +609,27 @@ static cJSON *last_user_turn(al_chat *c);
 /* A checkpoint now, in the chat's list, the exchange's first for %undo; 0 when none. */
 static uint32_t take_checkpoint(al_chat *c, const char *code);
 
-/* Before the first action of an exchange that acts on the VM, with checkpoints on: a
+/* Before the first actions (list, the library's action set; text, as printed) of an exchange
+ * that act on the VM (not only waits or the cursor's position), with checkpoints on: a
  * checkpoint, so that %undo and the rollback tool bring back the screen and all it changed as
  * for code (one an exchange: a checkpoint is a snapshot of the whole VM, too much for every
  * click). The note for the model, when one was taken, in *note. */
-static void computer_checkpoint(al_chat *c, const char *action, char note[static 64])
+static void computer_checkpoint(al_chat *c, const cJSON *list, const char *text,
+                                char note[static 64])
 {
     note[0] = '\0';
+    bool acts = false;
+    const cJSON *m;
+    cJSON_ArrayForEach(m, list)
+    {
+        const char *n = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(m, "action"));
+        acts |= !n || (strcmp(n, "wait") != 0 && strcmp(n, "cursor_position") != 0);
+    }
     cJSON *u = last_user_turn(c);
-    if (c->cfg.checkpoint == AL_CHECKPOINT_NEVER || !u ||
+    if (!acts || c->cfg.checkpoint == AL_CHECKPOINT_NEVER || !u ||
         cJSON_GetObjectItemCaseSensitive(u, "checkpoint"))
         return;
-    uint32_t id = take_checkpoint(c, action);
+    uint32_t id = take_checkpoint(c, text);
     if (id)
         snprintf(note, 64, " [checkpoint %u was taken before this action]", id);
 }
@@ -759,8 +768,7 @@ static char *computer_call(al_chat *c, const al_tool_call *call, enum step *step
         int x = -1, y = -1;
         if (!acts)
             return NULL;
-        if (strcmp(name, "wait") != 0 && strcmp(name, "cursor_position") != 0)
-            computer_checkpoint(c, acts, note);
+        computer_checkpoint(c, list, acts, note);
         if (al_screen_input(c->session, acts, c->shot_w, c->shot_h, &done, &x, &y, &e) < 0)
             return asprintf(&text, "error: %s", e.msg) < 0 ? NULL : text;
         if (!strcmp(name, "cursor_position"))
@@ -848,15 +856,7 @@ static char *openai_computer_call(al_chat *c, const al_tool_call *call, enum ste
         unsigned done = 0;
         if (!list)
             return NULL;
-        bool changes = false; /* a batch of waits changes nothing: no checkpoint for it */
-        cJSON *m;
-        cJSON_ArrayForEach(m, mine)
-        {
-            const char *n = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(m, "action"));
-            changes |= !n || strcmp(n, "wait") != 0;
-        }
-        if (changes)
-            computer_checkpoint(c, list, note);
+        computer_checkpoint(c, mine, list, note);
         if (al_screen_input(c->session, list, c->shot_w, c->shot_h, &done, NULL, NULL, &e) < 0)
             return asprintf(&text, "error: %s", e.msg) < 0 ? NULL : text;
         usleep(COMPUTER_SETTLE_MS * 1000);
