@@ -22,6 +22,7 @@ restart: a measurement of a session that came back wrong is an error, not a numb
 import argparse
 import os
 import platform
+import shutil
 import signal
 import statistics
 import subprocess
@@ -166,6 +167,7 @@ def main():
         for sid in made:
             kill(sid)
         d.close()
+        shutil.rmtree(state, ignore_errors=True)
     benchlib.emit(result, a.json)
 
 
