@@ -98,12 +98,12 @@ def sha256(path):
     return h.hexdigest()
 
 
-def rss_kib(pid):
-    """A process's resident memory in KiB (0 when gone)."""
+def rss_kib(pid, field="VmRSS"):
+    """A process's resident memory in KiB (0 when gone); field="VmHWM": its peak so far."""
     try:
         with open("/proc/%d/status" % pid) as f:
             for line in f:
-                if line.startswith("VmRSS:"):
+                if line.startswith(field + ":"):
                     return int(line.split()[1])
     except OSError:
         pass
