@@ -491,6 +491,17 @@ struct ad_req {
     bool upgraded;       /* it was: the connection is the relay's */
 };
 
+/* The spool (http.c): every byte airlockd writes to its disk for a request is held against
+ * spool_max_bytes (all requests) and twice the key's max_upload_bytes (each key) first. Raises
+ * what q holds to want bytes in all (its body, copies made of it, a download's file), released
+ * when the request ends; false when a bound says no (ad_spool_full_why says so). */
+bool ad_spool_reserve(struct ad_req *q, uint64_t want);
+void ad_spool_full_why(char *why, size_t len);
+/* Before a file of q's session is copied to the spool for a download: its size (the guest's
+ * stat, at most max_upload_bytes) held, and the copy's bound in *max. -ENOSPC when the spool
+ * has no room; the stat's error otherwise. */
+int ad_spool_download(struct ad_req *q, const char *guest_path, uint64_t *max, al_error *err);
+
 extern struct ad_config ad_cfg;
 
 enum MHD_Result ad_reply_json(struct MHD_Connection *c, struct ad_req *q, unsigned status,

@@ -1375,7 +1375,15 @@ static enum MHD_Result files_get(struct MHD_Connection *c, struct ad_req *q)
     snprintf(tmp, sizeof(tmp), "%s/e2b-get-%ld-%u", ad_cfg.spool_dir, (long)getpid(),
              __atomic_add_fetch(&counter, 1, __ATOMIC_RELAXED));
     al_error err = {0};
-    int r = al_file_get_max(q->sess->s, path, tmp, q->lim.max_upload_bytes, &err);
+    uint64_t max = 0;
+    int r = ad_spool_download(q, path, &max, &err);
+    if (r == -ENOSPC) {
+        char why[400];
+        ad_spool_full_why(why, sizeof(why));
+        return e2b_error(c, q, 507, "%s", why);
+    }
+    if (r == 0)
+        r = al_file_get_max(q->sess->s, path, tmp, max, &err);
     if (r < 0) {
         unlink(tmp);
         unsigned st;
@@ -1495,6 +1503,12 @@ static enum MHD_Result upload_part(void *cls, enum MHD_ValueKind kind, const cha
     }
     if (u->fd < 0)
         return MHD_NO;
+    /* A part is a second copy of its bytes on the spool's disk: held as the body is. */
+    if (size && !ad_spool_reserve(u->q, u->q->spool_len + u->len + size)) {
+        u->rc = -ENOSPC;
+        ad_spool_full_why(u->why, sizeof(u->why));
+        return MHD_NO;
+    }
     if (size && write_all(u->fd, data, size) < 0) {
         u->rc = -EIO;
         snprintf(u->why, sizeof(u->why), "cannot spool the upload");
@@ -1507,7 +1521,7 @@ static enum MHD_Result upload_part(void *cls, enum MHD_ValueKind kind, const cha
 /* A gzip body (Content-Encoding: gzip, envd 0.5.7) inflated by libarchive into a spool file of
  * its own, at most max bytes (a small body may inflate to anything). Its fd, or -errno with
  * why. */
-static int gunzip_spool(int in, uint64_t max, char *why, size_t why_len)
+static int gunzip_spool(struct ad_req *q, int in, uint64_t max, char *why, size_t why_len)
 {
     int out = open(ad_cfg.spool_dir, O_TMPFILE | O_RDWR | O_CLOEXEC, 0600);
     if (out < 0) {
@@ -1538,6 +1552,10 @@ static int gunzip_spool(int in, uint64_t max, char *why, size_t why_len)
             rc = -EFBIG;
             snprintf(why, why_len, "the file inflates past the upload limit (%llu bytes)",
                      (unsigned long long)max);
+        } else if (!ad_spool_reserve(q, q->spool_len + total)) {
+            /* the inflated copy is on the spool's disk beside the body */
+            rc = -ENOSPC;
+            ad_spool_full_why(why, why_len);
         } else if (write_all(out, buf, (size_t)n) < 0) {
             rc = -EIO;
             snprintf(why, why_len, "cannot spool the upload");
@@ -1569,7 +1587,7 @@ static enum MHD_Result files_post(struct MHD_Connection *c, struct ad_req *q)
     }
     if (ct && !strncasecmp(ct, "application/octet-stream", 24)) {
         /* the body is the file */
-        u.fd = gzip ? gunzip_spool(q->spool_fd, q->lim.max_upload_bytes, u.why, sizeof(u.why))
+        u.fd = gzip ? gunzip_spool(q, q->spool_fd, q->lim.max_upload_bytes, u.why, sizeof(u.why))
                     : dup(q->spool_fd);
         if (u.fd < 0)
             u.rc = gzip ? u.fd : -EIO;
@@ -1601,6 +1619,8 @@ static enum MHD_Result files_post(struct MHD_Connection *c, struct ad_req *q)
         connect_code(u.rc, &st);
         if (u.rc == -EFBIG)
             st = 413;
+        if (u.rc == -ENOSPC)
+            st = 507;
         return e2b_error(c, q, st == 409 ? 400 : st, "%s", u.why);
     }
     if (!cJSON_GetArraySize(u.out)) {
@@ -2051,8 +2071,9 @@ enum MHD_Result ad_e2b_route(struct MHD_Connection *c, struct ad_req *q, const c
     if (!tok || strlen(tok) != strlen(want) || CRYPTO_memcmp(tok, want, strlen(want))) {
         ad_session_put(s);
         ad_metrics_error("unauthorized");
-        return e2b_error(
-            c, q, 401, tok ? "the access token is not this sandbox's" : "X-Access-Token is needed");
+        /* Word for word the answer for an id that is not there: without the token, nobody
+         * learns which sandbox ids are live. */
+        return e2b_error(c, q, 502, "sandbox '%s' is not running", sid);
     }
     /* the key that made it: still valid (a revoked key's sandboxes answer nothing), and its
      * limits are this request's, as on the native API */

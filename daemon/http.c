@@ -492,8 +492,7 @@ static struct spool_owner *spool_owner(const char *owner, bool make)
     return make ? free_slot : NULL;
 }
 
-/* Raises what q holds of the spool to want bytes; false when a bound says no. */
-static bool spool_reserve(struct ad_req *q, uint64_t want)
+bool ad_spool_reserve(struct ad_req *q, uint64_t want)
 {
     if (want <= q->spool_held)
         return true;
@@ -525,13 +524,36 @@ static void spool_release(struct ad_req *q)
     q->spool_held = 0;
 }
 
+int ad_spool_download(struct ad_req *q, const char *guest_path, uint64_t *max, al_error *err)
+{
+    al_file_info st = AL_FILE_INFO_INIT;
+    int r = al_file_stat(q->sess->s, guest_path, &st, err);
+    if (r < 0)
+        return r;
+    /* The guest's word for the size is only what is held: the copy stops at it. */
+    uint64_t size = st.size < q->lim.max_upload_bytes ? st.size : q->lim.max_upload_bytes;
+    if (!size) /* al_file_get_max's 0 is no bound at all */
+        size = 1;
+    if (!ad_spool_reserve(q, q->spool_held + size))
+        return -ENOSPC;
+    *max = size;
+    return 0;
+}
+
+void ad_spool_full_why(char *why, size_t len)
+{
+    snprintf(why, len,
+             "the spool has no room for this transfer now (uploads, their inflated and parted "
+             "copies and downloads in flight hold it: at most %llu bytes in all, twice "
+             "max_upload_bytes per key); try again later",
+             (unsigned long long)ad_cfg.spool_max_bytes);
+}
+
 static enum MHD_Result spool_full(struct MHD_Connection *c, struct ad_req *q)
 {
-    return ad_reply_error(c, q, 507, "spool_full",
-                          "the upload spool has no room for this upload now (uploads in flight "
-                          "hold it: at most %llu bytes in all, twice max_upload_bytes per key); "
-                          "try again later",
-                          (unsigned long long)ad_cfg.spool_max_bytes);
+    char why[400];
+    ad_spool_full_why(why, sizeof(why));
+    return ad_reply_error(c, q, 507, "spool_full", "%s", why);
 }
 
 static enum MHD_Result body_checks(struct MHD_Connection *c, struct ad_req *q);
@@ -659,7 +681,7 @@ static enum MHD_Result body_checks(struct MHD_Connection *c, struct ad_req *q)
     }
     if (q->route->flags & AD_BODY_SPOOL) {
         /* A declared length is held against the spool's bounds before a byte is read. */
-        if (cl && !spool_reserve(q, strtoull(cl, NULL, 10)))
+        if (cl && !ad_spool_reserve(q, strtoull(cl, NULL, 10)))
             return spool_full(c, q);
         q->spool_fd = open(ad_cfg.spool_dir, O_TMPFILE | O_RDWR | O_CLOEXEC, 0600);
         if (q->spool_fd < 0)
@@ -676,7 +698,7 @@ static int take_body(struct ad_req *q, const char *data, size_t n)
             q->body_over = true;
             return 0;
         }
-        if (!spool_reserve(q, q->spool_len + n)) {
+        if (!ad_spool_reserve(q, q->spool_len + n)) {
             q->spool_over = true;
             return 0;
         }
@@ -744,11 +766,54 @@ static enum MHD_Result last_call(struct MHD_Connection *c, struct ad_req *q)
 struct watch {
     struct watch *prev, *next;
     int fd;
-    uint64_t since_ms; /* 0: a request is under way, not waiting for a head */
+    uint64_t since_ms;            /* 0: a request is under way, not waiting for a head */
+    const struct listener *l;     /* whose connection */
+    struct sockaddr_storage peer; /* a TCP peer's address; AF_UNSPEC on the unix socket */
 };
 
 static pthread_mutex_t watch_mu = PTHREAD_MUTEX_INITIALIZER;
 static struct watch *watched;
+
+/* Connections of one TCP address that may wait for a head at once, on each listener: past it,
+ * the one that waited longest is cut. A slow client's bound where libmicrohttpd's per-address
+ * limit is off (the E2B listener, whose SDKs hold many streams from one host: a stream's head
+ * is complete, so it never counts), and below it on the API's listener; an idle keep-alive
+ * connection is closed as any server closes one. */
+#define HEAD_WAITING_PER_ADDRESS 16
+
+static bool same_address(const struct sockaddr_storage *a, const struct sockaddr_storage *b)
+{
+    if (a->ss_family != b->ss_family)
+        return false;
+    if (a->ss_family == AF_INET)
+        return ((const struct sockaddr_in *)a)->sin_addr.s_addr ==
+               ((const struct sockaddr_in *)b)->sin_addr.s_addr;
+    if (a->ss_family == AF_INET6)
+        return !memcmp(&((const struct sockaddr_in6 *)a)->sin6_addr,
+                       &((const struct sockaddr_in6 *)b)->sin6_addr, sizeof(struct in6_addr));
+    return false;
+}
+
+/* Under watch_mu: w is new; when its address holds too many connections waiting for a head,
+ * the oldest of them is cut (shut down, as the deadline does). */
+static void head_bound(const struct watch *w)
+{
+    if (w->peer.ss_family == AF_UNSPEC)
+        return;
+    unsigned n = 0;
+    struct watch *oldest = NULL;
+    for (struct watch *o = watched; o; o = o->next)
+        if (o->since_ms && o->l == w->l && same_address(&o->peer, &w->peer)) {
+            n++;
+            if (!oldest || o->since_ms <= oldest->since_ms)
+                oldest = o;
+        }
+    if (n > HEAD_WAITING_PER_ADDRESS && oldest) {
+        shutdown(oldest->fd, SHUT_RDWR);
+        oldest->since_ms = 0;
+    }
+}
+
 static pthread_t watcher;
 static bool watcher_running;
 static int watcher_stop[2] = {-1, -1};
@@ -756,20 +821,30 @@ static int watcher_stop[2] = {-1, -1};
 static void notify_connection(void *cls, struct MHD_Connection *c, void **socket_context,
                               enum MHD_ConnectionNotificationCode code)
 {
-    (void)cls;
+    const struct listener *l = cls;
     pthread_mutex_lock(&watch_mu);
     struct watch *w = *socket_context;
     if (code == MHD_CONNECTION_NOTIFY_STARTED) {
         const union MHD_ConnectionInfo *ci =
             MHD_get_connection_info(c, MHD_CONNECTION_INFO_CONNECTION_FD);
+        const union MHD_ConnectionInfo *ai =
+            l->is_unix ? NULL : MHD_get_connection_info(c, MHD_CONNECTION_INFO_CLIENT_ADDRESS);
         w = ci ? calloc(1, sizeof(*w)) : NULL;
         if (w) {
             w->fd = ci->connect_fd;
             w->since_ms = ad_now_ms();
+            w->l = l;
+            w->peer.ss_family = AF_UNSPEC;
+            if (ai && ai->client_addr &&
+                (ai->client_addr->sa_family == AF_INET || ai->client_addr->sa_family == AF_INET6))
+                memcpy(&w->peer, ai->client_addr,
+                       ai->client_addr->sa_family == AF_INET ? sizeof(struct sockaddr_in)
+                                                             : sizeof(struct sockaddr_in6));
             w->next = watched;
             if (watched)
                 watched->prev = w;
             watched = w;
+            head_bound(w);
         }
         *socket_context = w;
     } else if (w) { /* closed */
@@ -1078,8 +1153,12 @@ static char *tls_cert, *tls_key;
 
 static struct MHD_Daemon *start(struct listener *l, int fd, bool tls)
 {
+    /* poll(), not select(): select() refuses every descriptor past FD_SETSIZE (1024), which
+     * about 90 sessions' descriptors reach; libmicrohttpd has no epoll with a thread per
+     * connection, and the connections' threads are what lets a handler block on a guest. */
     unsigned flags = MHD_USE_THREAD_PER_CONNECTION | MHD_USE_INTERNAL_POLLING_THREAD |
-                     MHD_USE_ERROR_LOG | MHD_USE_ITC | MHD_ALLOW_UPGRADE | (tls ? MHD_USE_TLS : 0);
+                     MHD_USE_ERROR_LOG | MHD_USE_ITC | MHD_ALLOW_UPGRADE | MHD_USE_POLL |
+                     (tls ? MHD_USE_TLS : 0);
     /* Over TCP one address may hold only so many connections, so that a slow client cannot
      * take them all from the others (the unix socket's peers share no address: its budget is
      * its own listener's). */
@@ -1095,19 +1174,25 @@ static struct MHD_Daemon *start(struct listener *l, int fd, bool tls)
             ad_cfg.connection_timeout_s, MHD_OPTION_CONNECTION_LIMIT, ad_cfg.max_connections,
             MHD_OPTION_PER_IP_CONNECTION_LIMIT, per_ip, MHD_OPTION_CONNECTION_MEMORY_LIMIT,
             (size_t)CONNECTION_MEMORY, MHD_OPTION_NOTIFY_COMPLETED, completed, NULL,
-            MHD_OPTION_NOTIFY_CONNECTION, notify_connection, NULL, MHD_OPTION_HTTPS_MEM_CERT,
-            tls_cert, MHD_OPTION_HTTPS_MEM_KEY, tls_key, MHD_OPTION_END);
+            MHD_OPTION_NOTIFY_CONNECTION, notify_connection, l, MHD_OPTION_HTTPS_MEM_CERT, tls_cert,
+            MHD_OPTION_HTTPS_MEM_KEY, tls_key, MHD_OPTION_END);
     return MHD_start_daemon(flags, 0, NULL, NULL, handle, l, MHD_OPTION_EXTERNAL_LOGGER, mhd_log,
                             NULL, MHD_OPTION_LISTEN_SOCKET, fd, MHD_OPTION_CONNECTION_TIMEOUT,
                             ad_cfg.connection_timeout_s, MHD_OPTION_CONNECTION_LIMIT,
                             ad_cfg.max_connections, MHD_OPTION_PER_IP_CONNECTION_LIMIT, per_ip,
                             MHD_OPTION_CONNECTION_MEMORY_LIMIT, (size_t)CONNECTION_MEMORY,
                             MHD_OPTION_NOTIFY_COMPLETED, completed, NULL,
-                            MHD_OPTION_NOTIFY_CONNECTION, notify_connection, NULL, MHD_OPTION_END);
+                            MHD_OPTION_NOTIFY_CONNECTION, notify_connection, l, MHD_OPTION_END);
 }
 
 int ad_http_start(char *why, size_t len)
 {
+    if (MHD_is_feature_supported(MHD_FEATURE_POLL) != MHD_YES) {
+        snprintf(why, len,
+                 "this libmicrohttpd has no poll() support: it would stop taking "
+                 "connections at descriptor 1024");
+        return -ENOTSUP;
+    }
     if (pipe2(watcher_stop, O_CLOEXEC) < 0 ||
         pthread_create(&watcher, NULL, watch_heads, NULL) != 0) {
         snprintf(why, len, "cannot start the request watcher: %s", strerror(errno));

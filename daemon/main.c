@@ -7,6 +7,7 @@
 #include <signal.h>
 #include <stdio.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <time.h>
 
@@ -260,9 +261,23 @@ static int cmd_hosts(void)
     return 0;
 }
 
+/* Every descriptor the hard limit allows: each session holds about 11 (ad_session_create
+ * refuses one that would not fit, ad_fds_check). */
+static void raise_nofile(void)
+{
+    struct rlimit rl;
+    if (getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur < rl.rlim_max) {
+        rl.rlim_cur = rl.rlim_max;
+        setrlimit(RLIMIT_NOFILE, &rl);
+    }
+    if (getrlimit(RLIMIT_NOFILE, &rl) == 0)
+        ad_log("descriptors: up to %llu open (RLIMIT_NOFILE)", (unsigned long long)rl.rlim_cur);
+}
+
 static int serve(void)
 {
     char why[600];
+    raise_nofile();
     /* the key store first: the spool's parents are made 0755, the store's own dir 0700 */
     if (open_keys() < 0 || private_dir(ad_cfg.spool_dir, "the upload spool") < 0)
         return 1;

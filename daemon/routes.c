@@ -594,7 +594,15 @@ static enum MHD_Result file_get(struct MHD_Connection *c, struct ad_req *q)
     snprintf(tmp, sizeof(tmp), "%s/get-%ld-%u", ad_cfg.spool_dir, (long)getpid(),
              __atomic_add_fetch(&counter, 1, __ATOMIC_RELAXED));
     al_error err = {0};
-    int r = al_file_get_max(q->sess->s, p, tmp, q->lim.max_upload_bytes, &err);
+    uint64_t max = 0;
+    int r = ad_spool_download(q, p, &max, &err);
+    if (r == -ENOSPC) {
+        char why[400];
+        ad_spool_full_why(why, sizeof(why));
+        return ad_reply_error(c, q, 507, "spool_full", "%s", why);
+    }
+    if (r == 0)
+        r = al_file_get_max(q->sess->s, p, tmp, max, &err);
     if (r < 0) {
         return lib_fail(c, q, r, &err);
     }

@@ -2,6 +2,7 @@
  * lifetime. They outlive requests; a reaper ends the idle and the expired; shutdown ends all. */
 #include "airlockd.h"
 
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <openssl/evp.h>
@@ -9,6 +10,7 @@
 #include <stdio.h>
 #include <string.h>
 #include <strings.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <time.h>
 
@@ -504,6 +506,46 @@ cJSON *ad_session_json(struct ad_session *s)
     return o;
 }
 
+/* Descriptors one session may hold in airlockd: about 11 idle (measured: its link, libvirt's
+ * stream, the budget watcher, pipes), a few more for each run, port and terminal. */
+#define FDS_PER_SESSION 48
+/* Kept free for the rest: each listener's connections (max_connections each), the key store,
+ * logs, libvirt's connections. */
+#define FDS_SPARE 64
+
+static unsigned fds_open(void)
+{
+    DIR *d = opendir("/proc/self/fd");
+    unsigned n = 0;
+    if (!d)
+        return 0;
+    while (readdir(d))
+        n++;
+    closedir(d);
+    return n > 3 ? n - 3 : 0; /* ".", ".." and the directory's own */
+}
+
+/* Whether one more session fits in the process's descriptors (RLIMIT_NOFILE, raised to its
+ * hard limit at start): past it, every client would be locked out, not just this one. */
+static int fds_check(struct ad_fail *f)
+{
+    struct rlimit rl;
+    if (getrlimit(RLIMIT_NOFILE, &rl) < 0 || rl.rlim_cur == RLIM_INFINITY)
+        return 0;
+    unsigned listeners = 1 + !!ad_cfg.tcp_listen[0] + !!ad_cfg.e2b_listen[0];
+    uint64_t need = (uint64_t)fds_open() + FDS_PER_SESSION + FDS_SPARE +
+                    (uint64_t)listeners * ad_cfg.max_connections;
+    if (need <= rl.rlim_cur)
+        return 0;
+    ad_failf(f, 503, "no_descriptors",
+             "airlockd has %u descriptors open of its %llu (RLIMIT_NOFILE): a session needs %u "
+             "more, with %u kept for connections; raise LimitNOFILE",
+             fds_open(), (unsigned long long)rl.rlim_cur, FDS_PER_SESSION,
+             FDS_SPARE + listeners * ad_cfg.max_connections);
+    f->limit = "open_files";
+    return -EMFILE;
+}
+
 static int quota(const char *owner, const struct ad_limits *lim, unsigned memory_mib,
                  unsigned vcpus, const char *name, struct ad_fail *f)
 {
@@ -779,6 +821,8 @@ int ad_session_create(const char *owner, const struct ad_limits *lim, const stru
     pthread_mutex_lock(&lock);
     snprintf(sl->name, sizeof(sl->name), "%s", c->name ? c->name : "");
     r = stopping ? -ESHUTDOWN : quota(owner, lim, mem, sl->vcpus, c->name, f);
+    if (r == 0)
+        r = fds_check(f);
     if (r == -ESHUTDOWN)
         ad_failf(f, 503, "stopping", "the daemon is stopping");
     if (r == 0) {

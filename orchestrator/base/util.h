@@ -73,6 +73,10 @@ char *al_strdup_opt(const char *s, bool *oom);
 
 /* Writes all len bytes (a write cut short or interrupted goes on); 0 or -errno. */
 int al_write_all(int fd, const void *buf, size_t len);
+/* The uid owning the other end of the TCP connection fd when that end is a socket of this
+ * host (a loopback peer): 0 and *uid set; -ENOENT when no socket here is that end (a remote
+ * peer), another negative errno when the kernel's tables cannot be read (sockpeer.c). */
+int al_tcp_peer_uid(int fd, uid_t *uid);
 /* Opens (creating, 0600, never through a symlink) the lock file path and waits for it
  * exclusively (flock); the fd holds the lock until closed, or -errno. */
 int al_lock_file(const char *path);

@@ -2,11 +2,14 @@
  * connection goes, in a thread of its own, to a port in the guest: al_port_relay for a session of
  * this process, al_attach_port (the holder relays) for one another airlock process holds. A
  * forward's close stops listening and ends its connections both ways (shutdown of their sockets,
- * and a kill through each relay's cancel pipe), then waits for their threads. */
+ * and a kill through each relay's cancel pipe), then waits for their threads. A connection from
+ * another user of this host is closed unserved (al_tcp_peer_uid): the guest's ports are its
+ * user's, not every local account's. */
 #include "session.h"
 
 #include <fcntl.h>
 #include <netdb.h>
+#include <netinet/in.h>
 #include <poll.h>
 #include <signal.h>
 #include <stdatomic.h>
@@ -27,6 +30,7 @@ struct al_forward {
     int listen_fd;
     int stop[2];
     unsigned port;
+    bool loopback; /* listening on a loopback address: every peer is a socket of this host */
     atomic_bool stopping;
     atomic_ulong accepted;
     pthread_t thread;
@@ -84,6 +88,27 @@ static struct conn *take_slot(struct al_forward *f)
     }
 }
 
+/* Whether the connection's other end may use the forward: this process's user or root when
+ * it is on this host; someone elsewhere only when the forward was bound to a non-loopback
+ * address on purpose (--bind). A lookup that fails refuses. */
+static bool peer_allowed(struct al_forward *f, int fd)
+{
+    uid_t uid = (uid_t)-1;
+    int r = al_tcp_peer_uid(fd, &uid);
+    if (r == -ENOENT && !f->loopback)
+        return true;
+    if (r == 0 && (uid == geteuid() || uid == 0))
+        return true;
+    al_error err = {0};
+    if (r == 0)
+        al_err(&err, -EPERM, "a connection from uid %u refused: a forward serves only its own user",
+               (unsigned)uid);
+    else
+        al_err(&err, r, "a connection refused: cannot tell whose it is: %s", strerror(-r));
+    conn_error(f, &err);
+    return false;
+}
+
 static void *serve(void *p)
 {
     struct al_forward *f = p;
@@ -101,6 +126,10 @@ static void *serve(void *p)
         int fd = accept4(f->listen_fd, NULL, NULL, SOCK_CLOEXEC);
         if (fd < 0)
             continue; /* the peer gave up already, or out of fds for now */
+        if (!peer_allowed(f, fd)) {
+            close(fd);
+            continue;
+        }
         if (pipe2(c->cancel, O_CLOEXEC | O_NONBLOCK) < 0) {
             close(fd);
             continue;
@@ -123,7 +152,8 @@ static void *serve(void *p)
     return NULL;
 }
 
-static int listen_on(const char *addr, unsigned port, int *out, unsigned *bound, al_error *err)
+static int listen_on(const char *addr, unsigned port, int *out, unsigned *bound, bool *loopback,
+                     al_error *err)
 {
     struct addrinfo hints = {.ai_family = AF_UNSPEC,
                              .ai_socktype = SOCK_STREAM,
@@ -146,9 +176,13 @@ static int listen_on(const char *addr, unsigned port, int *out, unsigned *bound,
     freeaddrinfo(ai);
     struct sockaddr_storage ss;
     socklen_t sl = sizeof(ss);
-    if (r == 0 && getsockname(fd, (struct sockaddr *)&ss, &sl) == 0)
+    if (r == 0 && getsockname(fd, (struct sockaddr *)&ss, &sl) == 0) {
         *bound = ntohs(ss.ss_family == AF_INET6 ? ((struct sockaddr_in6 *)&ss)->sin6_port
                                                 : ((struct sockaddr_in *)&ss)->sin_port);
+        *loopback = ss.ss_family == AF_INET6
+                        ? IN6_IS_ADDR_LOOPBACK(&((struct sockaddr_in6 *)&ss)->sin6_addr)
+                        : (ntohl(((struct sockaddr_in *)&ss)->sin_addr.s_addr) >> 24) == 127;
+    }
     if (r < 0) {
         if (fd >= 0)
             close(fd);
@@ -179,7 +213,7 @@ int al_forward_open(const al_forward_opts *in, al_forward **out, al_error *err)
     pthread_mutex_init(&f->mu, NULL);
     pthread_cond_init(&f->freed, NULL);
     const char *addr = o->bind && *o->bind ? o->bind : "127.0.0.1";
-    int r = listen_on(addr, o->host_port, &f->listen_fd, &f->port, err);
+    int r = listen_on(addr, o->host_port, &f->listen_fd, &f->port, &f->loopback, err);
     if (r == 0 && pipe2(f->stop, O_CLOEXEC) < 0)
         r = al_err(err, -errno, "cannot make a pipe: %s", strerror(errno));
     if (r == 0 && (r = -pthread_create(&f->thread, NULL, serve, f)) < 0)

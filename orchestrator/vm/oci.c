@@ -781,22 +781,32 @@ static int export_missing_bases(struct from_job *j, const char *file, al_error *
 
 static int from_containerfile(struct from_job *j, const char *file, const char *src, al_error *err)
 {
-    int r0 = export_missing_bases(j, file, err);
+    /* buildah reads copies, checked (buildctx.c): never the user's files. */
+    char given_ctx[AL_PATH_MAX], ctx[AL_PATH_MAX], checked[AL_PATH_MAX], tag[128],
+        dest[AL_PATH_MAX + 8];
+    if (j->o->context) {
+        if (!realpath(j->o->context, given_ctx))
+            return al_err(err, -errno, "cannot find the build context '%s': %s", j->o->context,
+                          strerror(errno));
+    } else {
+        if (al_pathf(given_ctx, sizeof(given_ctx), "%s", file) < 0)
+            return al_err(err, -ENAMETOOLONG, "path too long");
+        char *slash = strrchr(given_ctx, '/');
+        if (slash)
+            *(slash == given_ctx ? slash + 1 : slash) = '\0';
+        else
+            snprintf(given_ctx, sizeof(given_ctx), ".");
+    }
+    if (al_pathf(ctx, sizeof(ctx), "%s/context", j->scratch) < 0 ||
+        al_pathf(checked, sizeof(checked), "%s/Containerfile", j->scratch) < 0)
+        return al_err(err, -ENAMETOOLONG, "path too long");
+    int r0 = al_build_check_containerfile(file, checked, err);
+    if (r0 == 0)
+        r0 = al_build_copy_context(given_ctx, ctx, j->lim.bytes_max, j->o->log_fd, err);
+    if (r0 == 0)
+        r0 = export_missing_bases(j, checked, err);
     if (r0 < 0)
         return r0;
-    char ctx[AL_PATH_MAX], tag[128], dest[AL_PATH_MAX + 8];
-    if (j->o->context) {
-        if (al_pathf(ctx, sizeof(ctx), "%s", j->o->context) < 0)
-            return al_err(err, -ENAMETOOLONG, "context path too long");
-    } else {
-        if (al_pathf(ctx, sizeof(ctx), "%s", file) < 0)
-            return al_err(err, -ENAMETOOLONG, "path too long");
-        char *slash = strrchr(ctx, '/');
-        if (slash)
-            *(slash == ctx ? slash + 1 : slash) = '\0';
-        else
-            snprintf(ctx, sizeof(ctx), ".");
-    }
     /* A tag of this build only, removed once the image is out of buildah's store. */
     snprintf(tag, sizeof(tag), "localhost/airlock-build:b%ld-%s", (long)getpid(), j->o->name);
     if (al_pathf(dest, sizeof(dest), "oci:%s", src) < 0)
@@ -812,7 +822,7 @@ static int from_containerfile(struct from_job *j, const char *file, const char *
         bud[n++] = runtime;
     }
     bud[n++] = "-f";
-    bud[n++] = file;
+    bud[n++] = checked;
     bud[n++] = "-t";
     bud[n++] = tag;
     bud[n++] = ctx;
@@ -820,6 +830,9 @@ static int from_containerfile(struct from_job *j, const char *file, const char *
     job_log(j, "building %s with buildah%s%s (limit %u s)", file, runtime ? " --runtime " : "",
             runtime ? runtime : "", timeout);
     int r = run_helper(j, bud, timeout, "the build", err);
+    /* The copies are no part of the image. */
+    al_rmtree(ctx);
+    unlink(checked);
     if (r < 0)
         return r;
     /* Uncompressed: the layers are read once, right here. */

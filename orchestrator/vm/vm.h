@@ -112,6 +112,12 @@ int al_image_assemble(const char *scratch, const al_image *base, const char *nam
                       al_error *err);
 int al_image_swap_in(const char *tmp, const char *dst, const char *name, bool force, al_error *err);
 bool al_ssh_user_ok(const char *s);
+/* What a Containerfile build hands buildah (buildctx.c): file checked for what would reach the
+ * host and written to copy (new); the context src copied into dst (new) with every symlink
+ * resolving inside it, what leads out left out (lines on log_fd). */
+int al_build_check_containerfile(const char *file, const char *copy, al_error *err);
+int al_build_copy_context(const char *src, const char *dst, uint64_t bytes_max, int log_fd,
+                          al_error *err);
 
 /* ---- disks and volumes for QEMU (disk.c, volume.c) ---- */
 /* Creates overlay, a qcow2 whose backing file is base (qcow2, never written), and hands it to

@@ -30,9 +30,9 @@ NOBODY = 65534
 
 
 class Daemon:
-    def __init__(self, env=None, lines=(), **conf):
+    def __init__(self, env=None, lines=(), popen=None, **conf):
         """conf: the config's keys; lines: more config lines (keys that repeat); env: variables
-        for the daemon alone."""
+        for the daemon alone; popen: more arguments for its subprocess.Popen."""
         self.dir = tempfile.mkdtemp(prefix="airlockd-test-")
         os.chmod(self.dir, 0o755)
         self.sock = os.path.join(self.dir, "airlockd.sock")
@@ -68,7 +68,7 @@ class Daemon:
         e["ASAN_OPTIONS"] = ":".join(x for x in [e.get("ASAN_OPTIONS", ""),
                                                   "quarantine_size_mb=0"] if x)
         self.p = subprocess.Popen([AIRLOCKD, "--config", self.conf], stdout=subprocess.DEVNULL,
-                                  stderr=self.log, env=e)
+                                  stderr=self.log, env=e, **(popen or {}))
         self.port = None
         deadline = time.time() + 30
         while time.time() < deadline:
@@ -1162,6 +1162,38 @@ class SlowClientTest(unittest.TestCase):
                 c.close()
                 self.assertEqual(status_of(got), 200, got[:200])
             self.assertEqual(d.unix().health()["status"], "ok")
+        finally:
+            for s in held:
+                s.close()
+            self.assertEqual(d.stop_and_remove(), 0)
+
+    def test_slow_heads_on_the_e2b_listener(self):
+        # E2B's listener has no per-address bound (its SDKs hold many streams from one host):
+        # there one address may still hold only 16 connections that wait for a head, so 100
+        # of them leave the rest of max_connections to everyone else.
+        d = Daemon(e2b_listen="127.0.0.1:0", connection_timeout_s=30)
+        port = int(re.search(r"E2B's API on .* port (\d+)", d.text()).group(1))
+        held = []
+        try:
+            for _ in range(100):
+                try:
+                    s = socket.create_connection(("127.0.0.1", port), timeout=5)
+                    held.append(s)
+                    s.sendall(b"G")
+                except OSError:
+                    pass
+            time.sleep(1)
+            ss = subprocess.run(["ss", "-Htn", "state", "established", "( sport = :%d )" % port],
+                                stdout=subprocess.PIPE, check=True).stdout.decode()
+            self.assertLessEqual(len(ss.splitlines()), 16, ss)
+            for _ in range(5):
+                c = socket.socket()
+                c.settimeout(10)
+                c.bind(("127.0.0.2", 0))
+                c.connect(("127.0.0.1", port))
+                c.sendall(b"GET /sandboxes HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+                self.assertEqual(status_of(c.recv(4096)), 401)
+                c.close()
         finally:
             for s in held:
                 s.close()

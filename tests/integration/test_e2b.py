@@ -17,6 +17,7 @@ import time
 import unittest
 
 import altest
+from airlock import APIError, Client, Sandbox
 from test_airlockd import AIRLOCKD, Daemon
 from test_mcp import npm_install
 
@@ -146,6 +147,67 @@ class ProtocolTest(unittest.TestCase):
         self.assertEqual(st, 400)
 
 
+class SpoolTest(unittest.TestCase):
+    """Every byte airlockd writes to its spool for a request is held against spool_max_bytes
+    first: a gzip body's inflated copy, a multipart part's copy, a download's file (the third
+    audit: six gzip writes of 32 MiB of zeros, 31 KiB bodies each, put 192 MiB in a 64 MiB
+    spool). A spool of 600000 bytes, a key allowed 800000 a transfer."""
+
+    @classmethod
+    def setUpClass(cls):
+        cls.e = E2bDaemon(spool_max_bytes=600000)
+        cls.key = e2b_form(cls.e.d.key("spool", "--max-upload-bytes", "800000"))
+        st, _, data = cls.e.request("POST", "/v2/sandboxes", b'{"timeout": 300}',
+                                    {"X-API-KEY": cls.key, "Content-Type": "application/json"})
+        assert st == 201, data
+        sb = json.loads(data)
+        cls.sid = sb["sandboxID"]
+        cls.h = {"E2b-Sandbox-Id": sb["sandboxID"], "E2b-Sandbox-Port": "49983",
+                 "X-Access-Token": sb["envdAccessToken"]}
+
+    @classmethod
+    def tearDownClass(cls):
+        cls.e.stop()
+
+    def post(self, path, body, **headers):
+        return self.e.request("POST", "/files?path=" + path, body, dict(self.h, **headers))
+
+    def test_gzip_inflated_copy_is_held(self):
+        octet = {"Content-Type": "application/octet-stream", "Content-Encoding": "gzip"}
+        st, _, data = self.post("/tmp/small", gzip.compress(b"\0" * 200000), **octet)
+        self.assertEqual(st, 200, data)
+        # under max_upload_bytes, but the inflated copy does not fit the spool
+        st, _, data = self.post("/tmp/big", gzip.compress(b"\0" * 700000), **octet)
+        self.assertEqual(st, 507, data)
+        self.assertIn(b"spool has no room", data)
+
+    def test_multipart_part_copy_is_held(self):
+        def form(n):
+            return (b"--b0\r\nContent-Disposition: form-data; name=\"file\"; "
+                    b"filename=\"/tmp/part\"\r\nContent-Type: application/octet-stream\r\n\r\n"
+                    + b"x" * n + b"\r\n--b0--\r\n")
+        ct = {"Content-Type": "multipart/form-data; boundary=b0"}
+        st, _, data = self.post("/tmp/part", form(200000), **ct)
+        self.assertEqual(st, 200, data)
+        # the body (400000) fits; it and its part's copy (800000 together) do not
+        st, _, data = self.post("/tmp/part", form(400000), **ct)
+        self.assertEqual(st, 507, data)
+
+    def test_download_is_held(self):
+        native = Client("http://127.0.0.1:%d" % self.e.d.port, api_key=native_of(self.key))
+        sb = Sandbox.connect("airlock-" + self.sid, client=native)
+        r = sb.commands.run("head -c 200000 /dev/zero > /tmp/d1; head -c 700000 /dev/zero > /tmp/d2")
+        self.assertEqual(r.exit_code, 0)
+        st, _, data = self.e.request("GET", "/files?path=/tmp/d1", None, self.h)
+        self.assertEqual((st, len(data)), (200, 200000))
+        st, _, data = self.e.request("GET", "/files?path=/tmp/d2", None, self.h)
+        self.assertEqual(st, 507, data[:200])
+        # the same bound on airlockd's own API
+        with self.assertRaises(APIError) as cm:
+            sb.files.read("/tmp/d2")
+        self.assertEqual(cm.exception.status, 507)
+
+
 class SdkTest(unittest.TestCase):
     """E2B's SDKs as their users call them, one group of cases per test."""
 
@@ -233,6 +295,32 @@ class SdkTest(unittest.TestCase):
         st, _, _ = self.e.request("GET", "/sandboxes/" + sb["sandboxID"], None,
                                   {"X-API-KEY": key})
         self.assertEqual(st, 401)
+
+    def test_live_and_unknown_ids_answer_alike(self):
+        """Without its token, a live sandbox's id gets what an unknown id gets (502, the SDKs'
+        "not running"), word for word: nobody learns which ids are live."""
+        key = e2b_form(self.e.d.key("e2b-probe"))
+        st, _, data = self.e.request("POST", "/v2/sandboxes", b'{"timeout": 300}',
+                                     {"X-API-KEY": key, "Content-Type": "application/json"})
+        self.assertEqual(st, 201, data)
+        sb = json.loads(data)
+        live = sb["sandboxID"]
+        unknown = live[:-1] + ("0" if live[-1] != "0" else "1")
+        try:
+            def probe(sid, tok):
+                h = {"E2b-Sandbox-Id": sid, "E2b-Sandbox-Port": "49983",
+                     "Content-Type": "application/json"}
+                if tok is not None:
+                    h["X-Access-Token"] = tok
+                st, _, data = self.e.request("POST", "/filesystem.Filesystem/Stat",
+                                             b'{"path":"/"}', h)
+                return st, data.replace(sid.encode(), b"ID")
+            for tok in ("wrong", None, sb["envdAccessToken"][:-1]):
+                self.assertEqual(probe(live, tok), probe(unknown, tok))
+                self.assertEqual(probe(live, tok)[0], 502)
+            self.assertEqual(probe(live, sb["envdAccessToken"])[0], 200)
+        finally:
+            self.e.request("DELETE", "/sandboxes/" + live, None, {"X-API-KEY": key})
 
     def test_polled_watchers_and_gzip_bounds(self):
         """CreateWatcher / GetWatcherEvents / RemoveWatcher as E2B's Python SDK polls them

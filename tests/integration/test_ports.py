@@ -135,6 +135,31 @@ class PortsTest(unittest.TestCase):
                 raise OSError("no other address here")
             socket.create_connection((ip[0], self.ports[8000]), timeout=5)
 
+    def test_another_local_user_is_refused(self):
+        # A guest's page served only on its own loopback is its user's: another account of
+        # this machine (nobody) connecting to the forward is closed unserved, and told why on
+        # the forwarding side; the user who made it is served before and after.
+        code = ("import socket\n"
+                "c = socket.create_connection(('127.0.0.1', %d), timeout=30)\n"
+                "c.sendall(b'GET / HTTP/1.0\\r\\n\\r\\n')\n"
+                "got = b''\n"
+                "while True:\n"
+                "    try:\n"
+                "        b = c.recv(4096)\n"
+                "    except ConnectionResetError:\n"
+                "        break\n"
+                "    if not b:\n"
+                "        break\n"
+                "    got += b\n"
+                "print(len(got), got.count(b'hello-through-the-port'))\n" % self.ports[8000])
+        r = subprocess.run(["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups",
+                            "/usr/bin/python3", "-c", code], stdout=subprocess.PIPE,
+                           stderr=subprocess.PIPE, timeout=60)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertEqual(r.stdout, b"0 0\n")
+        self.s.wait_for(rb"connection from uid 65534 refused: a forward serves only its own user")
+        self.assertEqual(get(self.ports[8000]), b"hello-through-the-port\n")
+
     def test_nothing_listening(self):
         c = socket.create_connection(("127.0.0.1", self.ports[8009]), timeout=30)
         c.settimeout(30)
