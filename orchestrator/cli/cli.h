@@ -72,12 +72,17 @@ int cli_workdir_sync(al_workdir_diff *d, const char *dir, enum cli_sync mode, un
                      bool hung_up, al_error *err);
 
 /* Guest output for a terminal (cli/termout.c): stream 1 to fd 1 and 2 to fd 2, each through
- * al_term_sanitize when on (force, or that fd is a terminal), else byte for byte. */
+ * al_term_sanitize when on (force, or that fd is a terminal), else byte for byte; or, for a
+ * terminal run (pass), through al_term_pass. */
 struct cli_termout {
     bool on[2];
+    bool pass;
     al_term_state st[2];
+    al_term_pass_state ps[2];
 };
 void cli_termout_init(struct cli_termout *t, bool force);
+/* A terminal run's output: what a terminal needs passes, what reaches past it does not. */
+void cli_termout_init_pass(struct cli_termout *t);
 bool cli_termout_any(const struct cli_termout *t);
 /* An al_exec_opts.output callback (ctx: the cli_termout); 0 or a negative errno. */
 int cli_termout_write(void *ctx, int stream, const uint8_t *data, size_t n);
@@ -105,7 +110,12 @@ struct cli_tty {
     int resize[2]; /* al_pty_resize messages: [0] is eo->resize_fd */
     int stop[2];
     unsigned rows, cols;
-    bool raw; /* the local terminal was put in raw mode */
+    bool raw;               /* the local terminal was put in raw mode */
+    struct cli_termout out; /* the run's output, filtered (eo->output); --raw takes it off */
+    int out_pipe[2];        /* cli_tty_pump: the run's stdout, read into out by out_thread */
+    int stop_out[2];
+    bool pumping;
+    pthread_t out_thread;
     bool relaying;
     bool left; /* the user pressed Ctrl-] */
     pthread_t thread;
@@ -113,6 +123,9 @@ struct cli_tty {
 #define CLI_TTY_LEAVE_HELP "Ctrl-] leaves (the shell gets SIGHUP, as when a terminal closes)"
 int cli_tty_open(struct cli_tty *t, bool input, al_exec_opts *eo, al_error *err);
 void cli_tty_close(struct cli_tty *t);
+/* After cli_tty_open, for a run that takes fds and not a callback (al_attach_exec): its stdout
+ * becomes a pipe read through the filter by a thread, until cli_tty_close. */
+int cli_tty_pump(struct cli_tty *t, al_exec_opts *eo, al_error *err);
 /* After cli_tty_close: when the user left, says so and gives 128 + SIGHUP, what the hangup means
  * whatever the guest's program made of it (a shell that reads the hangup's EOF before its
  * SIGHUP exits 0); status otherwise. */

@@ -647,10 +647,12 @@ static int exec_run(al_session *s, struct exec_args *a, int *status, al_error *e
     }
     struct cli_tty term = {.relaying = false};
     if (a->tty) {
-        /* The user asked for a terminal: the guest's bytes reach this one as they are. */
-        eo->output = NULL;
+        /* The user asked for a terminal: the guest's bytes reach it filtered (cli_tty_open),
+         * or with --raw as they are. */
         if (cli_tty_open(&term, a->interactive, eo, err) < 0)
             return err->code;
+        if (a->raw)
+            eo->output = NULL;
     }
     al_exec_result res = AL_EXEC_RESULT_INIT;
     int r = al_exec(s, eo, &res, err), left = -1;
@@ -658,7 +660,7 @@ static int exec_run(al_session *s, struct exec_args *a, int *status, al_error *e
         cli_tty_close(&term);
         left = cli_tty_left(&term, -1);
     }
-    if (eo->output)
+    if (eo->output == cli_termout_write && eo->output_ctx == &tty)
         cli_termout_end(&tty);
     if (r == -ENOENT || r == -EACCES) {
         *status = r == -ENOENT ? EXIT_NOT_FOUND : EXIT_CANNOT_EXEC;

@@ -973,8 +973,12 @@ int cli_remote_exec(struct cli_globals *g, int argc, char **argv)
     }
     struct cli_termout termout;
     cli_termout_init(&termout, false);
-    /* A terminal's bytes go out as they are: it is the terminal the user asked for. */
-    struct stream st = {.tty = !raw && !tty && cli_termout_any(&termout) ? &termout : NULL};
+    /* A terminal run's bytes go out filtered for the terminal (t.out), with --raw as they are;
+     * other output made inert on a terminal. */
+    struct stream st = {.tty = raw                         ? NULL
+                               : tty                       ? &t.out
+                               : cli_termout_any(&termout) ? &termout
+                                                           : NULL};
     if (stream_events(&r, sid, rid, &st, cancel_fd) == 0) {
         rc = st.exit_code;
         /* As a local exec: a failed --get keeps a failed command's status, and fails one that
@@ -986,7 +990,7 @@ int cli_remote_exec(struct cli_globals *g, int argc, char **argv)
             rc = EXIT_AIRLOCK_FAILED;
         }
     }
-    if (st.tty)
+    if (st.tty == &termout)
         cli_termout_end(&termout);
     if (pumping)
         pthread_detach(th); /* it ends with the run, or with the process */

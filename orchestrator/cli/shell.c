@@ -41,6 +41,8 @@ static int shell_in(struct cli_globals *g, const char *name)
     al_exec_result res = AL_EXEC_RESULT_INIT;
     int ret = cli_tty_open(&t, true, &eo, &err);
     if (ret == 0)
+        ret = cli_tty_pump(&t, &eo, &err);
+    if (ret == 0)
         ret = al_attach_exec(r, &eo, &res, &err);
     cli_tty_close(&t);
     al_attach_close(r);

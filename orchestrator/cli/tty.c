@@ -16,6 +16,10 @@
 #include <termios.h>
 #include <unistd.h>
 
+/* How long a terminal has to answer a query before the flush at the end: a local terminal
+ * answers within a millisecond, one over SSH within a round trip. */
+#define ANSWER_WAIT_MS 100
+
 /* Ctrl-]: as telnet and virsh console have it. */
 #define LEAVE_KEY 0x1d
 
@@ -74,6 +78,49 @@ static void *relay(void *p)
     return NULL;
 }
 
+/* The run's output through a pipe of ours, for a run another process holds (al_attach_exec
+ * hands it our fds, not our callback): read here through the filter until the stop byte, then
+ * what is left at once. */
+static void *pump_out(void *p)
+{
+    struct cli_tty *t = p;
+    uint8_t buf[4096];
+    bool stopping = false;
+    for (;;) {
+        struct pollfd pfd[2] = {{t->out_pipe[0], POLLIN, 0}, {t->stop_out[0], POLLIN, 0}};
+        if (poll(pfd, stopping ? 1 : 2, stopping ? 0 : -1) < 0) {
+            if (errno == EINTR)
+                continue;
+            break;
+        }
+        if (!stopping && pfd[1].revents) {
+            stopping = true;
+            continue;
+        }
+        if (!pfd[0].revents)
+            break; /* stopping, and nothing more is there */
+        ssize_t n = read(t->out_pipe[0], buf, sizeof(buf));
+        if (n < 0 && errno == EINTR)
+            continue;
+        if (n <= 0 || cli_termout_write(&t->out, 1, buf, (size_t)n) < 0)
+            break;
+    }
+    return NULL;
+}
+
+int cli_tty_pump(struct cli_tty *t, al_exec_opts *eo, al_error *err)
+{
+    if (pipe2(t->out_pipe, O_CLOEXEC) < 0 || pipe2(t->stop_out, O_CLOEXEC) < 0)
+        return al_err(err, -errno, "cannot make a pipe: %s", strerror(errno));
+    int e = pthread_create(&t->out_thread, NULL, pump_out, t);
+    if (e)
+        return al_err(err, -e, "cannot start the terminal's thread: %s", strerror(e));
+    t->pumping = true;
+    eo->stdout_fd = t->out_pipe[1];
+    eo->output = NULL;
+    return 0;
+}
+
 int cli_tty_open(struct cli_tty *t, bool input, al_exec_opts *eo, al_error *err)
 {
     *t = (struct cli_tty){.in_fd = 0,
@@ -81,6 +128,8 @@ int cli_tty_open(struct cli_tty *t, bool input, al_exec_opts *eo, al_error *err)
                           .keys = {-1, -1},
                           .resize = {-1, -1},
                           .stop = {-1, -1},
+                          .out_pipe = {-1, -1},
+                          .stop_out = {-1, -1},
                           .rows = 24,
                           .cols = 80};
     struct winsize ws;
@@ -93,6 +142,10 @@ int cli_tty_open(struct cli_tty *t, bool input, al_exec_opts *eo, al_error *err)
         return al_err(err, -errno, "cannot make a pipe: %s", strerror(errno));
     eo->pty_rows = t->rows;
     eo->pty_cols = t->cols;
+    /* The guest's bytes reach this terminal filtered (al_term_pass); exec --raw takes it off. */
+    cli_termout_init_pass(&t->out);
+    eo->output = cli_termout_write;
+    eo->output_ctx = &t->out;
     eo->resize_fd = t->resize[0];
     eo->stdin_fd = -1;
     /* The guest's programs write for this terminal: its TERM, unless the caller set one. */
@@ -161,6 +214,12 @@ int cli_tty_left(const struct cli_tty *t, int status)
 
 void cli_tty_close(struct cli_tty *t)
 {
+    if (t->pumping) {
+        al_closep(&t->out_pipe[1]);
+        (void)!write(t->stop_out[1], "x", 1);
+        pthread_join(t->out_thread, NULL);
+        t->pumping = false;
+    }
     if (t->relaying) {
         (void)!write(t->stop[1], "x", 1);
         pthread_join(t->thread, NULL);
@@ -170,10 +229,19 @@ void cli_tty_close(struct cli_tty *t)
     sigemptyset(&sa.sa_mask);
     sigaction(SIGWINCH, &sa, NULL);
     resize_w = size_fd = -1;
+    /* The terminal's answers to the queries that passed (the cursor's position, its attributes)
+     * may still be on their way: they are let arrive, then the flush drops them, so that none
+     * is typed into the shell the user goes back to. */
+    if (saved_fd >= 0) {
+        tcdrain(t->out_fd);
+        poll(NULL, 0, ANSWER_WAIT_MS);
+    }
     restore();
     for (int i = 0; i < 2; i++) {
         al_closep(&t->keys[i]);
         al_closep(&t->resize[i]);
         al_closep(&t->stop[i]);
+        al_closep(&t->out_pipe[i]);
+        al_closep(&t->stop_out[i]);
     }
 }

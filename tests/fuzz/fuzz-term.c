@@ -3,7 +3,9 @@
  * stream. Whatever the input: the output holds no C0 control but newline and tab, no DEL, and is
  * valid UTF-8 with no C1 control; it fits AL_TERM_OUT_MAX; the stream cut in pieces renders as
  * the whole; valid UTF-8 without controls passes unchanged; al_term_escape stays within its
- * buffer. Any violation aborts. */
+ * buffer. And al_term_pass (a terminal run's filter) lets through no string sequence, request,
+ * window operation, stray control or bad UTF-8, and renders a stream in pieces as the whole.
+ * Any violation aborts. */
 #include "airlock.h"
 #include "airlock/policy.h"
 #include "airlock/text.h"
@@ -57,6 +59,80 @@ static bool utf8_ok(const uint8_t *p, size_t n, bool *controls)
     return true;
 }
 
+/* What al_term_pass let through, read again: no string introducer (OSC, DCS, SOS, PM, APC), no
+ * C1 control, no C0 control a terminal run does not need, no window operation (CSI t), no
+ * CSI with a $ (requests) or an = marker (DA3), valid UTF-8 apart from the escapes. */
+static void pass_check(const uint8_t *p, size_t n)
+{
+    for (size_t i = 0; i < n; i++) {
+        uint8_t c = p[i];
+        if (c == 0x1b) {
+            if (i + 1 >= n)
+                fail("al_term_pass let a lone ESC end the output");
+            if (strchr("]PX^_", p[i + 1]))
+                fail("al_term_pass let a string sequence through");
+            if (p[i + 1] != '[')
+                continue;
+            size_t j = i + 2;
+            while (j < n && (p[j] < 0x40 || p[j] > 0x7e)) {
+                if (p[j] == '$' || (j == i + 2 && p[j] == '='))
+                    fail("al_term_pass let a request through");
+                j++;
+            }
+            if (j >= n)
+                fail("al_term_pass let a CSI through without its end");
+            if (p[j] == 't')
+                fail("al_term_pass let a window operation through");
+            i = j;
+        } else if ((c < 0x20 && !(c == 0x07 || (c >= 0x08 && c <= 0x0d))) || c == 0x7f) {
+            fail("al_term_pass let a control through");
+        }
+    }
+    /* Without the escape sequences, valid UTF-8 with no C1. */
+    bool controls;
+    uint8_t *text = malloc(n + 1);
+    size_t t = 0;
+    if (!text)
+        fail("out of memory");
+    for (size_t i = 0; i < n; i++) {
+        if (p[i] == 0x1b) {
+            i++;
+            if (i < n && p[i] == '[')
+                while (++i < n && (p[i] < 0x40 || p[i] > 0x7e))
+                    ;
+            else
+                while (i < n && p[i] >= 0x20 && p[i] <= 0x2f)
+                    i++;
+            continue;
+        }
+        if (p[i] >= 0x20)
+            text[t++] = p[i];
+    }
+    if (!utf8_ok(text, t, &controls) || controls)
+        fail("al_term_pass let bad UTF-8 or a C1 control through");
+    free(text);
+}
+
+static void pass_fuzz(uint8_t seed, const uint8_t *in, size_t n)
+{
+    char *whole = malloc(AL_TERM_PASS_OUT_MAX(n)), *cut = malloc(AL_TERM_PASS_OUT_MAX(n) * 2);
+    if (!whole || !cut)
+        fail("out of memory");
+    al_term_pass_state st = {0};
+    size_t wlen = al_term_pass(&st, in, n, whole);
+    if (wlen > AL_TERM_PASS_OUT_MAX(n))
+        fail("output over AL_TERM_PASS_OUT_MAX");
+    pass_check((const uint8_t *)whole, wlen);
+    size_t step = 1 + seed % 7, clen = 0;
+    st = (al_term_pass_state){0};
+    for (size_t off = 0; off < n; off += step)
+        clen += al_term_pass(&st, in + off, off + step <= n ? step : n - off, cut + clen);
+    if (clen != wlen || memcmp(cut, whole, wlen))
+        fail("al_term_pass: the stream in pieces differs from the whole");
+    free(whole);
+    free(cut);
+}
+
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
     if (size < 1)
@@ -64,6 +140,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     uint8_t seed = data[0];
     const uint8_t *in = data + 1;
     size_t n = size - 1;
+    pass_fuzz(seed, in, n);
     char *whole = malloc(AL_TERM_OUT_MAX(n) + 3);
     char *cut = malloc(AL_TERM_OUT_MAX(n) * 2 + 12);
     if (!whole || !cut)

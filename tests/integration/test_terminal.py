@@ -204,6 +204,24 @@ class ExecTtyTest(unittest.TestCase):
         t.proc.send_signal(signal.SIGTERM)
         self.assertEqual(t.wait(), 128 + signal.SIGTERM)
 
+    def test_escapes_that_reach_past_the_screen_are_dropped(self):
+        # A guest's bytes on a terminal run: colours and the cursor query pass; the clipboard
+        # write (OSC 52), the title (OSC 0), a title report (CSI 21 t), DECRQSS (a DCS) and ENQ
+        # do not. With --raw everything passes, as asked.
+        seq = ("A\\033]52;c;cm0gLXJmIH4=\\007B\\033[21tC\\033P$qm\\033\\\\D\\005E"
+               "\\033]0;title\\033\\\\F\\033[31mG\\033[0m\\033[6nH\\n")
+        for raw in (False, True):
+            t = self.term(["exec", "-t"] + (["--raw"] if raw else []) +
+                          ["--image", IMAGE, "--", "printf", seq])
+            self.assertEqual(t.wait(BOOT_S), 0, t.buf[-800:])
+            if raw:
+                for bad in (b"\x1b]52;c;", b"\x1b[21t", b"\x1bP$q", b"\x05", b"\x1b]0;title"):
+                    self.assertIn(bad, t.buf)
+            else:
+                self.assertIn(b"ABCDEF\x1b[31mG\x1b[0m\x1b[6nH\r\n", t.buf)
+                for bad in (b"\x1b]", b"\x1b[21t", b"\x1bP", b"\x05"):
+                    self.assertNotIn(bad, t.buf)
+
 
 class UsageTest(unittest.TestCase):
     def test_old_t_is_pointed_to_timeout(self):
@@ -259,6 +277,9 @@ class ShellIntoSessionTest(unittest.TestCase):
         t2.read_until(PROMPT, 60)
         t2.send(f"kill -0 {bg} && echo running\r".encode())
         t2.read_until(rb"\r\nrunning\r\n")
+        # Through the holder too, a clipboard write never reaches this terminal; colour does.
+        t2.send(b"printf 'X\\033]52;c;cm0gLXJmIH4=\\007Y\\033[32mZ\\033[0m\\n'\r")
+        t2.read_until(rb"\r\nXY\x1b\[32mZ\x1b\[0m\r\n")
         # Closing the first terminal ends its shell and what it started.
         t.send(b"\x1d")
         self.assertEqual(t.wait(), 128 + signal.SIGHUP)

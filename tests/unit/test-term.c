@@ -192,6 +192,83 @@ static void test_errors(void)
        "al_err: long message cut safely");
 }
 
+/* ---- al_term_pass: a terminal run's bytes ---- */
+
+static const char *passed(const char *in, size_t n)
+{
+    static char out[AL_TERM_PASS_OUT_MAX(512) + 1];
+    al_term_pass_state st = {0};
+    size_t len = al_term_pass(&st, in, n, out);
+    out[len] = '\0';
+    return out;
+}
+
+static bool pass_is(const char *in, const char *want)
+{
+    const char *got = passed(in, strlen(in));
+    if (strcmp(got, want)) {
+        char a[600], b[600];
+        printf("# got '%s', want '%s'\n", al_term_escape(got, a, sizeof(a)),
+               al_term_escape(want, b, sizeof(b)));
+    }
+    return !strcmp(got, want);
+}
+
+static void test_pass(void)
+{
+    /* What a shell and full-screen programs need passes as it is. */
+    ok(pass_is("\033[1;31mred\033[0m\r\n", "\033[1;31mred\033[0m\r\n"), "SGR and CRLF pass");
+    ok(pass_is("\033[?1049h\033[H\033[2J\033[?25l", "\033[?1049h\033[H\033[2J\033[?25l"),
+       "alternate screen, cursor home, erase, hidden cursor pass");
+    ok(pass_is("\033[?2004h\033[?1000h\033[?1006h", "\033[?2004h\033[?1000h\033[?1006h"),
+       "bracketed paste and mouse reporting pass");
+    ok(pass_is("\033[6n\033[?6n\033[5n\033[c\033[>c", "\033[6n\033[?6n\033[5n\033[c\033[>c"),
+       "cursor position, status and device attribute queries pass");
+    ok(pass_is("\0337\0338\033(B\033)0\033M\033[2 q\033[3;20r",
+               "\0337\0338\033(B\033)0\033M\033[2 q\033[3;20r"),
+       "save/restore, charsets, reverse index, cursor shape, scroll region pass");
+    ok(pass_is("na\xc3\xafve \xe4\xb8\x96\x07\x08\t", "na\xc3\xafve \xe4\xb8\x96\x07\x08\t"),
+       "UTF-8, BEL, BS, HT pass");
+    /* What reaches past the screen or types an answer back is dropped whole. */
+    ok(pass_is("a\033]52;c;cm0gLXJmIH4=\007b", "ab"), "OSC 52 (clipboard write) dropped");
+    ok(pass_is("a\033]0;evil title\033\\b", "ab"), "OSC 0 (title) dropped, ST form");
+    ok(pass_is("a\033]11;?\007b\033]4;1;?\033\\c", "abc"), "colour queries dropped");
+    ok(pass_is("a\033[21tb\033[14t\033[8;100;200t", "ab"), "window reports and resizes dropped");
+    ok(pass_is("a\033P$qm\033\\b", "ab"), "DECRQSS (DCS) dropped");
+    ok(pass_is("a\033_Gf=100;AAAA\033\\b\033^pm\033\\\033Xsos\033\\", "ab"),
+       "APC, PM and SOS dropped");
+    ok(pass_is("a\005b\016c\017de\177", "abcde"), "ENQ, SO, SI, DEL dropped");
+    ok(!strcmp(passed("a\000b", 3), "ab"), "NUL dropped");
+    ok(pass_is("a\033[=cb\033[?1$pc\033[xd\033Ze", "abcde"),
+       "DA3, DECRQM, DECREQTPARM, DECID dropped");
+    ok(pass_is("a\xc2\x9b"
+               "31mb\x9b",
+               "a31mb\xef\xbf\xbd"),
+       "C1 CSI (UTF-8 or raw) not a CSI");
+    /* A string without its end swallows what follows, never shows it or lets it start. */
+    ok(pass_is("\033]52;c;AAAA and the rest", ""), "an unended OSC swallows the rest");
+    ok(pass_is("\033]52;\033[31mx", "\033[31mx"), "ESC ends a string and starts a sequence");
+    char longcsi[200] = "\033[";
+    memset(longcsi + 2, '1', 150);
+    strcpy(longcsi + 152, "mz");
+    ok(pass_is(longcsi, "z"), "a CSI past 64 bytes is read to its end and dropped");
+    /* Cut anywhere, the same as whole. */
+    const char *mix = "x\033[1;32mgr\xc3\xbcn\033]52;c;QUJD\007\033[6n\033P1$r\033\\\xe4\xb8\x96!";
+    size_t n = strlen(mix);
+    char whole_out[AL_TERM_PASS_OUT_MAX(128)];
+    snprintf(whole_out, sizeof(whole_out), "%s", passed(mix, n));
+    bool all = true;
+    for (size_t cut = 0; cut <= n; cut++) {
+        char out[AL_TERM_PASS_OUT_MAX(128)];
+        al_term_pass_state st = {0};
+        size_t len = al_term_pass(&st, mix, cut, out);
+        len += al_term_pass(&st, mix + cut, n - cut, out + len);
+        out[len] = '\0';
+        all &= !strcmp(out, whole_out);
+    }
+    ok(all, "a stream cut at any byte passes as the whole");
+}
+
 int main(void)
 {
     test_controls();
@@ -201,5 +278,6 @@ int main(void)
     test_bounds();
     test_escape();
     test_errors();
+    test_pass();
     return tap_done();
 }

@@ -52,6 +52,33 @@ size_t al_term_sanitize_end(al_term_state *st, char *out);
  * character boundary. Returns buf. */
 const char *al_term_escape(const char *s, char *buf, size_t len);
 
+/* ---- a terminal run's bytes on the user's terminal (term.c) ---- */
+
+/* What a terminal run's stream holds between chunks. Zero it to start. Frozen. */
+typedef struct al_term_pass_state {
+    unsigned char state; /* where in an escape sequence the stream is */
+    unsigned char npart; /* bytes of a UTF-8 sequence a chunk cut */
+    unsigned char part[4];
+    unsigned char nseq; /* bytes of the escape sequence read so far */
+    char seq[64];       /* the sequence: passed whole or dropped whole */
+} al_term_pass_state;
+
+/* Room al_term_pass needs for n bytes in. */
+#define AL_TERM_PASS_OUT_MAX(n) (3 * (size_t)(n) + 68)
+
+/* Filters n bytes of a terminal run's output for the user's terminal into out
+ * (AL_TERM_PASS_OUT_MAX(n) bytes) and returns the length. Passes text (valid UTF-8 without C1
+ * controls; anything else as U+FFFD), BEL, BS, HT, LF, VT, FF, CR; ESC 7 8 = > D E H M c and
+ * character set designations; CSI sequences that move the cursor, erase, insert, delete,
+ * scroll, set colours and attributes (SGR), set or reset modes (the alternate screen,
+ * bracketed paste, mouse reporting, the cursor's visibility), set the cursor's shape, and the
+ * queries whose answers carry nothing of the host: the cursor's position (CSI 6n, ?6n), status
+ * (CSI 5n), the device's attributes (CSI c, CSI > c). Drops, whole: every OSC (the clipboard,
+ * the title, colours, hyperlinks), DCS (DECRQSS), SOS, PM and APC string; window operations
+ * and reports (CSI t); every other query; ENQ, SO, SI and the other C0 controls. A stream cut
+ * anywhere comes out as the whole would. */
+size_t al_term_pass(al_term_pass_state *st, const void *in, size_t n, char *out);
+
 #pragma GCC visibility pop
 
 #ifdef __cplusplus
