@@ -87,6 +87,16 @@ static int add_removals(const char *raw, const char *scratch, const char *dir, c
     return 0;
 }
 
+/* What the session's programs kept of what was typed into them (the tokens a command line or a
+ * REPL was given), in a home directory: no part of an image others start from. */
+static const char *const HISTORIES[] = {
+    ".bash_history",      ".python_history",
+    ".node_repl_history", ".sqlite_history",
+    ".lesshst",           ".viminfo",
+    ".wget-hsts",         ".psql_history",
+    ".mysql_history",     ".ipython/profile_default/history.sqlite",
+};
+
 /* What makes a machine this one: not for a new image that many sessions start from. */
 static int scrub(const char *raw, const char *scratch, al_error *err)
 {
@@ -101,9 +111,16 @@ static int scrub(const char *raw, const char *scratch, al_error *err)
           "rm /var/lib/dbus/machine-id\nrm /var/lib/systemd/random-seed\n"
           "rm /root/.ssh/authorized_keys\n",
           cmds);
+    for (size_t i = 0; i < sizeof(HISTORIES) / sizeof(HISTORIES[0]); i++)
+        fprintf(cmds, "rm /root/%s\n", HISTORIES[i]);
     int r = add_removals(raw, scratch, "/etc/ssh", "ssh_host_", "", cmds, err);
     if (r == 0)
         r = add_removals(raw, scratch, "/home", "", "/.ssh/authorized_keys", cmds, err);
+    for (size_t i = 0; r == 0 && i < sizeof(HISTORIES) / sizeof(HISTORIES[0]); i++) {
+        char suffix[80];
+        snprintf(suffix, sizeof(suffix), "/%s", HISTORIES[i]);
+        r = add_removals(raw, scratch, "/home", "", suffix, cmds, err);
+    }
     if (fclose(cmds) != 0 && r == 0)
         r = al_err(err, -EIO, "cannot write '%s'", cmdfile);
     if (r < 0)

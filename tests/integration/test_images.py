@@ -158,6 +158,8 @@ class ImagesTest(unittest.TestCase):
 # Written in a session before it is saved: neither may be anywhere in the saved disk.
 SECRET = "AIRLOCK-TEST-HOST-KEY-%d" % os.getpid()
 DELETED = "AIRLOCK-TEST-DELETED-%d" % os.getpid()
+HISTORY = tuple("AIRLOCK-TEST-HISTORY-%s-%d" % (w, os.getpid())
+                for w in ("bash", "ipython", "python", "home"))
 
 
 class CliCommitTest(unittest.TestCase):
@@ -233,8 +235,16 @@ class CommitTest(unittest.TestCase):
                                 "tr -d - < /proc/sys/kernel/random/uuid > /etc/machine-id && "
                                 "mkdir -p /etc/ssh && echo %s > /etc/ssh/ssh_host_ed25519_key && "
                                 "echo %s > /root/deleted && sync && rm /root/deleted"
-                                " && echo config > /etc/ssh/sshd_config && cat /etc/machine-id"
-                                % (SECRET, DELETED))
+                                " && echo config > /etc/ssh/sshd_config"
+                                # what programs kept of what was typed into them
+                                " && echo 'curl -H \"token: %s\"' > /root/.bash_history"
+                                " && mkdir -p /root/.ipython/profile_default /home/u"
+                                " && echo %s > /root/.ipython/profile_default/history.sqlite"
+                                " && echo %s > /root/.python_history"
+                                " && echo %s > /home/u/.bash_history && sync"
+                                " && cat /etc/machine-id"
+                                % (SECRET, DELETED, HISTORY[0], HISTORY[1], HISTORY[2],
+                                   HISTORY[3]))
             self.assertEqual(r.exit_code, 0, r.stderr)
             session_id = r.stdout.strip()
             self.assertRegex(session_id, r"^[0-9a-f]{32}$")
@@ -242,7 +252,7 @@ class CommitTest(unittest.TestCase):
             self.assertEqual(saved["image"], "setup")
             # Not even in the disk's free blocks: a root in its sessions reads /dev/vda.
             disk = os.path.join(self.store, saved["store_name"], "rootfs.qcow2")
-            for needle in (SECRET, DELETED, session_id):
+            for needle in (SECRET, DELETED, session_id) + HISTORY:
                 found = subprocess.run(["grep", "-a", "-c", needle, disk],
                                        stdout=subprocess.PIPE).stdout
                 self.assertEqual(found, b"0\n", needle)
