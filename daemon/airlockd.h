@@ -411,7 +411,8 @@ void ad_chat_free(struct ad_session *s);
 /* ---- web sessions (web.c): the page's sign-in, an HttpOnly cookie holding a token ---- */
 
 /* A new token for a valid API key (the key is kept in memory only, checked again on each
- * request so that a revoked key ends its web sessions). */
+ * request so that a revoked key ends its web sessions); -EBUSY when the table is full of
+ * other keys' live sign-ins, -EACCES for a key not valid. */
 int ad_web_login(const char *api_key, const char *scope, char *token, size_t len);
 void ad_web_logout(const char *token);
 /* The API key behind a token, or NULL. Copies it into buf. */

@@ -17,7 +17,11 @@
 #include <time.h>
 
 #define STATELESS "2026-07-28"
-#define MCP_SESSIONS_MAX 256 /* protocol sessions held at once, all owners */
+/* Protocol sessions held at once, all owners; one owner holds at most MCP_SESSIONS_PER_OWNER,
+ * its own oldest making room for its next: one owner's initializes never end another's. When
+ * the table is full of live sessions of others, a new one is refused (503). */
+#define MCP_SESSIONS_MAX 1024
+#define MCP_SESSIONS_PER_OWNER 64
 #define MCP_SESSION_IDLE_MS (24ull * 3600 * 1000)
 #define KEEPALIVE_MS 15000
 #define HEADER_MISMATCH -32020 /* 2026-07-28: the headers do not say what the body does */
@@ -109,17 +113,27 @@ static int psess_new(const char *owner, const char *version, char *id, size_t le
     if (getrandom(rnd, sizeof(rnd), 0) != sizeof(rnd))
         return -EIO;
     pthread_mutex_lock(&lock);
-    /* Full: the one idle longest makes room. */
+    /* Idle too long: gone. The owner at its bound: its own oldest makes room (the list is
+     * oldest first). */
     uint64_t now = ad_now_ms();
+    unsigned own = 0;
+    for (struct psess *p = psessions; p; p = p->next)
+        own += !strcmp(p->owner, owner);
     for (struct psess **pp = &psessions; *pp;) {
-        if (npsessions >= MCP_SESSIONS_MAX || now - (*pp)->used_ms > MCP_SESSION_IDLE_MS) {
+        bool mine = !strcmp((*pp)->owner, owner);
+        if (now - (*pp)->used_ms > MCP_SESSION_IDLE_MS || (mine && own >= MCP_SESSIONS_PER_OWNER)) {
             struct psess *old = *pp;
             *pp = old->next;
             free(old);
             npsessions--;
+            own -= mine;
         } else {
             pp = &(*pp)->next;
         }
+    }
+    if (npsessions >= MCP_SESSIONS_MAX) {
+        pthread_mutex_unlock(&lock);
+        return -EBUSY;
     }
     struct psess *p = calloc(1, sizeof(*p));
     if (!p) {
@@ -468,7 +482,11 @@ static enum MHD_Result mcp_post(struct MHD_Connection *c, struct ad_req *q)
         const cJSON *params = cJSON_GetObjectItemCaseSensitive(
             cJSON_IsArray(msg) ? cJSON_GetArrayItem(msg, 0) : msg, "params");
         const cJSON *pv = cJSON_GetObjectItemCaseSensitive(params, "protocolVersion");
-        if (psess_new(q->owner, cJSON_IsString(pv) ? pv->valuestring : "", sid, sizeof(sid)) < 0)
+        int r = psess_new(q->owner, cJSON_IsString(pv) ? pv->valuestring : "", sid, sizeof(sid));
+        if (r == -EBUSY)
+            return rpc_http_error(c, q, 503, sh.id, -32603,
+                                  "too many MCP sessions open on this daemon; try again later");
+        if (r < 0)
             return rpc_http_error(c, q, 500, sh.id, -32603, "cannot make a session");
     } else if (hsid) {
         pthread_mutex_lock(&lock);

@@ -377,7 +377,11 @@ static enum MHD_Result auth_login(struct MHD_Connection *c, struct ad_req *q)
     char why[256] = "", token[80];
     if (get_str(q, "api_key", &key, why, sizeof(why)) < 0 || !key)
         return ad_reply_error(c, q, 400, "invalid", "%s", why[0] ? why : "api_key: a string");
-    if (ad_web_login(key, "", token, sizeof(token)) < 0)
+    int in = ad_web_login(key, "", token, sizeof(token));
+    if (in == -EBUSY)
+        return ad_reply_error(c, q, 503, "busy",
+                              "too many browsers signed in to this daemon; try again later");
+    if (in < 0)
         return ad_reply_error(c, q, 401, "unauthorized", "API key not valid");
     cJSON *o = cJSON_CreateObject();
     cJSON_AddBoolToObject(o, "signed_in", true);

@@ -30,8 +30,8 @@ const char *ad_web_file(const char *path, size_t *len, const char **type)
 }
 
 /* Signed-in browsers at once; a key holds at most WEB_SESSIONS_PER_KEY of them, its own oldest
- * making room for its next, so that one key's sign-ins never sign another key's browsers out
- * (it would take WEB_SESSIONS_MAX / WEB_SESSIONS_PER_KEY keys to fill the table). */
+ * making room for its next, so that one key's sign-ins never sign another key's browsers out;
+ * a table full of other keys' live sign-ins refuses a new one. */
 #define WEB_SESSIONS_MAX 1024
 #define WEB_SESSIONS_PER_KEY 16
 #define WEB_SESSION_S (12 * 3600)
@@ -55,7 +55,7 @@ int ad_web_login(const char *api_key, const char *scope, char *token, size_t len
         return -EIO;
     uint64_t now = ad_now_ms();
     pthread_mutex_lock(&web_lock);
-    struct web_session *w = NULL, *oldest = &web[0], *own_oldest = NULL;
+    struct web_session *w = NULL, *own_oldest = NULL;
     unsigned own = 0;
     for (size_t i = 0; i < WEB_SESSIONS_MAX; i++) {
         struct web_session *x = &web[i];
@@ -71,13 +71,13 @@ int ad_web_login(const char *api_key, const char *scope, char *token, size_t len
             if (!own_oldest || x->expires_ms < own_oldest->expires_ms)
                 own_oldest = x;
         }
-        if (x->expires_ms < oldest->expires_ms)
-            oldest = x;
     }
     if (own >= WEB_SESSIONS_PER_KEY)
         w = own_oldest;
-    else if (!w)
-        w = oldest;
+    if (!w) {
+        pthread_mutex_unlock(&web_lock);
+        return -EBUSY;
+    }
     snprintf(w->token, sizeof(w->token), "%s", token);
     snprintf(w->key, sizeof(w->key), "%s", api_key);
     snprintf(w->scope, sizeof(w->scope), "%s", scope);

@@ -566,6 +566,41 @@ class HttpProtocolTest(unittest.TestCase):
         self.assertEqual(st, 404)
         self.assertEqual(json.loads(b)["id"], 7)
 
+    def test_one_key_never_signs_another_out(self):
+        # 300 initializes of key B (its own bound is 64: its oldest make room for its newest)
+        # leave key A's session answering; so do 30 web sign-ins of B (its bound 16).
+        sid = self.init()
+        other = {"Authorization": "Bearer " + self.d.key("crowd")}
+        body = {"jsonrpc": "2.0", "id": 1, "method": "initialize",
+                "params": {"protocolVersion": "2025-06-18", "capabilities": {},
+                           "clientInfo": {"name": "crowd", "version": "1"}}}
+        theirs = []
+        for _ in range(300):
+            st, h, b = http(self.d.port, "POST", body, other)
+            self.assertEqual(st, 200, b)
+            theirs.append(h["mcp-session-id"])
+        st, _, b = self.post({"jsonrpc": "2.0", "id": 2, "method": "ping"}, Mcp_Session_Id=sid)
+        self.assertEqual((st, json.loads(b)["result"]), (200, {}))
+        # B's own newest still answer, its oldest made room
+        for old, want in ((theirs[0], 404), (theirs[-1], 200)):
+            st, _, _ = http(self.d.port, "POST", {"jsonrpc": "2.0", "id": 3, "method": "ping"},
+                            dict(other, **{"Mcp-Session-Id": old}))
+            self.assertEqual(st, want)
+        # The web page's sign-ins likewise: 65 keys signing in 16 times each fill the table
+        # (1024); the last are refused (503), key A's sign-in still works.
+        st, h, b = http(self.d.port, "POST", {"api_key": self.key}, path="/v1/auth/login")
+        self.assertEqual(st, 200, b)
+        mine = h["set-cookie"].split(";")[0]
+        answers = []
+        for k in range(65):
+            crowd = {"api_key": self.d.key("crowd%d" % k)}
+            for _ in range(16):
+                answers.append(http(self.d.port, "POST", crowd, path="/v1/auth/login")[0])
+        self.assertEqual(sorted(set(answers)), [200, 503])
+        self.assertEqual(answers.count(200), 1023)
+        st, _, b = http(self.d.port, "GET", None, {"Cookie": mine}, path="/v1/sessions")
+        self.assertEqual(st, 200, b)
+
     def test_refusals(self):
         body = {"jsonrpc": "2.0", "id": 1, "method": "tools/list"}
         # No key over TCP.
