@@ -287,6 +287,9 @@ int ad_owner_image(const char *owner, const char *name, char *out, size_t len);
 /* The store's name of the image owner's creates mean by name: its own of that name when there
  * is one, else name itself (into buf, which is returned). */
 const char *ad_image_for(const char *owner, const char *name, char *buf, size_t len);
+/* The image a create of owner's names, every front's one way: ad_image_for, or NULL when it is
+ * not in the store or is another owner's saved image (one answer for both: "unknown image"). */
+const char *ad_image_resolve(const char *owner, const char *name, char *buf, size_t len);
 /* The live session of owner named name, referenced, or NULL. */
 struct ad_session *ad_session_by_name(const char *owner, const char *name);
 

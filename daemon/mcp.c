@@ -59,6 +59,11 @@ static void log_line(void *ctx, const char *line)
     ad_log("mcp %s: %s", (const char *)ctx, line);
 }
 
+static const char *image_for(void *ctx, const char *name, char *buf, size_t len)
+{
+    return ad_image_resolve(ctx, name, buf, len);
+}
+
 /* The owner's MCP server, made on first use with the owner's limits. */
 static al_mcp *server_of(const char *owner, const struct ad_limits *lim, struct ad_fail *f)
 {
@@ -84,6 +89,8 @@ static al_mcp *server_of(const char *owner, const struct ad_limits *lim, struct 
         .idle_max_s = lim->max_idle_s,
         .log = log_line,
         .log_ctx = s->owner,
+        .image_for = image_for,
+        .image_ctx = s->owner,
     };
     al_error err = {0};
     if (al_mcp_new(&o, &s->m, &err) < 0) {

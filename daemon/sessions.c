@@ -740,19 +740,34 @@ int ad_owner_image(const char *owner, const char *name, char *out, size_t len)
                                                                                     : -ENAMETOOLONG;
 }
 
-const char *ad_image_for(const char *owner, const char *name, char *buf, size_t len)
+static bool image_exists(const char *name)
 {
     char store[AL_PATH_MAX], manifest[AL_PATH_MAX];
     struct stat st;
     al_error ignored = {0};
-    if (ad_owner_image(owner, name, buf, len) == 0 &&
-        al_image_store_dir(store, sizeof(store), &ignored) == 0 &&
-        snprintf(manifest, sizeof(manifest), "%s/%s/manifest.json", store, buf) <
-            (int)sizeof(manifest) &&
-        stat(manifest, &st) == 0)
+    return al_image_store_dir(store, sizeof(store), &ignored) == 0 &&
+           snprintf(manifest, sizeof(manifest), "%s/%s/manifest.json", store, name) <
+               (int)sizeof(manifest) &&
+           stat(manifest, &st) == 0;
+}
+
+const char *ad_image_for(const char *owner, const char *name, char *buf, size_t len)
+{
+    if (ad_owner_image(owner, name, buf, len) == 0 && image_exists(buf))
         return buf;
     snprintf(buf, len, "%s", name);
     return buf;
+}
+
+const char *ad_image_resolve(const char *owner, const char *name, char *buf, size_t len)
+{
+    char mine[64] = "";
+    ad_owner_image(owner, "", mine, sizeof(mine)); /* "own-HEX-": its own images' prefix */
+    if (!strncmp(name, AD_OWN_IMAGE_PREFIX, strlen(AD_OWN_IMAGE_PREFIX)) &&
+        strncmp(name, mine, strlen(mine)) != 0)
+        return NULL;
+    ad_image_for(owner, name, buf, len);
+    return image_exists(buf) ? buf : NULL;
 }
 
 int ad_session_create(const char *owner, const struct ad_limits *lim, const struct ad_create *c,
@@ -777,18 +792,13 @@ int ad_session_create(const char *owner, const struct ad_limits *lim, const stru
         ad_failf(f, 400, "invalid", "%s", err.msg);
         return r;
     }
-    /* An owner's own images (saved from its sessions) come first; other owners' are not
-     * there for it. */
     char own[64];
-    char mine[64] = "";
-    ad_owner_image(owner, "", mine, sizeof(mine)); /* "own-HEX-": its own images' prefix */
-    if (c->image && !strncmp(c->image, AD_OWN_IMAGE_PREFIX, strlen(AD_OWN_IMAGE_PREFIX)) &&
-        strncmp(c->image, mine, strlen(mine)) != 0) {
+    const char *image =
+        c->image ? ad_image_resolve(owner, c->image, own, sizeof(own)) : al_image_default();
+    if (!image) {
         ad_failf(f, 400, "invalid", "unknown image '%s'", c->image);
         return -ENOENT;
     }
-    const char *image =
-        c->image ? ad_image_for(owner, c->image, own, sizeof(own)) : al_image_default();
     /* The memory a session will take, for the quota, before it boots. */
     al_image img = AL_IMAGE_INIT;
     if ((r = al_image_load(image, &img, &err)) < 0) {

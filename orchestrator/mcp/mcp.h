@@ -49,6 +49,10 @@ typedef struct al_mcp_opts {
     /* One line (no newline) for the operator's log, from any thread; NULL: none. */
     void (*log)(void *ctx, const char *line);
     void *log_ctx;
+    /* The image start_session asked for, as the caller's owner may have it (into buf), or NULL
+     * when it is not there for that owner ("unknown image"); NULL: every image is. */
+    const char *(*image_for)(void *ctx, const char *name, char *buf, size_t len);
+    void *image_ctx;
 } al_mcp_opts;
 
 int al_mcp_new(const al_mcp_opts *o, al_mcp **out, al_error *err);

@@ -988,6 +988,13 @@ static cJSON *t_start_session(const struct targs *t)
     struct mcp_call *c = t->c;
     const cJSON *a = t->a;
     const char *image = arg_str(a, "image", m->o.image ? m->o.image : al_image_default());
+    char resolved[128];
+    const char *asked = image;
+    if (m->o.image_for &&
+        !(image = m->o.image_for(m->o.image_ctx, asked, resolved, sizeof(resolved)))) {
+        char esc[80];
+        return tool_error("unknown image '%s'", al_term_escape(asked, esc, sizeof(esc)));
+    }
     const cJSON *net = cJSON_GetObjectItemCaseSensitive(a, "network");
     _cleanup_free_ const char **allow = NULL;
     size_t nallow = cJSON_GetArraySize(net);

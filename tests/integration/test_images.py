@@ -294,13 +294,49 @@ class CommitTest(unittest.TestCase):
             with Sandbox(image=name, client=alice) as sb:
                 r = sb.commands.run("cat /root/then; cat /root/now 2>/dev/null || echo no")
                 self.assertEqual(r.stdout, want, (name, ck))
-        # Another key's creates do not find it, by either name.
-        with self.assertRaises(APIError) as e:
-            Sandbox(image="setup", client=bob)
-        self.assertEqual(e.exception.status, 400)
-        with self.assertRaises(APIError) as e:
-            Sandbox(image=saved["store_name"], client=bob)
-        self.assertEqual(e.exception.status, 400)
+        # Another key's creates do not find it, by either name, on any front: the answer of a
+        # missing image, word for word.
+        answers = []
+        for name in ("setup", saved["store_name"], "no-such-image"):
+            with self.assertRaises(APIError) as e:
+                Sandbox(image=name, client=bob)
+            self.assertEqual(e.exception.status, 400)
+            answers.append(str(e.exception).replace(name, "NAME"))
+            answers.append(self.mcp_start(bob_key, name).replace(name, "NAME"))
+        self.assertEqual(len(set(answers[0::2])), 1, answers)
+        self.assertEqual(len(set(answers[1::2])), 1, answers)
+        self.assertIn("unknown image 'NAME'", answers[1])
+        # Through MCP, a key's own saved image by its name boots.
+        self.assertIn("session", self.mcp_start(alice_key, "setup"))
+
+    def mcp_start(self, key, image):
+        """start_session through airlockd's /mcp as key: the tool result's text."""
+        h = {"Authorization": "Bearer " + key, "Content-Type": "application/json",
+             "Accept": "application/json, text/event-stream"}
+
+        def post(body, sid=None):
+            c = http.client.HTTPConnection("127.0.0.1", self.d.port, timeout=300)
+            c.request("POST", "/mcp", json.dumps(body), dict(h, **({"Mcp-Session-Id": sid}
+                                                                     if sid else {})))
+            r = c.getresponse()
+            data, sid = r.read().decode(), r.getheader("Mcp-Session-Id")
+            c.close()
+            if data.startswith("{"):
+                return json.loads(data), sid
+            lines = [l[5:].strip() for l in data.splitlines() if l.startswith("data:")]
+            return json.loads(lines[-1]), sid
+        _, sid = post({"jsonrpc": "2.0", "id": 1, "method": "initialize",
+                       "params": {"protocolVersion": "2025-06-18", "capabilities": {},
+                                  "clientInfo": {"name": "t", "version": "1"}}})
+        ans, _ = post({"jsonrpc": "2.0", "id": 2, "method": "tools/call",
+                       "params": {"name": "start_session", "arguments": {"image": image}}}, sid)
+        text = ans["result"]["content"][0]["text"]
+        if not ans["result"].get("isError"):
+            sess = ans["result"]["structuredContent"]["session"]
+            post({"jsonrpc": "2.0", "id": 3, "method": "tools/call",
+                  "params": {"name": "stop_session", "arguments": {"session": sess}}}, sid)
+            return "session " + sess
+        return text
 
 
 if __name__ == "__main__":
