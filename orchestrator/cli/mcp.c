@@ -222,11 +222,18 @@ int cmd_mcp(struct cli_globals *g, int argc, char **argv)
     }
     free(buf);
     /* At the end of input the answers still due are given (a client that pipes its requests
-     * in reads them), unless a signal says to stop now. */
+     * in reads them), unless a signal says to stop now, or nobody reads them: a client that
+     * died closed both ends, and its sessions end now, whatever runs in them. */
     while (eof && al_mcp_pending(m)) {
-        struct pollfd p = {.fd = sfd, .events = POLLIN};
-        if (poll(&p, 1, 200) > 0) {
+        struct pollfd p[2] = {{.fd = sfd, .events = POLLIN}, {.fd = 1, .events = 0}};
+        if (poll(p, 2, 200) <= 0)
+            continue;
+        if (p[0].revents) {
             why = "a signal";
+            break;
+        }
+        if (p[1].revents & (POLLERR | POLLHUP)) {
+            why = "the client is gone (end of input, and nobody reads stdout)";
             break;
         }
     }

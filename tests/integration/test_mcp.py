@@ -455,6 +455,34 @@ class LifecycleTest(unittest.TestCase):
                 s.p.kill()
             s.close()
 
+    def test_a_killed_client_ends_its_sessions(self):
+        # The client dies during a 600 s run: both its pipes close. The VM goes at once, not
+        # when the run would have ended (it waited for it, 116 s with the default timeout).
+        s = Server()
+        try:
+            s.initialize()
+            sid = self.boot(s)
+            doms = domains_of(s.stderr())
+            s.n += 1
+            s.send({"jsonrpc": "2.0", "id": s.n, "method": "tools/call",
+                    "params": {"name": "run_command",
+                               "arguments": {"session": sid, "command": "sleep 600",
+                                             "timeout_s": 700}}})
+            time.sleep(1)
+            s.p.stdin.close()
+            s.p.stdout.close()
+            t0 = time.monotonic()
+            while doms & altest.virsh_names() and time.monotonic() - t0 < 10:
+                time.sleep(0.2)
+            self.assertFalse(doms & altest.virsh_names(), s.stderr())
+            self.assertEqual(s.p.wait(timeout=30), 0)
+            self.assertIn("the client is gone", s.stderr())
+        finally:
+            if s.p.poll() is None:
+                s.p.kill()
+            s.p.wait()
+            s.err.close()
+
     def test_sigint_ends_sessions(self):
         self.end_by(signal.SIGINT)
 
