@@ -585,8 +585,18 @@ typedef struct al_exec_opts {
      * stopped reading, then its exit. argv, lang and the rest that starts a program are then
      * ignored; its input is closed. */
     uint32_t adopt;
+    /* A kernel run waits its turn behind the runs sent before it to the same kernel context
+     * (AL_KERNEL_QUEUE_MAX at most, in arrival order; a cancel while it waits means it never
+     * runs). Called with output_ctx and the number ahead of it as it takes its place (0: none),
+     * each time that number changes, and with 0 when its turn came, from its own thread; NULL:
+     * not told. (LIBAIRLOCK_1.4) */
+    void (*queued)(void *ctx, unsigned ahead);
 } al_exec_opts;
 #define AL_EXEC_OPTS_INIT AL_SIZED_INIT(al_exec_opts)
+
+/* Kernel runs of one context waiting at once, the running one included: a front that sends
+ * more is refused at once (-EBUSY), the bound named. */
+#define AL_KERNEL_QUEUE_MAX 32
 
 /* Most rows or columns of a pty run's terminal. */
 #define AL_PTY_ROWS_COLS_MAX 1000

@@ -7,6 +7,7 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <limits.h>
 #include <poll.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -345,10 +346,13 @@ struct al_link_req {
                            request's life, not one allocation per frame), or NULL */
     bool waiting;       /* its thread waits for the reading or a frame */
     bool unclaimed;     /* handed over by the agent (adopt), not yet taken by al_link_claim */
+    char queue[80];     /* al_link_queue: the key it runs in turn under; "" for none */
+    uint64_t ticket;    /* its place in that key's line */
 };
 
 struct al_link_mux {
     pthread_mutex_t mu;
+    uint64_t tickets;    /* al_link_queue's, in arrival order */
     pthread_cond_t idle; /* exclusive use ended, or the last request ended */
     struct al_link_req *reqs;
     unsigned n;       /* requests in flight */
@@ -495,6 +499,10 @@ void al_link_end(al_session *s, uint32_t id)
         x->n--;
         if (x->n == 0)
             pthread_cond_broadcast(&x->idle);
+        /* Its line moves: the ones waiting in it look again. */
+        for (struct al_link_req *o = q->queue[0] ? x->reqs : NULL; o; o = o->next)
+            if (!strcmp(o->queue, q->queue))
+                (void)!write(o->wake[1], "q", 1);
     }
     pthread_mutex_unlock(&x->mu);
     if (!q)
@@ -505,6 +513,81 @@ void al_link_end(al_session *s, uint32_t id)
     close(q->wake[0]);
     close(q->wake[1]);
     free(q);
+}
+
+/* Under x->mu: requests of q's line before it, and in the line at all. */
+static unsigned line_ahead(struct al_link_mux *x, const struct al_link_req *q, unsigned *all)
+{
+    unsigned ahead = 0;
+    *all = 0;
+    for (struct al_link_req *o = x->reqs; o; o = o->next)
+        if (o->queue[0] && !strcmp(o->queue, q->queue)) {
+            (*all)++;
+            ahead += o->ticket < q->ticket;
+        }
+    return ahead;
+}
+
+int al_link_queue(al_session *s, uint32_t id, const char *key, unsigned max, const char *what,
+                  void (*on_wait)(void *ctx, unsigned ahead), void *ctx, al_error *err)
+{
+    struct al_link_mux *x = s->mux;
+    pthread_mutex_lock(&x->mu);
+    struct al_link_req *q = req_find(x, id);
+    if (!q) {
+        pthread_mutex_unlock(&x->mu);
+        return al_err(err, -ENOENT, "no request %u", id);
+    }
+    snprintf(q->queue, sizeof(q->queue), "%s", key);
+    q->ticket = ++x->tickets;
+    unsigned all, ahead = line_ahead(x, q, &all);
+    if (all > max) {
+        q->queue[0] = '\0';
+        pthread_mutex_unlock(&x->mu);
+        return al_err(err, -EBUSY, "%u runs wait for %s already (at most %u): try again later",
+                      all - 1, what, max);
+    }
+    pthread_mutex_unlock(&x->mu);
+    /* Its place taken: said at once, and again each time it moves. */
+    if (on_wait)
+        on_wait(ctx, ahead);
+    unsigned told = ahead;
+    bool waited = false;
+    for (;;) {
+        pthread_mutex_lock(&x->mu);
+        ahead = line_ahead(x, q, &all);
+        int fail = q->fail;
+        char msg[sizeof(q->fail_msg)];
+        snprintf(msg, sizeof(msg), "%s", q->fail_msg);
+        pthread_mutex_unlock(&x->mu);
+        if (fail)
+            return al_err(err, fail, "%s", msg);
+        if (!ahead)
+            break;
+        if (ahead != told && on_wait)
+            on_wait(ctx, ahead);
+        told = ahead;
+        waited = true;
+        struct pollfd p[2] = {{q->wake[0], POLLIN, 0}, {q->cancel_fd, POLLIN, 0}};
+        int n = poll(p, q->cancel_fd >= 0 ? 2 : 1, -1);
+        if (n < 0 && errno != EINTR)
+            return al_err(err, -errno, "poll: %s", strerror(errno));
+        char buf[64];
+        if (n > 0 && p[0].revents)
+            (void)!read(q->wake[0], buf, sizeof(buf));
+        if (n > 1 || (n > 0 && p[1].revents)) {
+            /* Its cancel before it ran: it never runs (the signal is taken, not forwarded). */
+            (void)!read(q->cancel_fd, buf, 1);
+            return al_err(err, -ECANCELED, "cancelled while it waited for %s (%u ahead)", what,
+                          ahead);
+        }
+    }
+    char buf[64];
+    while (read(q->wake[0], buf, sizeof(buf)) > 0) {
+    }
+    if (waited && on_wait)
+        on_wait(ctx, 0); /* its turn */
+    return 0;
 }
 
 int al_link_exclusive(al_session *s, unsigned wait_ms, al_error *err)

@@ -39,6 +39,13 @@ struct al_link_mux *al_link_mux_new(void);
 void al_link_mux_free(struct al_link_mux *x);
 int al_link_begin(al_session *s, int cancel_fd, uint32_t *id, al_error *err);
 void al_link_end(al_session *s, uint32_t id);
+/* Request id (begun) runs in turn with the others queued under key: waits until those before it
+ * ended, telling on_wait (when not NULL) how many are ahead as it takes its place, each time
+ * that changes, and 0 once its turn came when it had to wait. -EBUSY at
+ * once when more than max are in the line, naming what ("the python kernel"); -ECANCELED when
+ * its cancel fd speaks while it waits (it never runs); its failure (the session ending). */
+int al_link_queue(al_session *s, uint32_t id, const char *key, unsigned max, const char *what,
+                  void (*on_wait)(void *ctx, unsigned ahead), void *ctx, al_error *err);
 /* Takes over run id, which the agent handed over at the handshake (AL_HELLO_ADOPT, listed in
  * s->adopted): it is then this caller's as if begun here; -ENOENT when it was not handed over
  * or is taken already. */

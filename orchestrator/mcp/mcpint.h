@@ -48,6 +48,8 @@ struct mcp_run {
     char *lang, *code, *context, *cwd;
     char **argv, **env;
     unsigned timeout_ms;
+    unsigned ahead;   /* runs of its kernel context before it, while it waits its turn */
+    uint64_t arrival; /* its call's */
     /* its end */
     bool done;
     int rc; /* al_exec's */
@@ -99,7 +101,9 @@ struct mcp_call {
     bool cancelled, killed;
     uint64_t t_start_ms, t_cancel_ms, t_progress_ms;
     unsigned nprogress;
-    char phase[128]; /* what it is doing, for progress */
+    char phase[128];  /* what it is doing, for progress */
+    uint64_t arrival; /* its place among the calls, in the order they were read */
+    bool entered;     /* its kernel run took its place in the kernel's line (or never will) */
 };
 
 struct al_mcp {
@@ -109,6 +113,7 @@ struct al_mcp {
     pthread_cond_t cv;
     unsigned live; /* worker and run threads not yet finished */
     unsigned ncalls;
+    uint64_t arrivals; /* calls read so far */
     struct mcp_call *calls;
     struct mcp_sess *sessions;
     unsigned nsessions, booting;
@@ -160,6 +165,7 @@ struct mcp_run_spec {
     const char *const *argv;
     const cJSON *env; /* object of strings, or NULL */
     unsigned timeout_ms;
+    uint64_t arrival; /* the call's (mcp_call.arrival): kernel runs take their turns in it */
 };
 int mcp_run_start(al_mcp *m, struct mcp_sess *ss, const struct mcp_run_spec *sp,
                   struct mcp_run **out, al_error *err);

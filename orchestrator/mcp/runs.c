@@ -7,6 +7,7 @@
 #include "util.h"
 
 #include <fcntl.h>
+#include <poll.h>
 #include <signal.h>
 #include <stdio.h>
 #include <string.h>
@@ -290,6 +291,68 @@ static int on_result(void *ctx, const al_result *res)
     return 0;
 }
 
+/* ---- kernel runs in the order their calls came ----
+ *
+ * The library runs a kernel's requests in the order they reach it; the calls' threads would
+ * reach it in any order. So a kernel run takes its place in the kernel's line only once every
+ * run_code call read before it, to the same session and context, took its own (or ended). */
+
+static const char *arg_of(const cJSON *args, const char *name, const char *dflt)
+{
+    const char *v = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(args, name));
+    return v && *v ? v : dflt;
+}
+
+/* Under the lock: whether call c runs code in r's session and kernel context. */
+static bool same_line(const struct mcp_call *c, const struct mcp_run *r)
+{
+    if (strcmp(c->method, "tools/call") || strcmp(arg_of(c->params, "name", ""), "run_code") != 0)
+        return false;
+    const cJSON *a = cJSON_GetObjectItemCaseSensitive(c->params, "arguments");
+    return !strcmp(arg_of(a, "session", ""), r->sess->id) &&
+           !strcmp(arg_of(a, "language", "python"), r->lang ? r->lang : "python") &&
+           !strcmp(arg_of(a, "context", ""), r->context ? r->context : "");
+}
+
+static void mark_entered(al_mcp *m, uint64_t arrival)
+{
+    for (struct mcp_call *c = m->calls; c; c = c->next)
+        if (c->arrival == arrival)
+            c->entered = true;
+    pthread_cond_broadcast(&m->cv);
+}
+
+/* Waits (the lock held) until no earlier call of r's line is still to take its place; false
+ * when r is cancelled meanwhile (it never runs). */
+static bool wait_for_earlier(al_mcp *m, struct mcp_run *r)
+{
+    for (;;) {
+        bool earlier = false;
+        for (struct mcp_call *c = m->calls; c && !earlier && !m->closing; c = c->next)
+            earlier = c->arrival < r->arrival && !c->entered && same_line(c, r);
+        if (!earlier)
+            return true;
+        struct pollfd p = {r->cancel[0], POLLIN, 0};
+        if (poll(&p, 1, 0) > 0)
+            return false;
+        struct timespec ts;
+        clock_gettime(CLOCK_REALTIME, &ts);
+        ts.tv_nsec += 200 * 1000000L;
+        if (ts.tv_nsec >= 1000000000L)
+            ts.tv_sec++, ts.tv_nsec -= 1000000000L;
+        pthread_cond_timedwait(&m->cv, &m->mu, &ts);
+    }
+}
+
+static void on_queued(void *ctx, unsigned ahead)
+{
+    struct mcp_run *r = ctx;
+    pthread_mutex_lock(&r->m->mu);
+    r->ahead = ahead;
+    mark_entered(r->m, r->arrival);
+    pthread_mutex_unlock(&r->m->mu);
+}
+
 static void *run_thread(void *arg)
 {
     struct mcp_run *r = arg;
@@ -313,11 +376,21 @@ static void *run_thread(void *arg)
         .result_ctx = r,
         .context = r->context,
         .cancel_fd = r->cancel[0],
+        .queued = on_queued,
     };
     al_exec_result res = AL_EXEC_RESULT_INIT;
     al_error err = {0};
-    int rc = al_exec(ss->s, &o, &res, &err);
+    int rc;
     pthread_mutex_lock(&m->mu);
+    bool go = !r->kernel || !r->arrival || wait_for_earlier(m, r);
+    pthread_mutex_unlock(&m->mu);
+    if (go)
+        rc = al_exec(ss->s, &o, &res, &err);
+    else
+        rc = al_err(&err, -ECANCELED, "cancelled while it waited for the runs sent before it");
+    pthread_mutex_lock(&m->mu);
+    if (r->arrival)
+        mark_entered(m, r->arrival); /* it never will, if it did not */
     r->rc = rc;
     r->res = res;
     r->err = err;
@@ -381,6 +454,7 @@ int mcp_run_start(al_mcp *m, struct mcp_sess *ss, const struct mcp_run_spec *sp,
     r->process = sp->process;
     r->kernel = sp->kernel;
     r->timeout_ms = sp->timeout_ms;
+    r->arrival = sp->arrival;
     bool oom = false;
     r->lang = al_strdup_opt(sp->lang, &oom);
     r->code = al_strdup_opt(sp->code, &oom);

@@ -262,6 +262,7 @@ static void dispatch(al_mcp *m, const cJSON *id, const char *method, const cJSON
     m->calls = c;
     m->ncalls++;
     m->live++;
+    c->arrival = ++m->arrivals;
     pthread_attr_t at;
     pthread_attr_init(&at);
     pthread_attr_setdetachstate(&at, PTHREAD_CREATE_DETACHED);

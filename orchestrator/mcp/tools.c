@@ -221,7 +221,8 @@ static const struct param p_computer[] = {
 #define RUN_SCHEMA                                                                                 \
     "{\"type\":\"object\",\"properties\":{"                                                        \
     "\"run\":{\"type\":\"string\"},\"session\":{\"type\":\"string\"},"                             \
-    "\"state\":{\"type\":\"string\",\"enum\":[\"running\",\"done\"]},"                             \
+    "\"state\":{\"type\":\"string\",\"enum\":[\"queued\",\"running\",\"done\"]},"                  \
+    "\"queued_behind\":{\"type\":\"integer\"},"                                                    \
     "\"exit_code\":{\"type\":[\"integer\",\"null\"]},"                                             \
     "\"signal\":{\"type\":[\"integer\",\"null\"]},"                                                \
     "\"timed_out\":{\"type\":\"boolean\"},\"interrupted\":{\"type\":\"boolean\"},"                 \
@@ -771,7 +772,10 @@ static cJSON *run_view(al_mcp *m, struct mcp_run *r)
     cJSON *st = cJSON_CreateObject();
     cJSON_AddStringToObject(st, "run", r->id);
     cJSON_AddStringToObject(st, "session", r->sess->id);
-    cJSON_AddStringToObject(st, "state", r->done ? "done" : "running");
+    /* A kernel run waits its turn behind the runs sent to its context before it. */
+    cJSON_AddStringToObject(st, "state", r->done ? "done" : r->ahead ? "queued" : "running");
+    if (!r->done && r->ahead)
+        cJSON_AddNumberToObject(st, "queued_behind", r->ahead);
     bool started = r->done ? r->rc >= 0 : true;
     bool exited = r->done && started && r->res.how == AL_EXEC_EXITED;
     bool signaled = r->done && started && r->res.how == AL_EXEC_SIGNALED;
@@ -907,7 +911,9 @@ static cJSON *run_and_view(al_mcp *m, struct mcp_call *c, struct mcp_sess *ss,
 {
     struct mcp_run *r = NULL;
     al_error err = {0};
-    if (mcp_run_start(m, ss, sp, &r, &err) < 0)
+    struct mcp_run_spec spec = *sp;
+    spec.arrival = c->arrival;
+    if (mcp_run_start(m, ss, &spec, &r, &err) < 0)
         return tool_error("%s", err.msg);
     mcp_call_phase(c, "running in %s", ss->id);
     mcp_call_target(c, r->cancel[1]);

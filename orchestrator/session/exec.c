@@ -570,6 +570,17 @@ static int exec_run(al_session *s, const al_exec_opts *o, al_exec_result *out,
     int lr = kernel_lang(o, lang, sizeof(lang), err);
     if (lr < 0)
         return lr;
+    /* A kernel runs one request at a time: the others sent to it wait their turn here, in
+     * arrival order, instead of being refused by a busy kernel. */
+    if (o->kernel && !op) {
+        char what[AL_SHORT_STR_MAX + AL_CONTEXT_MAX + 40];
+        snprintf(what, sizeof(what), "the %s kernel%s%s", o->lang,
+                 strchr(lang, '@') ? " of context " : "",
+                 strchr(lang, '@') ? strchr(lang, '@') + 1 : "");
+        lr = al_link_queue(s, id, lang, AL_KERNEL_QUEUE_MAX, what, o->queued, o->output_ctx, err);
+        if (lr < 0)
+            return lr;
+    }
     struct exec_state st = {.s = s,
                             .id = id,
                             .cancel_fd = al_link_cancel_fd(s, id),

@@ -517,6 +517,49 @@ class LifecycleTest(unittest.TestCase):
         self.assertFalse(domains_of(s.stderr()) & altest.virsh_names())
 
 
+@unittest.skipUnless(HAVE_DEBIAN, "needs the debian image (python kernel)")
+class KernelQueueTest(unittest.TestCase):
+    """Claude Code, Codex and Gemini CLI call tools in parallel: run_code calls sent at once to
+    one python context queue in the order they came, each with its own output; one cancelled
+    while it waits never runs."""
+
+    def test_parallel_run_code_in_order(self):
+        s = Server("--image", "debian")
+        try:
+            s.initialize()
+            r = s.tool("start_session")
+            self.assertFalse(r["isError"], r)
+            sid = r["structuredContent"]["session"]
+            r = s.tool("run_code", session=sid, code="order = []")
+            self.assertFalse(r["isError"], r)
+            first = s.n + 1
+            for i in range(8):
+                s.n += 1
+                s.send({"jsonrpc": "2.0", "id": s.n, "method": "tools/call",
+                        "params": {"name": "run_code", "arguments": {
+                            "session": sid,
+                            "code": "import time\ntime.sleep(0.2)\norder.append(%d)\n"
+                                    "print('run', %d)" % (i, i)}}})
+            s.n += 1
+            never = s.n
+            s.send({"jsonrpc": "2.0", "id": never, "method": "tools/call",
+                    "params": {"name": "run_code",
+                               "arguments": {"session": sid, "code": "order.append('never')"}}})
+            s.send({"jsonrpc": "2.0", "method": "notifications/cancelled",
+                    "params": {"requestId": never, "reason": "test"}})
+            for i in range(8):
+                a = s.wait_id(first + i)
+                self.assertFalse(a["result"]["isError"], a)
+                self.assertEqual(a["result"]["structuredContent"]["stdout"], "run %d\n" % i)
+            r = s.tool("run_code", session=sid, code="print(order)")
+            self.assertEqual(r["structuredContent"]["stdout"], "[0, 1, 2, 3, 4, 5, 6, 7]\n", r)
+            self.assertNotIn(never, [m.get("id") for m in s.notes])
+        finally:
+            s.p.stdin.close()
+            s.p.wait(timeout=120)
+            s.close()
+
+
 def http(port, method, body=None, headers=None, path="/mcp"):
     """One request to the daemon's TCP port: (status, headers, body bytes)."""
     import http.client
