@@ -268,6 +268,8 @@ struct ad_fail {
     const char *limit; /* a quota's name for 429 */
     char msg[512];
 };
+/* Whether s is being ended (deleted, reaped, killed): a run that ends now ended with it. */
+bool ad_session_ending(struct ad_session *s);
 int ad_session_create(const char *owner, const struct ad_limits *lim, const struct ad_create *c,
                       struct ad_session **out, struct ad_fail *f);
 /* Pauses a kept session to disk (its memory and QEMU process freed; its runs suspended, taken
@@ -355,6 +357,9 @@ struct MHD_Response *ad_run_events(struct ad_run *r, uint64_t last_id, struct ad
  * fmt sets *last to end the stream after its bytes (a framing's own end). Heartbeats come
  * beat_ms apart (0: heartbeat_s): a caller that left is seen at the next write. ctx_free (if given)
  * frees ctx with the stream; on failure too. */
+/* What a fmt sets *len to (returning NULL) to drop the stream: the connection closes without
+ * the framing's end, as a peer's clients expect of a sandbox killed under a stream. */
+#define AD_RUN_FMT_ABORT SIZE_MAX
 typedef char *(*ad_run_fmt)(void *ctx, const char *type, const char *json, size_t json_len,
                             size_t *len, bool *last);
 struct MHD_Response *ad_run_stream(struct ad_run *r, uint64_t last_id, ad_run_fmt fmt, void *ctx,

@@ -52,6 +52,12 @@ cJSON *ad_e2b_envelope_parse(const char *body, size_t len)
 
 /* ---- processes ---- */
 
+/* An event that ended a run with its session (runs.c's "session_ended"). */
+static bool ended_with_session(const cJSON *d)
+{
+    return cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(d, "session_ended"));
+}
+
 char *ad_e2b_fmt_process(void *ctx, const char *type, const char *json, size_t json_len,
                          size_t *len, bool *last)
 {
@@ -68,6 +74,13 @@ char *ad_e2b_fmt_process(void *ctx, const char *type, const char *json, size_t j
         pre = ad_e2b_envelope_json(0, s, &pre_len);
     }
     cJSON *d = json ? cJSON_ParseWithLength(json, json_len) : NULL;
+    if (ended_with_session(d)) { /* E2B's clients see the stream drop: "sandbox was killed" */
+        cJSON_Delete(d);
+        free(pre);
+        *len = AD_RUN_FMT_ABORT;
+        *last = true;
+        return NULL;
+    }
     if (!strcmp(type, "heartbeat")) {
         o = cJSON_CreateObject();
         cJSON_AddObjectToObject(cJSON_AddObjectToObject(o, "event"), "keepalive");
@@ -199,6 +212,12 @@ char *ad_e2b_fmt_execute(void *ctx, const char *type, const char *json, size_t j
     (void)last;
     struct out b = {0};
     cJSON *d = json ? cJSON_ParseWithLength(json, json_len) : NULL;
+    if (ended_with_session(d)) { /* the SDK's runCode raises, as on E2B, instead of a result */
+        cJSON_Delete(d);
+        *len = AD_RUN_FMT_ABORT;
+        *last = true;
+        return NULL;
+    }
     if (!strcmp(type, "output") && d) {
         cJSON *st = cJSON_GetObjectItemCaseSensitive(d, "stream");
         cJSON *b64 = cJSON_GetObjectItemCaseSensitive(d, "data_b64");

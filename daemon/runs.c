@@ -441,6 +441,9 @@ ended:
 
     cJSON *o = cJSON_CreateObject();
     const char *type = "exit";
+    /* Killed with its session (E2B's clients see such a stream drop, not end). */
+    if (ad_session_ending(s))
+        cJSON_AddBoolToObject(o, "session_ended", true);
     if (rc < 0) {
         struct ad_fail f;
         ad_fail_from(&f, rc, &err);
@@ -1050,7 +1053,8 @@ struct reader {
     void (*fmt_free)(void *ctx);
     char *frame;
     size_t frame_len;
-    bool ended; /* fmt's last frame was made */
+    bool ended;   /* fmt's last frame was made */
+    bool aborted; /* fmt dropped the stream (AD_RUN_FMT_ABORT) */
 };
 
 /* The next bytes of rd's own frame, or 0 when it has none left. */
@@ -1095,6 +1099,8 @@ static void frame_make(struct reader *rd, const struct event *e)
     rd->off = 0;
     if (last)
         rd->ended = true;
+    if (!rd->frame && rd->frame_len == AD_RUN_FMT_ABORT)
+        rd->aborted = true;
 }
 
 uint64_t ad_run_read(struct ad_run *r, uint64_t last_id, ad_run_read_fn fn, void *ctx, bool *done)
@@ -1130,6 +1136,10 @@ static ssize_t read_events(void *cls, uint64_t pos, char *buf, size_t max)
         return (ssize_t)own;
     pthread_mutex_lock(&r->mu);
     for (;;) {
+        if (rd->aborted) {
+            pthread_mutex_unlock(&r->mu);
+            return MHD_CONTENT_READER_END_WITH_ERROR;
+        }
         if (shutting_down || rd->ended) {
             pthread_mutex_unlock(&r->mu);
             return MHD_CONTENT_READER_END_OF_STREAM;

@@ -266,6 +266,14 @@ static void finish(struct ad_session *s, unsigned own)
     pthread_mutex_lock(&lock);
 }
 
+bool ad_session_ending(struct ad_session *s)
+{
+    pthread_mutex_lock(&lock);
+    bool g = s->gone;
+    pthread_mutex_unlock(&lock);
+    return g;
+}
+
 void ad_session_delete(struct ad_session *s)
 {
     pthread_mutex_lock(&lock);

@@ -445,6 +445,34 @@ async function load() {
   })
 }
 
-const groups = { commands, files, interpreter, security, load }
+// A sandbox killed under a command or an execution: the stream drops, as on E2B, and the
+// SDK raises (not a CommandExitError of "signal: killed", not a normal execution result).
+async function killed() {
+  await check('a command whose sandbox is killed under it raises', async () => {
+    const sb = await Sandbox.create({ timeoutMs: 600000 })
+    // settled as it happens: the rejection comes while the kill is awaited
+    const p = sb.commands.run('sleep 600').then(() => null, (e) => e)
+    await sleep(3000)
+    await sb.kill()
+    const err = await p
+    truthy(err, 'the command did not fail')
+    if (err instanceof CommandExitError || err.constructor.name === 'CommandExitError')
+      throw new Error(`an exit, not a dropped stream: ${err.message}`)
+    eq(err.constructor.name, 'TimeoutError', `the error (${err.message})`)
+    return `${err.constructor.name}: ${err.message}`
+  })
+  await check('runCode whose sandbox is killed under it raises', async () => {
+    const sb = await ci.Sandbox.create({ timeoutMs: 600000 })
+    await sb.runCode('1')
+    const p = sb.runCode('import time\ntime.sleep(600)').then((x) => ({ result: x }), (e) => e)
+    await sleep(3000)
+    await sb.kill()
+    const err = await p
+    if (!(err instanceof Error)) throw new Error(`a result, not a dropped stream: ${JSON.stringify(err)}`)
+    return `${err.constructor.name}: ${err.message}`
+  })
+}
+
+const groups = { commands, files, interpreter, security, load, killed }
 await groups[group]()
 process.exit(failed ? 1 : 0)

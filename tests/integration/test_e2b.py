@@ -260,6 +260,9 @@ class SdkTest(unittest.TestCase):
     def test_security(self):
         self.group("security", 4)
 
+    def test_killed_under_a_stream(self):
+        self.group("killed", 2)
+
     def test_key_limits_and_revocation(self):
         """The data plane holds to the key that made the sandbox: its limits (an upload over
         its max_upload_bytes is refused), and its revocation (then nothing answers)."""
