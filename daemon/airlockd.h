@@ -224,6 +224,9 @@ struct ad_session {
     unsigned auto_pause_s;
     bool pause_at_end; /* E2B's autoPause: paused, not ended, at the end of its lifetime */
     bool detaching;    /* shutdown: the VM is left running for the next start */
+    /* ad_create.front_held's: told before the daemon ends it */
+    void (*on_end)(void *ctx, struct ad_session *s);
+    void *on_end_ctx;
 };
 
 int ad_sessions_init(const struct ad_config *c);
@@ -260,6 +263,12 @@ struct ad_create {
     /* E2B's (e2b.c), copied before the session is seen: its tokens, template, envVars */
     const char *e2b_token, *e2b_traffic, *e2b_template;
     const cJSON *e2b_env;
+    /* Held by a front of this process for its client (MCP's start_session): never kept across
+     * restarts nor paused; when the daemon ends it (DELETE, its lifetime, its idle time, the
+     * key revoked), on_end(on_end_ctx, s) is told first, so that the front lets go. */
+    bool front_held;
+    void (*on_end)(void *ctx, struct ad_session *s);
+    void *on_end_ctx;
 };
 /* The HTTP status and error code on failure. */
 struct ad_fail {

@@ -33,6 +33,7 @@ static const char *const versions[] = AL_MCP_VERSIONS;
 struct server {
     struct server *next;
     char owner[40];
+    struct ad_limits lim; /* the owner's, when the server was made */
     al_mcp *m;
 };
 
@@ -64,6 +65,79 @@ static const char *image_for(void *ctx, const char *name, char *buf, size_t len)
     return ad_image_resolve(ctx, name, buf, len);
 }
 
+/* ---- the MCP servers' sessions are the registry's (sessions.c) ----
+ *
+ * start_session creates through ad_session_create, as REST and E2B do: the owner's quotas,
+ * the pool, placement, the list, the reaper's rules. The server keeps the creator's reference
+ * until it gives the session back; when the daemon ends one itself, the server is told first
+ * (on_end) and lets go. */
+
+static bool servers_freed(void);
+
+static void sess_ended(void *ctx, struct ad_session *s)
+{
+    struct server *sv = ctx;
+    /* Not while the servers are being freed (that is what gives the sessions back). */
+    if (pthread_rwlock_tryrdlock(&using) != 0)
+        return;
+    if (!servers_freed())
+        al_mcp_session_ended(sv->m, s);
+    pthread_rwlock_unlock(&using);
+}
+
+static int sess_open(void *ctx, const al_session_opts *o, al_session **out, void **handle,
+                     al_error *err)
+{
+    struct server *sv = ctx;
+    cJSON *labels = cJSON_CreateObject();
+    cJSON_AddStringToObject(labels, "front", "mcp");
+    struct ad_create c = {
+        .image = o->image,
+        .memory_mib = o->memory_mib,
+        .vcpus = o->vcpus,
+        .lifetime_s = o->lifetime_s,
+        .checkpoints = o->checkpoints,
+        .display = o->display,
+        .display_width = o->display_width,
+        .display_height = o->display_height,
+        .labels = labels,
+        .front_held = true,
+        .on_end = sess_ended,
+        .on_end_ctx = sv,
+    };
+    struct ad_session *s = NULL;
+    struct ad_fail f = {0};
+    int r = ad_session_create(sv->owner, &sv->lim, &c, &s, &f);
+    cJSON_Delete(labels);
+    if (r < 0) {
+        err->code = r;
+        snprintf(err->msg, sizeof(err->msg), "%.32s%s%.400s (%d %.32s)", f.limit ? f.limit : "",
+                 f.limit ? ": " : "", f.msg, f.status, f.code ? f.code : "");
+        return r;
+    }
+    *out = s->s;
+    *handle = s;
+    return 0;
+}
+
+static void sess_touch(void *ctx, void *handle)
+{
+    (void)ctx;
+    ad_session_touch(handle);
+}
+
+static bool sess_ending(void *ctx, void *handle)
+{
+    (void)ctx;
+    return ad_session_ending(handle);
+}
+
+static void sess_close(void *ctx, void *handle)
+{
+    (void)ctx;
+    ad_session_delete(handle); /* its reference, and the session with it */
+}
+
 /* The owner's MCP server, made on first use with the owner's limits. */
 static al_mcp *server_of(const char *owner, const struct ad_limits *lim, struct ad_fail *f)
 {
@@ -80,17 +154,23 @@ static al_mcp *server_of(const char *owner, const struct ad_limits *lim, struct 
         return NULL;
     }
     snprintf(s->owner, sizeof(s->owner), "%s", owner);
+    s->lim = *lim;
+    /* The owner's quotas, lifetimes and idle times are the registry's (sess_open): counted
+     * with its sessions of every front, one meaning each. */
     al_mcp_opts o = {
         .image = ad_cfg.pool_image[0] ? ad_cfg.pool_image : NULL,
-        .sessions_max = lim->max_sessions,
+        .sessions_max = AL_MCP_SESSIONS_MAX,
         .memory_max_mib = lim->max_memory_mib,
         .vcpus_max = lim->max_vcpus,
-        .lifetime_max_s = lim->max_lifetime_s,
-        .idle_max_s = lim->max_idle_s,
         .log = log_line,
         .log_ctx = s->owner,
         .image_for = image_for,
         .image_ctx = s->owner,
+        .session_open = sess_open,
+        .session_touch = sess_touch,
+        .session_ending = sess_ending,
+        .session_close = sess_close,
+        .session_ctx = s,
     };
     al_error err = {0};
     if (al_mcp_new(&o, &s->m, &err) < 0) {

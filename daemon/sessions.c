@@ -218,6 +218,9 @@ static void finish(struct ad_session *s, unsigned own)
 {
     pthread_mutex_unlock(&lock);
     uint64_t t0 = ad_now_ms();
+    /* A front that holds it for its client lets go first (its reference comes back). */
+    if (s->on_end)
+        s->on_end(s->on_end_ctx, s);
     if (s->detaching) {
         /* Kept for the next start: the runs' host side ends (their processes go on in the
          * guest, and the store keeps them for adoption), the VM runs on. */
@@ -955,9 +958,11 @@ int ad_session_create(const char *owner, const struct ad_limits *lim, const stru
         snprintf(s->e2b_template, sizeof(s->e2b_template), "%s", c->e2b_template);
         s->e2b_env = c->e2b_env ? cJSON_Duplicate(c->e2b_env, true) : NULL;
     }
-    s->kept = keep && !pooled;
-    s->auto_pause_s = c->auto_pause_s;
+    s->kept = keep && !pooled && !c->front_held;
+    s->auto_pause_s = c->front_held ? 0 : c->auto_pause_s;
     s->pause_at_end = c->pause_at_end && s->kept;
+    s->on_end = c->on_end;
+    s->on_end_ctx = c->on_end_ctx;
     snprintf(s->name, sizeof(s->name), "%s", sl->name);
     s->refs = 1;
     sl->s = s;

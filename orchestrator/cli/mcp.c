@@ -94,7 +94,7 @@ int cmd_mcp(struct cli_globals *g, int argc, char **argv)
             o.image = optarg;
             break;
         case 's':
-            ok = number(optarg, 64, &o.sessions_max) && o.sessions_max;
+            ok = number(optarg, AL_MCP_SESSIONS_MAX, &o.sessions_max) && o.sessions_max;
             break;
         case 'm':
             ok = number(optarg, 1u << 20, &o.memory_max_mib) && o.memory_max_mib >= 128;

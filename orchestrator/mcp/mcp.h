@@ -28,6 +28,7 @@
 #define AL_MCP_MESSAGE_MAX (16u << 20)
 #define AL_MCP_CALLS_MAX 64       /* tools/call in flight at once (the agent link's 64) */
 #define AL_MCP_SESSIONS_DEFAULT 8 /* sessions of one client at once */
+#define AL_MCP_SESSIONS_MAX 64    /* what sessions_max may be (a host's quotas may be lower) */
 #define AL_MCP_RUNS_MAX 64        /* runs and processes one session keeps (oldest ended go) */
 
 typedef struct al_mcp al_mcp;
@@ -53,9 +54,25 @@ typedef struct al_mcp_opts {
      * when it is not there for that owner ("unknown image"); NULL: every image is. */
     const char *(*image_for)(void *ctx, const char *name, char *buf, size_t len);
     void *image_ctx;
+    /* Where start_session's sessions come from and go back to, where not NULL (airlockd: its
+     * registry, so that they are its owner's like every other, listed, counted against its
+     * quotas and reaped by its rules): open boots one from o and hands back the session and the
+     * host's handle for it (-errno and err on failure: err names the limit); touch says a call
+     * used it; ending says whether the host is ending it already; close gives it back (its VM
+     * goes). A session the host ends itself is told with al_mcp_session_ended. NULL:
+     * al_session_open and al_session_close. */
+    int (*session_open)(void *ctx, const al_session_opts *o, al_session **s, void **handle,
+                        al_error *err);
+    void (*session_touch)(void *ctx, void *handle);
+    bool (*session_ending)(void *ctx, void *handle);
+    void (*session_close)(void *ctx, void *handle);
+    void *session_ctx;
 } al_mcp_opts;
 
 int al_mcp_new(const al_mcp_opts *o, al_mcp **out, al_error *err);
+/* The host ended the session of handle (al_mcp_opts.session_open's) itself: its calls fail, it
+ * is no longer found, and it is given back (session_close) once no call holds it. */
+void al_mcp_session_ended(al_mcp *m, void *handle);
 /* One message as received: a request, a notification, a response or a batch of them. Answers go
  * to send(ctx), now or later from a worker thread; ctx stays the caller's until every request of
  * the message has had its final answer, or al_mcp_free returned. Returns how many final answers

@@ -70,6 +70,7 @@ struct mcp_sess {
     struct mcp_sess *next;
     char id[40]; /* "sb_" and 32 hex digits: the handle the client passes */
     al_session *s;
+    void *handle;  /* the host's (al_mcp_opts.session_open), or NULL */
     unsigned refs; /* the table's, and one per caller and run using it */
     bool gone;     /* stopped: no longer found */
     char image[64];

@@ -600,16 +600,27 @@ struct mcp_sess *mcp_sess_get(al_mcp *m, const char *id)
             ss->refs++;
             ss->used_ms = al_now_ms();
             pthread_mutex_unlock(&m->mu);
+            if (m->o.session_touch)
+                m->o.session_touch(m->o.session_ctx, ss->handle);
             return ss;
         }
     pthread_mutex_unlock(&m->mu);
     return NULL;
 }
 
+/* The session back where it came from: the host's registry, or closed here. */
+static void give_back(al_mcp *m, al_session *s, void *handle)
+{
+    if (m->o.session_close)
+        m->o.session_close(m->o.session_ctx, handle);
+    else
+        al_session_close(s);
+}
+
 static void sess_close(al_mcp *m, struct mcp_sess *ss)
 {
     mcp_log(m, "session %s: closing (its VM goes)", ss->id);
-    al_session_close(ss->s);
+    give_back(m, ss->s, ss->handle);
     for (struct mcp_run *r = ss->runs, *n; r; r = n) {
         n = r->next;
         run_free(r);
@@ -696,7 +707,8 @@ int mcp_sess_open(al_mcp *m, struct mcp_call *c, const al_session_opts *so, stru
         o.cancel_fd = cp[0];
         mcp_call_target(c, cp[1]);
         uint64_t t0 = al_now_ms();
-        rc = al_session_open(&o, &s, err);
+        rc = m->o.session_open ? m->o.session_open(m->o.session_ctx, &o, &s, &ss->handle, err)
+                               : al_session_open(&o, &s, err);
         mcp_call_target(c, -1);
         ss->boot_ms = al_now_ms() - t0;
         if (!rc)
@@ -710,7 +722,8 @@ int mcp_sess_open(al_mcp *m, struct mcp_call *c, const al_session_opts *so, stru
         rc = al_err(err, -ESHUTDOWN, "the server is closing");
     if (rc) {
         pthread_mutex_unlock(&m->mu);
-        al_session_close(s);
+        if (s)
+            give_back(m, s, ss->handle);
         free(ss);
         return rc;
     }
@@ -722,8 +735,30 @@ int mcp_sess_open(al_mcp *m, struct mcp_call *c, const al_session_opts *so, stru
     m->sessions = ss;
     m->nsessions++;
     pthread_mutex_unlock(&m->mu);
+    /* Ended by the host before it was in the table (al_mcp_session_ended found nothing then). */
+    if (m->o.session_ending && m->o.session_ending(m->o.session_ctx, ss->handle)) {
+        mcp_sess_stop(m, ss);
+        mcp_sess_put(m, ss);
+        return al_err(err, -ESHUTDOWN, "the session was ended as it started");
+    }
     *out = ss;
     return 0;
+}
+
+void al_mcp_session_ended(al_mcp *m, void *handle)
+{
+    pthread_mutex_lock(&m->mu);
+    struct mcp_sess *ss = m->sessions;
+    while (ss && (ss->gone || ss->handle != handle))
+        ss = ss->next;
+    if (ss)
+        ss->refs++;
+    pthread_mutex_unlock(&m->mu);
+    if (!ss)
+        return;
+    mcp_log(m, "session %s: ended by the host", ss->id);
+    mcp_sess_stop(m, ss);
+    mcp_sess_put(m, ss);
 }
 
 void mcp_sessions_reap(al_mcp *m)

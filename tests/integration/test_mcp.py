@@ -25,6 +25,7 @@ import time
 import unittest
 
 import altest
+from airlock import APIError, Sandbox
 
 HAVE_DAEMON = bool(os.environ.get("AIRLOCKD_BIN"))
 if HAVE_DAEMON:
@@ -573,6 +574,80 @@ def http(port, method, body=None, headers=None, path="/mcp"):
     data = r.read()
     c.close()
     return r.status, {k.lower(): v for k, v in r.getheaders()}, data
+
+
+def mcp_http_session(port, key):
+    """initialize through airlockd's /mcp as key: a function calling a tool there (the
+    result object)."""
+    h = {"Authorization": "Bearer " + key}
+    st, hh, b = http(port, "POST", {"jsonrpc": "2.0", "id": 1, "method": "initialize",
+                                    "params": {"protocolVersion": "2025-06-18",
+                                               "capabilities": {},
+                                               "clientInfo": {"name": "t", "version": "1"}}}, h)
+    assert st == 200, b
+    h["Mcp-Session-Id"] = hh["mcp-session-id"]
+    n = [1]
+
+    def call(name, **args):
+        n[0] += 1
+        st, _, b = http(port, "POST", {"jsonrpc": "2.0", "id": n[0], "method": "tools/call",
+                                       "params": {"name": name, "arguments": args}}, h)
+        assert st == 200, b
+        text = b.decode()
+        if not text.startswith("{"):
+            text = [l[5:] for l in text.splitlines() if l.startswith("data:")][-1]
+        return json.loads(text)["result"]
+    return call
+
+
+@unittest.skipUnless(HAVE_DAEMON, "AIRLOCKD_BIN is not set")
+class RegistryTest(unittest.TestCase):
+    """MCP's sandboxes on airlockd are the registry's like every other: listed in
+    /v1/sessions, counted against the key's quotas with its REST and E2B sessions, ended by
+    a DELETE there (the MCP client's next call says so, nothing hangs)."""
+
+    def test_one_registry(self):
+        d = Daemon()
+        try:
+            key = d.key("reg", "--max-sessions", "2")
+            rest = d.tcp(key)
+            call = mcp_http_session(d.port, key)
+            r = call("start_session")
+            self.assertFalse(r.get("isError"), r)
+            handle = r["structuredContent"]["session"]
+            listed = rest.sessions()
+            self.assertEqual(len(listed), 1, listed)
+            self.assertEqual(listed[0]["labels"], {"front": "mcp"})
+            mine = listed[0]["id"]
+            self.assertEqual(call("run_command", session=handle,
+                                  command="echo hi")["structuredContent"]["stdout"], "hi\n")
+            # The key's max_sessions holds across the fronts together.
+            with Sandbox(client=rest) as sb:
+                r = call("start_session")
+                self.assertTrue(r.get("isError"), r)
+                self.assertIn("max_sessions", r["content"][0]["text"])
+                with self.assertRaises(APIError) as e:
+                    Sandbox(client=rest)
+                self.assertEqual((e.exception.status, e.exception.limit), (429, "max_sessions"))
+                self.assertEqual(len(rest.sessions()), 2)
+            # Ended through REST: the MCP client hears it on its next call; the VM is gone.
+            rest.request("DELETE", "/v1/sessions/" + mine)
+            self.assertEqual(rest.sessions(), [])
+            r = call("run_command", session=handle, command="echo hi")
+            self.assertTrue(r.get("isError"), r)
+            # MCP's own stop gives it back: gone from the list.
+            r = call("start_session")
+            self.assertFalse(r.get("isError"), r)
+            self.assertEqual(len(rest.sessions()), 1)
+            call("stop_session", session=r["structuredContent"]["session"])
+            self.assertEqual(rest.sessions(), [])
+            # One left running when the daemon stops: it goes with the daemon, no hang.
+            self.assertFalse(call("start_session").get("isError"))
+            left = [x["id"] for x in rest.sessions()]
+            self.assertEqual(len(left), 1)
+        finally:
+            self.assertEqual(d.stop_and_remove(), 0)
+        self.assertFalse(set(left) & altest.virsh_names())
 
 
 @unittest.skipUnless(HAVE_DAEMON, "AIRLOCKD_BIN is not set")
