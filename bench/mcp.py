@@ -9,6 +9,9 @@ start_run: start_session + run_code("1+1") from the image's warm template (AIRLO
 run_code: a run_code("1+1") round trip in an open session against the library's own kernel
   round trip (tests/integration/kernel-driver: al_exec with kernel), rounds alternated (goal:
   ratio at most 1.5).
+queued: 8 run_code("print(1)") sent at once to one kernel (they queue in the library, in the
+  order sent) until the last answers, against the same 8 sent one after the other's answer
+  from one client, rounds alternated (goal: ratio at most 1.1).
 
 Usage: bench/mcp.py [--build DIR] [--image-dir DIR] [--image NAME] [--rounds N] [--json FILE]
 """
@@ -46,6 +49,24 @@ class Mcp:
                 if "error" in r:
                     raise RuntimeError("%s: %s" % (method, r["error"]))
                 return r["result"]
+
+    def calls_at_once(self, name, args_list):
+        """tools/call of each args at once; waits for every answer."""
+        ids = []
+        for args in args_list:
+            self.n += 1
+            ids.append(self.n)
+            msg = {"jsonrpc": "2.0", "id": self.n, "method": "tools/call",
+                   "params": {"name": name, "arguments": args}}
+            self.p.stdin.write((json.dumps(msg) + "\n").encode())
+        self.p.stdin.flush()
+        left = set(ids)
+        while left:
+            r = json.loads(self.p.stdout.readline())
+            if r.get("id") in left:
+                if "error" in r or r["result"].get("isError"):
+                    raise RuntimeError("%s: %s" % (name, r))
+                left.discard(r["id"])
 
     def tool(self, name, **args):
         r = self.request("tools/call", {"name": name, "arguments": args})
@@ -137,6 +158,23 @@ def main():
         lib_rt.append(time.monotonic() - t0)
     d.stdin.close()
     d.wait(timeout=120)
+    # 8 queued at once against 8 in a row.
+    at_once, in_a_row = [], []
+    eight = [{"session": sid, "code": "print(1)"}] * 8
+    for _ in range(max(5, a.rounds)):
+        t0 = time.monotonic()
+        m.calls_at_once("run_code", eight)
+        at_once.append(time.monotonic() - t0)
+        t0 = time.monotonic()
+        for args in eight:
+            m.tool("run_code", **args)
+        in_a_row.append(time.monotonic() - t0)
+    out["queued"] = {"at_once_median_s": statistics.median(at_once),
+                     "in_a_row_median_s": statistics.median(in_a_row),
+                     "ratio": statistics.median(at_once) / statistics.median(in_a_row),
+                     "goal": 1.1}
+    log("queued: 8 at once %.2f s, 8 in a row %.2f s" % (out["queued"]["at_once_median_s"],
+                                                           out["queued"]["in_a_row_median_s"]))
     m.close()
     out["run_code"] = {"mcp_median_ms": median_ms(mcp_rt), "library_median_ms": median_ms(lib_rt),
                        "ratio": statistics.median(mcp_rt) / statistics.median(lib_rt),

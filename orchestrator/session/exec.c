@@ -430,7 +430,8 @@ static int fd_field(int fd, bool stdin_ok)
 
 int al_exec_take(al_exec_opts *dst, const al_exec_opts *src, al_exec_result *out, al_error *err)
 {
-    int r = AL_SIZED_IN(dst, src, "al_exec_opts", err);
+    /* Callers built before the queue callback (LIBAIRLOCK_1.4) pass the smaller struct. */
+    int r = AL_SIZED_IN_SINCE(dst, src, "al_exec_opts", queued, err);
     if (r == 0)
         r = AL_SIZED_OUT(out, "al_exec_result", err);
     if (r < 0)

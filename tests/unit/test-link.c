@@ -3,7 +3,7 @@
  * the host's own checks against a scripted hostile peer, this program run again as
  * `test-link --peer MODE`. TAP; seconds, no libvirt.
  *
- *   test-link AGENT                 the tests
+ *   test-link AGENT KERNELS_DIR     the tests
  *   test-link --peer MODE           the peer: answers the handshake, then plays MODE:
  *     reverse     takes 64 EXECs, then answers them in reverse order, each request's frames
  *                 interleaved with the others' (STARTED all, DATA all, EXIT all)
@@ -16,9 +16,11 @@
 #include <arpa/inet.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <limits.h>
 #include <netinet/in.h>
 #include <pthread.h>
 #include <signal.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -217,14 +219,18 @@ static int to_collect(void *ctx, int stream, const uint8_t *data, size_t n)
     return collect(j, stream, data, n);
 }
 
-/* A session on the agent, run as `AGENT --stdio --root ROOT` (root: a mkdtemp template). */
+/* The language kernels' driver scripts (guest-agent/kernels in the source tree). */
+static const char *kernels_dir;
+
+/* A session on the agent, run as `AGENT --stdio --root ROOT --kernels DIR` (root: a mkdtemp
+ * template). */
 static al_session *agent_session(const char *agent, char *root, const char *what)
 {
     if (!mkdtemp(root)) {
         ok(false, "mkdtemp");
         return NULL;
     }
-    const char *argv[] = {agent, "--stdio", "--root", root, NULL};
+    const char *argv[] = {agent, "--stdio", "--root", root, "--kernels", kernels_dir, NULL};
     al_session *s = open_peer(argv);
     ok(s != NULL, "%s", what);
     return s;
@@ -385,6 +391,122 @@ static void test_agent(const char *agent)
     pthread_join(ta, NULL);
     ok(t.rc == 0 && t.res.timed_out, "the short timeout fired (%s)", t.err.msg);
     ok(l.rc == 0 && !strcmp(l.out, "long\n") && !l.res.timed_out, "the other run went on");
+    al_session_close(s);
+    al_rmtree(root);
+}
+
+/* ---- kernel runs wait their turn (al_link_queue) ---- */
+
+struct kjob {
+    al_session *s;
+    char code[96];
+    int cancel_fd;
+    size_t struct_size; /* 0: sizeof(al_exec_opts) */
+    int rc;
+    al_error err;
+    al_exec_result res;
+    char out[64];
+    size_t len;
+    unsigned first_ahead; /* what the queue callback said first (UINT_MAX: never called) */
+};
+
+static void kjob_queued(void *ctx, unsigned ahead)
+{
+    struct kjob *k = ctx;
+    if (k->first_ahead == UINT_MAX)
+        k->first_ahead = ahead;
+}
+
+static int kjob_collect(void *ctx, int stream, const uint8_t *data, size_t n)
+{
+    struct kjob *k = ctx;
+    if (stream == 1 && n < sizeof(k->out) - 1 - k->len) {
+        memcpy(k->out + k->len, data, n);
+        k->len += n;
+    }
+    return 0;
+}
+
+static void *kjob_thread(void *arg)
+{
+    struct kjob *k = arg;
+    const char *argv[] = {k->code, NULL};
+    al_exec_opts o = {.struct_size = k->struct_size ? k->struct_size : sizeof(al_exec_opts),
+                      .argv = argv,
+                      .lang = "shell",
+                      .kernel = true,
+                      .stdin_fd = -1,
+                      .stdout_fd = -1,
+                      .stderr_fd = -1,
+                      .cancel_fd = k->cancel_fd,
+                      .timeout_ms = 60000,
+                      .output = kjob_collect,
+                      .output_ctx = k};
+    if (!k->struct_size)
+        o.queued = kjob_queued;
+    k->res = (al_exec_result)AL_EXEC_RESULT_INIT;
+    k->rc = al_exec(k->s, &o, &k->res, &k->err);
+    return NULL;
+}
+
+static void test_kernel_queue(const char *agent)
+{
+    char root[] = "/tmp/airlock-test-link-XXXXXX";
+    al_session *s = agent_session(agent, root, "kernel queue: a session on airlock-agent --stdio");
+    if (!s)
+        return;
+    enum { N = 6 };
+    static struct kjob k[N + 1];
+    pthread_t th[N + 1];
+    /* Six runs for one shell kernel, sent 50 ms apart while the first runs: none is refused
+     * (the kernel runs one at a time), each its own output, in the order sent. The seventh is
+     * cancelled while it waits: it never runs. */
+    for (int i = 0; i <= N; i++) {
+        k[i] = (struct kjob){.s = s, .cancel_fd = -1, .first_ahead = UINT_MAX};
+        snprintf(k[i].code, sizeof(k[i].code), "sleep 0.3; echo %d >> %s/order; echo k-%d", i, root,
+                 i);
+    }
+    int cancel[2];
+    if (pipe2(cancel, O_CLOEXEC) < 0)
+        return;
+    k[N].cancel_fd = cancel[0];
+    for (int i = 0; i <= N; i++) {
+        pthread_create(&th[i], NULL, kjob_thread, &k[i]);
+        usleep(50 * 1000);
+    }
+    uint8_t sig = SIGINT;
+    if (write(cancel[1], &sig, 1) != 1)
+        ok(false, "write cancel");
+    int right = 0;
+    for (int i = 0; i <= N; i++) {
+        pthread_join(th[i], NULL);
+        char want[16];
+        snprintf(want, sizeof(want), "k-%d\n", i);
+        right += i < N && k[i].rc == 0 && !strcmp(k[i].out, want);
+    }
+    ok(right == N, "%d kernel runs at once: %d ran, each with its own output (%s)", N, right,
+       k[1].rc ? k[1].err.msg : "");
+    ok(k[1].first_ahead >= 1, "a waiting run is told its place (%u ahead)", k[1].first_ahead);
+    ok(k[N].rc == -ECANCELED, "a run cancelled while it waited never ran (%s)", k[N].err.msg);
+    char path[128], order[64] = "";
+    snprintf(path, sizeof(path), "%s/order", root);
+    FILE *f = fopen(path, "re");
+    size_t got = f ? fread(order, 1, sizeof(order) - 1, f) : 0;
+    order[got] = '\0';
+    if (f)
+        fclose(f);
+    bool in_order = !strcmp(order, "0\n1\n2\n3\n4\n5\n");
+    for (char *c = order; *c; c++)
+        *c = *c == '\n' ? ' ' : *c; /* one line of TAP */
+    ok(in_order, "they ran in the order sent (%s)", order);
+    /* A caller built before the queue callback passes the smaller struct: taken. */
+    struct kjob old = {.s = s, .cancel_fd = -1, .struct_size = offsetof(al_exec_opts, queued)};
+    snprintf(old.code, sizeof(old.code), "echo old");
+    kjob_thread(&old);
+    ok(old.rc == 0 && !strcmp(old.out, "old\n"), "an older caller's al_exec_opts is taken (%s)",
+       old.err.msg);
+    close(cancel[0]);
+    close(cancel[1]);
     al_session_close(s);
     al_rmtree(root);
 }
@@ -597,10 +719,11 @@ int main(int argc, char **argv)
     if (argc == 3 && !strcmp(argv[1], "--peer"))
         return peer(argv[2]);
     setvbuf(stdout, NULL, _IOLBF, 0);
-    if (argc != 2) {
-        fprintf(stderr, "usage: test-link AGENT | test-link --peer MODE\n");
+    if (argc != 3) {
+        fprintf(stderr, "usage: test-link AGENT KERNELS_DIR | test-link --peer MODE\n");
         return 2;
     }
+    kernels_dir = argv[2];
     self_path = "/proc/self/exe";
     static char exe[4096];
     ssize_t n = readlink("/proc/self/exe", exe, sizeof(exe) - 1);
@@ -610,6 +733,7 @@ int main(int argc, char **argv)
     }
     test_agent(argv[1]);
     test_procs(argv[1]);
+    test_kernel_queue(argv[1]);
     test_tunnel_stall(argv[1]);
     test_reverse();
     test_unknown();
