@@ -839,7 +839,7 @@ static double shot_ms(al_session *s, size_t *bytes)
 
 /* [IMAGE] [ROUNDS]: a host-side screenshot alone; a click then the next screenshot; and the
  * guest's own capture copied out by exec: on the desktop image scrot's PNG of the X screen (the
- * baseline of issue 33's goal), elsewhere a read of the VGA text memory through /dev/mem, a
+ * baseline of the screenshot goal), elsewhere a read of the VGA text memory through /dev/mem, a
  * lower bound of any in-guest capture (no pixels, no PNG). Rounds alternated. */
 static int cmd_screen(int argc, char **argv)
 {

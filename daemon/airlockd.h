@@ -41,7 +41,7 @@ struct ad_limits {
     uint64_t max_upload_bytes;   /* one file upload */
     uint64_t disk_budget_bytes;  /* each session's disk budget (the library's) */
     unsigned requests_per_s;     /* requests per second, bursts up to twice that */
-    uint64_t net_bytes_max;      /* a session's network bytes (issue 18), also the default cap
+    uint64_t net_bytes_max;      /* a session's network bytes, also the default cap
                                     up to the library's 1 GiB */
 };
 
@@ -89,10 +89,10 @@ struct ad_config {
      * 0: none. */
     char pool_image[64];                             /* "": the default image */
     unsigned pool_size, pool_memory_mib, pool_vcpus; /* 0 memory, vCPUs: the image's */
-    /* Network on request (issue 18): the hosts and *.suffix patterns any session may allow
+    /* Network on request: the hosts and *.suffix patterns any session may allow
      * at most (NULL: none, no session gets a network); the byte cap is limits.net_bytes_max. */
     char **net_allow_max;
-    /* Many hosts (issue 20): none configured is one, the library's default connection. */
+    /* Many hosts: none configured is one, the library's default connection. */
     struct ad_host_cfg hosts[AD_HOSTS_MAX];
     size_t nhosts;
     unsigned host_check_s; /* how often each host is asked whether it answers */
@@ -105,7 +105,7 @@ struct ad_config {
     unsigned keep_grace_s; /* how long kept sessions wait for a daemon that stopped; 0: the
                               library's default (AIRLOCK_KEEP_GRACE_S) */
     char e2b_listen[128];
-    /* e2b_template lines: a templateID that names an image of the store (issue 34) */
+    /* e2b_template lines: a templateID that names an image of the store */
     struct ad_e2b_template {
         char name[64], image[64];
     } e2b_templates[AD_E2B_TEMPLATES_MAX];
@@ -215,7 +215,7 @@ struct ad_session {
     cJSON *e2b_contexts;   /* the code interpreter's contexts (e2b.c, under its lock) */
     struct ad_e2b_watcher *e2b_watchers; /* envd's CreateWatcher's (e2b.c, the same lock) */
     bool e2b_user; /* the guest has E2B's `user` and runuser: processes run as it */
-    /* Sessions that last (issue 35; store.c): kept by the library for this daemon (restarts take
+    /* Sessions that last (store.c): kept by the library for this daemon (restarts take
      * it back), its name (unique per owner, "" for none), paused to disk, pausing when idle this
      * long instead of ending (0: never); set at create or restore, paused under the lock. */
     bool kept;
@@ -579,7 +579,7 @@ void ad_metrics_closing(void);
 void ad_metrics_closed(uint64_t ms);
 void ad_metrics_run_start(enum ad_run_kind kind);
 void ad_metrics_run_end(bool error, uint64_t ms);
-/* The pool (issue 13) reports its depth per image through this: fn calls line once per image. */
+/* The pool reports its depth per image through this: fn calls line once per image. */
 typedef void (*ad_pool_depth_fn)(void *ctx,
                                  void (*line)(void *out, const char *image, unsigned depth),
                                  void *out);

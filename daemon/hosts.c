@@ -1,4 +1,4 @@
-/* Many hosts (issue 20): the libvirt hosts sessions are placed on, each reached through libvirt's
+/* Many hosts: the libvirt hosts sessions are placed on, each reached through libvirt's
  * own remote protocol (qemu+tcp://, qemu+ssh://, qemu+tls://). The library does everything on a
  * remote host through the session's connection (the agent's channel as a virStream, disks as
  * volumes, checkpoints through the monitor), so a host needs nothing of ours but libvirtd and

@@ -61,7 +61,7 @@ static uint64_t runs_by_kind[3], run_errors, runs_active;
 static struct hist run_hist;
 static const char *const run_kinds[3] = {"command", "code", "kernel"};
 
-/* Pool depth per image: issue 13's pool reports through this hook when it is there. */
+/* Pool depth per image: the pool reports through this hook when it is there. */
 static ad_pool_depth_fn pool_depth;
 static void *pool_ctx;
 

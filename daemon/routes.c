@@ -216,7 +216,7 @@ static enum MHD_Result session_resume(struct MHD_Connection *c, struct ad_req *q
     return ad_reply_json(c, q, 200, ad_session_json(q->sess));
 }
 
-/* ---- network requests (issue 18): the session's proxy log, a page at a time ---- */
+/* ---- network requests: the session's proxy log, a page at a time ---- */
 
 #define NET_PAGE_DEFAULT 100
 #define NET_PAGE_MAX 1000

@@ -61,7 +61,7 @@ struct ad_run {
     unsigned results_dropped; /* results dropped past give_up_ms */
     int stdin_rd;
     uint64_t started; /* unix time */
-    /* Sessions that last (issue 35): the run's request id in the agent (al_exec_opts.request_id);
+    /* Sessions that last: the run's request id in the agent (al_exec_opts.request_id);
      * suspended: its session was paused or its daemon stopped, the guest keeps it, a resume or
      * the next start takes it up again (adopt: through al_exec_opts.adopt) */
     uint32_t request_id;
@@ -1287,7 +1287,7 @@ struct MHD_Response *ad_run_stream(struct ad_run *r, uint64_t last_id, ad_run_fm
     return resp;
 }
 
-/* ---- sessions that last (issue 35) ---- */
+/* ---- sessions that last ---- */
 
 cJSON *ad_runs_record(struct ad_session *s)
 {

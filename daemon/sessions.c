@@ -40,7 +40,7 @@ static unsigned enders; /* sessions being ended by threads of their own */
 /* vCPUs a session may ask for. */
 #define VCPUS_MAX 16
 
-/* ---- the warm pool (issue 13) ----
+/* ---- the warm pool ----
  * pool_size sessions of one image and shape, restored from its template by libairlock's refill
  * thread, which builds the template first when there is none (until then creates boot cold).
  * A create takes one only when it asks for exactly that shape and one is ready now; otherwise it
@@ -593,7 +593,7 @@ static int quota(const char *owner, const struct ad_limits *lim, unsigned memory
     return 0;
 }
 
-/* ---- network on request (issue 18) ---- */
+/* ---- network on request ---- */
 
 /* Whether name ends with "." suffix, or is suffix itself (case aside). */
 static bool under(const char *name, const char *suffix)
@@ -993,7 +993,7 @@ int ad_session_extend(struct ad_session *s, unsigned seconds, const struct ad_li
     return 0;
 }
 
-/* ---- sessions that last (issue 35): the store, pause and resume, the restart ---- */
+/* ---- sessions that last: the store, pause and resume, the restart ---- */
 
 bool ad_session_name_ok(const char *name)
 {

@@ -1,4 +1,4 @@
-/* The daemon's sessions on disk (issue 35): one row per session in the key store's SQLite file
+/* The daemon's sessions on disk: one row per session in the key store's SQLite file
  * (table sessions: id, owner, name, and the session's record as JSON, written whole on every
  * change), so that a restart, a crash or an upgrade takes every session back (sessions.c,
  * ad_sessions_init). The daemon's lock beside the store (KEYS_DB.lock, flocked, holding the pid):

@@ -1,4 +1,4 @@
-/* Sessions that outlive their process (al_session_opts.keep, issue 35): a daemon restarted,
+/* Sessions that outlive their process (al_session_opts.keep): a daemon restarted,
  * upgraded or killed takes its sessions back, and a session can be paused to disk and resumed.
  *
  * A kept session's domain is started without AUTODESTROY; both its dirs carry a mark (keep,

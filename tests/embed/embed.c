@@ -1,4 +1,4 @@
-/* An embedder's program (issue 36): built against the installed libairlock-dev through
+/* An embedder's program: built against the installed libairlock-dev through
  * pkg-config, with the strict warnings an embedder would use, it opens a session, runs a
  * command and reads its result with options that start from the header's initialisers, and
  * checks the rules of "Structs" in airlock.h from the outside: a zeroed struct is refused by

@@ -1,4 +1,4 @@
-/* Golden domain XML (issue 36, as libvirt's qemuxml2argvtest): al_vm_xml for each kind of
+/* Golden domain XML (as libvirt's qemuxml2argvtest): al_vm_xml for each kind of
  * session against a checked-in file in tests/unit/vm-xml/, so that a change to what Airlock
  * asks of libvirt is a visible diff in review. AIRLOCK_REGEN=DIR writes the files there
  * instead (then review the diff). No libvirt, no VM: al_vm_xml reads its config, and only the
