@@ -754,7 +754,7 @@ static enum MHD_Result last_call(struct MHD_Connection *c, struct ad_req *q)
     return q->route->fn(c, q);
 }
 
-/* ---- request heads: a deadline for each  ----
+/* ---- request heads: a deadline for each ----
  *
  * libmicrohttpd's timeout is an idle one: a client that sends a byte of its head every few
  * seconds keeps a connection, and a thread, forever. Each connection is watched from its start,
