@@ -246,7 +246,7 @@ void init_pid1(void)
      * run sshd over their NIC instead). */
     if (!boot_program[0] && egress_present())
         egress_setup();
-    /* Every process the agent starts inherits these (guest-agent/exec.c). */
+    /* Every process the agent starts inherits these (guest-agent/agent_exec.c). */
     setenv("PATH", "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin", 1);
     setenv("HOME", "/root", 1);
     setenv("LANG", "C.UTF-8", 1);

@@ -55,7 +55,7 @@ bool cli_daemon_here(void);
 int cli_remote_cp(struct cli_globals *g, const char *session, const char *src, const char *dst,
                   bool to_guest);
 
-/* The workdir (cli/workdir.c): copy in with warnings, print the change list, ask and apply. */
+/* The workdir (cli/cli_workdir.c): copy in with warnings, print the change list, ask and apply. */
 enum cli_sync { CLI_SYNC_ASK, CLI_SYNC_YES, CLI_SYNC_NO };
 int cli_workdir_push(al_session *s, const char *dir, const al_workdir_opts *o, bool quiet,
                      al_error *err);

@@ -1,6 +1,6 @@
 /* The Model Context Protocol server (docs/MCP.md): JSON-RPC 2.0 messages in, answers out, the
  * sandbox's tools (sessions, code, processes, files, checkpoints) behind them. It knows no
- * transport: `airlock mcp` feeds it lines of stdio (cli/mcp.c); a server over HTTP feeds it
+ * transport: `airlock mcp` feeds it lines of stdio (cli/cli_mcp.c); a server over HTTP feeds it
  * request bodies. Every session it opens belongs to the al_mcp object and goes with it.
  *
  * Light methods (initialize, ping, tools/list, server/discover) answer at once from memory, on

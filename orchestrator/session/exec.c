@@ -376,8 +376,8 @@ static int exec_adopted(al_session *s, const al_exec_opts *o, al_exec_result *ou
                             .scan = !al_session_net(s),
                             .started = true,
                             .resize_fd = -1};
-    /* The agent holds its output until credited (requests_adopt in guest-agent/loop.c): a whole
-     * window on each stream it may have, as a new run starts with. */
+    /* The agent holds its output until credited (requests_adopt in guest-agent/agent_loop.c): a
+     * whole window on each stream it may have, as a new run starts with. */
     static const uint8_t streams[] = {AL_STREAM_STDOUT, AL_STREAM_STDERR, AL_STREAM_RESULT};
     for (size_t i = 0; i < sizeof(streams); i++) {
         struct al_msg c = {.type = AL_CREDIT, .id = id};

@@ -7,7 +7,7 @@
  * disk budget, whether it has a display or checkpoints, and, while paused, the saved state's size,
  * SHA-256 and the QEMU it was saved by. Everything else comes back from libvirt (the domain by
  * name) and the agent (a handshake with AL_HELLO_ADOPT, which hands over the runs it kept while
- * no host was connected: guest-agent/loop.c, requests_orphan). Pausing is libvirt's save
+ * no host was connected: guest-agent/agent_loop.c, requests_orphan). Pausing is libvirt's save
  * (virDomainSaveFlags: memory and device state into one file, the QEMU process gone); resuming
  * checks that file against the record before libvirt reads a byte of it. */
 #include "keep.h"

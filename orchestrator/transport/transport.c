@@ -9,7 +9,7 @@ static const struct al_transport_ops *const transports[] = {
 };
 
 /* The virtio-serial port is reached through the unix socket on the local disk, or through the
- * libvirt connection (transport/stream.c): AIRLOCK_CHANNEL=socket|stream, else the stream for
+ * libvirt connection (transport/vir_stream.c): AIRLOCK_CHANNEL=socket|stream, else the stream for
  * a remote host (the socket is on that host's disk) and the socket otherwise. */
 static int virtio_ops(bool remote, const struct al_transport_ops **ops, al_error *err)
 {

@@ -1,6 +1,6 @@
 /* The host side of a transport: how the agent's byte stream reaches this process.
  *
- * The guest agent has the same seam (guest-agent/channel.c). A transport prepares what the
+ * The guest agent has the same seam (guest-agent/agent_channel.c). A transport prepares what the
  * domain needs (a socket, or a NIC, keys and a seed), connects before a deadline and hands back
  * one stream socket carrying frames; the handshake, the request ids and the resync after a
  * checkpoint restore are the link's (link.c), the same for every transport. A transport knows

@@ -13,7 +13,7 @@ LITERAL = re.compile(r'"(--[a-z][a-z0-9-]*)"')
 # or the letters of a table's rows it is made from.
 SHORT_INLINE = re.compile(r'getopt_long\([^,]+,[^,]+,\s*"([^"]*)"')
 SHORT_CONST = re.compile(r'char\s+short_opts\[\]\s*=\s*"([^"]*)"')
-# A table the getopt tables are made from (cli/exec.c): {"name", x_argument, 'c', ...}.
+# A table the getopt tables are made from (cli/cli_exec.c): {"name", x_argument, 'c', ...}.
 SHORT_ROW = re.compile(r'\{\s*"[a-z][a-z0-9-]*"\s*,\s*(?:no|required|optional)_argument\s*,\s*\'([a-zA-Z0-9])\'')
 GETENV = re.compile(r'"(AIRLOCK_[A-Z0-9_]+)"')
 SHELL_ENV = re.compile(r'\$\{?(AIRLOCK_[A-Z0-9_]+)')

@@ -89,21 +89,21 @@ def main():
     check(spec.returncode == 0 and "-F " in spec.stdout, "complete -p airlock names a function",
           spec.stdout + spec.stderr)
 
-    main_c = open(os.path.join(src, "orchestrator", "cli", "main.c")).read()
+    main_c = open(os.path.join(src, "orchestrator", "cli", "cli_main.c")).read()
     commands = set(re.findall(r'!strcmp\(cmd, "([a-z]+)"\)', main_c))
     chat = cliflags.table_of(src, "chatopts.c")
     # The CLI refuses --json for chat and --resume for run (chatopts.c, chat_opts_parse).
-    expect_set(script, binary, env, [""], commands, "airlock <Tab>: the commands main.c runs")
-    expect_set(script, binary, env, ["--"], cliflags.table_of(src, "main.c") | (chat - {"--json"}),
+    expect_set(script, binary, env, [""], commands, "airlock <Tab>: the commands cli_main.c runs")
+    expect_set(script, binary, env, ["--"], cliflags.table_of(src, "cli_main.c") | (chat - {"--json"}),
                "airlock --<Tab>: the global flags and the chat's (airlock --model X chats)")
-    expect_set(script, binary, env, ["exec", "--"], cliflags.table_of(src, "exec.c"),
-               "airlock exec --<Tab>: exactly exec.c's getopt table")
+    expect_set(script, binary, env, ["exec", "--"], cliflags.table_of(src, "cli_exec.c"),
+               "airlock exec --<Tab>: exactly cli_exec.c's getopt table")
     expect_set(script, binary, env, ["chat", "--"], chat - {"--json"},
                "airlock chat --<Tab>: exactly chatopts.c's table but --json")
     expect_set(script, binary, env, ["run", "--"], chat - {"--resume"},
                "airlock run --<Tab>: exactly chatopts.c's table but --resume")
     # image.c holds a table per subcommand, each in its function.
-    image_c = open(os.path.join(src, "orchestrator", "cli", "image.c")).read()
+    image_c = open(os.path.join(src, "orchestrator", "cli", "cli_image.c")).read()
     tables = {}
     for m in re.finditer(r"\nstatic int (image_\w+)\(.*?\n\}\n", image_c, re.S):
         flags = {"--" + f for f in re.findall(r'\{"([a-z-]+)", +(?:no|required|optional)_argument',

@@ -21,13 +21,13 @@ import cliflags  # noqa: E402
 # "COMMANDS/<command>". A source not named here that accepts more than --help fails the test
 # until it is given its section (and the page describes its flags).
 SECTIONS = {
-    "main.c": ["GLOBAL OPTIONS"],
-    "exec.c": ["COMMANDS/exec"],
-    "image.c": ["COMMANDS/image"],
+    "cli_main.c": ["GLOBAL OPTIONS"],
+    "cli_exec.c": ["COMMANDS/exec"],
+    "cli_image.c": ["COMMANDS/image"],
     "chatopts.c": ["CHAT OPTIONS", "COMMANDS/chat", "COMMANDS/run"],
     "remote.c": ["COMMANDS/exec", "COMMANDS/session"],
     "port.c": ["COMMANDS/port"],
-    "mcp.c": ["COMMANDS/mcp"],
+    "cli_mcp.c": ["COMMANDS/mcp"],
 }
 FLAG = re.compile(r"(?<![\w-])--[a-z][a-z0-9-]*")
 SHORT = re.compile(r"(?<![\w-])-[a-zA-Z0-9](?![\w-])")
@@ -157,8 +157,8 @@ def check_help(src, binary):
     """--help against the sources: airlock's names every command main.c dispatches and every
     image subcommand; each command's names every flag of its getopt table."""
     cli = cliflags.cli_dir(src)
-    main_c = open(os.path.join(cli, "main.c"), encoding="utf-8").read()
-    image_c = open(os.path.join(cli, "image.c"), encoding="utf-8").read()
+    main_c = open(os.path.join(cli, "cli_main.c"), encoding="utf-8").read()
+    image_c = open(os.path.join(cli, "cli_image.c"), encoding="utf-8").read()
     commands = set(re.findall(r'!strcmp\(cmd, "([a-z]+)"\)', main_c)) - {"help"}
     subs = set(re.findall(r'!strcmp\(sub, "([a-z]+)"\)', image_c))
     rc, top = help_of(binary)
@@ -172,13 +172,13 @@ def check_help(src, binary):
           "airlock image --help names every image subcommand")
     # The remote exec's table is the second one of remote.c (after the session's).
     wanted = [
-        (("exec",), cliflags.table_of(src, "exec.c") | {"--session", "--detach"}),
+        (("exec",), cliflags.table_of(src, "cli_exec.c") | {"--session", "--detach"}),
         (("exec", "--session", "x"), set(re.findall(
             r'\{\s*"([a-z][a-z0-9-]*)"\s*,', open(os.path.join(cli, "remote.c")).read().split(
                 "int cli_remote_exec", 1)[1].split("getopt_long", 1)[0]))),
         (("chat",), cliflags.table_of(src, "chatopts.c") - {"--json"}),
         (("run",), cliflags.table_of(src, "chatopts.c") - {"--resume"}),
-        (("image",), cliflags.table_of(src, "image.c")),
+        (("image",), cliflags.table_of(src, "cli_image.c")),
     ]
     for args, flags in wanted:
         flags = {f if f.startswith("--") else "--" + f for f in flags} - {"--help"}

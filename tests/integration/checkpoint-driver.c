@@ -13,7 +13,7 @@
 #include "airlock.h"
 #include "airlock/policy.h"
 #include "airlock/text.h"
-#include "capture.h"
+#include "driver-capture.h"
 
 #include <cjson/cJSON.h>
 #include <errno.h>

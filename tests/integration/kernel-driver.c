@@ -12,7 +12,7 @@
  * "context"} answered {"r"}; {"op": "list"} answered {"r", "list"};
  * {"op": "get", "guest", "host"} answered {"r"}. On failure an answer also has "error". */
 #include "airlock.h"
-#include "capture.h"
+#include "driver-capture.h"
 
 #include <cjson/cJSON.h>
 #include <errno.h>

@@ -12,7 +12,7 @@
  * before each hand-out with POOL_GAP_S (the benchmark: a pool refilled between requests);
  * POOL_FIRST=true makes the first command `true` (the benchmark's hand-out to first exec). */
 #include "airlock.h"
-#include "capture.h"
+#include "driver-capture.h"
 
 #include <errno.h>
 #include <pthread.h>

@@ -1,5 +1,5 @@
 /* Keeping a run's output for the integration drivers; see capture.h. */
-#include "capture.h"
+#include "driver-capture.h"
 
 #include <errno.h>
 #include <stdlib.h>
