@@ -767,6 +767,7 @@ struct watch {
     struct watch *prev, *next;
     int fd;
     uint64_t since_ms;            /* 0: a request is under way, not waiting for a head */
+    bool served;                  /* a request of it was answered: a client's, kept alive */
     const struct listener *l;     /* whose connection */
     struct sockaddr_storage peer; /* a TCP peer's address; AF_UNSPEC on the unix socket */
 };
@@ -774,12 +775,14 @@ struct watch {
 static pthread_mutex_t watch_mu = PTHREAD_MUTEX_INITIALIZER;
 static struct watch *watched;
 
-/* Connections of one TCP address that may wait for a head at once, on each listener: past it,
- * the one that waited longest is cut. A slow client's bound where libmicrohttpd's per-address
- * limit is off (the E2B listener, whose SDKs hold many streams from one host: a stream's head
- * is complete, so it never counts), and below it on the API's listener; an idle keep-alive
- * connection is closed as any server closes one. */
+/* New connections of one TCP address that may wait for their first head at once, on each
+ * listener: past it, the one that waited longest is cut once it waited HEAD_CUT_MIN_MS. A slow
+ * client's bound where libmicrohttpd's per-address limit is off (the E2B listener, whose SDKs
+ * hold many streams and a pool of kept-alive connections from one host: a stream's head is
+ * complete and a kept-alive one was served, so neither counts), below it on the API's. A burst
+ * of new connections sends its heads within milliseconds: none is cut for being many at once. */
 #define HEAD_WAITING_PER_ADDRESS 16
+#define HEAD_CUT_MIN_MS 2000
 
 static bool same_address(const struct sockaddr_storage *a, const struct sockaddr_storage *b)
 {
@@ -794,21 +797,24 @@ static bool same_address(const struct sockaddr_storage *a, const struct sockaddr
     return false;
 }
 
-/* Under watch_mu: w is new; when its address holds too many connections waiting for a head,
- * the oldest of them is cut (shut down, as the deadline does). */
-static void head_bound(const struct watch *w)
+/* Under watch_mu: while w's address holds more new connections waiting for their first head
+ * than the bound, the one that waited longest is cut (shut down, as the deadline does), as long
+ * as it waited HEAD_CUT_MIN_MS. On each new connection, and each second (the watcher). */
+static void head_bound(const struct watch *w, uint64_t now)
 {
     if (w->peer.ss_family == AF_UNSPEC)
         return;
-    unsigned n = 0;
-    struct watch *oldest = NULL;
-    for (struct watch *o = watched; o; o = o->next)
-        if (o->since_ms && o->l == w->l && same_address(&o->peer, &w->peer)) {
-            n++;
-            if (!oldest || o->since_ms <= oldest->since_ms)
-                oldest = o;
-        }
-    if (n > HEAD_WAITING_PER_ADDRESS && oldest) {
+    for (;;) {
+        unsigned n = 0;
+        struct watch *oldest = NULL;
+        for (struct watch *o = watched; o; o = o->next)
+            if (o->since_ms && !o->served && o->l == w->l && same_address(&o->peer, &w->peer)) {
+                n++;
+                if (!oldest || o->since_ms <= oldest->since_ms)
+                    oldest = o;
+            }
+        if (n <= HEAD_WAITING_PER_ADDRESS || !oldest || now - oldest->since_ms < HEAD_CUT_MIN_MS)
+            return;
         shutdown(oldest->fd, SHUT_RDWR);
         oldest->since_ms = 0;
     }
@@ -844,7 +850,7 @@ static void notify_connection(void *cls, struct MHD_Connection *c, void **socket
             if (watched)
                 watched->prev = w;
             watched = w;
-            head_bound(w);
+            head_bound(w, w->since_ms);
         }
         *socket_context = w;
     } else if (w) { /* closed */
@@ -867,8 +873,10 @@ static void head_mark(struct MHD_Connection *c, bool waiting)
         MHD_get_connection_info(c, MHD_CONNECTION_INFO_SOCKET_CONTEXT);
     pthread_mutex_lock(&watch_mu);
     struct watch *w = ci ? ci->socket_context : NULL;
-    if (w)
+    if (w) {
         w->since_ms = waiting ? ad_now_ms() : 0;
+        w->served |= waiting; /* waiting again: a request of it ended */
+    }
     pthread_mutex_unlock(&watch_mu);
 }
 
@@ -884,6 +892,9 @@ static void *watch_heads(void *arg)
                 shutdown(w->fd, SHUT_RDWR);
                 w->since_ms = 0; /* once */
             }
+        for (struct watch *w = watched; w; w = w->next)
+            if (w->since_ms && !w->served)
+                head_bound(w, now);
         pthread_mutex_unlock(&watch_mu);
     }
     return NULL;
