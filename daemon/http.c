@@ -556,6 +556,9 @@ static enum MHD_Result spool_full(struct MHD_Connection *c, struct ad_req *q)
     return ad_reply_error(c, q, 507, "spool_full", "%s", why);
 }
 
+/* What a route that takes no body reads of one: room for an empty JSON object and blanks. */
+#define EMPTY_BODY_MAX 64
+
 static enum MHD_Result body_checks(struct MHD_Connection *c, struct ad_req *q);
 
 /* A request to the e2b listener: e2b.c routes and authenticates it; the rest is as ours. */
@@ -660,7 +663,7 @@ static enum MHD_Result body_checks(struct MHD_Connection *c, struct ad_req *q)
     const char *cl = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Content-Length");
     uint64_t bound = q->route->flags & AD_BODY_SPOOL                  ? q->lim.max_upload_bytes
                      : q->route->flags & (AD_BODY_JSON | AD_BODY_RAW) ? ad_cfg.max_body_bytes
-                                                                      : 0;
+                                                                      : EMPTY_BODY_MAX;
     if (cl && strtoull(cl, NULL, 10) > bound)
         return ad_reply_error(c, q, 413, "too_large", "request body over %llu bytes",
                               (unsigned long long)bound);
@@ -713,8 +716,9 @@ static int take_body(struct ad_req *q, const char *data, size_t n)
         q->spool_len += n;
         return 0;
     }
-    if (!(q->route->flags & (AD_BODY_JSON | AD_BODY_RAW)) ||
-        q->body_len + n > ad_cfg.max_body_bytes) {
+    uint64_t max =
+        q->route->flags & (AD_BODY_JSON | AD_BODY_RAW) ? ad_cfg.max_body_bytes : EMPTY_BODY_MAX;
+    if (q->body_len + n > max) {
         q->body_over = true;
         return 0;
     }
@@ -728,10 +732,33 @@ static int take_body(struct ad_req *q, const char *data, size_t n)
     return 0;
 }
 
+/* Whether a body is nothing but an empty JSON object (blanks aside): what a client that sends
+ * {} with every POST sends a route that takes no body. */
+static bool empty_object(const char *b, size_t n)
+{
+    size_t i = 0;
+    while (i < n && strchr(" \t\r\n", b[i]))
+        i++;
+    if (i == n)
+        return true;
+    if (b[i++] != '{')
+        return false;
+    while (i < n && strchr(" \t\r\n", b[i]))
+        i++;
+    if (i == n || b[i++] != '}')
+        return false;
+    while (i < n && strchr(" \t\r\n", b[i]))
+        i++;
+    return i == n;
+}
+
 static enum MHD_Result last_call(struct MHD_Connection *c, struct ad_req *q)
 {
     if (q->spool_over)
         return spool_full(c, q);
+    if (!(q->route->flags & (AD_BODY_SPOOL | AD_BODY_JSON | AD_BODY_RAW)) && !q->body_over &&
+        q->body_len && !empty_object(q->body, q->body_len))
+        return ad_reply_error(c, q, 400, "invalid", "this route takes no body (at most {})");
     if (q->body_over) {
         uint64_t bound =
             q->route->flags & AD_BODY_SPOOL ? q->lim.max_upload_bytes : ad_cfg.max_body_bytes;

@@ -1125,6 +1125,33 @@ class FrozenAgentTest(unittest.TestCase):
             shutil.rmtree(d.dir, ignore_errors=True)
 
 
+class EmptyBodyTest(unittest.TestCase):
+    """A route that takes no body takes an empty JSON object as none (clients that send {} with
+    every POST: pause and resume answered 413 "request body over 0 bytes"); anything more is
+    refused, a body past 64 bytes before it is read."""
+
+    def test_empty_object_is_no_body(self):
+        d = Daemon()
+        try:
+            def post(body, ct="application/json"):
+                c = http.client.HTTPConnection("127.0.0.1", d.port, timeout=30)
+                c.request("POST", "/v1/auth/logout", body=body, headers={"Content-Type": ct})
+                r = c.getresponse()
+                data = r.read()
+                c.close()
+                return r.status, data
+            for body in (b"", b"{}", b" { }\n"):
+                st, data = post(body)
+                self.assertLess(st, 300, (body, data))
+            st, data = post(b'{"x": 1}')
+            self.assertEqual(st, 400, data)
+            self.assertIn(b"takes no body", data)
+            st, data = post(b"{" + b" " * 100 + b"}")
+            self.assertEqual(st, 413, data)
+        finally:
+            self.assertEqual(d.stop_and_remove(), 0)
+
+
 class SlowClientTest(unittest.TestCase):
     """issue 29, 5: one address holding its connections with a header byte now and then does
     not lock other addresses (or the unix socket) out: TCP connections per address are
