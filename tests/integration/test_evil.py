@@ -98,7 +98,11 @@ class EvilGuestTest(unittest.TestCase):
                              stdout=subprocess.PIPE, stderr=subprocess.PIPE)
             _, err = p.communicate(timeout=120)
         self.assertEqual(p.returncode, 125, err[-2000:])
-        self.assertIn(b"the guest stopped reading its channel", err)
+        # Either host defence ends it: the writes that find no room (the usual case), or, when
+        # the host has not yet sent a chunk by the time evil forges its next credit (a loaded
+        # machine: seen under ASan in CI), the refusal of a credit the guest does not owe.
+        self.assertTrue(b"the guest stopped reading its channel" in err or
+                        b"guest sent a credit it does not owe" in err, err[-2000:])
         self.assertLess(time.time() - t0, 90)
         self.no_leak(err)
 
