@@ -736,20 +736,15 @@ static int take_body(struct ad_req *q, const char *data, size_t n)
  * {} with every POST sends a route that takes no body. */
 static bool empty_object(const char *b, size_t n)
 {
-    size_t i = 0;
-    while (i < n && strchr(" \t\r\n", b[i]))
-        i++;
-    if (i == n)
-        return true;
-    if (b[i++] != '{')
-        return false;
-    while (i < n && strchr(" \t\r\n", b[i]))
-        i++;
-    if (i == n || b[i++] != '}')
-        return false;
-    while (i < n && strchr(" \t\r\n", b[i]))
-        i++;
-    return i == n;
+    size_t k = 0; /* of "{}" seen */
+    for (size_t i = 0; i < n; i++) {
+        if (b[i] == ' ' || b[i] == '\t' || b[i] == '\r' || b[i] == '\n')
+            continue;
+        if (k == 2 || b[i] != "{}"[k])
+            return false;
+        k++;
+    }
+    return k == 0 || k == 2;
 }
 
 static enum MHD_Result last_call(struct MHD_Connection *c, struct ad_req *q)

@@ -262,7 +262,7 @@ static int cmd_hosts(void)
 }
 
 /* Every descriptor the hard limit allows: each session holds about 11 (ad_session_create
- * refuses one that would not fit, ad_fds_check). */
+ * refuses one that would not fit: fds_check in sessions.c). */
 static void raise_nofile(void)
 {
     struct rlimit rl;

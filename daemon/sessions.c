@@ -543,15 +543,15 @@ static int fds_check(struct ad_fail *f)
     struct rlimit rl;
     if (getrlimit(RLIMIT_NOFILE, &rl) < 0 || rl.rlim_cur == RLIM_INFINITY)
         return 0;
-    unsigned listeners = 1 + !!ad_cfg.tcp_listen[0] + !!ad_cfg.e2b_listen[0];
-    uint64_t need = (uint64_t)fds_open() + FDS_PER_SESSION + FDS_SPARE +
-                    (uint64_t)listeners * ad_cfg.max_connections;
+    unsigned listeners = 1 + !!ad_cfg.tcp_listen[0] + !!ad_cfg.e2b_listen[0], held = fds_open();
+    uint64_t need =
+        (uint64_t)held + FDS_PER_SESSION + FDS_SPARE + (uint64_t)listeners * ad_cfg.max_connections;
     if (need <= rl.rlim_cur)
         return 0;
     ad_failf(f, 503, "no_descriptors",
              "airlockd has %u descriptors open of its %llu (RLIMIT_NOFILE): a session needs %u "
              "more, with %u kept for connections; raise LimitNOFILE",
-             fds_open(), (unsigned long long)rl.rlim_cur, FDS_PER_SESSION,
+             held, (unsigned long long)rl.rlim_cur, FDS_PER_SESSION,
              FDS_SPARE + listeners * ad_cfg.max_connections);
     f->limit = "open_files";
     return -EMFILE;

@@ -7,7 +7,6 @@
 
 #include <errno.h>
 #include <fcntl.h>
-#include <limits.h>
 #include <poll.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -575,7 +574,7 @@ int al_link_queue(al_session *s, uint32_t id, const char *key, unsigned max, con
         char buf[64];
         if (n > 0 && p[0].revents)
             (void)!read(q->wake[0], buf, sizeof(buf));
-        if (n > 1 || (n > 0 && p[1].revents)) {
+        if (p[1].revents) {
             /* Its cancel before it ran: it never runs (the signal is taken, not forwarded). */
             (void)!read(q->cancel_fd, buf, 1);
             return al_err(err, -ECANCELED, "cancelled while it waited for %s (%u ahead)", what,
