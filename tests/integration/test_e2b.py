@@ -172,9 +172,20 @@ class SpoolTest(unittest.TestCase):
     def post(self, path, body, **headers):
         return self.e.request("POST", "/files?path=" + path, body, dict(self.h, **headers))
 
+    def when_room(self, send):
+        """A transfer that fits an empty spool. What the case before held is given back when
+        airlockd finishes that request, which may come just after its client has the answer."""
+        deadline = time.monotonic() + 20
+        while True:
+            st, hd, data = send()
+            if st != 507 or time.monotonic() > deadline:
+                return st, hd, data
+            time.sleep(0.2)
+
     def test_gzip_inflated_copy_is_held(self):
         octet = {"Content-Type": "application/octet-stream", "Content-Encoding": "gzip"}
-        st, _, data = self.post("/tmp/small", gzip.compress(b"\0" * 200000), **octet)
+        st, _, data = self.when_room(
+            lambda: self.post("/tmp/small", gzip.compress(b"\0" * 200000), **octet))
         self.assertEqual(st, 200, data)
         # under max_upload_bytes, but the inflated copy does not fit the spool
         st, _, data = self.post("/tmp/big", gzip.compress(b"\0" * 700000), **octet)
@@ -187,7 +198,7 @@ class SpoolTest(unittest.TestCase):
                     b"filename=\"/tmp/part\"\r\nContent-Type: application/octet-stream\r\n\r\n"
                     + b"x" * n + b"\r\n--b0--\r\n")
         ct = {"Content-Type": "multipart/form-data; boundary=b0"}
-        st, _, data = self.post("/tmp/part", form(200000), **ct)
+        st, _, data = self.when_room(lambda: self.post("/tmp/part", form(200000), **ct))
         self.assertEqual(st, 200, data)
         # the body (400000) fits; it and its part's copy (800000 together) do not
         st, _, data = self.post("/tmp/part", form(400000), **ct)
@@ -198,7 +209,8 @@ class SpoolTest(unittest.TestCase):
         sb = Sandbox.connect("airlock-" + self.sid, client=native)
         r = sb.commands.run("head -c 200000 /dev/zero > /tmp/d1; head -c 700000 /dev/zero > /tmp/d2")
         self.assertEqual(r.exit_code, 0)
-        st, _, data = self.e.request("GET", "/files?path=/tmp/d1", None, self.h)
+        st, _, data = self.when_room(
+            lambda: self.e.request("GET", "/files?path=/tmp/d1", None, self.h))
         self.assertEqual((st, len(data)), (200, 200000))
         st, _, data = self.e.request("GET", "/files?path=/tmp/d2", None, self.h)
         self.assertEqual(st, 507, data[:200])
