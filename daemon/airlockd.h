@@ -357,9 +357,11 @@ struct ad_run *ad_run_get(struct ad_session *s, const char *rid);
 void ad_run_put(struct ad_run *r);
 cJSON *ad_run_json(struct ad_run *r);
 void ad_run_list(struct ad_session *s, cJSON *arr);
-/* An SSE response from after event last_id (0: from the first). NULL with f set when those
- * events were already dropped. */
-struct MHD_Response *ad_run_events(struct ad_run *r, uint64_t last_id, struct ad_fail *f);
+/* An SSE response from after event last_id (0: from the first): with follow, to the run's end;
+ * without, to the last event held now. Output events made before since_ms (unix ms) are left
+ * out. NULL with f set when those events were already dropped. */
+struct MHD_Response *ad_run_events(struct ad_run *r, uint64_t last_id, bool follow,
+                                   uint64_t since_ms, struct ad_fail *f);
 /* Another framing of the same events (E2B's Connect envelopes): fmt makes each event's bytes
  * (malloc'd, *len; NULL to send nothing for it) from its type and its data's JSON (json_len
  * bytes); a heartbeat is type "heartbeat", the stream's end type "" (both with json NULL).

@@ -454,8 +454,24 @@ static enum MHD_Result run_events(struct MHD_Connection *c, struct ad_req *q)
             return ad_reply_error(c, q, 400, "invalid", "Last-Event-ID: an event number");
         }
     }
+    const char *fw = query(c, "follow"), *since = query(c, "since");
+    bool follow = !fw || !strcmp(fw, "1") || !strcmp(fw, "true");
+    double since_s = 0;
+    if (since) {
+        char *end;
+        errno = 0;
+        since_s = strtod(since, &end);
+        if (errno || *end || !*since || !(since_s >= 0) || since_s > 1e11) {
+            ad_run_put(r);
+            return ad_reply_error(c, q, 400, "invalid", "since: unix time in seconds");
+        }
+    }
+    if (fw && !follow && strcmp(fw, "0") && strcmp(fw, "false")) {
+        ad_run_put(r);
+        return ad_reply_error(c, q, 400, "invalid", "follow: true or false");
+    }
     struct ad_fail f;
-    struct MHD_Response *resp = ad_run_events(r, last, &f);
+    struct MHD_Response *resp = ad_run_events(r, last, follow, (uint64_t)(since_s * 1000), &f);
     ad_run_put(r);
     if (!resp)
         return ad_reply_fail(c, q, &f);

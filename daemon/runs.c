@@ -22,6 +22,8 @@
 struct event {
     struct event *next;
     uint64_t seq;
+    uint64_t at_ms; /* when it was made (unix time, ms) */
+    bool output;    /* an output event (what a reader's since_ms skips) */
     size_t len;
     char text[]; /* the whole SSE frame: "id: N\nevent: T\ndata: {...}\n\n" */
 };
@@ -144,6 +146,10 @@ static int push_json(struct ad_run *r, const char *type, const char *json, bool 
     pthread_mutex_lock(&r->mu);
     e->next = NULL;
     e->seq = r->next_seq;
+    struct timespec now_ts;
+    clock_gettime(CLOCK_REALTIME, &now_ts);
+    e->at_ms = (uint64_t)now_ts.tv_sec * 1000u + (uint64_t)now_ts.tv_nsec / 1000000u;
+    e->output = !strcmp(type, "output");
     e->len = (size_t)snprintf(e->text, cap, "id: %llu\nevent: %s\ndata: %s\n\n",
                               (unsigned long long)e->seq, type, json);
     for (;;) {
@@ -1055,6 +1061,11 @@ struct reader {
     size_t frame_len;
     bool ended;   /* fmt's last frame was made */
     bool aborted; /* fmt dropped the stream (AD_RUN_FMT_ABORT) */
+    /* an SSE reader's choices (ad_run_events): with held_only, the stream ends after event
+     * stop_at (what was held when it was asked for); output events made before since_ms are
+     * skipped */
+    bool held_only;
+    uint64_t stop_at, since_ms;
 };
 
 /* The next bytes of rd's own frame, or 0 when it has none left. */
@@ -1151,6 +1162,14 @@ static ssize_t read_events(void *cls, uint64_t pos, char *buf, size_t max)
             pthread_mutex_unlock(&r->mu);
             return MHD_CONTENT_READER_END_WITH_ERROR;
         }
+        if (rd->held_only && rd->next > rd->stop_at && !rd->off) { /* what was held is sent */
+            pthread_mutex_unlock(&r->mu);
+            return MHD_CONTENT_READER_END_OF_STREAM;
+        }
+        if (e && !rd->off && e->output && e->at_ms < rd->since_ms) {
+            rd->next++;
+            continue;
+        }
         if (e && rd->fmt) {
             rd->next++;
             if (e->seq > r->max_sent) {
@@ -1236,13 +1255,35 @@ static void free_reader(void *cls)
     free(rd);
 }
 
-struct MHD_Response *ad_run_events(struct ad_run *r, uint64_t last_id, struct ad_fail *f)
+static struct MHD_Response *stream_open(struct ad_run *r, uint64_t last_id, ad_run_fmt fmt,
+                                        void *ctx, void (*ctx_free)(void *ctx), unsigned beat_ms,
+                                        struct reader **made, struct ad_fail *f);
+
+struct MHD_Response *ad_run_events(struct ad_run *r, uint64_t last_id, bool follow,
+                                   uint64_t since_ms, struct ad_fail *f)
 {
-    return ad_run_stream(r, last_id, NULL, NULL, NULL, 0, f);
+    struct reader *rd;
+    struct MHD_Response *resp = stream_open(r, last_id, NULL, NULL, NULL, 0, &rd, f);
+    if (resp) { /* not read before the response is queued */
+        pthread_mutex_lock(&r->mu);
+        rd->held_only = !follow;
+        rd->stop_at = r->next_seq - 1;
+        rd->since_ms = since_ms;
+        pthread_mutex_unlock(&r->mu);
+    }
+    return resp;
 }
 
 struct MHD_Response *ad_run_stream(struct ad_run *r, uint64_t last_id, ad_run_fmt fmt, void *ctx,
                                    void (*ctx_free)(void *ctx), unsigned beat_ms, struct ad_fail *f)
+{
+    struct reader *rd;
+    return stream_open(r, last_id, fmt, ctx, ctx_free, beat_ms, &rd, f);
+}
+
+static struct MHD_Response *stream_open(struct ad_run *r, uint64_t last_id, ad_run_fmt fmt,
+                                        void *ctx, void (*ctx_free)(void *ctx), unsigned beat_ms,
+                                        struct reader **made, struct ad_fail *f)
 {
     pthread_mutex_lock(&r->mu);
     uint64_t oldest = r->head ? r->head->seq : r->next_seq;
@@ -1284,6 +1325,7 @@ struct MHD_Response *ad_run_stream(struct ad_run *r, uint64_t last_id, ad_run_fm
         MHD_add_response_header(resp, "Content-Type", "text/event-stream");
         MHD_add_response_header(resp, "Cache-Control", "no-cache");
     }
+    *made = rd;
     return resp;
 }
 

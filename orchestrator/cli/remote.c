@@ -179,12 +179,25 @@ static int call(const struct remote *r, const char *method, const char *path, cJ
 
 /* ---- exec over the API ---- */
 
+/* Output kept rather than written (proc logs --tail): each piece with its stream. */
+struct kept {
+    struct kept_piece {
+        int stream;
+        size_t len;
+        unsigned char *p;
+    } * v;
+    size_t n, cap;
+};
+
 struct stream {
     struct cli_termout *tty;
     bool raw;
-    uint64_t seen; /* events received: the stream's ids are 1, 2, ... */
+    al_sse *parser; /* the stream's, for its events' ids */
+    uint64_t seen;  /* the last event's id: the stream's ids are 1, 2, ... */
     bool ended;
     int exit_code;
+    const char *query; /* added to the events route: "" or "?follow=false..." */
+    struct kept *keep; /* NULL: output is written as it comes */
     /* A run of our own (a runner's, below): output to fd[1] and fd[2] (-1: dropped), at most
      * cap bytes each (0: no cap); its end recorded, not printed. */
     bool to_fds;
@@ -209,11 +222,63 @@ static void to_fd(struct stream *s, int stream, const unsigned char *p, size_t n
         s->fd[stream] = -1; /* the reader went away: the rest is dropped */
 }
 
+static void keep_piece(struct kept *k, int stream, const unsigned char *p, size_t n)
+{
+    if (k->n == k->cap) {
+        size_t cap = k->cap ? 2 * k->cap : 64;
+        struct kept_piece *v = realloc(k->v, cap * sizeof(*v));
+        if (!v)
+            return;
+        k->v = v;
+        k->cap = cap;
+    }
+    unsigned char *copy = malloc(n ? n : 1);
+    if (!copy)
+        return;
+    memcpy(copy, p, n);
+    k->v[k->n++] = (struct kept_piece){stream, n, copy};
+}
+
+/* The last lines pieces of k hold (a last line without its newline counts), written as the
+ * stream writes output; k is emptied. */
+static void kept_tail(struct kept *k, unsigned long lines, struct cli_termout *tty)
+{
+    size_t from = k->n, off = 0;
+    unsigned long seen = 0;
+    bool last_byte = true;
+    for (size_t i = k->n; i-- > 0 && seen < lines;) {
+        for (size_t j = k->v[i].len; j-- > 0;) {
+            bool nl = k->v[i].p[j] == '\n';
+            if (nl && !last_byte && ++seen == lines) {
+                from = i, off = j + 1;
+                break;
+            }
+            last_byte = false;
+            from = i, off = j;
+        }
+    }
+    if (!lines)
+        from = k->n;
+    for (size_t i = from; i < k->n; i++) {
+        const unsigned char *p = k->v[i].p + (i == from ? off : 0);
+        size_t n = k->v[i].len - (i == from ? off : 0);
+        if (tty)
+            cli_termout_write(tty, k->v[i].stream, p, n);
+        else if (n && al_write_all(k->v[i].stream, p, n) < 0)
+            break;
+    }
+    for (size_t i = 0; i < k->n; i++)
+        free(k->v[i].p);
+    free(k->v);
+    *k = (struct kept){0};
+}
+
 static int on_event(void *ctx, const char *event, const char *data, size_t len)
 {
     (void)len;
     struct stream *s = ctx;
-    s->seen++;
+    const char *id = s->parser ? al_sse_last_id(s->parser) : "";
+    s->seen = *id ? strtoull(id, NULL, 10) : s->seen + 1;
     cJSON *j = cJSON_Parse(data);
     if (!j)
         return 0;
@@ -228,7 +293,9 @@ static int on_event(void *ctx, const char *event, const char *data, size_t len)
             k -= n >= 1 && b64[n - 1] == '=' ? 1 : 0; /* DecodeBlock counts padding as zeros */
             k -= n >= 2 && b64[n - 2] == '=' ? 1 : 0;
             int stream = st && !strcmp(st, "stderr") ? 2 : 1;
-            if (s->to_fds)
+            if (s->keep)
+                keep_piece(s->keep, stream, bytes, (size_t)k);
+            else if (s->to_fds)
                 to_fd(s, stream, bytes, (size_t)k);
             else if (s->tty)
                 cli_termout_write(s->tty, stream, bytes, (size_t)k);
@@ -420,7 +487,8 @@ static int stream_events(const struct remote *r, const char *sid, const char *ri
         if (attempt)
             sleep(1);
         char path[300], last[64];
-        snprintf(path, sizeof(path), "/v1/sessions/%s/runs/%s/events", sid, rid);
+        snprintf(path, sizeof(path), "/v1/sessions/%s/runs/%s/events%s", sid, rid,
+                 st->query ? st->query : "");
         snprintf(last, sizeof(last), "Last-Event-ID: %llu", (unsigned long long)st->seen);
         struct curl_slist *hdrs = NULL;
         CURL *c = handle(r, "GET", path, &hdrs);
@@ -428,16 +496,25 @@ static int stream_events(const struct remote *r, const char *sid, const char *ri
             return -ENOMEM;
         hdrs = curl_slist_append(hdrs, last);
         al_sse *p = al_sse_new(on_event, st);
+        st->parser = p;
         curl_easy_setopt(c, CURLOPT_NOPROGRESS, 0L);
         curl_easy_setopt(c, CURLOPT_XFERINFOFUNCTION, on_progress);
         curl_easy_setopt(c, CURLOPT_XFERINFODATA, &sc);
         long status;
-        perform(c, hdrs, to_sse, p, &status);
+        CURLcode cc = perform(c, hdrs, to_sse, p, &status);
         al_sse_free(p);
-        if (status >= 400) {
-            fprintf(stderr, "airlock: airlockd refused the run's events (%ld)\n", status);
-            return -EIO;
+        st->parser = NULL;
+        if (status >= 400) { /* the daemon's own words: no such session or run, or others */
+            char rp[300];
+            snprintf(rp, sizeof(rp), "/v1/sessions/%s/runs/%s", sid, rid);
+            cJSON *o = NULL;
+            if (call(r, "GET", rp, NULL, &o, NULL) == 0)
+                fprintf(stderr, "airlock: airlockd refused the run's events (%ld)\n", status);
+            cJSON_Delete(o);
+            return status == 404 ? -ENOENT : -EIO;
         }
+        if (st->query && cc == CURLE_OK && status == 200) /* what was held, all of it */
+            return 0;
     }
     if (!st->ended) {
         fprintf(stderr, "airlock: lost the run's events\n");
@@ -1366,15 +1443,18 @@ int cli_remote_session(struct cli_globals *g, int argc, char **argv)
 static void usage_proc(FILE *f)
 {
     fputs("Usage: airlock [--server URL] proc ls SESSION\n"
-          "       airlock [--server URL] proc logs SESSION RUN\n"
+          "       airlock [--server URL] proc logs [-f] [-n N] [--since T] SESSION RUN\n"
           "       airlock [--server URL] proc kill SESSION RUN\n"
           "       airlock [--server URL] proc wait SESSION RUN\n"
           "\n"
           "The runs of a session of airlockd, which run at once (start one in the background\n"
-          "with 'airlock exec --session ID --detach -- CMD'): ls lists them; logs streams a\n"
-          "run's output from its start (as far as its buffer holds) to its end and exits with\n"
-          "its status; kill ends it and everything it started; wait waits for its end and\n"
-          "exits with its status.\n",
+          "with 'airlock exec --session ID --detach -- CMD'): ls lists them; logs prints the\n"
+          "run's output so far (as far as its buffer holds) and exits, with the run's status\n"
+          "once it has ended; -f (--follow) goes on to the run's end, -n N (--tail N) starts\n"
+          "at the last N lines, --since T leaves out output older than T (unix seconds, 30s,\n"
+          "5m, 2h, 1d ago, or 2026-12-07T10:00:00 UTC). Leaving logs (Ctrl-C) leaves the run\n"
+          "running. kill ends it and everything it started; wait waits for its end and exits\n"
+          "with its status.\n",
           f);
 }
 
@@ -1411,6 +1491,107 @@ static int proc_ls(const struct remote *r, const char *sid)
     return 0;
 }
 
+/* --since's value: unix seconds, a time ago (30s, 5m, 2h, 1d) or a UTC date and time
+ * (2026-12-07T10:00:00, a trailing Z allowed); -1 when it is none of them. */
+static double since_value(const char *v)
+{
+    char *end;
+    errno = 0;
+    double n = strtod(v, &end);
+    if (!errno && end != v && n >= 0) {
+        double unit = !*end               ? 0
+                      : !strcmp(end, "s") ? 1
+                      : !strcmp(end, "m") ? 60
+                      : !strcmp(end, "h") ? 3600
+                      : !strcmp(end, "d") ? 86400
+                                          : -1;
+        if (unit == 0)
+            return n;
+        if (unit > 0) {
+            double t = (double)time(NULL) - n * unit;
+            return t > 0 ? t : 0;
+        }
+    }
+    struct tm tm = {0};
+    const char *rest = strptime(v, "%Y-%m-%dT%H:%M:%S", &tm);
+    if (rest && (!*rest || !strcmp(rest, "Z")))
+        return (double)timegm(&tm);
+    return -1;
+}
+
+/* airlock proc logs [-f] [-n N] [--since T] SESSION RUN: what the run's buffer holds, as
+ * docker logs shows a container's; with -f, then what comes until the run ends. Leaving it
+ * (Ctrl-C) leaves the run as it is: no signal reaches it from here. */
+static int proc_logs(const struct remote *r, int argc, char **argv)
+{
+    static const struct option opts[] = {
+        {"follow", no_argument, NULL, 'f'},
+        {"tail", required_argument, NULL, 'n'},
+        {"since", required_argument, NULL, 'S'},
+        {"help", no_argument, NULL, 'h'},
+        {NULL, 0, NULL, 0},
+    };
+    bool follow = false;
+    long tail = -1; /* all */
+    double since = 0;
+    int c;
+    optind = 1;
+    while ((c = getopt_long(argc, argv, "+fn:h", opts, NULL)) != -1) {
+        switch (c) {
+        case 'f':
+            follow = true;
+            break;
+        case 'n':
+            tail = strcmp(optarg, "all") ? (long)cli_number("--tail", optarg, 100000000) : -1;
+            break;
+        case 'S':
+            since = since_value(optarg);
+            if (since < 0) {
+                fprintf(stderr,
+                        "airlock: --since wants unix seconds, a time ago (30s, 5m, 2h, 1d) or "
+                        "a UTC time (2026-12-07T10:00:00), not '%s'\n",
+                        optarg);
+                return 2;
+            }
+            break;
+        case 'h':
+            usage_proc(stdout);
+            return 0;
+        default:
+            return cli_bad_option("proc logs", argc, argv, "+fn:h", opts);
+        }
+    }
+    if (argc - optind != 2) {
+        usage_proc(stderr);
+        return 2;
+    }
+    const char *sid = argv[optind], *rid = argv[optind + 1];
+    signal(SIGPIPE, SIG_IGN); /* | head: a write fails and the viewer ends */
+    struct cli_termout tty;
+    cli_termout_init(&tty, false);
+    struct kept keep = {0};
+    char query[96] = "?follow=false";
+    if (since > 0)
+        snprintf(query, sizeof(query), "?follow=false&since=%.3f", since);
+    struct stream st = {.tty = cli_termout_any(&tty) ? &tty : NULL,
+                        .query = query,
+                        .keep = tail >= 0 ? &keep : NULL};
+    /* What is held now, all of it (then the tail of it); then, with -f, the rest as it comes. */
+    int k = stream_events(r, sid, rid, &st, -1);
+    if (st.keep)
+        kept_tail(&keep, (unsigned long)tail, st.tty);
+    st.keep = NULL;
+    if (k == 0 && follow && !st.ended) {
+        st.query = NULL; /* events after the last one seen: all newer than --since */
+        k = stream_events(r, sid, rid, &st, -1);
+    }
+    if (st.tty)
+        cli_termout_end(&tty);
+    if (k < 0)
+        return EXIT_AIRLOCK_FAILED;
+    return st.ended ? st.exit_code : 0;
+}
+
 int cli_remote_proc(struct cli_globals *g, int argc, char **argv)
 {
     if (argc < 2 || !strcmp(argv[1], "-h") || !strcmp(argv[1], "--help")) {
@@ -1423,22 +1604,14 @@ int cli_remote_proc(struct cli_globals *g, int argc, char **argv)
     const char *sub = argv[1];
     if (!strcmp(sub, "ls") && argc == 3)
         return proc_ls(&r, argv[2]);
+    if (!strcmp(sub, "logs"))
+        return proc_logs(&r, argc - 1, argv + 1);
     if (argc != 4) {
         usage_proc(stderr);
         return 2;
     }
     const char *sid = argv[2], *rid = argv[3];
     char path[300];
-    if (!strcmp(sub, "logs")) {
-        struct cli_termout tty;
-        cli_termout_init(&tty, false);
-        struct stream st = {.tty = cli_termout_any(&tty) ? &tty : NULL};
-        int rc = stream_events(&r, sid, rid, &st, cli_cancel_pipe(NULL)) == 0 ? st.exit_code
-                                                                              : EXIT_AIRLOCK_FAILED;
-        if (st.tty)
-            cli_termout_end(&tty);
-        return rc;
-    }
     if (!strcmp(sub, "kill")) {
         snprintf(path, sizeof(path), "/v1/sessions/%s/runs/%s/signal", sid, rid);
         cJSON *in = cJSON_CreateObject();

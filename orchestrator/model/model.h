@@ -143,5 +143,8 @@ al_sse *al_sse_new(al_sse_event_fn fn, void *ctx);
  * -EMSGSIZE when one event outgrows the limit (4 MiB). */
 int al_sse_feed(al_sse *p, const char *buf, size_t len);
 void al_sse_free(al_sse *p);
+/* The last "id" field seen so far ("" before any): set before the event it belongs to is
+ * dispatched, so a callback reads its own event's id. */
+const char *al_sse_last_id(const al_sse *p);
 
 #endif

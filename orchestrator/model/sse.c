@@ -2,8 +2,9 @@
  *
  * Lines end with "\n", "\r\n" or "\r", and a feed may end anywhere, even between "\r" and
  * "\n". "data" lines are joined with "\n", "event" names the event, lines starting with ':' are
- * comments (keep-alives), other fields ("id", "retry") are ignored, and a blank line dispatches
- * the event. Memory grows geometrically (never per byte) and is bounded by AL_SSE_EVENT_MAX. */
+ * comments (keep-alives), "id" is kept (al_sse_last_id), "retry" is ignored, a blank line
+ * dispatches the event. Memory grows geometrically (never per byte) and is bounded by
+ * AL_SSE_EVENT_MAX. */
 #include "model-internal.h"
 
 #include <errno.h>
@@ -17,6 +18,7 @@ struct al_sse {
     struct al_buf data;  /* the event's data lines so far, joined by '\n' */
     struct al_buf event; /* the event's name; empty: "message" */
     bool has_data;       /* a data line was seen (data may still be empty) */
+    char last_id[64];    /* the last "id" field's value (kept across events, as the spec says) */
     bool skip_lf;        /* the last line ended with '\r': a '\n' right after belongs to it */
     int failed;          /* sticky: the error or callback value that stopped the parser */
 };
@@ -70,8 +72,18 @@ static int field(al_sse *p, const char *name, size_t nlen, const char *value, si
         p->event.len = 0;
         if (al_buf_add(&p->event, value, vlen) < 0)
             return -ENOMEM;
+    } else if (nlen == 2 && memcmp(name, "id", 2) == 0 && vlen < sizeof(p->last_id) &&
+               !memchr(value, '\0',
+                       vlen)) { /* the spec ignores an id with a NUL; ours, a long one */
+        memcpy(p->last_id, value, vlen);
+        p->last_id[vlen] = '\0';
     }
     return 0;
+}
+
+const char *al_sse_last_id(const al_sse *p)
+{
+    return p->last_id;
 }
 
 static int line(al_sse *p, const char *s, size_t len)

@@ -1610,6 +1610,62 @@ class ProcessesTest(DebianSessionTest):
         self.assertEqual(r.returncode, 2)
         self.assertIn(b"--detach needs --session", r.stderr)
 
+    def test_proc_logs_watches_and_never_touches(self):
+        """proc logs prints what the run has said and returns while the run lives; -n, --since
+        and -f as docker's logs; leaving the viewer (Ctrl-C, SIGTERM) leaves the run."""
+        from test_terminal import Term
+        srv = ["--server", "unix:" + self.d.sock]
+        sid = self.sb.id
+        r = altest.run(srv + ["exec", "--session", sid, "--detach", "--", "sh", "-c",
+                              "i=0; while :; do i=$((i+1)); echo tick-$i; sleep 0.2; done"])
+        self.assertEqual(r.returncode, 0, r.stderr)
+        rid = r.stdout.decode().strip()
+
+        def ticks(out):
+            return [int(x[5:]) for x in out.decode().split()]
+        time.sleep(2)
+        r = altest.run(srv + ["proc", "logs", sid, rid], timeout=30)
+        self.assertEqual(r.returncode, 0, r.stderr)  # the run lives: it has no status yet
+        seen = ticks(r.stdout)
+        self.assertGreaterEqual(len(seen), 3)
+        self.assertEqual(seen, list(range(1, len(seen) + 1)))
+        r = altest.run(srv + ["proc", "logs", "--tail", "2", sid, rid], timeout=30)
+        last = ticks(r.stdout)
+        self.assertEqual((r.returncode, len(last)), (0, 2), r.stderr)
+        self.assertEqual(last[1], last[0] + 1)
+        self.assertGreater(last[0], seen[-1] - 1)
+        since = time.time()
+        time.sleep(1.5)
+        r = altest.run(srv + ["proc", "logs", "--since", "%.3f" % since, sid, rid], timeout=30)
+        newer = ticks(r.stdout)
+        self.assertTrue(newer and newer[0] > last[1], (newer, last))
+        self.assertLessEqual(len(newer), 12)
+        r = altest.run(srv + ["proc", "logs", "--since", "yesterday", sid, rid])
+        self.assertEqual(r.returncode, 2)
+        self.assertIn(b"--since wants", r.stderr)
+        # -f on a terminal, left by Ctrl-C and by SIGTERM: the run goes on
+        for leave in ("ctrl-c", "term"):
+            t = Term(srv + ["proc", "logs", "-f", "-n", "1", sid, rid])
+            try:
+                first = int(t.read_until(rb"tick-(\d+)").group(1))
+                t.read_until(rb"tick-%d" % (first + 2))
+                if leave == "ctrl-c":
+                    t.send(b"\x03")
+                else:
+                    t.proc.terminate()
+                t.wait(timeout=30)
+            finally:
+                t.close()
+            self.assertIsNotNone(t.proc.returncode)
+            self.assertNotIn(b"signal", t.buf)
+            time.sleep(1)
+            st = self.sb.client.request("GET", "/v1/sessions/%s/runs/%s" % (sid, rid))
+            self.assertEqual(st["state"], "running", (leave, st))
+        r = altest.run(srv + ["proc", "logs", sid, "r999"])
+        self.assertEqual(r.returncode, 125)
+        self.assertIn(b"r999", r.stderr)
+        altest.run(srv + ["proc", "kill", sid, rid])
+
     def test_file_copy_while_a_run_runs(self):
         bg = self.sb.commands.run("sleep 60", background=True)
         self.addCleanup(bg.kill)
