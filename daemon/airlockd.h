@@ -555,6 +555,10 @@ void ad_port_ws_done(struct ad_ws *ws);
 void ad_ports_shutdown(void);
 enum MHD_Result ad_port_proxy(struct MHD_Connection *c, struct ad_req *q, unsigned port,
                               const char *path, bool host_routed);
+/* The request q (an upgrade to AD_TCP_UPGRADE, not a browser's) becomes a byte stream to port
+ * of its session: airlock port's forwarding of an airlockd session. */
+#define AD_TCP_UPGRADE "airlock-tcp"
+enum MHD_Result ad_port_tcp(struct MHD_Connection *c, struct ad_req *q, unsigned port);
 
 /* ---- MCP (mcp.c): the MCP server at /mcp, one per owner ---- */
 

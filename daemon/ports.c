@@ -516,7 +516,8 @@ static bool send_all(int fd, const char *buf, size_t len, uint64_t deadline)
     return true;
 }
 
-/* Bytes both ways until one end closes, the tunnel is cancelled, or one side's bytes wait
+/* Bytes both ways until both ends close (one end's close half-closes the other: a TCP
+ * tunnel's client may end its request so), the tunnel is cancelled, or one side's bytes wait
  * WS_STALL_MS for the other to take them. Each direction holds one buffer: a reader that does
  * not read stops the other side's reads, and so the tunnel's credit. */
 static void *ws_relay_main(void *p)
@@ -526,7 +527,7 @@ static void *ws_relay_main(void *p)
         int from, to;
         char buf[WS_BUF];
         size_t len, off;
-        bool eof;
+        bool eof, shut; /* from closed; to told so (its write half shut) */
         uint64_t since; /* when its bytes began to wait */
     } *d = calloc(2, sizeof(*d));
     if (!d)
@@ -554,10 +555,14 @@ static void *ws_relay_main(void *p)
             }
             if (x->off == x->len) {
                 x->off = x->len = 0;
-                if (x->eof)
-                    goto out; /* one end closed and all it sent went on */
+                if (x->eof && !x->shut) { /* all it sent went on: the other end reads its end */
+                    shutdown(x->to, SHUT_WR);
+                    x->shut = true;
+                }
             }
         }
+        if (d[0].shut && d[1].shut)
+            goto out; /* both ends closed */
         struct pollfd pf[5];
         int np = 0, idx[4];
         for (int i = 0; i < 2; i++) {
@@ -639,6 +644,38 @@ void ad_port_ws_done(struct ad_ws *w)
         ws_free(w);
 }
 
+/* A relay's start for q to port: the session's reference taken from q, a proxy slot, the
+ * socketpair the tunnel gets; NULL with the answer in *ret. */
+static struct ad_ws *ws_new(struct MHD_Connection *c, struct ad_req *q, unsigned port,
+                            enum MHD_Result *ret)
+{
+    struct ad_ws *w = calloc(1, sizeof(*w));
+    if (!w) {
+        *ret = ad_reply_error(c, q, 500, "internal", "out of memory");
+        return NULL;
+    }
+    pthread_mutex_init(&w->mu, NULL);
+    w->sv[0] = w->sv[1] = w->cancel[0] = w->cancel[1] = -1;
+    w->live.cancel_wr = -1;
+    w->port = port;
+    w->sess = q->sess; /* the reference moves here */
+    q->sess = NULL;
+    bool slot_ok;
+    *ret = slot_open(c, q, w->cancel, &w->live, &slot_ok);
+    if (!slot_ok) {
+        ws_free(w);
+        return NULL;
+    }
+    if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, w->sv) < 0) {
+        ws_free(w);
+        *ret =
+            ad_reply_error(c, q, 500, "internal", "cannot set up the relay: %s", strerror(errno));
+        return NULL;
+    }
+    fcntl(w->sv[0], F_SETFL, O_NONBLOCK);
+    return w;
+}
+
 static enum MHD_Result ws_proxy(struct MHD_Connection *c, struct ad_req *q, unsigned port,
                                 const char *path)
 {
@@ -649,27 +686,10 @@ static enum MHD_Result ws_proxy(struct MHD_Connection *c, struct ad_req *q, unsi
                               "a browser's WebSocket must come from the page of its own origin");
     if (!printable(path) || strchr(path, ' '))
         return ad_reply_error(c, q, 400, "invalid", "the path has spaces or controls");
-    struct ad_ws *w = calloc(1, sizeof(*w));
+    enum MHD_Result ret;
+    struct ad_ws *w = ws_new(c, q, port, &ret);
     if (!w)
-        return ad_reply_error(c, q, 500, "internal", "out of memory");
-    pthread_mutex_init(&w->mu, NULL);
-    w->sv[0] = w->sv[1] = w->cancel[0] = w->cancel[1] = -1;
-    w->live.cancel_wr = -1;
-    w->port = port;
-    w->sess = q->sess; /* the reference moves here */
-    q->sess = NULL;
-    bool slot_ok;
-    enum MHD_Result ret = slot_open(c, q, w->cancel, &w->live, &slot_ok);
-    if (!slot_ok) {
-        ws_free(w);
         return ret;
-    }
-    if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, w->sv) < 0) {
-        ws_free(w);
-        return ad_reply_error(c, q, 500, "internal", "cannot set up the proxy: %s",
-                              strerror(errno));
-    }
-    fcntl(w->sv[0], F_SETFL, O_NONBLOCK);
     int n =
         snprintf(w->head, sizeof(w->head), "GET %s HTTP/1.1\r\nHost: localhost:%u\r\n", path, port);
     if (n < 0 || (size_t)n >= sizeof(w->head) - 1024) {
@@ -760,6 +780,32 @@ static enum MHD_Result ws_proxy(struct MHD_Connection *c, struct ad_req *q, unsi
             MHD_add_response_header(r, f->name, f->value);
     }
     q->ws = w; /* the request's end frees it unless upgraded (on_upgrade, ad_port_ws_done) */
+    return ad_reply(c, q, 101, r);
+}
+
+enum MHD_Result ad_port_tcp(struct MHD_Connection *c, struct ad_req *q, unsigned port)
+{
+    const char *u = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Upgrade");
+    if (!u || strcasecmp(u, AD_TCP_UPGRADE))
+        return ad_reply_error(c, q, 400, "invalid",
+                              "a TCP tunnel is an upgrade: 'Upgrade: " AD_TCP_UPGRADE "'");
+    if (MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Origin"))
+        return ad_reply_error(c, q, 403, "forbidden", "a TCP tunnel is not for a browser");
+    enum MHD_Result ret;
+    struct ad_ws *w = ws_new(c, q, port, &ret);
+    if (!w)
+        return ret;
+    if (pthread_create(&w->tunnel, NULL, ws_tunnel_main, w) == 0)
+        w->tunnel_up = true;
+    struct MHD_Response *r = w->tunnel_up ? MHD_create_response_for_upgrade(on_upgrade, w) : NULL;
+    if (!r) {
+        ws_free(w);
+        return ad_reply_error(c, q, 500, "internal", "cannot set up the tunnel");
+    }
+    /* The guest's port is connected by the tunnel: one that nobody listens on ends the
+     * connection after the upgrade (the relay sees the tunnel's end), as a refused connect. */
+    MHD_add_response_header(r, "Upgrade", AD_TCP_UPGRADE);
+    q->ws = w;
     return ad_reply(c, q, 101, r);
 }
 

@@ -1023,6 +1023,14 @@ static enum MHD_Result port_proxy(struct MHD_Connection *c, struct ad_req *q)
     return ad_port_proxy(c, q, port, where, q->host_routed);
 }
 
+static enum MHD_Result port_tcp(struct MHD_Connection *c, struct ad_req *q)
+{
+    unsigned port;
+    if (!port_param(q->params[1], &port))
+        return ad_reply_error(c, q, 400, "invalid", "a port is 1 to 65535");
+    return ad_port_tcp(c, q, port);
+}
+
 /* The page's "open port N" link: a token for that port alone (a cookie of its own host, made
  * by its first answer), and a redirect to http(s)://PORT-ID.localhost:N/. Only for a key (a
  * cookie or Bearer); over the unix socket the host-routed address needs no sign-in. */
@@ -1096,6 +1104,7 @@ const struct ad_route ad_routes[] = {
     {"GET",    "/v1/sessions/{id}/files/list", 0, file_list, "a directory's entries"},
     {"POST",   "/v1/sessions/{id}/files/mkdir", 0, file_mkdir, "make a directory"},
     {"GET",    "/v1/sessions/{id}/open-port/{port}", 0, port_open, "a link to the port, host-routed (PORT-ID.localhost)"},
+    {"GET",    "/v1/sessions/{id}/tcp/{port}", 0, port_tcp, "a byte stream to the session's port (Upgrade: airlock-tcp)"},
     {"*",      "/v1/sessions/{id}/ports/{port}", AD_ANY_METHOD | AD_BODY_RAW, port_proxy, "a reverse proxy to the session's port"},
     {"GET",    "/v1/sessions/{id}/screen", 0, screen_get, "the screen now (PNG)"},
     {"POST",   "/v1/sessions/{id}/input", AD_BODY_JSON, screen_input, "mouse and keyboard actions"},

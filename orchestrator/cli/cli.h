@@ -54,6 +54,16 @@ bool cli_daemon_here(void);
  * over the files API. The exit status. */
 int cli_remote_cp(struct cli_globals *g, const char *session, const char *src, const char *dst,
                   bool to_guest);
+/* airlock image commit with an airlockd session: its disk as the caller's image name there
+ * (checkpoint: a checkpoint's id, or NULL). The exit status. */
+int cli_remote_commit(struct cli_globals *g, const char *session, const char *name,
+                      const char *checkpoint, bool force);
+/* airlock port with an airlockd session: each connection a tunnel through the daemon (GET
+ * .../tcp/PORT, Upgrade: airlock-tcp). cli_tunnel_new checks that the daemon has the session
+ * (said in one line; NULL); cli_tunnel_relay is an al_forward_opts.relay. */
+struct cli_tunnel *cli_tunnel_new(struct cli_globals *g, const char *session, unsigned guest_port);
+int cli_tunnel_relay(void *tunnel, int fd, int cancel_fd, al_error *err);
+void cli_tunnel_free(struct cli_tunnel *t);
 
 /* The workdir (cli/cli_workdir.c): copy in with warnings, print the change list, ask and apply. */
 enum cli_sync { CLI_SYNC_ASK, CLI_SYNC_YES, CLI_SYNC_NO };
@@ -153,9 +163,11 @@ struct cli_port {
 };
 /* docker's -p: GUEST, HOST:GUEST or ADDR:HOST:GUEST; 0, or -1 having said why. */
 int cli_publish_parse(const char *spec, struct cli_port *out);
-/* Opens a forward for each port to s or r (one of them), each said on stderr unless quiet. */
-int cli_forwards_open(al_session *s, al_attach *r, struct cli_port *ports, size_t n, bool quiet,
-                      al_error *err);
+/* Opens a forward for each port to s, r or t (one of them: a session of this process, another
+ * airlock process's, airlockd's), each said on stderr unless quiet. */
+struct cli_tunnel;
+int cli_forwards_open(al_session *s, al_attach *r, struct cli_tunnel *t, struct cli_port *ports,
+                      size_t n, bool quiet, al_error *err);
 void cli_forwards_close(struct cli_port *ports, size_t n);
 /* A --put source, before anything boots: a regular file we can open; else said in one line
  * and -1. */

@@ -794,7 +794,7 @@ static int exec_session(struct exec_args *a, al_workdir_diff **diff, al_error *e
     for (size_t i = 0; i < a->nports; i++)
         if (!a->ports[i].bind[0] && a->bind)
             snprintf(a->ports[i].bind, sizeof(a->ports[i].bind), "%s", a->bind);
-    if (cli_forwards_open(s, NULL, a->ports, a->nports, a->so.quiet, err) < 0)
+    if (cli_forwards_open(s, NULL, NULL, a->ports, a->nports, a->so.quiet, err) < 0)
         goto out;
     if (a->workdir && !a->eo.cwd)
         a->eo.cwd = AL_WORKDIR_GUEST_DIR;

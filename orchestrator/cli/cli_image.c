@@ -280,8 +280,9 @@ static int image_export(int argc, char **argv)
     return 0;
 }
 
-/* argv[0] is "commit": asks the process that holds the session (its control socket). */
-static int image_commit(int argc, char **argv)
+/* argv[0] is "commit": asks the process that holds the session (its control socket), or
+ * airlockd when it holds it. */
+static int image_commit(struct cli_globals *g, int argc, char **argv)
 {
     static const struct option opts[] = {
         {"checkpoint", required_argument, NULL, 'c'},
@@ -290,12 +291,13 @@ static int image_commit(int argc, char **argv)
         {NULL, 0, NULL, 0},
     };
     al_image_commit_opts o = AL_IMAGE_COMMIT_OPTS_INIT;
+    const char *checkpoint = NULL;
     int c;
     optind = 0;
     while ((c = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
         switch (c) {
         case 'c':
-            o.checkpoint = (uint32_t)cli_number("--checkpoint", optarg, UINT32_MAX);
+            checkpoint = optarg; /* a number here; airlockd's ids are its own words */
             break;
         case 'f':
             o.force = true;
@@ -312,9 +314,16 @@ static int image_commit(int argc, char **argv)
         return 2;
     }
     o.name = argv[optind + 1];
+    if (cli_remote_wanted(g))
+        return cli_remote_commit(g, argv[optind], o.name, checkpoint, o.force);
     al_error err = {0};
     al_attach *a = NULL;
-    if (al_attach_open(argv[optind], &a, &err) < 0 || al_attach_commit(a, &o, &err) < 0) {
+    int r = al_attach_open(argv[optind], &a, &err);
+    if (r == -ENOENT && cli_daemon_here())
+        return cli_remote_commit(g, argv[optind], o.name, checkpoint, o.force);
+    if (checkpoint)
+        o.checkpoint = (uint32_t)cli_number("--checkpoint", checkpoint, UINT32_MAX);
+    if (r < 0 || al_attach_commit(a, &o, &err) < 0) {
         al_attach_close(a);
         cli_error(&err);
         return 1;
@@ -522,7 +531,7 @@ int cmd_image(struct cli_globals *g, int argc, char **argv)
     if (!strcmp(sub, "export-base"))
         return image_export(argc - 1, argv + 1);
     if (!strcmp(sub, "commit"))
-        return image_commit(argc - 1, argv + 1);
+        return image_commit(g, argc - 1, argv + 1);
     if (!strcmp(sub, "import"))
         return image_import(argc - 1, argv + 1);
     if (!strcmp(sub, "warm"))

@@ -1,5 +1,6 @@
 /* Forwarded ports: airlock port SESSION GUESTPORT[:HOSTPORT] (a session another airlock process
- * holds: the connections are relayed by that process), and what exec -p shares with it: the
+ * holds: the connections are relayed by that process; one of airlockd: tunnels through it,
+ * remote.c), and what exec -p shares with it: the
  * port specs, opening the forwards, saying where they listen. The forwarding is the library's
  * (al_forward). */
 #include "cli.h"
@@ -15,12 +16,13 @@ static const char usage[] =
     "Usage: airlock port SESSION GUESTPORT[:HOSTPORT] [--bind ADDR]\n"
     "\n"
     "Forwards HOSTPORT on this machine (default: GUESTPORT; 0: a free one) to GUESTPORT on\n"
-    "127.0.0.1 in SESSION, a session another airlock process holds ('airlock ps': a chat's\n"
-    "VM, an 'airlock exec --linger' session), until Ctrl-C. Each connection is a tunnel over\n"
-    "the session's agent (the guest has no network device for it); nothing in the guest can\n"
-    "open a connection to this machine this way. Listens on 127.0.0.1 only, unless --bind\n"
-    "ADDR (0.0.0.0 or :: for every address: anyone who reaches this machine reaches the\n"
-    "port). 'airlock exec -p HOSTPORT:GUESTPORT' forwards for the length of one command.\n";
+    "127.0.0.1 in SESSION, a session 'airlock ps' lists (a chat's VM, an 'airlock exec\n"
+    "--linger' session, a session of airlockd), until Ctrl-C. Each connection is a tunnel\n"
+    "over the session's agent (through airlockd for its sessions; the guest has no network\n"
+    "device for it); nothing in the guest can open a connection to this machine this way.\n"
+    "Listens on 127.0.0.1 only, unless --bind ADDR (0.0.0.0 or :: for every address: anyone\n"
+    "who reaches this machine reaches the port). 'airlock exec -p HOSTPORT:GUESTPORT'\n"
+    "forwards for the length of one command.\n";
 
 /* "N" as a port: 1..65535, or 0 when zero_ok. */
 static bool port_number(const char *s, bool zero_ok, unsigned *out)
@@ -80,8 +82,8 @@ static void say_error(void *ctx, const char *msg)
     fprintf(stderr, "airlock: %s\n", al_term_escape(msg, safe, sizeof(safe)));
 }
 
-int cli_forwards_open(al_session *s, al_attach *r, struct cli_port *ports, size_t n, bool quiet,
-                      al_error *err)
+int cli_forwards_open(al_session *s, al_attach *r, struct cli_tunnel *t, struct cli_port *ports,
+                      size_t n, bool quiet, al_error *err)
 {
     for (size_t i = 0; i < n; i++) {
         al_forward_opts o = {.struct_size = sizeof(al_forward_opts),
@@ -90,7 +92,9 @@ int cli_forwards_open(al_session *s, al_attach *r, struct cli_port *ports, size_
                              .bind = ports[i].bind[0] ? ports[i].bind : NULL,
                              .host_port = ports[i].host,
                              .guest_port = ports[i].guest,
-                             .on_error = say_error};
+                             .on_error = say_error,
+                             .ctx = t,
+                             .relay = t ? cli_tunnel_relay : NULL};
         if (al_forward_open(&o, &ports[i].f, err) < 0) {
             cli_forwards_close(ports, i);
             return -1;
@@ -152,14 +156,23 @@ int cmd_port(struct cli_globals *g, int argc, char **argv)
     }
     al_error err = {0};
     al_attach *r = NULL;
-    if (al_attach_open(name, &r, &err) < 0) {
+    struct cli_tunnel *t = NULL;
+    /* A session of airlockd: asked for with --server, or one no airlock process here holds
+     * while the daemon's socket is there. */
+    int k = cli_remote_wanted(g) ? -ENOENT : al_attach_open(name, &r, &err);
+    if (k == -ENOENT && (cli_remote_wanted(g) || cli_daemon_here())) {
+        t = cli_tunnel_new(g, name, p.guest);
+        if (!t)
+            return EXIT_AIRLOCK_FAILED;
+    } else if (k < 0) {
         cli_error(&err);
         return err.code == -ENOENT ? EXIT_NOT_FOUND : EXIT_AIRLOCK_FAILED;
     }
     int cancel = cli_cancel_pipe(NULL);
-    if (cli_forwards_open(NULL, r, &p, 1, false, &err) < 0) {
+    if (cli_forwards_open(NULL, r, t, &p, 1, false, &err) < 0) {
         cli_error(&err);
         al_attach_close(r);
+        cli_tunnel_free(t);
         return EXIT_AIRLOCK_FAILED;
     }
     if (!g->quiet)
@@ -173,5 +186,6 @@ int cmd_port(struct cli_globals *g, int argc, char **argv)
     }
     cli_forwards_close(&p, 1);
     al_attach_close(r);
+    cli_tunnel_free(t);
     return 0;
 }

@@ -1393,6 +1393,208 @@ int cli_remote_cp(struct cli_globals *g, const char *session, const char *src, c
     return (to_guest ? copies_put(&r, session, &cp) : copies_get(&r, session, &cp)) < 0;
 }
 
+int cli_remote_commit(struct cli_globals *g, const char *session, const char *name,
+                      const char *checkpoint, bool force)
+{
+    struct remote r;
+    if (remote_init(&r, g) < 0)
+        return 2;
+    char path[300];
+    snprintf(path, sizeof(path), "/v1/sessions/%s/image", session);
+    cJSON *in = cJSON_CreateObject();
+    cJSON_AddStringToObject(in, "name", name);
+    if (checkpoint)
+        cJSON_AddStringToObject(in, "checkpoint", checkpoint);
+    if (force)
+        cJSON_AddBoolToObject(in, "replace", true);
+    int k = call(&r, "POST", path, in, NULL, NULL);
+    cJSON_Delete(in);
+    if (k < 0)
+        return 1;
+    char n[128], sid[128];
+    fprintf(stderr,
+            "airlock: image '%s' saved from session %s (an image of airlockd's, yours there: "
+            "start sessions of it through airlockd)\n",
+            al_term_escape(name, n, sizeof(n)), al_term_escape(session, sid, sizeof(sid)));
+    return 0;
+}
+
+/* ---- airlock port: a byte stream to a guest port through the daemon ---- */
+
+struct cli_tunnel {
+    struct remote r;
+    char route[300]; /* GET .../tcp/PORT */
+    char host[256];  /* the Host header */
+};
+
+struct cli_tunnel *cli_tunnel_new(struct cli_globals *g, const char *session, unsigned guest_port)
+{
+    struct cli_tunnel *t = calloc(1, sizeof(*t));
+    if (!t || remote_init(&t->r, g) < 0) {
+        free(t);
+        return NULL;
+    }
+    char path[300];
+    snprintf(path, sizeof(path), "/v1/sessions/%s", session);
+    cJSON *out = NULL;
+    if (call(&t->r, "GET", path, NULL, &out, NULL) < 0) { /* said: no such session */
+        free(t);
+        return NULL;
+    }
+    cJSON_Delete(out);
+    snprintf(t->route, sizeof(t->route), "/v1/sessions/%s/tcp/%u", session, guest_port);
+    const char *h = strstr(t->r.base, "://");
+    snprintf(t->host, sizeof(t->host), "%s", h ? h + 3 : "localhost");
+    return t;
+}
+
+void cli_tunnel_free(struct cli_tunnel *t)
+{
+    free(t);
+}
+
+/* Waits for sock (events) or a byte on cancel_fd; false on the cancel or an error. */
+static bool tunnel_wait(curl_socket_t sock, short events, int cancel_fd)
+{
+    struct pollfd p[2] = {{sock, events, 0}, {cancel_fd, POLLIN, 0}};
+    int n = poll(p, cancel_fd >= 0 ? 2 : 1, 30000);
+    return n > 0 && !p[1].revents;
+}
+
+static bool tunnel_send(CURL *c, curl_socket_t sock, const char *p, size_t len, int cancel_fd)
+{
+    while (len) {
+        size_t n = 0;
+        CURLcode cc = curl_easy_send(c, p, len, &n);
+        if (cc == CURLE_AGAIN) {
+            if (!tunnel_wait(sock, POLLOUT, cancel_fd))
+                return false;
+            continue;
+        }
+        if (cc != CURLE_OK)
+            return false;
+        p += n;
+        len -= n;
+    }
+    return true;
+}
+
+/* Bytes both ways between fd and the upgraded connection, as al_port_relay: fd's end shuts the
+ * tunnel's write half (over plain sockets; TLS has no half-close), the tunnel's end shuts fd's
+ * and ends the relay. */
+static int tunnel_pump(CURL *c, curl_socket_t sock, bool tls, int fd, int cancel_fd, char *buf,
+                       size_t size)
+{
+    bool fd_open = true;
+    for (;;) {
+        /* what TLS holds decrypted is not seen by poll: take it first */
+        for (;;) {
+            size_t n = 0;
+            CURLcode cc = curl_easy_recv(c, buf, size, &n);
+            if (cc == CURLE_AGAIN)
+                break;
+            if (cc != CURLE_OK || n == 0) {
+                shutdown(fd, SHUT_WR);
+                return 0;
+            }
+            if (al_write_all(fd, buf, n) < 0)
+                return 0; /* fd's peer is gone */
+        }
+        struct pollfd p[3] = {{sock, POLLIN, 0}, {cancel_fd, POLLIN, 0}, {fd, POLLIN, 0}};
+        if (poll(p, fd_open ? 3 : 2, -1) < 0 && errno != EINTR)
+            return -errno;
+        if (p[1].revents)
+            return -ECANCELED;
+        if (!fd_open || !p[2].revents)
+            continue;
+        ssize_t n = read(fd, buf, size);
+        if (n < 0 && errno == EINTR)
+            continue;
+        if (n <= 0) {
+            fd_open = false;
+            if (!tls)
+                shutdown(sock, SHUT_WR);
+            continue;
+        }
+        if (!tunnel_send(c, sock, buf, (size_t)n, cancel_fd))
+            return 0;
+    }
+}
+
+int cli_tunnel_relay(void *tunnel, int fd, int cancel_fd, al_error *err)
+{
+    struct cli_tunnel *t = tunnel;
+    CURL *c = curl_easy_init();
+    if (!c)
+        return al_err(err, -ENOMEM, "out of memory");
+    curl_easy_setopt(c, CURLOPT_URL, t->r.base);
+    curl_easy_setopt(c, CURLOPT_NOSIGNAL, 1L);
+    curl_easy_setopt(c, CURLOPT_CONNECT_ONLY, 1L);
+    if (t->r.unix_path)
+        curl_easy_setopt(c, CURLOPT_UNIX_SOCKET_PATH, t->r.unix_path);
+    CURLcode cc = curl_easy_perform(c);
+    curl_socket_t sock = CURL_SOCKET_BAD;
+    if (cc == CURLE_OK)
+        curl_easy_getinfo(c, CURLINFO_ACTIVESOCKET, &sock);
+    if (cc != CURLE_OK || sock == CURL_SOCKET_BAD) {
+        curl_easy_cleanup(c);
+        return al_err(err, -ECONNREFUSED, "cannot reach airlockd: %s", curl_easy_strerror(cc));
+    }
+    size_t size = 65536;
+    char *buf = malloc(size);
+    int n = buf ? snprintf(buf, size,
+                           "GET %s HTTP/1.1\r\nHost: %s\r\n%s%sConnection: Upgrade\r\n"
+                           "Upgrade: airlock-tcp\r\n\r\n",
+                           t->route, t->host, t->r.auth, t->r.auth[0] ? "\r\n" : "")
+                : -1;
+    int r = 0;
+    if (n < 0 || (size_t)n >= size || !tunnel_send(c, sock, buf, (size_t)n, cancel_fd)) {
+        r = al_err(err, -EIO, "airlockd took no tunnel request");
+        goto out;
+    }
+    /* the answer's head: 101, or an error whose JSON follows */
+    size_t got = 0;
+    char *end = NULL;
+    while (!end) {
+        size_t k = 0;
+        cc = curl_easy_recv(c, buf + got, size - 1 - got, &k);
+        if (cc == CURLE_AGAIN) {
+            if (!tunnel_wait(sock, POLLIN, cancel_fd)) {
+                r = al_err(err, -ETIMEDOUT, "airlockd did not answer the tunnel request");
+                goto out;
+            }
+            continue;
+        }
+        if (cc != CURLE_OK || k == 0 || got + k >= size - 1) {
+            r = al_err(err, -EIO, "airlockd ended the tunnel request without an answer");
+            goto out;
+        }
+        got += k;
+        buf[got] = '\0';
+        end = strstr(buf, "\r\n\r\n");
+    }
+    int status = 0;
+    if (sscanf(buf, "HTTP/1.%*d %d", &status) != 1 || status != 101) {
+        cJSON *j = cJSON_Parse(end + 4);
+        const char *msg = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(
+            cJSON_GetObjectItemCaseSensitive(j, "error"), "message"));
+        r = al_err(err, status == 404 ? -ENOENT : -EIO, "airlockd refused the tunnel (%d)%s%s",
+                   status, msg ? ": " : "", msg ? msg : "");
+        cJSON_Delete(j);
+        goto out;
+    }
+    size_t early = got - (size_t)(end + 4 - buf);
+    if (early && al_write_all(fd, end + 4, early) < 0)
+        goto out;
+    r = tunnel_pump(c, sock, !strncmp(t->r.base, "https:", 6), fd, cancel_fd, buf, size);
+    if (r < 0 && r != -ECANCELED)
+        al_err(err, r, "the tunnel failed: %s", strerror(-r));
+out:
+    free(buf);
+    curl_easy_cleanup(c);
+    return r;
+}
+
 int cli_remote_session(struct cli_globals *g, int argc, char **argv)
 {
     if (argc < 2 || !strcmp(argv[1], "-h") || !strcmp(argv[1], "--help")) {

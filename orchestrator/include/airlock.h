@@ -645,6 +645,11 @@ typedef struct al_forward_opts {
      * message, from a connection's thread; may be NULL. */
     void (*on_error)(void *ctx, const char *msg);
     void *ctx;
+    /* Or a relay of the caller's (neither session nor attach set): called with ctx from each
+     * connection's thread, it relays fd (left open) as al_port_relay does and returns when
+     * either side ends or on a byte from cancel_fd; < 0 with err set on a failure (said through
+     * on_error). airlock port's forward to a session of airlockd. (LIBAIRLOCK_1.4) */
+    int (*relay)(void *ctx, int fd, int cancel_fd, al_error *err);
 } al_forward_opts;
 #define AL_FORWARD_OPTS_INIT AL_SIZED_INIT(al_forward_opts)
 /* At most this many connections of one forward at once; more wait to be accepted. */

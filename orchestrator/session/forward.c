@@ -1,6 +1,7 @@
 /* Port forwarding: a listening socket on the host (127.0.0.1 unless told otherwise) whose every
  * connection goes, in a thread of its own, to a port in the guest: al_port_relay for a session of
- * this process, al_attach_port (the holder relays) for one another airlock process holds. A
+ * this process, al_attach_port (the holder relays) for one another airlock process holds, the
+ * caller's relay for one airlockd holds (a tunnel through the daemon). A
  * forward's close stops listening and ends its connections both ways (shutdown of their sockets,
  * and a kill through each relay's cancel pipe), then waits for their threads. A connection from
  * another user of this host is closed unserved (al_tcp_peer_uid): the guest's ports are its
@@ -52,7 +53,9 @@ static void *relay(void *p)
     al_error err = {0};
     int r = f->o.session
                 ? al_port_relay(f->o.session, f->o.guest_port, c->fd, c->cancel[0], NULL, &err)
-                : al_attach_port(f->o.attach, f->o.guest_port, c->fd, c->cancel[0], NULL, &err);
+            : f->o.attach
+                ? al_attach_port(f->o.attach, f->o.guest_port, c->fd, c->cancel[0], NULL, &err)
+                : f->o.relay(f->o.ctx, c->fd, c->cancel[0], &err);
     if (r < 0 && r != -ECANCELED)
         conn_error(f, &err);
     pthread_mutex_lock(&f->mu);
@@ -196,11 +199,11 @@ int al_forward_open(const al_forward_opts *in, al_forward **out, al_error *err)
 {
     al_forward_opts taken = AL_FORWARD_OPTS_INIT;
     const al_forward_opts *o = &taken;
-    int r0 = AL_SIZED_IN(&taken, in, "al_forward_opts", err);
+    int r0 = AL_SIZED_IN_SINCE(&taken, in, "al_forward_opts", relay, err);
     if (r0 < 0)
         return r0;
-    if (!o->session == !o->attach)
-        return al_err(err, -EINVAL, "a forward is to a session or to a remote one, not both");
+    if (!!o->session + !!o->attach + !!o->relay != 1)
+        return al_err(err, -EINVAL, "a forward is to a session, a remote one or a relay: one");
     if (o->guest_port < 1 || o->guest_port > 65535 || o->host_port > 65535)
         return al_err(err, -EINVAL, "a port is 1 to 65535");
     al_forward *f = calloc(1, sizeof(*f));

@@ -4,6 +4,7 @@ One daemon for the class (unix socket and TCP with API keys); the guest checks s
 session to save boots. Environment: AIRLOCKD_BIN and the usual integration variables.
 """
 import base64
+import glob
 import hashlib
 import http.client
 import json
@@ -1666,6 +1667,28 @@ class ProcessesTest(DebianSessionTest):
         self.assertIn(b"r999", r.stderr)
         altest.run(srv + ["proc", "kill", sid, rid])
 
+    def test_cli_commit_of_a_daemon_session(self):
+        """airlock image commit on a session airlockd holds saves it as the caller's image
+        there (it was 'no running session' though ps listed it)."""
+        srv = ["--server", "unix:" + self.d.sock]
+
+        def drop():  # the daemon's images are the build's image directory's
+            for d in glob.glob(os.path.join(altest.IMAGE_DIR, "own-*-cli-commit")):
+                shutil.rmtree(d, ignore_errors=True)
+        self.addCleanup(drop)
+        r = altest.run(srv + ["image", "commit", self.sb.id, "cli-commit"], timeout=300)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertIn(b"saved from session", r.stderr)
+        r = altest.run(srv + ["image", "commit", self.sb.id, "cli-commit"], timeout=300)
+        self.assertEqual(r.returncode, 1)
+        self.assertIn(b"exists", r.stderr)  # the first one made it
+        r = altest.run(srv + ["image", "commit", "--force", self.sb.id, "cli-commit"],
+                       timeout=300)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        r = altest.run(srv + ["image", "commit", "s-nonesuch", "x"], timeout=60)
+        self.assertEqual(r.returncode, 1)
+        self.assertIn(b"s-nonesuch", r.stderr)
+
     def test_file_copy_while_a_run_runs(self):
         bg = self.sb.commands.run("sleep 60", background=True)
         self.addCleanup(bg.kill)
@@ -2041,6 +2064,57 @@ class PortsTest(DebianSessionTest):
     def echo(self, path, **kw):
         st, r, data = self.get("/v1/sessions/%s/ports/8000%s" % (self.sbk.id, path), **kw)
         return st, r, json.loads(data) if data.startswith(b"{\"method") else data
+
+    def test_cli_port_forwards_through_the_daemon(self):
+        """airlock port on a session airlockd holds: a host port whose connections are byte
+        streams through the daemon (GET .../tcp/PORT, Upgrade: airlock-tcp), as the key's."""
+        env = dict(os.environ, AIRLOCK_API_KEY=self.key)
+        srv = ["--server", "http://127.0.0.1:%d" % self.d.port]
+        p = altest.popen(srv + ["port", self.sbk.id, "8001:0"], env=env,
+                         stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+        try:
+            line = p.stderr.readline().decode()
+            m = re.search(r"forwarding 127\.0\.0\.1:(\d+) to port 8001", line)
+            self.assertTrue(m, line)
+            host_port = int(m.group(1))
+            want = self.sbk.files.read("/tmp/www/big.sum").decode().strip()
+            c = http.client.HTTPConnection("127.0.0.1", host_port, timeout=60)
+            c.request("GET", "/big")
+            r = c.getresponse()
+            self.assertEqual(r.status, 200)
+            self.assertEqual(hashlib.sha256(r.read()).hexdigest(), want)  # 64 MiB both ways
+            c.close()
+            # a raw exchange, the request half-closed: the answer still comes back
+            s = socket.create_connection(("127.0.0.1", host_port), timeout=60)
+            s.sendall(b"GET /big.sum HTTP/1.0\r\n\r\n")
+            s.shutdown(socket.SHUT_WR)
+            got = b""
+            while True:
+                b = s.recv(65536)
+                if not b:
+                    break
+                got += b
+            s.close()
+            self.assertIn(want.encode(), got)
+            p.send_signal(signal.SIGINT)
+            self.assertEqual(p.wait(timeout=30), 0)
+        finally:
+            if p.poll() is None:
+                p.kill()
+                p.wait()
+            p.stderr.close()
+        # another key's session is not there for this key; nor is a made-up one
+        for who, sid in ((self.other, self.sbk.id), (self.key, "s-nonesuch")):
+            r = altest.run(srv + ["port", sid, "8001:0"], timeout=30,
+                           env={"AIRLOCK_API_KEY": who})
+            self.assertEqual(r.returncode, 125, r.stderr)
+            self.assertIn(sid.encode(), r.stderr)
+        # the route itself: an upgrade only, never a browser's
+        st, _, data = self.get("/v1/sessions/%s/tcp/8001" % self.sbk.id)
+        self.assertEqual(st, 400, data)
+        st, _, data = self.get("/v1/sessions/%s/tcp/8001" % self.sbk.id, headers={
+            "Upgrade": "airlock-tcp", "Connection": "Upgrade", "Origin": "http://evil.test"})
+        self.assertEqual(st, 403, data)
 
     def test_path_proxy(self):
         st, r, j = self.echo("/a/b%20c?x=1&y=two%20words",
