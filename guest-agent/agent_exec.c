@@ -36,19 +36,25 @@ struct lang {
     const char *name;
     const char *argv[4];
     size_t argc;
+    bool alias; /* taken, not announced */
 };
 
 static const struct lang langs[] = {
     {"sh", {"/bin/sh", "-c", NULL, "sh"}, 4},
     {"bash", {"/bin/bash", "-c", NULL, "bash"}, 4},
     {"python", {"/usr/bin/python3", "-c", NULL}, 3},
+    /* the kernels' other names (kernel.c), so that every language an image lists runs both ways */
+    {"shell", {"/bin/bash", "-c", NULL, "bash"}, 4},
+    {"javascript", {"/usr/bin/node", "-e", NULL}, 3},
+    {"node", {"/usr/bin/node", "-e", NULL}, 3, true},
+    {"js", {"/usr/bin/node", "-e", NULL}, 3, true},
 };
 
 int exec_langs(struct agent *a, struct al_str *out, size_t max)
 {
     size_t n = 0;
     for (size_t i = 0; i < sizeof(langs) / sizeof(langs[0]) && n < max; i++)
-        if (access(langs[i].argv[0], X_OK) == 0)
+        if (!langs[i].alias && access(langs[i].argv[0], X_OK) == 0)
             out[n++] = al_str_cstr(langs[i].name);
     return (int)n + kernel_langs(a, out + n, max - n);
 }

@@ -72,6 +72,23 @@ sync
         self.assertIn("rootfs ext2/ext3\n", out)
         print("# debian session, python and node: %.1f s" % wall)
 
+    def test_3_every_listed_language_runs_both_ways(self):
+        """Each language `image ls` lists for debian runs as a one-shot program and in a
+        kernel (javascript was 'not available' without --kernel)."""
+        r = self.run_default(["image", "ls"])
+        self.assertEqual(r.returncode, 0, r.stderr)
+        row = [x for x in r.stdout.decode().splitlines() if x.startswith("debian ")]
+        self.assertEqual(len(row), 1, r.stdout)
+        langs = [x for x in row[0].split() if x in ("sh", "bash", "python", "shell", "javascript")]
+        self.assertIn("javascript", langs)
+        self.assertIn("python", langs)
+        code = {"python": "print(6*7)", "javascript": "console.log(6*7)"}
+        for lang in langs:
+            for kernel in ([], ["--kernel"]):
+                r = self.run_default(["-q", "exec", "--image", "debian", "--lang", lang] + kernel +
+                                     ["-c", code.get(lang, "echo $((6*7))")])
+                self.assertEqual((r.returncode, r.stdout), (0, b"42\n"), (lang, kernel, r.stderr))
+
     def test_2_sessions_at_once_are_separate(self):
         # Each writes a marker, says so, and waits for the host before looking for the other's.
         code = ("echo $1 > /whoami; touch /workspace/marker-$1; echo ready; read go; "
