@@ -11,6 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/wait.h>
+#include <termios.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -100,6 +101,62 @@ int loopui_read_line(int fd, char *buf, size_t len)
     }
     buf[n] = '\0';
     return (int)n;
+}
+
+/* One answer to a [y/n] question: on a terminal the key itself, taken at once and echoed (a
+ * prompt that waits for Enter looks dead); elsewhere a line. The answer's first character in
+ * *key ('\0' for Enter or an empty line); -2 on Ctrl-C, -1 at the end of input. */
+static int read_answer(int fd, char *key)
+{
+    struct termios saved, raw;
+    if (tcgetattr(fd, &saved) < 0) {
+        char line[64];
+        int n = loopui_read_line(fd, line, sizeof(line));
+        *key = n > 0 ? line[0] : '\0';
+        if (n > 1 && strcasecmp(line, "yes") && strcasecmp(line, "no"))
+            *key = '?'; /* not an answer: asked again */
+        return n < 0 ? n : 0;
+    }
+    raw = saved;
+    raw.c_lflag &= ~(tcflag_t)(ICANON | ECHO);
+    raw.c_cc[VMIN] = 1;
+    raw.c_cc[VTIME] = 0;
+    tcsetattr(fd, TCSANOW, &raw);
+    int r = 0;
+    for (;;) {
+        struct pollfd p[2] = {{.fd = fd, .events = POLLIN}, {.fd = cancel_fd, .events = POLLIN}};
+        if (poll(p, 2, -1) < 0) {
+            if (errno == EINTR)
+                continue;
+            r = -1;
+            break;
+        }
+        if (p[1].revents & POLLIN) {
+            loopui_drain();
+            r = -2;
+            break;
+        }
+        char ch;
+        ssize_t n = read(fd, &ch, 1);
+        if (n < 0 && errno == EINTR)
+            continue;
+        if (n <= 0 || ch == 4) { /* the end, or Ctrl-D */
+            r = -1;
+            break;
+        }
+        *key = ch == '\n' || ch == '\r' ? '\0' : ch;
+        /* "y" and Enter typed together (the habit of a line prompt): the Enter is this
+         * answer's, not the next prompt's */
+        struct pollfd nl = {.fd = fd, .events = POLLIN};
+        if (*key && poll(&nl, 1, 50) > 0 && read(fd, &ch, 1) == 1 && ch != '\n' && ch != '\r')
+            *key = '?'; /* more than one key: asked again */
+        break;
+    }
+    tcsetattr(fd, TCSANOW, &saved);
+    if (r == 0 && *key >= ' ' && *key < 127)
+        fputc(*key, stderr);
+    fputc('\n', stderr);
+    return r;
 }
 
 /* Prints one JSON line and frees j. */
@@ -214,19 +271,14 @@ static int ui_confirm(void *ctx, const char *lang, char **code)
     for (;;) {
         fprintf(stderr, "Run this in the sandbox? [y/n/e] ");
         fflush(stderr);
-        char line[64];
-        int n = loopui_read_line(u->confirm_fd, line, sizeof(line));
-        if (n == -2) {
-            fputc('\n', stderr);
+        char key = 0;
+        if (read_answer(u->confirm_fd, &key) < 0)
             return 0;
-        }
-        if (n < 0)
-            return 0;
-        if (!strcasecmp(line, "y") || !strcasecmp(line, "yes"))
+        if (key == 'y' || key == 'Y')
             return 1;
-        if (!strcasecmp(line, "n") || !strcasecmp(line, "no") || !line[0])
+        if (key == 'n' || key == 'N' || !key)
             return 0;
-        if (!strcasecmp(line, "e")) {
+        if (key == 'e' || key == 'E') {
             if (edit_code(code) < 0)
                 fprintf(stderr, "airlock: the editor failed; the code is unchanged\n");
             render_code(&u->render, lang, *code);
@@ -250,11 +302,8 @@ static int ui_acknowledge(void *ctx, const char *code, const char *message)
     }
     fprintf(stderr, "Acknowledge it and go on? [y/N] ");
     fflush(stderr);
-    char line[64];
-    int n = loopui_read_line(u->confirm_fd, line, sizeof(line));
-    if (n == -2)
-        fputc('\n', stderr);
-    return n >= 0 && (!strcasecmp(line, "y") || !strcasecmp(line, "yes"));
+    char key = 0;
+    return read_answer(u->confirm_fd, &key) == 0 && (key == 'y' || key == 'Y');
 }
 
 /* A kernel's first start is seconds of silence under emulation: say what is waited for. */

@@ -77,11 +77,12 @@ def pty_env(fm):
 class ChatPty:
     """airlock chat -y on a pseudo-terminal for fake model fm; .out is what it showed so far."""
 
-    def __init__(self, test, fm):
+    def __init__(self, test, fm, yes=True):
         self.test = test
         self.pid, self.fd = pty.fork()
         if self.pid == 0:
-            os.execve(altest.AIRLOCK, [altest.AIRLOCK, "chat", "-y"] + fm.args(), pty_env(fm))
+            os.execve(altest.AIRLOCK, [altest.AIRLOCK, "chat"] + (["-y"] if yes else []) +
+                      fm.args(), pty_env(fm))
         self.out = b""
 
     def say(self, line):
@@ -307,6 +308,32 @@ class ChatTest(unittest.TestCase):
         self.assertEqual(len(fm.requests()), 1)  # the loop stopped; the model was not asked
         conv = fm.conversations()[0]
         self.assertIn("declined", conv["messages"][-1]["content"])
+
+    def test_confirm_takes_the_key_at_once(self):
+        """On a terminal the [y/n/e] prompt takes the key as it is typed (it waited for Enter
+        and looked dead); y and Enter together are one answer."""
+        fm = self.fake([
+            {"tool_calls": [execute("echo ran-$((6*7))")]},
+            {"tool_calls": [execute("echo again-$((6*7))")]},
+            {"text": "done"},
+        ])
+        c = ChatPty(self, fm, yes=False)
+        self.addCleanup(altest.reap_pty, c.pid, c.fd)
+        c.say(b"go")
+        c.expect(b"[y/n/e] ")
+        at = len(c.out)
+        os.write(c.fd, b"y")  # no Enter
+        c.expect(b"ran-42", since=at)
+        at = len(c.out)
+        c.expect(b"[y/n/e] ", since=at)
+        os.write(c.fd, b"y\r")
+        c.expect(b"again-42", since=at)
+        c.expect(b"done", since=at)
+        at = len(c.out)
+        c.expect(b"> ", since=at)  # the Enter went with the y, not to this prompt
+        self.assertNotIn(b"[y/n/e]", c.out[at:])
+        self.assertEqual(len(fm.requests()), 3)
+        os.write(c.fd, b"\x04")
 
     def test_max_turns(self):
         fm = self.fake([{"tool_calls": [execute("echo turn %d" % i)]} for i in range(5)])
