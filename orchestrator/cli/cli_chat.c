@@ -10,6 +10,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
 #include <wchar.h>
@@ -45,9 +46,12 @@ static const char magic_help[] =
     "  %auto-run on|off   run code without asking\n"
     "  %markdown [FILE]   export the conversation as Markdown (default: stdout)\n"
     "  %% CMD             run a shell command in the VM directly\n"
+    "  %get PATH [DEST]   copy a file or directory out of the VM (default: here); from\n"
+    "                     another terminal: airlock cp SESSION:PATH DEST (airlock ps)\n"
     "  %shell             a login shell on a terminal in the VM; exit (or Ctrl-]) returns\n"
     "                     here\n"
-    "  Ctrl-C interrupts; twice within a second, or Ctrl-D, exits.\n";
+    "  Ctrl-C interrupts; twice within a second (exit 130), or Ctrl-D, exits: the VM\n"
+    "  ends with the chat (new files in /workspace are offered first).\n";
 
 struct repl {
     struct loopui u;
@@ -250,6 +254,120 @@ static void show_net_request(void *ctx, const al_net_request *r)
            al_term_escape(r->why, why, sizeof(why)));
 }
 
+/* PATH out of the chat's VM to host (a directory: into it, under PATH's last name), as
+ * airlock cp does. Entries left out (links, .git/, exec bits held), or < 0 with err set. */
+static int chat_get(al_session *s, const char *guest, const char *host, al_error *err)
+{
+    const char *name = strrchr(guest, '/');
+    name = name ? name + 1 : guest;
+    if (guest[0] != '/' || !*name || !strcmp(name, ".") || !strcmp(name, ".."))
+        return al_err(err, -EINVAL, "'%s': an absolute path in the VM, naming a file", guest);
+    char target[AL_PATH_MAX];
+    struct stat hs;
+    if (stat(host, &hs) == 0 && S_ISDIR(hs.st_mode))
+        snprintf(target, sizeof(target), "%s/%s", host, name);
+    else
+        snprintf(target, sizeof(target), "%s", host);
+    al_file_info st = AL_FILE_INFO_INIT;
+    int r = al_file_stat(s, guest, &st, err);
+    if (r < 0)
+        return r;
+    if (st.type != AL_ENTRY_DIR)
+        return al_file_get_max(s, guest, target, AL_WORKDIR_BYTES_MAX_DEFAULT, err);
+    if (mkdir(target, 0777) < 0)
+        return al_err(err, -errno, "cannot create '%s': %s", target, strerror(errno));
+    al_workdir_opts wo = AL_WORKDIR_OPTS_INIT;
+    wo.guest_dir = guest;
+    al_workdir_diff *d = NULL;
+    r = al_workdir_diff_new(s, target, &wo, &d, err);
+    if (r == 0) /* no .git/ and no exec bits: what the host would run unasked stays out */
+        r = al_workdir_apply(d, 0, err);
+    int left_out = 0;
+    for (size_t i = 0; r >= 0 && i < al_workdir_diff_count(d); i++) {
+        const al_change *c = al_workdir_diff_at(d, i);
+        left_out += c->refused || c->held || c->result < 0;
+    }
+    al_workdir_diff_free(d);
+    return r < 0 ? r : left_out;
+}
+
+static void say_got(const char *guest, const char *host, int r, const al_error *e)
+{
+    if (r < 0) {
+        cli_error(e);
+        return;
+    }
+    char g[256], h[256];
+    printf("Copied %s to %s%s\n", al_term_escape(guest, g, sizeof(g)),
+           al_term_escape(host, h, sizeof(h)),
+           r > 0 ? " (some entries left out: links, .git/, exec bits)" : "");
+}
+
+struct names {
+    int n;
+    char shown[200];
+};
+
+static void add_name(void *ctx, const al_file_info *st)
+{
+    struct names *nm = ctx;
+    char safe[64];
+    size_t used = strlen(nm->shown);
+    if (nm->n++ < 4 && used + 70 < sizeof(nm->shown))
+        snprintf(nm->shown + used, sizeof(nm->shown) - used, "%s%s", used ? ", " : "",
+                 al_term_escape(st->name, safe, sizeof(safe)));
+}
+
+/* Leaving a chat whose /workspace holds files that would go with the VM (no --workdir): say so
+ * and offer to copy them out, or to keep the session up for airlock cp and airlock shell. */
+static void offer_workspace(struct repl *rp)
+{
+    al_session *s = rp->u.session;
+    if (!s || rp->u.opts->workdir)
+        return;
+    struct names nm = {0};
+    al_error e = {0};
+    if (al_file_list(s, AL_WORKDIR_GUEST_DIR, add_name, &nm, &e) <= 0)
+        return;
+    printf("/workspace holds %d entr%s (%s%s); they end with this VM.\n", nm.n,
+           nm.n == 1 ? "y" : "ies", nm.shown, nm.n > 4 ? ", ..." : "");
+    if (!rp->tty) {
+        puts("Not kept: no terminal to ask on (%get PATH copies one out before leaving).");
+        return;
+    }
+    char dir[64];
+    const char *id = rp->u.chat.id[0] ? rp->u.chat.id : "chat";
+    for (;;) {
+        printf("[c]opy them to ./airlock-%.12s, [k]eep the session up, or [d]rop them? ", id);
+        fflush(stdout);
+        char key = 0;
+        if (loopui_read_key(0, &key) < 0 || key == 'd' || key == 'D')
+            return;
+        if (key == 'c' || key == 'C') {
+            snprintf(dir, sizeof(dir), "airlock-%.12s", id);
+            int r = chat_get(s, AL_WORKDIR_GUEST_DIR, dir, &e);
+            say_got(AL_WORKDIR_GUEST_DIR, dir, r, &e);
+            if (r >= 0)
+                return;
+            e = (al_error){0};
+            continue;
+        }
+        if (key == 'k' || key == 'K') {
+            char name[64];
+            al_term_escape(al_session_name(s), name, sizeof(name));
+            printf("The session %s stays up: airlock cp %s:/workspace/FILE ., airlock shell %s."
+                   "\nCtrl-C here ends it.\n",
+                   name, name, name);
+            fflush(stdout);
+            struct pollfd p = {loopui_cancel_fd(), POLLIN, 0};
+            while (poll(&p, 1, -1) < 0 && errno == EINTR)
+                ;
+            loopui_drain();
+            return;
+        }
+    }
+}
+
 /* Returns true when the line was a magic command (handled). */
 static bool magic(struct repl *rp, const char *line, bool *quit)
 {
@@ -269,6 +387,15 @@ static bool magic(struct repl *rp, const char *line, bool *quit)
             fputs("usage: %% CMD\n", stderr);
     } else if (!strcmp(cmd, "%shell")) {
         chat_shell(rp);
+    } else if (!strcmp(cmd, "%get")) {
+        char path[AL_PATH_MAX], dest[AL_PATH_MAX] = ".";
+        int n = sscanf(arg, "%4095s %4095s", path, dest);
+        if (n < 1) {
+            fputs("usage: %get PATH [DEST] (a path in the VM; DEST on this machine)\n", stderr);
+        } else {
+            int r = chat_get(rp->u.session, path, dest, &e);
+            say_got(path, dest, r, &e);
+        }
     } else if (!strcmp(cmd, "%help")) {
         fputs(magic_help, stdout);
     } else if (!strcmp(cmd, "%reset")) {
@@ -506,7 +633,11 @@ int cmd_chat(struct cli_globals *g, int argc, char **argv)
         el_end(rp.el);
     if (rp.hist)
         history_end(rp.hist);
-    if (loopui_close(&rp.u))
+    if (!loopui_quit())
+        offer_workspace(&rp);
+    else /* Ctrl-C twice, a SIGTERM or SIGHUP: as a shell reports a signal's end */
+        status = 128 + loopui_quit_signal();
+    if (loopui_close(&rp.u) && !status)
         status = 1;
     chat_opts_free(&o);
     return status;

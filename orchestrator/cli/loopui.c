@@ -20,6 +20,7 @@ static volatile sig_atomic_t quit_flag;
 static volatile sig_atomic_t interrupted;
 static volatile sig_atomic_t last_int_sec; /* CLOCK_MONOTONIC seconds * 10 of the last Ctrl-C */
 static volatile sig_atomic_t hung_up;      /* a SIGTERM or SIGHUP came */
+static volatile sig_atomic_t quit_sig;     /* the signal that set quit_flag */
 
 static void on_signal(int sig)
 {
@@ -27,12 +28,15 @@ static void on_signal(int sig)
         struct timespec ts;
         clock_gettime(CLOCK_MONOTONIC, &ts);
         long now = (long)ts.tv_sec * 10 + ts.tv_nsec / 100000000;
-        if (last_int_sec && now - last_int_sec <= 10)
+        if (last_int_sec && now - last_int_sec <= 10) {
             quit_flag = 1; /* twice within a second */
+            quit_sig = sig;
+        }
         last_int_sec = (sig_atomic_t)now;
         interrupted = 1;
     } else {
         quit_flag = 1;
+        quit_sig = sig;
         hung_up = 1;
     }
 }
@@ -69,6 +73,11 @@ bool loopui_quit(void)
     return quit_flag;
 }
 
+int loopui_quit_signal(void)
+{
+    return quit_flag ? quit_sig : 0;
+}
+
 bool loopui_interrupted(void)
 {
     return interrupted;
@@ -103,10 +112,8 @@ int loopui_read_line(int fd, char *buf, size_t len)
     return (int)n;
 }
 
-/* One answer to a [y/n] question: on a terminal the key itself, taken at once and echoed (a
- * prompt that waits for Enter looks dead); elsewhere a line. The answer's first character in
- * *key ('\0' for Enter or an empty line); -2 on Ctrl-C, -1 at the end of input. */
-static int read_answer(int fd, char *key)
+/* A prompt that waits for Enter looks dead: on a terminal the key is taken at once. */
+int loopui_read_key(int fd, char *key)
 {
     struct termios saved, raw;
     if (tcgetattr(fd, &saved) < 0) {
@@ -272,7 +279,7 @@ static int ui_confirm(void *ctx, const char *lang, char **code)
         fprintf(stderr, "Run this in the sandbox? [y/n/e] ");
         fflush(stderr);
         char key = 0;
-        if (read_answer(u->confirm_fd, &key) < 0)
+        if (loopui_read_key(u->confirm_fd, &key) < 0)
             return 0;
         if (key == 'y' || key == 'Y')
             return 1;
@@ -303,7 +310,7 @@ static int ui_acknowledge(void *ctx, const char *code, const char *message)
     fprintf(stderr, "Acknowledge it and go on? [y/N] ");
     fflush(stderr);
     char key = 0;
-    return read_answer(u->confirm_fd, &key) == 0 && (key == 'y' || key == 'Y');
+    return loopui_read_key(u->confirm_fd, &key) == 0 && (key == 'y' || key == 'Y');
 }
 
 /* A kernel's first start is seconds of silence under emulation: say what is waited for. */

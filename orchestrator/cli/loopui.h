@@ -26,6 +26,8 @@ int loopui_cancel_fd(void);
 void loopui_drain(void);
 /* True when Ctrl-C was pressed twice within a second, or SIGTERM/SIGHUP arrived. */
 bool loopui_quit(void);
+/* The signal that made loopui_quit true (SIGINT twice, SIGTERM, SIGHUP), else 0. */
+int loopui_quit_signal(void);
 /* Whether a SIGTERM or SIGHUP came: nobody is there to answer a question. */
 bool loopui_hung_up(void);
 /* Seconds-based stamp of the last Ctrl-C, 0 if none since the last drain. */
@@ -40,5 +42,9 @@ int loopui_close(struct loopui *u);
 void loopui_json_event(const char *role, const char *type, const char *content);
 /* Reads one line from fd into buf (no newline). Returns length, -1 on EOF, -2 on Ctrl-C. */
 int loopui_read_line(int fd, char *buf, size_t len);
+/* One answer to a question with one-key answers: on a terminal the key as it is typed (echoed),
+ * elsewhere a line's first character ('?' for a longer line but yes and no). The key in *key
+ * ('\0' for Enter); 0, -1 at the end of input, -2 on Ctrl-C. */
+int loopui_read_key(int fd, char *key);
 
 #endif

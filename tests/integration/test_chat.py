@@ -335,6 +335,42 @@ class ChatTest(unittest.TestCase):
         self.assertEqual(len(fm.requests()), 3)
         os.write(c.fd, b"\x04")
 
+    def test_leaving_offers_the_workspace(self):
+        """Without --workdir, files the chat made in /workspace are not dropped without a word:
+        %get copies one out, and Ctrl-D says what /workspace holds and offers to copy it."""
+        fm = self.fake([{"text": "unused"}])
+        here = tempfile.mkdtemp(prefix="airlock-chat-cwd-")
+        self.addCleanup(shutil.rmtree, here, ignore_errors=True)
+        pid, fd = pty.fork()
+        if pid == 0:
+            os.chdir(here)
+            os.execve(altest.AIRLOCK, [altest.AIRLOCK, "chat", "--plain"] + fm.args(),
+                      pty_env(fm))
+        self.addCleanup(altest.reap_pty, pid, fd)
+        c = ChatPty.__new__(ChatPty)
+        c.test, c.pid, c.fd, c.out = self, pid, fd, b""
+        c.say(b"%help")
+        c.expect(b"airlock cp")
+        c.say(b"%% mkdir -p /workspace/sub && echo precious > /workspace/report.txt && "
+              b"echo deep > /workspace/sub/d.txt")
+        c.say(b"%get /workspace/report.txt " + here.encode())
+        c.expect(b"Copied /workspace/report.txt")
+        with open(os.path.join(here, "report.txt")) as f:
+            self.assertEqual(f.read(), "precious\n")
+        c.expect(b"> ")
+        at = len(c.out)
+        os.write(fd, b"\x04")
+        c.expect(b"/workspace holds 2 entries", since=at)
+        c.expect(b"[d]rop them? ", since=at)
+        os.write(fd, b"c")
+        c.expect(b"Copied /workspace to airlock-", since=at)
+        got = [b""]
+        self.assertEqual(self.wait_exit(pid, fd, got), 0, (c.out + got[0])[-2000:])
+        kept = [d for d in os.listdir(here) if d.startswith("airlock-")]
+        self.assertEqual(len(kept), 1, os.listdir(here))
+        with open(os.path.join(here, kept[0], "sub", "d.txt")) as f:
+            self.assertEqual(f.read(), "deep\n")
+
     def test_max_turns(self):
         fm = self.fake([{"tool_calls": [execute("echo turn %d" % i)]} for i in range(5)])
         r = self.run_airlock(fm, ["run", "-y", "--max-turns", "2"] + fm.args() + ["loop"])
@@ -885,7 +921,8 @@ class ChatTest(unittest.TestCase):
         self.assertIn(b"added     out.txt", got[0])
         self.assertNotIn(b"tar in the guest failed", got[0])
         os.write(fd, b"y\r")
-        self.assertEqual(self.wait_exit(pid, fd, got), 0, got[0][-2000:])
+        # left by Ctrl-C twice: 130, as a shell reports SIGINT
+        self.assertEqual(self.wait_exit(pid, fd, got), 130, got[0][-2000:])
         with open(os.path.join(wd, "out.txt")) as f:
             self.assertEqual(f.read(), "result\n")
 
@@ -901,7 +938,7 @@ class ChatTest(unittest.TestCase):
         expect(b"Apply these changes to %s? [y/N] " % wd.encode())
         time.sleep(0.5)
         os.write(fd, b"y\r")
-        self.assertEqual(self.wait_exit(pid, fd, got), 0, got[0][-2000:])
+        self.assertEqual(self.wait_exit(pid, fd, got), 130, got[0][-2000:])
         self.assertNotIn(b"tar in the guest failed", got[0])
         if os.path.exists(os.path.join(wd, "out.txt")):
             with open(os.path.join(wd, "out.txt")) as f:
