@@ -20,6 +20,7 @@ fi
 # --reinstall: a tree rebuilt without a new version is installed all the same.
 DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --reinstall \
   ./build-deb/airlock_*.deb ./build-deb/airlock-guest_*.deb ./build-deb/libairlock-dev_*.deb \
+  ./build-deb/python3-airlock_*.deb \
   >/dev/null
 airlock image build tiny
 # The main image. Its root disk takes a few minutes the first time (mmdebstrap from Debian's

@@ -310,6 +310,9 @@ int ad_store_open(const char *keys_db, char *why, size_t len);
 void ad_store_close(void);
 /* The keeper name of this daemon's kept sessions (al_session_opts.keep). */
 const char *ad_store_keeper(void);
+/* Says at start which kept sessions of other daemons' stores run on this machine (left alone:
+ * each daemon reaps only its own) and the command that ends them. */
+void ad_store_others(void);
 int ad_store_put(const char *id, const char *owner, const char *name, const cJSON *record);
 void ad_store_del(const char *id);
 int ad_store_each(void (*fn)(void *ctx, const char *id, const char *owner, const cJSON *record),

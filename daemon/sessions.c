@@ -1281,4 +1281,5 @@ static void sessions_restore(void)
     int n = ad_store_each(restore_one, NULL);
     if (n > 0)
         ad_log("%d sessions in the store", n);
+    ad_store_others();
 }

@@ -6,6 +6,7 @@
  * marks our sessions with is derived from the store's path, so daemons on other stores (tests,
  * other users) never take or reap each other's. */
 #include "airlockd.h"
+#include "util.h" /* al_state_dir */
 
 #include <errno.h>
 #include <fcntl.h>
@@ -55,6 +56,71 @@ static int take_lock(const char *path, char *why, size_t len)
     return 0;
 }
 
+/* STATE/keepers/KEEPER: the store a keeper's name stands for (the name is a hash of its path),
+ * so that another daemon can say whose kept VMs it sees (ad_store_others). */
+static void keeper_note(const char *store)
+{
+    char state[4096], dir[4200], file[4300];
+    al_error err = {0};
+    if (al_state_dir(state, sizeof(state), &err) < 0)
+        return;
+    snprintf(dir, sizeof(dir), "%s/keepers", state);
+    snprintf(file, sizeof(file), "%s/%s", dir, keeper);
+    if (mkdir(dir, 0700) < 0 && errno != EEXIST)
+        return;
+    int fd = open(file, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, 0600);
+    if (fd < 0)
+        return;
+    if (write(fd, store, strlen(store)) < 0) {
+        /* only for a message */
+    }
+    close(fd);
+}
+
+struct others {
+    char keeper[8][64];
+    unsigned count[8];
+    size_t n;
+};
+
+static void count_other(void *ctx, const al_kept_info *k)
+{
+    struct others *o = ctx;
+    if (!strncmp(k->keeper, "airlockd-", 9) && strcmp(k->keeper, keeper) != 0) {
+        size_t i = 0;
+        while (i < o->n && strcmp(o->keeper[i], k->keeper))
+            i++;
+        if (i == o->n && o->n < 8)
+            snprintf(o->keeper[o->n++], sizeof(o->keeper[0]), "%s", k->keeper);
+        if (i < o->n)
+            o->count[i]++;
+    }
+}
+
+void ad_store_others(void)
+{
+    struct others o = {0};
+    al_error err = {0};
+    if (al_session_kept(NULL, count_other, &o, &err) <= 0)
+        return;
+    char state[4096];
+    bool have_state = al_state_dir(state, sizeof(state), &err) == 0;
+    for (size_t i = 0; i < o.n; i++) {
+        char path[4300], store[1024] = "";
+        snprintf(path, sizeof(path), "%s/keepers/%s", state, o.keeper[i]);
+        int fd = have_state ? open(path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW) : -1;
+        if (fd >= 0) {
+            ssize_t n = read(fd, store, sizeof(store) - 1);
+            store[n > 0 ? n : 0] = '\0';
+            close(fd);
+        }
+        ad_log("%u session%s kept by another airlockd (%s%s%s) %s running or paused here: "
+               "that daemon takes them back at its start; 'airlock gc --kept %s' ends them",
+               o.count[i], o.count[i] == 1 ? "" : "s", store[0] ? "its keys_db " : "keeper ",
+               store[0] ? store : o.keeper[i], "", o.count[i] == 1 ? "is" : "are", o.keeper[i]);
+    }
+}
+
 int ad_store_open(const char *path, char *why, size_t len)
 {
     int r = take_lock(path, why, len);
@@ -68,6 +134,7 @@ int ad_store_open(const char *path, char *why, size_t len)
     EVP_Digest(real, strlen(real), d, &dl, EVP_sha256(), NULL);
     snprintf(keeper, sizeof(keeper), "airlockd-%02x%02x%02x%02x%02x%02x%02x%02x", d[0], d[1], d[2],
              d[3], d[4], d[5], d[6], d[7]);
+    keeper_note(real);
     if (sqlite3_open_v2(path, &db, SQLITE_OPEN_READWRITE | SQLITE_OPEN_FULLMUTEX, NULL) !=
         SQLITE_OK) {
         snprintf(why, len, "cannot open '%s': %s", path, db ? sqlite3_errmsg(db) : "no memory");

@@ -47,6 +47,11 @@ int al_sized_out(void *out, size_t need, const char *type, al_error *err);
     al_sized_in(dst, sizeof(*(dst)), offsetof(__typeof__(*(dst)), first), src, type, err)
 #define AL_SIZED_OUT(out, type, err) al_sized_out(out, sizeof(*(out)), type, err)
 
+/* ---- words ---- */
+/* The name of names (NULL-terminated) nearest to word (n bytes) when one is close enough to be
+ * a typo of it (edit distance with transpositions: 1 for short words, up to 3), else NULL. */
+const char *al_nearest(const char *word, size_t n, const char *const *names);
+
 /* ---- time ---- */
 uint64_t al_now_ms(void);
 uint64_t al_now_us(void);

@@ -180,6 +180,8 @@ int cli_bad_option(const char *cmd, int argc, char **argv, const char *shorts,
 /* airlock exec's -i and -t are docker's (stdin kept open, a terminal): an old "-t N" (a timeout)
  * is said in one line pointing to --timeout N, returning 2; else -1. */
 int cli_check_docker_shorts(int argc, char **argv);
+/* A time left as a person reads it: "45s", "12m", "3h05m", "2d04h", "now". */
+void cli_duration(double seconds, char *buf, size_t len);
 /* Parses a non-negative integer option; exits with a usage error when it is not one. */
 unsigned long cli_number(const char *opt, const char *value, unsigned long max);
 

@@ -810,8 +810,14 @@ static int exec_session(struct exec_args *a, al_workdir_diff **diff, al_error *e
             cli_error(&werr);
         goto out;
     }
-    if (a->linger_s)
+    if (a->linger_s) {
+        char name[64];
+        fprintf(stderr,
+                "airlock: session %s stays up for %u s (airlock cp %s:PATH ., airlock shell "
+                "%s); Ctrl-C ends it sooner\n",
+                al_term_escape(al_session_name(s), name, sizeof(name)), a->linger_s, name, name);
         linger(a->linger_s);
+    }
     if (exec_copy_out(s, a, &status, &get_failed, err) < 0)
         goto out;
     /* From here on a signal never reaches the guest's tools (the changes' tar). */

@@ -68,14 +68,26 @@ static const char usage[] =
     "                            ($AIRLOCK_WARM: use (default), auto to build on first use, off)\n"
     "      --memory MIB          for sessions of this memory (default: the image's)\n"
     "      --cpus N              for sessions of N vCPUs (default: 1)\n";
+/* What image ls saw of the store: broken images, and the names listed (the templates shown are
+ * those of these images: the state dir's templates may be of another store's). */
+struct ls_ctx {
+    int bad;
+    char **names;
+    size_t n, cap;
+    int templates;
+};
+
 static void print_image(void *ctx, const al_image *img, const char *name, const char *why)
 {
-    int *bad = ctx;
+    struct ls_ctx *ls = ctx;
     if (!img) {
         printf("%-16s %-8s %s\n", name, "broken", why);
-        (*bad)++;
+        ls->bad++;
         return;
     }
+    if (al_grow(&ls->names, &ls->cap, ls->n, sizeof(*ls->names), 16) == 0 &&
+        (ls->names[ls->n] = strdup(img->name)))
+        ls->n++;
     /* One word, so scripts can split the line: "ssh:USER" says whom sessions log in as. */
     char transport[80];
     if (img->transport == AL_TRANSPORT_SSH)
@@ -335,8 +347,13 @@ static int image_commit(struct cli_globals *g, int argc, char **argv)
 
 static void print_template(void *ctx, const al_template_info *t)
 {
-    int *n = ctx;
-    if ((*n)++ == 0)
+    struct ls_ctx *ls = ctx;
+    bool ours = false;
+    for (size_t i = 0; i < ls->n && !ours; i++)
+        ours = !strcmp(ls->names[i], t->image);
+    if (!ours)
+        return;
+    if (ls->templates++ == 0)
         printf("\n%-16s %-8s %-5s %-6s %-9s %-10s %s\n", "TEMPLATE OF", "MEMORY", "CPUS", "ACCEL",
                "SIZE", "STATE", "PATH");
     char mem[32], size[32];
@@ -392,25 +409,24 @@ static int image_ls(const char *hosts)
         cli_error(&err);
         return 1;
     }
-    int bad = 0;
+    struct ls_ctx ls = {0};
     printf("%-16s %-8s %-16s %-24s %s  %s\n", "NAME", "PROTOCOL", "TRANSPORT", "LANGUAGES", "PATH",
            "SOURCE");
-    int n = al_image_list(print_image, &bad, &err);
-    if (n < 0) {
-        cli_error(&err);
-        return 1;
-    }
+    int n = al_image_list(print_image, &ls, &err);
+    int rc = 0;
     if (n == 0)
         fprintf(stderr, "airlock: no images in %s (build one: airlock image build debian)\n",
                 store);
-    int ntemplates = 0;
-    if (al_template_list(print_template, &ntemplates, &err) < 0) {
+    if (n < 0 || al_template_list(print_template, &ls, &err) < 0) {
         cli_error(&err);
-        return 1;
+        rc = 1;
     }
-    if (hosts && image_ls_hosts(hosts))
+    for (size_t i = 0; i < ls.n; i++)
+        free(ls.names[i]);
+    free(ls.names);
+    if (rc || (hosts && image_ls_hosts(hosts)))
         return 1;
-    return bad ? 1 : 0;
+    return ls.bad ? 1 : 0;
 }
 
 /* argv[0] is "warm". */

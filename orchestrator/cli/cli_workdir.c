@@ -52,8 +52,8 @@ void cli_workdir_pushed(const al_workdir_push_result *res, const char *guest_dir
                 al_path_escape(res->skipped[i], esc, sizeof(esc)));
     if (!quiet) {
         char sz[32];
-        fprintf(stderr, "airlock: copied %zu files (%s) into %s\n", res->files,
-                size_str(res->bytes, sz, sizeof(sz)), guest_dir);
+        fprintf(stderr, "airlock: copied %zu file%s (%s) into %s\n", res->files,
+                res->files == 1 ? "" : "s", size_str(res->bytes, sz, sizeof(sz)), guest_dir);
     }
 }
 

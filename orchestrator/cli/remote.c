@@ -1336,7 +1336,7 @@ static int print_daemon(const struct remote *r)
             (time_t)cJSON_GetNumberValue(cJSON_GetObjectItemCaseSensitive(s, "created"));
         const cJSON *e = cJSON_GetObjectItemCaseSensitive(s, "expires");
         if (cJSON_IsNumber(e))
-            snprintf(expires, sizeof(expires), "%.0fs", difftime((time_t)e->valuedouble, now));
+            cli_duration(difftime((time_t)e->valuedouble, now), expires, sizeof(expires));
         printf("%-22s %-12s %6.0fs %-9s %s\n", id, image, difftime(now, created), "airlockd",
                expires);
     }
@@ -1838,6 +1838,16 @@ int cli_remote_proc(struct cli_globals *g, int argc, char **argv)
             const char *how = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(res, "how"));
             int v = (int)cJSON_GetNumberValue(cJSON_GetObjectItemCaseSensitive(res, "value"));
             bool timed_out = cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(res, "timed_out"));
+            if (!how) { /* it ended without an exit of its own: say how (125 promises a line) */
+                const char *code =
+                    cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(res, "code"));
+                const char *msg =
+                    cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(res, "message"));
+                char c[64], m[512];
+                fprintf(stderr, "airlock: run %s ended without an exit status: %s%s%s\n", rid,
+                        al_term_escape(code ? code : "error", c, sizeof(c)), msg ? ": " : "",
+                        msg ? al_term_escape(msg, m, sizeof(m)) : "");
+            }
             int rc = !how                       ? EXIT_AIRLOCK_FAILED
                      : timed_out                ? EXIT_TIMED_OUT
                      : !strcmp(how, "signaled") ? 128 + v

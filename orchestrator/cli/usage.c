@@ -10,46 +10,9 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#define WORD_MAX 48
-
-/* Edit distance of a and b with adjacent transpositions ("exce" is one step from "exec"); words
- * longer than WORD_MAX are far from everything. */
-static size_t distance(const char *a, size_t na, const char *b, size_t nb)
-{
-    if (na > WORD_MAX || nb > WORD_MAX)
-        return SIZE_MAX;
-    size_t d[WORD_MAX + 1][WORD_MAX + 1];
-    for (size_t i = 0; i <= na; i++)
-        d[i][0] = i;
-    for (size_t j = 0; j <= nb; j++)
-        d[0][j] = j;
-    for (size_t i = 1; i <= na; i++)
-        for (size_t j = 1; j <= nb; j++) {
-            size_t best = d[i - 1][j - 1] + (a[i - 1] != b[j - 1]);
-            if (d[i - 1][j] + 1 < best)
-                best = d[i - 1][j] + 1;
-            if (d[i][j - 1] + 1 < best)
-                best = d[i][j - 1] + 1;
-            if (i > 1 && j > 1 && a[i - 1] == b[j - 2] && a[i - 2] == b[j - 1] &&
-                d[i - 2][j - 2] + 1 < best)
-                best = d[i - 2][j - 2] + 1;
-            d[i][j] = best;
-        }
-    return d[na][nb];
-}
-
 const char *cli_nearest(const char *word, size_t n, const char *const *names)
 {
-    const char *best = NULL;
-    size_t best_d = n < 4 ? 1 : n < 8 ? 2 : 3; /* further than this is no suggestion */
-    for (; *names; names++) {
-        size_t d = distance(word, n, *names, strlen(*names));
-        if (d <= best_d && (!best || d < best_d)) {
-            best = *names;
-            best_d = d;
-        }
-    }
-    return best;
+    return al_nearest(word, n, names);
 }
 
 bool cli_split_pair(char *arg, char **a, char **b)
@@ -161,4 +124,19 @@ int cli_check_docker_shorts(int argc, char **argv)
         }
     }
     return -1;
+}
+
+void cli_duration(double seconds, char *buf, size_t len)
+{
+    long s = seconds > 0 ? (long)(seconds + 0.5) : 0;
+    if (s <= 0)
+        snprintf(buf, len, "now");
+    else if (s < 120)
+        snprintf(buf, len, "%lds", s);
+    else if (s < 7200)
+        snprintf(buf, len, "%ldm", s / 60);
+    else if (s < 172800)
+        snprintf(buf, len, "%ldh%02ldm", s / 3600, s % 3600 / 60);
+    else
+        snprintf(buf, len, "%ldd%02ldh", s / 86400, s % 86400 / 3600);
 }

@@ -355,9 +355,11 @@ typedef struct al_kept_info {
     bool paused;     /* to disk */
     bool held;       /* a live process holds it now */
     int64_t expires; /* unix time its lifetime ends, 0: none */
+    char keeper[64]; /* whose it is (LIBAIRLOCK_1.4) */
 } al_kept_info;
 #define AL_KEPT_INFO_INIT AL_SIZED_INIT(al_kept_info)
-/* Calls fn for each session kept for keeper on this machine. Returns how many. */
+/* Calls fn for each session kept for keeper on this machine (NULL: for any keeper; since
+ * LIBAIRLOCK_1.4). Returns how many. */
 int al_session_kept(const char *keeper, void (*fn)(void *ctx, const al_kept_info *k), void *ctx,
                     al_error *err);
 /* Ends a kept session of keeper that no process holds: its VM destroyed, its files removed

@@ -222,6 +222,9 @@ int al_channel_guest_error(const struct al_msg *m, const char *what, al_error *e
     if (head && head <= n && !memcmp(t, what, head)) {
         t += head + 2;
         len -= head + 2;
+    } else if (n && len > n + 2 && !memcmp(t + len - n, what, n) &&
+               !memcmp(t + len - n - 2, ": ", 2)) {
+        len -= n + 2; /* "command not found: NAME" after our "NAME: " */
     }
     /* "No space left" from the guest is the guest's disk or its memory-backed /tmp, never the
      * host's (whose own limits say so in words of their own, budget.c). */

@@ -390,6 +390,34 @@ static int exec_adopted(al_session *s, const al_exec_opts *o, al_exec_result *ou
     return exec_loop(&st, o, out, err);
 }
 
+/* A language the image does not run: the ones it does (its agent's word at the handshake),
+ * and the nearest to what was asked, added to err's message. */
+static void lang_near(const al_session *s, const char *lang, bool kernel, al_error *err)
+{
+    char words[sizeof(s->langs)], list[sizeof(s->langs)] = "";
+    const char *names[AL_LANGS_MAX + 1];
+    size_t n = 0;
+    snprintf(words, sizeof(words), "%s", s->langs);
+    char *save = NULL;
+    for (char *w = strtok_r(words, " ", &save); w && n < AL_LANGS_MAX;
+         w = strtok_r(NULL, " ", &save)) {
+        bool k = !strncmp(w, "kernel:", 7);
+        if (k != kernel)
+            continue;
+        names[n++] = k ? w + 7 : w;
+        size_t used = strlen(list);
+        snprintf(list + used, sizeof(list) - used, "%s%s", used ? ", " : "", names[n - 1]);
+    }
+    names[n] = NULL;
+    if (!n)
+        return;
+    const char *near = al_nearest(lang, strlen(lang), names);
+    size_t used = strlen(err->msg);
+    snprintf(err->msg + used, sizeof(err->msg) - used, " (this image runs%s: %s%s%s%s)",
+             kernel ? " as kernels" : "", list, near ? "; did you mean '" : "", near ? near : "",
+             near ? "'?" : "");
+}
+
 static int exec_with(al_session *s, const al_exec_opts *o, al_exec_result *out, uint32_t op,
                      al_error *err)
 {
@@ -722,7 +750,10 @@ static int exec_loop(struct exec_state *st, const al_exec_opts *o, al_exec_resul
                                : o->lang ? "cannot run code"
                                : o->argv ? o->argv[0]
                                          : "the run";
-            return al_channel_guest_error(&m, what, err);
+            int gr = al_channel_guest_error(&m, what, err);
+            if (gr == -ENOTSUP && o->lang)
+                lang_near(s, o->lang, o->kernel, err);
+            return gr;
         }
         case AL_WAITING:
             /* The guest never reports a wait that was not asked for. */

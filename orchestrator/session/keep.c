@@ -430,7 +430,7 @@ static bool held(const char *dir)
 int al_session_kept(const char *keeper, void (*fn)(void *ctx, const al_kept_info *k), void *ctx,
                     al_error *err)
 {
-    if (!keeper || !al_keeper_ok(keeper))
+    if (keeper && !al_keeper_ok(keeper))
         return al_err(err, -EINVAL, "a keeper's name is 1 to 63 of [A-Za-z0-9._-]");
     char sessions[AL_PATH_MAX];
     int r = al_sessions_dir(sessions, sizeof(sessions), true, err);
@@ -447,13 +447,15 @@ int al_session_kept(const char *keeper, void (*fn)(void *ctx, const al_kept_info
             continue;
         _cleanup_cjson_ cJSON *rec = NULL;
         al_error ignored = {0};
-        if (record_read(dir, &rec, &ignored) < 0 || strcmp(jstr(rec, "keeper"), keeper) != 0)
+        if (record_read(dir, &rec, &ignored) < 0 || !*jstr(rec, "keeper") ||
+            (keeper && strcmp(jstr(rec, "keeper"), keeper) != 0))
             continue;
         al_kept_info k = {.struct_size = sizeof(k),
                           .paused = cJSON_GetObjectItemCaseSensitive(rec, "paused") != NULL,
                           .held = held(dir),
                           .expires = (int64_t)jnum(rec, "expires")};
         snprintf(k.name, sizeof(k.name), "%.63s", e->d_name);
+        snprintf(k.keeper, sizeof(k.keeper), "%.63s", jstr(rec, "keeper"));
         n++;
         if (fn)
             fn(ctx, &k);

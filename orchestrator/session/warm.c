@@ -121,6 +121,21 @@ int al_template_build(const al_session_opts *in, al_error *err)
     if (r < 0)
         return r;
     r = probe_make(opts, &p, err);
+    if (r == -EAGAIN) {
+        /* KVM not proven on this boot (a fresh machine): a session probes it first, so that the
+         * template is built for what this host's sessions will use. */
+        warm_notice(opts, "KVM is not proven on this boot yet: a session probes it first");
+        al_session_opts po = *opts;
+        po.warm = AL_WARM_OFF;
+        al_session *ps = NULL;
+        al_error perr = {0};
+        r = al_session_open_for(&po, NULL, &ps, &perr);
+        al_session_close(ps);
+        if (r < 0)
+            return al_err(err, r, "the session that probes KVM failed: %s", perr.msg);
+        *err = (al_error){0};
+        r = probe_make(opts, &p, err);
+    }
     if (r < 0)
         return r;
     /* Built anew even when one exists: that one goes first. */

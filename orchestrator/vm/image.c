@@ -214,6 +214,29 @@ bool al_image_warm_command(const al_image *img, char *buf, size_t len)
     return true;
 }
 
+/* "did you mean 'debian'? " when an image of the store is a typo away from name, else "". */
+static void image_near(const char *store, const char *name, char *out, size_t len)
+{
+    DIR *d = opendir(store);
+    if (!d)
+        return;
+    const char *names[65];
+    char held[64][64];
+    size_t n = 0;
+    struct dirent *e;
+    while (n < 64 && (e = readdir(d)))
+        if (e->d_name[0] != '.' && al_image_name_ok(e->d_name) && strncmp(e->d_name, "own-", 4)) {
+            snprintf(held[n], sizeof(held[n]), "%s", e->d_name);
+            names[n] = held[n];
+            n++;
+        }
+    closedir(d);
+    names[n] = NULL;
+    const char *near = al_nearest(name, strlen(name), names);
+    if (near)
+        snprintf(out, len, "did you mean '%s'? ", near);
+}
+
 int al_image_load(const char *name, al_image *out, al_error *err)
 {
     char store[AL_PATH_MAX];
@@ -241,10 +264,13 @@ int al_image_load(const char *name, al_image *out, al_error *err)
     int ferr = 0;
     _cleanup_free_ char *text = read_small_file(path, &ferr);
     if (!text) {
-        if (ferr == -ENOENT)
+        if (ferr == -ENOENT) {
+            char near[80] = "";
+            image_near(store, name, near, sizeof(near));
             return al_err(err, -ENOENT,
-                          "unknown image '%s' (no %s; see 'airlock image ls', or build it)", name,
-                          path);
+                          "unknown image '%s' (%sno %s; see 'airlock image ls', or build it)", name,
+                          near, path);
+        }
         return al_err(err, ferr, "cannot read image '%s' manifest: %s", name, strerror(-ferr));
     }
     _cleanup_cjson_ cJSON *j = cJSON_Parse(text);

@@ -28,6 +28,7 @@ SECTIONS = {
     "remote.c": ["COMMANDS/exec", "COMMANDS/session", "COMMANDS/proc"],
     "port.c": ["COMMANDS/port"],
     "cli_mcp.c": ["COMMANDS/mcp"],
+    "cli_gc.c": ["COMMANDS/gc"],
 }
 FLAG = re.compile(r"(?<![\w-])--[a-z][a-z0-9-]*")
 SHORT = re.compile(r"(?<![\w-])-[a-zA-Z0-9](?![\w-])")

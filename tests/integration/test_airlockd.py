@@ -658,7 +658,7 @@ class AirlockdTest(unittest.TestCase):
                                       "yes", "--", "sh", "-c",
                                       "pwd; tr a-z A-Z < in.txt > out.txt; rm in.txt"])
                 self.assertEqual((r.returncode, r.stdout), (0, b"/workspace\n"), r.stderr)
-                self.assertIn(b"copied 1 files", r.stderr)
+                self.assertIn(b"copied 1 file (", r.stderr)
                 self.assertIn(b"1 added, 0 modified, 1 deleted", r.stderr)
                 self.assertEqual(os.listdir(wd), ["out.txt"])
                 with open(os.path.join(wd, "out.txt")) as f:
@@ -673,6 +673,14 @@ class AirlockdTest(unittest.TestCase):
                 self.assertIn([sid, "airlockd"], [[x[0], x[3]] for x in rows[1:]], args)
             r = altest.run(srv + ["session", "extend", sid, "100"])
             self.assertEqual(r.returncode, 0, r.stderr)
+            # EXPIRES as a person reads it
+            rows = [l.split() for l in altest.run(srv + ["ps"]).stdout.decode().splitlines()]
+            left = [x[4] for x in rows[1:] if x[0] == sid]
+            self.assertEqual(len(left), 1, rows)
+            self.assertRegex(left[0], r"^(9\d|100)s$")
+            self.assertEqual(altest.run(srv + ["session", "extend", sid, "7500"]).returncode, 0)
+            rows = [l.split() for l in altest.run(srv + ["ps"]).stdout.decode().splitlines()]
+            self.assertRegex([x[4] for x in rows[1:] if x[0] == sid][0], r"^2h0[45]m$")
         finally:
             r = altest.run(srv + ["rm", sid])
         self.assertEqual(r.returncode, 0, r.stderr)
@@ -1666,6 +1674,21 @@ class ProcessesTest(DebianSessionTest):
         self.assertEqual(r.returncode, 125)
         self.assertIn(b"r999", r.stderr)
         altest.run(srv + ["proc", "kill", sid, rid])
+
+    def test_client_waits_for_a_port(self):
+        """The client's README: a server started in the background is reached after
+        wait_for_port; get_host over the socket says how to get a TCP address."""
+        with self.assertRaises(TimeoutError):
+            self.sb.wait_for_port(8765, timeout=2)
+        srv = self.sb.commands.run("sleep 2; cd /tmp && exec python3 -m http.server 8765",
+                                   background=True)
+        self.addCleanup(srv.kill)
+        self.sb.wait_for_port(8765, timeout=120)
+        st, _, _ = self.sb.request_port(8765, "/")
+        self.assertEqual(st, 200)
+        with self.assertRaises(ValueError) as e:
+            self.sb.get_host(8765)
+        self.assertIn("airlockd key add", str(e.exception))
 
     def test_cli_commit_of_a_daemon_session(self):
         """airlock image commit on a session airlockd holds saves it as the caller's image

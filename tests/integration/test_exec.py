@@ -48,8 +48,21 @@ class ExecTest(unittest.TestCase):
     def test_command_not_found(self):
         r = altest.run(["-q", "exec", "--", "no-such-command-here", "x"])
         self.assertEqual(r.returncode, 127, r.stderr)
-        self.assertIn(b"no-such-command-here", r.stderr)
+        self.assertIn(b"no-such-command-here: command not found", r.stderr)
+        self.assertEqual(r.stderr.count(b"no-such-command-here"), 1, r.stderr)  # said once
         self.assertEqual(len(r.stderr.strip().splitlines()), 1, r.stderr)
+
+    def test_typos_get_a_suggestion(self):
+        """An image or a language a typo away from one that exists is named, as flags are."""
+        image = os.environ.get("AIRLOCK_IMAGE") or "tiny"
+        r = altest.run(["-q", "exec", "--image", image[:-2] + image[-1] + image[-2], "--",
+                        "true"])
+        self.assertEqual(r.returncode, 125, r.stderr)
+        self.assertIn(b"did you mean '%s'?" % image.encode(), r.stderr)
+        r = altest.run(["-q", "exec", "--image", "tiny", "--lang", "shh", "-c", "true"])
+        self.assertEqual(r.returncode, 125, r.stderr)
+        self.assertIn(b"this image runs: sh", r.stderr)
+        self.assertIn(b"did you mean 'sh'?", r.stderr)
 
     def test_code_on_stdin_and_stdin_forwarding(self):
         r = altest.run(["-q", "exec", "--lang", "sh"], input=b"echo from-code $((6*7))\n")

@@ -119,6 +119,31 @@ class ImportTest(unittest.TestCase):
         self.assertEqual([l[col:col + 3] for l in lines[1:]], ["ssh", "ssh", "vir"])
         self.assertEqual(len({l.index("/") for l in lines[1:]}), 1, "PATH column not aligned")
 
+    def test_ls_lists_only_this_stores_templates(self):
+        """The state dir's warm templates are listed with the images of the store that was
+        asked about: a template of another store's image is not this store's (image ls listed
+        the machine's warm debian under a private store that has no debian)."""
+        state = tempfile.mkdtemp(prefix="airlock-state-")
+        self.addCleanup(shutil.rmtree, state, ignore_errors=True)
+        for image in ("elsewhere", "vm"):
+            t = os.path.join(state, "templates", image + "-0123456789abcdef")
+            os.makedirs(t)
+            with open(os.path.join(t, "manifest.json"), "w") as f:
+                json.dump({"image": image, "key": "0123456789abcdef", "memory_mib": 512}, f)
+        proto = int(re.search(rb"\(protocol (\d+)\)", altest.run(["--version"]).stdout)[1])
+        vm = os.path.join(self.store, "vm")
+        os.makedirs(vm)
+        for part in ("vmlinuz", "initrd.img"):
+            open(os.path.join(vm, part), "w").close()
+        with open(os.path.join(vm, "manifest.json"), "w") as f:
+            json.dump({"kernel": "vmlinuz", "initrd": "initrd.img", "languages": ["sh"],
+                       "agent_protocol": proto}, f)
+        r = altest.run(["image", "ls"], image_dir=self.store, env={"AIRLOCK_STATE_DIR": state})
+        out = r.stdout.decode()
+        self.assertIn("TEMPLATE OF", out)
+        self.assertRegex(out, r"\nvm +\d+M .* refused ")  # this store's image's template: listed
+        self.assertNotIn("elsewhere", out)
+
     def test_refuses_a_backing_file(self):
         evil = self.path("evil.qcow2")
         qemu_img("create", "-q", "-f", "qcow2", "-b", "/etc/passwd", "-F", "raw", evil)

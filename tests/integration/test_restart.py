@@ -6,6 +6,7 @@ and a background `python3 -m http.server`: after each restart or resume all thre
 """
 import json
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -224,6 +225,31 @@ class RestartTest(unittest.TestCase):
             self.assertFalse(os.path.exists(os.path.join(STATE, "sessions", sid)))
             self.assertFalse(os.path.exists(os.path.join(altest.runtime_sessions_dir(), sid)))
             self.assertNotIn(sid, altest.virsh_names())
+
+    def test_another_store_names_the_kept_sessions_and_gc_ends_them(self):
+        """A daemon started on another store leaves the first store's kept VM alone and says
+        so at its start, whose and how to end it; airlock gc --kept ends it on purpose."""
+        a = self.session()
+        self.d.kill(signal.SIGTERM)  # keep_sessions: the VM goes on
+        self.assertIn(a.id, altest.virsh_names())
+        other = Airlockd()
+        self.addCleanup(other.close)
+        other.start()
+        text = other.text()
+        self.assertIn("1 session kept by another airlockd (its keys_db %s)"
+                      % os.path.realpath(os.path.join(self.d.dir, "store", "keys.db")), text)
+        keeper = re.search(r"'airlock gc --kept (airlockd-[0-9a-f]+)'", text)
+        self.assertTrue(keeper, text)
+        self.assertIn(a.id, altest.virsh_names())  # left alone
+        r = altest.run(["gc", "--kept", keeper.group(1)])
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertIn(b"ended 1 kept session", r.stdout)
+        self.assertNotIn(a.id, altest.virsh_names())
+        self.assertFalse(os.path.exists(os.path.join(STATE, "sessions", a.id)))
+        other.kill(signal.SIGTERM)
+        self.d.start()  # its record finds the VM gone: lost, deletable
+        info = self.d.client().request("GET", "/v1/sessions/" + a.id)
+        self.assertTrue(info["lost"])
 
 
 if __name__ == "__main__":

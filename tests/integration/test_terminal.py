@@ -249,17 +249,18 @@ class ShellIntoSessionTest(unittest.TestCase):
     def test_shell_into_a_lingering_session(self):
         log = tempfile.TemporaryFile()
         self.addCleanup(log.close)
-        holder = altest.popen(["--debug", "exec", "--image", "tiny", "--linger", "200", "--",
+        holder = altest.popen(["exec", "--image", "tiny", "--linger", "200", "--",
                                "sh", "-c", "echo written-by-the-run > /tmp/mark"],
                               stdout=subprocess.DEVNULL, stderr=log)
         self.addCleanup(lambda: holder.poll() is None and (holder.kill(), holder.wait()))
-        # Its name, as --debug says it (other tests' sessions may be in airlock ps too).
+        # Its name, as --linger says it (other tests' sessions may be in airlock ps too).
         name = None
         end = time.monotonic() + BOOT_S
         while not name and time.monotonic() < end and holder.poll() is None:
             log.seek(0)
-            m = altest.session_names(log.read())
-            name = m and m[0].decode()
+            m = re.search(rb"airlock: session (\S+) stays up for 200 s \(airlock cp \1:PATH",
+                          log.read())
+            name = m and m.group(1).decode()
             time.sleep(0.5)
         self.assertTrue(name, "the lingering session never said its name")
 

@@ -114,6 +114,22 @@ print(json.dumps({"self": secrets("self"), "kernel": secrets(kernel[0]) if kerne
 
 @unittest.skipUnless(have_image(), "the debian image is not built")
 class Warm(unittest.TestCase):
+    def test_0_warm_on_a_fresh_boot_probes_kvm_itself(self):
+        """image warm on a machine where no session ran yet this boot (no KVM verdict): it
+        probes KVM with a session of its own and builds the template (it refused, and the
+        install skipped the warm template on a fresh machine)."""
+        run = tempfile.mkdtemp(prefix="airlock-warm-run-", dir="/var/tmp")
+        state = tempfile.mkdtemp(prefix="airlock-warm-state-", dir="/var/tmp")
+        for d in (run, state):
+            os.chmod(d, 0o755)
+            self.addCleanup(shutil.rmtree, d, ignore_errors=True)
+        env = {"AIRLOCK_RUNTIME_DIR": run, "AIRLOCK_STATE_DIR": state}
+        r = altest.run(["image", "warm", IMAGE], env=env, timeout=900)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertEqual(len(templates(state)), 1)
+        if os.access("/dev/kvm", os.R_OK | os.W_OK):
+            self.assertIn(b"a session probes it first", r.stderr)
+
     def test_1_restored_sessions(self):
         """Two sessions from one template at once: unique, isolated, on the host's clock, the
         template's disk untouched; listed by image ls; doctor says whether there is one."""

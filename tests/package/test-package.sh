@@ -38,8 +38,9 @@ out=$tmp/out
 ok "packaging/build-deb.sh builds the packages" \
     env DEB_BUILD_OPTIONS=noddebs AIRLOCK_DEB_JOBS=2 nice "$src/packaging/build-deb.sh" "$out"
 echo "# built in $((SECONDS - t0)) s"
-debs=("$out"/airlock_*.deb "$out"/airlock-guest_*.deb "$out"/libairlock-dev_*.deb)
-ok "three packages: airlock, airlock-guest, libairlock-dev" ls "${debs[@]}"
+debs=("$out"/airlock_*.deb "$out"/airlock-guest_*.deb "$out"/libairlock-dev_*.deb
+    "$out"/python3-airlock_*.deb)
+ok "four packages: airlock, airlock-guest, libairlock-dev, python3-airlock" ls "${debs[@]}"
 [ -e "${debs[0]}" ] || finish
 ok "the package version is the project's ($version)" \
     bash -c "dpkg-deb -f '${debs[0]}' Version | grep -qx '$version\(-.*\)\?'"
@@ -73,7 +74,7 @@ snapshot >"$tmp/before"
 dpkg_root() {
     dpkg --root="$root" --force-script-chrootless --force-depends --log=/dev/null "$@"
 }
-ok "dpkg installs the three packages into the scratch root" dpkg_root -i "${debs[@]}"
+ok "dpkg installs the four packages into the scratch root" dpkg_root -i "${debs[@]}"
 
 # ---- what landed ----
 lib=$root/usr/lib/x86_64-linux-gnu
@@ -87,9 +88,27 @@ files=(usr/bin/airlock usr/lib/x86_64-linux-gnu/libairlock.so.1
     usr/share/airlock/images/build-tiny.sh usr/share/airlock/images/build-debian.sh
     usr/share/airlock/images/lib/boot.sh usr/share/airlock/guest-agent/kernels/python.py
     usr/include/airlock.h usr/include/airlock/text.h usr/include/airlock/policy.h
-    usr/lib/x86_64-linux-gnu/pkgconfig/airlock.pc)
+    usr/lib/x86_64-linux-gnu/pkgconfig/airlock.pc
+    usr/lib/python3/dist-packages/airlock/__init__.py)
 missing() { for f in "${files[@]}"; do [ -e "$root/$f" ] || echo "missing: $f"; done | grep . && return 1 || return 0; }
 ok "the files land where they belong" missing
+# The Python client where Debian's python3 looks (dist-packages), importable from that copy
+# alone: no other airlock on the path, no site directories.
+py_import() {
+    local d=$root/usr/lib/python3/dist-packages
+    /usr/bin/python3 -I -B -c "
+import sys
+sys.path = ['$d'] + [p for p in sys.path if 'packages' not in p]
+import airlock
+assert airlock.__file__.startswith('$d/'), airlock.__file__
+assert callable(airlock.Sandbox) and issubclass(airlock.TimeoutException, Exception)
+print(airlock.__file__)"
+    /usr/bin/python3 -c "import sys; sys.exit('/usr/lib/python3/dist-packages' not in sys.path)"
+    # what python3 leaves next to the module when root imports it goes with the package
+    /usr/bin/python3 -I -c "import sys; sys.path.insert(0, '$d'); import airlock"
+    [ -d "$d/airlock/__pycache__" ]
+}
+ok "python3-airlock: the module imports from dist-packages alone" py_import
 ok "the installed airlock --version says $version" \
     bash -c "LD_LIBRARY_PATH='$lib' '$root/usr/bin/airlock' --version | grep -q '^airlock $version '"
 ok "the installed airlock --help and exec --help work" \
@@ -250,9 +269,9 @@ kept() {
 }
 ok "an upgrade (the packages installed again) succeeds" dpkg_root -i "${debs[@]}"
 ok "an upgrade keeps images, sessions' state, the cache and the group" kept
-ok "remove succeeds" dpkg_root -r libairlock-dev airlock-guest airlock
+ok "remove succeeds" dpkg_root -r python3-airlock libairlock-dev airlock-guest airlock
 ok "remove keeps images, sessions' state, the cache and the group" kept
-ok "purge succeeds" dpkg_root -P libairlock-dev airlock-guest airlock
+ok "purge succeeds" dpkg_root -P python3-airlock libairlock-dev airlock-guest airlock
 snapshot >"$tmp/after"
 ok "purge leaves no file behind" diff "$tmp/before" "$tmp/after"
 ok "purge removes the airlock group" \

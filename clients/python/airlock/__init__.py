@@ -22,6 +22,7 @@ import posixpath
 import socket
 import ssl
 import threading
+import time
 import urllib.parse
 
 __all__ = ["Client", "Sandbox", "Run", "Event", "APIError", "CommandResult", "Execution",
@@ -798,9 +799,31 @@ class Sandbox:
         sb.port_url(port) signed in)."""
         c = self.client
         if c._unix:
-            raise ValueError("host routing needs the daemon's TCP address (the socket: port_url)")
+            raise ValueError(
+                "get_host needs the daemon's TCP address: connect with "
+                "Sandbox(url='http://127.0.0.1:8470', api_key=KEY) (airlockd's 'listen' in "
+                "/etc/airlock/airlockd.conf; a key from 'airlockd key add NAME'); over the "
+                "socket use sb.request_port(port, path) or sb.port_url(port)")
         return "%d-%s.localhost:%d" % (int(port), self.id, c._port or
                                        (443 if c._scheme == "https" else 80))
+
+    def wait_for_port(self, port, timeout=30.0, interval=0.2):
+        """Waits until something in the session takes connections on `port` (a server started
+        with background=True needs a moment before it listens); raises TimeoutError after
+        `timeout` seconds. Asks through the daemon's proxy: any answer but its "nothing answers"
+        means the port is open."""
+        end = time.monotonic() + timeout
+        while True:
+            try:
+                st, _, body = self.request_port(port, "/", timeout=timeout)
+            except (OSError, http.client.HTTPException):
+                st, body = 0, b""
+            if st and not (st == 502 and b"nothing answers" in body):
+                return
+            if time.monotonic() >= end:
+                raise TimeoutError("nothing listens on port %d in %s after %g s"
+                                   % (int(port), self.id, timeout))
+            time.sleep(interval)
 
     def port_url(self, port, path="/"):
         """The daemon's proxy address of `port` in the session: its path, for this client."""
