@@ -97,6 +97,27 @@ static enum MHD_Result health(struct MHD_Connection *c, struct ad_req *q)
     return ad_reply_json(c, q, 200, o);
 }
 
+/* ---- who the caller is to the daemon: what a page shows before anything else ---- */
+
+static enum MHD_Result me_get(struct MHD_Connection *c, struct ad_req *q)
+{
+    cJSON *o = cJSON_CreateObject();
+    /* a page over the unix socket (its local forward) has nobody signed in: no "Sign out" */
+    const char *auth = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Authorization");
+    cJSON_AddStringToObject(o, "via", q->is_unix ? "socket" : auth ? "key" : "cookie");
+    cJSON *m = cJSON_AddObjectToObject(o, "model");
+    bool configured = ad_cfg.model_api_base[0] && ad_cfg.model[0];
+    cJSON_AddBoolToObject(m, "configured", configured);
+    if (configured)
+        cJSON_AddStringToObject(m, "name", ad_cfg.model);
+    else
+        cJSON_AddStringToObject(m, "why",
+                                "this daemon has no model configured: set model_api_base and "
+                                "model (and model_api_key_env) in airlockd.conf, then restart it; "
+                                "sessions, terminals and %% commands work without one");
+    return ad_reply_json(c, q, 200, o);
+}
+
 /* ---- hosts: for the operator on this machine (a unix socket peer); they are the daemon's, and
  * a key's holder never learns where sessions run ---- */
 
@@ -1078,6 +1099,7 @@ const struct ad_route ad_routes[] = {
     {"GET",    "/metrics", AD_NO_SESSION, metrics, "the daemon's counters (Prometheus text)"},
     {"POST",   "/v1/sessions", AD_NO_SESSION | AD_BODY_JSON, session_create, "start a session"},
     {"GET",    "/v1/sessions", AD_NO_SESSION, session_list, "the caller's sessions"},
+    {"GET",    "/v1/me", AD_NO_SESSION, me_get, "how the caller is signed in, and whether a model is configured"},
     {"GET",    "/v1/hosts", AD_NO_SESSION, hosts_get, "the hosts sessions run on (local callers)"},
     {"GET",    "/v1/sessions/{id}", AD_LOST_OK | AD_PAUSED_OK, session_get, "one session"},
     {"DELETE", "/v1/sessions/{id}", AD_LOST_OK | AD_PAUSED_OK, session_delete, "end a session"},

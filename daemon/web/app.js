@@ -63,7 +63,13 @@ async function start() {
   }
   $('login').hidden = true;
   $('app').hidden = false;
-  $('logout').hidden = false;
+  // Who we are and what the daemon has: no "Sign out" where nobody signed in (the unix
+  // socket's forward), and no model said before the first message, not after it.
+  const me = await api('GET', '/v1/me').catch(() => null);
+  $('logout').hidden = !me || me.via === 'socket';
+  const notice = $('model-notice');
+  notice.hidden = !me || me.model.configured;
+  notice.textContent = me && !me.model.configured ? 'Chat needs a model: ' + me.model.why : '';
   await refreshSessions();
   if (!start.timer) start.timer = setInterval(() => { if (!$('app').hidden) refreshSessions().catch(() => {}); }, 15000);
 }
@@ -99,7 +105,9 @@ async function refreshSessions() {
     li.append(el('span', 'name', s.id));
     const age = Math.round(Date.now() / 1000 - s.created);
     li.append(el('span', 'meta', `${s.image} · ${s.memory_mib} MiB · ${age} s${s.display ? ' · screen' : ''}`));
-    const stop = el('button', 'stop-session', 'Stop');
+    // "End", not "Stop": the chat's Stop button stops a run; this ends the session (its VM).
+    const stop = el('button', 'stop-session', 'End');
+    stop.title = 'End the session: its VM and everything in it are gone';
     stop.addEventListener('click', async (ev) => {
       ev.stopPropagation();
       await api('DELETE', `/v1/sessions/${encodeURIComponent(s.id)}`).catch(showError);

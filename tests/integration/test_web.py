@@ -253,6 +253,8 @@ class WebTest(unittest.TestCase):
         b.get(self.url)
         self.wait(lambda: self.q("#login").is_displayed(), 10, "the sign-in form")
         self.shot("01-sign-in")
+        # a new user learns where a key comes from on the sign-in page itself
+        self.assertIn("airlockd key add", self.q("#login-help").text)
         # a wrong key is refused
         self.q("#api-key").send_keys("alk_nope_0123456789")
         self.q("#login-btn").click()
@@ -263,6 +265,15 @@ class WebTest(unittest.TestCase):
         self.q("#api-key").send_keys(self.key)
         self.q("#login-btn").click()
         self.wait(lambda: self.q("#app").is_displayed(), 10, "signed in")
+        self.wait(lambda: self.q("#logout").is_displayed(), 10, "Sign out, once signed in")
+        self.assertFalse(self.q("#model-notice").is_displayed())  # this daemon has a model
+        # the image field's placeholder shows whole
+        room, text = b.execute_script(
+            "const i = document.getElementById('new-image'), cs = getComputedStyle(i);"
+            "const c = document.createElement('canvas').getContext('2d'); c.font = cs.font;"
+            "return [i.clientWidth - parseFloat(cs.paddingLeft) - parseFloat(cs.paddingRight),"
+            "        c.measureText(i.placeholder).width];")
+        self.assertGreaterEqual(room, text)
         self.assertNotIn("airlock_token", b.execute_script("return document.cookie"))
         self.assertTrue(any(c["name"] == "airlock_token" and c["httpOnly"]
                             and c.get("sameSite") == "Strict" for c in b.get_cookies()))
@@ -272,6 +283,8 @@ class WebTest(unittest.TestCase):
         self.q("#start-session").click()
         self.wait(lambda: self.qs("#sessions li.current"), BOOT_S, "a session starts")
         sid = self.session_id()
+        # ending a session is not the chat's Stop (which stops a run)
+        self.assertEqual(self.q("#sessions li.current .stop-session").text, "End")
         sb = self.sandbox(sid)
 
         # chat: code that prints and plots; model text that is hostile
@@ -666,6 +679,8 @@ class WebTest(unittest.TestCase):
         self.b.get("http://localhost:%d/" % port)
         self.wait(lambda: self.q("#app").is_displayed(), 20, "the page without signing in")
         self.assertFalse(self.q("#login").is_displayed())
+        time.sleep(1)  # what /v1/me says is applied
+        self.assertFalse(self.q("#logout").is_displayed())  # nobody signed in to sign out
         # a page of another name resolved to 127.0.0.1 (DNS rebinding) is refused
         c = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
         c.request("GET", "/v1/sessions", headers={"Host": "rebound.example:%d" % port,
@@ -681,6 +696,19 @@ class WebTest(unittest.TestCase):
         self.assertEqual(r.status, 403, r.read())
         c.close()
         self.assertIsNone(self.b.execute_script("return window.__pwned"))
+
+    def test_no_model_said_up_front(self):
+        """A daemon without a model says so when the page opens, with the keys to set (it said
+        so only after the first message)."""
+        d = Daemon()
+        self.addCleanup(d.stop)
+        fwd = Forward(unix=d.sock)
+        self.addCleanup(fwd.close)
+        self.b.get("http://localhost:%d/" % fwd.port)
+        self.wait(lambda: self.q("#app").is_displayed(), 20, "the page")
+        self.wait(lambda: self.q("#model-notice").is_displayed(), 10, "the model notice")
+        self.assertIn("model_api_base", self.q("#model-notice").text)
+        self.shot("90-no-model")
 
 
 if __name__ == "__main__":
