@@ -1144,7 +1144,7 @@ static void usage_session(FILE *f)
 static int session_start(const struct remote *r, int argc, char **argv)
 {
     static const struct option opts[] = {
-        {"image", required_argument, NULL, 'i'},
+        {"image", required_argument, NULL, 'I' + 256},
         {"memory", required_argument, NULL, 'm'},
         {"cpus", required_argument, NULL, 'C'},
         {"idle-timeout", required_argument, NULL, 'I'},
@@ -1158,11 +1158,16 @@ static int session_start(const struct remote *r, int argc, char **argv)
     cJSON *in = cJSON_CreateObject();
     int c;
     optind = 1;
-    while ((c = getopt_long(argc, argv, "i:m:", opts, NULL)) != -1) {
+    while ((c = getopt_long(argc, argv, "im:", opts, NULL)) != -1) {
         switch (c) {
-        case 'i':
+        case 'I' + 256:
             cJSON_AddStringToObject(in, "image", optarg);
             break;
+        case 'i': /* exec's -i keeps stdin open, as docker's: here it would mean another thing */
+            fprintf(stderr, "airlock: session start has no -i (exec's -i keeps stdin open); "
+                            "name the image with --image NAME\n");
+            cJSON_Delete(in);
+            return 2;
         case 'm':
             cJSON_AddNumberToObject(in, "memory_mib",
                                     (double)cli_number("--memory", optarg, 65536));
@@ -1208,7 +1213,7 @@ static int session_start(const struct remote *r, int argc, char **argv)
             break;
         default:
             cJSON_Delete(in);
-            return cli_bad_option("session", argc, argv, "i:m:", opts);
+            return cli_bad_option("session", argc, argv, "im:", opts);
         }
     }
     cJSON *out = NULL;

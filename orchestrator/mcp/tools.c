@@ -639,7 +639,11 @@ int mcp_tools_check(al_mcp *m, const char *name, const cJSON *args, char *msg, s
     for (const struct param *p = t->params; p && p->name; p++)
         if (p->required && param_here(m, p) &&
             !cJSON_GetObjectItemCaseSensitive(cJSON_IsObject(args) ? args : NULL, p->name)) {
-            snprintf(msg, len, "invalid params: %s needs \"%s\"", name, p->name);
+            snprintf(msg, len, "invalid params: %s needs \"%s\"%s", name, p->name,
+                     strcmp(p->name, "session")
+                         ? ""
+                         : " (the handle start_session returns: start one first; a call never "
+                           "starts a session by itself)");
             return -1;
         }
     return 0;

@@ -31,6 +31,12 @@ class CliTest(unittest.TestCase):
         self.assertEqual(r.returncode, 2)
         self.assertIn(b"unknown command 'frobnicate'", r.stderr)
 
+    def test_session_start_has_no_short_i(self):
+        # exec's -i keeps stdin open (docker's); session start's -i meant --image
+        r = altest.run(["--server", "unix:/nonexistent.sock", "session", "start", "-i", "debian"])
+        self.assertEqual(r.returncode, 2)
+        self.assertIn(b"--image NAME", r.stderr)
+
     def test_image_ls(self):
         r = altest.run(["image", "ls"])
         self.assertEqual(r.returncode, 0, r.stderr)

@@ -153,6 +153,14 @@ class ProtocolTest(unittest.TestCase):
         self.assertIn("2026-07-28", d["supportedVersions"])
         self.assertIn("2025-11-25", d["supportedVersions"])
 
+    def test_a_call_never_starts_a_session_by_itself(self):
+        self.s.initialize()
+        r = self.s.request("tools/call", {"name": "run_code",
+                                          "arguments": {"language": "python", "code": "1"}})
+        self.assertEqual(r["error"]["code"], -32602)
+        self.assertIn("start_session", r["error"]["message"])
+        self.assertEqual(domains_of(self.s.stderr()), set())
+
     def test_stateless_generation_on_stdio(self):
         meta = {"_meta": {"io.modelcontextprotocol/protocolVersion": "2026-07-28",
                           "io.modelcontextprotocol/clientCapabilities": {}}}
