@@ -165,6 +165,10 @@ struct kernel_lang {
     const char *interp[2]; /* interpreter names searched in a few bin directories */
     const char *argv[7];   /* "$interp" and "$script" stand for the two paths */
     const char *env[3];    /* added to the kernel's environment */
+    /* An interrupt that can land before the block's own handler is set (node: a SIGINT read
+     * by the driver just before breakOnSigint's watchdog starts) is sent again each second
+     * while the same block runs, a few times. */
+    bool sigint_again;
 };
 
 /* A long-lived interpreter: one per language, started by its first run; it lasts as long as the
@@ -187,6 +191,13 @@ struct kernel {
     size_t wlen, woff;
     char line[64]; /* a partial line read from ctl_fd */
     size_t linelen;
+    /* A SIGINT held back while the interpreter had no handler for it (it would end the kernel
+     * and its state): sent once it has one (kernel_tick), or at this time (µs) all the same. */
+    uint64_t sigint_until;
+    /* sigint_again: the run interrupted, when to send it again, and how many more times */
+    uint32_t sigint_run;
+    uint64_t sigint_next;
+    unsigned sigint_left;
 };
 
 struct agent {
@@ -323,6 +334,9 @@ void kernel_kill(struct agent *a, struct kernel *k);
 void tree_kill(struct agent *a, const char *cgroup, pid_t pid);
 /* Delivers a host SIGNAL to the kernel's process group (SIGKILL kills the kernel). */
 void kernel_signal(struct agent *a, struct req *r, int signo);
+/* The SIGINTs held back (kernel_signal), each sent once its interpreter can take it; the time
+ * (µs) by which the loop must come back for one still held, or UINT64_MAX. */
+uint64_t kernel_tick(struct agent *a, uint64_t now);
 /* Stops every kernel (disconnect outside --unix, exit). */
 void kernel_reset_all(struct agent *a);
 

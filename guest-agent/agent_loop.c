@@ -840,6 +840,9 @@ static uint64_t poll_build(struct agent *a, struct poll_set *ps, uint64_t now)
         next = now;
     if (a->ndead && a->dead_next_us < next)
         next = a->dead_next_us;
+    uint64_t held = kernel_tick(a, now); /* SIGINTs held for a handler */
+    if (held < next)
+        next = held;
     return next;
 }
 

@@ -36,7 +36,7 @@ static const struct kernel_lang table[KERNEL_LANGS] = {
      {"$interp", "--noediting", "--noprofile", "--rcfile", "$script", "-i"}, {"TERM=dumb"}},
     /* --expose-internals: the driver rewrites blocks as notebook cells with node's own acorn. */
     {"javascript", {"node", "js"}, KERNEL_DRIVER, "node.js", {"node", "nodejs"},
-     {"$interp", "--expose-internals", "$script"}, {NULL}},
+     {"$interp", "--expose-internals", "$script"}, {NULL}, true},
 };
 // clang-format on
 
@@ -754,8 +754,13 @@ static bool sigint_would_kill(pid_t pid)
     return seen && !((caught | ignored) & bit);
 }
 
-/* How long an interrupt waits for the interpreter to have a SIGINT handler again. */
+/* How long an interrupt waits for the interpreter to have a SIGINT handler again, in the call;
+ * and how long it is held past that before it goes all the same. */
 #define SIGINT_HANDLER_WAIT_MS 200
+#define SIGINT_HOLD_MAX_MS 20000
+/* sigint_again: a second after the first, at most this many more */
+#define SIGINT_AGAIN_MS 1000
+#define SIGINT_AGAIN_MAX 5
 
 void kernel_signal(struct agent *a, struct req *r, int signo)
 {
@@ -768,13 +773,60 @@ void kernel_signal(struct agent *a, struct req *r, int signo)
     }
     /* node's vm module lets go of the process's SIGINT handler for a moment as a block starts
      * (it removes the listeners before its own watchdog takes the signal): a SIGINT then
-     * would end the kernel and its state. Wait for a handler, a few milliseconds at most. */
+     * would end the kernel and its state. Wait for a handler a few milliseconds; past that (a
+     * loaded machine, a restored VM whose node is slow to come back) the signal is held and
+     * sent by kernel_tick once a handler is there, the run going on meanwhile. */
     for (int i = 0; signo == SIGINT && i < SIGINT_HANDLER_WAIT_MS && sigint_would_kill(k->pid); i++)
         usleep(1000);
+    if (signo == SIGINT && sigint_would_kill(k->pid)) {
+        if (!k->sigint_until)
+            k->sigint_until = now_us() + SIGINT_HOLD_MAX_MS * 1000ull;
+        return;
+    }
+    k->sigint_until = 0;
+    if (signo == SIGINT && k->lang->sigint_again && r->id != k->sigint_run) {
+        k->sigint_run = r->id;
+        k->sigint_left = SIGINT_AGAIN_MAX;
+        k->sigint_next = now_us() + SIGINT_AGAIN_MS * 1000ull;
+    }
     /* The whole group, as a terminal's ^C: the interpreter and what the block started. */
     if (kill(-k->pid, signo) < 0 && errno != ESRCH)
         agent_send_error(a, r->id, errno_class(errno), errno, "cannot send signal %d: %s", signo,
                          strerror(errno));
+}
+
+uint64_t kernel_tick(struct agent *a, uint64_t now)
+{
+    uint64_t next = UINT64_MAX;
+    for (size_t i = 0; i < KERNEL_MAX; i++) {
+        struct kernel *k = &a->kernels[i];
+        if (k->sigint_run && (!k->pid || !k->run || k->run->id != k->sigint_run))
+            k->sigint_left = k->sigint_run = 0; /* the interrupted block ended */
+        if (k->sigint_left && !k->sigint_until && now >= k->sigint_next) {
+            k->sigint_left--;
+            k->sigint_next = now + SIGINT_AGAIN_MS * 1000ull;
+            kernel_signal(a, k->run, SIGINT); /* held like the first while no handler */
+        }
+        if (k->sigint_left && k->sigint_next < next)
+            next = k->sigint_next;
+        if (!k->sigint_until)
+            continue;
+        if (!k->pid || !k->run) { /* the block ended, or the kernel: nothing to interrupt */
+            k->sigint_until = 0;
+            continue;
+        }
+        if (!sigint_would_kill(k->pid) || now >= k->sigint_until) {
+            k->sigint_until = 0;
+            if (kill(-k->pid, SIGINT) < 0 && errno != ESRCH)
+                agent_send_error(a, k->run->id, errno_class(errno), errno,
+                                 "cannot send signal %d: %s", SIGINT, strerror(errno));
+            continue;
+        }
+        uint64_t again = now + 10000; /* every 10 ms while held */
+        if (again < next)
+            next = again;
+    }
+    return next;
 }
 
 void kernel_reset_all(struct agent *a)

@@ -251,6 +251,21 @@ class KernelTest(unittest.TestCase):
         self.ok(r)
         self.assertEqual(self.value(r), "9")
 
+    def test_javascript_timeouts_never_kill_the_kernel(self):
+        """A timeout interrupts a javascript block, wherever it lands (the driver reading the
+        request, compiling, node's SIGINT watch being armed, the loop), and never kills the
+        kernel: 20 in a row, their times spread over the block's start."""
+        d = self.d
+        self.ok(d.run("javascript", "var kept = 'alive'"))
+        for i in range(20):
+            r = d.call("exec", lang="javascript", code="while (true) {}", kernel=True,
+                       timeout_ms=30 + 25 * i)
+            self.assertEqual(r["r"], 0, r)
+            self.assertEqual((r["how"], r["value"], r["timed_out"]), (0, 130, True), (i, r))
+        r = d.run("javascript", "kept")
+        self.ok(r)
+        self.assertEqual(self.value(r), "'alive'")
+
     def test_notebook_cells(self):
         # Blocks are taken as notebook cells: an indented python block runs dedented; node 18's
         # blocks may await at the top, import, and declare a let or const again.
