@@ -66,6 +66,8 @@ const char chat_opts_help[] =
     "Output:\n"
     "      --plain               no colours, no spinner\n"
     "      --verbose             show requests (never the key) and run details\n"
+    "      --jsonl               (chat) the chat as JSON lines both ways, in Open\n"
+    "                            Interpreter's LMC format (airlock(1), CHAT OVER JSON LINES)\n"
     "      --connect URI, --debug, --quiet  as for airlock itself\n";
 
 enum {
@@ -94,6 +96,7 @@ enum {
     O_PLAIN,
     O_VERBOSE,
     O_JSON,
+    O_JSONL,
     O_RESUME,
     O_CONNECT,
     O_DEBUG,
@@ -150,6 +153,7 @@ static const struct option long_opts[] = {
     {"plain", no_argument, NULL, O_PLAIN},
     {"verbose", no_argument, NULL, O_VERBOSE},
     {"json", no_argument, NULL, O_JSON},
+    {"jsonl", no_argument, NULL, O_JSONL},
     {"resume", optional_argument, NULL, O_RESUME},
     {"workdir", required_argument, NULL, O_WORKDIR},
     {"checkpoint", required_argument, NULL, O_CHECKPOINT},
@@ -429,6 +433,9 @@ static enum set_result apply_session(struct chat_opts *o, struct cli_globals *g,
     case O_JSON:
         o->json = b;
         return SET_DONE;
+    case O_JSONL:
+        o->jsonl = b;
+        return SET_DONE;
     case O_RESUME:
         if (from_profile)
             return SET_BAD;
@@ -530,8 +537,8 @@ static int net_resolve(struct chat_opts *o)
 static bool is_switch(int opt)
 {
     return opt == 'y' || opt == O_NO_TOOLS || opt == O_PLAIN || opt == O_VERBOSE || opt == O_JSON ||
-           opt == O_DEBUG || opt == O_SYNC_GIT || opt == O_SYNC_EXEC || opt == O_VISION ||
-           opt == O_NO_VISION || opt == O_COMPUTER;
+           opt == O_JSONL || opt == O_DEBUG || opt == O_SYNC_GIT || opt == O_SYNC_EXEC ||
+           opt == O_VISION || opt == O_NO_VISION || opt == O_COMPUTER;
 }
 
 /* One setting, from a flag (from_profile false) or a profile line. v may be NULL for flags
@@ -653,7 +660,7 @@ int chat_opts_parse(struct chat_opts *o, struct cli_globals *g, int argc, char *
             return cli_bad_option(is_run ? "run" : "chat", argc, argv, short_opts, long_opts);
         if (c == O_PROFILE)
             continue;
-        if ((c == O_JSON && !is_run) || (c == O_RESUME && is_run)) {
+        if ((c == O_JSON && !is_run) || (c == O_JSONL && is_run) || (c == O_RESUME && is_run)) {
             fprintf(stderr, "airlock: that option is not for this command\n");
             return 2;
         }

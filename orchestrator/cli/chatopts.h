@@ -19,6 +19,7 @@ struct chat_opts {
     bool verbose;
     int vision;          /* --vision 1, --no-vision 0, -1: by the model's name */
     bool json;           /* run: JSON lines */
+    bool jsonl;          /* chat: LMC chunks as JSON lines both ways (lmc.c) */
     const char *workdir; /* --workdir: copied into /workspace, changes offered back at the end */
     enum cli_sync sync;  /* --sync-back */
     unsigned sync_allow; /* --sync-back-git, --sync-back-exec: AL_APPLY_* */

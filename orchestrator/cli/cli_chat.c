@@ -26,7 +26,9 @@ static const char usage[] =
     "commands; \"\"\" on a line of its own starts and ends a multi-line message.\n"
     "\n"
     "      --resume [ID]         continue a saved conversation (default: the newest) in a\n"
-    "                            fresh VM\n";
+    "                            fresh VM\n"
+    "      --jsonl               JSON lines both ways instead of a terminal: requests on\n"
+    "                            stdin, Open Interpreter's LMC chunks on stdout\n";
 
 static const char magic_help[] =
     "  %help              this list\n"
@@ -570,8 +572,9 @@ int cmd_chat(struct cli_globals *g, int argc, char **argv)
         perror("airlock: pipe");
         return EXIT_AIRLOCK_FAILED;
     }
-    struct repl rp = {.g = g, .tty = isatty(0)};
-    rp.u.confirm_fd = 0;
+    struct repl rp = {.g = g, .tty = isatty(0) && !o.jsonl};
+    rp.u.confirm_fd = o.jsonl ? -1 : 0;
+    rp.u.lmc = o.jsonl;
     r = loopui_open(&rp.u, &o, g);
     if (r) {
         chat_opts_free(&o);
@@ -585,9 +588,18 @@ int cmd_chat(struct cli_globals *g, int argc, char **argv)
             chat_opts_free(&o);
             return 1;
         }
-        printf("Resumed conversation %s (%d messages) in a fresh VM. Where it ended:\n",
-               rp.u.chat.id, cJSON_GetArraySize(rp.u.chat.messages));
-        al_conv_recap(&rp.u.chat, 3, stdout, &e);
+        if (!o.jsonl) {
+            printf("Resumed conversation %s (%d messages) in a fresh VM. Where it ended:\n",
+                   rp.u.chat.id, cJSON_GetArraySize(rp.u.chat.messages));
+            al_conv_recap(&rp.u.chat, 3, stdout, &e);
+        }
+    }
+    if (o.jsonl) { /* JSON lines both ways, no terminal (lmc.c) */
+        int status = lmc_serve(&rp.u);
+        if (loopui_close(&rp.u) && !status)
+            status = 1;
+        chat_opts_free(&o);
+        return status;
     }
     setup_editline(&rp, argv[0]);
     if (rp.tty)

@@ -450,7 +450,7 @@ static void ui_notice(void *ctx, const char *msg)
 static void session_notice(void *ctx, const char *msg)
 {
     struct loopui *u = ctx;
-    if (u->json) {
+    if (u->json || u->lmc) {
         /* Not an event of the exchange: stdout stays the exchange alone, as before. */
         cli_print_notice(NULL, msg);
         return;
@@ -505,10 +505,20 @@ static const char *model_hint(const struct chat_opts *o)
            "--api-base URL";
 }
 
+/* A failure on the way in, as the output's form says it (a JSON or LMC line), before its line
+ * on stderr. */
+static void open_error(const struct loopui *u, const char *msg)
+{
+    if (u->lmc)
+        lmc_error(msg);
+    else if (u->json)
+        loopui_json_event("airlock", "error", msg);
+}
+
 int loopui_open(struct loopui *u, struct chat_opts *o, struct cli_globals *g)
 {
     u->opts = o;
-    render_init(&u->render, stdout, o->plain || u->json);
+    render_init(&u->render, stdout, o->plain || u->json || u->lmc);
     cli_termout_init(&u->out, true);
     chat_opts_finish(o);
     o->cfg.model.cancel_fd = loopui_cancel_fd();
@@ -524,19 +534,17 @@ int loopui_open(struct loopui *u, struct chat_opts *o, struct cli_globals *g)
     al_error err = {0};
     /* A model that cannot be reached is said before a VM boots for it. */
     if (al_model_check(&o->cfg.model, &err) < 0) {
-        if (u->json)
-            loopui_json_event("airlock", "error", err.msg);
+        open_error(u, err.msg);
         fprintf(stderr, "airlock: %s; %s\n", err.msg, model_hint(o));
         return 1;
     }
-    if (!u->json)
+    if (!u->json && !u->lmc)
         render_spinner(&u->render, "Starting the sandbox VM…");
     int r = al_session_open(&so, &u->session, &err);
-    if (!u->json)
+    if (!u->json && !u->lmc)
         render_spinner(&u->render, NULL);
     if (r < 0) {
-        if (u->json)
-            loopui_json_event("airlock", "error", err.msg);
+        open_error(u, err.msg);
         cli_error(&err);
         return EXIT_AIRLOCK_FAILED;
     }
@@ -545,8 +553,7 @@ int loopui_open(struct loopui *u, struct chat_opts *o, struct cli_globals *g)
     /* 'airlock ps' and 'airlock cp' reach the chat's VM through this. */
     if (al_session_serve_control(u->session, &err) < 0 ||
         (o->workdir && cli_workdir_push(u->session, o->workdir, &o->wo, g->quiet, &err) < 0)) {
-        if (u->json)
-            loopui_json_event("airlock", "error", err.msg);
+        open_error(u, err.msg);
         cli_error(&err);
         al_session_close(u->session);
         u->session = NULL;
@@ -568,6 +575,8 @@ int loopui_open(struct loopui *u, struct chat_opts *o, struct cli_globals *g)
         .notice = ui_notice,
         .message = ui_message,
     };
+    if (u->lmc)
+        lmc_ui(&ui);
     r = al_chat_init(&u->chat, &o->cfg, &ui, u->session, al_session_languages(u->session), &err);
     if (r < 0) {
         cli_error(&err);

@@ -14,6 +14,7 @@ struct loopui {
     al_chat chat;
     int confirm_fd; /* where y/n/e answers are read, -1: cannot ask */
     bool json;      /* JSON lines on stdout instead of the terminal view */
+    bool lmc;       /* chat --jsonl: LMC chunks (lmc.c) */
     bool chat_ready;
     char spin_label[160]; /* the spinner's words while a run starts */
     bool line_open[2];    /* the run's stdout, stderr ended without a newline so far */
@@ -40,6 +41,11 @@ int loopui_open(struct loopui *u, struct chat_opts *o, struct cli_globals *g);
 int loopui_close(struct loopui *u);
 /* A JSON line {"role":..,"type":..,"content":..} on stdout (run --json). */
 void loopui_json_event(const char *role, const char *type, const char *content);
+/* chat --jsonl (lmc.c): the loop's callbacks as LMC chunks on stdout; the loop reading
+ * requests from stdin until its end (the exit status); an error line. */
+void lmc_ui(al_chat_ui *ui);
+int lmc_serve(struct loopui *u);
+void lmc_error(const char *msg);
 /* Reads one line from fd into buf (no newline). Returns length, -1 on EOF, -2 on Ctrl-C. */
 int loopui_read_line(int fd, char *buf, size_t len);
 /* One answer to a question with one-key answers: on a terminal the key as it is typed (echoed),

@@ -226,7 +226,7 @@ static void image_near(const char *store, const char *name, char *out, size_t le
     struct dirent *e;
     while (n < 64 && (e = readdir(d)))
         if (e->d_name[0] != '.' && al_image_name_ok(e->d_name) && strncmp(e->d_name, "own-", 4)) {
-            snprintf(held[n], sizeof(held[n]), "%s", e->d_name);
+            memcpy(held[n], e->d_name, strlen(e->d_name) + 1); /* name_ok: < 64 bytes */
             names[n] = held[n];
             n++;
         }

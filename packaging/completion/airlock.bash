@@ -8,13 +8,13 @@ _airlock_exec_flags='--image --interactive --tty --transport --net --net-limit -
  --output-limit --put --get --get-limit --memory --cpus --lifetime --boot-timeout --disk-budget
  --connect --debug --workdir --sync-back --sync-back-git --sync-back-exec --workdir-limit
  --linger --raw --publish --bind --json --quiet --help'
-# chat and run share one table; --resume is chat's alone, --json run's.
+# chat and run share one table; --resume and --jsonl are chat's alone, --json run's.
 _airlock_chat_common='--model --api --api-base --api-key --api-key-file --local --temperature
  --max-tokens --context-window --no-tools --vision --no-vision --computer --retries --request-timeout --auto-run --max-turns
  --max-output --token-budget --run-timeout --system-message --instructions --profile --image
  --memory --cpus --disk-budget --transport --net --net-limit --plain --verbose --workdir
  --checkpoint --sync-back --sync-back-git --sync-back-exec --workdir-limit --connect --debug --help'
-_airlock_chat_flags="$_airlock_chat_common --resume"
+_airlock_chat_flags="$_airlock_chat_common --resume --jsonl"
 _airlock_run_flags="$_airlock_chat_common --json"
 _airlock_import_flags='--name --user --memory --force --help'
 _airlock_warm_flags='--memory --cpus --help'

@@ -92,7 +92,7 @@ def main():
     main_c = open(os.path.join(src, "orchestrator", "cli", "cli_main.c")).read()
     commands = set(re.findall(r'!strcmp\(cmd, "([a-z]+)"\)', main_c))
     chat = cliflags.table_of(src, "chatopts.c")
-    # The CLI refuses --json for chat and --resume for run (chatopts.c, chat_opts_parse).
+    # The CLI refuses --json for chat, --resume and --jsonl for run (chatopts.c, chat_opts_parse).
     expect_set(script, binary, env, [""], commands, "airlock <Tab>: the commands cli_main.c runs")
     expect_set(script, binary, env, ["--"], cliflags.table_of(src, "cli_main.c") | (chat - {"--json"}),
                "airlock --<Tab>: the global flags and the chat's (airlock --model X chats)")
@@ -100,8 +100,8 @@ def main():
                "airlock exec --<Tab>: exactly cli_exec.c's getopt table")
     expect_set(script, binary, env, ["chat", "--"], chat - {"--json"},
                "airlock chat --<Tab>: exactly chatopts.c's table but --json")
-    expect_set(script, binary, env, ["run", "--"], chat - {"--resume"},
-               "airlock run --<Tab>: exactly chatopts.c's table but --resume")
+    expect_set(script, binary, env, ["run", "--"], chat - {"--resume", "--jsonl"},
+               "airlock run --<Tab>: exactly chatopts.c's table but --resume and --jsonl")
     # image.c holds a table per subcommand, each in its function.
     image_c = open(os.path.join(src, "orchestrator", "cli", "cli_image.c")).read()
     tables = {}

@@ -26,7 +26,8 @@ import time
 import urllib.parse
 
 __all__ = ["Client", "Sandbox", "Run", "Event", "APIError", "CommandResult", "Execution",
-           "Result", "ExecutionError", "Logs", "TimeoutException", "Pty", "PtySize"]
+           "Result", "ExecutionError", "Logs", "TimeoutException", "Pty", "PtySize",
+           "Interpreter", "interpreter"]
 
 DEFAULT_SOCKET = "/run/airlock/airlockd.sock"
 
@@ -942,3 +943,10 @@ class Sandbox:
 
     def delete_checkpoint(self, checkpoint):
         self.client.request("DELETE", self._path + "/checkpoints/%s" % _q(str(checkpoint)))
+
+
+# Open Interpreter's Python API (_oi.py): `from airlock import interpreter`, a default instance
+# (its VM starts at its first chat), or airlock.Interpreter() for more.
+from ._oi import LLM, Interpreter  # noqa: E402
+
+interpreter = Interpreter()
