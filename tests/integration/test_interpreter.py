@@ -186,5 +186,43 @@ class InterpreterTest(unittest.TestCase):
         self.assertIsNone(default_interpreter.session)
 
 
+@unittest.skipUnless(HAVE_DEBIAN, "needs the debian image")
+class ServerTest(unittest.TestCase):
+    """The same script against airlockd (Interpreter(server=...), the daemon's model and key)
+    and locally gives the same messages."""
+
+    def test_same_messages_local_and_on_airlockd(self):
+        from test_airlockd import Daemon
+        script = [{"text": "Running it.", "tool_calls": [execute("print(6 * 7)")]},
+                  {"text": "It printed 42."}]
+        local_fm = FakeModel(script)
+        self.addCleanup(local_fm.close)
+        local = Interpreter(image=IMAGE, auto_run=True)
+        local.llm.model, local.llm.api, local.llm.api_base = "fake-model", "openai", local_fm.base
+        local.llm.api_key = KEY
+        self.addCleanup(local.reset)
+        local.chat("what is 6 * 7?", display=False)
+
+        tmp = tempfile.mkdtemp(prefix="airlockd-oi-")
+        self.addCleanup(shutil.rmtree, tmp, True)
+        fm, port = altest.start_fake_model(script, tmp)
+        self.addCleanup(lambda: (fm.kill(), fm.wait()))
+        d = Daemon(model_api="openai", model_api_base="http://127.0.0.1:%d/v1" % port,
+                   model="fake")
+        self.addCleanup(d.stop)
+        remote = Interpreter(image=IMAGE, auto_run=True, server="unix:" + d.sock)
+        self.addCleanup(remote.reset)
+        remote.chat("what is 6 * 7?", display=False)
+
+        def shape(msgs):
+            return [(m["role"], m["type"], m.get("format"), m["content"].strip()) for m in msgs]
+        self.assertEqual(shape(remote.messages), shape(local.messages))
+        self.assertTrue(remote.session)
+        # code without the model, in the daemon's session's kernel
+        out = remote.computer.run("python", "print(2 + 2)")
+        self.assertIn("4", "".join(c.get("content", "") for c in out
+                                   if c.get("format") == "output"))
+
+
 if __name__ == "__main__":
     unittest.main(verbosity=2)

@@ -1,7 +1,8 @@
 """Open Interpreter's Python API on Airlock: `from airlock import interpreter`.
 
 An Interpreter drives `airlock chat --jsonl` (the chat loop of the C library, its VM this
-process's own: no daemon to set up) and speaks Open Interpreter's LMC format: chunks
+process's own: no daemon to set up), or with server=URL airlockd's chat API (the daemon's
+model and key, a session of the caller's key), and speaks Open Interpreter's LMC format: chunks
 {"role", "type", "format", "content"} with "start"/"end" flags around each message. Settings
 are read when a chat starts its VM (the first chat(), or the first after reset() or after a
 setting changed: the conversation is carried over, the VM is new).
@@ -187,6 +188,8 @@ class Interpreter:
         self._pending_confirmation = False
         self._thread = None
         self._thread_result = None
+        self._sb = None   # on airlockd: the Sandbox
+        self._run = None  # on airlockd: the turn in progress
 
     # ---- the chat process ----
 
@@ -221,8 +224,7 @@ class Interpreter:
         """The chat process for the settings as they are now, with the conversation in
         `messages` (a fresh VM when anything changed)."""
         if self.server:
-            raise NotImplementedError("Interpreter(server=...) is not there yet: the local "
-                                      "chat needs no daemon (docs/INTERPRETER.md)")
+            return self._remote_ensure()
         args = self._args()
         if self._p and self._p.poll() is None and args == self._started_with:
             if self.messages is not self._sent_messages and self._sent_messages is not None:
@@ -294,6 +296,16 @@ class Interpreter:
     def _stop(self):
         """Stops the model and the running code (SIGINT, as Ctrl-C), then waits for the turn's
         end; a chat that does not end is killed (the VM with it)."""
+        if self.server:
+            run, self._run = self._run, None
+            if run is not None:
+                try:
+                    run.signal("INT")
+                    for _ in self._remote_events(run):
+                        pass
+                except Exception:  # the turn had ended, or the daemon went away
+                    pass
+            return
         if not self._p or self._p.poll() is not None:
             return
         self._p.send_signal(signal.SIGINT)
@@ -315,6 +327,118 @@ class Interpreter:
     def _chat_magic(self, line):
         raise NotImplementedError("the screen and input need a session with a display: "
                                   "use Sandbox(display=True) with airlockd for now")
+
+    # ---- on airlockd: the daemon's chat API (docs/API.md, "Chat"), its model and key ----
+
+    def _remote_ensure(self):
+        if self._sb is not None:
+            return
+        from . import Sandbox  # the client of the same package
+        kw = {"url": self.server}
+        if self.api_key:
+            kw["api_key"] = self.api_key
+        if self.image:
+            kw["image"] = self.image
+        if self.checkpoints:
+            kw["checkpoints"] = True
+        self._sb = Sandbox(**kw)
+        self.session = self._sb.id
+        if self.messages:
+            raise NotImplementedError("a conversation cannot be restored on airlockd yet: "
+                                      "assign messages with a local Interpreter")
+        self._sent_messages = self.messages
+
+    def _remote_events(self, run):
+        """The turn's events as LMC chunks, until its end or a confirmation."""
+        text = console = False
+        for ev in run.events():
+            t, d = ev.type, ev.data
+            if t == "text":
+                if not text:
+                    yield {"role": "assistant", "type": "message", "start": True}
+                    text = True
+                yield {"role": "assistant", "type": "message", "content": d.get("text", "")}
+                continue
+            if text and t != "thinking":
+                yield {"role": "assistant", "type": "message", "end": True}
+                text = False
+            if t == "code":
+                lang = d.get("language")
+                yield {"role": "assistant", "type": "code", "format": lang, "start": True}
+                yield {"role": "assistant", "type": "code", "format": lang,
+                       "content": d.get("code", "")}
+                yield {"role": "assistant", "type": "code", "format": lang, "end": True}
+            elif t == "confirm":
+                yield {"role": "computer", "type": "confirmation", "format": "execution",
+                       "content": {"type": "code", "format": d.get("language"),
+                                   "content": d.get("code", "")}}
+                return
+            elif t == "output":
+                if not console:
+                    yield {"role": "computer", "type": "console", "start": True}
+                    console = True
+                yield {"role": "computer", "type": "console", "format": "output",
+                       "content": ev.bytes.decode("utf-8", errors="replace")}
+            elif t == "result":
+                png = (d.get("data") or {}).get("image/png")
+                if png:
+                    yield {"role": "computer", "type": "image", "format": "base64.png",
+                           "content": png}
+            elif t == "run_end":
+                if not console:
+                    yield {"role": "computer", "type": "console", "start": True}
+                yield {"role": "computer", "type": "console", "end": True}
+                console = False
+            elif t == "notice":
+                yield {"role": "server", "type": "notice", "content": d.get("message")}
+            elif t == "error":
+                yield {"role": "server", "type": "error", "content": d.get("message")}
+            elif t == "done":
+                yield {"role": "server", "type": "status", "content": "complete",
+                       "outcome": d.get("outcome")}
+        if text:
+            yield {"role": "assistant", "type": "message", "end": True}
+
+    def _remote_chat(self, message, display):
+        self._remote_ensure()
+        sb = self._sb
+        if self._run is not None and self._pending_confirmation:
+            self._pending_confirmation = False
+            sb.client.request("POST", "/v1/sessions/%s/chat/confirm" % sb.id,
+                              {"run": message is None})
+            yield from self._absorb(self._remote_until(self._run), display)
+            if message is None:
+                return
+        elif message is None:
+            return
+        self.messages.append({"role": "user", "type": "message", "content": message})
+        body = {"message": message, "auto_run": bool(self.auto_run)}
+        if self.llm.model:
+            body["model"] = self.llm.model
+        info = sb.client.request("POST", "/v1/sessions/%s/chat" % sb.id, body)
+        from . import Run
+        self._run = Run(sb, info)
+        yield from self._absorb(self._remote_until(self._run), display)
+
+    def _remote_run(self, language, code):
+        self._remote_ensure()
+        ex = self._sb.run_code(code, language=language)
+        yield {"role": "computer", "type": "console", "start": True}
+        text = "".join(ex.logs.stdout) + "".join(ex.logs.stderr)
+        if text:
+            yield {"role": "computer", "type": "console", "format": "output", "content": text}
+        for r in ex.results:
+            if r.png:
+                yield {"role": "computer", "type": "image", "format": "base64.png",
+                       "content": base64.b64encode(r.png).decode()}
+        yield {"role": "computer", "type": "console", "end": True}
+
+    def _remote_until(self, run):
+        for c in self._remote_events(run):
+            if c.get("role") == "server" and c.get("type") == "status":
+                self._run = None
+                return
+            yield c
 
     # ---- Open Interpreter's API ----
 
@@ -351,6 +475,10 @@ class Interpreter:
             message = message[-1] if message else None
         if isinstance(message, dict):
             message = message.get("content")
+        if self.server:
+            with self._lock:
+                yield from self._remote_chat(message, display)
+            return
         with self._lock:
             self._ensure()
             if self._pending_confirmation:
@@ -368,6 +496,9 @@ class Interpreter:
             self._sent_messages = self.messages
 
     def _request(self, obj, display):
+        if self.server:
+            yield from self._remote_run(obj["format"], obj["content"])
+            return
         with self._lock:
             self._ensure()
             self._send(obj)
@@ -424,6 +555,13 @@ class Interpreter:
         """A fresh VM and an empty conversation."""
         with self._lock:
             self._close()
+            if self._sb is not None:
+                try:
+                    self._sb.kill()
+                except Exception:
+                    pass
+                self._sb = self._run = None
+                self.session = None
             self.messages = []
             self._sent_messages = None
 
@@ -431,8 +569,11 @@ class Interpreter:
         """The last exchange undone: the VM back to its checkpoint (checkpoints=True)."""
         with self._lock:
             self._ensure()
-            self._send({"role": "user", "type": "command", "content": "undo"})
-            list(self._until_complete())
+            if self.server:
+                self._sb.client.request("POST", "/v1/sessions/%s/chat/undo" % self._sb.id)
+            else:
+                self._send({"role": "user", "type": "command", "content": "undo"})
+                list(self._until_complete())
             while self.messages and self.messages[-1].get("role") != "user":
                 self.messages.pop()
             if self.messages:
