@@ -595,6 +595,7 @@ int cmd_chat(struct cli_globals *g, int argc, char **argv)
         }
     }
     if (o.jsonl) { /* JSON lines both ways, no terminal (lmc.c) */
+        loopui_sigint_stays();
         int status = lmc_serve(&rp.u);
         if (loopui_close(&rp.u) && !status)
             status = 1;

@@ -21,6 +21,7 @@ static volatile sig_atomic_t interrupted;
 static volatile sig_atomic_t last_int_sec; /* CLOCK_MONOTONIC seconds * 10 of the last Ctrl-C */
 static volatile sig_atomic_t hung_up;      /* a SIGTERM or SIGHUP came */
 static volatile sig_atomic_t quit_sig;     /* the signal that set quit_flag */
+static volatile sig_atomic_t int_stays;    /* SIGINT never quits (chat --jsonl: a stop each) */
 
 static void on_signal(int sig)
 {
@@ -28,7 +29,7 @@ static void on_signal(int sig)
         struct timespec ts;
         clock_gettime(CLOCK_MONOTONIC, &ts);
         long now = (long)ts.tv_sec * 10 + ts.tv_nsec / 100000000;
-        if (last_int_sec && now - last_int_sec <= 10) {
+        if (last_int_sec && now - last_int_sec <= 10 && !int_stays) {
             quit_flag = 1; /* twice within a second */
             quit_sig = sig;
         }
@@ -71,6 +72,11 @@ void loopui_drain(void)
 bool loopui_quit(void)
 {
     return quit_flag;
+}
+
+void loopui_sigint_stays(void)
+{
+    int_stays = 1;
 }
 
 int loopui_quit_signal(void)

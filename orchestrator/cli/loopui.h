@@ -27,6 +27,8 @@ int loopui_cancel_fd(void);
 void loopui_drain(void);
 /* True when Ctrl-C was pressed twice within a second, or SIGTERM/SIGHUP arrived. */
 bool loopui_quit(void);
+/* From now on SIGINT only interrupts, however often (chat --jsonl: each is a program's stop). */
+void loopui_sigint_stays(void);
 /* The signal that made loopui_quit true (SIGINT twice, SIGTERM, SIGHUP), else 0. */
 int loopui_quit_signal(void);
 /* Whether a SIGTERM or SIGHUP came: nobody is there to answer a question. */

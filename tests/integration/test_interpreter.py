@@ -126,6 +126,16 @@ class InterpreterTest(unittest.TestCase):
         self.assertEqual(len(fm.requests()), 1)
         self.assertEqual(i.messages[-1]["role"], "computer")
 
+    def test_stops_in_quick_succession_keep_the_chat(self):
+        # each left generator is a stop (SIGINT), never the terminal's "twice to leave"
+        i, fm = self.make([{"text": "one " * 50}, {"text": "two " * 50}, {"text": "three"}])
+        for msg in ("first", "second"):
+            for c in i.chat(msg, display=False, stream=True):
+                if c.get("role") == "assistant":
+                    break
+        out = i.chat("third", display=False)
+        self.assertEqual(out[-1]["content"], "three")
+
     def test_a_file_written_then_read_back(self):
         i, fm = self.make([{"tool_calls": [execute(
             "open('/workspace/note.txt', 'w').write('kept 1234')")]}, {"text": "written"},
