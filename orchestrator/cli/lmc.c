@@ -11,8 +11,9 @@
  * {"role": "user", "type": "confirmation", "content": true|false} (the answer a confirmation
  * waits for), {"role": "computer", "type": "code", "format": LANG, "content": CODE} (run code
  * in the VM's kernel without the model), {"role": "user", "type": "command", "content":
- * "reset"|"undo"}, {"role": "user", "type": "messages", "content": [LMC messages]} (the
- * conversation replaced). SIGINT stops the model and the running code, as Ctrl-C does. */
+ * "reset"|"undo"|"screenshot"} ("input" with "actions": mouse and keyboard, with --computer),
+ * {"role": "user", "type": "messages", "content": [LMC messages]} (the conversation replaced).
+ * SIGINT stops the model and the running code, as Ctrl-C does. */
 #include "loopui.h"
 
 #include <errno.h>
@@ -375,6 +376,42 @@ static const char *run_direct(struct loopui *u, const char *lang, const char *co
     return outcome;
 }
 
+/* The screen now, as one image chunk (a session with a display: --computer). */
+static const char *screenshot(struct loopui *u)
+{
+    al_screenshot shot = AL_SCREENSHOT_INIT;
+    al_error e = {0};
+    if (al_screen_capture(u->session, NULL, &shot, &e) < 0) {
+        server("error", e.msg);
+        return "error";
+    }
+    char *b64 = malloc((shot.len + 2) / 3 * 4 + 1);
+    int n = b64 ? EVP_EncodeBlock((unsigned char *)b64, shot.png, (int)shot.len) : -1;
+    if (n >= 0)
+        chunk("computer", "image", "base64.png", b64, (size_t)n, 0);
+    free(b64);
+    free(shot.png);
+    return n >= 0 ? "done" : "error";
+}
+
+/* Mouse and keyboard actions (al_screen_input's JSON list), in the screen's own pixels. */
+static const char *input(struct loopui *u, const cJSON *actions)
+{
+    if (!cJSON_IsArray(actions)) {
+        server("error", "input needs \"actions\": a list of actions");
+        return "error";
+    }
+    char *text = cJSON_PrintUnformatted(actions);
+    al_error e = {0};
+    int r = text ? al_screen_input(u->session, text, 0, 0, NULL, NULL, NULL, &e) : -ENOMEM;
+    free(text);
+    if (r < 0) {
+        server("error", e.msg[0] ? e.msg : "out of memory");
+        return "error";
+    }
+    return "done";
+}
+
 static void status_complete(const char *outcome)
 {
     cJSON *done = cJSON_CreateObject();
@@ -419,6 +456,12 @@ int lmc_serve(struct loopui *u)
                    cJSON_IsString(content)) {
             const char *lang = jstr(j, "format");
             outcome = run_direct(u, lang ? lang : "python", content->valuestring);
+        } else if (type && !strcmp(type, "command") && cJSON_IsString(content) &&
+                   !strcmp(content->valuestring, "screenshot")) {
+            outcome = screenshot(u);
+        } else if (type && !strcmp(type, "command") && cJSON_IsString(content) &&
+                   !strcmp(content->valuestring, "input")) {
+            outcome = input(u, cJSON_GetObjectItemCaseSensitive(j, "actions"));
         } else if (type && !strcmp(type, "command") && cJSON_IsString(content) &&
                    !strcmp(content->valuestring, "reset")) {
             al_chat_reset(&u->chat);

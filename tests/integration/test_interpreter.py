@@ -8,6 +8,7 @@ is off, a conversation restored by assigning messages). One VM per Interpreter.
 import base64
 import os
 import shutil
+import struct
 import tempfile
 import time
 import unittest
@@ -189,6 +190,22 @@ class InterpreterTest(unittest.TestCase):
         said = [(m["role"], m["content"]) for m in sent if m["role"] != "system"]
         self.assertEqual(said, [("user", "remember 1234"), ("assistant", "noted"),
                                 ("user", "what did I say?")])
+
+    def test_computer_screen_mouse_and_keyboard(self):
+        # a session with a display: the screen as PNG, input through the host's tablet and
+        # keyboard (tiny: a framebuffer console, no X)
+        i, fm = self.make([{"text": "unused"}], computer_use=True)
+        i.image = "tiny"
+        png = i.computer.display.view()
+        self.assertTrue(png.startswith(b"\x89PNG\r\n\x1a\n"))
+        w, h = struct.unpack(">II", png[16:24])
+        self.assertGreater(w * h, 0)
+        i.computer.mouse.move(10, 10)
+        i.computer.mouse.click(w - 1, h - 1)
+        i.computer.keyboard.write("a")
+        with self.assertRaises(RuntimeError) as e:
+            i.computer.mouse.click(w + 100, 5)  # off the screen: refused, said
+        self.assertIn("action", str(e.exception))
 
     def test_the_default_instance_is_lazy(self):
         # importing it boots nothing; it is an Interpreter like the others

@@ -137,19 +137,19 @@ class _Computer:
         return r.stdout
 
     def _screen(self):
-        self._i._ensure()
-        fd, path = tempfile.mkstemp(suffix=".png")
-        os.close(fd)
-        try:
-            self._i._chat_magic("%screenshot " + path)
-            with open(path, "rb") as f:
-                return f.read()
-        finally:
-            os.unlink(path)
+        for c in self._i._request({"role": "user", "type": "command", "content": "screenshot"},
+                                  False):
+            if c.get("type") == "image":
+                return base64.b64decode(c["content"])
+            if c.get("type") == "error":
+                raise RuntimeError(str(c.get("content")))
+        raise RuntimeError("no screen came back")
 
     def _input(self, actions):
-        self._i._ensure()
-        self._i._chat_magic("%input " + json.dumps(actions))
+        for c in self._i._request({"role": "user", "type": "command", "content": "input",
+                                   "actions": actions}, False):
+            if c.get("type") == "error":
+                raise RuntimeError(str(c.get("content")))
 
 
 class Interpreter:
@@ -170,6 +170,7 @@ class Interpreter:
         self.sync_back = "no"
         self.net = None
         self.checkpoints = False
+        self.computer_use = False  # a screen, mouse and keyboard: the model's computer tool too
         self.profile = None
         self.verbose = False
         self.computer = _Computer(self)
@@ -218,6 +219,8 @@ class Interpreter:
             a += ["--sync-back", self.sync_back]
         if self.checkpoints:
             a += ["--checkpoint", "auto"]
+        if self.computer_use:
+            a.append("--computer")
         return a
 
     def _ensure(self):
@@ -324,10 +327,6 @@ class Interpreter:
             self._p.kill()
             self._close()
 
-    def _chat_magic(self, line):
-        raise NotImplementedError("the screen and input need a session with a display: "
-                                  "use Sandbox(display=True) with airlockd for now")
-
     # ---- on airlockd: the daemon's chat API (docs/API.md, "Chat"), its model and key ----
 
     def _remote_ensure(self):
@@ -420,6 +419,17 @@ class Interpreter:
         self._run = Run(sb, info)
         yield from self._absorb(self._remote_until(self._run), display)
 
+    def _remote_request(self, obj):
+        if obj.get("type") == "code":
+            yield from self._remote_run(obj["format"], obj["content"])
+            return
+        self._remote_ensure()
+        if obj.get("content") == "screenshot":
+            yield {"role": "computer", "type": "image", "format": "base64.png",
+                   "content": base64.b64encode(self._sb.screenshot()).decode()}
+        elif obj.get("content") == "input":
+            self._sb.input(obj["actions"])
+
     def _remote_run(self, language, code):
         self._remote_ensure()
         ex = self._sb.run_code(code, language=language)
@@ -497,7 +507,7 @@ class Interpreter:
 
     def _request(self, obj, display):
         if self.server:
-            yield from self._remote_run(obj["format"], obj["content"])
+            yield from self._remote_request(obj)
             return
         with self._lock:
             self._ensure()
