@@ -357,7 +357,10 @@ class ChatTest(unittest.TestCase):
         c.expect(b"Copied /workspace/report.txt")
         with open(os.path.join(here, "report.txt")) as f:
             self.assertEqual(f.read(), "precious\n")
-        c.expect(b"> ")
+        # the prompt after it, as a person waits for it (a key typed while the line editor
+        # sets the terminal up may be flushed)
+        c.expect(b"> ", since=c.out.rfind(b"Copied /workspace/report.txt"))
+        time.sleep(0.5)
         at = len(c.out)
         os.write(fd, b"\x04")
         c.expect(b"/workspace holds 2 entries", since=at)
