@@ -112,7 +112,7 @@ static cJSON *read_line(void)
     for (;;) {
         errno = 0;
         ssize_t n = getline(&line, &cap, stdin);
-        if (n < 0 && errno == EINTR) {
+        if (n < 0 && errno == EINTR && !loopui_quit()) { /* a stop while idle: nothing to do */
             clearerr(stdin);
             continue;
         }
