@@ -27,28 +27,15 @@ import benchlib
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(ROOT, "clients", "python"))
-FAKEMODEL = os.path.join(ROOT, "tests", "fakemodel", "fakemodel.py")
+sys.path.insert(0, os.path.join(ROOT, "tests", "integration"))
+os.environ.setdefault("AIRLOCK_SOURCE_ROOT", ROOT)  # where altest finds tests/fakemodel
+import altest  # noqa: E402  (its start_fake_model)
 TASK = [{"text": "Running it.", "tool_calls": [{"name": "execute", "arguments": {
     "language": "python", "code": "print(6 * 7)"}}]}, {"text": "It printed 42."}]
 
 
 def log(*a):
     print(*a, file=sys.stderr, flush=True)
-
-
-def fake_model(replies, d):
-    script, port_file = os.path.join(d, "script.json"), os.path.join(d, "port")
-    with open(script, "w") as f:
-        json.dump(replies, f)
-    p = subprocess.Popen([sys.executable, FAKEMODEL, "--script", script, "--log",
-                          os.path.join(d, "log.jsonl"), "--port-file", port_file],
-                         stdout=subprocess.DEVNULL)
-    for _ in range(200):
-        if os.path.exists(port_file):
-            break
-        time.sleep(0.05)
-    with open(port_file) as f:
-        return p, int(f.read())
 
 
 def first_byte_s(port):
@@ -89,7 +76,7 @@ def main():
         for side in ("interpreter", "run"):
             d = os.path.join(tmp, side)
             os.makedirs(d)
-            p, port = fake_model(TASK * a.rounds, d)
+            p, port = altest.start_fake_model(TASK * a.rounds, d)
             procs.append(p)
             sides[side] = "http://127.0.0.1:%d/v1" % port
         oi_s, run_s = [], []
@@ -117,7 +104,7 @@ def main():
         d = os.path.join(tmp, "first")
         os.makedirs(d)
         n = max(10, a.rounds * 2)
-        p, port = fake_model([{"text": "hello there"}] * (2 * n + 1), d)
+        p, port = altest.start_fake_model([{"text": "hello there"}] * (2 * n + 1), d)
         procs.append(p)
         it = Interpreter(image=a.image, auto_run=True)
         it.llm.model, it.llm.api = "fake", "openai"

@@ -103,21 +103,24 @@ void ad_store_others(void)
     al_error err = {0};
     if (al_session_kept(NULL, count_other, &o, &err) <= 0)
         return;
-    char state[4096];
+    char state[4096] = "";
     bool have_state = al_state_dir(state, sizeof(state), &err) == 0;
     for (size_t i = 0; i < o.n; i++) {
         char path[4300], store[1024] = "";
-        snprintf(path, sizeof(path), "%s/keepers/%s", state, o.keeper[i]);
-        int fd = have_state ? open(path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW) : -1;
+        int fd = -1;
+        if (have_state) {
+            snprintf(path, sizeof(path), "%s/keepers/%s", state, o.keeper[i]);
+            fd = open(path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
+        }
         if (fd >= 0) {
             ssize_t n = read(fd, store, sizeof(store) - 1);
             store[n > 0 ? n : 0] = '\0';
             close(fd);
         }
-        ad_log("%u session%s kept by another airlockd (%s%s%s) %s running or paused here: "
+        ad_log("%u session%s kept by another airlockd (%s%s) %s running or paused here: "
                "that daemon takes them back at its start; 'airlock gc --kept %s' ends them",
                o.count[i], o.count[i] == 1 ? "" : "s", store[0] ? "its keys_db " : "keeper ",
-               store[0] ? store : o.keeper[i], "", o.count[i] == 1 ? "is" : "are", o.keeper[i]);
+               store[0] ? store : o.keeper[i], o.count[i] == 1 ? "is" : "are", o.keeper[i]);
     }
 }
 

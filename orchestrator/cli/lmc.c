@@ -174,33 +174,35 @@ static int answer(void)
     return yes;
 }
 
+/* A confirmation chunk of format (content: its object, taken), then its answer. */
+static int confirmation(const char *format, cJSON *content)
+{
+    cJSON *j = cJSON_CreateObject();
+    cJSON_AddStringToObject(j, "role", "computer");
+    cJSON_AddStringToObject(j, "type", "confirmation");
+    cJSON_AddStringToObject(j, "format", format);
+    cJSON_AddItemToObject(j, "content", content);
+    emit(j);
+    return answer();
+}
+
 static int on_confirm(void *ctx, const char *lang, char **code)
 {
     (void)ctx;
-    cJSON *j = cJSON_CreateObject(), *c = cJSON_CreateObject();
-    cJSON_AddStringToObject(j, "role", "computer");
-    cJSON_AddStringToObject(j, "type", "confirmation");
-    cJSON_AddStringToObject(j, "format", "execution");
+    cJSON *c = cJSON_CreateObject();
     cJSON_AddStringToObject(c, "type", "code");
     cJSON_AddStringToObject(c, "format", lang);
     cJSON_AddStringToObject(c, "content", *code);
-    cJSON_AddItemToObject(j, "content", c);
-    emit(j);
-    return answer();
+    return confirmation("execution", c);
 }
 
 static int on_acknowledge(void *ctx, const char *code, const char *message)
 {
     (void)ctx;
-    cJSON *j = cJSON_CreateObject(), *c = cJSON_CreateObject();
-    cJSON_AddStringToObject(j, "role", "computer");
-    cJSON_AddStringToObject(j, "type", "confirmation");
-    cJSON_AddStringToObject(j, "format", "safety_check");
+    cJSON *c = cJSON_CreateObject();
     cJSON_AddStringToObject(c, "code", code ? code : "");
     cJSON_AddStringToObject(c, "message", message ? message : "");
-    cJSON_AddItemToObject(j, "content", c);
-    emit(j);
-    return answer();
+    return confirmation("safety_check", c);
 }
 
 static void on_run_start(void *ctx, const char *lang, bool cold)
