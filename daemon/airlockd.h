@@ -105,6 +105,8 @@ struct ad_config {
     unsigned keep_grace_s; /* how long kept sessions wait for a daemon that stopped; 0: the
                               library's default (AIRLOCK_KEEP_GRACE_S) */
     char e2b_listen[128];
+    /* Open Interpreter's server protocol (oi.c): its listener ("HOST:PORT", "" for none) */
+    char oi_listen[128];
     /* e2b_template lines: a templateID that names an image of the store */
     struct ad_e2b_template {
         char name[64], image[64];
@@ -384,6 +386,9 @@ struct MHD_Response *ad_run_stream(struct ad_run *r, uint64_t last_id, ad_run_fm
  * *done (if given) whether the run has ended. */
 typedef void (*ad_run_read_fn)(void *ctx, const char *type, const char *json, size_t json_len);
 uint64_t ad_run_read(struct ad_run *r, uint64_t last_id, ad_run_read_fn fn, void *ctx, bool *done);
+/* Each new event of r (its end too) adds 1 to the eventfd fd (nonblocking), so that one reader
+ * waits in its own poll(); -1 stops it (before fd is closed). One such reader at a time. */
+void ad_run_notify(struct ad_run *r, int fd);
 int ad_run_stdin(struct ad_run *r, const void *data, size_t len, bool eof, struct ad_fail *f);
 int ad_run_signal(struct ad_run *r, int signo, struct ad_fail *f);
 /* A pty run's new terminal size (1..AL_PTY_ROWS_COLS_MAX each). */
@@ -418,6 +423,13 @@ struct ad_chat_req {
     const char *message;
     const char *model; /* NULL: the config's */
     bool auto_run;     /* false: nothing runs (the page shows the code) */
+    /* within the daemon's endpoint (Open Interpreter's llm settings): 0 / false: the default */
+    double temperature;
+    bool has_temperature;
+    unsigned context_window, max_tokens;
+    unsigned max_output;        /* bytes of a run's output the model sees (the library's bounds) */
+    const char *system_message; /* replaces the built-in system prompt, or NULL */
+    const char *instructions;   /* appended to it (custom_instructions), or NULL */
 };
 int ad_chat_turn(struct ad_session *s, const struct ad_chat_req *q, const struct ad_limits *lim,
                  cJSON **out, struct ad_fail *f);
@@ -428,6 +440,9 @@ int ad_chat_undo(struct ad_session *s, cJSON **out, struct ad_fail *f);
  * code, when given: edited) or skip it. */
 int ad_chat_confirm(struct ad_session *s, bool run, const char *code, struct ad_fail *f);
 cJSON *ad_chat_json(struct ad_session *s);
+/* Replaces the conversation with lmc (Open Interpreter's LMC messages, al_chat_from_lmc),
+ * between turns. */
+int ad_chat_restore(struct ad_session *s, const cJSON *lmc, struct ad_fail *f);
 void ad_chat_free(struct ad_session *s);
 
 /* ---- web sessions (web.c): the page's sign-in, an HttpOnly cookie holding a token ---- */
@@ -511,6 +526,7 @@ struct ad_req {
     bool host_routed;    /* reached as PORT-ID.localhost */
     char port_token[80]; /* signed in by the link's token: the cookie to set */
     struct ad_ws *ws;    /* a WebSocket upgrade answered, not yet upgraded (ports.c) */
+    struct oi_conn *oi;  /* the same on the Open Interpreter listener (oi.c) */
     bool upgraded;       /* it was: the connection is the relay's */
 };
 
@@ -526,6 +542,16 @@ void ad_spool_full_why(char *why, size_t len);
 int ad_spool_download(struct ad_req *q, const char *guest_path, uint64_t *max, al_error *err);
 
 extern struct ad_config ad_cfg;
+
+/* ---- Open Interpreter's server protocol (oi.c), on oi_listen ---- */
+
+/* Routes and authenticates a request of that listener (*ok: go on as ours do). */
+enum MHD_Result ad_oi_route(struct MHD_Connection *c, struct ad_req *q, const char *url,
+                            const char *method, bool *ok);
+/* A WebSocket answered but never upgraded (the request's end). */
+void ad_oi_done(struct oi_conn *k);
+/* Closes every connection (their sessions end) and refuses new ones. */
+void ad_oi_shutdown(void);
 
 enum MHD_Result ad_reply_json(struct MHD_Connection *c, struct ad_req *q, unsigned status,
                               cJSON *body);

@@ -22,6 +22,8 @@ struct ad_chat {
     bool ready; /* c initialised */
     bool busy;  /* a turn is running */
     char model[128];
+    /* what replaces the built-in system prompt, what is appended to it (c.cfg's point here) */
+    char *system_message, *instructions;
     char *key;
     struct ad_session *s;
     struct ad_run *run; /* the turn's, while busy */
@@ -313,6 +315,44 @@ static int chat_ready(struct ad_session *s, struct ad_fail *f)
     return 0;
 }
 
+static bool same_text(const char *a, const char *b)
+{
+    return !strcmp(a ? a : "", b ? b : "");
+}
+
+/* Under chat_lock, between turns: the system prompt made again when the system message that
+ * replaces the built-in one or the instructions appended to it (NULL or "": none) changed. */
+static int set_prompt(struct ad_chat *ch, const char *system_message, const char *instructions)
+{
+    if (same_text(ch->system_message, system_message) && same_text(ch->instructions, instructions))
+        return 0;
+    char *sm = system_message && system_message[0] ? strdup(system_message) : NULL;
+    char *in = instructions && instructions[0] ? strdup(instructions) : NULL;
+    if ((system_message && system_message[0] && !sm) || (instructions && instructions[0] && !in)) {
+        free(sm);
+        free(in);
+        return -ENOMEM;
+    }
+    ch->c.cfg.system_message = sm;
+    ch->c.cfg.instructions = in;
+    char *sys = al_chat_system_prompt(&ch->c.cfg, ch->c.langs, ch->c.cfg.tools);
+    if (!sys) {
+        ch->c.cfg.system_message = ch->system_message;
+        ch->c.cfg.instructions = ch->instructions;
+        free(sm);
+        free(in);
+        return -ENOMEM;
+    }
+    free(ch->c.system);
+    ch->c.system = sys;
+    free(ch->system_message);
+    free(ch->system_message);
+    free(ch->instructions);
+    ch->system_message = sm;
+    ch->instructions = in;
+    return 0;
+}
+
 int ad_chat_turn(struct ad_session *s, const struct ad_chat_req *q, const struct ad_limits *lim,
                  cJSON **out, struct ad_fail *f)
 {
@@ -338,6 +378,19 @@ int ad_chat_turn(struct ad_session *s, const struct ad_chat_req *q, const struct
     }
     ch->busy = true;
     snprintf(ch->model, sizeof(ch->model), "%s", q->model ? q->model : ad_cfg.model);
+    ch->c.cfg.model.temperature = q->temperature;
+    ch->c.cfg.model.has_temperature = q->has_temperature;
+    ch->c.cfg.model.max_tokens = q->max_tokens;
+    ch->c.cfg.context_window = q->context_window;
+    ch->c.cfg.max_output = !q->max_output                           ? AL_CHAT_MAX_OUTPUT_DEFAULT
+                           : q->max_output < AL_CHAT_MAX_OUTPUT_MIN ? AL_CHAT_MAX_OUTPUT_MIN
+                                                                    : q->max_output;
+    if (set_prompt(ch, q->system_message, q->instructions) < 0) {
+        ch->busy = false;
+        pthread_mutex_unlock(&chat_lock);
+        ad_failf(f, 500, "internal", "out of memory");
+        return -ENOMEM;
+    }
     ch->auto_run = q->auto_run;
     ch->c.cfg.auto_run = q->auto_run; /* read by the loop only while a turn runs */
     /* each code run of the turn is bounded as an exec of this owner's would be */
@@ -415,6 +468,34 @@ cJSON *ad_chat_json(struct ad_session *s)
     return o;
 }
 
+int ad_chat_restore(struct ad_session *s, const cJSON *lmc, struct ad_fail *f)
+{
+    if (!cJSON_IsArray(lmc)) {
+        ad_failf(f, 400, "invalid", "messages: a list of LMC messages");
+        return -EINVAL;
+    }
+    char why[160] = "";
+    cJSON *conv = al_chat_from_lmc(lmc, why, sizeof(why));
+    if (!conv) {
+        ad_failf(f, 400, "invalid", "messages: %s", why[0] ? why : "out of memory");
+        return -EINVAL;
+    }
+    pthread_mutex_lock(&chat_lock);
+    int rc = chat_ready(s, f);
+    if (rc == 0 && s->chat->busy) {
+        ad_failf(f, 409, "busy", "a chat turn of this session is running");
+        rc = -EBUSY;
+    }
+    if (rc == 0) {
+        cJSON_Delete(s->chat->c.messages);
+        s->chat->c.messages = conv;
+        conv = NULL;
+    }
+    pthread_mutex_unlock(&chat_lock);
+    cJSON_Delete(conv);
+    return rc;
+}
+
 void ad_chat_free(struct ad_session *s)
 {
     struct ad_chat *ch = s->chat;
@@ -423,6 +504,8 @@ void ad_chat_free(struct ad_session *s)
     if (ch->ready)
         al_chat_free(&ch->c);
     free(ch->key);
+    free(ch->system_message);
+    free(ch->instructions);
     free(ch->pending);
     free(ch->edited);
     free(ch);

@@ -25,9 +25,11 @@
 struct listener {
     bool is_unix;
     bool e2b; /* E2B's API (e2b.c), not ours */
+    bool oi;  /* Open Interpreter's server protocol (oi.c) */
     struct MHD_Daemon *d;
 };
-static struct listener unix_l = {.is_unix = true}, tcp_l, e2b_l = {.e2b = true};
+static struct listener unix_l = {.is_unix = true}, tcp_l, e2b_l = {.e2b = true},
+                       oi_l = {.oi = true};
 
 /* Headers and the request line together: anything larger is refused by libmicrohttpd (431). */
 #define CONNECTION_MEMORY 65536
@@ -579,6 +581,23 @@ static enum MHD_Result first_call_e2b(struct MHD_Connection *c, struct ad_req *q
     return body_checks(c, q);
 }
 
+/* A request to the Open Interpreter listener: oi.c routes and authenticates it. */
+static enum MHD_Result first_call_oi(struct MHD_Connection *c, struct ad_req *q, const char *url,
+                                     const char *method)
+{
+    bool ok;
+    enum MHD_Result r = ad_oi_route(c, q, url, method, &ok);
+    if (!ok)
+        return r;
+    if (q->owner[0] && !rate_ok(q->owner, q->lim.requests_per_s)) {
+        ad_metrics_error("quota_exceeded");
+        cJSON *o = cJSON_CreateObject();
+        cJSON_AddStringToObject(o, "error", "too many requests per second");
+        return ad_reply_json(c, q, 429, o);
+    }
+    return body_checks(c, q);
+}
+
 static enum MHD_Result first_call(struct MHD_Connection *c, struct ad_req *q, const char *url,
                                   const char *method)
 {
@@ -940,7 +959,9 @@ static enum MHD_Result handle(void *cls, struct MHD_Connection *c, const char *u
         snprintf(q->method, sizeof(q->method), "%s", method);
         q->started = true;
         head_mark(c, false);
-        return l->e2b ? first_call_e2b(c, q, url, method) : first_call(c, q, url, method);
+        return l->e2b  ? first_call_e2b(c, q, url, method)
+               : l->oi ? first_call_oi(c, q, url, method)
+                       : first_call(c, q, url, method);
     }
     if (q->status) { /* answered already: drop the rest of the body */
         *upload_size = 0;
@@ -966,6 +987,7 @@ static void completed(void *cls, struct MHD_Connection *c, void **con_cls,
     if (!q)
         return;
     ad_port_ws_done(q->ws);
+    ad_oi_done(q->oi);
     *con_cls = NULL;
     uint64_t ms = ad_now_ms() - q->start_ms;
     ad_metrics_request(q->route, q->status, ms);
@@ -1086,7 +1108,7 @@ static int listen_unix(char *why, size_t len)
     return fd;
 }
 
-static int listen_tcp(const char *spec, bool api, char *why, size_t len)
+static int listen_tcp(const char *spec, const struct listener *l, char *why, size_t len)
 {
     char host[128];
     snprintf(host, sizeof(host), "%s", spec);
@@ -1137,9 +1159,14 @@ static int listen_tcp(const char *spec, bool api, char *why, size_t len)
             port = ntohs(s6->sin6_port);
         }
     }
-    if (!api) {
+    if (l->e2b) {
         ad_log("E2B's API on %s %s port %u (E2B_API_URL and E2B_SANDBOX_URL)",
                ad_cfg.tls_cert[0] ? "https" : "http", addr, port);
+        return fd;
+    }
+    if (l->oi) {
+        ad_log("Open Interpreter's server protocol on %s %s port %u (a WebSocket at /)",
+               ad_cfg.tls_cert[0] ? "wss" : "ws", addr, port);
         return fd;
     }
     ad_log("listening on %s %s port %u", ad_cfg.tls_cert[0] ? "https" : "http", addr, port);
@@ -1248,7 +1275,7 @@ int ad_http_start(char *why, size_t len)
     ad_log("web page through the socket, no key needed: from your own machine 'ssh -L "
            "8470:%s THIS-HOST', then http://127.0.0.1:8470/",
            ad_cfg.socket_path);
-    if (!ad_cfg.tcp_listen[0] && !ad_cfg.e2b_listen[0])
+    if (!ad_cfg.tcp_listen[0] && !ad_cfg.e2b_listen[0] && !ad_cfg.oi_listen[0])
         return 0;
     bool tls = ad_cfg.tls_cert[0];
     if (tls) {
@@ -1263,11 +1290,12 @@ int ad_http_start(char *why, size_t len)
     struct {
         struct listener *l;
         const char *spec;
-    } tcps[] = {{&tcp_l, ad_cfg.tcp_listen}, {&e2b_l, ad_cfg.e2b_listen}};
-    for (size_t i = 0; i < 2; i++) {
+    } tcps[] = {
+        {&tcp_l, ad_cfg.tcp_listen}, {&e2b_l, ad_cfg.e2b_listen}, {&oi_l, ad_cfg.oi_listen}};
+    for (size_t i = 0; i < sizeof(tcps) / sizeof(tcps[0]); i++) {
         if (!tcps[i].spec[0])
             continue;
-        fd = listen_tcp(tcps[i].spec, !tcps[i].l->e2b, why, len);
+        fd = listen_tcp(tcps[i].spec, tcps[i].l, why, len);
         if (fd < 0)
             return fd;
         tcps[i].l->d = start(tcps[i].l, fd, tls);
@@ -1284,11 +1312,12 @@ int ad_http_start(char *why, size_t len)
 void ad_http_stop(void)
 {
     /* Quiesce first: no new connections while the open ones finish. */
-    struct listener *all[] = {&e2b_l, &tcp_l, &unix_l};
-    for (size_t i = 0; i < 3; i++)
+    struct listener *all[] = {&oi_l, &e2b_l, &tcp_l, &unix_l};
+    size_t n = sizeof(all) / sizeof(all[0]);
+    for (size_t i = 0; i < n; i++)
         if (all[i]->d)
             MHD_quiesce_daemon(all[i]->d);
-    for (size_t i = 0; i < 3; i++) {
+    for (size_t i = 0; i < n; i++) {
         if (all[i]->d)
             MHD_stop_daemon(all[i]->d);
         all[i]->d = NULL;

@@ -323,6 +323,7 @@ static int serve(void)
     ad_runs_shutdown();
     ad_ports_shutdown();
     ad_mcp_shutdown();
+    ad_oi_shutdown();
     ad_http_stop();
     ad_sessions_shutdown();
     ad_hosts_shutdown();

@@ -48,6 +48,22 @@ static int get_uint(struct ad_req *q, const char *k, unsigned *out, char *why, s
     return 0;
 }
 
+/* A number from lo to hi; *has says whether it was given. */
+static int get_number(struct ad_req *q, const char *k, double lo, double hi, double *out, bool *has,
+                      char *why, size_t len)
+{
+    cJSON *v = field(q, k);
+    if (v && (!cJSON_IsNumber(v) || !(v->valuedouble >= lo && v->valuedouble <= hi))) {
+        snprintf(why, len, "%s: a number from %g to %g", k, lo, hi);
+        return -EINVAL;
+    }
+    if (v) {
+        *out = v->valuedouble;
+        *has = true;
+    }
+    return 0;
+}
+
 static int get_bool(struct ad_req *q, const char *k, bool *out, char *why, size_t len)
 {
     cJSON *v = field(q, k);
@@ -351,7 +367,14 @@ static enum MHD_Result chat_post(struct MHD_Connection *c, struct ad_req *q)
     char why[256] = "";
     if (get_str(q, "message", &r.message, why, sizeof(why)) < 0 ||
         get_str(q, "model", &r.model, why, sizeof(why)) < 0 ||
-        get_bool(q, "auto_run", &r.auto_run, why, sizeof(why)) < 0)
+        get_bool(q, "auto_run", &r.auto_run, why, sizeof(why)) < 0 ||
+        get_number(q, "temperature", 0, 2, &r.temperature, &r.has_temperature, why, sizeof(why)) <
+            0 ||
+        get_uint(q, "context_window", &r.context_window, why, sizeof(why)) < 0 ||
+        get_uint(q, "max_tokens", &r.max_tokens, why, sizeof(why)) < 0 ||
+        get_uint(q, "max_output", &r.max_output, why, sizeof(why)) < 0 ||
+        get_str(q, "custom_instructions", &r.instructions, why, sizeof(why)) < 0 ||
+        get_str(q, "system_message", &r.system_message, why, sizeof(why)) < 0)
         return ad_reply_error(c, q, 400, "invalid", "%s", why);
     cJSON *out;
     struct ad_fail f;
@@ -377,6 +400,14 @@ static enum MHD_Result chat_confirm(struct MHD_Connection *c, struct ad_req *q)
     if (ad_chat_confirm(q->sess, run, code, &f) < 0)
         return ad_reply_fail(c, q, &f);
     return ad_reply(c, q, 204, MHD_create_response_from_buffer(0, NULL, MHD_RESPMEM_PERSISTENT));
+}
+
+static enum MHD_Result chat_messages_put(struct MHD_Connection *c, struct ad_req *q)
+{
+    struct ad_fail f;
+    if (ad_chat_restore(q->sess, field(q, "messages"), &f) < 0)
+        return ad_reply_fail(c, q, &f);
+    return ad_reply_json(c, q, 200, ad_chat_json(q->sess));
 }
 
 static enum MHD_Result chat_undo(struct MHD_Connection *c, struct ad_req *q)
@@ -1118,6 +1149,7 @@ const struct ad_route ad_routes[] = {
     {"POST",   "/v1/sessions/{id}/chat", AD_BODY_JSON, chat_post, "a chat turn: a user message (a run)"},
     {"GET",    "/v1/sessions/{id}/chat", 0, chat_get, "the chat's history and checkpoints"},
     {"POST",   "/v1/sessions/{id}/chat/undo", 0, chat_undo, "undo the last exchange"},
+    {"PUT",    "/v1/sessions/{id}/chat/messages", AD_BODY_JSON, chat_messages_put, "replace the conversation (LMC messages)"},
     {"POST",   "/v1/sessions/{id}/chat/confirm", AD_BODY_JSON, chat_confirm, "run, edit or skip the code block that waits"},
     {"PUT",    "/v1/sessions/{id}/files", AD_BODY_SPOOL, file_put, "upload a file"},
     {"GET",    "/v1/sessions/{id}/files", 0, file_get, "download a file"},

@@ -72,6 +72,7 @@ struct ad_run {
      * event's object and returns the event's type */
     const char *(*body)(struct ad_run *r, void *ctx, cJSON *end);
     void *body_ctx;
+    int notify_fd; /* ad_run_notify's eventfd, or -1 */
 };
 
 static volatile bool shutting_down;
@@ -203,8 +204,20 @@ static int push_json(struct ad_run *r, const char *type, const char *json, bool 
         r->running = false;
     }
     pthread_cond_broadcast(&r->cv);
+    if (r->notify_fd >= 0) {
+        uint64_t one = 1; /* a nonblocking eventfd: a full count is already a wake-up */
+        if (write(r->notify_fd, &one, sizeof(one)) < 0) {
+        }
+    }
     pthread_mutex_unlock(&r->mu);
     return 0;
+}
+
+void ad_run_notify(struct ad_run *r, int fd)
+{
+    pthread_mutex_lock(&r->mu);
+    r->notify_fd = fd;
+    pthread_mutex_unlock(&r->mu);
 }
 
 static int push_ex(struct ad_run *r, const char *type, cJSON *data, bool wait, cJSON *result)
@@ -503,6 +516,11 @@ static void finish(struct ad_run *r, const char *type, cJSON *o)
         r->stdin_wr = -1;
     }
     pthread_cond_broadcast(&r->cv);
+    if (r->notify_fd >= 0) { /* the end, even where its event could not be made */
+        uint64_t one = 1;
+        if (write(r->notify_fd, &one, sizeof(one)) < 0) {
+        }
+    }
     pthread_mutex_unlock(&r->mu);
     ad_session_touch(s);
     if (r->request_id)
@@ -601,6 +619,7 @@ int ad_run_start(struct ad_session *s, const struct ad_exec_req *q, const struct
     r->stdin_wr = r->stdin_rd = -1;
     r->cancel[0] = r->cancel[1] = -1;
     r->resize[0] = r->resize[1] = -1;
+    r->notify_fd = -1;
     r->next_seq = 1;
     r->started = (uint64_t)time(NULL);
     r->body = q->body;
@@ -1422,6 +1441,7 @@ static struct ad_run *run_from_record(const cJSON *o)
     r->stdin_wr = r->stdin_rd = -1;
     r->cancel[0] = r->cancel[1] = -1;
     r->resize[0] = r->resize[1] = -1;
+    r->notify_fd = -1;
     r->next_seq = 1;
     snprintf(r->id, sizeof(r->id), "%s", id->valuestring);
     r->request_id = (uint32_t)req->valuedouble;

@@ -543,7 +543,9 @@ static int fds_check(struct ad_fail *f)
     struct rlimit rl;
     if (getrlimit(RLIMIT_NOFILE, &rl) < 0 || rl.rlim_cur == RLIM_INFINITY)
         return 0;
-    unsigned listeners = 1 + !!ad_cfg.tcp_listen[0] + !!ad_cfg.e2b_listen[0], held = fds_open();
+    unsigned listeners =
+                 1 + !!ad_cfg.tcp_listen[0] + !!ad_cfg.e2b_listen[0] + !!ad_cfg.oi_listen[0],
+             held = fds_open();
     uint64_t need =
         (uint64_t)held + FDS_PER_SESSION + FDS_SPARE + (uint64_t)listeners * ad_cfg.max_connections;
     if (need <= rl.rlim_cur)

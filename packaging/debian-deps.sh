@@ -13,6 +13,8 @@ PACKAGES=(
   libmicrohttpd-dev libsqlite3-dev
   # airlockd: the head of a guest service's answer to a WebSocket upgrade (ports.c)
   libhttp-parser-dev
+  # airlockd: WebSocket frames of Open Interpreter's server protocol (oi.c)
+  libwslay-dev
   # hypervisor
   libvirt-daemon-system libvirt-daemon-driver-qemu libvirt-clients qemu-system-x86 qemu-utils
   # the tiny image
@@ -39,6 +41,8 @@ PACKAGES=(
   python3-matplotlib python3-ipython bash nodejs
   # the check of docs/openapi.yaml against airlockd's routes; the MCP tools' JSON Schemas
   python3-yaml python3-jsonschema
+  # a WebSocket client of the tests' own (Open Interpreter's server protocol on airlockd)
+  python3-websockets
   # airlockd's web page tested in a real browser (headless Chromium driven by Selenium)
   chromium chromium-driver python3-selenium
   # libairlock's ABI against its baseline (abidw, abidiff)

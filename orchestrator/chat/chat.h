@@ -240,6 +240,15 @@ typedef struct al_conv_info {
     char title[96]; /* the first user message, one line */
 } al_conv_info;
 int al_conv_list(void (*fn)(void *ctx, const al_conv_info *ci), void *ctx, al_error *err);
+/* Open Interpreter's LMC messages ({"role", "type", "format", "content"}) as the neutral
+ * conversation: code becomes an "execute" tool call of the assistant message before it, console
+ * output that call's result (an image only named). NULL with why on a message without role,
+ * type or a text content. Restoring a conversation: airlock chat --jsonl, airlockd's chat. */
+cJSON *al_chat_from_lmc(const cJSON *lmc, char *why, size_t len);
+/* One LMC chunk {"role", "type", "format"?, ...}: flag 1 adds "start", 2 "end"; content (len
+ * bytes, made valid UTF-8) when not NULL. airlock chat --jsonl's and airlockd's oi_listen's. */
+cJSON *al_lmc_chunk(const char *role, const char *type, const char *format, const char *content,
+                    size_t len, int flag);
 /* The conversation as Markdown (%markdown). */
 int al_conv_markdown(const al_chat *c, FILE *out, al_error *err);
 /* The last `exchanges` exchanges, a line per message (the user's, the model's text and how many

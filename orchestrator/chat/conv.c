@@ -435,3 +435,89 @@ int al_conv_markdown(const al_chat *c, FILE *out, al_error *err)
         return al_err(err, -EIO, "cannot write the Markdown export");
     return 0;
 }
+
+cJSON *al_lmc_chunk(const char *role, const char *type, const char *format, const char *content,
+                    size_t len, int flag)
+{
+    cJSON *j = cJSON_CreateObject();
+    cJSON_AddStringToObject(j, "role", role);
+    cJSON_AddStringToObject(j, "type", type);
+    if (format)
+        cJSON_AddStringToObject(j, "format", format);
+    if (flag)
+        cJSON_AddBoolToObject(j, flag == 1 ? "start" : "end", true);
+    if (content) {
+        char *t = al_utf8_repair((const uint8_t *)content, len, NULL);
+        cJSON_AddStringToObject(j, "content", t ? t : "");
+        free(t);
+    }
+    return j;
+}
+
+static const char *lmc_str(const cJSON *j, const char *k)
+{
+    return cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(j, k));
+}
+
+cJSON *al_chat_from_lmc(const cJSON *lmc, char *why, size_t len)
+{
+    cJSON *out = cJSON_CreateArray(), *assistant = NULL, *tool = NULL;
+    unsigned calls = 0;
+    char id[32] = "";
+    const cJSON *m;
+    cJSON_ArrayForEach(m, lmc)
+    {
+        const char *role = lmc_str(m, "role"), *type = lmc_str(m, "type"),
+                   *fmt = lmc_str(m, "format");
+        const char *content = lmc_str(m, "content");
+        if (!role || !type || !content) {
+            snprintf(why, len, "each message needs role, type and a text content");
+            cJSON_Delete(out);
+            return NULL;
+        }
+        if (!strcmp(type, "message") && (!strcmp(role, "user") || !strcmp(role, "assistant"))) {
+            cJSON *n = cJSON_CreateObject();
+            cJSON_AddStringToObject(n, "role", role);
+            cJSON_AddStringToObject(n, "content", content);
+            cJSON_AddItemToArray(out, n);
+            assistant = !strcmp(role, "assistant") ? n : NULL;
+            tool = NULL;
+        } else if (!strcmp(role, "assistant") && !strcmp(type, "code")) {
+            if (!assistant) {
+                assistant = cJSON_CreateObject();
+                cJSON_AddStringToObject(assistant, "role", "assistant");
+                cJSON_AddStringToObject(assistant, "content", "");
+                cJSON_AddItemToArray(out, assistant);
+            }
+            cJSON *tc = cJSON_GetObjectItemCaseSensitive(assistant, "tool_calls");
+            if (!tc)
+                tc = cJSON_AddArrayToObject(assistant, "tool_calls");
+            snprintf(id, sizeof(id), "call_restored_%u", ++calls);
+            cJSON *call = cJSON_CreateObject(), *args = cJSON_CreateObject();
+            cJSON_AddStringToObject(call, "id", id);
+            cJSON_AddStringToObject(call, "name", "execute");
+            cJSON_AddStringToObject(args, "language", fmt ? fmt : "python");
+            cJSON_AddStringToObject(args, "code", content);
+            cJSON_AddItemToObject(call, "arguments", args);
+            cJSON_AddItemToArray(tc, call);
+            tool = cJSON_CreateObject();
+            cJSON_AddStringToObject(tool, "role", "tool");
+            cJSON_AddStringToObject(tool, "tool_call_id", id);
+            cJSON_AddStringToObject(tool, "name", "execute");
+            cJSON_AddStringToObject(tool, "content", "");
+            cJSON_AddItemToArray(out, tool);
+        } else if (!strcmp(role, "computer") && tool) {
+            /* console output (an image is only named: the model had it as a picture) */
+            const char *was = lmc_str(tool, "content");
+            char *both = NULL;
+            if (asprintf(&both, "%s%s", was ? was : "",
+                         !strcmp(type, "image") ? "[an image]\n" : content) < 0) {
+                cJSON_Delete(out);
+                return NULL;
+            }
+            cJSON_ReplaceItemInObject(tool, "content", cJSON_CreateString(both));
+            free(both);
+        }
+    }
+    return out;
+}

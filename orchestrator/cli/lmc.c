@@ -47,19 +47,7 @@ static void emit(cJSON *j)
 static void chunk(const char *role, const char *type, const char *format, const char *content,
                   size_t len, int flag)
 {
-    cJSON *j = cJSON_CreateObject();
-    cJSON_AddStringToObject(j, "role", role);
-    cJSON_AddStringToObject(j, "type", type);
-    if (format)
-        cJSON_AddStringToObject(j, "format", format);
-    if (flag)
-        cJSON_AddBoolToObject(j, flag == 1 ? "start" : "end", true);
-    if (content) {
-        char *text = strndup(content, len);
-        cJSON_AddStringToObject(j, "content", text ? text : "");
-        free(text);
-    }
-    emit(j);
+    emit(al_lmc_chunk(role, type, format, content, len, flag));
 }
 
 static void server(const char *type, const char *content)
@@ -278,70 +266,6 @@ void lmc_error(const char *msg)
     server("error", msg);
 }
 
-/* LMC messages as the chat's neutral conversation: code becomes a tool call of the assistant
- * message before it, console output that call's result. */
-static cJSON *from_lmc(const cJSON *lmc, char *why, size_t len)
-{
-    cJSON *out = cJSON_CreateArray(), *assistant = NULL, *tool = NULL;
-    unsigned calls = 0;
-    char id[32] = "";
-    const cJSON *m;
-    cJSON_ArrayForEach(m, lmc)
-    {
-        const char *role = jstr(m, "role"), *type = jstr(m, "type"), *fmt = jstr(m, "format");
-        const char *content = jstr(m, "content");
-        if (!role || !type || !content) {
-            snprintf(why, len, "each message needs role, type and a text content");
-            cJSON_Delete(out);
-            return NULL;
-        }
-        if (!strcmp(type, "message") && (!strcmp(role, "user") || !strcmp(role, "assistant"))) {
-            cJSON *n = cJSON_CreateObject();
-            cJSON_AddStringToObject(n, "role", role);
-            cJSON_AddStringToObject(n, "content", content);
-            cJSON_AddItemToArray(out, n);
-            assistant = !strcmp(role, "assistant") ? n : NULL;
-            tool = NULL;
-        } else if (!strcmp(role, "assistant") && !strcmp(type, "code")) {
-            if (!assistant) {
-                assistant = cJSON_CreateObject();
-                cJSON_AddStringToObject(assistant, "role", "assistant");
-                cJSON_AddStringToObject(assistant, "content", "");
-                cJSON_AddItemToArray(out, assistant);
-            }
-            cJSON *tc = cJSON_GetObjectItemCaseSensitive(assistant, "tool_calls");
-            if (!tc)
-                tc = cJSON_AddArrayToObject(assistant, "tool_calls");
-            snprintf(id, sizeof(id), "call_restored_%u", ++calls);
-            cJSON *call = cJSON_CreateObject(), *args = cJSON_CreateObject();
-            cJSON_AddStringToObject(call, "id", id);
-            cJSON_AddStringToObject(call, "name", "execute");
-            cJSON_AddStringToObject(args, "language", fmt ? fmt : "python");
-            cJSON_AddStringToObject(args, "code", content);
-            cJSON_AddItemToObject(call, "arguments", args);
-            cJSON_AddItemToArray(tc, call);
-            tool = cJSON_CreateObject();
-            cJSON_AddStringToObject(tool, "role", "tool");
-            cJSON_AddStringToObject(tool, "tool_call_id", id);
-            cJSON_AddStringToObject(tool, "name", "execute");
-            cJSON_AddStringToObject(tool, "content", "");
-            cJSON_AddItemToArray(out, tool);
-        } else if (!strcmp(role, "computer") && tool) {
-            /* console output (an image is only named: the model had it as a picture) */
-            const char *was = jstr(tool, "content");
-            char *both = NULL;
-            if (asprintf(&both, "%s%s", was ? was : "",
-                         !strcmp(type, "image") ? "[an image]\n" : content) < 0) {
-                cJSON_Delete(out);
-                return NULL;
-            }
-            cJSON_ReplaceItemInObject(tool, "content", cJSON_CreateString(both));
-            free(both);
-        }
-    }
-    return out;
-}
-
 static int direct_result(void *ctx, const al_result *r)
 {
     on_result(ctx, r);
@@ -476,7 +400,7 @@ int lmc_serve(struct loopui *u)
             }
         } else if (type && !strcmp(type, "messages") && cJSON_IsArray(content)) {
             char why[160] = "";
-            cJSON *conv = from_lmc(content, why, sizeof(why));
+            cJSON *conv = al_chat_from_lmc(content, why, sizeof(why));
             if (!conv) {
                 server("error", why[0] ? why : "out of memory");
                 outcome = "error";

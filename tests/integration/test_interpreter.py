@@ -6,6 +6,7 @@ early stopping the code, files, reset, images), and Airlock's own (a confirmatio
 is off, a conversation restored by assigning messages). One VM per Interpreter.
 """
 import base64
+import json
 import os
 import shutil
 import struct
@@ -221,7 +222,7 @@ class ServerTest(unittest.TestCase):
     def test_same_messages_local_and_on_airlockd(self):
         from test_airlockd import Daemon
         script = [{"text": "Running it.", "tool_calls": [execute("print(6 * 7)")]},
-                  {"text": "It printed 42."}]
+                  {"text": "It printed 42."}, {"text": "You said 1234."}]
         local_fm = FakeModel(script)
         self.addCleanup(local_fm.close)
         local = Interpreter(image=IMAGE, auto_run=True)
@@ -249,6 +250,17 @@ class ServerTest(unittest.TestCase):
         out = remote.computer.run("python", "print(2 + 2)")
         self.assertIn("4", "".join(c.get("content", "") for c in out
                                    if c.get("format") == "output"))
+        # assigned messages replace the daemon's conversation; llm settings go with the turn
+        remote.messages = [{"role": "user", "type": "message", "content": "remember 1234"},
+                           {"role": "assistant", "type": "message", "content": "noted"}]
+        remote.llm.temperature = 0.5
+        remote.chat("what did I say?", display=False)
+        with open(os.path.join(tmp, "requests.jsonl")) as f:
+            sent = [json.loads(l) for l in f if l.strip()][-1]["body"]
+        said = [(m["role"], m["content"]) for m in sent["messages"] if m["role"] != "system"]
+        self.assertEqual(said, [("user", "remember 1234"), ("assistant", "noted"),
+                                ("user", "what did I say?")])
+        self.assertEqual(sent["temperature"], 0.5)
 
 
 if __name__ == "__main__":

@@ -343,8 +343,13 @@ class Interpreter:
         self._sb = Sandbox(**kw)
         self.session = self._sb.id
         if self.messages:
-            raise NotImplementedError("a conversation cannot be restored on airlockd yet: "
-                                      "assign messages with a local Interpreter")
+            self._remote_restore()
+        self._sent_messages = self.messages
+
+    def _remote_restore(self):
+        """The conversation in `messages` replaces the daemon's (PUT .../chat/messages)."""
+        self._sb.client.request("PUT", "/v1/sessions/%s/chat/messages" % self._sb.id,
+                                {"messages": _plain(self.messages)})
         self._sent_messages = self.messages
 
     def _remote_events(self, run):
@@ -401,6 +406,8 @@ class Interpreter:
     def _remote_chat(self, message, display):
         self._remote_ensure()
         sb = self._sb
+        if self.messages is not self._sent_messages and self._run is None:
+            self._remote_restore()
         if self._run is not None and self._pending_confirmation:
             self._pending_confirmation = False
             sb.client.request("POST", "/v1/sessions/%s/chat/confirm" % sb.id,
@@ -411,9 +418,18 @@ class Interpreter:
         elif message is None:
             return
         self.messages.append({"role": "user", "type": "message", "content": message})
+        self._sent_messages = self.messages
         body = {"message": message, "auto_run": bool(self.auto_run)}
         if self.llm.model:
             body["model"] = self.llm.model
+        # within the daemon's endpoint: its api_base and key are never the client's
+        for k, v in (("temperature", self.llm.temperature),
+                     ("context_window", self.llm.context_window),
+                     ("max_tokens", self.llm.max_tokens), ("max_output", self.max_output),
+                     ("system_message", self.system_message),
+                     ("custom_instructions", self.custom_instructions)):
+            if v not in (None, ""):
+                body[k] = v
         info = sb.client.request("POST", "/v1/sessions/%s/chat" % sb.id, body)
         from . import Run
         self._run = Run(sb, info)
