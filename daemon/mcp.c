@@ -445,6 +445,39 @@ static enum MHD_Result rpc_http_error(struct MHD_Connection *c, struct ad_req *q
     return ad_reply_json(c, q, status, o);
 }
 
+/* 400 for a version this server does not speak: the versions it does, and the one asked. */
+static enum MHD_Result unsupported_version(struct MHD_Connection *c, struct ad_req *q,
+                                           const cJSON *id, const char *asked)
+{
+    cJSON *o = cJSON_CreateObject();
+    cJSON_AddStringToObject(o, "jsonrpc", "2.0");
+    cJSON_AddItemToObject(o, "id", id ? cJSON_Duplicate(id, true) : cJSON_CreateNull());
+    cJSON *e = cJSON_AddObjectToObject(o, "error");
+    cJSON_AddNumberToObject(e, "code", -32600);
+    cJSON_AddStringToObject(e, "message", "unsupported MCP-Protocol-Version");
+    cJSON *data = cJSON_AddObjectToObject(e, "data");
+    cJSON *sup = cJSON_AddArrayToObject(data, "supported");
+    cJSON_AddItemToArray(sup, cJSON_CreateString(STATELESS));
+    for (size_t i = 0; i < sizeof(versions) / sizeof(versions[0]); i++)
+        cJSON_AddItemToArray(sup, cJSON_CreateString(versions[i]));
+    cJSON_AddStringToObject(data, "requested", asked);
+    q->status = 400;
+    return ad_reply_json(c, q, 400, o);
+}
+
+/* A header's value without the blanks around it (RFC 9110's OWS), into buf. */
+static const char *trimmed(const char *v, char *buf, size_t len)
+{
+    if (!v)
+        return NULL;
+    v += strspn(v, " \t");
+    size_t n = strlen(v);
+    while (n && (v[n - 1] == ' ' || v[n - 1] == '\t'))
+        n--;
+    snprintf(buf, len, "%.*s", (int)n, v);
+    return buf;
+}
+
 static bool version_known(const char *v)
 {
     if (!strcmp(v, STATELESS))
@@ -479,6 +512,9 @@ static bool accepts(const char *accept, const char *type)
 struct shape {
     const cJSON *id;
     const char *method, *name;
+    const char *notification; /* the first notification's method (what Mcp-Method may name) */
+    const char *meta_version; /* the first request's _meta version, when a string */
+    bool meta_incomplete; /* a request without _meta's version or client capabilities */
     bool initialize, slow, requests, stateless, known;
 };
 
@@ -497,17 +533,27 @@ static void shape_one(const cJSON *m, struct shape *s)
         v = cJSON_GetObjectItemCaseSensitive(meta, "protocolVersion");
     if (cJSON_IsString(v) && !strcmp(v->valuestring, STATELESS))
         s->stateless = true;
-    if (!id)
+    if (!id) {
+        if (!s->notification)
+            s->notification = name;
         return;
+    }
+    if (!s->meta_version && cJSON_IsString(v))
+        s->meta_version = v->valuestring;
+    if (!cJSON_IsString(v) ||
+        !cJSON_IsObject(
+            cJSON_GetObjectItemCaseSensitive(meta, "io.modelcontextprotocol/clientCapabilities")))
+        s->meta_incomplete = true;
     if (!s->method) {
         s->method = name;
         s->id = id;
         const cJSON *n = cJSON_GetObjectItemCaseSensitive(
             params, !strcmp(name, "resources/read") ? "uri" : "name");
         s->name = cJSON_IsString(n) ? n->valuestring : NULL;
-        static const char *const known[] = {
-            "initialize",     "ping",           "tools/list",      "tools/call",
-            "resources/list", "resources/read", "server/discover", "resources/templates/list"};
+        /* 2026-07-28's methods: initialize and ping are gone from it */
+        static const char *const known[] = {"tools/list",      "tools/call",
+                                            "resources/list",  "resources/read",
+                                            "server/discover", "resources/templates/list"};
         s->known = false;
         for (size_t i = 0; i < sizeof(known) / sizeof(known[0]); i++)
             s->known |= !strcmp(name, known[i]);
@@ -542,11 +588,14 @@ static enum MHD_Result mcp_post(struct MHD_Connection *c, struct ad_req *q)
     const char *hv = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "MCP-Protocol-Version");
     const char *hsid = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Mcp-Session-Id");
     if (hv && !version_known(hv))
-        return rpc_http_error(c, q, 400, sh.id, -32600, "unsupported MCP-Protocol-Version");
+        return unsupported_version(c, q, sh.id, hv);
     bool stateless = sh.stateless || (hv && !strcmp(hv, STATELESS));
     /* The 2026 headers, when given, say what the body does. */
-    const char *hm = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Mcp-Method");
-    const char *hn = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Mcp-Name");
+    char hmb[256], hnb[512];
+    const char *hm =
+        trimmed(MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Mcp-Method"), hmb, sizeof(hmb));
+    const char *hn =
+        trimmed(MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Mcp-Name"), hnb, sizeof(hnb));
     /* A 2026-07-28 request says its version and method in headers too (Mcp-Name for the
      * methods that name a tool or a resource), and they must agree with the body. */
     bool named =
@@ -555,11 +604,21 @@ static enum MHD_Result mcp_post(struct MHD_Connection *c, struct ad_req *q)
         return rpc_http_error(c, q, 400, sh.id, HEADER_MISMATCH,
                               "a 2026-07-28 request needs MCP-Protocol-Version and Mcp-Method "
                               "(and Mcp-Name for a tool or a resource)");
-    if ((hm && (!sh.method || strcmp(hm, sh.method))) || (hn && (!sh.name || strcmp(hn, sh.name))))
+    /* the request's method, or a lone notification's (notifications/initialized) */
+    const char *said = sh.method ? sh.method : sh.notification;
+    if ((hm && (!said || strcmp(hm, said))) || (hn && (!sh.name || strcmp(hn, sh.name))))
         return rpc_http_error(c, q, 400, sh.id, HEADER_MISMATCH,
                               "Mcp-Method or Mcp-Name does not match the body");
+    if (hv && sh.meta_version && strcmp(hv, sh.meta_version))
+        return rpc_http_error(c, q, 400, sh.id, HEADER_MISMATCH,
+                              "MCP-Protocol-Version and the request's _meta name other versions");
     if (stateless && sh.method && !sh.known)
         return rpc_http_error(c, q, 404, sh.id, -32601, "method not found");
+    /* A 2026-07-28 request carries its version and the client's capabilities in _meta. */
+    if (hv && !strcmp(hv, STATELESS) && sh.method && sh.meta_incomplete)
+        return rpc_http_error(c, q, 400, sh.id, -32602,
+                              "invalid params: a 2026-07-28 request's _meta needs "
+                              "io.modelcontextprotocol/protocolVersion and clientCapabilities");
     struct ad_fail f = {0};
     al_mcp *m = server_of(q->owner, &q->lim, &f);
     if (!m)

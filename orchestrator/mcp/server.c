@@ -179,6 +179,7 @@ static void *worker(void *arg)
     cJSON *result = NULL;
     int code = 0;
     char msg[512] = "";
+    const char *missing = NULL; /* a resource not found: its uri, the error's data */
     if (!strcmp(c->method, "tools/call")) {
         const cJSON *name = cJSON_GetObjectItemCaseSensitive(c->params, "name");
         const cJSON *args = cJSON_GetObjectItemCaseSensitive(c->params, "arguments");
@@ -190,6 +191,8 @@ static void *worker(void *arg)
     } else {
         const cJSON *uri = cJSON_GetObjectItemCaseSensitive(c->params, "uri");
         result = mcp_resources_read(m, c, uri->valuestring, &code, msg, sizeof(msg));
+        if (!result && code == -32002)
+            missing = uri->valuestring;
         /* The 2026-07-28 generation says a missing resource is invalid params. */
         if (!result && c->modern && code == -32002)
             code = RPC_PARAMS;
@@ -202,6 +205,8 @@ static void *worker(void *arg)
         cJSON *e = cJSON_AddObjectToObject(r, "error");
         cJSON_AddNumberToObject(e, "code", code ? code : RPC_INTERNAL);
         cJSON_AddStringToObject(e, "message", msg[0] ? msg : "failed");
+        if (missing)
+            cJSON_AddStringToObject(cJSON_AddObjectToObject(e, "data"), "uri", missing);
     }
     cJSON_Delete(id);
     pthread_mutex_lock(&m->mu);
@@ -478,8 +483,10 @@ static unsigned handle(al_mcp *m, const cJSON *msg, al_mcp_send_fn send, void *c
             cJSON *e = cJSON_AddObjectToObject(r, "error");
             cJSON_AddNumberToObject(e, "code", RPC_VERSION);
             cJSON_AddStringToObject(e, "message", "unsupported protocol version");
-            cJSON *sup = cJSON_AddArrayToObject(cJSON_AddObjectToObject(e, "data"), "supported");
+            cJSON *data = cJSON_AddObjectToObject(e, "data");
+            cJSON *sup = cJSON_AddArrayToObject(data, "supported");
             cJSON_AddItemToArray(sup, cJSON_CreateString(VERSION_STATELESS));
+            cJSON_AddItemToObject(data, "requested", cJSON_Duplicate(pv, true));
             pthread_mutex_lock(&m->mu);
             send_json(m, send, ctx, r, true);
             pthread_mutex_unlock(&m->mu);

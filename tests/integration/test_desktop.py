@@ -248,6 +248,27 @@ class DesktopTest(unittest.TestCase):
             self.assertEqual(len(urls), 1)
             self.assertEqual(png_size(base64.b64decode(urls[0].split(",", 1)[1])), (1280, 800))
 
+    def test_j_the_clipboard_through_the_interpreter(self):
+        # Open Interpreter's computer.clipboard, attached to this session on airlockd: the X
+        # clipboard in the guest (xclip), what one side copies the other reads
+        from airlock import Interpreter
+        i = Interpreter(server="unix:" + self.d.sock, session=self.sb.id)
+        self.addCleanup(i.reset)  # attached: the session stays
+        i.computer.clipboard.copy("airlock clipboard \u2713")
+        self.assertEqual(i.computer.clipboard.view(), "airlock clipboard \u2713")
+        # a program of the desktop's user sees the same selection
+        got = self.sb.commands.run("as-user xclip -o -selection clipboard").stdout
+        self.assertEqual(got, "airlock clipboard \u2713")
+        # the desktop user's program holds the selection (until one paste: -loops 1) while a
+        # command of its own runs
+        self.sb.commands.run("printf 'from the guest' | as-user xclip -quiet -loops 1 "
+                             "-selection clipboard", background=True)
+        deadline = time.time() + 30
+        while i.computer.clipboard.view() != "from the guest" and time.time() < deadline:
+            time.sleep(0.5)
+        self.assertLess(time.time(), deadline)
+        self.assertEqual(self.sb.commands.run("echo alive").stdout, "alive\n")
+
     def test_i_pause_and_resume(self):
         # The VGA, the tablet, the keyboard and X come back from the saved state: the program
         # is on the screen and a click reaches it.

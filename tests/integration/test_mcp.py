@@ -39,10 +39,15 @@ SDK_V2 = "@modelcontextprotocol/client@2.4.0"
 CLIENTS = ["@modelcontextprotocol/inspector@2.12.0", "@anthropic-ai/claude-code@2.1.332",
            "@google/gemini-cli@0.61.0", "node@22.23.3"]
 # The conformance suite needs Node 22, which the npm registry serves as a package.
-CONFORMANCE = ["@modelcontextprotocol/conformance@0.1.16", "node@22.23.3"]
+CONFORMANCE = ["@modelcontextprotocol/conformance@0.2.0-alpha.12", "node@22.23.3"]
 HERE = os.path.dirname(os.path.abspath(__file__))
 AIRLOCK_ABS = os.path.abspath(altest.AIRLOCK) if os.sep in altest.AIRLOCK else altest.AIRLOCK
 HAVE_DEBIAN = os.path.exists(os.path.join(altest.IMAGE_DIR, "debian", "manifest.json"))
+
+
+# What a 2026-07-28 request carries in its params.
+META = {"_meta": {"io.modelcontextprotocol/protocolVersion": "2026-07-28",
+                  "io.modelcontextprotocol/clientCapabilities": {}}}
 
 
 def npm_install(spec):
@@ -763,8 +768,8 @@ class HttpProtocolTest(unittest.TestCase):
         # Another site's page (DNS rebinding and the like): 403, whatever the key.
         st, _, _ = self.post(body, Origin="http://evil.example")
         self.assertEqual(st, 403)
-        st, _, _ = self.post(body, Origin="http://localhost:6274", MCP_Protocol_Version="2026-07-28",
-                             Mcp_Method="tools/list")
+        st, _, _ = self.post(dict(body, params=META), Origin="http://localhost:6274",
+                             MCP_Protocol_Version="2026-07-28", Mcp_Method="tools/list")
         self.assertEqual(st, 200)
         st, _, _ = http(self.d.port, "POST", b"{}", dict(self.auth, **{"Content-Type": "text/plain"}))
         self.assertEqual(st, 415)
@@ -780,30 +785,51 @@ class HttpProtocolTest(unittest.TestCase):
 
     def test_stateless_generation(self):
         v = {"MCP_Protocol_Version": "2026-07-28"}
-        st, _, b = self.post({"jsonrpc": "2.0", "id": 1, "method": "server/discover"},
-                             Mcp_Method="server/discover", **v)
+
+        def req(i, method, **params):
+            return {"jsonrpc": "2.0", "id": i, "method": method, "params": dict(META, **params)}
+        st, _, b = self.post(req(1, "server/discover"), Mcp_Method="server/discover", **v)
         self.assertEqual(st, 200, b)
         self.assertIn("2026-07-28", json.loads(b)["result"]["supportedVersions"])
         # Without Mcp-Method, or a tool call without Mcp-Name: 400 (-32020).
-        st, _, b = self.post({"jsonrpc": "2.0", "id": 1, "method": "server/discover"}, **v)
+        st, _, b = self.post(req(1, "server/discover"), **v)
         self.assertEqual((st, json.loads(b)["error"]["code"]), (400, -32020))
-        st, _, b = self.post({"jsonrpc": "2.0", "id": 1, "method": "tools/call",
-                              "params": {"name": "list_sessions", "arguments": {}}},
+        st, _, b = self.post(req(1, "tools/call", name="list_sessions", arguments={}),
                              Mcp_Method="tools/call", **v)
         self.assertEqual((st, json.loads(b)["error"]["code"]), (400, -32020))
-        st, _, b = self.post({"jsonrpc": "2.0", "id": 2, "method": "tools/list"},
-                             Mcp_Method="tools/list", **v)
+        st, _, b = self.post(req(2, "tools/list"), Mcp_Method="tools/list", **v)
         self.assertEqual(st, 200, b)
-        # The headers must say what the body does.
-        st, _, _ = self.post({"jsonrpc": "2.0", "id": 3, "method": "tools/list"},
-                             Mcp_Method="tools/call", **v)
+        # The headers must say what the body does (blanks around a value are not part of it).
+        st, _, _ = self.post(req(3, "tools/list"), Mcp_Method="tools/call", **v)
         self.assertEqual(st, 400)
-        st, _, _ = self.post({"jsonrpc": "2.0", "id": 4, "method": "tools/call",
-                              "params": {"name": "list_sessions", "arguments": {}}},
+        st, _, _ = self.post(req(4, "tools/call", name="list_sessions", arguments={}),
                              Mcp_Method="tools/call", Mcp_Name="run_code", **v)
         self.assertEqual(st, 400)
-        st, h, b = self.post({"jsonrpc": "2.0", "id": 5, "method": "tools/call",
-                              "params": {"name": "list_sessions", "arguments": {}}},
+        st, _, b = self.post(req(4, "tools/list"), Mcp_Method="  tools/list ", **v)
+        self.assertEqual(st, 200, b)
+        # ... and the header's version the _meta's
+        st, _, b = self.post(dict(req(4, "tools/list"), params={"_meta": dict(
+            META["_meta"], **{"io.modelcontextprotocol/protocolVersion": "2025-11-25"})}),
+            Mcp_Method="tools/list", **v)
+        self.assertEqual((st, json.loads(b)["error"]["code"]), (400, -32020))
+        # A request of this generation carries its version and capabilities in _meta.
+        for params in ({}, {"_meta": {"io.modelcontextprotocol/clientCapabilities": {}}},
+                       {"_meta": {"io.modelcontextprotocol/protocolVersion": "2026-07-28"}}):
+            st, _, b = self.post({"jsonrpc": "2.0", "id": 7, "method": "server/discover",
+                                  "params": params}, Mcp_Method="server/discover", **v)
+            self.assertEqual((st, json.loads(b)["error"]["code"]), (400, -32602), params)
+        # A version this server does not speak: the ones it does, and the one asked.
+        st, _, b = self.post(req(8, "tools/list"), Mcp_Method="tools/list",
+                             MCP_Protocol_Version="2099-01-01")
+        err = json.loads(b)["error"]
+        self.assertEqual(st, 400)
+        self.assertIn("2026-07-28", err["data"]["supported"])
+        self.assertEqual(err["data"]["requested"], "2099-01-01")
+        # A notification's Mcp-Method names it.
+        st, _, b = self.post({"jsonrpc": "2.0", "method": "notifications/initialized"},
+                             Mcp_Method="notifications/initialized", **v)
+        self.assertEqual(st, 202, b)
+        st, h, b = self.post(req(5, "tools/call", name="list_sessions", arguments={}),
                              Mcp_Method="tools/call", Mcp_Name="list_sessions", **v)
         self.assertEqual(st, 200, b)
         # A call answers as an SSE stream when the client takes one: its last event the answer.
@@ -811,10 +837,10 @@ class HttpProtocolTest(unittest.TestCase):
         events = [json.loads(l[6:]) for l in b.decode().splitlines() if l.startswith("data: ")]
         self.assertEqual(events[-1]["id"], 5)
         self.assertEqual(events[-1]["result"]["structuredContent"], {"sessions": []})
-        # Unknown methods: 404 with -32601.
-        st, _, b = self.post({"jsonrpc": "2.0", "id": 6, "method": "no/such"}, Mcp_Method="no/such",
-                             **v)
-        self.assertEqual((st, json.loads(b)["error"]["code"]), (404, -32601))
+        # Unknown methods, and those this generation removed: 404 with -32601.
+        for method in ("no/such", "initialize", "ping"):
+            st, _, b = self.post(req(6, method), Mcp_Method=method, **v)
+            self.assertEqual((st, json.loads(b)["error"]["code"]), (404, -32601), method)
 
 
 @unittest.skipUnless(HAVE_DAEMON, "AIRLOCKD_BIN is not set")
@@ -835,7 +861,7 @@ class ConformanceTest(unittest.TestCase):
             bin_dir = os.path.join(d_npm, "node_modules", ".bin")
             env = dict(os.environ, PATH=bin_dir + os.pathsep + os.environ["PATH"])
             with tempfile.TemporaryDirectory() as out:
-                p = subprocess.run(["conformance", "server", "--url",
+                p = subprocess.run(["conformance", "server", "--suite", "all", "--url",
                                     "http://127.0.0.1:%d/mcp" % port, "--expected-failures",
                                     os.path.join(HERE, "mcp-conformance-baseline.yml"),
                                     "-o", out], env=env, cwd=out, stdout=subprocess.PIPE,
@@ -843,8 +869,11 @@ class ConformanceTest(unittest.TestCase):
             summary = p.stdout[p.stdout.find("=== SUMMARY ==="):]
             self.assertEqual(p.returncode, 0, summary or p.stdout[-4000:])
             # What does apply passes: the handshake, ping, tools/list, streams, the Origin check.
+            # 2026-07-28: the headers (trimmed, a notification's Mcp-Method too), the
+            # removed methods, an unsupported version's data
             for s in ("server-initialize", "ping", "tools-list", "resources-list",
-                      "dns-rebinding-protection"):
+                      "dns-rebinding-protection", "http-header-validation",
+                      "sep-2164-resource-not-found", "server-sse-multiple-streams"):
                 self.assertRegex(summary, r"✓ %s: \d+ passed, 0 failed" % re.escape(s), summary)
         finally:
             if px:

@@ -100,11 +100,40 @@ class _Clipboard:
         self._c = computer
 
     def view(self):
-        return self._c._shell_output("xclip -o -selection clipboard 2>/dev/null || true")
+        """The clipboard's text ("" when it holds none)."""
+        out = self._c.run("python", _CLIPBOARD_VIEW)
+        text = "".join(c.get("content", "") for c in out if c.get("format") == "output")
+        if "\x00no-xclip" in text:
+            raise RuntimeError("this image has no xclip (the desktop image has it)")
+        return text
 
     def copy(self, text):
-        self._c.run("python", "import subprocess\nsubprocess.run(['xclip', '-selection', "
-                    "'clipboard'], input=%r.encode(), env={'DISPLAY': ':0'})" % str(text))
+        # xclip stays in the background to own the selection: its output goes nowhere, so that
+        # the run ends
+        out = self._c.run("python", _CLIPBOARD_COPY % (str(text),))
+        if any("\x00no-xclip" in c.get("content", "") for c in out):
+            raise RuntimeError("this image has no xclip (the desktop image has it)")
+
+
+_CLIPBOARD_VIEW = """import os, subprocess, sys
+try:
+    r = subprocess.run(["xclip", "-o", "-selection", "clipboard"], capture_output=True,
+                       env=dict(os.environ, DISPLAY=os.environ.get("DISPLAY", ":0")))
+    sys.stdout.write(r.stdout.decode("utf-8", "replace"))
+except FileNotFoundError:
+    sys.stdout.write("\\x00no-xclip")
+sys.stdout.flush()
+"""
+
+_CLIPBOARD_COPY = """import os, subprocess, sys
+try:
+    subprocess.run(["xclip", "-selection", "clipboard"], input=%r.encode(),
+                   stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                   env=dict(os.environ, DISPLAY=os.environ.get("DISPLAY", ":0")))
+except FileNotFoundError:
+    sys.stdout.write("\\x00no-xclip")
+    sys.stdout.flush()
+"""
 
 
 class _Computer:
@@ -156,7 +185,7 @@ class Interpreter:
     """One chat and its own VM. `chat()` as Open Interpreter's; `messages` as its list of LMC
     messages (assign one to restore a conversation); `reset()` for a fresh VM."""
 
-    def __init__(self, image=None, server=None, api_key=None, **settings):
+    def __init__(self, image=None, server=None, api_key=None, session=None, **settings):
         self.llm = LLM()
         self.messages = []
         self.auto_run = False
@@ -191,6 +220,11 @@ class Interpreter:
         self._thread_result = None
         self._sb = None   # on airlockd: the Sandbox
         self._run = None  # on airlockd: the turn in progress
+        # on airlockd: a session of the caller's to chat in (Sandbox.connect), not this
+        # Interpreter's to end
+        self._attach = session
+        if session and not server:
+            raise ValueError("session= attaches to a session of airlockd: give server= too")
 
     # ---- the chat process ----
 
@@ -340,7 +374,10 @@ class Interpreter:
             kw["image"] = self.image
         if self.checkpoints:
             kw["checkpoints"] = True
-        self._sb = Sandbox(**kw)
+        if self._attach:
+            self._sb = Sandbox.connect(self._attach, url=self.server, api_key=self.api_key)
+        else:
+            self._sb = Sandbox(**kw)
         self.session = self._sb.id
         if self.messages:
             self._remote_restore()
@@ -581,7 +618,7 @@ class Interpreter:
         """A fresh VM and an empty conversation."""
         with self._lock:
             self._close()
-            if self._sb is not None:
+            if self._sb is not None and not self._attach:
                 try:
                     self._sb.kill()
                 except Exception:
