@@ -408,7 +408,10 @@ static enum MHD_Result sandbox_connect(struct MHD_Connection *c, struct ad_req *
     /* E2B's connect and resume bring a paused sandbox back */
     if (s->paused && ad_session_resume(s, &f) < 0)
         return e2b_fail(c, q, &f);
+    /* E2B keeps the later end: a connect with a shorter timeout than the sandbox has left
+     * does not shorten it */
     if (cJSON_IsNumber(timeout) && timeout->valuedouble >= 1 && timeout->valuedouble < 1e7 &&
+        (int64_t)time(NULL) + (int64_t)timeout->valuedouble > session_end(s) &&
         ad_session_extend(s, (unsigned)timeout->valuedouble, &q->lim, &f) < 0)
         return e2b_fail(c, q, &f);
     return ad_reply_json(c, q, 200, sandbox_tokens_json(s));
@@ -439,8 +442,13 @@ static enum MHD_Result sandbox_pause(struct MHD_Connection *c, struct ad_req *q)
     struct ad_fail f;
     if (q->sess->paused) /* E2B answers 409 for a sandbox paused already */
         return e2b_error(c, q, 409, "sandbox '%s' is already paused", q->params[0]);
-    if (ad_session_pause(q->sess, &f) < 0)
+    if (ad_session_pause(q->sess, &f) < 0) {
+        /* 409 is what the SDK reads, silently, as "already paused": a pause this daemon
+         * refuses is an error the SDK raises */
+        if (f.status == 409)
+            f.status = 400;
         return e2b_fail(c, q, &f);
+    }
     return ad_reply(c, q, 204, MHD_create_response_from_buffer(0, NULL, MHD_RESPMEM_PERSISTENT));
 }
 
@@ -449,18 +457,33 @@ static enum MHD_Result sandbox_metrics(struct MHD_Connection *c, struct ad_req *
     return ad_reply_json(c, q, 200, cJSON_CreateArray());
 }
 
+/* GET /v2/sandboxes: what matches the query, then one page of it, newest first unless
+ * order=asc; the next page's token (x-next-token) names the last item given. */
+#define LIST_LIMIT_MAX 100
+
+struct listed {
+    uint64_t created_ms;
+    char id[64];
+    cJSON *json;
+};
+
 struct list_ctx {
-    cJSON *arr;
+    struct listed *v;
+    size_t n, cap;
     cJSON *want; /* metadata filter: every key=value given must match */
     bool paused_only;
-    bool running_too; /* paused ones listed beside the running (state=running,paused) */
+    bool running_too;   /* paused ones listed beside the running (state=running,paused) */
+    int64_t after;      /* startedAfter (unix seconds), or INT64_MIN */
+    const char *templ;  /* template=, or NULL */
 };
 
 static void list_one(void *ctx, struct ad_session *s)
 {
     struct list_ctx *l = ctx;
     if (!s->e2b_token[0] || (l->paused_only && !s->paused) ||
-        (!l->paused_only && !l->running_too && s->paused) || s->lost)
+        (!l->paused_only && !l->running_too && s->paused) || s->lost || s->created <= l->after)
+        return;
+    if (l->templ && strcmp(l->templ, s->e2b_template[0] ? s->e2b_template : s->image))
         return;
     cJSON *w;
     cJSON_ArrayForEach(w, l->want)
@@ -469,7 +492,41 @@ static void list_one(void *ctx, struct ad_session *s)
         if (!cJSON_IsString(v) || strcmp(v->valuestring, w->valuestring))
             return;
     }
-    cJSON_AddItemToArray(l->arr, sandbox_json(s));
+    if (l->n == l->cap) {
+        size_t cap = l->cap ? 2 * l->cap : 16;
+        struct listed *v = realloc(l->v, cap * sizeof(*v));
+        if (!v)
+            return;
+        l->v = v;
+        l->cap = cap;
+    }
+    struct listed *e = &l->v[l->n++];
+    e->created_ms = s->created_ms;
+    snprintf(e->id, sizeof(e->id), "%s", sandbox_id(s));
+    e->json = sandbox_json(s);
+}
+
+static int newest_first(const void *x, const void *y)
+{
+    const struct listed *a = x, *b = y;
+    if (a->created_ms != b->created_ms)
+        return a->created_ms > b->created_ms ? -1 : 1;
+    return strcmp(a->id, b->id);
+}
+
+/* An ISO 8601 time in UTC ("2026-12-07T13:00:00Z", fractions ignored) as unix seconds. */
+static bool iso_time(const char *s, int64_t *out)
+{
+    struct tm tm = {0};
+    const char *rest = s ? strptime(s, "%Y-%m-%dT%H:%M:%S", &tm) : NULL;
+    if (!rest)
+        return false;
+    if (*rest == '.')
+        rest += 1 + strspn(rest + 1, "0123456789");
+    if (strcmp(rest, "Z") && strcmp(rest, "") && strcmp(rest, "+00:00"))
+        return false;
+    *out = (int64_t)timegm(&tm);
+    return true;
 }
 
 /* metadata=k1%3Dv1%26k2%3Dv2 (the SDK's form: URL-encoded pairs, decoded once by MHD). */
@@ -494,12 +551,71 @@ static cJSON *metadata_filter(const char *m)
 
 static enum MHD_Result sandbox_list(struct MHD_Connection *c, struct ad_req *q)
 {
-    const char *state = query(c, "state");
-    struct list_ctx l = {cJSON_CreateArray(), metadata_filter(query(c, "metadata")),
-                         state && !strstr(state, "running"), !state || strstr(state, "paused")};
+    const char *state = query(c, "state"), *order = query(c, "order");
+    const char *lim = query(c, "limit"), *token = query(c, "nextToken");
+    const char *after = query(c, "startedAfter");
+    struct list_ctx l = {.want = metadata_filter(query(c, "metadata")),
+                         .paused_only = state && !strstr(state, "running"),
+                         .running_too = !state || strstr(state, "paused"),
+                         .after = INT64_MIN,
+                         .templ = query(c, "template")};
+    char *end = NULL;
+    unsigned long limit = lim ? strtoul(lim, &end, 10) : LIST_LIMIT_MAX;
+    if ((lim && (!*lim || *end || limit < 1 || limit > LIST_LIMIT_MAX)) ||
+        (order && strcmp(order, "asc") && strcmp(order, "desc")) ||
+        (after && !iso_time(after, &l.after))) {
+        cJSON_Delete(l.want);
+        return e2b_error(c, q, 400,
+                         "limit: 1 to %d; order: asc or desc; startedAfter: an RFC 3339 time",
+                         LIST_LIMIT_MAX);
+    }
     ad_session_list(q->owner, list_one, &l);
     cJSON_Delete(l.want);
-    return ad_reply_json(c, q, 200, l.arr);
+    qsort(l.v, l.n, sizeof(*l.v), newest_first);
+    bool asc = order && !strcmp(order, "asc");
+    /* the token: the last item given, "CREATED_MS.ID"; the page starts after it */
+    size_t first = 0;
+    if (token) {
+        unsigned long long ms = strtoull(token, &end, 10);
+        bool found = false;
+        for (size_t k = 0; end && *end == '.' && k < l.n && !found; k++) {
+            size_t i = asc ? l.n - 1 - k : k;
+            if (l.v[i].created_ms == ms && !strcmp(l.v[i].id, end + 1)) {
+                first = k + 1;
+                found = true;
+            }
+        }
+        if (!found) {
+            for (size_t i = 0; i < l.n; i++)
+                cJSON_Delete(l.v[i].json);
+            free(l.v);
+            return e2b_error(c, q, 400, "nextToken: not a token of this list (or its sandbox ended)");
+        }
+    }
+    cJSON *arr = cJSON_CreateArray();
+    char next[128] = "";
+    for (size_t k = 0; k < l.n; k++) {
+        size_t i = asc ? l.n - 1 - k : k;
+        if (k >= first && k < first + limit) {
+            cJSON_AddItemToArray(arr, l.v[i].json);
+            l.v[i].json = NULL;
+            if (k + 1 == first + limit && k + 1 < l.n)
+                snprintf(next, sizeof(next), "%llu.%s", (unsigned long long)l.v[i].created_ms,
+                         l.v[i].id);
+        }
+        cJSON_Delete(l.v[i].json);
+    }
+    free(l.v);
+    char *text = cJSON_PrintUnformatted(arr);
+    cJSON_Delete(arr);
+    if (!text)
+        return MHD_NO;
+    struct MHD_Response *r =
+        MHD_create_response_from_buffer(strlen(text), text, MHD_RESPMEM_MUST_FREE);
+    MHD_add_response_header(r, "Content-Type", "application/json");
+    if (next[0])
+        MHD_add_response_header(r, "x-next-token", next);
+    return ad_reply(c, q, 200, r);
 }
 
 /* ---- the data plane: which sandbox, and its token ---- */
@@ -859,9 +975,11 @@ static cJSON *entry_json(const al_file_info *st, const char *path)
         if (st->mode & (0400u >> i))
             perm[1 + i] = "rwxrwxrwx"[i];
     cJSON_AddStringToObject(o, "permissions", perm);
-    cJSON_AddStringToObject(o, "owner", "");
-    cJSON_AddStringToObject(o, "group", "");
+    cJSON_AddStringToObject(o, "owner", st->owner);
+    cJSON_AddStringToObject(o, "group", st->group);
     add_time(o, "modifiedTime", st->mtime);
+    if (st->type == AL_ENTRY_SYMLINK && st->link_target[0])
+        ad_json_add_text(o, "symlinkTarget", st->link_target);
     return o;
 }
 
@@ -980,6 +1098,43 @@ static void list_one_entry(void *ctx, const al_file_info *st)
     free(p);
 }
 
+/* Paths in the order of a walk that goes depth first, each directory's names sorted (envd's
+ * filepath.WalkDir): component by component, so "a/x" comes before "a-b". */
+static int path_order(const void *x, const void *y)
+{
+    const char *a = cJSON_GetStringValue(
+        cJSON_GetObjectItemCaseSensitive(*(const cJSON *const *)x, "path"));
+    const char *b = cJSON_GetStringValue(
+        cJSON_GetObjectItemCaseSensitive(*(const cJSON *const *)y, "path"));
+    a = a ? a : "";
+    b = b ? b : "";
+    for (; *a && *a == *b; a++, b++)
+        ;
+    if (*a == *b)
+        return 0;
+    if (!*a || !*b) /* a directory before what is in it */
+        return !*a ? -1 : 1;
+    if (*a == '/' || *b == '/') /* the end of a name sorts before any other byte */
+        return *a == '/' ? -1 : 1;
+    return (unsigned char)*a < (unsigned char)*b ? -1 : 1;
+}
+
+static void sort_by_path(cJSON *arr)
+{
+    size_t n = (size_t)cJSON_GetArraySize(arr);
+    if (n < 2)
+        return;
+    cJSON **v = malloc(n * sizeof(*v));
+    if (!v)
+        return;
+    for (size_t i = 0; i < n; i++)
+        v[i] = cJSON_DetachItemFromArray(arr, 0);
+    qsort(v, n, sizeof(*v), path_order);
+    for (size_t i = 0; i < n; i++)
+        cJSON_AddItemToArray(arr, v[i]);
+    free(v);
+}
+
 static enum MHD_Result fs_list(struct MHD_Connection *c, struct ad_req *q)
 {
     enum MHD_Result ret;
@@ -1038,6 +1193,7 @@ static enum MHD_Result fs_list(struct MHD_Connection *c, struct ad_req *q)
         cJSON_Delete(o);
         return rpc_error(c, q, rc, "%s", err.msg);
     }
+    sort_by_path(arr);
     return ad_reply_json(c, q, 200, o);
 }
 
@@ -1068,7 +1224,7 @@ static enum MHD_Result fs_remove(struct MHD_Connection *c, struct ad_req *q)
         return ret;
     al_error err = {0};
     int r = al_file_remove(q->sess->s, path, true, &err);
-    if (r < 0)
+    if (r < 0 && r != -ENOENT) /* envd: removing what is not there is no error */
         return rpc_error(c, q, r, "%s", err.msg);
     return reply_empty(c, q);
 }
@@ -1443,6 +1599,13 @@ static void upload_finish(struct upload *u)
             }
             *slash = '/';
         }
+        /* envd's mode: a file's own when it is there, else 0644 (0666 under umask 022); the
+         * put gives the guest's file the spool file's */
+        al_file_info was = AL_FILE_INFO_INIT;
+        al_error e3 = {0};
+        fchmod(u->fd, al_file_stat(u->q->sess->s, dst, &was, &e3) == 0 && was.type == AL_ENTRY_FILE
+                          ? (mode_t)was.mode
+                          : 0644);
         char src[64];
         snprintf(src, sizeof(src), "/proc/self/fd/%d", u->fd);
         al_error err = {0};

@@ -261,8 +261,19 @@ char *ad_e2b_fmt_execute(void *ctx, const char *type, const char *json, size_t j
             cJSON_AddStringToObject(o, "type", "result");
             for (size_t i = 0; i < sizeof(mime_keys) / sizeof(*mime_keys); i++) {
                 cJSON *v = cJSON_GetObjectItemCaseSensitive(data, mime_keys[i].mime);
-                if (v)
-                    cJSON_AddItemToObject(o, mime_keys[i].key, cJSON_Duplicate(v, true));
+                if (!v)
+                    continue;
+                size_t n = cJSON_IsString(v) ? strlen(v->valuestring) : 0;
+                /* E2B's server gives a string value's text without its quotes ('bar' is
+                 * bar): its code interpreter's result.py does so */
+                if (i == 0 && n >= 2 && (v->valuestring[0] == '\'' || v->valuestring[0] == '"') &&
+                    v->valuestring[n - 1] == v->valuestring[0]) {
+                    char *bare = strndup(v->valuestring + 1, n - 2);
+                    cJSON_AddStringToObject(o, mime_keys[i].key, bare ? bare : "");
+                    free(bare);
+                    continue;
+                }
+                cJSON_AddItemToObject(o, mime_keys[i].key, cJSON_Duplicate(v, true));
             }
             cJSON_AddBoolToObject(o, "is_main_result",
                                   cJSON_IsString(kind) && !strcmp(kind->valuestring, "value"));

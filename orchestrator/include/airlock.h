@@ -757,6 +757,11 @@ typedef struct al_file_info {
     uint64_t size;
     unsigned mode; /* permission bits, 07777 at most */
     int64_t mtime; /* unix time */
+    /* LIBAIRLOCK_1.4: the owner's and the group's names as the guest says them ("" when it did
+     * not), and a symlink's target resolved to an absolute path ("" for other entries, or a
+     * target the guest could not resolve) */
+    char owner[33], group[33];
+    char link_target[4096];
 } al_file_info;
 #define AL_FILE_INFO_INIT AL_SIZED_INIT(al_file_info)
 /* Entries al_file_list reports at most (more: -E2BIG). */

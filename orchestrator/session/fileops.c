@@ -83,8 +83,16 @@ static int run_script(al_session *s, const char *script, const char *path, const
     }
 }
 
-/* One record: "SIZE MODE MTIME TYPE WORDS\n" then the name and a NUL. Returns the bytes read,
- * or -EPROTO. */
+/* A user's or group's name as the guest gave it: 1 to 32 of [A-Za-z0-9._-]. */
+static bool name_ok(const char *s)
+{
+    size_t n = strlen(s);
+    return n && n <= 32 &&
+           strspn(s, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789._-") == n;
+}
+
+/* One record: "SIZE MODE MTIME OWNER GROUP TYPE WORDS\n", the name and a NUL, then a symlink's
+ * resolved target and a NUL. Returns the bytes read, or -EPROTO. */
 static int parse_entry(const char *p, size_t len, al_file_info *out)
 {
     const char *nl = memchr(p, '\n', len);
@@ -96,9 +104,11 @@ static int parse_entry(const char *p, size_t len, al_file_info *out)
     unsigned long long size;
     unsigned mode;
     long long mtime;
+    char owner[40], group[40];
     int used = 0;
-    if (sscanf(line, "%llu %o %lld %n", &size, &mode, &mtime, &used) != 3 || used == 0 ||
-        mode > 07777)
+    if (sscanf(line, "%llu %o %lld %39s %39s %n", &size, &mode, &mtime, owner, group, &used) !=
+            5 ||
+        used == 0 || mode > 07777)
         return -EPROTO;
     const char *type = line + used;
     const char *name = nl + 1;
@@ -115,10 +125,23 @@ static int parse_entry(const char *p, size_t len, al_file_info *out)
                 : !strcmp(type, "directory")     ? AL_ENTRY_DIR
                 : !strcmp(type, "symbolic link") ? AL_ENTRY_SYMLINK
                                                  : AL_ENTRY_OTHER;
-    return (int)(end + 1 - p);
+    if (name_ok(owner))
+        snprintf(out->owner, sizeof(out->owner), "%s", owner);
+    if (name_ok(group))
+        snprintf(out->group, sizeof(out->group), "%s", group);
+    if (out->type != AL_ENTRY_SYMLINK)
+        return (int)(end + 1 - p);
+    const char *t = end + 1, *tend = memchr(t, 0, len - (size_t)(t - p));
+    if (!tend || (size_t)(tend - t) >= sizeof(out->link_target))
+        return -EPROTO;
+    if (t[0] == '/') /* resolved: absolute; anything else is left unsaid */
+        memcpy(out->link_target, t, (size_t)(tend - t));
+    return (int)(tend + 1 - p);
 }
 
-#define STAT_FMT "stat -c '%s %a %Y %F' -- \"$f\" && printf '%s\\0' \"$n\""
+#define STAT_FMT                                                                                   \
+    "stat -c '%s %a %Y %U %G %F' -- \"$f\" && printf '%s\\0' \"$n\" && "                          \
+    "{ [ ! -L \"$f\" ] || printf '%s\\0' \"$(readlink -f -- \"$f\" 2>/dev/null)\"; }"
 
 int al_file_stat(al_session *s, const char *guest_path, al_file_info *out, al_error *err)
 {

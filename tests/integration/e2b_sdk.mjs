@@ -164,11 +164,37 @@ async function commands() {
     const none = await Sandbox.list({ query: { metadata: { suite: 'other' } } }).nextItems()
     truthy(!none.some((s) => s.sandboxId === sb.sandboxId), 'not under other metadata')
   })
+  // E2B's api/list.test.ts: pages (limit, nextToken), newest first, order, startedAfter
+  await check('list in pages, newest first', async () => {
+    const tag = 'pages-' + Date.now()
+    const a = await Sandbox.create({ metadata: { tag } })
+    await sleep(20)
+    const b = await Sandbox.create({ metadata: { tag } })
+    try {
+      const p = Sandbox.list({ limit: 1, query: { metadata: { tag } } })
+      const one = await p.nextItems()
+      eq([one.map((s) => s.sandboxId), p.hasNext], [[b.sandboxId], true], 'first page')
+      truthy(p.nextToken !== undefined, 'a token')
+      const two = await p.nextItems()
+      eq([two.map((s) => s.sandboxId), p.hasNext, p.nextToken], [[a.sandboxId], false, undefined], 'second page')
+      const asc = await Sandbox.list({ order: 'asc', query: { metadata: { tag } } }).nextItems()
+      eq(asc.map((s) => s.sandboxId), [a.sandboxId, b.sandboxId], 'oldest first')
+      const later = await Sandbox.list({ query: { metadata: { tag }, startedAfter: new Date(Date.now() + 3600000) } }).nextItems()
+      eq(later, [], 'started after an hour from now')
+    } finally {
+      await a.kill()
+      await b.kill()
+    }
+  })
   await check('setTimeout moves the end; kill ends it', async () => {
     await sb.setTimeout(300000)
     const info = await sb.getInfo()
     const left = info.endAt.getTime() - Date.now()
     truthy(left > 250000 && left <= 301000, 'end in ' + left)
+    // E2B keeps the later end: a connect with a shorter timeout does not shorten it
+    await Sandbox.connect(sb.sandboxId, { timeoutMs: 10000 })
+    const kept = (await sb.getInfo()).endAt.getTime() - Date.now()
+    truthy(kept > 250000, 'end after a shorter connect in ' + kept)
     eq(await sb.isRunning(), true, 'running')
     await sb.kill()
     eq(await sb.isRunning(), false, 'not running')
@@ -206,8 +232,26 @@ async function files() {
     await sb.commands.run('mkdir -p /tmp/l/d/e && touch /tmp/l/f /tmp/l/d/g /tmp/l/d/e/h')
     const one = (await sb.files.list('/tmp/l')).map((e) => [e.name, e.type]).sort()
     eq(one, [['d', 'dir'], ['f', 'file']], 'depth 1')
-    const two = (await sb.files.list('/tmp/l', { depth: 2 })).map((e) => e.path).sort()
-    eq(two, ['/tmp/l/d', '/tmp/l/d/e', '/tmp/l/d/g', '/tmp/l/f'], 'depth 2')
+    // E2B's list.test.ts: depth 2 in the order of a walk (envd's), not level by level
+    const two = (await sb.files.list('/tmp/l', { depth: 2 })).map((e) => e.path)
+    eq(two, ['/tmp/l/d', '/tmp/l/d/e', '/tmp/l/d/g', '/tmp/l/f'], 'depth 2, in path order')
+  })
+  // E2B's info.test.ts (get info of a file, of a directory, of a symlink) and write.test.ts
+  await check('entries as envd gives them: mode, owner, group, a symlink\'s target', async () => {
+    await sb.files.write('info.txt', 'test')
+    const i = await sb.files.getInfo('info.txt')
+    eq([i.mode, i.permissions, i.owner, i.group], [0o644, '-rw-r--r--', 'user', 'user'], 'file')
+    await sb.commands.run('chmod 600 /home/user/info.txt')
+    await sb.files.write('info.txt', 'again')
+    eq((await sb.files.getInfo('info.txt')).mode, 0o600, 'an existing file keeps its mode')
+    await sb.files.makeDir('infodir')
+    const d = await sb.files.getInfo('infodir')
+    eq([d.type, d.mode, d.permissions, d.owner, d.group], ['dir', 0o755, 'drwxr-xr-x', 'user', 'user'], 'dir')
+    await sb.commands.run('cd /home/user && ln -s info.txt link.txt')
+    const l = await sb.files.getInfo('link.txt')
+    eq([l.name, l.symlinkTarget], ['link.txt', '/home/user/info.txt'], 'symlink')
+    const listed = (await sb.files.list('/home/user')).find((e) => e.name === 'link.txt')
+    eq(listed.symlinkTarget, '/home/user/info.txt', 'symlink, listed')
   })
   await check('exists, getInfo', async () => {
     eq([await sb.files.exists('/tmp/l/f'), await sb.files.exists('/tmp/nope')], [true, false], 'exists')
@@ -228,6 +272,8 @@ async function files() {
     eq([await sb.files.exists('/tmp/old.txt'), await sb.files.read('/tmp/new.txt')], [false, 'moving'], 'moved')
     await sb.files.remove('/tmp/a')
     eq(await sb.files.exists('/tmp/a/b/c.txt'), false, 'removed, recursively')
+    // E2B's remove.test.ts: removing what is not there is no error
+    await sb.files.remove('/tmp/never-there')
   })
   await check('read of a missing file: NotFoundError', async () => {
     await rejects(sb.files.read('/tmp/missing'), NotFoundError, 'read')
@@ -318,6 +364,16 @@ async function files() {
 
 async function interpreter() {
   const sb = await ci.Sandbox.create({ timeoutMs: 600000 })
+  // code-interpreter's executionCount.test.ts: a fresh sandbox counts from 1
+  await check('the execution count of a fresh sandbox', async () => {
+    await sb.runCode('!pwd')
+    eq((await sb.runCode('!pwd')).executionCount, 2, 'the second execution')
+  })
+  // the server strips a string value's quotes (code-interpreter's result.py)
+  await check('a string value\'s text without its quotes', async () => {
+    eq([(await sb.runCode("'bar'")).text, (await sb.runCode('"it\'s"')).text,
+      (await sb.runCode("'a' + \"'\"")).text], ['bar', "it's", "a'"], 'text')
+  })
   await check('runCode: the last expression, stdout', async () => {
     const e = await sb.runCode('x = 41\nprint("hi")\nx + 1')
     eq([e.text, e.logs.stdout, e.error], ['42', ['hi\n'], undefined], 'execution')
@@ -354,11 +410,11 @@ async function interpreter() {
   })
   await check('env_vars for one execution', async () => {
     const e = await sb.runCode('import os; os.environ.get("ONE_RUN")', { envs: { ONE_RUN: 'yes' } })
-    eq(e.text, "'yes'", 'env')
+    eq(e.text, 'yes', 'env')
   })
   await check('contexts: their own state and cwd; list, restart, remove', async () => {
     const c = await sb.createCodeContext({ language: 'python', cwd: '/tmp' })
-    eq((await sb.runCode('import os; os.getcwd()', { context: c })).text, "'/tmp'", 'cwd')
+    eq((await sb.runCode('import os; os.getcwd()', { context: c })).text, '/tmp', 'cwd')
     await sb.runCode('y = 5', { context: c })
     eq((await sb.runCode('y', { context: c })).text, '5', 'its state')
     eq((await sb.runCode('"y" in globals()')).text, 'False', 'not the default\'s')
@@ -378,7 +434,7 @@ async function interpreter() {
   await check('a caller that gives up interrupts its execution; the next one runs', async () => {
     await rejects(sb.runCode('import time\ntime.sleep(60)', { timeoutMs: 3000 }), TimeoutError, 'timeout')
     const t0 = Date.now()
-    eq((await sb.runCode('"after"')).text, "'after'", 'after')
+    eq((await sb.runCode('"after"')).text, 'after', 'after')
     truthy(Date.now() - t0 < 30000, 'soon: ' + (Date.now() - t0))
   })
   await check('a killed sandbox runs no code', async () => {

@@ -261,13 +261,13 @@ class SdkTest(unittest.TestCase):
         self.assertEqual(p.returncode, 0, p.stderr.decode()[-2000:])
 
     def test_commands(self):
-        self.group("commands", 16)
+        self.group("commands", 17)
 
     def test_files(self):
-        self.group("files", 13)
+        self.group("files", 14)
 
     def test_interpreter(self):
-        self.group("interpreter", 11)
+        self.group("interpreter", 13)
 
     def test_security(self):
         self.group("security", 4)
