@@ -472,9 +472,9 @@ struct list_ctx {
     size_t n, cap;
     cJSON *want; /* metadata filter: every key=value given must match */
     bool paused_only;
-    bool running_too;   /* paused ones listed beside the running (state=running,paused) */
-    int64_t after;      /* startedAfter (unix seconds), or INT64_MIN */
-    const char *templ;  /* template=, or NULL */
+    bool running_too;  /* paused ones listed beside the running (state=running,paused) */
+    int64_t after;     /* startedAfter (unix seconds), or INT64_MIN */
+    const char *templ; /* template=, or NULL */
 };
 
 static void list_one(void *ctx, struct ad_session *s)
@@ -589,7 +589,8 @@ static enum MHD_Result sandbox_list(struct MHD_Connection *c, struct ad_req *q)
             for (size_t i = 0; i < l.n; i++)
                 cJSON_Delete(l.v[i].json);
             free(l.v);
-            return e2b_error(c, q, 400, "nextToken: not a token of this list (or its sandbox ended)");
+            return e2b_error(c, q, 400,
+                             "nextToken: not a token of this list (or its sandbox ended)");
         }
     }
     cJSON *arr = cJSON_CreateArray();
@@ -1102,10 +1103,10 @@ static void list_one_entry(void *ctx, const al_file_info *st)
  * filepath.WalkDir): component by component, so "a/x" comes before "a-b". */
 static int path_order(const void *x, const void *y)
 {
-    const char *a = cJSON_GetStringValue(
-        cJSON_GetObjectItemCaseSensitive(*(const cJSON *const *)x, "path"));
-    const char *b = cJSON_GetStringValue(
-        cJSON_GetObjectItemCaseSensitive(*(const cJSON *const *)y, "path"));
+    const char *a =
+        cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(*(const cJSON *const *)x, "path"));
+    const char *b =
+        cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(*(const cJSON *const *)y, "path"));
     a = a ? a : "";
     b = b ? b : "";
     for (; *a && *a == *b; a++, b++)

@@ -514,7 +514,7 @@ struct shape {
     const char *method, *name;
     const char *notification; /* the first notification's method (what Mcp-Method may name) */
     const char *meta_version; /* the first request's _meta version, when a string */
-    bool meta_incomplete; /* a request without _meta's version or client capabilities */
+    bool meta_incomplete;     /* a request without _meta's version or client capabilities */
     bool initialize, slow, requests, stateless, known;
 };
 
@@ -540,9 +540,8 @@ static void shape_one(const cJSON *m, struct shape *s)
     }
     if (!s->meta_version && cJSON_IsString(v))
         s->meta_version = v->valuestring;
-    if (!cJSON_IsString(v) ||
-        !cJSON_IsObject(
-            cJSON_GetObjectItemCaseSensitive(meta, "io.modelcontextprotocol/clientCapabilities")))
+    if (!cJSON_IsString(v) || !cJSON_IsObject(cJSON_GetObjectItemCaseSensitive(
+                                  meta, "io.modelcontextprotocol/clientCapabilities")))
         s->meta_incomplete = true;
     if (!s->method) {
         s->method = name;

@@ -106,8 +106,7 @@ static int parse_entry(const char *p, size_t len, al_file_info *out)
     long long mtime;
     char owner[40], group[40];
     int used = 0;
-    if (sscanf(line, "%llu %o %lld %39s %39s %n", &size, &mode, &mtime, owner, group, &used) !=
-            5 ||
+    if (sscanf(line, "%llu %o %lld %39s %39s %n", &size, &mode, &mtime, owner, group, &used) != 5 ||
         used == 0 || mode > 07777)
         return -EPROTO;
     const char *type = line + used;
@@ -140,7 +139,7 @@ static int parse_entry(const char *p, size_t len, al_file_info *out)
 }
 
 #define STAT_FMT                                                                                   \
-    "stat -c '%s %a %Y %U %G %F' -- \"$f\" && printf '%s\\0' \"$n\" && "                          \
+    "stat -c '%s %a %Y %U %G %F' -- \"$f\" && printf '%s\\0' \"$n\" && "                           \
     "{ [ ! -L \"$f\" ] || printf '%s\\0' \"$(readlink -f -- \"$f\" 2>/dev/null)\"; }"
 
 int al_file_stat(al_session *s, const char *guest_path, al_file_info *out, al_error *err)
