@@ -81,6 +81,9 @@ class Control:
         os.write(self.fd, text.encode())
 
 
+INLINE_BACKEND = 'module://matplotlib_inline.backend_inline'
+
+
 def figure_path():
     os.makedirs(OUTPUTS, exist_ok=True)
     n = 1
@@ -422,7 +425,7 @@ class IPythonKernel(Kernel):
         os.environ.setdefault('IPYTHONDIR', '/tmp/airlock-ipython')
         # Figures are shown as image/png results after each cell (and by plt.show()); savefig
         # still writes the files asked for. The backend is loaded with pyplot, not now.
-        os.environ['MPLBACKEND'] = 'module://matplotlib_inline.backend_inline'
+        os.environ['MPLBACKEND'] = INLINE_BACKEND
         # This kernel uses neither IPython's terminal (prompt_toolkit, which IPython's package
         # imports for embed()) nor completion (jedi): kept out while IPython loads, they cost
         # 40% of its start, seconds under emulation. A cell may still import them afterwards.
@@ -461,6 +464,13 @@ class IPythonKernel(Kernel):
             # No pty: a command gets the run's stdin and the kernel's pipes, and a ^C reaches
             # it as part of the kernel's process group.
             system = InteractiveShell.system_raw
+
+            def enable_gui(self, gui=None):
+                # %matplotlib inline (the only backend with no GUI) needs nothing more; a GUI
+                # event loop has no screen to open here
+                if gui not in (None, 'inline'):
+                    raise RuntimeError('no GUI here: %matplotlib inline shows figures as '
+                                       'results')
 
             def showtraceback(self, exc_tuple=None, *args, **kwargs):
                 etype, evalue, _ = exc_tuple or sys.exc_info()
@@ -564,10 +574,35 @@ class IPythonKernel(Kernel):
             return 130
         if self.exit is not None:
             return exit_status(self.exit)
+        self.rescue_figures()
         err = result.error_before_exec or result.error_in_exec
         if err is None:
             return 0
         return 130 if isinstance(err, KeyboardInterrupt) else 1
+
+    def rescue_figures(self):
+        """A cell that switched matplotlib off the inline backend (matplotlib.use('Agg'), as
+        model-written code often does) would lose the figures it left open, and leave the
+        kernel without figures for good: they come back as results here, and the inline
+        backend is set again."""
+        plt = sys.modules.get('matplotlib.pyplot')
+        if plt is None:
+            return
+        try:
+            import matplotlib
+            if matplotlib.get_backend() == INLINE_BACKEND:
+                return
+            import io
+            for num in plt.get_fignums():
+                fig = plt.figure(num)
+                buf = io.BytesIO()
+                fig.savefig(buf, format='png')
+                self.results.display({'image/png': buf.getvalue(), 'text/plain': repr(fig)})
+            plt.close('all')
+            self.shell.enable_matplotlib('inline')
+        except BaseException as e:  # a figure that cannot draw: said, the kernel goes on
+            print('airlock: figures left open were not shown: %s' % exception_text(e),
+                  file=sys.stderr)
 
 
 def make_kernel():

@@ -142,6 +142,23 @@ class KernelTest(unittest.TestCase):
         self.assertEqual(png[:8], b"\x89PNG\r\n\x1a\n")
         self.assertEqual(struct.unpack(">II", png[16:24]), (200, 150))
         self.assertEqual((pngs[0]["width"], pngs[0]["height"]), (200, 150))
+        # A cell that switched to Agg (as model-written code often does) and left its figure
+        # open: the figure still comes back; the kernel's figures work after it (plt.show(),
+        # %matplotlib inline).
+        r = d.run("python", "import matplotlib\nmatplotlib.use('Agg')\n"
+                  "import matplotlib.pyplot as plt\nplt.figure(figsize=(2, 2), dpi=50)\n"
+                  "plt.plot([1, 2])\nmatplotlib.get_backend()")
+        self.ok(r)
+        self.assertIn("agg", self.value(r).lower(), r)
+        pngs = [base64.b64decode(x["data"]["image/png"]) for x in r["results"]
+                if "image/png" in x.get("data", {})]
+        self.assertEqual([struct.unpack(">II", p[16:24]) for p in pngs], [(100, 100)], r)
+        r = d.run("python", "%matplotlib inline\nplt.figure(figsize=(3, 2), dpi=50)\n"
+                  "plt.plot([2, 1])\nplt.show()")
+        self.ok(r)
+        pngs = [base64.b64decode(x["data"]["image/png"]) for x in r["results"]
+                if "image/png" in x.get("data", {})]
+        self.assertEqual([struct.unpack(">II", p[16:24]) for p in pngs], [(150, 100)], r)
         # Top-level await, shell escapes and %cd.
         r = d.run("python", "import asyncio\nawait asyncio.sleep(0.01)\n!pwd\n%cd /tmp\n!pwd")
         self.ok(r)
