@@ -229,6 +229,9 @@ struct ad_session {
     /* ad_create.front_held's: told before the daemon ends it */
     void (*on_end)(void *ctx, struct ad_session *s);
     void *on_end_ctx;
+    /* ad_session_metrics' samples (a ring, under the registry lock) */
+    struct ad_metric *metrics;
+    unsigned nmetrics, metrics_next;
 };
 
 int ad_sessions_init(const struct ad_config *c);
@@ -279,6 +282,14 @@ struct ad_fail {
     const char *limit; /* a quota's name for 429 */
     char msg[512];
 };
+/* What a session's VM used, sampled from the host's counters (al_session_usage) when asked, at
+ * most one sample a second, the last AD_METRICS_MAX kept: a JSON array of {"timestamp" (unix
+ * ms), "cpu_used_pct", "cpu_count", "mem_used", "mem_total", "disk_used", "disk_total"}
+ * taken from from_s to to_s (unix seconds; 0: no bound), oldest first. A paused session gives
+ * what was sampled before. */
+#define AD_METRICS_MAX 120
+int ad_session_metrics(struct ad_session *s, int64_t from_s, int64_t to_s, cJSON **out,
+                       struct ad_fail *f);
 /* Whether s is being ended (deleted, reaped, killed): a run that ends now ended with it. */
 bool ad_session_ending(struct ad_session *s);
 int ad_session_create(const char *owner, const struct ad_limits *lim, const struct ad_create *c,

@@ -452,9 +452,43 @@ static enum MHD_Result sandbox_pause(struct MHD_Connection *c, struct ad_req *q)
     return ad_reply(c, q, 204, MHD_create_response_from_buffer(0, NULL, MHD_RESPMEM_PERSISTENT));
 }
 
+/* getMetrics: the host's counters of the VM (ad_session_metrics), in E2B's names. */
 static enum MHD_Result sandbox_metrics(struct MHD_Connection *c, struct ad_req *q)
 {
-    return ad_reply_json(c, q, 200, cJSON_CreateArray());
+    const char *from = query(c, "start"), *to = query(c, "end");
+    char *e1 = NULL, *e2 = NULL;
+    long long a = from ? strtoll(from, &e1, 10) : 0, b = to ? strtoll(to, &e2, 10) : 0;
+    if ((from && (!*from || *e1 || a < 0)) || (to && (!*to || *e2 || b < 0)))
+        return e2b_error(c, q, 400, "start, end: unix seconds");
+    cJSON *m;
+    struct ad_fail f;
+    if (ad_session_metrics(q->sess, a, b, &m, &f) < 0)
+        return e2b_fail(c, q, &f);
+    cJSON *out = cJSON_CreateArray(), *x;
+    cJSON_ArrayForEach(x, m)
+    {
+        double ms = cJSON_GetNumberValue(cJSON_GetObjectItemCaseSensitive(x, "timestamp"));
+        char ts[40];
+        time_t t = (time_t)(ms / 1000);
+        struct tm tm;
+        gmtime_r(&t, &tm);
+        size_t n = strftime(ts, sizeof(ts), "%Y-%m-%dT%H:%M:%S", &tm);
+        snprintf(ts + n, sizeof(ts) - n, ".%03dZ", (int)((long long)ms % 1000));
+        cJSON *o = cJSON_CreateObject();
+        cJSON_AddStringToObject(o, "timestamp", ts);
+        cJSON_AddNumberToObject(o, "timestampUnix", (double)t);
+        static const char *const names[][2] = {
+            {"cpu_used_pct", "cpuUsedPct"}, {"cpu_count", "cpuCount"}, {"mem_used", "memUsed"},
+            {"mem_total", "memTotal"},      {"disk_used", "diskUsed"}, {"disk_total", "diskTotal"}};
+        for (size_t i = 0; i < sizeof(names) / sizeof(names[0]); i++)
+            cJSON_AddNumberToObject(
+                o, names[i][1],
+                cJSON_GetNumberValue(cJSON_GetObjectItemCaseSensitive(x, names[i][0])));
+        cJSON_AddNumberToObject(o, "memCache", 0);
+        cJSON_AddItemToArray(out, o);
+    }
+    cJSON_Delete(m);
+    return ad_reply_json(c, q, 200, out);
 }
 
 /* GET /v2/sandboxes: what matches the query, then one page of it, newest first unless

@@ -402,6 +402,25 @@ static enum MHD_Result chat_confirm(struct MHD_Connection *c, struct ad_req *q)
     return ad_reply(c, q, 204, MHD_create_response_from_buffer(0, NULL, MHD_RESPMEM_PERSISTENT));
 }
 
+/* ---- metrics: the host's counters of the session's VM ---- */
+
+static enum MHD_Result session_metrics(struct MHD_Connection *c, struct ad_req *q)
+{
+    const char *from = MHD_lookup_connection_value(c, MHD_GET_ARGUMENT_KIND, "from");
+    const char *to = MHD_lookup_connection_value(c, MHD_GET_ARGUMENT_KIND, "to");
+    char *e1 = NULL, *e2 = NULL;
+    long long a = from ? strtoll(from, &e1, 10) : 0, b = to ? strtoll(to, &e2, 10) : 0;
+    if ((from && (!*from || *e1 || a < 0)) || (to && (!*to || *e2 || b < 0)))
+        return ad_reply_error(c, q, 400, "invalid", "from, to: unix seconds");
+    cJSON *m;
+    struct ad_fail f;
+    if (ad_session_metrics(q->sess, a, b, &m, &f) < 0)
+        return ad_reply_fail(c, q, &f);
+    cJSON *o = cJSON_CreateObject();
+    cJSON_AddItemToObject(o, "metrics", m);
+    return ad_reply_json(c, q, 200, o);
+}
+
 static enum MHD_Result chat_messages_put(struct MHD_Connection *c, struct ad_req *q)
 {
     struct ad_fail f;
@@ -1149,6 +1168,7 @@ const struct ad_route ad_routes[] = {
     {"POST",   "/v1/sessions/{id}/chat", AD_BODY_JSON, chat_post, "a chat turn: a user message (a run)"},
     {"GET",    "/v1/sessions/{id}/chat", 0, chat_get, "the chat's history and checkpoints"},
     {"POST",   "/v1/sessions/{id}/chat/undo", 0, chat_undo, "undo the last exchange"},
+    {"GET",    "/v1/sessions/{id}/metrics", AD_PAUSED_OK, session_metrics, "what the VM used: the host's counters, sampled when asked"},
     {"PUT",    "/v1/sessions/{id}/chat/messages", AD_BODY_JSON, chat_messages_put, "replace the conversation (LMC messages)"},
     {"POST",   "/v1/sessions/{id}/chat/confirm", AD_BODY_JSON, chat_confirm, "run, edit or skip the code block that waits"},
     {"PUT",    "/v1/sessions/{id}/files", AD_BODY_SPOOL, file_put, "upload a file"},

@@ -266,6 +266,7 @@ static void finish(struct ad_session *s, unsigned own)
     cJSON_Delete(s->e2b_env);
     cJSON_Delete(s->e2b_contexts);
     ad_e2b_session_free(s);
+    free(s->metrics);
     pthread_mutex_lock(&lock);
 }
 
@@ -1284,4 +1285,99 @@ static void sessions_restore(void)
     if (n > 0)
         ad_log("%d sessions in the store", n);
     ad_store_others();
+}
+
+/* ---- metrics: the host's counters of a session's VM ---- */
+
+struct ad_metric {
+    int64_t at_ms; /* unix ms */
+    uint64_t at_mono_ms, cpu_ns;
+    double cpu_pct;
+    unsigned cpus;
+    uint64_t mem_used, mem_total, disk_used, disk_total;
+};
+
+static int64_t unix_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+/* A sample now; its CPU share against prev (none: against one taken 200 ms before). */
+static int sample(struct ad_session *s, const struct ad_metric *prev, struct ad_metric *m,
+                  al_error *err)
+{
+    al_usage u = AL_USAGE_INIT;
+    struct ad_metric base;
+    if (!prev) {
+        if (al_session_usage(s->s, &u, err) < 0)
+            return -1;
+        base = (struct ad_metric){.at_mono_ms = ad_now_ms(), .cpu_ns = u.cpu_ns};
+        prev = &base;
+        usleep(200 * 1000);
+    }
+    if (al_session_usage(s->s, &u, err) < 0)
+        return -1;
+    *m = (struct ad_metric){.at_ms = unix_ms(),
+                            .at_mono_ms = ad_now_ms(),
+                            .cpu_ns = u.cpu_ns,
+                            .cpus = u.vcpus,
+                            .mem_used = u.mem_used,
+                            .mem_total = u.mem_total,
+                            .disk_used = u.disk_used,
+                            .disk_total = u.disk_total};
+    uint64_t dt = m->at_mono_ms > prev->at_mono_ms ? m->at_mono_ms - prev->at_mono_ms : 1;
+    uint64_t dc = m->cpu_ns > prev->cpu_ns ? m->cpu_ns - prev->cpu_ns : 0;
+    m->cpu_pct = 100.0 * (double)dc / ((double)dt * 1e6 * (u.vcpus ? u.vcpus : 1));
+    if (m->cpu_pct > 100.0)
+        m->cpu_pct = 100.0;
+    return 0;
+}
+
+int ad_session_metrics(struct ad_session *s, int64_t from_s, int64_t to_s, cJSON **out,
+                       struct ad_fail *f)
+{
+    pthread_mutex_lock(&lock);
+    if (!s->metrics && !(s->metrics = calloc(AD_METRICS_MAX, sizeof(*s->metrics)))) {
+        pthread_mutex_unlock(&lock);
+        ad_failf(f, 500, "internal", "out of memory");
+        return -ENOMEM;
+    }
+    struct ad_metric last = {0};
+    bool have = s->nmetrics > 0;
+    if (have)
+        last = s->metrics[(s->metrics_next + AD_METRICS_MAX - 1) % AD_METRICS_MAX];
+    bool due = !s->paused && (!have || ad_now_ms() - last.at_mono_ms >= 1000);
+    pthread_mutex_unlock(&lock);
+    struct ad_metric m;
+    al_error err = {0};
+    if (due && sample(s, have ? &last : NULL, &m, &err) == 0) {
+        pthread_mutex_lock(&lock);
+        s->metrics[s->metrics_next] = m;
+        s->metrics_next = (s->metrics_next + 1) % AD_METRICS_MAX;
+        if (s->nmetrics < AD_METRICS_MAX)
+            s->nmetrics++;
+        pthread_mutex_unlock(&lock);
+    }
+    cJSON *a = cJSON_CreateArray();
+    pthread_mutex_lock(&lock);
+    for (unsigned k = 0; k < s->nmetrics; k++) {
+        const struct ad_metric *x =
+            &s->metrics[(s->metrics_next + AD_METRICS_MAX - s->nmetrics + k) % AD_METRICS_MAX];
+        if ((from_s && x->at_ms < from_s * 1000) || (to_s && x->at_ms > to_s * 1000 + 999))
+            continue;
+        cJSON *o = cJSON_CreateObject();
+        cJSON_AddNumberToObject(o, "timestamp", (double)x->at_ms);
+        cJSON_AddNumberToObject(o, "cpu_used_pct", x->cpu_pct);
+        cJSON_AddNumberToObject(o, "cpu_count", x->cpus);
+        cJSON_AddNumberToObject(o, "mem_used", (double)x->mem_used);
+        cJSON_AddNumberToObject(o, "mem_total", (double)x->mem_total);
+        cJSON_AddNumberToObject(o, "disk_used", (double)x->disk_used);
+        cJSON_AddNumberToObject(o, "disk_total", (double)x->disk_total);
+        cJSON_AddItemToArray(a, o);
+    }
+    pthread_mutex_unlock(&lock);
+    *out = a;
+    return 0;
 }

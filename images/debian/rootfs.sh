@@ -63,6 +63,9 @@ customize() {
     # E2B's default account (airlockd's E2B API runs processes as it, docs/E2B.md): made here
     # once rather than in every sandbox.
     chroot "$r" useradd -m -s /bin/bash -u 1000 -U user || die "cannot make the user account"
+    # ... who may sudo without a password, as in E2B's templates (root is a VM's anyway)
+    printf 'user ALL=(ALL:ALL) NOPASSWD: ALL\n' >"$r/etc/sudoers.d/user"
+    chmod 0440 "$r/etc/sudoers.d/user"
     # matplotlib builds its font cache on first import: seconds under emulation, every
     # session. Built once here instead (~/.cache is on the image, HOME is /root).
     chroot "$r" env HOME=/root MPLBACKEND=Agg python3 -c 'import matplotlib.pyplot' \

@@ -349,6 +349,21 @@ int al_session_pause(al_session *s, al_error *err);
 int al_session_resume(al_session *s, al_error *err);
 bool al_session_paused(const al_session *s);
 
+/* What a session's VM uses now, as the host counts it (libvirt's counters of the domain and
+ * the files on the host), never the guest's word. LIBAIRLOCK_1.4. */
+typedef struct al_usage {
+    size_t struct_size; /* sizeof: AL_USAGE_INIT (see "Structs" above) */
+    uint64_t cpu_ns;    /* CPU time the VM has used so far, all its vCPUs */
+    unsigned vcpus;
+    uint64_t mem_total;  /* bytes of guest memory */
+    uint64_t mem_used;   /* bytes QEMU holds in the host's memory (its resident set) */
+    uint64_t disk_used;  /* bytes the session's disk files occupy on the host */
+    uint64_t disk_total; /* the disk budget in bytes, 0 for none */
+} al_usage;
+#define AL_USAGE_INIT AL_SIZED_INIT(al_usage)
+/* -ESHUTDOWN when the VM is gone or paused. */
+int al_session_usage(al_session *s, al_usage *out, al_error *err);
+
 typedef struct al_kept_info {
     size_t struct_size; /* sizeof: AL_KEPT_INFO_INIT (see "Structs" above) */
     char name[64];

@@ -504,3 +504,29 @@ int al_session_discard(const char *keeper, const char *name, al_error *err)
     }
     return 0;
 }
+
+int al_session_usage(al_session *s, al_usage *out, al_error *err)
+{
+    int r = AL_SIZED_OUT(out, "al_usage", err);
+    if (r < 0)
+        return r;
+    AL_SESSION_LOCKED(s);
+    if (!s->dom || s->paused)
+        return al_err(err, -ESHUTDOWN, "the session's VM is %s", s->paused ? "paused" : "gone");
+    virDomainInfo info;
+    if (virDomainGetInfo(s->dom, &info) < 0)
+        return al_err_virt(err, -EIO, "cannot read the VM's counters");
+    al_usage u = AL_USAGE_INIT;
+    u.cpu_ns = info.cpuTime;
+    u.vcpus = info.nrVirtCpu;
+    u.mem_total = (uint64_t)info.maxMem * 1024u;
+    virDomainMemoryStatStruct st[VIR_DOMAIN_MEMORY_STAT_NR];
+    int n = virDomainMemoryStats(s->dom, st, VIR_DOMAIN_MEMORY_STAT_NR, 0);
+    for (int i = 0; i < n; i++)
+        if (st[i].tag == VIR_DOMAIN_MEMORY_STAT_RSS)
+            u.mem_used = st[i].val * 1024u;
+    u.disk_used = al_session_disk_usage(s);
+    u.disk_total = s->disk_budget;
+    *out = u;
+    return 0;
+}

@@ -164,6 +164,24 @@ async function commands() {
     const none = await Sandbox.list({ query: { metadata: { suite: 'other' } } }).nextItems()
     truthy(!none.some((s) => s.sandboxId === sb.sandboxId), 'not under other metadata')
   })
+  // E2B's sandbox/metrics.test.ts: the host's counters of the VM, in a time range; a busy
+  // guest shows as CPU use the host measured
+  await check('getMetrics: the host\'s counters of the VM', async () => {
+    const start = new Date(Date.now() - 1000)
+    const idle = (await sb.getMetrics()).at(-1)
+    for (const k of ['cpuUsedPct', 'cpuCount', 'memUsed', 'memTotal', 'diskUsed', 'diskTotal']) truthy(typeof idle[k] === 'number', k + ': ' + JSON.stringify(idle))
+    truthy(idle.cpuCount >= 1 && idle.memTotal >= 64 << 20 && idle.memUsed > 0, 'sizes: ' + JSON.stringify(idle))
+    await sleep(1100)
+    await sb.commands.run("timeout 3 sh -c 'while :; do :; done' || true")
+    const busy = (await sb.getMetrics({ start, end: new Date() })).at(-1)
+    truthy(busy.cpuUsedPct > idle.cpuUsedPct && busy.cpuUsedPct > 10, `cpu: idle ${idle.cpuUsedPct}, busy ${busy.cpuUsedPct}`)
+    const all = await sb.getMetrics({ start, end: new Date() })
+    truthy(all.length >= 2 && all.every((m) => m.timestamp.getTime() >= start.getTime() - 1000), 'in the range: ' + all.length)
+    eq(await sb.getMetrics({ end: new Date(Date.now() - 3600000) }), [], 'nothing an hour ago')
+  })
+  await check('the user may sudo without a password, as in E2B\'s templates', async () => {
+    eq((await sb.commands.run('whoami; sudo -n whoami')).stdout, 'user\nroot\n', 'sudo')
+  })
   // E2B's api/list.test.ts: pages (limit, nextToken), newest first, order, startedAfter
   await check('list in pages, newest first', async () => {
     const tag = 'pages-' + Date.now()

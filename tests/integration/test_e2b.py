@@ -261,7 +261,7 @@ class SdkTest(unittest.TestCase):
         self.assertEqual(p.returncode, 0, p.stderr.decode()[-2000:])
 
     def test_commands(self):
-        self.group("commands", 17)
+        self.group("commands", 19)
 
     def test_files(self):
         self.group("files", 14)
