@@ -24,6 +24,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <openssl/crypto.h>
+#include <openssl/evp.h>
 #include <stdio.h>
 #include <string.h>
 #include <strings.h>
@@ -729,8 +730,10 @@ static bool as_root(struct MHD_Connection *c, struct ad_session *s)
     if (!s->e2b_user)
         return true;
     const char *h = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Authorization");
-    /* "cm9vdDo=" is base64("root:") */
-    return h && !strncasecmp(h, "Basic ", 6) && !strcmp(h + 6, "cm9vdDo=");
+    /* "cm9vdDo=" is base64("root:"); a file URL names its user (signed with it) */
+    const char *u = query(c, "username");
+    return h ? !strncasecmp(h, "Basic ", 6) && !strcmp(h + 6, "cm9vdDo=")
+             : u && !strcmp(u, "root");
 }
 
 static const char *home_of(bool root)
@@ -2180,6 +2183,60 @@ static const struct ad_route *find_route(const struct ad_route *t, size_t n, con
     return NULL;
 }
 
+/* A signed file URL (the SDK's downloadUrl and uploadUrl): no header names the sandbox, the
+ * signature does: "v1_" and the unpadded base64 of SHA-256 over "PATH:OPERATION:USER:TOKEN"
+ * (":EXPIRY" after it when the URL expires), TOKEN the sandbox's envd access token. Only a
+ * holder of the token can make one; each is compared in constant time. */
+struct signed_url {
+    const char *path, *op, *user, *expiry, *sig;
+};
+
+static bool signed_by(void *ctx, const struct ad_session *s)
+{
+    const struct signed_url *u = ctx;
+    if (!s->e2b_token[0] || s->paused || s->lost)
+        return false;
+    _cleanup_free_ char *raw = NULL;
+    if (asprintf(&raw, "%s:%s:%s:%s%s%s", u->path, u->op, u->user, s->e2b_token,
+                 u->expiry ? ":" : "", u->expiry ? u->expiry : "") < 0)
+        return false;
+    unsigned char sha[EVP_MAX_MD_SIZE];
+    unsigned n = 0;
+    char want[64] = "v1_";
+    if (!EVP_Digest(raw, strlen(raw), sha, &n, EVP_sha256(), NULL) ||
+        EVP_EncodeBlock((unsigned char *)want + 3, sha, (int)n) <= 0)
+        return false;
+    want[strcspn(want, "=")] = 0;
+    return strlen(u->sig) == strlen(want) && !CRYPTO_memcmp(u->sig, want, strlen(want));
+}
+
+/* The sandbox of a signed /files request, referenced, or NULL with why. */
+static struct ad_session *signed_sandbox(struct MHD_Connection *c, const char *method,
+                                         const char **why)
+{
+    struct signed_url u = {.path = query(c, "path"),
+                           .op = !strcmp(method, "GET") ? "read" : "write",
+                           .user = query(c, "username"),
+                           .expiry = query(c, "signature_expiration"),
+                           .sig = query(c, "signature")};
+    u.path = u.path ? u.path : "";
+    u.user = u.user ? u.user : "";
+    char *end = NULL;
+    long long exp = u.expiry ? strtoll(u.expiry, &end, 10) : 0;
+    if (u.expiry && (!*u.expiry || *end || exp < (long long)time(NULL))) {
+        *why = "signature is already expired"; /* envd's words */
+        return NULL;
+    }
+    if (strlen(u.sig) > 80 || strlen(u.path) > 4000 || strlen(u.user) > 64) {
+        *why = "invalid signature";
+        return NULL;
+    }
+    struct ad_session *s = ad_session_find(signed_by, &u);
+    if (!s)
+        *why = "invalid signature";
+    return s;
+}
+
 enum MHD_Result ad_e2b_route(struct MHD_Connection *c, struct ad_req *q, const char *url,
                              const char *method, bool *ok)
 {
@@ -2188,6 +2245,30 @@ enum MHD_Result ad_e2b_route(struct MHD_Connection *c, struct ad_req *q, const c
     const char *sid = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "E2b-Sandbox-Id");
     bool known = false;
     char param[128];
+    if (!sid && query(c, "signature") && !strncmp(url, "/files", 6) &&
+        (!url[6] || url[6] == '?') && (!strcmp(method, "GET") || !strcmp(method, "POST"))) {
+        const char *why = NULL;
+        struct ad_session *s = signed_sandbox(c, method, &why);
+        struct ad_key k;
+        if (s && (strncmp(s->owner, "key:", 4) || ad_keys_get(s->owner + 4, &k) < 0)) {
+            ad_session_put(s);
+            s = NULL;
+            why = "the key that made this sandbox is no longer valid";
+        }
+        if (!s) {
+            ad_metrics_error("unauthorized");
+            return e2b_error(c, q, 401, "%s", why);
+        }
+        q->route = find_route(envd_routes, sizeof(envd_routes) / sizeof(*envd_routes), "/files",
+                              method, param, &known);
+        ad_limits_apply(&q->lim, &k.lim);
+        snprintf(q->owner, sizeof(q->owner), "%s", s->owner);
+        ad_session_touch(s);
+        q->sess = s;
+        snprintf(q->params[0], sizeof(q->params[0]), "%s", s->id);
+        *ok = true;
+        return MHD_YES;
+    }
     if (!sid) { /* the control plane */
         q->route = find_route(control_routes, sizeof(control_routes) / sizeof(*control_routes), url,
                               method, param, &known);

@@ -186,6 +186,20 @@ struct ad_session *ad_session_get_any(const char *id)
     return get(NULL, id);
 }
 
+struct ad_session *ad_session_find(bool (*match)(void *ctx, const struct ad_session *s),
+                                   void *ctx)
+{
+    struct ad_session *found = NULL;
+    pthread_mutex_lock(&lock);
+    for (struct slot *sl = slots; sl && !found; sl = sl->next)
+        if (sl->s && !sl->s->gone && match(ctx, sl->s)) {
+            found = sl->s;
+            found->refs++;
+        }
+    pthread_mutex_unlock(&lock);
+    return found;
+}
+
 void ad_session_put(struct ad_session *s)
 {
     pthread_mutex_lock(&lock);

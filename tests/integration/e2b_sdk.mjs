@@ -293,6 +293,33 @@ async function files() {
     // E2B's remove.test.ts: removing what is not there is no error
     await sb.files.remove('/tmp/never-there')
   })
+  // E2B's files/signing.test.ts: a signed URL needs no header; the signature names the
+  // sandbox, the path, the operation and the user
+  await check('signed file URLs: download, upload, as root; tampered and expired refused', async () => {
+    await sb.files.write('hello.txt', 'hello world')
+    const dl = await sb.downloadUrl('hello.txt', { useSignatureExpiration: 10000 })
+    let r = await fetch(dl)
+    eq([r.status, await r.text()], [200, 'hello world'], 'download')
+    await sb.files.write('hello.txt', 'root\'s', { user: 'root' })
+    r = await fetch(await sb.downloadUrl('hello.txt', { user: 'root', useSignatureExpiration: 10000 }))
+    eq([r.status, await r.text()], [200, 'root\'s'], 'as root')
+    const up = await sb.uploadUrl('up/signed.txt', { useSignatureExpiration: 10000 })
+    const form = new FormData()
+    form.append('file', 'file content')
+    r = await fetch(up, { method: 'POST', body: form })
+    eq(r.status, 200, 'upload: ' + await r.text())
+    eq(await sb.files.read('up/signed.txt'), 'file content', 'uploaded')
+    r = await fetch(await sb.downloadUrl('hello.txt', { useSignatureExpiration: -10000 }))
+    eq([r.status, await r.json()], [401, { code: 401, message: 'signature is already expired' }], 'expired')
+    const other = new URL(dl)
+    other.searchParams.set('path', '/etc/shadow')
+    eq((await fetch(other)).status, 401, 'another path under the same signature')
+    const tampered = new URL(dl)
+    tampered.searchParams.set('signature', 'v1_' + 'A'.repeat(43))
+    eq((await fetch(tampered)).status, 401, 'a signature of nobody\'s')
+    const asWrite = new URL(dl)
+    eq((await fetch(asWrite, { method: 'POST', body: form })).status, 401, 'a read signature does not write')
+  })
   await check('read of a missing file: NotFoundError', async () => {
     await rejects(sb.files.read('/tmp/missing'), NotFoundError, 'read')
   })

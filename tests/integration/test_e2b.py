@@ -264,7 +264,7 @@ class SdkTest(unittest.TestCase):
         self.group("commands", 19)
 
     def test_files(self):
-        self.group("files", 14)
+        self.group("files", 15)
 
     def test_interpreter(self):
         self.group("interpreter", 13)
