@@ -245,8 +245,7 @@ struct ad_session *ad_session_get(const char *owner, const char *id);
 struct ad_session *ad_session_get_any(const char *id);
 /* The first live session match says yes to (called under the registry lock: quick, no
  * blocking), referenced, or NULL. */
-struct ad_session *ad_session_find(bool (*match)(void *ctx, const struct ad_session *s),
-                                   void *ctx);
+struct ad_session *ad_session_find(bool (*match)(void *ctx, const struct ad_session *s), void *ctx);
 void ad_session_put(struct ad_session *s);
 void ad_session_touch(struct ad_session *s);
 /* Takes it out of the registry, cancels its runs and closes it once the caller's reference is

@@ -732,8 +732,7 @@ static bool as_root(struct MHD_Connection *c, struct ad_session *s)
     const char *h = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Authorization");
     /* "cm9vdDo=" is base64("root:"); a file URL names its user (signed with it) */
     const char *u = query(c, "username");
-    return h ? !strncasecmp(h, "Basic ", 6) && !strcmp(h + 6, "cm9vdDo=")
-             : u && !strcmp(u, "root");
+    return h ? !strncasecmp(h, "Basic ", 6) && !strcmp(h + 6, "cm9vdDo=") : u && !strcmp(u, "root");
 }
 
 static const char *home_of(bool root)
@@ -2245,8 +2244,8 @@ enum MHD_Result ad_e2b_route(struct MHD_Connection *c, struct ad_req *q, const c
     const char *sid = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "E2b-Sandbox-Id");
     bool known = false;
     char param[128];
-    if (!sid && query(c, "signature") && !strncmp(url, "/files", 6) &&
-        (!url[6] || url[6] == '?') && (!strcmp(method, "GET") || !strcmp(method, "POST"))) {
+    if (!sid && query(c, "signature") && !strncmp(url, "/files", 6) && (!url[6] || url[6] == '?') &&
+        (!strcmp(method, "GET") || !strcmp(method, "POST"))) {
         const char *why = NULL;
         struct ad_session *s = signed_sandbox(c, method, &why);
         struct ad_key k;

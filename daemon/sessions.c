@@ -186,8 +186,7 @@ struct ad_session *ad_session_get_any(const char *id)
     return get(NULL, id);
 }
 
-struct ad_session *ad_session_find(bool (*match)(void *ctx, const struct ad_session *s),
-                                   void *ctx)
+struct ad_session *ad_session_find(bool (*match)(void *ctx, const struct ad_session *s), void *ctx)
 {
     struct ad_session *found = NULL;
     pthread_mutex_lock(&lock);
