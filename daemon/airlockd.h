@@ -113,6 +113,9 @@ struct ad_config {
     } e2b_templates[AD_E2B_TEMPLATES_MAX];
     size_t ne2b_templates;
     char e2b_image[64];
+    /* the sandboxes' domain E2B's getHost names (PORT-ID.DOMAIN); "": "localhost:PORT" of the
+     * E2B listener when it listens on loopback (http.c fills it), else none */
+    char e2b_domain[128];
 };
 
 void ad_config_defaults(struct ad_config *c);

@@ -179,6 +179,8 @@ static int set(struct ad_config *c, const char *k, char *v)
         return copy(c->tcp_listen, sizeof(c->tcp_listen), v);
     if (!strcmp(k, "e2b_listen"))
         return copy(c->e2b_listen, sizeof(c->e2b_listen), v);
+    if (!strcmp(k, "e2b_domain"))
+        return copy(c->e2b_domain, sizeof(c->e2b_domain), v);
     if (!strcmp(k, "oi_listen"))
         return copy(c->oi_listen, sizeof(c->oi_listen), v);
     if (!strcmp(k, "e2b_image"))

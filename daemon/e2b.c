@@ -222,7 +222,11 @@ static cJSON *sandbox_tokens_json(struct ad_session *s)
     cJSON *o = sandbox_json(s);
     cJSON_AddStringToObject(o, "envdAccessToken", s->e2b_token);
     cJSON_AddStringToObject(o, "trafficAccessToken", s->e2b_traffic);
-    cJSON_AddNullToObject(o, "domain");
+    /* getHost(port) is PORT-ID.DOMAIN: names this listener routes by Host (host_route) */
+    if (ad_cfg.e2b_domain[0])
+        cJSON_AddStringToObject(o, "domain", ad_cfg.e2b_domain);
+    else
+        cJSON_AddNullToObject(o, "domain");
     return o;
 }
 
@@ -2182,6 +2186,29 @@ static const struct ad_route *find_route(const struct ad_route *t, size_t n, con
     return NULL;
 }
 
+/* "PORT-ID.DOMAIN[:N]" (getHost's form; PORT 1 to 65535, ID a sandbox id's form): its id and
+ * port, as E2b-Sandbox-Id and E2b-Sandbox-Port would give them. */
+static bool host_route(const char *h, char sid[48], char port[8])
+{
+    if (!h)
+        return false;
+    size_t digits = strspn(h, "0123456789");
+    if (!digits || digits > 5 || h[digits] != '-')
+        return false;
+    const char *id = h + digits + 1, *dot = strchr(id, '.');
+    if (!dot || dot == id || (size_t)(dot - id) >= 48)
+        return false;
+    snprintf(sid, 48, "%.*s", (int)(dot - id), id);
+    for (char *p = sid; *p; p++) /* a host name's case is not its own */
+        if (*p >= 'A' && *p <= 'Z')
+            *p = (char)(*p - 'A' + 'a');
+    unsigned long n = strtoul(h, NULL, 10);
+    if (!id_ok(sid) || n < 1 || n > 65535)
+        return false;
+    snprintf(port, 8, "%lu", n);
+    return true;
+}
+
 /* A signed file URL (the SDK's downloadUrl and uploadUrl): no header names the sandbox, the
  * signature does: "v1_" and the unpadded base64 of SHA-256 over "PATH:OPERATION:USER:TOKEN"
  * (":EXPIRY" after it when the URL expires), TOKEN the sandbox's envd access token. Only a
@@ -2268,6 +2295,15 @@ enum MHD_Result ad_e2b_route(struct MHD_Connection *c, struct ad_req *q, const c
         *ok = true;
         return MHD_YES;
     }
+    /* getHost(port)'s name, PORT-ID.DOMAIN, in Host: that sandbox's port, as the headers
+     * would say */
+    char host_sid[48], host_port[8];
+    const char *port_s = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "E2b-Sandbox-Port");
+    if (!sid &&
+        host_route(MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Host"), host_sid, host_port)) {
+        sid = host_sid;
+        port_s = host_port;
+    }
     if (!sid) { /* the control plane */
         q->route = find_route(control_routes, sizeof(control_routes) / sizeof(*control_routes), url,
                               method, param, &known);
@@ -2305,7 +2341,6 @@ enum MHD_Result ad_e2b_route(struct MHD_Connection *c, struct ad_req *q, const c
         return MHD_YES;
     }
     /* the data plane: the sandbox, by its token */
-    const char *port_s = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "E2b-Sandbox-Port");
     unsigned long port = port_s ? strtoul(port_s, NULL, 10) : ENVD_PORT;
     if (port == ENVD_PORT) {
         q->route = find_route(envd_routes, sizeof(envd_routes) / sizeof(*envd_routes), url, method,

@@ -1144,7 +1144,7 @@ static int listen_tcp(const char *spec, const struct listener *l, char *why, siz
         return -e;
     }
     freeaddrinfo(ai);
-    struct sockaddr_storage ss;
+    struct sockaddr_storage ss = {0};
     socklen_t sl = sizeof(ss);
     char addr[INET6_ADDRSTRLEN] = "?";
     unsigned port = 0;
@@ -1162,6 +1162,12 @@ static int listen_tcp(const char *spec, const struct listener *l, char *why, siz
     if (l->e2b) {
         ad_log("E2B's API on %s %s port %u (E2B_API_URL and E2B_SANDBOX_URL)",
                ad_cfg.tls_cert[0] ? "https" : "http", addr, port);
+        /* getHost's names: PORT-ID.localhost:N reaches this listener on this machine */
+        bool loopback = ss.ss_family == AF_INET
+                            ? ntohl(((struct sockaddr_in *)&ss)->sin_addr.s_addr) >> 24 == 127
+                            : IN6_IS_ADDR_LOOPBACK(&((struct sockaddr_in6 *)&ss)->sin6_addr);
+        if (!ad_cfg.e2b_domain[0] && loopback)
+            snprintf(ad_cfg.e2b_domain, sizeof(ad_cfg.e2b_domain), "localhost:%u", port);
         return fd;
     }
     if (l->oi) {

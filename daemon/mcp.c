@@ -374,7 +374,9 @@ static ssize_t read_sse(void *cls, uint64_t pos, char *buf, size_t max)
     (void)pos;
     struct exchange *x = cls;
     pthread_mutex_lock(&x->mu);
-    uint64_t until = ad_now_ms() + KEEPALIVE_MS;
+    /* within half the connection's idle timeout, or libmicrohttpd cuts a long call's stream */
+    uint64_t beat = (uint64_t)ad_cfg.connection_timeout_s * 500;
+    uint64_t until = ad_now_ms() + (beat && beat < KEEPALIVE_MS ? beat : KEEPALIVE_MS);
     while (!x->sse && !x->head && !all_in(x) && !servers_freed() && ad_now_ms() < until) {
         struct timespec ts;
         clock_gettime(CLOCK_REALTIME, &ts);

@@ -5,6 +5,7 @@
 //
 //   node e2b_sdk.mjs NPM_DIR GROUP      E2B_API_URL, E2B_SANDBOX_URL, E2B_API_KEY set;
 //                                       OTHER_KEY: another key's (the security group)
+import http from 'node:http'
 import path from 'node:path'
 
 const [dir, group] = process.argv.slice(2)
@@ -155,6 +156,22 @@ async function commands() {
     // without its traffic token the port answers as a sandbox that is not there
     eq((await get(null)).status, 502, 'no token')
     eq((await get('0'.repeat(64))).status, 502, 'a wrong token')
+    // getHost's name routes by Host to the same port (PORT-ID.localhost:N on this machine;
+    // the request goes to 127.0.0.1 with that Host, as a resolver of *.localhost would send it)
+    const host = sb.getHost(8000)
+    const listener = new URL(process.env.E2B_SANDBOX_URL)
+    eq(host, `8000-${sb.sandboxId}.localhost:${listener.port}`, 'getHost')
+    const byHost = (token) => new Promise((resolve, reject) => {
+      const req = http.get({ host: '127.0.0.1', port: listener.port, path: '/hello.txt',
+        headers: { Host: host, ...(token ? { 'e2b-traffic-access-token': token } : {}) } }, (res) => {
+        let body = ''
+        res.on('data', (d) => { body += d })
+        res.on('end', () => resolve([res.statusCode, body]))
+      })
+      req.on('error', reject)
+    })
+    eq(await byHost(sb.trafficAccessToken), [200, 'served'], 'by Host')
+    eq((await byHost(null))[0], 502, 'by Host, no token')
   })
   await check('getInfo: metadata, template, state', async () => {
     const info = await sb.getInfo()
