@@ -368,6 +368,24 @@ class AirlockdTest(unittest.TestCase):
         self.assertIsNotNone(r.error)
         self.assertEqual(r.error["code"], "not_found")
 
+    def test_session_metrics_are_the_hosts(self):
+        # what the VM used, from the host's counters: a busy guest shows as CPU time the host
+        # measured; another key's session is 404 as for none
+        idle = self.sb.metrics()[-1]
+        self.assertGreaterEqual(idle["cpu_count"], 1)
+        self.assertGreater(idle["mem_total"], 32 << 20)
+        self.assertGreater(idle["mem_used"], 0)
+        time.sleep(1.1)
+        self.sb.commands.run("timeout 3 sh -c 'while :; do :; done'; true")
+        busy = self.sb.metrics()[-1]
+        self.assertGreater(busy["cpu_used_pct"], idle["cpu_used_pct"])
+        self.assertGreater(busy["cpu_used_pct"], 10)
+        self.assertGreater(busy["timestamp"], idle["timestamp"])
+        self.assertEqual(self.sb.metrics(end=time.time() - 3600), [])
+        with self.assertRaises(APIError) as e:
+            self.d.tcp(self.key_b).request("GET", "/v1/sessions/%s/metrics" % self.sb.id)
+        self.assertEqual(e.exception.status, 404)
+
     def test_stream_resumes_exactly_once(self):
         n = 60
         run = self.sb.commands.start(

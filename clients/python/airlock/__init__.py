@@ -693,6 +693,16 @@ class Sandbox:
 
     set_timeout = extend
 
+    def metrics(self, start=None, end=None):
+        """What the VM used, from the host's counters (never the guest's word): a list of
+        {"timestamp" (unix ms), "cpu_used_pct", "cpu_count", "mem_used", "mem_total",
+        "disk_used", "disk_total"}, oldest first; a sample is taken when asked (one a second at
+        most). start, end: unix seconds bounding what is returned."""
+        q = "&".join("%s=%d" % (k, int(v)) for k, v in (("from", start), ("to", end))
+                     if v is not None)
+        return self.client.request("GET", self._path + "/metrics" + ("?" + q if q else ""))[
+            "metrics"]
+
     def pause(self):
         """Pauses the session to disk: its memory, devices and running processes saved, its
         VM's memory freed. Runs in flight are suspended, and go on after resume()."""
