@@ -520,7 +520,7 @@ static void list_one(void *ctx, struct ad_session *s)
 {
     struct list_ctx *l = ctx;
     if (!s->e2b_token[0] || (l->paused_only && !s->paused) ||
-        (!l->paused_only && !l->running_too && s->paused) || s->lost || s->created <= l->after)
+        (!l->paused_only && !l->running_too && s->paused) || s->lost || s->created < l->after)
         return;
     if (l->templ && strcmp(l->templ, s->e2b_template[0] ? s->e2b_template : s->image))
         return;

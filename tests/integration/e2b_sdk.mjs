@@ -216,6 +216,9 @@ async function commands() {
       eq(asc.map((s) => s.sandboxId), [a.sandboxId, b.sandboxId], 'oldest first')
       const later = await Sandbox.list({ query: { metadata: { tag }, startedAfter: new Date(Date.now() + 3600000) } }).nextItems()
       eq(later, [], 'started after an hour from now')
+      // a sandbox started at the very time asked for is in (E2B's list.test.ts)
+      const since = await Sandbox.list({ query: { metadata: { tag }, startedAfter: (await b.getInfo()).startedAt } }).nextItems()
+      truthy(since.some((s) => s.sandboxId === b.sandboxId), 'started at the time asked for')
     } finally {
       await a.kill()
       await b.kill()
