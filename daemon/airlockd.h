@@ -597,6 +597,12 @@ void ad_failf(struct ad_fail *f, int status, const char *code, const char *fmt, 
  * the guest's service gets it; host_routed: reached as PORT-ID.localhost (its own origin). */
 /* The request of a WebSocket upgrade ended without the upgrade: ws (NULL: none) is freed. */
 void ad_port_ws_done(struct ad_ws *ws);
+/* Upgrade: websocket, with the upgrade token in Connection (RFC 6455 4.1). */
+bool ad_wants_websocket(struct MHD_Connection *c);
+/* A browser's upgrade (it sends Origin) comes from the origin it goes to: another site's page,
+ * or a guest's page sandboxed on the daemon's origin ("null"), never rides the user's cookie
+ * nor drives a key's sandbox from the user's browser. True without Origin (not a browser). */
+bool ad_same_origin(struct MHD_Connection *c);
 /* Ends every proxied request and WebSocket (before the HTTP server stops). */
 void ad_ports_shutdown(void);
 enum MHD_Result ad_port_proxy(struct MHD_Connection *c, struct ad_req *q, unsigned port,

@@ -823,24 +823,9 @@ static enum MHD_Result heartbeat(struct MHD_Connection *c, struct ad_req *q)
     return ad_reply_json(c, q, 200, o);
 }
 
-static bool wants_websocket(struct MHD_Connection *c)
-{
-    const char *u = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Upgrade");
-    const char *conn = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Connection");
-    if (!u || strcasecmp(u, "websocket") || !conn)
-        return false;
-    char tokens[256];
-    snprintf(tokens, sizeof(tokens), "%s", conn);
-    char *save = NULL;
-    for (char *t = strtok_r(tokens, ", \t", &save); t; t = strtok_r(NULL, ", \t", &save))
-        if (!strcasecmp(t, "upgrade"))
-            return true;
-    return false;
-}
-
 static enum MHD_Result root(struct MHD_Connection *c, struct ad_req *q)
 {
-    if (!wants_websocket(c)) {
+    if (!ad_wants_websocket(c)) {
         static const char text[] =
             "airlockd: Open Interpreter's server protocol. Connect a WebSocket here, send "
             "{\"auth\": KEY} (an airlockd API key), then LMC messages.\n";
@@ -853,13 +838,7 @@ static enum MHD_Result root(struct MHD_Connection *c, struct ad_req *q)
     const char *ver = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Sec-WebSocket-Version");
     if (!key || strlen(key) != 24 || !ver || strcmp(ver, "13"))
         return detail(c, q, 400, "a WebSocket upgrade needs Sec-WebSocket-Key and version 13");
-    /* A browser's upgrade comes from a page of this listener's own origin: no other site's
-     * page drives a key's sandbox from a user's browser. */
-    const char *origin = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Origin");
-    const char *host = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Host");
-    const char *scheme = ad_cfg.tls_cert[0] ? "https://" : "http://";
-    if (origin && (!host || strncasecmp(origin, scheme, strlen(scheme)) ||
-                   strcasecmp(origin + strlen(scheme), host)))
+    if (!ad_same_origin(c))
         return detail(c, q, 403, "a browser's WebSocket must come from this listener's origin");
     pthread_mutex_lock(&lock);
     bool room = !stopping && nconns < ad_cfg.max_connections;

@@ -410,8 +410,7 @@ struct ad_ws {
     size_t early_len;
 };
 
-/* Upgrade: websocket, with the upgrade token in Connection (RFC 6455 4.1). */
-static bool wants_websocket(struct MHD_Connection *c)
+bool ad_wants_websocket(struct MHD_Connection *c)
 {
     const char *u = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Upgrade");
     const char *conn = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Connection");
@@ -426,9 +425,7 @@ static bool wants_websocket(struct MHD_Connection *c)
     return false;
 }
 
-/* A browser's upgrade (it sends Origin) comes from the origin it goes to: another site's page,
- * or a guest's page sandboxed on the daemon's origin ("null"), never rides the user's cookie. */
-static bool same_origin(struct MHD_Connection *c)
+bool ad_same_origin(struct MHD_Connection *c)
 {
     const char *o = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Origin");
     const char *host = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Host");
@@ -681,7 +678,7 @@ static enum MHD_Result ws_proxy(struct MHD_Connection *c, struct ad_req *q, unsi
 {
     if (strcmp(q->method, "GET"))
         return ad_reply_error(c, q, 400, "invalid", "a WebSocket upgrade is a GET");
-    if (!same_origin(c))
+    if (!ad_same_origin(c))
         return ad_reply_error(c, q, 403, "forbidden",
                               "a browser's WebSocket must come from the page of its own origin");
     if (!printable(path) || strchr(path, ' '))
@@ -814,7 +811,7 @@ enum MHD_Result ad_port_proxy(struct MHD_Connection *c, struct ad_req *q, unsign
 {
     if (port < 1 || port > 65535)
         return ad_reply_error(c, q, 400, "invalid", "a port is 1 to 65535");
-    if (wants_websocket(c))
+    if (ad_wants_websocket(c))
         return ws_proxy(c, q, port, path);
     struct proxy *x = calloc(1, sizeof(*x));
     if (!x)
