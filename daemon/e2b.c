@@ -2263,6 +2263,27 @@ static struct ad_session *signed_sandbox(struct MHD_Connection *c, const char *m
     return s;
 }
 
+/* A data-plane request of sandbox s (referenced; its token or signature checked): the key
+ * that made it must still be valid (a revoked key's sandboxes answer nothing), and its limits
+ * are this request's, as on the native API. */
+static enum MHD_Result sandbox_request(struct MHD_Connection *c, struct ad_req *q,
+                                       struct ad_session *s, bool *ok)
+{
+    struct ad_key k;
+    if (strncmp(s->owner, "key:", 4) || ad_keys_get(s->owner + 4, &k) < 0) {
+        ad_session_put(s);
+        ad_metrics_error("unauthorized");
+        return e2b_error(c, q, 401, "the key that made this sandbox is no longer valid");
+    }
+    ad_limits_apply(&q->lim, &k.lim);
+    snprintf(q->owner, sizeof(q->owner), "%s", s->owner);
+    ad_session_touch(s);
+    q->sess = s;
+    snprintf(q->params[0], sizeof(q->params[0]), "%s", s->id);
+    *ok = true;
+    return MHD_YES;
+}
+
 enum MHD_Result ad_e2b_route(struct MHD_Connection *c, struct ad_req *q, const char *url,
                              const char *method, bool *ok)
 {
@@ -2275,25 +2296,13 @@ enum MHD_Result ad_e2b_route(struct MHD_Connection *c, struct ad_req *q, const c
         (!strcmp(method, "GET") || !strcmp(method, "POST"))) {
         const char *why = NULL;
         struct ad_session *s = signed_sandbox(c, method, &why);
-        struct ad_key k;
-        if (s && (strncmp(s->owner, "key:", 4) || ad_keys_get(s->owner + 4, &k) < 0)) {
-            ad_session_put(s);
-            s = NULL;
-            why = "the key that made this sandbox is no longer valid";
-        }
         if (!s) {
             ad_metrics_error("unauthorized");
             return e2b_error(c, q, 401, "%s", why);
         }
         q->route = find_route(envd_routes, sizeof(envd_routes) / sizeof(*envd_routes), "/files",
                               method, param, &known);
-        ad_limits_apply(&q->lim, &k.lim);
-        snprintf(q->owner, sizeof(q->owner), "%s", s->owner);
-        ad_session_touch(s);
-        q->sess = s;
-        snprintf(q->params[0], sizeof(q->params[0]), "%s", s->id);
-        *ok = true;
-        return MHD_YES;
+        return sandbox_request(c, q, s, ok);
     }
     /* getHost(port)'s name, PORT-ID.DOMAIN, in Host: that sandbox's port, as the headers
      * would say */
@@ -2388,18 +2397,5 @@ enum MHD_Result ad_e2b_route(struct MHD_Connection *c, struct ad_req *q, const c
          * learns which sandbox ids are live. */
         return e2b_error(c, q, 502, "sandbox '%s' is not running", sid);
     }
-    /* the key that made it: still valid (a revoked key's sandboxes answer nothing), and its
-     * limits are this request's, as on the native API */
-    struct ad_key k;
-    if (strncmp(s->owner, "key:", 4) || ad_keys_get(s->owner + 4, &k) < 0) {
-        ad_session_put(s);
-        return e2b_error(c, q, 401, "the key that made this sandbox is no longer valid");
-    }
-    ad_limits_apply(&q->lim, &k.lim);
-    snprintf(q->owner, sizeof(q->owner), "%s", s->owner);
-    ad_session_touch(s);
-    q->sess = s;
-    snprintf(q->params[0], sizeof(q->params[0]), "%s", s->id);
-    *ok = true;
-    return MHD_YES;
+    return sandbox_request(c, q, s, ok);
 }
