@@ -406,6 +406,8 @@ uint64_t ad_run_read(struct ad_run *r, uint64_t last_id, ad_run_read_fn fn, void
 /* Each new event of r (its end too) adds 1 to the eventfd fd (nonblocking), so that one reader
  * waits in its own poll(); -1 stops it (before fd is closed). One such reader at a time. */
 void ad_run_notify(struct ad_run *r, int fd);
+/* Adds 1 to the eventfd fd (nonblocking; -1: nothing): wakes its reader. */
+void ad_eventfd_wake(int fd);
 int ad_run_stdin(struct ad_run *r, const void *data, size_t len, bool eof, struct ad_fail *f);
 int ad_run_signal(struct ad_run *r, int signo, struct ad_fail *f);
 /* A pty run's new terminal size (1..AL_PTY_ROWS_COLS_MAX each). */

@@ -613,9 +613,7 @@ static void sess_ended(void *ctx, struct ad_session *s)
     for (struct oi_conn *k = conns; k; k = k->next)
         if (k == ctx) {
             k->ended = true;
-            uint64_t one = 1;
-            if (write(k->efd, &one, sizeof(one)) < 0) {
-            }
+            ad_eventfd_wake(k->efd);
         }
     pthread_mutex_unlock(&lock);
 }
@@ -1256,11 +1254,8 @@ void ad_oi_shutdown(void)
 {
     pthread_mutex_lock(&lock);
     stopping = true;
-    for (struct oi_conn *k = conns; k; k = k->next) {
-        uint64_t one = 1;
-        if (write(k->efd, &one, sizeof(one)) < 0) {
-        }
-    }
+    for (struct oi_conn *k = conns; k; k = k->next)
+        ad_eventfd_wake(k->efd);
     while (nconns)
         pthread_cond_wait(&gone_cv, &lock);
     while (owners) {

@@ -204,13 +204,16 @@ static int push_json(struct ad_run *r, const char *type, const char *json, bool 
         r->running = false;
     }
     pthread_cond_broadcast(&r->cv);
-    if (r->notify_fd >= 0) {
-        uint64_t one = 1; /* a nonblocking eventfd: a full count is already a wake-up */
-        if (write(r->notify_fd, &one, sizeof(one)) < 0) {
-        }
-    }
+    ad_eventfd_wake(r->notify_fd);
     pthread_mutex_unlock(&r->mu);
     return 0;
+}
+
+void ad_eventfd_wake(int fd)
+{
+    uint64_t one = 1; /* nonblocking: a count that is full is already a wake-up */
+    if (fd >= 0 && write(fd, &one, sizeof(one)) < 0) {
+    }
 }
 
 void ad_run_notify(struct ad_run *r, int fd)
@@ -516,11 +519,7 @@ static void finish(struct ad_run *r, const char *type, cJSON *o)
         r->stdin_wr = -1;
     }
     pthread_cond_broadcast(&r->cv);
-    if (r->notify_fd >= 0) { /* the end, even where its event could not be made */
-        uint64_t one = 1;
-        if (write(r->notify_fd, &one, sizeof(one)) < 0) {
-        }
-    }
+    ad_eventfd_wake(r->notify_fd); /* the end, even where its event could not be made */
     pthread_mutex_unlock(&r->mu);
     ad_session_touch(s);
     if (r->request_id)
