@@ -43,6 +43,8 @@ struct ad_limits {
     unsigned requests_per_s;     /* requests per second, bursts up to twice that */
     uint64_t net_bytes_max;      /* a session's network bytes, also the default cap
                                     up to the library's 1 GiB */
+    unsigned max_snapshots;      /* snapshots kept (POST .../snapshots) */
+    uint64_t max_snapshot_bytes; /* their files on disk together */
 };
 
 /* A libvirt host sessions are placed on (hosts.c): "host = NAME URI [max_sessions=N]
@@ -219,7 +221,8 @@ struct ad_session {
     cJSON *e2b_env;        /* envVars: every process's environment, or NULL */
     cJSON *e2b_contexts;   /* the code interpreter's contexts (e2b.c, under its lock) */
     struct ad_e2b_watcher *e2b_watchers; /* envd's CreateWatcher's (e2b.c, the same lock) */
-    bool e2b_user; /* the guest has E2B's `user` and runuser: processes run as it */
+    bool e2b_user;        /* the guest has E2B's `user` and runuser: processes run as it */
+    char forked_from[64]; /* the session it was forked from (ad_session_fork), or "" */
     /* Sessions that last (store.c): kept by the library for this daemon (restarts take
      * it back), its name (unique per owner, "" for none), paused to disk, pausing when idle this
      * long instead of ending (0: never); set at create or restore, paused under the lock. */
@@ -280,8 +283,33 @@ struct ad_create {
     bool front_held;
     void (*on_end)(void *ctx, struct ad_session *s);
     void *on_end_ctx;
+    /* A fork of another session's save (ad_session_fork): image is the source's as stored. */
+    const al_fork *fork;
+    /* Started from the owner's snapshot of that name (the library's, ad_snapshot_name). */
+    const char *snapshot;
 };
+/* Forks of src (ad_session_fork): each like create c (name: each fork's "NAME-I"; image,
+ * memory, vCPUs, display and checkpoints are the source's). */
+struct ad_fork_req {
+    unsigned count; /* 1 to AD_FORK_MAX */
+    struct ad_create c;
+};
+#define AD_FORK_MAX 16
 /* The HTTP status and error code on failure. */
+struct ad_fail;
+/* Snapshots (sessions.c): the library's name of owner's snapshot name (its owner's prefix, then
+ * the name: 1 to 63 of [A-Za-z0-9._-], not starting with a dot), into buf[128]; -EINVAL for a
+ * bad name. The prefix alone: name NULL. */
+int ad_snapshot_name(const char *owner, const char *name, char *buf, size_t len);
+/* s saved as owner's snapshot name, within the owner's max_snapshots and max_snapshot_bytes. */
+int ad_snapshot_save(struct ad_session *s, const char *owner, const struct ad_limits *lim,
+                     const char *name, bool replace, al_snapshot_info *out, struct ad_fail *f);
+/* The owner's snapshots (their names without the prefix), each to fn. */
+void ad_snapshot_list(const char *owner, void (*fn)(void *ctx, const al_snapshot_info *s),
+                      void *ctx);
+int ad_snapshot_remove(const char *owner, const char *name, struct ad_fail *f);
+/* Every snapshot of owner removed (its key revoked). */
+void ad_snapshots_drop(const char *owner);
 struct ad_fail {
     int status;
     const char *code;
@@ -296,6 +324,14 @@ struct ad_fail {
 #define AD_METRICS_MAX 120
 int ad_session_metrics(struct ad_session *s, int64_t from_s, int64_t to_s, cJSON **out,
                        struct ad_fail *f);
+/* src's state saved once and count sessions of owner opened from it, each told to each in
+ * order: the fork (a reference each() may keep with ad_session_get) or NULL and why (a fork
+ * past a quota fails alone). An E2B sandbox's forks get tokens of their own and its template,
+ * envVars and user. Fails whole (f, each never called) when the save does. */
+int ad_session_fork(struct ad_session *src, const char *owner, const struct ad_limits *lim,
+                    const struct ad_fork_req *req,
+                    void (*each)(void *ctx, struct ad_session *fork, const struct ad_fail *why),
+                    void *ctx, struct ad_fail *f);
 /* Whether s is being ended (deleted, reaped, killed): a run that ends now ended with it. */
 bool ad_session_ending(struct ad_session *s);
 int ad_session_create(const char *owner, const struct ad_limits *lim, const struct ad_create *c,
@@ -504,6 +540,7 @@ enum ad_route_flags {
     AD_ANY_METHOD = 1 << 6, /* any method, and the path's rest past the pattern (a proxy) */
     AD_OWN_ORIGIN = 1 << 7, /* checks Origin itself (/mcp): no X-Airlock-CSRF asked */
     AD_PAUSED_OK = 1 << 8,  /* served for a paused session (get, delete, resume, runs' events) */
+    AD_ID_NOT_SESSION = 1 << 9, /* E2B's: the path's {id} names no sandbox (a template) */
 };
 
 struct ad_route {

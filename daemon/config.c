@@ -25,6 +25,8 @@ void ad_config_defaults(struct ad_config *c)
         .max_exec_timeout_s = 3600,
         .max_upload_bytes = 1ull << 30,
         .disk_budget_bytes = 0,
+        .max_snapshots = 16,
+        .max_snapshot_bytes = 16ull << 30,
     };
     c->run_buffer_bytes = 1 << 20;
     c->spool_max_bytes = 8ull << 30;
@@ -209,6 +211,10 @@ static int set(struct ad_config *c, const char *k, char *v)
         return parse_uint(v, &c->limits.max_exec_timeout_s);
     if (!strcmp(k, "max_upload_bytes"))
         return parse_u64(v, UINT64_MAX, &c->limits.max_upload_bytes);
+    if (!strcmp(k, "max_snapshots"))
+        return parse_uint(v, &c->limits.max_snapshots);
+    if (!strcmp(k, "max_snapshot_bytes"))
+        return parse_u64(v, UINT64_MAX, &c->limits.max_snapshot_bytes);
     if (!strcmp(k, "requests_per_s"))
         return parse_uint(v, &c->limits.requests_per_s);
     if (!strcmp(k, "disk_budget_bytes"))

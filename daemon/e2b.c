@@ -305,6 +305,55 @@ static void image_has_user_set(const char *version, bool has)
     pthread_mutex_unlock(&images_lock);
 }
 
+/* ---- snapshots (ad_snapshot_*): E2B's snapshotID is the snapshot's name ---- */
+
+/* A snapshotID or templateID as the SDK sends it: "NAME" or "NAME:TAG" (E2B's tags; only
+ * "default" here), into buf. */
+static bool snapshot_id(const char *id, char *buf, size_t len)
+{
+    const char *colon = id ? strchr(id, ':') : NULL;
+    if (!id || (colon && strcmp(colon, ":default")))
+        return false;
+    snprintf(buf, len, "%.*s", colon ? (int)(colon - id) : (int)strlen(id), id);
+    return buf[0] != '\0';
+}
+
+static cJSON *snapshot_e2b(const char *name)
+{
+    cJSON *o = cJSON_CreateObject();
+    cJSON_AddStringToObject(o, "snapshotID", name);
+    cJSON *names = cJSON_AddArrayToObject(o, "names");
+    cJSON_AddItemToArray(names, cJSON_CreateString(name));
+    return o;
+}
+
+struct snap_names {
+    char (*v)[AL_SNAPSHOT_NAME_MAX + 1];
+    size_t n, cap;
+    const char *source; /* only those saved from this session (its id), or NULL */
+};
+
+static void snap_name(void *ctx, const al_snapshot_info *si)
+{
+    struct snap_names *l = ctx;
+    if (l->source && strcmp(si->source, l->source))
+        return;
+    if (l->n == l->cap) {
+        size_t cap = l->cap ? l->cap * 2 : 16;
+        void *v = realloc(l->v, cap * sizeof(*l->v));
+        if (!v)
+            return;
+        l->v = v;
+        l->cap = cap;
+    }
+    snprintf(l->v[l->n++], sizeof(l->v[0]), "%s", si->name);
+}
+
+static int name_cmp(const void *a, const void *b)
+{
+    return strcmp(a, b);
+}
+
 static enum MHD_Result sandbox_create(struct MHD_Connection *c, struct ad_req *q)
 {
     cJSON *t = cJSON_GetObjectItemCaseSensitive(q->json, "templateID");
@@ -331,12 +380,24 @@ static enum MHD_Result sandbox_create(struct MHD_Connection *c, struct ad_req *q
         return e2b_error(c, q, 400,
                          "autoPause: pausing is off on this server (airlockd's keep_sessions); "
                          "sandboxes end at their timeout");
-    char own[64];
+    char own[64], snap[80], lib[160];
     const char *image =
         template_image(q->owner, cJSON_IsString(t) ? t->valuestring : NULL, own, sizeof(own));
-    if (!image[0] || strchr(image, '/') || strlen(image) >= 64)
-        return e2b_error(c, q, 404, "template '%s' not found", image);
     struct ad_create cr = {.image = image};
+    /* A snapshot of the caller's (createSnapshot's id) is a template too. */
+    struct snap_names sn = {0};
+    if (cJSON_IsString(t) && snapshot_id(t->valuestring, snap, sizeof(snap)) &&
+        ad_snapshot_name(q->owner, snap, lib, sizeof(lib)) == 0) {
+        ad_snapshot_list(q->owner, snap_name, &sn);
+        for (size_t i = 0; i < sn.n && !cr.snapshot; i++)
+            if (!strcmp(sn.v[i], snap))
+                cr.snapshot = lib;
+        free(sn.v);
+    }
+    if (cr.snapshot)
+        image = cr.image = NULL;
+    else if (!image[0] || strchr(image, '/') || strlen(image) >= 64)
+        return e2b_error(c, q, 404, "template '%s' not found", image);
     cr.lifetime_s = cJSON_IsNumber(timeout) ? (unsigned)timeout->valuedouble : 300;
     if (!cr.lifetime_s)
         cr.lifetime_s = 300;
@@ -354,19 +415,22 @@ static enum MHD_Result sandbox_create(struct MHD_Connection *c, struct ad_req *q
     cr.e2b_template = cJSON_IsString(t) && t->valuestring[0] ? t->valuestring : "base";
     cr.e2b_env = cJSON_IsObject(env) ? env : NULL;
     cr.pause_at_end = cJSON_IsTrue(pause); /* E2B's autoPause: paused, not killed, at timeout */
-    al_image img = AL_IMAGE_INIT;
-    al_error ierr = {0};
-    if (al_image_load(image, &img, &ierr) < 0)
-        return e2b_error(c, q, 404, "template '%s' not found",
-                         cJSON_IsString(t) ? t->valuestring : image);
-    /* an image's version: its disk's identity (a rebuilt image is a new file) */
+    /* an image's version: its disk's identity (a rebuilt image is a new file); "" for a
+     * snapshot (its user is checked each time) */
     char version[128] = "";
-    struct stat ds;
-    if (img.disk[0] && stat(img.disk, &ds) == 0)
-        snprintf(version, sizeof(version), "%s:%llu:%llu:%lld", image,
-                 (unsigned long long)ds.st_dev, (unsigned long long)ds.st_ino,
-                 (long long)ds.st_mtime);
-    al_image_free(&img);
+    if (image) {
+        al_image img = AL_IMAGE_INIT;
+        al_error ierr = {0};
+        if (al_image_load(image, &img, &ierr) < 0)
+            return e2b_error(c, q, 404, "template '%s' not found",
+                             cJSON_IsString(t) ? t->valuestring : image);
+        struct stat ds;
+        if (img.disk[0] && stat(img.disk, &ds) == 0)
+            snprintf(version, sizeof(version), "%s:%llu:%llu:%lld", image,
+                     (unsigned long long)ds.st_dev, (unsigned long long)ds.st_ino,
+                     (long long)ds.st_mtime);
+        al_image_free(&img);
+    }
     struct ad_session *s;
     struct ad_fail f;
     if (ad_session_create(q->owner, &q->lim, &cr, &s, &f) < 0)
@@ -455,6 +519,53 @@ static enum MHD_Result sandbox_pause(struct MHD_Connection *c, struct ad_req *q)
         return e2b_fail(c, q, &f);
     }
     return ad_reply(c, q, 204, MHD_create_response_from_buffer(0, NULL, MHD_RESPMEM_PERSISTENT));
+}
+
+/* A fork's entry as the SDK reads it: {"sandbox": create's answer} or {"error": {"code": the
+ * HTTP status, "message"}}. */
+static void fork_one(void *ctx, struct ad_session *s, const struct ad_fail *why)
+{
+    cJSON *one = cJSON_CreateObject();
+    if (s) {
+        cJSON_AddItemToObject(one, "sandbox", sandbox_tokens_json(s));
+    } else {
+        cJSON *e = cJSON_AddObjectToObject(one, "error");
+        cJSON_AddNumberToObject(e, "code", why->status);
+        cJSON_AddStringToObject(e, "message", why->msg);
+    }
+    cJSON_AddItemToArray(ctx, one);
+}
+
+/* Sandbox.fork: count new sandboxes from this one's state (ad_session_fork); timeout: theirs,
+ * in seconds (E2B's default 15). */
+static enum MHD_Result sandbox_fork(struct MHD_Connection *c, struct ad_req *q)
+{
+    cJSON *count = cJSON_GetObjectItemCaseSensitive(q->json, "count");
+    cJSON *timeout = cJSON_GetObjectItemCaseSensitive(q->json, "timeout");
+    if (count && !cJSON_IsNull(count) &&
+        (!cJSON_IsNumber(count) || count->valuedouble < 1 || count->valuedouble > AD_FORK_MAX ||
+         count->valuedouble != (double)(int)count->valuedouble))
+        return e2b_error(c, q, 400, "count: 1 to %d", AD_FORK_MAX);
+    if (timeout && !cJSON_IsNull(timeout) &&
+        (!cJSON_IsNumber(timeout) || timeout->valuedouble < 0 || timeout->valuedouble > 1e7))
+        return e2b_error(c, q, 400, "timeout: seconds");
+    if (q->sess->paused)
+        return e2b_error(c, q, 409, "sandbox '%s' is paused: resume it before forking it",
+                         q->params[0]);
+    struct ad_fork_req fr = {.count = cJSON_IsNumber(count) ? (unsigned)count->valuedouble : 1};
+    fr.c.lifetime_s =
+        cJSON_IsNumber(timeout) && timeout->valuedouble >= 1 ? (unsigned)timeout->valuedouble : 15;
+    if (q->lim.max_lifetime_s && fr.c.lifetime_s > q->lim.max_lifetime_s)
+        return e2b_error(c, q, 400, "timeout: at most %u seconds here", q->lim.max_lifetime_s);
+    fr.c.idle_s = q->lim.max_idle_s && fr.c.lifetime_s > q->lim.max_idle_s ? q->lim.max_idle_s
+                                                                           : fr.c.lifetime_s;
+    cJSON *a = cJSON_CreateArray();
+    struct ad_fail f;
+    if (ad_session_fork(q->sess, q->owner, &q->lim, &fr, fork_one, a, &f) < 0) {
+        cJSON_Delete(a);
+        return e2b_fail(c, q, &f);
+    }
+    return ad_reply_json(c, q, 201, a);
 }
 
 /* getMetrics: the host's counters of the VM (ad_session_metrics), in E2B's names. */
@@ -588,6 +699,22 @@ static cJSON *metadata_filter(const char *m)
     return o;
 }
 
+/* A list's page (arr, taken) with the next page's token, when there is one. */
+static enum MHD_Result reply_page(struct MHD_Connection *c, struct ad_req *q, cJSON *arr,
+                                  const char *next)
+{
+    char *text = cJSON_PrintUnformatted(arr);
+    cJSON_Delete(arr);
+    if (!text)
+        return MHD_NO;
+    struct MHD_Response *r =
+        MHD_create_response_from_buffer(strlen(text), text, MHD_RESPMEM_MUST_FREE);
+    MHD_add_response_header(r, "Content-Type", "application/json");
+    if (next[0])
+        MHD_add_response_header(r, "x-next-token", next);
+    return ad_reply(c, q, 200, r);
+}
+
 static enum MHD_Result sandbox_list(struct MHD_Connection *c, struct ad_req *q)
 {
     const char *state = query(c, "state"), *order = query(c, "order");
@@ -646,16 +773,79 @@ static enum MHD_Result sandbox_list(struct MHD_Connection *c, struct ad_req *q)
         cJSON_Delete(l.v[i].json);
     }
     free(l.v);
-    char *text = cJSON_PrintUnformatted(arr);
-    cJSON_Delete(arr);
-    if (!text)
-        return MHD_NO;
-    struct MHD_Response *r =
-        MHD_create_response_from_buffer(strlen(text), text, MHD_RESPMEM_MUST_FREE);
-    MHD_add_response_header(r, "Content-Type", "application/json");
-    if (next[0])
-        MHD_add_response_header(r, "x-next-token", next);
-    return ad_reply(c, q, 200, r);
+    return reply_page(c, q, arr, next);
+}
+
+static enum MHD_Result snapshot_create(struct MHD_Connection *c, struct ad_req *q)
+{
+    cJSON *n = cJSON_GetObjectItemCaseSensitive(q->json, "name");
+    if (n && !cJSON_IsNull(n) && !cJSON_IsString(n))
+        return e2b_error(c, q, 400, "name: a string");
+    char name[80];
+    if (cJSON_IsString(n) && n->valuestring[0]) {
+        if (!snapshot_id(n->valuestring, name, sizeof(name)))
+            return e2b_error(c, q, 400, "name: 1 to 63 of [A-Za-z0-9._-]");
+    } else {
+        char hex[17];
+        if (ad_random_hex(hex, 6) < 0)
+            return e2b_error(c, q, 500, "no random bytes");
+        snprintf(name, sizeof(name), "snap-%s", hex);
+    }
+    if (q->sess->paused)
+        return e2b_error(c, q, 409, "sandbox '%s' is paused: resume it first", q->params[0]);
+    al_snapshot_info si = AL_SNAPSHOT_INFO_INIT;
+    struct ad_fail f;
+    /* E2B: a name that exists gets the new state */
+    if (ad_snapshot_save(q->sess, q->owner, &q->lim, name, true, &si, &f) < 0)
+        return e2b_fail(c, q, &f);
+    return ad_reply_json(c, q, 201, snapshot_e2b(name));
+}
+
+/* listSnapshots: by name; the next page's token is the last name given. */
+static enum MHD_Result snapshot_list(struct MHD_Connection *c, struct ad_req *q)
+{
+    const char *lim = query(c, "limit"), *token = query(c, "nextToken");
+    const char *want = query(c, "name"), *from = query(c, "sandboxID");
+    char *end = NULL, only[80] = "", source[80] = "";
+    unsigned long limit = lim ? strtoul(lim, &end, 10) : LIST_LIMIT_MAX;
+    if (lim && (!*lim || *end || limit < 1 || limit > LIST_LIMIT_MAX))
+        return e2b_error(c, q, 400, "limit: 1 to %d", LIST_LIMIT_MAX);
+    if (want && !snapshot_id(want, only, sizeof(only)))
+        return ad_reply_json(c, q, 200, cJSON_CreateArray());
+    /* sandboxID: the snapshots saved from that sandbox (its session's id) */
+    if (from)
+        snprintf(source, sizeof(source), "%s%s",
+                 strncmp(from, ID_PREFIX, strlen(ID_PREFIX)) ? ID_PREFIX : "", from);
+    struct snap_names l = {.source = from ? source : NULL};
+    ad_snapshot_list(q->owner, snap_name, &l);
+    if (l.n)
+        qsort(l.v, l.n, sizeof(*l.v), name_cmp);
+    cJSON *arr = cJSON_CreateArray();
+    char next[AL_SNAPSHOT_NAME_MAX + 1] = "";
+    size_t given = 0;
+    for (size_t i = 0; i < l.n; i++) {
+        if ((token && strcmp(l.v[i], token) <= 0) || (only[0] && strcmp(l.v[i], only)))
+            continue;
+        if (given == limit) {
+            snprintf(next, sizeof(next), "%s", l.v[i - 1]);
+            break;
+        }
+        cJSON_AddItemToArray(arr, snapshot_e2b(l.v[i]));
+        given++;
+    }
+    free(l.v);
+    return reply_page(c, q, arr, next);
+}
+
+/* deleteSnapshot (DELETE /templates/{id}): a snapshot of the caller's; anything else 404. */
+static enum MHD_Result snapshot_delete(struct MHD_Connection *c, struct ad_req *q)
+{
+    char name[80];
+    struct ad_fail f;
+    if (!snapshot_id(q->params[0], name, sizeof(name)) ||
+        ad_snapshot_remove(q->owner, name, &f) < 0)
+        return e2b_error(c, q, 404, "template '%s' not found", q->params[0]);
+    return ad_reply(c, q, 204, MHD_create_response_from_buffer(0, NULL, MHD_RESPMEM_PERSISTENT));
 }
 
 /* ---- the data plane: which sandbox, and its token ---- */
@@ -2114,6 +2304,10 @@ static const struct ad_route control_routes[] = {
     {"POST", "/v2/sandboxes/{id}/connect", E | AD_BODY_JSON, sandbox_connect, "E2B: connect"},
     {"POST", "/sandboxes/{id}/resume", E | AD_BODY_JSON, sandbox_connect, "E2B: resume"},
     {"POST", "/sandboxes/{id}/pause", E | AD_BODY_JSON, sandbox_pause, "E2B: pause"},
+    {"POST", "/sandboxes/{id}/fork", E | AD_BODY_JSON, sandbox_fork, "E2B: fork"},
+    {"POST", "/sandboxes/{id}/snapshots", E | AD_BODY_JSON, snapshot_create, "E2B: createSnapshot"},
+    {"GET", "/snapshots", E, snapshot_list, "E2B: listSnapshots"},
+    {"DELETE", "/templates/{id}", E | AD_ID_NOT_SESSION, snapshot_delete, "E2B: deleteSnapshot"},
     {"GET", "/sandboxes/{id}/metrics", E, sandbox_metrics, "E2B: metrics"},
 };
 static const struct ad_route envd_routes[] = {
@@ -2334,7 +2528,8 @@ enum MHD_Result ad_e2b_route(struct MHD_Connection *c, struct ad_req *q, const c
         snprintf(q->owner, sizeof(q->owner), "key:%s", k.id);
         ad_limits_apply(&q->lim, &k.lim);
         snprintf(q->params[0], sizeof(q->params[0]), "%s", param);
-        if (param[0]) { /* the key's own sandbox, or 404 as for one that never was */
+        if (param[0] && !(q->route->flags & AD_ID_NOT_SESSION)) {
+            /* the key's own sandbox, or 404 as for one that never was */
             char id[160];
             native_id(param, id, sizeof(id));
             q->sess = id_ok(param) ? ad_session_get(q->owner, id) : NULL;

@@ -38,6 +38,8 @@ const struct ad_limit_field ad_limit_fields[] = {
     {"disk_budget_bytes",  offsetof(struct ad_limits, disk_budget_bytes),  true},
     {"requests_per_s",     offsetof(struct ad_limits, requests_per_s),     false},
     {"net_bytes_max",      offsetof(struct ad_limits, net_bytes_max),      true},
+    {"max_snapshots",      offsetof(struct ad_limits, max_snapshots),      false},
+    {"max_snapshot_bytes", offsetof(struct ad_limits, max_snapshot_bytes), true},
 };
 // clang-format on
 const size_t ad_nlimit_fields = sizeof(ad_limit_fields) / sizeof(ad_limit_fields[0]);

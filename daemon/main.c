@@ -23,7 +23,8 @@ static void usage(FILE *f)
                "                [--max-lifetime-s S] [--max-idle-s S] [--max-exec-timeout-s S]\n"
                "                [--max-upload-bytes B] [--disk-budget-bytes B] "
                "[--requests-per-s N]\n"
-               "                [--net-bytes-max B]\n"
+               "                [--net-bytes-max B] [--max-snapshots N] "
+               "[--max-snapshot-bytes B]\n"
                "       airlockd [--config FILE] key list\n"
                "       airlockd [--config FILE] key revoke ID\n"
                "       airlockd key e2b < KEY                   the key in E2B's form\n"
@@ -178,6 +179,10 @@ static int cmd_key(int argc, char **argv)
             fprintf(stderr, "airlockd: cannot revoke key '%s': %s\n", argv[1],
                     r == -ENOENT ? "no such key" : strerror(-r));
             rc = 1;
+        } else {
+            char owner[80];
+            snprintf(owner, sizeof(owner), "key:%s", argv[1]);
+            ad_snapshots_drop(owner); /* its snapshots go with it */
         }
     } else {
         usage(stderr);

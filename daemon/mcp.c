@@ -85,8 +85,8 @@ static void sess_ended(void *ctx, struct ad_session *s)
     pthread_rwlock_unlock(&using);
 }
 
-static int sess_open(void *ctx, const al_session_opts *o, al_session **out, void **handle,
-                     al_error *err)
+static int sess_open(void *ctx, const al_session_opts *o, const al_fork *fork, const char *snapshot,
+                     al_session **out, void **handle, al_error *err)
 {
     struct server *sv = ctx;
     cJSON *labels = cJSON_CreateObject();
@@ -104,7 +104,21 @@ static int sess_open(void *ctx, const al_session_opts *o, al_session **out, void
         .front_held = true,
         .on_end = sess_ended,
         .on_end_ctx = sv,
+        .fork = fork, /* its image is the source's as stored */
     };
+    char lib[160];
+    if (snapshot) { /* the owner's snapshot: its image, memory and devices */
+        if (ad_snapshot_name(sv->owner, snapshot, lib, sizeof(lib)) < 0) {
+            cJSON_Delete(labels);
+            err->code = -ENOENT;
+            snprintf(err->msg, sizeof(err->msg), "no snapshot '%.200s'", snapshot);
+            return -ENOENT;
+        }
+        c.snapshot = lib;
+        c.image = NULL;
+        c.memory_mib = c.vcpus = 0;
+        c.display = false;
+    }
     struct ad_session *s = NULL;
     struct ad_fail f = {0};
     int r = ad_session_create(sv->owner, &sv->lim, &c, &s, &f);
@@ -118,6 +132,39 @@ static int sess_open(void *ctx, const al_session_opts *o, al_session **out, void
     *out = s->s;
     *handle = s;
     return 0;
+}
+
+static int snap_save(void *ctx, void *handle, al_session *s, const char *name, bool replace,
+                     al_snapshot_info *out, al_error *err)
+{
+    struct server *sv = ctx;
+    (void)s;
+    struct ad_fail f = {0};
+    int r = ad_snapshot_save(handle, sv->owner, &sv->lim, name, replace, out, &f);
+    if (r < 0) {
+        err->code = r;
+        snprintf(err->msg, sizeof(err->msg), "%.32s%s%.400s", f.limit ? f.limit : "",
+                 f.limit ? ": " : "", f.msg);
+    }
+    return r;
+}
+
+static void snap_list(void *ctx, void (*fn)(void *fctx, const al_snapshot_info *si), void *fctx)
+{
+    struct server *sv = ctx;
+    ad_snapshot_list(sv->owner, fn, fctx);
+}
+
+static int snap_remove(void *ctx, const char *name, al_error *err)
+{
+    struct server *sv = ctx;
+    struct ad_fail f = {0};
+    int r = ad_snapshot_remove(sv->owner, name, &f);
+    if (r < 0) {
+        err->code = r;
+        snprintf(err->msg, sizeof(err->msg), "%.400s", f.msg);
+    }
+    return r;
 }
 
 static void sess_touch(void *ctx, void *handle)
@@ -167,6 +214,9 @@ static al_mcp *server_of(const char *owner, const struct ad_limits *lim, struct 
         .image_for = image_for,
         .image_ctx = s->owner,
         .session_open = sess_open,
+        .snapshot_save = snap_save,
+        .snapshot_list = snap_list,
+        .snapshot_remove = snap_remove,
         .session_touch = sess_touch,
         .session_ending = sess_ending,
         .session_close = sess_close,

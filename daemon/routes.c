@@ -169,6 +169,7 @@ static enum MHD_Result metrics(struct MHD_Connection *c, struct ad_req *q)
 static enum MHD_Result session_create(struct MHD_Connection *c, struct ad_req *q)
 {
     struct ad_create cr = {0};
+    const char *snap = NULL;
     char why[256] = "";
     if (get_str(q, "image", &cr.image, why, sizeof(why)) < 0 ||
         get_uint(q, "memory_mib", &cr.memory_mib, why, sizeof(why)) < 0 ||
@@ -182,8 +183,19 @@ static enum MHD_Result session_create(struct MHD_Connection *c, struct ad_req *q
         get_uint(q, "idle_timeout_s", &cr.idle_s, why, sizeof(why)) < 0 ||
         get_uint(q, "lifetime_s", &cr.lifetime_s, why, sizeof(why)) < 0 ||
         get_str(q, "name", &cr.name, why, sizeof(why)) < 0 ||
-        get_uint(q, "auto_pause_s", &cr.auto_pause_s, why, sizeof(why)) < 0)
+        get_uint(q, "auto_pause_s", &cr.auto_pause_s, why, sizeof(why)) < 0 ||
+        get_str(q, "snapshot", &snap, why, sizeof(why)) < 0)
         return ad_reply_error(c, q, 400, "invalid", "%s", why);
+    char lib[160];
+    if (snap) {
+        if (cr.image || cr.memory_mib || cr.vcpus || cr.transport || cr.display)
+            return ad_reply_error(c, q, 400, "invalid",
+                                  "snapshot: its image, memory, vCPUs and devices are the "
+                                  "snapshot's (no image, memory_mib, vcpus, transport, display)");
+        if (ad_snapshot_name(q->owner, snap, lib, sizeof(lib)) < 0)
+            return ad_reply_error(c, q, 404, "not_found", "no snapshot named '%s'", snap);
+        cr.snapshot = lib;
+    }
     if (cr.name && !ad_session_name_ok(cr.name))
         return ad_reply_error(c, q, 400, "invalid",
                               "name: 1 to 63 of [A-Za-z0-9._-], not starting with 'airlock-'");
@@ -198,6 +210,109 @@ static enum MHD_Result session_create(struct MHD_Connection *c, struct ad_req *q
     cJSON *o = ad_session_json(s);
     ad_session_put(s);
     return ad_reply_json(c, q, 201, o);
+}
+
+/* The create's options a fork may set too (session_create's, less what the source fixes). */
+static int fork_opts(struct ad_req *q, struct ad_create *cr, char *why, size_t wlen)
+{
+    if (get_str(q, "checkpoint_policy", &cr->checkpoint_policy, why, wlen) < 0 ||
+        get_uint(q, "idle_timeout_s", &cr->idle_s, why, wlen) < 0 ||
+        get_uint(q, "lifetime_s", &cr->lifetime_s, why, wlen) < 0 ||
+        get_str(q, "name", &cr->name, why, wlen) < 0)
+        return -1;
+    cr->labels = cJSON_GetObjectItemCaseSensitive(q->json, "labels");
+    return 0;
+}
+
+/* A fork's entry: the session, or {"error": {"status", "code", "message", "limit"}}. */
+static void fork_one(void *ctx, struct ad_session *s, const struct ad_fail *why)
+{
+    if (s) {
+        cJSON_AddItemToArray(ctx, ad_session_json(s));
+        return;
+    }
+    cJSON *one = cJSON_CreateObject(), *e = cJSON_AddObjectToObject(one, "error");
+    cJSON_AddNumberToObject(e, "status", why->status);
+    cJSON_AddStringToObject(e, "code", why->code ? why->code : "internal");
+    cJSON_AddStringToObject(e, "message", why->msg);
+    if (why->limit)
+        cJSON_AddStringToObject(e, "limit", why->limit);
+    cJSON_AddItemToArray(ctx, one);
+}
+
+static enum MHD_Result session_fork(struct MHD_Connection *c, struct ad_req *q)
+{
+    struct ad_fork_req fr = {.count = 1};
+    char why[256] = "";
+    if (get_uint(q, "count", &fr.count, why, sizeof(why)) < 0 ||
+        fork_opts(q, &fr.c, why, sizeof(why)) < 0)
+        return ad_reply_error(c, q, 400, "invalid", "%s", why);
+    if (fr.c.name && !ad_session_name_ok(fr.c.name))
+        return ad_reply_error(c, q, 400, "invalid",
+                              "name: 1 to 59 of [A-Za-z0-9._-], not starting with 'airlock-'");
+    if (fr.c.labels && !cJSON_IsObject(fr.c.labels))
+        return ad_reply_error(c, q, 400, "invalid", "labels: an object");
+    cJSON *o = cJSON_CreateObject();
+    cJSON *forks = cJSON_AddArrayToObject(o, "forks");
+    struct ad_fail f;
+    if (ad_session_fork(q->sess, q->owner, &q->lim, &fr, fork_one, forks, &f) < 0) {
+        cJSON_Delete(o);
+        return ad_reply_fail(c, q, &f);
+    }
+    return ad_reply_json(c, q, 201, o);
+}
+
+static cJSON *snapshot_json(const al_snapshot_info *si)
+{
+    cJSON *o = cJSON_CreateObject();
+    cJSON_AddStringToObject(o, "name", si->name);
+    cJSON_AddStringToObject(o, "image", si->image);
+    cJSON_AddNumberToObject(o, "memory_mib", si->memory_mib);
+    cJSON_AddNumberToObject(o, "bytes", (double)si->bytes);
+    cJSON_AddNumberToObject(o, "created", (double)si->created);
+    return o;
+}
+
+static enum MHD_Result snapshot_create(struct MHD_Connection *c, struct ad_req *q)
+{
+    const char *name = NULL;
+    bool replace = false;
+    char why[256], gen[32];
+    if (get_str(q, "name", &name, why, sizeof(why)) < 0 ||
+        get_bool(q, "replace", &replace, why, sizeof(why)) < 0)
+        return ad_reply_error(c, q, 400, "invalid", "%s", why);
+    if (!name) {
+        char hex[17];
+        if (ad_random_hex(hex, 4) < 0)
+            return ad_reply_error(c, q, 500, "internal", "no random bytes");
+        snprintf(gen, sizeof(gen), "snap-%s", hex);
+        name = gen;
+    }
+    al_snapshot_info si = AL_SNAPSHOT_INFO_INIT;
+    struct ad_fail f;
+    if (ad_snapshot_save(q->sess, q->owner, &q->lim, name, replace, &si, &f) < 0)
+        return ad_reply_fail(c, q, &f);
+    return ad_reply_json(c, q, 201, snapshot_json(&si));
+}
+
+static void snapshot_one(void *ctx, const al_snapshot_info *si)
+{
+    cJSON_AddItemToArray(ctx, snapshot_json(si));
+}
+
+static enum MHD_Result snapshot_list(struct MHD_Connection *c, struct ad_req *q)
+{
+    cJSON *o = cJSON_CreateObject(), *a = cJSON_AddArrayToObject(o, "snapshots");
+    ad_snapshot_list(q->owner, snapshot_one, a);
+    return ad_reply_json(c, q, 200, o);
+}
+
+static enum MHD_Result snapshot_delete(struct MHD_Connection *c, struct ad_req *q)
+{
+    struct ad_fail f;
+    if (ad_snapshot_remove(q->owner, q->params[0], &f) < 0)
+        return ad_reply_fail(c, q, &f);
+    return ad_reply(c, q, 204, MHD_create_response_from_buffer(0, NULL, MHD_RESPMEM_PERSISTENT));
 }
 
 static void list_one(void *ctx, struct ad_session *s)
@@ -1155,6 +1270,10 @@ const struct ad_route ad_routes[] = {
     {"DELETE", "/v1/sessions/{id}", AD_LOST_OK | AD_PAUSED_OK, session_delete, "end a session"},
     {"POST",   "/v1/sessions/{id}/extend", AD_BODY_JSON | AD_PAUSED_OK, session_extend, "move the end of its lifetime"},
     {"POST",   "/v1/sessions/{id}/pause", 0, session_pause, "pause it to disk (memory and QEMU freed)"},
+    {"POST",   "/v1/sessions/{id}/fork", AD_BODY_JSON, session_fork, "fork it into new sessions (memory, processes, disk)"},
+    {"POST",   "/v1/sessions/{id}/snapshots", AD_BODY_JSON, snapshot_create, "save its whole state as a snapshot to start sessions from"},
+    {"GET",    "/v1/snapshots", AD_NO_SESSION, snapshot_list, "the caller's snapshots"},
+    {"DELETE", "/v1/snapshots/{name}", AD_NO_SESSION, snapshot_delete, "remove a snapshot"},
     {"POST",   "/v1/sessions/{id}/resume", AD_PAUSED_OK, session_resume, "bring a paused session back"},
     {"GET",    "/v1/sessions/{id}/net", 0, net_list, "the session's network requests"},
     {"POST",   "/v1/sessions/{id}/runs", AD_BODY_JSON, run_start, "start a command or code run"},

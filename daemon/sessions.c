@@ -2,6 +2,7 @@
  * lifetime. They outlive requests; a reaper ends the idle and the expired; shutdown ends all. */
 #include "airlockd.h"
 
+#include <ctype.h>
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
@@ -505,6 +506,8 @@ cJSON *ad_session_json(struct ad_session *s)
     cJSON_AddStringToObject(o, "transport", s->transport);
     cJSON_AddStringToObject(o, "checkpoint_policy", al_checkpoint_policy_name(s->policy));
     cJSON_AddItemToObject(o, "labels", cJSON_Duplicate(s->labels, true));
+    if (s->forked_from[0])
+        cJSON_AddStringToObject(o, "forked_from", s->forked_from);
     cJSON_AddNumberToObject(o, "created", (double)s->created);
     cJSON_AddNumberToObject(o, "idle_timeout_s", s->idle_s);
     if (s->deadline_ms == UINT64_MAX)
@@ -797,6 +800,21 @@ const char *ad_image_resolve(const char *owner, const char *name, char *buf, siz
     return image_exists(buf) ? buf : NULL;
 }
 
+struct snap_find {
+    const char *name;
+    bool found;
+    al_snapshot_info info;
+};
+
+static void snap_found(void *ctx, const al_snapshot_info *si)
+{
+    struct snap_find *sf = ctx;
+    if (!strcmp(si->name, sf->name)) {
+        sf->found = true;
+        sf->info = *si;
+    }
+}
+
 int ad_session_create(const char *owner, const struct ad_limits *lim, const struct ad_create *c,
                       struct ad_session **out, struct ad_fail *f)
 {
@@ -820,8 +838,19 @@ int ad_session_create(const char *owner, const struct ad_limits *lim, const stru
         return r;
     }
     char own[64];
-    const char *image =
-        c->image ? ad_image_resolve(owner, c->image, own, sizeof(own)) : al_image_default();
+    const char *image = c->fork    ? c->image
+                        : c->image ? ad_image_resolve(owner, c->image, own, sizeof(own))
+                                   : al_image_default();
+    struct snap_find sf = {.name = c->snapshot};
+    if (c->snapshot) { /* its image and memory are the snapshot's */
+        al_error e = {0};
+        al_snapshot_list(c->snapshot, snap_found, &sf, &e);
+        if (!sf.found) {
+            ad_failf(f, 404, "not_found", "no snapshot '%s'", c->snapshot);
+            return -ENOENT;
+        }
+        image = sf.info.image;
+    }
     if (!image) {
         ad_failf(f, 400, "invalid", "unknown image '%s'", c->image);
         return -ENOENT;
@@ -834,7 +863,10 @@ int ad_session_create(const char *owner, const struct ad_limits *lim, const stru
             f->status = 400;
         return r;
     }
-    unsigned mem = c->memory_mib ? c->memory_mib : img.memory_mib ? img.memory_mib : 256;
+    unsigned mem = c->snapshot      ? sf.info.memory_mib
+                   : c->memory_mib  ? c->memory_mib
+                   : img.memory_mib ? img.memory_mib
+                                    : 256;
     enum al_transport img_transport = img.transport;
     al_image_free(&img);
 
@@ -889,7 +921,8 @@ int ad_session_create(const char *owner, const struct ad_limits *lim, const stru
     };
     /* Kept by the library for the next start of this daemon (network on request, SSH and other
      * hosts' sessions cannot be: they end with it). */
-    bool keep = ad_cfg.keep_sessions && !net.allow && !ssh && !uri && ad_host_local(host);
+    bool keep = ad_cfg.keep_sessions && !net.allow && !ssh && !uri && ad_host_local(host) &&
+                !c->fork && !c->snapshot;
     if (keep)
         o.keep = ad_store_keeper();
     if (c->auto_pause_s && !keep) {
@@ -908,12 +941,16 @@ int ad_session_create(const char *owner, const struct ad_limits *lim, const stru
     uint64_t t0 = ad_now_ms();
     pthread_mutex_lock(&lock);
     /* The pool's sessions run on the default connection, a local host. */
-    al_session *as =
-        stopping || !ad_host_local(host) ? NULL : pool_take(&o, lim->disk_budget_bytes);
+    al_session *as = stopping || !ad_host_local(host) || c->fork || c->snapshot
+                         ? NULL
+                         : pool_take(&o, lim->disk_budget_bytes);
     pthread_mutex_unlock(&lock);
     bool pooled = as != NULL;
     ad_metrics_booting(1);
-    r = as ? 0 : al_session_open(&o, &as, &err);
+    r = as            ? 0
+        : c->fork     ? al_fork_open(c->fork, &o, &as, &err)
+        : c->snapshot ? al_snapshot_open(c->snapshot, &o, &as, &err)
+                      : al_session_open(&o, &as, &err);
     ad_metrics_booting(-1);
     /* restored: from a warm-start template (the pool's sessions are), else booted cold */
     ad_metrics_boot(r == 0, r == 0 && al_session_restored(as), ad_now_ms() - t0);
@@ -991,6 +1028,214 @@ int ad_session_create(const char *owner, const struct ad_limits *lim, const stru
                                      : "");
     *out = s;
     return 0;
+}
+
+int ad_session_fork(struct ad_session *src, const char *owner, const struct ad_limits *lim,
+                    const struct ad_fork_req *req,
+                    void (*each)(void *ctx, struct ad_session *fork, const struct ad_fail *why),
+                    void *ctx, struct ad_fail *f)
+{
+    if (req->count < 1 || req->count > AD_FORK_MAX) {
+        ad_failf(f, 400, "invalid", "count: 1 to %d", AD_FORK_MAX);
+        return -EINVAL;
+    }
+    if (src->net) {
+        ad_failf(f, 400, "invalid",
+                 "a session with network on request cannot be forked yet (each fork needs its "
+                 "own egress)");
+        return -EOPNOTSUPP;
+    }
+    if (req->c.name && strlen(req->c.name) + 4 > 63) {
+        ad_failf(f, 400, "invalid", "name: at most 59 characters (each fork is NAME-I)");
+        return -EINVAL;
+    }
+    al_fork *fk = NULL;
+    al_error err = {0};
+    int r = al_session_fork_save(src->s, &fk, &err);
+    if (r < 0) {
+        ad_fail_from(f, r, &err);
+        if (f->status == 500 && (r == -EOPNOTSUPP || r == -EINVAL || r == -E2BIG))
+            f->status = 400;
+        return r;
+    }
+    unsigned pause_ms = 0;
+    al_fork_timing(fk, &pause_ms, NULL);
+    ad_log("session %s of %s saved for %u fork(s) (stood still %u ms)", src->id, owner, req->count,
+           pause_ms);
+    for (unsigned i = 0; i < req->count; i++) {
+        struct ad_create c = req->c;
+        char name[64], token[65], traffic[65];
+        if (req->c.name) {
+            snprintf(name, sizeof(name), "%s-%u", req->c.name, i + 1);
+            c.name = name;
+        }
+        c.fork = fk;
+        c.image = src->image;
+        c.memory_mib = src->memory_mib;
+        c.vcpus = src->vcpus;
+        c.display = src->display;
+        c.checkpoints = src->checkpoints;
+        c.transport = NULL;
+        c.net = NULL;
+        c.labels = c.labels ? c.labels : src->labels;
+        struct ad_fail ff = {0};
+        struct ad_session *s = NULL;
+        if (src->e2b_token[0]) { /* an E2B sandbox's: tokens of its own */
+            if (ad_random_hex(token, 32) < 0 || ad_random_hex(traffic, 32) < 0) {
+                ad_failf(&ff, 500, "internal", "no random bytes for the sandbox's tokens");
+                each(ctx, NULL, &ff);
+                continue;
+            }
+            c.e2b_token = token;
+            c.e2b_traffic = traffic;
+            c.e2b_template = src->e2b_template;
+            c.e2b_env = src->e2b_env;
+        }
+        if (ad_session_create(owner, lim, &c, &s, &ff) < 0) {
+            each(ctx, NULL, &ff);
+            continue;
+        }
+        s->e2b_user = src->e2b_user;
+        snprintf(s->forked_from, sizeof(s->forked_from), "%s", src->id);
+        ad_session_save(s);
+        each(ctx, s, NULL);
+        ad_session_put(s);
+    }
+    al_fork_free(fk);
+    return 0;
+}
+
+/* ---- snapshots: the library's (al_snapshot_*), named OWNER-TAG_NAME ---- */
+
+int ad_snapshot_name(const char *owner, const char *name, char *buf, size_t len)
+{
+    char tag[64];
+    size_t n = 0;
+    for (const char *p = owner; *p && n + 1 < sizeof(tag); p++) {
+        if (!isalnum((unsigned char)*p) && *p != ':' && *p != '-' && *p != '_')
+            return -EINVAL;
+        tag[n++] = *p == ':' ? '-' : *p;
+    }
+    tag[n] = '\0';
+    if (!name)
+        return snprintf(buf, len, "%s_", tag) < (int)len ? 0 : -ENAMETOOLONG;
+    if (strlen(name) > 63 || !al_snapshot_name_ok(name))
+        return -EINVAL;
+    return snprintf(buf, len, "%s_%s", tag, name) < (int)len ? 0 : -ENAMETOOLONG;
+}
+
+struct snap_tally {
+    const char *skip; /* the library name being replaced: not counted */
+    unsigned n;
+    uint64_t bytes;
+};
+
+static void snap_count(void *ctx, const al_snapshot_info *si)
+{
+    struct snap_tally *t = ctx;
+    if (t->skip && !strcmp(si->name, t->skip))
+        return;
+    t->n++;
+    t->bytes += si->bytes;
+}
+
+int ad_snapshot_save(struct ad_session *s, const char *owner, const struct ad_limits *lim,
+                     const char *name, bool replace, al_snapshot_info *out, struct ad_fail *f)
+{
+    char lib[160], prefix[80];
+    if (ad_snapshot_name(owner, name, lib, sizeof(lib)) < 0 ||
+        ad_snapshot_name(owner, NULL, prefix, sizeof(prefix)) < 0) {
+        ad_failf(f, 400, "invalid", "name: 1 to 63 of [A-Za-z0-9._-], not starting with a dot");
+        return -EINVAL;
+    }
+    /* One save at a time per daemon: the quota is counted, then taken. */
+    static pthread_mutex_t snap_lock = PTHREAD_MUTEX_INITIALIZER;
+    pthread_mutex_lock(&snap_lock);
+    struct snap_tally t = {.skip = replace ? lib : NULL};
+    al_error err = {0};
+    al_snapshot_list(prefix, snap_count, &t, &err);
+    int r = 0;
+    if (lim->max_snapshots && t.n >= lim->max_snapshots) {
+        ad_failf(f, 429, "quota_exceeded", "at most %u snapshots", lim->max_snapshots);
+        f->limit = "max_snapshots";
+        r = -EDQUOT;
+    }
+    if (r == 0 && (r = al_snapshot_save(s->s, lib, replace, out, &err)) < 0) {
+        ad_fail_from(f, r, &err);
+        if (r == -EEXIST)
+            ad_failf(f, 409, "name_taken", "a snapshot named '%s' exists", name);
+        else if (f->status == 500 && (r == -EOPNOTSUPP || r == -EINVAL || r == -E2BIG))
+            f->status = 400;
+    }
+    if (r == 0 && lim->max_snapshot_bytes && t.bytes + out->bytes > lim->max_snapshot_bytes) {
+        al_snapshot_remove(lib, &err);
+        ad_failf(f, 429, "quota_exceeded",
+                 "the snapshots would take %llu bytes, more than max_snapshot_bytes %llu",
+                 (unsigned long long)(t.bytes + out->bytes),
+                 (unsigned long long)lim->max_snapshot_bytes);
+        f->limit = "max_snapshot_bytes";
+        r = -EDQUOT;
+    }
+    pthread_mutex_unlock(&snap_lock);
+    if (r == 0) {
+        snprintf(out->name, sizeof(out->name), "%s", name);
+        ad_log("session %s of %s saved as snapshot %s (%llu bytes)", s->id, owner, name,
+               (unsigned long long)out->bytes);
+    }
+    return r;
+}
+
+struct snap_list {
+    size_t skip;
+    void (*fn)(void *ctx, const al_snapshot_info *s);
+    void *ctx;
+};
+
+static void snap_strip(void *ctx, const al_snapshot_info *si)
+{
+    struct snap_list *l = ctx;
+    al_snapshot_info mine = *si;
+    snprintf(mine.name, sizeof(mine.name), "%s", si->name + l->skip);
+    l->fn(l->ctx, &mine);
+}
+
+void ad_snapshot_list(const char *owner, void (*fn)(void *ctx, const al_snapshot_info *s),
+                      void *ctx)
+{
+    char prefix[80];
+    if (ad_snapshot_name(owner, NULL, prefix, sizeof(prefix)) < 0)
+        return;
+    struct snap_list l = {.skip = strlen(prefix), .fn = fn, .ctx = ctx};
+    al_error err = {0};
+    al_snapshot_list(prefix, snap_strip, &l, &err);
+}
+
+int ad_snapshot_remove(const char *owner, const char *name, struct ad_fail *f)
+{
+    char lib[160];
+    al_error err = {0};
+    int r = ad_snapshot_name(owner, name, lib, sizeof(lib)) < 0 ? -ENOENT
+                                                                : al_snapshot_remove(lib, &err);
+    if (r == -ENOENT || r == -EINVAL)
+        ad_failf(f, 404, "not_found", "no snapshot named '%s'", name);
+    else if (r < 0)
+        ad_fail_from(f, r, &err);
+    return r;
+}
+
+static void snap_drop(void *ctx, const al_snapshot_info *si)
+{
+    (void)ctx;
+    al_error err = {0};
+    al_snapshot_remove(si->name, &err);
+}
+
+void ad_snapshots_drop(const char *owner)
+{
+    char prefix[80];
+    al_error err = {0};
+    if (ad_snapshot_name(owner, NULL, prefix, sizeof(prefix)) == 0)
+        al_snapshot_list(prefix, snap_drop, NULL, &err);
 }
 
 int ad_session_extend(struct ad_session *s, unsigned seconds, const struct ad_limits *lim,

@@ -32,8 +32,9 @@ static const char usage[] =
     "                                   (one side SESSION:/path, or :/path)\n"
     "  shell [SESSION]                  a login shell in a running session, or a fresh one\n"
     "  port SESSION GUEST[:HOST]        forward a port of a running session to this machine\n"
-    "  session start|ls|stop|extend     sessions of airlockd that outlive a command; then\n"
-    "                                   'exec --session ID'; rm ID is session stop\n"
+    "  session start|ls|stop|extend|fork  sessions of airlockd that outlive a command;\n"
+    "                                   then 'exec --session ID'; rm ID is session stop\n"
+    "  snapshot save|ls|rm              a session's whole state kept, to start sessions from\n"
     "  proc ls|logs|kill|wait SESSION   the runs of an airlockd session, which run at\n"
     "                                   once ('exec --session ID --detach -- CMD')\n"
     "  mcp                              serve the Model Context Protocol on stdio, for\n"
@@ -182,6 +183,8 @@ int main(int argc, char **argv)
         return cli_remote_session(&g, sub_argc, sub_argv);
     if (!strcmp(cmd, "proc"))
         return cli_remote_proc(&g, sub_argc, sub_argv);
+    if (!strcmp(cmd, "snapshot"))
+        return cli_remote_snapshot(&g, sub_argc, sub_argv);
     if (!strcmp(cmd, "rm")) {
         sub_argv[0] = (char *)"stop"; /* airlock rm ID... is airlock session stop ID... */
         return cli_remote_session(&g, sub_argc + 1, sub_argv - 1);

@@ -1121,13 +1121,14 @@ static void usage_session(FILE *f)
     fputs("Usage: airlock [--server URL] session start [--image NAME] [--memory MIB] [--cpus N]\n"
           "                 [--idle-timeout S] [--lifetime S] [--checkpoints]\n"
           "                 [--display[=WxH]]\n"
-          "                 [--name NAME] [--auto-pause S]\n"
+          "                 [--name NAME] [--auto-pause S] [--snapshot NAME]\n"
           "       airlock [--server URL] session ls\n"
           "       airlock [--server URL] session pause|resume ID...\n"
           "       airlock [--server URL] session screenshot ID FILE [--max-edge N]\n"
           "       airlock [--server URL] session input ID ACTIONS-JSON\n"
           "       airlock [--server URL] session stop ID...\n"
           "       airlock [--server URL] session extend ID SECONDS\n"
+          "       airlock [--server URL] session fork ID [-n N] [--name NAME]\n"
           "\n"
           "Sessions of airlockd that outlive a command: start prints the id for\n"
           "'airlock exec --session ID'. A session started with --display has a screen\n"
@@ -1136,7 +1137,10 @@ static void usage_session(FILE *f)
           "actions ('[{\"action\": \"left_click\", \"coordinate\": [100, 200]}]', docs/API.md).\n"
           "Sessions outlive restarts of airlockd. pause saves one to disk (its memory freed),\n"
           "resume brings it back as it was; --auto-pause S pauses it after S seconds idle.\n"
-          "A session's NAME (unique per key) stands for its ID everywhere.\n"
+          "A session's NAME (unique per key) stands for its ID everywhere. fork starts N\n"
+          "sessions (default 1; NAME-1 ...) with the session's whole state as it is now, its\n"
+          "processes and kernels with it, and prints their ids. start --snapshot NAME starts\n"
+          "one from a snapshot ('airlock snapshot save') instead of an image.\n"
           "Server: --server (or $AIRLOCK_HOST), default " DEFAULT_SOCKET ".\n",
           f);
 }
@@ -1153,6 +1157,7 @@ static int session_start(const struct remote *r, int argc, char **argv)
         {"display", optional_argument, NULL, 'D'},
         {"name", required_argument, NULL, 'N'},
         {"auto-pause", required_argument, NULL, 'P'},
+        {"snapshot", required_argument, NULL, 'S' + 256},
         {NULL, 0, NULL, 0},
     };
     cJSON *in = cJSON_CreateObject();
@@ -1210,6 +1215,9 @@ static int session_start(const struct remote *r, int argc, char **argv)
         case 'P':
             cJSON_AddNumberToObject(in, "auto_pause_s",
                                     (double)cli_number("--auto-pause", optarg, 4000000000u));
+            break;
+        case 'S' + 256:
+            cJSON_AddStringToObject(in, "snapshot", optarg);
             break;
         default:
             cJSON_Delete(in);
@@ -1600,6 +1608,61 @@ out:
     return r;
 }
 
+/* session fork ID [-n N] [--name NAME]: each fork's id on a line; one that failed alone is a
+ * line on stderr and exit 1. */
+static int session_fork(const struct remote *r, int argc, char **argv)
+{
+    static const struct option opts[] = {
+        {"count", required_argument, NULL, 'n'},
+        {"name", required_argument, NULL, 'N'},
+        {NULL, 0, NULL, 0},
+    };
+    cJSON *in = cJSON_CreateObject();
+    int c;
+    optind = 0; /* anew: the options may follow the id */
+    while ((c = getopt_long(argc, argv, "n:", opts, NULL)) != -1) {
+        if (c == 'n')
+            cJSON_AddNumberToObject(in, "count", (double)cli_number("N", optarg, 16));
+        else if (c == 'N')
+            cJSON_AddStringToObject(in, "name", optarg);
+        else {
+            cJSON_Delete(in);
+            usage_session(stderr);
+            return 2;
+        }
+    }
+    if (optind != argc - 1) {
+        cJSON_Delete(in);
+        usage_session(stderr);
+        return 2;
+    }
+    char path[300];
+    snprintf(path, sizeof(path), "/v1/sessions/%s/fork", argv[optind]);
+    cJSON *out = NULL;
+    int k = call(r, "POST", path, in, &out, NULL);
+    cJSON_Delete(in);
+    if (k < 0)
+        return 1;
+    int rc = 0;
+    cJSON *x;
+    cJSON_ArrayForEach(x, cJSON_GetObjectItemCaseSensitive(out, "forks"))
+    {
+        char safe[600];
+        const cJSON *e = cJSON_GetObjectItemCaseSensitive(x, "error");
+        if (e) {
+            const char *msg = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(e, "message"));
+            fprintf(stderr, "airlock: a fork failed: %s\n",
+                    al_term_escape(msg ? msg : "no reason given", safe, sizeof(safe)));
+            rc = 1;
+            continue;
+        }
+        const char *id = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(x, "id"));
+        printf("%s\n", al_term_escape(id ? id : "?", safe, sizeof(safe)));
+    }
+    cJSON_Delete(out);
+    return rc;
+}
+
 int cli_remote_session(struct cli_globals *g, int argc, char **argv)
 {
     if (argc < 2 || !strcmp(argv[1], "-h") || !strcmp(argv[1], "--help")) {
@@ -1632,6 +1695,8 @@ int cli_remote_session(struct cli_globals *g, int argc, char **argv)
         }
         return rc;
     }
+    if (!strcmp(sub, "fork") && argc >= 3)
+        return session_fork(&r, argc - 1, argv + 1);
     if (!strcmp(sub, "extend") && argc == 4) {
         char path[300];
         snprintf(path, sizeof(path), "/v1/sessions/%s/extend", argv[2]);
@@ -1642,6 +1707,101 @@ int cli_remote_session(struct cli_globals *g, int argc, char **argv)
         return k < 0;
     }
     usage_session(stderr);
+    return 2;
+}
+
+/* ---- snapshots: airlock snapshot ---- */
+
+static void usage_snapshot(FILE *f)
+{
+    fputs("Usage: airlock [--server URL] snapshot save SESSION NAME [--replace]\n"
+          "       airlock [--server URL] snapshot ls\n"
+          "       airlock [--server URL] snapshot rm NAME...\n"
+          "\n"
+          "Snapshots of airlockd: a session's whole state (memory, processes, kernels, files)\n"
+          "saved under a NAME of this user's or this key's, outliving the session; start\n"
+          "sessions from one with 'airlock session start --snapshot NAME'. save keeps the\n"
+          "session running (it stands still for the save); --replace saves over a snapshot\n"
+          "of that name; ls lists them with their size; rm removes them (sessions started\n"
+          "from one go on).\n",
+          f);
+}
+
+static void human_bytes(double b, char *buf, size_t len)
+{
+    static const char *const units[] = {"B", "KiB", "MiB", "GiB", "TiB"};
+    size_t u = 0;
+    while (b >= 1024 && u + 1 < sizeof(units) / sizeof(units[0]))
+        b /= 1024, u++;
+    snprintf(buf, len, u ? "%.1f %s" : "%.0f %s", b, units[u]);
+}
+
+int cli_remote_snapshot(struct cli_globals *g, int argc, char **argv)
+{
+    if (argc < 2 || !strcmp(argv[1], "-h") || !strcmp(argv[1], "--help")) {
+        usage_snapshot(argc < 2 ? stderr : stdout);
+        return argc < 2 ? 2 : 0;
+    }
+    struct remote r;
+    if (remote_init(&r, g) < 0)
+        return 2;
+    const char *sub = argv[1];
+    if (!strcmp(sub, "save") && (argc == 4 || (argc == 5 && !strcmp(argv[4], "--replace")))) {
+        char path[300];
+        snprintf(path, sizeof(path), "/v1/sessions/%s/snapshots", argv[2]);
+        cJSON *in = cJSON_CreateObject(), *out = NULL;
+        cJSON_AddStringToObject(in, "name", argv[3]);
+        cJSON_AddBoolToObject(in, "replace", argc == 5);
+        int k = call(&r, "POST", path, in, &out, NULL);
+        cJSON_Delete(in);
+        if (k < 0)
+            return 1;
+        char size[32], safe[200];
+        human_bytes(cJSON_GetNumberValue(cJSON_GetObjectItemCaseSensitive(out, "bytes")), size,
+                    sizeof(size));
+        printf("%s\t%s\n",
+               al_term_escape(cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(out, "name"))
+                                  ?: "?",
+                              safe, sizeof(safe)),
+               size);
+        cJSON_Delete(out);
+        return 0;
+    }
+    if (!strcmp(sub, "ls") && argc == 2) {
+        cJSON *out = NULL;
+        if (call(&r, "GET", "/v1/snapshots", NULL, &out, NULL) < 0)
+            return 1;
+        printf("%-32s %-16s %10s %s\n", "NAME", "IMAGE", "SIZE", "CREATED");
+        cJSON *x;
+        cJSON_ArrayForEach(x, cJSON_GetObjectItemCaseSensitive(out, "snapshots"))
+        {
+            char name[200], image[80], size[32], when[32];
+            al_term_escape(cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(x, "name")) ?: "?",
+                           name, sizeof(name));
+            al_term_escape(cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(x, "image"))
+                               ?: "?",
+                           image, sizeof(image));
+            human_bytes(cJSON_GetNumberValue(cJSON_GetObjectItemCaseSensitive(x, "bytes")), size,
+                        sizeof(size));
+            time_t t = (time_t)cJSON_GetNumberValue(cJSON_GetObjectItemCaseSensitive(x, "created"));
+            struct tm tm;
+            strftime(when, sizeof(when), "%Y-%m-%d %H:%M", localtime_r(&t, &tm));
+            printf("%-32s %-16s %10s %s\n", name, image, size, when);
+        }
+        cJSON_Delete(out);
+        return 0;
+    }
+    if (!strcmp(sub, "rm") && argc >= 3) {
+        int rc = 0;
+        for (int i = 2; i < argc; i++) {
+            char path[300];
+            snprintf(path, sizeof(path), "/v1/snapshots/%s", argv[i]);
+            if (call(&r, "DELETE", path, NULL, NULL, NULL) < 0)
+                rc = 1;
+        }
+        return rc;
+    }
+    usage_snapshot(stderr);
     return 2;
 }
 

@@ -1105,6 +1105,56 @@ void al_session_set_cancel_fd(al_session *s, int fd);
  * sessions handed out are the callers'. Safe on NULL. */
 void al_pool_destroy(al_pool *p);
 
+/* Forks (LIBAIRLOCK_1.4): a running session's whole state (memory, devices, disk: its kernels'
+ * variables, background processes and open ports with it) saved once and opened as new
+ * sessions. The source is paused for the save only (al_fork_timing) and goes on. Each fork is
+ * restored as a warm start is: its RAM the save's file mapped privately (pages shared between
+ * forks until written), its disk an overlay of the source's as it was, made unique (entropy,
+ * clock, hostname, machine-id; the python kernel's generators reseeded). Local sessions over
+ * virtio-serial only; not sessions with network on request, a benchmark port, or paused. */
+typedef struct al_fork al_fork;
+int al_session_fork_save(al_session *s, al_fork **out, al_error *err);
+/* A new session from the save: opts as for al_session_open, but the image, memory, vCPUs and
+ * display are the source's (an image named must be it); not kept, no network, this host. */
+int al_fork_open(const al_fork *f, const al_session_opts *opts, al_session **out, al_error *err);
+/* How long the source stood still, and the whole save took. */
+void al_fork_timing(const al_fork *f, unsigned *pause_ms, unsigned *save_ms);
+/* Frees the handle; the save's files stay while a fork opened from it lives. Safe on NULL. */
+void al_fork_free(al_fork *f);
+
+/* Snapshots (LIBAIRLOCK_1.4): a fork's save kept under a name in the state dir and sealed as a
+ * template is (each file's owner, mode, size, inode, mtime; the SHA-256 of all but the RAM
+ * file, whose ctime stands for it): sessions open from it any time later, the source gone or
+ * not, as forks of it. A snapshot whose files changed, whose image changed, or that another
+ * QEMU or libvirt made is refused with the reason. NAME: 1 to AL_SNAPSHOT_NAME_MAX of
+ * [A-Za-z0-9._-], not starting with a dot (callers that keep snapshots of several owners
+ * prefix theirs). */
+#define AL_SNAPSHOT_NAME_MAX 127
+typedef struct al_snapshot_info {
+    size_t struct_size;
+    char name[AL_SNAPSHOT_NAME_MAX + 1];
+    char image[64];
+    unsigned memory_mib;
+    uint64_t bytes;  /* its files' blocks on disk (layers it shares with others included) */
+    int64_t created; /* unix time */
+    char source[64]; /* the session it was saved from (al_session_name) */
+} al_snapshot_info;
+#define AL_SNAPSHOT_INFO_INIT AL_SIZED_INIT(al_snapshot_info)
+/* Saves s as snapshot name (-EEXIST when there is one, unless replace). out: may be NULL. */
+int al_snapshot_save(al_session *s, const char *name, bool replace, al_snapshot_info *out,
+                     al_error *err);
+/* A new session from the snapshot (opts as al_fork_open's). -ENOENT: none of that name;
+ * -EBADMSG or -ESTALE: refused, err says why. */
+int al_snapshot_open(const char *name, const al_session_opts *opts, al_session **out,
+                     al_error *err);
+/* The snapshots whose names start with prefix (NULL: all), each to fn; how many. */
+int al_snapshot_list(const char *prefix, void (*fn)(void *ctx, const al_snapshot_info *s),
+                     void *ctx, al_error *err);
+/* Removes it now, or once no session started from it is left. */
+int al_snapshot_remove(const char *name, al_error *err);
+/* Whether name is a snapshot's name (as above). */
+bool al_snapshot_name_ok(const char *name);
+
 #pragma GCC visibility pop
 
 #ifdef __cplusplus

@@ -27,6 +27,7 @@
 /* Bounds. A message is one line of JSON: 16 MiB holds a write_file of 10 MiB in base64. */
 #define AL_MCP_MESSAGE_MAX (16u << 20)
 #define AL_MCP_CALLS_MAX 64       /* tools/call in flight at once (the agent link's 64) */
+#define AL_MCP_FORK_MAX 16        /* fork_session's count at most */
 #define AL_MCP_SESSIONS_DEFAULT 8 /* sessions of one client at once */
 #define AL_MCP_SESSIONS_MAX 64    /* what sessions_max may be (a host's quotas may be lower) */
 #define AL_MCP_RUNS_MAX 64        /* runs and processes one session keeps (oldest ended go) */
@@ -60,13 +61,24 @@ typedef struct al_mcp_opts {
      * host's handle for it (-errno and err on failure: err names the limit); touch says a call
      * used it; ending says whether the host is ending it already; close gives it back (its VM
      * goes). A session the host ends itself is told with al_mcp_session_ended. NULL:
-     * al_session_open and al_session_close. */
-    int (*session_open)(void *ctx, const al_session_opts *o, al_session **s, void **handle,
-                        al_error *err);
+     * al_session_open and al_session_close. With fork, a fork of that save (fork_session,
+     * al_fork_open) rather than a boot; with snapshot, a session from the caller's snapshot of
+     * that name (start_session's snapshot). */
+    int (*session_open)(void *ctx, const al_session_opts *o, const al_fork *fork,
+                        const char *snapshot, al_session **s, void **handle, al_error *err);
     void (*session_touch)(void *ctx, void *handle);
     bool (*session_ending)(void *ctx, void *handle);
     void (*session_close)(void *ctx, void *handle);
     void *session_ctx;
+    /* The caller's snapshots (snapshot_session, list_snapshots, delete_snapshot; names as the
+     * caller gives them), where not NULL (airlockd: the owner's, within its quotas), with
+     * session_ctx; save gets the session's handle. NULL: the library's, named as airlockd names
+     * the snapshots of this process's user ("uid-UID_NAME"). */
+    int (*snapshot_save)(void *ctx, void *handle, al_session *s, const char *name, bool replace,
+                         al_snapshot_info *out, al_error *err);
+    void (*snapshot_list)(void *ctx, void (*fn)(void *fctx, const al_snapshot_info *si),
+                          void *fctx);
+    int (*snapshot_remove)(void *ctx, const char *name, al_error *err);
 } al_mcp_opts;
 
 int al_mcp_new(const al_mcp_opts *o, al_mcp **out, al_error *err);

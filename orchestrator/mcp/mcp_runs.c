@@ -676,8 +676,18 @@ void mcp_sess_stop(al_mcp *m, struct mcp_sess *ss)
     pthread_mutex_unlock(&m->mu);
 }
 
-int mcp_sess_open(al_mcp *m, struct mcp_call *c, const al_session_opts *so, struct mcp_sess **out,
-                  al_error *err)
+/* This process's user's snapshot name as airlockd names a local user's ("uid-UID_NAME"). */
+int mcp_snapshot_name(const char *name, char *buf, size_t len, al_error *err)
+{
+    if (!name || strlen(name) > 63 || !al_snapshot_name_ok(name))
+        return al_err(err, -EINVAL,
+                      "a snapshot's name is 1 to 63 of [A-Za-z0-9._-], not starting with a dot");
+    snprintf(buf, len, "uid-%lu_%s", (unsigned long)geteuid(), name);
+    return 0;
+}
+
+int mcp_sess_open(al_mcp *m, struct mcp_call *c, const al_session_opts *so, const al_fork *fork,
+                  const char *snapshot, struct mcp_sess **out, al_error *err)
 {
     pthread_mutex_lock(&m->mu);
     if (m->closing) {
@@ -707,8 +717,14 @@ int mcp_sess_open(al_mcp *m, struct mcp_call *c, const al_session_opts *so, stru
         o.cancel_fd = cp[0];
         mcp_call_target(c, cp[1]);
         uint64_t t0 = al_now_ms();
-        rc = m->o.session_open ? m->o.session_open(m->o.session_ctx, &o, &s, &ss->handle, err)
-                               : al_session_open(&o, &s, err);
+        char lib[160];
+        rc = m->o.session_open
+                 ? m->o.session_open(m->o.session_ctx, &o, fork, snapshot, &s, &ss->handle, err)
+             : fork     ? al_fork_open(fork, &o, &s, err)
+             : snapshot ? (mcp_snapshot_name(snapshot, lib, sizeof(lib), err) < 0
+                               ? err->code
+                               : al_snapshot_open(lib, &o, &s, err))
+                        : al_session_open(&o, &s, err);
         mcp_call_target(c, -1);
         ss->boot_ms = al_now_ms() - t0;
         if (!rc)

@@ -153,8 +153,10 @@ struct mcp_sess *mcp_sess_get(al_mcp *m, const char *id);
 void mcp_sess_put(al_mcp *m, struct mcp_sess *ss);
 /* Opens a session (the call's cancellation cancels the boot) and puts it in the table: the
  * caller holds a reference. Bounded by sessions_max. Takes the lock. */
-int mcp_sess_open(al_mcp *m, struct mcp_call *c, const al_session_opts *so, struct mcp_sess **out,
-                  al_error *err);
+/* The library's name of this process's user's snapshot name (stdio: no host keeps them). */
+int mcp_snapshot_name(const char *name, char *buf, size_t len, al_error *err);
+int mcp_sess_open(al_mcp *m, struct mcp_call *c, const al_session_opts *so, const al_fork *fork,
+                  const char *snapshot, struct mcp_sess **out, al_error *err);
 /* Stops it: no longer found, its runs killed, its VM ended; waits (up to 30 s) for its users to
  * let go, then the caller's reference closes it. Takes the lock. */
 void mcp_sess_stop(al_mcp *m, struct mcp_sess *ss);

@@ -77,6 +77,10 @@ static const char *const signals[] = {"INT", "TERM", "KILL", NULL};
 static const struct param p_start[] = {
     {"image", P_STR, false, "Image name (default: the server's)", 1, 63, MAX_FIXED, NULL, false,
      true},
+    {"snapshot", P_STR, false,
+     "Start from this snapshot of yours (snapshot_session) instead of an image: its memory, "
+     "processes and files as they were saved (its image and memory are the snapshot's)",
+     1, 63, MAX_FIXED, NULL, false, true},
     {"memory_mib", P_INT, false, "Guest memory in MiB (default: the image's)", 128, 0, MAX_MEMORY,
      NULL, false, false},
     {"cpus", P_INT, false, "Virtual CPUs (default 1)", 1, 0, MAX_CPUS, NULL, false, false},
@@ -183,6 +187,19 @@ static const struct param p_list_files[] = {P_SESSION,
                                              "Directory in the VM (default /workspace)", 1, 4096,
                                              MAX_FIXED, NULL, false, false},
                                             P_END};
+static const struct param p_fork[] = {P_SESSION,
+                                      {"count", P_INT, false, "How many forks (default 1)", 1,
+                                       AL_MCP_FORK_MAX, MAX_FIXED, NULL, false, false},
+                                      P_END};
+static const struct param p_snapshot[] = {
+    P_SESSION,
+    {"name", P_STR, true, "The snapshot's name (1 to 63 of A-Z a-z 0-9 . _ -)", 1, 63, MAX_FIXED,
+     NULL, false, true},
+    {"replace", P_BOOL, false, "Save over a snapshot of that name (default false)", 0, 0, MAX_FIXED,
+     NULL, false, false},
+    P_END};
+static const struct param p_snapshot_name[] = {
+    {"name", P_STR, true, "The snapshot's name", 1, 63, MAX_FIXED, NULL, false, true}, P_END};
 static const struct param p_checkpoint[] = {
     P_SESSION,
     {"name", P_STR, false, "A name for it (letters, digits, . _ -; not all digits)", 1,
@@ -237,6 +254,10 @@ static const struct param p_computer[] = {
 
 static cJSON *t_start_session(const struct targs *t);
 static cJSON *t_stop_session(const struct targs *t);
+static cJSON *t_fork_session(const struct targs *t);
+static cJSON *t_snapshot_session(const struct targs *t);
+static cJSON *t_list_snapshots(const struct targs *t);
+static cJSON *t_delete_snapshot(const struct targs *t);
 static cJSON *t_list_sessions(const struct targs *t);
 static cJSON *t_run_code(const struct targs *t);
 static cJSON *t_run_output(const struct targs *t);
@@ -272,6 +293,34 @@ static const struct tool tools[] = {
      "{\"type\":\"object\",\"properties\":{\"session\":{\"type\":\"string\"},"
      "\"stopped\":{\"type\":\"boolean\"}},\"required\":[\"session\",\"stopped\"]}",
      false, true, true, false, t_stop_session},
+    {"fork_session", "Fork a sandbox VM",
+     "Starts count new sessions, each with this session's whole state as it is now: memory, "
+     "the kernels' variables and imports, background processes, open ports and files. The "
+     "session stands still for the save only and goes on. A write in one fork is in no other. "
+     "Returns each fork's session handle (or why that one failed).",
+     p_fork,
+     "{\"type\":\"object\",\"properties\":{\"forks\":{\"type\":\"array\","
+     "\"items\":{\"type\":\"object\"}},\"paused_ms\":{\"type\":\"integer\"}},"
+     "\"required\":[\"forks\"]}",
+     false, false, false, false, t_fork_session},
+    {"snapshot_session", "Save a sandbox VM as a snapshot",
+     "Saves the session's whole state (memory, kernels, background processes, files) under a "
+     "name; it outlives the session, and start_session with snapshot starts new sessions from "
+     "it. The session stands still for the save only.",
+     p_snapshot,
+     "{\"type\":\"object\",\"properties\":{\"name\":{\"type\":\"string\"},"
+     "\"image\":{\"type\":\"string\"},\"bytes\":{\"type\":\"integer\"}},"
+     "\"required\":[\"name\"]}",
+     false, false, false, false, t_snapshot_session},
+    {"list_snapshots", "List snapshots", "Your snapshots, with their image and size.", NULL,
+     "{\"type\":\"object\",\"properties\":{\"snapshots\":{\"type\":\"array\","
+     "\"items\":{\"type\":\"object\"}}},\"required\":[\"snapshots\"]}",
+     true, false, true, false, t_list_snapshots},
+    {"delete_snapshot", "Delete a snapshot",
+     "Removes a snapshot (sessions started from it go on).", p_snapshot_name,
+     "{\"type\":\"object\",\"properties\":{\"name\":{\"type\":\"string\"},"
+     "\"deleted\":{\"type\":\"boolean\"}},\"required\":[\"name\",\"deleted\"]}",
+     false, true, true, false, t_delete_snapshot},
     {"list_sessions", "List sandbox VMs", "The sessions this client has open.", NULL,
      "{\"type\":\"object\",\"properties\":{\"sessions\":{\"type\":\"array\","
      "\"items\":{\"type\":\"object\"}}},\"required\":[\"sessions\"]}",
@@ -992,15 +1041,128 @@ static void on_notice(void *ctx, const char *msg)
     mcp_log(ctx, "notice: %s", msg);
 }
 
+/* ---- snapshots: the host's (al_mcp_opts.snapshot_*) or the library's ---- */
+
+struct snap_find {
+    const char *name; /* as the caller names it */
+    size_t skip;      /* the library's prefix, where the names come from it */
+    bool found;
+    al_snapshot_info info;
+};
+
+static void snap_found(void *ctx, const al_snapshot_info *si)
+{
+    struct snap_find *f = ctx;
+    if (!strcmp(si->name + f->skip, f->name)) {
+        f->found = true;
+        f->info = *si;
+    }
+}
+
+static void snapshots_each(al_mcp *m, void (*fn)(void *ctx, const al_snapshot_info *si),
+                           struct snap_find *f)
+{
+    if (m->o.snapshot_list) {
+        f->skip = 0;
+        m->o.snapshot_list(m->o.session_ctx, fn, f);
+        return;
+    }
+    char prefix[160];
+    al_error err = {0};
+    mcp_snapshot_name("x", prefix, sizeof(prefix), &err);
+    prefix[strlen(prefix) - 1] = '\0';
+    f->skip = strlen(prefix);
+    al_snapshot_list(prefix, fn, f, &err);
+}
+
+static cJSON *t_snapshot_session(const struct targs *t)
+{
+    al_mcp *m = t->m;
+    struct mcp_sess *ss = t->ss;
+    const char *name = arg_str(t->a, "name", "");
+    bool replace = arg_bool(t->a, "replace", false);
+    mcp_call_phase(t->c, "saving %s as snapshot %s", ss->id, name);
+    al_snapshot_info si = AL_SNAPSHOT_INFO_INIT;
+    al_error err = {0};
+    char lib[160];
+    int r = m->o.snapshot_save
+                ? m->o.snapshot_save(m->o.session_ctx, ss->handle, ss->s, name, replace, &si, &err)
+            : mcp_snapshot_name(name, lib, sizeof(lib), &err) < 0
+                ? err.code
+                : al_snapshot_save(ss->s, lib, replace, &si, &err);
+    if (r < 0)
+        return tool_error("cannot save %s as a snapshot: %s", ss->id, err.msg);
+    cJSON *st = cJSON_CreateObject();
+    cJSON_AddStringToObject(st, "name", name);
+    cJSON_AddStringToObject(st, "image", si.image);
+    cJSON_AddNumberToObject(st, "bytes", (double)si.bytes);
+    return result_text(st,
+                       "Session %s is saved as snapshot %s (%.0f MiB); start_session with "
+                       "snapshot \"%s\" starts sessions from it.",
+                       ss->id, name, (double)si.bytes / 1048576.0, name);
+}
+
+static void snap_add(void *ctx, const al_snapshot_info *si)
+{
+    struct snap_find *f = ctx;
+    cJSON *o = cJSON_CreateObject();
+    cJSON_AddStringToObject(o, "name", si->name + f->skip);
+    cJSON_AddStringToObject(o, "image", si->image);
+    cJSON_AddNumberToObject(o, "bytes", (double)si->bytes);
+    cJSON_AddNumberToObject(o, "created", (double)si->created);
+    cJSON_AddItemToArray((cJSON *)f->name, o);
+}
+
+static cJSON *t_list_snapshots(const struct targs *t)
+{
+    cJSON *st = cJSON_CreateObject(), *arr = cJSON_AddArrayToObject(st, "snapshots");
+    struct snap_find f = {.name = (const char *)arr};
+    snapshots_each(t->m, snap_add, &f);
+    return result_text(st, "%d snapshot%s.", cJSON_GetArraySize(arr),
+                       cJSON_GetArraySize(arr) == 1 ? "" : "s");
+}
+
+static cJSON *t_delete_snapshot(const struct targs *t)
+{
+    al_mcp *m = t->m;
+    const char *name = arg_str(t->a, "name", "");
+    al_error err = {0};
+    char lib[160];
+    int r = m->o.snapshot_remove ? m->o.snapshot_remove(m->o.session_ctx, name, &err)
+            : mcp_snapshot_name(name, lib, sizeof(lib), &err) < 0 ? -ENOENT
+                                                                  : al_snapshot_remove(lib, &err);
+    if (r < 0 && r != -ENOENT)
+        return tool_error("cannot delete snapshot %s: %s", name, err.msg);
+    cJSON *st = cJSON_CreateObject();
+    cJSON_AddStringToObject(st, "name", name);
+    cJSON_AddBoolToObject(st, "deleted", r == 0);
+    return result_text(st, r == 0 ? "Snapshot %s is deleted." : "There is no snapshot %s.", name);
+}
+
 static cJSON *t_start_session(const struct targs *t)
 {
     al_mcp *m = t->m;
     struct mcp_call *c = t->c;
     const cJSON *a = t->a;
-    const char *image = arg_str(a, "image", m->o.image ? m->o.image : al_image_default());
+    const char *snapshot = arg_str(a, "snapshot", NULL);
+    struct snap_find sf = {.name = snapshot};
+    if (snapshot) {
+        if (cJSON_GetObjectItemCaseSensitive(a, "image") ||
+            cJSON_GetObjectItemCaseSensitive(a, "memory_mib"))
+            return tool_error("a session from a snapshot has the snapshot's image and memory");
+        snapshots_each(m, snap_found, &sf);
+        if (!sf.found) {
+            char esc[80];
+            return tool_error("no snapshot '%s' (list_snapshots lists yours)",
+                              al_term_escape(snapshot, esc, sizeof(esc)));
+        }
+    }
+    const char *image = snapshot
+                            ? sf.info.image
+                            : arg_str(a, "image", m->o.image ? m->o.image : al_image_default());
     char resolved[128];
     const char *asked = image;
-    if (m->o.image_for &&
+    if (!snapshot && m->o.image_for &&
         !(image = m->o.image_for(m->o.image_ctx, asked, resolved, sizeof(resolved)))) {
         char esc[80];
         return tool_error("unknown image '%s'", al_term_escape(asked, esc, sizeof(esc)));
@@ -1050,7 +1212,9 @@ static cJSON *t_start_session(const struct targs *t)
     mcp_call_phase(c, "booting a VM (image %s)", al_term_escape(image, esc, sizeof(esc)));
     struct mcp_sess *ss = NULL;
     al_error err = {0};
-    if (mcp_sess_open(m, c, &so, &ss, &err) < 0)
+    if (snapshot)
+        so.memory_mib = sf.info.memory_mib;
+    if (mcp_sess_open(m, c, &so, NULL, snapshot, &ss, &err) < 0)
         return tool_error("cannot start a session: %s", err.msg);
     snprintf(ss->image, sizeof(ss->image), "%s", image);
     ss->memory_mib = so.memory_mib;
@@ -1096,6 +1260,61 @@ static cJSON *t_start_session(const struct targs *t)
                            nallow ? "network to the allowed hosts only" : "no network", ss->id);
     mcp_sess_put(m, ss);
     return r;
+}
+
+static cJSON *t_fork_session(const struct targs *t)
+{
+    al_mcp *m = t->m;
+    struct mcp_call *c = t->c;
+    struct mcp_sess *ss = t->ss;
+    unsigned n = (unsigned)arg_int(t->a, "count", 1);
+    mcp_call_phase(c, "saving %s for %u fork%s", ss->id, n, n == 1 ? "" : "s");
+    al_fork *fk = NULL;
+    al_error err = {0};
+    if (al_session_fork_save(ss->s, &fk, &err) < 0)
+        return tool_error("cannot fork %s: %s", ss->id, err.msg);
+    unsigned paused_ms = 0;
+    al_fork_timing(fk, &paused_ms, NULL);
+    cJSON *st = cJSON_CreateObject(), *forks = cJSON_AddArrayToObject(st, "forks");
+    cJSON_AddNumberToObject(st, "paused_ms", paused_ms);
+    unsigned ok = 0;
+    for (unsigned i = 0; i < n; i++) {
+        mcp_call_phase(c, "starting fork %u of %u", i + 1, n);
+        unsigned lifetime = m->o.lifetime_max_s;
+        al_session_opts so = {
+            .struct_size = sizeof(al_session_opts),
+            .image = ss->image,
+            .memory_mib = ss->memory_mib,
+            .lifetime_s = lifetime,
+            .checkpoints = true,
+            .on_notice = on_notice,
+            .notice_ctx = m,
+        };
+        struct mcp_sess *ns = NULL;
+        al_error e = {0};
+        cJSON *one = cJSON_CreateObject();
+        if (mcp_sess_open(m, c, &so, fk, NULL, &ns, &e) < 0) {
+            cJSON_AddStringToObject(one, "error", e.msg);
+        } else {
+            snprintf(ns->image, sizeof(ns->image), "%s", ss->image);
+            ns->memory_mib = ss->memory_mib;
+            ns->cpus = al_session_vcpus(ns->s);
+            ns->network = cJSON_CreateArray();
+            ns->display = al_session_has_display(ns->s);
+            cJSON_AddStringToObject(one, "session", ns->id);
+            cJSON_AddNumberToObject(one, "boot_ms", (double)ns->boot_ms);
+            mcp_log(m, "session %s: a fork of %s, domain %s, in %llu ms", ns->id, ss->id,
+                    al_session_name(ns->s), (unsigned long long)ns->boot_ms);
+            mcp_sess_put(m, ns);
+            ok++;
+        }
+        cJSON_AddItemToArray(forks, one);
+    }
+    al_fork_free(fk);
+    return result_text(st,
+                       "%u of %u fork%s of session %s %s ready (it stood still %u ms); pass each "
+                       "fork's session handle to the other tools.",
+                       ok, n, n == 1 ? "" : "s", ss->id, ok == 1 ? "is" : "are", paused_ms);
 }
 
 static cJSON *t_stop_session(const struct targs *t)

@@ -38,7 +38,6 @@
 
 /* The scratch disk's virtual size: it only bounds what the guest can write to it; snapshots
  * are stored past its end and do not count. */
-#define SCRATCH_BYTES (64ull << 20)
 /* The whole re-handshake after a restore (link.c). */
 #define RESYNC_MS 15000
 /* recover: how long a live agent has to answer a fresh handshake before the VM is rolled back. */
@@ -91,7 +90,7 @@ int al_checkpoints_prepare(al_session *s, struct al_vm_config *cfg, al_error *er
         char vol[80];
         _cleanup_free_ char *path = NULL;
         al_session_volume(s, true, vol);
-        int r = al_volume_create(s->conn, cfg->kvm, vol, SCRATCH_BYTES, NULL, NULL, &path, err);
+        int r = al_volume_create(s->conn, cfg->kvm, vol, AL_SCRATCH_BYTES, NULL, NULL, &path, err);
         if (r < 0)
             return r;
         s->scratch_made = true;
@@ -102,7 +101,7 @@ int al_checkpoints_prepare(al_session *s, struct al_vm_config *cfg, al_error *er
     }
     if (al_pathf(c->disk, sizeof(c->disk), "%s/scratch.qcow2", s->state_dir) < 0)
         return al_err(err, -ENAMETOOLONG, "session path too long");
-    int r = al_disk_scratch(s->conn, cfg->kvm, c->disk, SCRATCH_BYTES, err);
+    int r = al_disk_scratch(s->conn, cfg->kvm, c->disk, AL_SCRATCH_BYTES, err);
     if (r < 0)
         return r;
     cfg->scratch = c->disk;

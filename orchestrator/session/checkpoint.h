@@ -6,6 +6,8 @@
 
 /* checkpoint.c: sets up checkpoints for a session being opened (a scratch disk for images
  * without one, in cfg), and frees that state at close. */
+/* The scratch disk that holds checkpoints of an image without a disk. */
+#define AL_SCRATCH_BYTES (64ull << 20)
 int al_checkpoints_prepare(al_session *s, struct al_vm_config *cfg, al_error *err);
 void al_checkpoints_free(al_session *s);
 /* A kept session taken back (keep.c): checkpoints allowed again on the disk that holds them;

@@ -4,6 +4,7 @@
 #include "keep.h"
 #include "net.h"
 #include "session.h"
+#include "template.h"
 
 #include <dirent.h>
 #include <errno.h>
@@ -119,6 +120,7 @@ int al_gc_conn(virConnectPtr conn, al_error *err)
     al_error ignored = {0};
     if (al_sessions_dir(state_sessions, sizeof(state_sessions), true, &ignored) == 0)
         reaped += reap_dirs(state_sessions);
+    al_fork_reap(); /* forks' saves no fork holds any more */
     return reaped;
 }
 

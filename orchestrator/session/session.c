@@ -570,12 +570,12 @@ static int session_prepare_vm(al_session *s, const al_session_opts *opts, enum a
     if (s->remote)
         return session_prepare_remote(s, opts, cfg, err);
     /* Restored from a template: the overlay lies on the template's frozen disk. */
-    const char *mid = al_template_disk(s->tmpl);
+    const char *const *mids = al_template_mids(s->tmpl);
     if (s->img.disk[0]) {
         /* In the session dir: removed with it, by close or by gc after a crash. */
         if (al_pathf(disk, disklen, "%s/disk.qcow2", s->state_dir) < 0)
             return al_err(err, -ENAMETOOLONG, "session path too long");
-        r = al_disk_overlay(s->conn, s->kvm, mid ? mid : s->img.disk, disk, err);
+        r = al_disk_overlay(s->conn, s->kvm, mids ? mids[0] : s->img.disk, disk, err);
         if (r < 0)
             return r;
     }
@@ -585,7 +585,7 @@ static int session_prepare_vm(al_session *s, const al_session_opts *opts, enum a
         .image = &s->img,
         .memory_mib = session_memory_mib(s, opts),
         .vcpus = opts->vcpus ? opts->vcpus : VCPUS_DEFAULT,
-        .disk_mid = mid,
+        .disk_mids = s->img.disk[0] ? mids : NULL,
         .kvm = s->kvm,
         .console_path = s->console,
         .disk = s->img.disk[0] ? disk : NULL,
@@ -622,7 +622,8 @@ static int warm_fall_back(al_session *s, struct al_vm_config *cfg, const al_erro
     al_template_free(s->tmpl);
     s->tmpl = NULL;
     s->restored = false;
-    cfg->disk_mid = cfg->ram_file = NULL;
+    cfg->disk_mids = NULL;
+    cfg->ram_file = NULL;
     cfg->incoming = false;
     unlink(s->console);
     if (!cfg->disk)
@@ -669,6 +670,8 @@ static int session_start_guest(al_session *s, struct al_vm_config *cfg, bool pro
         *started = al_now_ms();
         if (r == 0)
             return 0;
+        if (al_template_is_fork(s->tmpl)) /* a fork is its source's state or nothing */
+            return al_err(err, r, "cannot restore the fork: %s", why.msg);
         r = warm_fall_back(s, cfg, &why, err);
         if (r < 0)
             return r;
@@ -678,8 +681,8 @@ static int session_start_guest(al_session *s, struct al_vm_config *cfg, bool pro
 }
 /* ---- */
 
-int al_session_open_for(const al_session_opts *opts, const char *build_ram, al_session **out,
-                        al_error *err)
+static int session_open(const al_session_opts *opts, const char *build_ram,
+                        const struct al_fork_save *fork, al_session **out, al_error *err)
 {
     uint64_t t_open = al_now_ms();
     al_session *s = al_session_new(opts);
@@ -715,9 +718,16 @@ int al_session_open_for(const al_session_opts *opts, const char *build_ram, al_s
     if (r < 0)
         goto fail;
     bool probe = session_choose_accel(s);
-    /* Warm starts: never while KVM is being probed, never for a template being built. */
-    if (!probe && !build_ram)
+    /* Warm starts: never while KVM is being probed, never for a template being built. A fork
+     * restores its save (fork.c), under the accelerator it was saved with. */
+    if (fork) {
+        probe = false;
+        r = al_template_of_fork(s, fork, err);
+        if (r < 0)
+            goto fail;
+    } else if (!probe && !build_ram) {
         session_pick_template(s, opts, kind);
+    }
     char disk[AL_PATH_MAX];
     struct al_vm_config cfg;
     r = session_prepare_vm(s, opts, kind, disk, sizeof(disk), &cfg, err);
@@ -760,6 +770,18 @@ int al_session_open_for(const al_session_opts *opts, const char *build_ram, al_s
 fail:
     al_session_close(s);
     return r;
+}
+
+int al_session_open_for(const al_session_opts *opts, const char *build_ram, al_session **out,
+                        al_error *err)
+{
+    return session_open(opts, build_ram, NULL, out, err);
+}
+
+int al_session_open_fork(const al_session_opts *opts, const struct al_fork_save *f,
+                         al_session **out, al_error *err)
+{
+    return session_open(opts, NULL, f, out, err);
 }
 
 int al_session_open_peer(const char *const *argv, const al_session_opts *opts, al_session **out,
@@ -845,12 +867,15 @@ void al_session_release(al_session *s, bool keep)
             fclose(f);
     }
     al_checkpoints_free(s); /* the snapshots themselves live in the session dir */
+    bool forked = al_template_is_fork(s->tmpl);
     al_template_free(s->tmpl);
     al_screen_free(s->screen);
     if (!keep && s->dir_created)
         al_rmtree(s->dir);
     if (!keep && s->state_created)
         al_rmtree(s->state_dir);
+    if (forked && !keep) /* its link to the save went with the state dir */
+        al_fork_reap();
     al_closep(&s->lock_fd);
     al_closep(&s->state_lock_fd);
     al_image_free(&s->img);

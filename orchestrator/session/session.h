@@ -110,6 +110,11 @@ static inline void al_session_unlockp(al_session **s)
  * saved as a template (no template is restored for it). */
 int al_session_open_for(const al_session_opts *opts, const char *build_ram, al_session **out,
                         al_error *err);
+/* The same for a fork of a save (fork.c; template.h's al_fork_save): restored from it, never
+ * booted. */
+struct al_fork_save;
+int al_session_open_fork(const al_session_opts *opts, const struct al_fork_save *f,
+                         al_session **out, al_error *err);
 void al_session_notice(al_session *s, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 /* session.c, for keep.c: a session not yet booted (its fields from opts); the locked runtime or
  * state dir NAME (al_sessions_dir's) made and its lock held in *lock_fd. */

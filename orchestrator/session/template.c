@@ -35,6 +35,7 @@
 #include <stdarg.h>
 #include <stdio.h>
 #include <string.h>
+#include <sys/file.h>
 #include <sys/random.h>
 #include <sys/stat.h>
 #include <time.h>
@@ -42,6 +43,10 @@
 
 #define TEMPLATES_DIR "templates"
 #define MANIFEST "manifest.json"
+#define FORKS_DIR "forks"
+/* In a fork's state dir: a hard link of its save's state file, which the save's link count
+ * counts. */
+#define FORK_REF "fork.ref"
 /* Bumped when what a template holds changes meaning. */
 #define TEMPLATE_FORMAT 1
 /* Saving the device state of a paused guest takes ~50 ms; loading it ~100 ms. */
@@ -71,22 +76,136 @@ static const char WARM_PYTHON[] =
 static const char *const FILES[] = {"ram", "state", "disk.qcow2"};
 enum { F_RAM, F_STATE, F_DISK, NFILES };
 
-struct file_rec {
-    uint64_t size, ino;
-    uint32_t uid, mode;
-    int64_t mtime_ns, ctime_ns;
-    char sha[65]; /* hex; empty: not recorded */
-};
-
 struct al_template {
     char dir[AL_PATH_MAX];
     char path[NFILES][AL_PATH_MAX];
     bool python;
+    bool fork; /* a fork's save (fork.c): a failed restore is an error, not a cold boot */
+    /* The disk's middle layers, top first: the template's disk; a fork's copy of its source's
+     * overlay and the source's own middle layers. */
+    char mid[AL_DISK_MIDS_MAX][AL_PATH_MAX];
+    const char *mids[AL_DISK_MIDS_MAX + 1];
 };
 
-const char *al_template_disk(const struct al_template *t)
+const char *const *al_template_mids(const struct al_template *t)
 {
-    return t ? t->path[F_DISK] : NULL;
+    return t && t->mids[0] ? t->mids : NULL;
+}
+
+bool al_template_is_fork(const struct al_template *t)
+{
+    return t && t->fork;
+}
+
+void al_image_identity(const al_image *img, char *buf, size_t len)
+{
+    size_t at = 0;
+    const char *parts[] = {img->disk, img->kernel, img->initrd};
+    buf[0] = '\0';
+    for (size_t i = 0; i < 3 && at < len; i++) {
+        struct stat st = {0};
+        if (parts[i] && parts[i][0])
+            stat(parts[i], &st);
+        int n = snprintf(buf + at, len - at, "%s%llu:%lld:%lld.%09ld", i ? " " : "",
+                         (unsigned long long)st.st_ino, (long long)st.st_size,
+                         (long long)st.st_mtim.tv_sec, st.st_mtim.tv_nsec);
+        at += n > 0 ? (size_t)n : 0;
+    }
+}
+
+int al_template_of_fork(al_session *s, const struct al_fork_save *fs, al_error *err)
+{
+    char image_id[AL_PATH_MAX], qemu[200];
+    al_image_identity(&s->img, image_id, sizeof(image_id));
+    al_qemu_identity(s->conn, qemu, sizeof(qemu));
+    if (strcmp(s->img.disk, fs->image_disk) || strcmp(image_id, fs->image_id))
+        return al_err(err, -ESTALE, "image '%s' changed since the save: it cannot be restored",
+                      fs->image);
+    if (strcmp(qemu, fs->qemu))
+        return al_err(err, -ESTALE,
+                      "the save was made by another QEMU or libvirt (%s; now %s): it cannot be "
+                      "restored",
+                      fs->qemu, qemu);
+    if (s->kvm != fs->kvm)
+        return al_err(err, -EINVAL, "the fork was saved under %s and would run under %s",
+                      fs->kvm ? "KVM" : "emulation", s->kvm ? "KVM" : "emulation");
+    if (fs->nmids + 1 > AL_DISK_MIDS_MAX)
+        return al_err(err, -E2BIG, "a fork of a fork this deep has too many disk layers (%d)",
+                      AL_DISK_MIDS_MAX);
+    char from[AL_PATH_MAX], ref[AL_PATH_MAX];
+    if (al_pathf(from, sizeof(from), "%s/state", fs->dir) < 0 ||
+        al_pathf(ref, sizeof(ref), "%s/" FORK_REF, s->state_dir) < 0)
+        return al_err(err, -ENAMETOOLONG, "fork path too long");
+    if (link(from, ref) < 0)
+        return al_err(err, -errno, "cannot hold the fork's save: %s", strerror(errno));
+    struct al_template *t = calloc(1, sizeof(*t));
+    if (!t)
+        return al_err(err, -ENOMEM, "out of memory");
+    int bad = al_pathf(t->dir, sizeof(t->dir), "%s", fs->dir);
+    for (int i = 0; i < NFILES; i++)
+        bad |= al_pathf(t->path[i], sizeof(t->path[i]), "%s/%s", fs->dir, FILES[i]);
+    for (size_t i = 0; fs->disk && i <= fs->nmids; i++) {
+        bad |= i == 0 ? al_pathf(t->mid[i], sizeof(t->mid[i]), "%s/disk.qcow2", fs->dir)
+                      : al_pathf(t->mid[i], sizeof(t->mid[i]), "%s/mid%zu.qcow2", fs->dir, i);
+        t->mids[i] = t->mid[i];
+    }
+    if (bad < 0) {
+        free(t);
+        return al_err(err, -ENAMETOOLONG, "fork path too long");
+    }
+    t->fork = true;
+    s->tmpl = t;
+    return 0;
+}
+
+/* ---- forks' saves (fork.c makes them) ---- */
+
+int al_forks_dir(char *buf, size_t len, al_error *err)
+{
+    char state[AL_PATH_MAX];
+    int r = al_state_dir(state, sizeof(state), err);
+    if (r < 0)
+        return r;
+    if (al_pathf(buf, len, "%s/" FORKS_DIR, state) < 0)
+        return al_err(err, -ENAMETOOLONG, "state dir path too long");
+    /* QEMU's user traverses it to open the files it owns; nobody lists it. */
+    if (mkdir(buf, 0711) < 0 && errno != EEXIST)
+        return al_err(err, -errno, "cannot create '%s': %s", buf, strerror(errno));
+    return 0;
+}
+
+/* Removes dir when no handle holds its lock and no fork links its state file. */
+void al_fork_reap_dir(const char *dir)
+{
+    char lock[AL_PATH_MAX], state[AL_PATH_MAX];
+    if (al_pathf(lock, sizeof(lock), "%s/lock", dir) < 0 ||
+        al_pathf(state, sizeof(state), "%s/state", dir) < 0)
+        return;
+    _cleanup_close_ int fd = open(lock, O_RDWR | O_CLOEXEC | O_NOFOLLOW);
+    if (fd >= 0 && flock(fd, LOCK_EX | LOCK_NB) < 0)
+        return; /* a handle holds it, or a save is under way */
+    struct stat st;
+    if (lstat(state, &st) == 0 && st.st_nlink > 1)
+        return;
+    al_rmtree(dir);
+}
+
+void al_fork_reap(void)
+{
+    char dir[AL_PATH_MAX];
+    al_error ignored = {0};
+    if (al_forks_dir(dir, sizeof(dir), &ignored) < 0)
+        return;
+    DIR *d = opendir(dir);
+    if (!d)
+        return;
+    for (struct dirent *e; (e = readdir(d));) {
+        char path[AL_PATH_MAX];
+        if (e->d_name[0] == '.' || al_pathf(path, sizeof(path), "%s/%s", dir, e->d_name) < 0)
+            continue;
+        al_fork_reap_dir(path);
+    }
+    closedir(d);
 }
 
 void al_template_free(struct al_template *t)
@@ -261,12 +380,12 @@ static int templates_dir(char *buf, size_t len, al_error *err)
 
 /* ---- the manifest ---- */
 
-static int record_file(const char *path, bool hash, struct file_rec *f)
+int al_file_record(const char *path, bool hash, struct al_file_rec *f)
 {
     struct stat st;
     if (lstat(path, &st) < 0)
         return -errno;
-    *f = (struct file_rec){
+    *f = (struct al_file_rec){
         .size = (uint64_t)st.st_size,
         .ino = (uint64_t)st.st_ino,
         .uid = st.st_uid,
@@ -277,8 +396,39 @@ static int record_file(const char *path, bool hash, struct file_rec *f)
     return hash ? al_sha256_file(path, f->sha) : 0;
 }
 
+void al_manifest_file_add(cJSON *files, const char *name, const struct al_file_rec *r)
+{
+    cJSON *f = cJSON_AddObjectToObject(files, name);
+    cJSON_AddNumberToObject(f, "size", (double)r->size);
+    cJSON_AddNumberToObject(f, "ino", (double)r->ino);
+    cJSON_AddNumberToObject(f, "uid", r->uid);
+    cJSON_AddNumberToObject(f, "mode", r->mode);
+    char ns[32];
+    snprintf(ns, sizeof(ns), "%lld", (long long)r->mtime_ns);
+    cJSON_AddStringToObject(f, "mtime_ns", ns);
+    snprintf(ns, sizeof(ns), "%lld", (long long)r->ctime_ns);
+    cJSON_AddStringToObject(f, "ctime_ns", ns);
+    cJSON_AddStringToObject(f, "sha256", r->sha);
+}
+
+int al_manifest_write_private(const char *dir, const cJSON *j, al_error *err)
+{
+    _cleanup_free_ char *text = cJSON_Print(j);
+    char path[AL_PATH_MAX];
+    if (!text || al_pathf(path, sizeof(path), "%s/" MANIFEST, dir) < 0)
+        return al_err(err, -ENOMEM, "cannot write the manifest");
+    _cleanup_close_ int fd = al_file_create_private(path, O_WRONLY);
+    if (fd < 0)
+        return al_err(err, fd, "cannot create '%s': %s", path, strerror(-fd));
+    size_t n = strlen(text);
+    if (write(fd, text, n) != (ssize_t)n || fsync(fd) < 0)
+        return al_err(err, -EIO, "cannot write '%s'", path);
+    return 0;
+}
+
 static int manifest_write(const char *dir, const char *key, const al_session *s, unsigned mem,
-                          unsigned vcpus, bool python, const struct file_rec *recs, al_error *err)
+                          unsigned vcpus, bool python, const struct al_file_rec *recs,
+                          al_error *err)
 {
     _cleanup_cjson_ cJSON *j = cJSON_CreateObject();
     cJSON_AddNumberToObject(j, "format", TEMPLATE_FORMAT);
@@ -290,34 +440,13 @@ static int manifest_write(const char *dir, const char *key, const al_session *s,
     cJSON_AddBoolToObject(j, "python", python);
     cJSON_AddNumberToObject(j, "created", (double)time(NULL));
     cJSON *files = cJSON_AddObjectToObject(j, "files");
-    for (int i = 0; i < NFILES; i++) {
-        cJSON *f = cJSON_AddObjectToObject(files, FILES[i]);
-        cJSON_AddNumberToObject(f, "size", (double)recs[i].size);
-        cJSON_AddNumberToObject(f, "ino", (double)recs[i].ino);
-        cJSON_AddNumberToObject(f, "uid", recs[i].uid);
-        cJSON_AddNumberToObject(f, "mode", recs[i].mode);
-        char ns[32];
-        snprintf(ns, sizeof(ns), "%lld", (long long)recs[i].mtime_ns);
-        cJSON_AddStringToObject(f, "mtime_ns", ns);
-        snprintf(ns, sizeof(ns), "%lld", (long long)recs[i].ctime_ns);
-        cJSON_AddStringToObject(f, "ctime_ns", ns);
-        cJSON_AddStringToObject(f, "sha256", recs[i].sha);
-    }
-    _cleanup_free_ char *text = cJSON_Print(j);
-    char path[AL_PATH_MAX];
-    if (!text || al_pathf(path, sizeof(path), "%s/" MANIFEST, dir) < 0)
-        return al_err(err, -ENOMEM, "cannot write the template's manifest");
-    _cleanup_close_ int fd = al_file_create_private(path, O_WRONLY);
-    if (fd < 0)
-        return al_err(err, fd, "cannot create '%s': %s", path, strerror(-fd));
-    size_t n = strlen(text);
-    if (write(fd, text, n) != (ssize_t)n || fsync(fd) < 0)
-        return al_err(err, -EIO, "cannot write '%s'", path);
-    return 0;
+    for (int i = 0; i < NFILES; i++)
+        al_manifest_file_add(files, FILES[i], &recs[i]);
+    return al_manifest_write_private(dir, j, err);
 }
 
 /* Reads DIR/manifest.json: ours (owner, 0600, no symlink), at most 64 KiB. */
-static cJSON *manifest_read(const char *dir, al_error *why)
+cJSON *al_manifest_read(const char *dir, al_error *why)
 {
     char path[AL_PATH_MAX];
     if (al_pathf(path, sizeof(path), "%s/" MANIFEST, dir) < 0)
@@ -358,18 +487,17 @@ static double jnum(const cJSON *o, const char *k)
     return cJSON_IsNumber(v) ? v->valuedouble : -1;
 }
 
-/* Whether the files are the ones recorded: owner, mode, size, inode, times, and the SHA-256 of
- * each file whose hash is asked for (bit i of hash_mask). why says what differs. */
-static bool files_intact(const char *dir, const cJSON *j, unsigned hash_mask, al_error *why)
+bool al_manifest_files_intact(const char *dir, const cJSON *j, const char *const *names, size_t n,
+                              unsigned hash_mask, unsigned ctime_mask, al_error *why)
 {
     const cJSON *files = cJSON_GetObjectItemCaseSensitive(j, "files");
-    for (int i = 0; i < NFILES; i++) {
-        const cJSON *f = cJSON_GetObjectItemCaseSensitive(files, FILES[i]);
+    for (size_t i = 0; i < n; i++) {
+        const cJSON *f = cJSON_GetObjectItemCaseSensitive(files, names[i]);
         char path[AL_PATH_MAX];
-        struct file_rec have;
-        if (!f || al_pathf(path, sizeof(path), "%s/%s", dir, FILES[i]) < 0 ||
-            record_file(path, false, &have) < 0) {
-            al_err(why, -ESTALE, "its %s is missing", FILES[i]);
+        struct al_file_rec have;
+        if (!f || al_pathf(path, sizeof(path), "%s/%s", dir, names[i]) < 0 ||
+            al_file_record(path, false, &have) < 0) {
+            al_err(why, -ESTALE, "its %s is missing", names[i]);
             return false;
         }
         char mt[32], ct[32];
@@ -377,23 +505,31 @@ static bool files_intact(const char *dir, const cJSON *j, unsigned hash_mask, al
         snprintf(ct, sizeof(ct), "%lld", (long long)have.ctime_ns);
         if (!S_ISREG(have.mode) || (have.mode & 0777) != 0600 ||
             (double)have.uid != jnum(f, "uid") || (double)have.mode != jnum(f, "mode")) {
-            al_err(why, -ESTALE, "its %s's owner or mode changed", FILES[i]);
+            al_err(why, -ESTALE, "its %s's owner or mode changed", names[i]);
             return false;
         }
         if ((double)have.size != jnum(f, "size") || (double)have.ino != jnum(f, "ino") ||
-            strcmp(mt, jstr(f, "mtime_ns")) || strcmp(ct, jstr(f, "ctime_ns"))) {
-            al_err(why, -ESTALE, "its %s was changed after it was made", FILES[i]);
+            strcmp(mt, jstr(f, "mtime_ns")) ||
+            ((ctime_mask & (1u << i)) && strcmp(ct, jstr(f, "ctime_ns")))) {
+            al_err(why, -ESTALE, "its %s was changed after it was made", names[i]);
             return false;
         }
         if (hash_mask & (1u << i)) {
             char sha[65];
             if (al_sha256_file(path, sha) < 0 || strcmp(sha, jstr(f, "sha256"))) {
-                al_err(why, -ESTALE, "its %s's checksum differs", FILES[i]);
+                al_err(why, -ESTALE, "its %s's checksum differs", names[i]);
                 return false;
             }
         }
     }
     return true;
+}
+
+/* Whether the template's files are the ones recorded: owner, mode, size, inode, times, and the
+ * SHA-256 of each file whose hash is asked for (bit i of hash_mask). why says what differs. */
+static bool files_intact(const char *dir, const cJSON *j, unsigned hash_mask, al_error *why)
+{
+    return al_manifest_files_intact(dir, j, FILES, NFILES, hash_mask, ~0u, why);
 }
 
 /* ---- picking one for a session ---- */
@@ -434,7 +570,7 @@ static int remove_others(const char *tdir, const char *prefix, const char *keep)
 /* Loads the template in dir when it is intact: 0, or -1 with why set (-ESTALE: what differs). */
 static int template_load(const char *dir, const char *key, struct al_template **out, al_error *why)
 {
-    _cleanup_cjson_ cJSON *j = manifest_read(dir, why);
+    _cleanup_cjson_ cJSON *j = al_manifest_read(dir, why);
     if (!j)
         return -1;
     if (strcmp(jstr(j, "key"), key)) {
@@ -457,6 +593,8 @@ static int template_load(const char *dir, const char *key, struct al_template **
         return -1;
     }
     t->python = cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(j, "python"));
+    snprintf(t->mid[0], sizeof(t->mid[0]), "%s", t->path[F_DISK]);
+    t->mids[0] = t->mid[0];
     *out = t;
     return 0;
 }
@@ -513,53 +651,6 @@ int al_template_find(al_session *s, const struct al_template_id *id, al_error *w
     return remove_others(id->tdir, id->prefix, NULL) ? AL_TEMPLATE_STALE : AL_TEMPLATE_NONE;
 }
 
-/* ---- QMP through libvirt ---- */
-
-static const char CAP_IGNORE_SHARED[] =
-    "{\"execute\":\"migrate-set-capabilities\",\"arguments\":{\"capabilities\":"
-    "[{\"capability\":\"x-ignore-shared\",\"state\":true}]}}";
-
-static const char CAP_IGNORE_SHARED_OFF[] =
-    "{\"execute\":\"migrate-set-capabilities\",\"arguments\":{\"capabilities\":"
-    "[{\"capability\":\"x-ignore-shared\",\"state\":false}]}}";
-
-/* Hands fd to QEMU under the name "airlock-state". */
-static int qmp_getfd(al_session *s, int fd, al_error *err)
-{
-    return al_vm_qmp(s->dom, "pass the template's state file to QEMU",
-                     "{\"execute\":\"getfd\",\"arguments\":{\"fdname\":\"airlock-state\"}}", fd,
-                     NULL, err);
-}
-
-/* Waits for the migration (out or in) to complete. */
-static int migrate_wait(al_session *s, const char *what, al_error *err)
-{
-    uint64_t end = al_now_ms() + MIGRATE_MS;
-    for (;;) {
-        char *reply = NULL;
-        int r = al_vm_qmp(s->dom, what, "{\"execute\":\"query-migrate\"}", -1, &reply, err);
-        if (r < 0)
-            return r;
-        _cleanup_free_ char *owned = reply;
-        _cleanup_cjson_ cJSON *j = cJSON_Parse(reply);
-        const cJSON *ret = cJSON_GetObjectItemCaseSensitive(j, "return");
-        const char *status = jstr(ret, "status");
-        if (!strcmp(status, "completed"))
-            return 0;
-        if (!strcmp(status, "failed") || !strcmp(status, "cancelled")) {
-            char desc[200];
-            snprintf(desc, sizeof(desc), "%s", jstr(ret, "error-desc"));
-            al_printable(desc);
-            return al_err(err, -EIO, "cannot %s: migration %s%s%s", what, status,
-                          desc[0] ? ": " : "", desc);
-        }
-        if (al_now_ms() >= end)
-            return al_err(err, -ETIMEDOUT, "cannot %s: migration still '%s' after %d s", what,
-                          status, MIGRATE_MS / 1000);
-        usleep(5000);
-    }
-}
-
 /* ---- building ---- */
 
 /* Runs code in the python kernel; its output is dropped, a failure is an error. */
@@ -584,7 +675,7 @@ static bool has_python_kernel(const al_session *s)
 }
 
 /* Makes the template's files QEMU's, 0600 (al_disk_give), and records them. */
-static int seal_files(al_session *s, const char *dir, struct file_rec *recs, al_error *err)
+static int seal_files(al_session *s, const char *dir, struct al_file_rec *recs, al_error *err)
 {
     for (int i = 0; i < NFILES; i++) {
         char path[AL_PATH_MAX];
@@ -593,7 +684,7 @@ static int seal_files(al_session *s, const char *dir, struct file_rec *recs, al_
         int r = al_disk_give(s->conn, s->kvm, path, err);
         if (r < 0)
             return r;
-        r = record_file(path, true, &recs[i]);
+        r = al_file_record(path, true, &recs[i]);
         if (r < 0)
             return al_err(err, r, "cannot read '%s': %s", path, strerror(-r));
     }
@@ -680,20 +771,20 @@ int al_template_save(al_session *s, const struct al_template_id *id, const char 
                    al_pathf(from, sizeof(from), "%s/disk.qcow2", s->state_dir) < 0))
         r = al_err(err, -ENAMETOOLONG, "template path too long");
     if (r == 0)
-        r = al_vm_qmp(s->dom, "save the template", CAP_IGNORE_SHARED, -1, NULL, err);
+        r = al_vm_ignore_shared(s->dom, true, "save the template", err);
     if (r == 0) {
         _cleanup_close_ int fd = al_file_create_private(state, O_WRONLY);
         if (fd < 0)
             r = al_err(err, fd, "cannot create '%s': %s", state, strerror(-fd));
         else
-            r = qmp_getfd(s, fd, err);
+            r = al_vm_getfd(s->dom, "airlock-state", fd, err);
     }
     if (r == 0)
         r = al_vm_qmp(s->dom, "save the template",
                       "{\"execute\":\"migrate\",\"arguments\":{\"uri\":\"fd:airlock-state\"}}", -1,
                       NULL, err);
     if (r == 0)
-        r = migrate_wait(s, "save the template", err);
+        r = al_vm_migrate_wait(s->dom, "save the template", MIGRATE_MS, err);
     if (r == 0) {
         /* QEMU flushed the disk when the migration completed; it must be gone before the
          * overlay moves out of the session's dir, which closing removes. */
@@ -701,7 +792,7 @@ int al_template_save(al_session *s, const struct al_template_id *id, const char 
         if (rename(from, disk) < 0)
             r = al_err(err, -errno, "cannot keep the template's disk: %s", strerror(errno));
     }
-    struct file_rec recs[NFILES];
+    struct al_file_rec recs[NFILES];
     if (r == 0)
         r = seal_files(s, staging, recs, err);
     if (r == 0)
@@ -835,13 +926,13 @@ int al_template_restore(al_session *s, struct al_vm_config *cfg, al_error *err)
     /* Connected before the guest runs, so the restored port never sees its host missing. */
     int r = al_link_connect(s, al_now_ms() + RESYNC_MS, err);
     if (r == 0)
-        r = al_vm_qmp(s->dom, "restore the template", CAP_IGNORE_SHARED, -1, NULL, err);
+        r = al_vm_ignore_shared(s->dom, true, "restore the template", err);
     if (r == 0) {
         _cleanup_close_ int fd = open(t->path[F_STATE], O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
         if (fd < 0)
             r = al_err(err, -errno, "cannot open '%s': %s", t->path[F_STATE], strerror(errno));
         else
-            r = qmp_getfd(s, fd, err);
+            r = al_vm_getfd(s->dom, "airlock-state", fd, err);
     }
     if (r == 0)
         r = al_vm_qmp(
@@ -849,15 +940,20 @@ int al_template_restore(al_session *s, struct al_vm_config *cfg, al_error *err)
             "{\"execute\":\"migrate-incoming\",\"arguments\":{\"uri\":\"fd:airlock-state\"}}", -1,
             NULL, err);
     if (r == 0)
-        r = migrate_wait(s, "restore the template", err);
+        r = al_vm_migrate_wait(s->dom, "restore the template", MIGRATE_MS, err);
     /* Off again: a checkpoint's savevm records the capability, and a QEMU started again to load
      * it (crash recovery, checkpoint.c) refuses a stream that says it is on. */
     if (r == 0)
-        r = al_vm_qmp(s->dom, "restore the template", CAP_IGNORE_SHARED_OFF, -1, NULL, err);
+        r = al_vm_ignore_shared(s->dom, false, "restore the template", err);
     if (r == 0 && virDomainResume(s->dom) < 0)
         r = al_err_virt(err, -EIO, "cannot resume the restored VM");
+    /* A fork's guest runs what its source ran: the agent keeps those runs (adopted, their
+     * output held in the guest) instead of ending them at the handshake. */
+    if (t->fork)
+        s->hello_flags = AL_HELLO_ADOPT;
     if (r == 0)
         r = al_link_resync(s, RESYNC_MS, err);
+    s->hello_flags = 0;
     uint64_t answered = al_now_ms();
     if (r == 0)
         r = al_session_make_unique(s, err);
@@ -923,7 +1019,7 @@ int al_template_list(void (*fn)(void *ctx, const al_template_info *t), void *ctx
             free(names[i]);
             continue;
         }
-        _cleanup_cjson_ cJSON *j = manifest_read(info.path, &why);
+        _cleanup_cjson_ cJSON *j = al_manifest_read(info.path, &why);
         if (j) {
             snprintf(info.image, sizeof(info.image), "%s", jstr(j, "image"));
             info.memory_mib = (unsigned)jnum(j, "memory_mib");

@@ -33,8 +33,29 @@ int al_template_save(al_session *s, const struct al_template_id *id, const char 
                      al_error *err);
 int al_template_commit(const struct al_template_id *id, const char *staging, al_error *err);
 int al_template_replace(const struct al_template_id *id, al_error *err);
-/* The template's frozen disk, the middle layer of the session's (NULL: none). */
-const char *al_template_disk(const struct al_template *t);
+/* The disk's middle layers of a session restored from t, top first, NULL-terminated (NULL:
+ * none, t is NULL or the image has no disk). */
+const char *const *al_template_mids(const struct al_template *t);
+/* A fork's save (fork.c makes it), as a session opened from it sees it. */
+struct al_fork_save {
+    const char *dir;        /* STATE/forks/ID: ram, state, disk.qcow2, mid1.qcow2 ... */
+    const char *image;      /* the source's image */
+    const char *image_disk; /* its base, where the disk chain ends ("": none) */
+    const char *qemu;       /* al_qemu_identity where it was saved */
+    const char *image_id;   /* al_image_identity of its image */
+    bool kvm, disk;
+    size_t nmids; /* layers below disk.qcow2 */
+};
+/* At a fork's open, once its dirs exist: checks that s may take the save's state, holds the
+ * save for s's lifetime (a link in s's state dir) and sets s->tmpl to restore it. */
+int al_template_of_fork(al_session *s, const struct al_fork_save *fs, al_error *err);
+/* STATE/forks, made when missing. */
+int al_forks_dir(char *buf, size_t len, al_error *err);
+/* Removes the save in dir when no handle holds its lock and no fork links its state file;
+ * al_fork_reap: every such save (a fork's close, gc). */
+void al_fork_reap_dir(const char *dir);
+void al_fork_reap(void);
+bool al_template_is_fork(const struct al_template *t);
 /* Sets cfg up for a restore of s->tmpl, starts the domain paused, loads the template's state,
  * resumes, handshakes and makes the guest unique. */
 int al_template_restore(al_session *s, struct al_vm_config *cfg, al_error *err);
@@ -42,8 +63,28 @@ void al_template_free(struct al_template *t);
 /* A restored guest made its own (REFRESH: the host's entropy and clock, the session's name, a
  * fresh machine-id): after a template's restore and a paused session's resume (keep.c). */
 int al_session_make_unique(al_session *s, al_error *err);
+/* Manifests (a template's, a snapshot's, fork.c): what each file was when it was sealed. */
+struct al_file_rec {
+    uint64_t size, ino;
+    uint32_t uid, mode;
+    int64_t mtime_ns, ctime_ns;
+    char sha[65]; /* hex; empty: not recorded */
+};
+int al_file_record(const char *path, bool hash, struct al_file_rec *f);
+void al_manifest_file_add(cJSON *files, const char *name, const struct al_file_rec *r);
+/* DIR/manifest.json, written whole (new, 0600); read back only when ours, 0600, <= 64 KiB. */
+int al_manifest_write_private(const char *dir, const cJSON *j, al_error *err);
+cJSON *al_manifest_read(const char *dir, al_error *why);
+/* Whether names[0..n) in dir are as j's "files" recorded them: owner, mode, size, inode,
+ * mtime; ctime where bit i of ctime_mask is set (a hard link changes it); the SHA-256 where bit
+ * i of hash_mask is. why says what differs. */
+bool al_manifest_files_intact(const char *dir, const cJSON *j, const char *const *names, size_t n,
+                              unsigned hash_mask, unsigned ctime_mask, al_error *why);
 /* SHA-256 of a file's bytes, in hex. */
 int al_sha256_file(const char *path, char out[65]);
+/* An image's parts as files (base disk, kernel, initrd: inode, size, mtime), for saves that
+ * must meet the same image again. */
+void al_image_identity(const al_image *img, char *buf, size_t len);
 /* What a saved VM state depends on: QEMU's and libvirt's versions, QEMU's binary. */
 void al_qemu_identity(virConnectPtr conn, char *buf, size_t len);
 

@@ -95,6 +95,23 @@ int al_disk_overlay(virConnectPtr conn, bool kvm, const char *base, const char *
     return qemu_img_create(conn, kvm, argv, overlay, err);
 }
 
+int al_disk_overlay_sized(virConnectPtr conn, bool kvm, const char *base, uint64_t size,
+                          const char *overlay, al_error *err)
+{
+    char bytes[32];
+    snprintf(bytes, sizeof(bytes), "%llu", (unsigned long long)size);
+    const char *argv[] = {"qemu-img", "create", "-q", "-u",    "-f",  "qcow2", "-F",
+                          "qcow2",    "-b",     base, overlay, bytes, NULL};
+    return qemu_img_create(conn, kvm, argv, overlay, err);
+}
+
+int al_disk_rebase(const char *path, const char *backing, al_error *err)
+{
+    const char *argv[] = {"qemu-img", "rebase", "-q", "-u",    "-f", "qcow2",
+                          "-F",       "qcow2",  "-b", backing, path, NULL};
+    return al_spawn_quiet(argv, "point the fork's disk at its layers", err);
+}
+
 int al_disk_scratch(virConnectPtr conn, bool kvm, const char *path, uint64_t size, al_error *err)
 {
     char bytes[32];

@@ -85,9 +85,7 @@ static int copy_range(int in, int out, off_t off, off_t len, char **buf)
     return 0;
 }
 
-/* Copies in (size bytes) to a new file at path: a reflink where the filesystem has them, else
- * the data ranges only, so a raw disk's holes stay holes. */
-static int copy_snapshot(int in, off_t size, const char *path)
+int al_copy_sparse(int in, off_t size, const char *path)
 {
     _cleanup_close_ int out = open(path, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
     if (out < 0)
@@ -313,7 +311,7 @@ int al_image_import(const al_image_import_opts *given, al_error *err)
         al_pathf(disk, sizeof(disk), "%s/disk.qcow2", tmp) < 0)
         return al_err(err, -ENAMETOOLONG, "image path too long");
 
-    r = copy_snapshot(in, st.st_size, src);
+    r = al_copy_sparse(in, st.st_size, src);
     if (r < 0)
         return al_err(err, r, "cannot copy '%s' into the image store: %s", opts->path,
                       strerror(-r));

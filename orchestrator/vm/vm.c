@@ -364,9 +364,11 @@ static void xml_unix_channel(FILE *f, const char *path, const char *name)
     fputs("'/></channel>\n", f);
 }
 
-/* A virtio qcow2 disk, with its backing file (qcow2, opened read-only) when backing is set.
+/* A virtio qcow2 disk, with its backing chain (qcow2, opened read-only): the middle layers mids
+ * (NULL-terminated, top first, or NULL) and then backing, when set. The chain is spelled out,
+ * so libvirt opens exactly these files whatever their headers name.
  * cache unsafe: a session's disks are thrown away with it, so flushes buy nothing. */
-static void xml_qcow2_disk(FILE *f, const char *path, const char *mid, const char *backing,
+static void xml_qcow2_disk(FILE *f, const char *path, const char *const *mids, const char *backing,
                            const char *dev)
 {
     fputs("    <disk type='file' device='disk'>\n"
@@ -375,9 +377,10 @@ static void xml_qcow2_disk(FILE *f, const char *path, const char *mid, const cha
           f);
     xml_text(f, path);
     fputs("'/>\n", f);
-    if (mid) {
+    size_t n = 0;
+    for (; mids && mids[n]; n++) {
         fputs("      <backingStore type='file'><format type='qcow2'/><source file='", f);
-        xml_text(f, mid);
+        xml_text(f, mids[n]);
         fputs("'/>\n", f);
     }
     if (backing) {
@@ -385,7 +388,7 @@ static void xml_qcow2_disk(FILE *f, const char *path, const char *mid, const cha
         xml_text(f, backing);
         fputs("'/><backingStore/></backingStore>\n", f);
     }
-    if (mid)
+    while (n--)
         fputs("      </backingStore>\n", f);
     fprintf(f, "      <target dev='%s' bus='virtio'/>\n    </disk>\n", dev);
 }
@@ -397,7 +400,7 @@ char *al_vm_xml(const struct al_vm_config *cfg)
     FILE *f = open_memstream(&buf, &len);
     if (!f)
         return NULL;
-    bool qemu_args = cfg->host_port || cfg->net_port || cfg->ram_file;
+    bool qemu_args = true; /* the RAM backend below, always */
     fprintf(f, "<domain type='%s'%s>\n", cfg->kvm ? "kvm" : "qemu",
             qemu_args ? " xmlns:qemu='http://libvirt.org/schemas/domain/qemu/1.0'" : "");
     xml_elem(f, "  ", "name", cfg->name);
@@ -448,7 +451,7 @@ char *al_vm_xml(const struct al_vm_config *cfg)
     }
     /* The session's overlay on the image's base, which QEMU opens read-only. */
     if (cfg->disk)
-        xml_qcow2_disk(f, cfg->disk, cfg->disk_mid, cfg->image->disk, "vda");
+        xml_qcow2_disk(f, cfg->disk, cfg->disk_mids, cfg->image->disk, "vda");
     /* Holds checkpoints (QEMU's savevm needs a writable qcow2) for images without a disk;
      * the guest sees an empty disk and never mounts it. */
     if (cfg->scratch)
@@ -500,21 +503,26 @@ char *al_vm_xml(const struct al_vm_config *cfg)
               "    <qemu:arg value='virtio-net-pci,netdev=alnet0,bus=pcie.0,addr=0x10'/>\n",
               f);
     }
-    /* Warm starts (template.c): libvirt 9.0 cannot map a chosen file as guest RAM, so the RAM
-     * backend is QEMU's own, named by a second -machine option that overrides the backend
-     * libvirt made (which then stays unused: no memory is touched). Its id names the RAM block
-     * in the migration stream, so template and sessions use the same one. */
+    /* Guest RAM is QEMU's own backend, named by a second -machine option that overrides the
+     * backend libvirt made (which then stays unused: no memory is touched). Its id names the
+     * RAM block in migration streams, so every session's is the same: a template's, a fork's
+     * (fork.c) and a session's they are saved from. Warm starts (template.c) and forks map a
+     * chosen file, which libvirt 9.0 cannot do; other sessions get anonymous memory. */
     if (cfg->ram_file) {
         fputs("    <qemu:arg value='-object'/>\n"
               "    <qemu:arg value='memory-backend-file,id=airlock.ram,mem-path=",
               f);
         xml_text(f, cfg->ram_file);
+        fprintf(f, ",share=%s,size=%uM'/>\n", cfg->ram_shared ? "on" : "off", cfg->memory_mib);
+    } else {
         fprintf(f,
-                ",share=%s,size=%uM'/>\n"
-                "    <qemu:arg value='-machine'/>\n"
-                "    <qemu:arg value='memory-backend=airlock.ram'/>\n",
-                cfg->ram_shared ? "on" : "off", cfg->memory_mib);
+                "    <qemu:arg value='-object'/>\n"
+                "    <qemu:arg value='memory-backend-ram,id=airlock.ram,size=%uM'/>\n",
+                cfg->memory_mib);
     }
+    fputs("    <qemu:arg value='-machine'/>\n"
+          "    <qemu:arg value='memory-backend=airlock.ram'/>\n",
+          f);
     if (cfg->incoming)
         fputs("    <qemu:arg value='-incoming'/>\n    <qemu:arg value='defer'/>\n", f);
     if (qemu_args)
@@ -573,4 +581,55 @@ int al_vm_qmp(virDomainPtr dom, const char *what, const char *cmd, int fd, char 
     else
         free(reply);
     return 0;
+}
+
+int al_vm_ignore_shared(virDomainPtr dom, bool on, const char *what, al_error *err)
+{
+    char cmd[200];
+    snprintf(cmd, sizeof(cmd),
+             "{\"execute\":\"migrate-set-capabilities\",\"arguments\":{\"capabilities\":"
+             "[{\"capability\":\"x-ignore-shared\",\"state\":%s}]}}",
+             on ? "true" : "false");
+    return al_vm_qmp(dom, what, cmd, -1, NULL, err);
+}
+
+int al_vm_getfd(virDomainPtr dom, const char *name, int fd, al_error *err)
+{
+    char cmd[200];
+    snprintf(cmd, sizeof(cmd), "{\"execute\":\"getfd\",\"arguments\":{\"fdname\":\"%s\"}}", name);
+    return al_vm_qmp(dom, "pass a file to QEMU", cmd, fd, NULL, err);
+}
+
+static const char *jstr_or_empty(const cJSON *o, const char *k)
+{
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, k);
+    return cJSON_IsString(v) ? v->valuestring : "";
+}
+
+int al_vm_migrate_wait(virDomainPtr dom, const char *what, unsigned timeout_ms, al_error *err)
+{
+    uint64_t end = al_now_ms() + timeout_ms;
+    for (;;) {
+        char *reply = NULL;
+        int r = al_vm_qmp(dom, what, "{\"execute\":\"query-migrate\"}", -1, &reply, err);
+        if (r < 0)
+            return r;
+        _cleanup_free_ char *owned = reply;
+        _cleanup_cjson_ cJSON *j = cJSON_Parse(reply);
+        const cJSON *ret = cJSON_GetObjectItemCaseSensitive(j, "return");
+        const char *status = jstr_or_empty(ret, "status");
+        if (!strcmp(status, "completed"))
+            return 0;
+        if (!strcmp(status, "failed") || !strcmp(status, "cancelled")) {
+            char desc[200];
+            snprintf(desc, sizeof(desc), "%s", jstr_or_empty(ret, "error-desc"));
+            al_printable(desc);
+            return al_err(err, -EIO, "cannot %s: migration %s%s%s", what, status,
+                          desc[0] ? ": " : "", desc);
+        }
+        if (al_now_ms() >= end)
+            return al_err(err, -ETIMEDOUT, "cannot %s: migration still '%s' after %u s", what,
+                          status, timeout_ms / 1000);
+        usleep(5000);
+    }
 }

@@ -27,6 +27,8 @@ int al_err_virt(al_error *err, int code, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
 
 /* ---- libvirt domain ---- */
+/* A disk's middle layers at most (a fork of a fork ... of a warm start). */
+#define AL_DISK_MIDS_MAX 8
 struct al_vm_config {
     const char *name;
     const char *session_dir;
@@ -43,12 +45,13 @@ struct al_vm_config {
      * seed (an ISO, read-only). host_port 0: no network. */
     unsigned host_port, guest_port;
     const char *seed;
-    /* Warm starts (template.c): the disk's middle layer (the template's frozen disk, between
-     * the overlay and the image's base), or NULL; guest RAM in ram_file (a template's memory,
+    /* Warm starts (template.c): the disk's middle layers (the template's frozen disk, between
+     * the overlay and the image's base; a fork's: its copy of the source's overlay and the
+     * source's own middle layers), or NULL; guest RAM in ram_file (a template's memory,
      * mapped shared while the template is built, privately by each restored session) instead
      * of anonymous memory, or NULL; incoming: QEMU waits for a migration stream (the template's
      * device state) instead of booting. */
-    const char *disk_mid;
+    const char *const *disk_mids; /* NULL-terminated, top first (a fork's chain, fork.c) */
     const char *ram_file;
     bool ram_shared;
     bool incoming;
@@ -71,6 +74,13 @@ char *al_vm_xml(const struct al_vm_config *cfg);
  * reply, when asked for, is the caller's to free. */
 int al_vm_qmp(virDomainPtr dom, const char *what, const char *cmd, int fd, char **reply_out,
               al_error *err);
+/* QEMU's x-ignore-shared migration capability on or off (a template's and a fork's RAM file
+ * is not in their streams). */
+int al_vm_ignore_shared(virDomainPtr dom, bool on, const char *what, al_error *err);
+/* Hands fd to QEMU under name (for a migration's "fd:NAME"). */
+int al_vm_getfd(virDomainPtr dom, const char *name, int fd, al_error *err);
+/* Waits for the domain's migration (out or in) to complete, failed or timeout_ms to pass. */
+int al_vm_migrate_wait(virDomainPtr dom, const char *what, unsigned timeout_ms, al_error *err);
 bool al_kvm_present(void);
 /* al_kvm_usable() for a state already read (AIRLOCK_ACCEL=kvm forces it). */
 bool al_kvm_state_usable(enum al_kvm_state st);
@@ -98,6 +108,15 @@ bool al_image_has_display(const al_image *img);
  * saved ("warm_command": the desktop image's starts the browser and waits for its window);
  * false when none. */
 bool al_image_warm_command(const al_image *img, char *buf, size_t len);
+/* import.c: copies in (size bytes) to a new file at path (0600): a reflink where the filesystem
+ * has them, else the data ranges only, so holes stay holes. 0 or a negative errno. */
+int al_copy_sparse(int in, off_t size, const char *path);
+/* disk.c: a new overlay on base of size bytes whose backing chain is not opened (a fork's,
+ * fork.c: the chain is spelled out in the domain's description instead), QEMU's. */
+int al_disk_overlay_sized(virConnectPtr conn, bool kvm, const char *base, uint64_t size,
+                          const char *overlay, al_error *err);
+/* Points a qcow2's header at another backing file (same content, another path), unchecked. */
+int al_disk_rebase(const char *path, const char *backing, al_error *err);
 /* Images made in the store (import.c, oci.c, commit.c). image.c: a scratch dir of the store
  * for image name (refused when the name is taken, unless force), dst its place; the swap into
  * the store. oci.c: the root disk (out, a qcow2) of a tree with bytes of data in entries; the

@@ -21,8 +21,8 @@ _airlock_warm_flags='--memory --cpus --help'
 _airlock_build_flags='--toolchain --from --context --base --max-size --timeout --keep-setid --kernels --force --help'
 _airlock_export_flags='--ref --help'
 _airlock_commit_flags='--checkpoint --force --help'
-_airlock_commands='chat run conversations exec image doctor gc ps cp shell port session proc rm mcp help'
-_airlock_session_start_flags='--image --memory --cpus --idle-timeout --lifetime --checkpoints --display --name --auto-pause'
+_airlock_commands='chat run conversations exec image doctor gc ps cp shell port session snapshot proc rm mcp help'
+_airlock_session_start_flags='--image --memory --cpus --idle-timeout --lifetime --checkpoints --display --name --auto-pause --snapshot'
 
 # The first column of a listing, without its header line, up to its first blank line (image ls
 # lists the warm templates after one).
@@ -114,9 +114,10 @@ _airlock()
     run) [[ $cur == -* ]] && _airlock_words "$_airlock_run_flags" "$cur" ;;
     exec) [[ $cur == -* ]] && _airlock_words "$_airlock_exec_flags" "$cur" ;;
     proc) ((${#args[@]} == 0)) && _airlock_words 'ls logs kill wait' "$cur" ;;
+    snapshot) ((${#args[@]} == 0)) && _airlock_words 'save ls rm' "$cur" ;;
     session)
         case ${args[0]:-} in
-        '') _airlock_words 'start ls stop extend pause resume screenshot input' "$cur" ;;
+        '') _airlock_words 'start ls stop extend pause resume fork screenshot input' "$cur" ;;
         start) [[ $cur == -* ]] && _airlock_words "$_airlock_session_start_flags" "$cur" ;;
         esac
         ;;

@@ -538,6 +538,47 @@ async function security() {
   await check('a bad API key is refused', async () => {
     await rejects(Sandbox.create({ apiKey: 'e2b_' + '0'.repeat(60) }), e2b.AuthenticationError, 'create')
   })
+  await check('fork: each fork has the state, its own token and writes; the source goes on', async () => {
+    await sb.files.write('/tmp/before-fork.txt', 'made before the fork')
+    await rejects(Sandbox.fork(sb.sandboxId, { count: 1, apiKey: process.env.OTHER_KEY }), NotFoundError,
+      'another key forks it')
+    const forks = await sb.fork({ count: 2, timeoutMs: 120000 })
+    eq(forks.length, 2, 'entries')
+    for (const f of forks) {
+      truthy(f instanceof Sandbox, `a fork failed: ${f}`)
+      truthy(f.sandboxId !== sb.sandboxId, 'a new id')
+      eq(await f.files.read('/tmp/before-fork.txt'), 'made before the fork', 'the file')
+    }
+    truthy(forks[0].envdAccessToken !== sb.envdAccessToken, 'a token of its own')
+    await forks[0].files.write('/tmp/before-fork.txt', 'fork 0')
+    eq(await forks[1].files.read('/tmp/before-fork.txt'), 'made before the fork', 'the other fork')
+    eq(await sb.files.read('/tmp/before-fork.txt'), 'made before the fork', 'the source')
+    eq(await sb.isRunning(), true, 'the source runs on')
+    const info = await forks[0].getInfo()
+    truthy(Date.parse(info.endAt) - Date.now() <= 121000, `the fork's timeout (${info.endAt})`)
+    await Promise.all(forks.map((f) => f.kill()))
+  })
+  await check('snapshots: create, start from, list (paged, by sandbox), delete', async () => {
+    await sb.files.write('/tmp/snap.txt', 'in the snapshot')
+    const snap = await sb.createSnapshot()
+    truthy(snap.snapshotId, 'an id')
+    eq(snap.names, [snap.snapshotId], 'names')
+    const named = await sb.createSnapshot({ name: 'named-one' })
+    eq(named.snapshotId, 'named-one', 'a named one')
+    const from = await Sandbox.create(snap.snapshotId, { timeoutMs: 120000 })
+    eq(await from.files.read('/tmp/snap.txt'), 'in the snapshot', 'its file')
+    await from.kill()
+    const all = []
+    const pages = Sandbox.listSnapshots({ limit: 1 })
+    while (pages.hasNext) all.push(...await pages.nextItems())
+    eq(all.map((x) => x.snapshotId).sort(), [snap.snapshotId, 'named-one'].sort(), 'listed, a page each')
+    eq((await sb.listSnapshots().nextItems()).length, 2, 'this sandbox\'s')
+    eq((await Sandbox.listSnapshots({ apiKey: process.env.OTHER_KEY }).nextItems()).length, 0, 'another key\'s')
+    await rejects(Sandbox.create(snap.snapshotId, { apiKey: process.env.OTHER_KEY }), null, 'another key starts from it')
+    eq(await Sandbox.deleteSnapshot(snap.snapshotId), true, 'deleted')
+    eq(await Sandbox.deleteSnapshot(snap.snapshotId), false, 'deleted already')
+    eq(await Sandbox.deleteSnapshot('named-one'), true, 'the named one deleted')
+  })
   await check('pause, and connect brings it back as it was', async () => {
     await sb.files.write('/tmp/kept.txt', 'kept before the pause')
     await sb.pause()

@@ -101,10 +101,10 @@ class Server:
                 return m
             self.notes.append(m)
 
-    def tool(self, name, **args):
-        r = self.request("tools/call", {"name": name, "arguments": args})
+    def tool(self, tool_name, **args):
+        r = self.request("tools/call", {"name": tool_name, "arguments": args})
         if "error" in r:
-            raise AssertionError("%s: %s" % (name, r["error"]))
+            raise AssertionError("%s: %s" % (tool_name, r["error"]))
         return r["result"]
 
     def initialize(self, version="2025-06-18"):
@@ -235,7 +235,8 @@ class ProtocolTest(unittest.TestCase):
         names = [t["name"] for t in tools]
         for want in ("start_session", "run_code", "run_output", "run_command", "start_process",
                      "process_output", "kill_process", "read_file", "write_file", "list_files",
-                     "checkpoint", "rollback", "list_checkpoints", "stop_session"):
+                     "checkpoint", "rollback", "list_checkpoints", "stop_session",
+                     "fork_session", "snapshot_session", "list_snapshots", "delete_snapshot"):
             self.assertIn(want, names)
         for t in tools:
             jsonschema.Draft202012Validator.check_schema(t["inputSchema"])
@@ -503,6 +504,62 @@ class LifecycleTest(unittest.TestCase):
     def test_sighup_ends_sessions(self):
         self.end_by(signal.SIGHUP)
 
+    def test_fork_session(self):
+        """fork_session: each fork a session of its own with the source's state; a fork past
+        --sessions fails alone; the forks' VMs end with the server."""
+        s = Server("--sessions", "3")
+        try:
+            s.initialize()
+            sid = self.boot(s)
+            r = s.tool("run_command", session=sid, command="echo before > /tmp/mark")
+            self.assertFalse(r["isError"], r)
+            r = s.tool("fork_session", session=sid, count=3)
+            self.assertFalse(r["isError"], r)
+            forks = r["structuredContent"]["forks"]
+            self.assertEqual(len(forks), 3, forks)
+            ok = [f["session"] for f in forks if "session" in f]
+            self.assertEqual(len(ok), 2, forks)
+            self.assertIn("3 sessions are open", forks[2]["error"])
+            s.tool("run_command", session=ok[0], command="echo fork > /tmp/mark")
+            for sess, want in ((ok[0], "fork\n"), (ok[1], "before\n"), (sid, "before\n")):
+                r = s.tool("run_command", session=sess, command="cat /tmp/mark")
+                self.assertEqual(r["structuredContent"]["stdout"], want, sess)
+            listed = s.tool("list_sessions")["structuredContent"]["sessions"]
+            self.assertEqual(len(listed), 3, listed)
+            doms = domains_of(s.stderr())
+            self.assertEqual(len(doms), 3, s.stderr())
+        finally:
+            self.assertEqual(s.close(), 0)
+        self.assertFalse(domains_of(s.stderr()) & altest.virsh_names())
+
+    def test_snapshots(self):
+        """snapshot_session, start_session from it after its source stopped, list, delete."""
+        name = "mcp-test-%d" % os.getpid()
+        s = Server("--sessions", "2")
+        try:
+            s.initialize()
+            sid = self.boot(s)
+            s.tool("run_command", session=sid, command="echo kept > /tmp/mark")
+            r = s.tool("snapshot_session", session=sid, name=name)
+            self.assertFalse(r["isError"], r)
+            self.assertGreater(r["structuredContent"]["bytes"], 0)
+            s.tool("stop_session", session=sid)
+            listed = s.tool("list_snapshots")["structuredContent"]["snapshots"]
+            self.assertIn(name, [x["name"] for x in listed])
+            r = s.tool("start_session", snapshot=name)
+            self.assertFalse(r["isError"], r)
+            new = r["structuredContent"]["session"]
+            r = s.tool("run_command", session=new, command="cat /tmp/mark")
+            self.assertEqual(r["structuredContent"]["stdout"], "kept\n")
+            r = s.tool("start_session", snapshot="no-such-snapshot")
+            self.assertTrue(r["isError"])
+            self.assertIn("no snapshot", r["content"][0]["text"])
+            self.assertTrue(s.tool("delete_snapshot", name=name)["structuredContent"]["deleted"])
+            self.assertFalse(s.tool("delete_snapshot", name=name)["structuredContent"]["deleted"])
+        finally:
+            self.assertEqual(s.close(), 0)
+        self.assertFalse(domains_of(s.stderr()) & altest.virsh_names())
+
     def test_sessions_bounded_and_stop(self):
         s = Server("--sessions", "1")
         try:
@@ -601,10 +658,10 @@ def mcp_http_session(port, key):
     h["Mcp-Session-Id"] = hh["mcp-session-id"]
     n = [1]
 
-    def call(name, **args):
+    def call(tool_name, **args):
         n[0] += 1
         st, _, b = http(port, "POST", {"jsonrpc": "2.0", "id": n[0], "method": "tools/call",
-                                       "params": {"name": name, "arguments": args}}, h)
+                                       "params": {"name": tool_name, "arguments": args}}, h)
         assert st == 200, b
         text = b.decode()
         if not text.startswith("{"):
@@ -652,7 +709,20 @@ class RegistryTest(unittest.TestCase):
             r = call("start_session")
             self.assertFalse(r.get("isError"), r)
             self.assertEqual(len(rest.sessions()), 1)
-            call("stop_session", session=r["structuredContent"]["session"])
+            # Its forks and snapshots are the key's too: counted, listed, usable over REST.
+            h = r["structuredContent"]["session"]
+            call("run_command", session=h, command="echo mcp > /tmp/mark")
+            f = call("fork_session", session=h, count=2)["structuredContent"]["forks"]
+            self.assertEqual(len([x for x in f if "session" in x]), 1, f)
+            self.assertIn("max_sessions", [x for x in f if "error" in x][0]["error"])
+            call("stop_session", session=[x for x in f if "session" in x][0]["session"])
+            self.assertFalse(call("snapshot_session", session=h, name="via-mcp").get("isError"))
+            self.assertEqual([x["name"] for x in rest.snapshots()], ["via-mcp"])
+            with Sandbox(snapshot="via-mcp", client=rest) as sb:
+                self.assertEqual(sb.commands.run("cat /tmp/mark").stdout, "mcp\n")
+            self.assertTrue(call("delete_snapshot", name="via-mcp")["structuredContent"]["deleted"])
+            self.assertEqual(rest.snapshots(), [])
+            call("stop_session", session=h)
             self.assertEqual(rest.sessions(), [])
             # One left running when the daemon stops: it goes with the daemon, no hang.
             self.assertFalse(call("start_session").get("isError"))

@@ -133,16 +133,25 @@ int main(int argc, char **argv)
     golden(srcdir, "checkpoints-and-raw-port", &checkpoints);
 
     struct al_vm_config restored = cold; /* a warm start from a template */
-    restored.disk_mid = "/var/lib/airlock/state/templates/debian-t/disk.qcow2";
+    static const char *const tmpl_mids[] = {"/var/lib/airlock/state/templates/debian-t/disk.qcow2",
+                                            NULL};
+    restored.disk_mids = tmpl_mids;
     restored.ram_file = "/var/lib/airlock/state/templates/debian-t/ram";
     restored.incoming = true;
     golden(srcdir, "restored-from-template", &restored);
 
     struct al_vm_config building = restored; /* the template being built: RAM shared */
     building.incoming = false;
-    building.disk_mid = NULL;
+    building.disk_mids = NULL;
     building.ram_shared = true;
     golden(srcdir, "template-build", &building);
+
+    struct al_vm_config forked = restored; /* a fork of a session restored from a template */
+    static const char *const fork_mids[] = {"/var/lib/airlock/state/forks/0123/disk.qcow2",
+                                            "/var/lib/airlock/state/forks/0123/mid1.qcow2", NULL};
+    forked.disk_mids = fork_mids;
+    forked.ram_file = "/var/lib/airlock/state/forks/0123/ram";
+    golden(srcdir, "fork-of-restored", &forked);
 
     struct al_vm_config remote_ssh = cold;
     remote_ssh.image = &ssh;

@@ -125,6 +125,20 @@ class Client:
     def sessions(self):
         return self.request("GET", "/v1/sessions")["sessions"]
 
+    def snapshots(self):
+        """The caller's snapshots: {"name", "image", "memory_mib", "bytes", "created"} each."""
+        return self.request("GET", "/v1/snapshots")["snapshots"]
+
+    def delete_snapshot(self, name):
+        """Removes a snapshot (sessions started from it go on); False when there was none."""
+        try:
+            self.request("DELETE", "/v1/snapshots/" + _q(name))
+            return True
+        except APIError as e:
+            if e.status == 404:
+                return False
+            raise
+
     def health(self):
         return self.request("GET", "/v1/health")
 
@@ -610,14 +624,16 @@ class Sandbox:
     def __init__(self, image=None, memory_mib=None, vcpus=None, transport=None,
                  checkpoint_policy=None, checkpoints=None, idle_timeout_s=None, lifetime_s=None,
                  labels=None, net=None, display=None, name=None, auto_pause_s=None,
-                 client=None, url=None, api_key=None, cwd="/", _info=None):
+                 snapshot=None, client=None, url=None, api_key=None, cwd="/", _info=None):
         """net: None (no network, the default), a list of hosts and "*.suffix" patterns the
         session's proxy lets through, or a dict {"allow": [...], "bytes_max": N}. cwd: where
         commands run and what relative file paths are relative to. display: a screen and input
         devices the host drives (screenshot(), left_click(), type(), press(), ...): True for
         1280x800, or (width, height); the desktop image's sessions have one anyway. name: the
         session's name, unique per key (Sandbox.connect takes it as the id); auto_pause_s:
-        paused to disk after that long idle instead of ending (pause(), resume())."""
+        paused to disk after that long idle instead of ending (pause(), resume()). snapshot: start
+        from a snapshot of the caller's (create_snapshot()) instead of an image: its memory,
+        processes and files as they were saved."""
         self.client = client or Client(url, api_key)
         self.cwd = cwd
         if isinstance(net, (list, tuple)):
@@ -632,7 +648,7 @@ class Sandbox:
                 checkpoint_policy=checkpoint_policy, checkpoints=checkpoints,
                 idle_timeout_s=idle_timeout_s, lifetime_s=lifetime_s,
                 labels=labels, net=net, display=display, name=name,
-                auto_pause_s=auto_pause_s).items() if v is not None}
+                auto_pause_s=auto_pause_s, snapshot=snapshot).items() if v is not None}
             body.update(size)
             _info = self.client.request("POST", "/v1/sessions", body=body)
         self.info = _info
@@ -702,6 +718,35 @@ class Sandbox:
                      if v is not None)
         return self.client.request("GET", self._path + "/metrics" + ("?" + q if q else ""))[
             "metrics"]
+
+    def create_snapshot(self, name=None, replace=False):
+        """Saves the session's whole state (memory, processes, files) as a snapshot of the
+        caller's, which outlives the session: Sandbox(snapshot=name) starts from it. Returns
+        {"name", "image", "memory_mib", "bytes", "created"}."""
+        body = {"replace": bool(replace)}
+        if name is not None:
+            body["name"] = name
+        return self.client.request("POST", self._path + "/snapshots", body=body)
+
+    def fork(self, n=1, name=None, labels=None, lifetime_s=None, idle_timeout_s=None):
+        """n new sessions with this one's whole state: memory, running kernels (variables,
+        imports), background processes, open ports and disk, as they are now; this one stands
+        still for the save only and goes on. Each fork is made unique (entropy, hostname,
+        machine-id, the python kernel's generators reseeded). Returns a list with a Sandbox for
+        each fork, or, where one failed alone (a quota), the APIError saying why."""
+        body = {k: v for k, v in dict(count=int(n), name=name, labels=labels,
+                                      lifetime_s=lifetime_s,
+                                      idle_timeout_s=idle_timeout_s).items() if v is not None}
+        forks = self.client.request("POST", self._path + "/fork", body=body)["forks"]
+        out = []
+        for f in forks:
+            e = f.get("error")
+            if e:
+                out.append(APIError(e.get("status", 500), e.get("code", ""), e.get("message", ""),
+                                    e.get("limit")))
+            else:
+                out.append(Sandbox(client=self.client, cwd=self.cwd, _info=f))
+        return out
 
     def pause(self):
         """Pauses the session to disk: its memory, devices and running processes saved, its

@@ -1,0 +1,698 @@
+/* Forks: a running session's whole state saved once, and opened as new sessions.
+ *
+ * A session's RAM is anonymous memory (or a template's file mapped privately), so it cannot be
+ * shared with forks as it is. The save starts a second QEMU, the holder, whose RAM is a new
+ * file mapped shared (as a template being built, template.c) and which waits for a migration.
+ * The source is paused and migrated into it over a socket pair (its whole RAM, once); the
+ * migration's end flushed the source's disk overlay, which is copied then, and the source
+ * resumes: it stood still for the migration and the copy only. The holder, never run, then
+ * saves its device state alone (x-ignore-shared), as a template is saved, and goes. What is
+ * left is a template in all but name: ram, state, disk.qcow2 (the source's overlay as it was)
+ * and the source's own middle layers hard-linked beside it (mid1.qcow2 ...). Forks are restored
+ * from it as warm starts are (al_template_restore: the RAM file mapped privately, its pages
+ * shared in the page cache; the guest made unique by REFRESH).
+ *
+ * Files: STATE/forks/ID/, QEMU's, 0600. The handle holds ID/lock; each fork hard-links the
+ * state file into its own state dir (fork.ref), so the state file's link count says whether a
+ * fork of it lives; the dir goes once neither holds it (al_fork_free, a fork's close, gc:
+ * al_fork_reap). Forks restored from a fork's save spell the whole disk chain out in their
+ * domain's description (vm.c), so no header's path is trusted or needed. */
+#include "budget.h"
+#include "checkpoint.h"
+#include "template.h"
+
+#include <dirent.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/file.h>
+#include <sys/random.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+/* The whole RAM over a socket pair: ~1 GB/s; the device state alone ~50 ms. */
+#define FORK_MIGRATE_MS 120000
+
+struct al_fork {
+    char dir[AL_PATH_MAX];
+    int lock_fd;
+    char image[sizeof(((al_image *)0)->name)];
+    char image_disk[AL_PATH_MAX]; /* the image's base the chain ends on ("" none) */
+    unsigned mem, vcpus, display_w, display_h;
+    bool kvm, display, disk, scratch;
+    size_t nmids;
+    uint64_t disk_size;
+    unsigned pause_ms, save_ms; /* the source stood still; the whole save */
+    char qemu[200];             /* al_qemu_identity of the save's host */
+    char image_id[AL_PATH_MAX]; /* al_image_identity of its image */
+};
+
+void al_fork_free(al_fork *f)
+{
+    if (!f)
+        return;
+    if (f->lock_fd >= 0)
+        close(f->lock_fd);
+    if (f->dir[0]) /* "": moved to the snapshots (al_snapshot_save) */
+        al_fork_reap_dir(f->dir);
+    free(f);
+}
+
+/* What a fork of s must have to take s's device state: refused with the reason otherwise. */
+static int forkable(const al_session *s, al_error *err)
+{
+    if (!s->dom)
+        return al_err(err, -ESHUTDOWN, "the session's VM is gone");
+    if (s->paused)
+        return al_err(err, -EINVAL, "the session is paused: resume it before forking it");
+    if (s->remote)
+        return al_err(err, -EOPNOTSUPP,
+                      "a session on another host cannot be forked (its memory is there)");
+    if (s->kind != AL_TRANSPORT_VIRTIO)
+        return al_err(err, -EOPNOTSUPP,
+                      "only sessions over virtio-serial can be forked (an SSH session's keys "
+                      "are its own)");
+    if (s->net)
+        return al_err(err, -EOPNOTSUPP,
+                      "a session with network on request cannot be forked yet (each fork needs "
+                      "its own egress)");
+    if (s->raw_port[0])
+        return al_err(err, -EOPNOTSUPP, "a session with a benchmark port cannot be forked");
+    if (s->budget_over)
+        return al_err(err, -EINVAL, "the session is paused over its disk budget: %s",
+                      s->budget_why);
+    size_t nmids = 0;
+    for (const char *const *m = al_template_mids(s->tmpl); m && *m; m++)
+        nmids++;
+    if (nmids + 1 > AL_DISK_MIDS_MAX)
+        return al_err(err, -E2BIG, "a fork of a fork this deep has too many disk layers (%d)",
+                      AL_DISK_MIDS_MAX);
+    return 0;
+}
+
+static int file_for_qemu(al_session *s, const char *path, uint64_t size, al_error *err)
+{
+    _cleanup_close_ int fd = al_file_create_private(path, O_RDWR);
+    if (fd < 0)
+        return al_err(err, fd, "cannot create '%s': %s", path, strerror(-fd));
+    if (size && ftruncate(fd, (off_t)size) < 0)
+        return al_err(err, -errno, "cannot size '%s': %s", path, strerror(errno));
+    return al_disk_give(s->conn, s->kvm, path, err);
+}
+
+/* The holder: a paused QEMU with the source's devices, its RAM f->dir/ram mapped shared,
+ * waiting for a migration. Its runtime dir (agent socket, lock: gc leaves it alone) in hdir. */
+static int holder_start(al_session *s, struct al_fork *f, char *hdir, size_t hlen, int *hlock,
+                        virDomainPtr *out, al_error *err)
+{
+    uint8_t rnd[6];
+    if (getrandom(rnd, sizeof(rnd), 0) != sizeof(rnd))
+        return al_err(err, -EIO, "getrandom failed");
+    char name[64], ram[AL_PATH_MAX], sock[AL_PATH_MAX], disk[AL_PATH_MAX], scratch[AL_PATH_MAX];
+    snprintf(name, sizeof(name), AL_DOMAIN_PREFIX "%02x%02x%02x%02x%02x%02x", rnd[0], rnd[1],
+             rnd[2], rnd[3], rnd[4], rnd[5]);
+    int r = al_session_dir_make(false, name, hdir, hlen, hlock, err);
+    if (r < 0)
+        return r;
+    if (al_pathf(ram, sizeof(ram), "%s/ram", f->dir) < 0 ||
+        al_pathf(sock, sizeof(sock), "%s/agent.sock", hdir) < 0 ||
+        al_pathf(disk, sizeof(disk), "%s/holder.qcow2", f->dir) < 0 ||
+        al_pathf(scratch, sizeof(scratch), "%s/holder-scratch.qcow2", f->dir) < 0)
+        return al_err(err, -ENAMETOOLONG, "fork path too long");
+    if (strchr(ram, ','))
+        return al_err(err, -EINVAL,
+                      "the state dir's path has a comma, which QEMU's options cannot carry");
+    r = file_for_qemu(s, ram, (uint64_t)f->mem << 20, err);
+    /* The holder never runs: its disks only have to be the source's devices. */
+    if (r == 0 && f->disk)
+        r = al_disk_overlay(s->conn, s->kvm, s->img.disk, disk, err);
+    if (r == 0 && f->scratch)
+        r = al_disk_scratch(s->conn, s->kvm, scratch, AL_SCRATCH_BYTES, err);
+    if (r < 0)
+        return r;
+    struct al_vm_config cfg = {
+        .name = name,
+        .session_dir = hdir,
+        .image = &s->img,
+        .memory_mib = f->mem,
+        .vcpus = f->vcpus,
+        .kvm = f->kvm,
+        .agent_sock = sock,
+        .disk = f->disk ? disk : NULL,
+        .scratch = f->scratch ? scratch : NULL,
+        .display = f->display,
+        .display_w = f->display_w,
+        .display_h = f->display_h,
+        .ram_file = ram,
+        .ram_shared = true,
+        .incoming = true,
+    };
+    _cleanup_free_ char *xml = al_vm_xml(&cfg);
+    if (!xml)
+        return al_err(err, -ENOMEM, "cannot build the domain description");
+    *out = virDomainCreateXML(s->conn, xml, VIR_DOMAIN_START_AUTODESTROY | VIR_DOMAIN_START_PAUSED);
+    if (!*out)
+        return al_err_virt(err, -EIO, "cannot start the fork's holder");
+    return 0;
+}
+
+/* The source's RAM and devices into the holder over a socket pair; both wait for the end. */
+static int migrate_into(al_session *s, virDomainPtr holder, al_error *err)
+{
+    int sp[2];
+    if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sp) < 0)
+        return al_err(err, -errno, "socketpair: %s", strerror(errno));
+    int r = al_vm_getfd(holder, "airlock-fork", sp[1], err);
+    if (r == 0)
+        r = al_vm_qmp(holder, "take the session's state",
+                      "{\"execute\":\"migrate-incoming\",\"arguments\":{\"uri\":\"fd:airlock-"
+                      "fork\"}}",
+                      -1, NULL, err);
+    if (r == 0)
+        r = al_vm_getfd(s->dom, "airlock-fork", sp[0], err);
+    close(sp[0]);
+    close(sp[1]);
+    if (r == 0)
+        r = al_vm_qmp(s->dom, "save the session's state",
+                      "{\"execute\":\"migrate\",\"arguments\":{\"uri\":\"fd:airlock-fork\"}}", -1,
+                      NULL, err);
+    if (r == 0)
+        r = al_vm_migrate_wait(s->dom, "save the session's state", FORK_MIGRATE_MS, err);
+    if (r == 0)
+        r = al_vm_migrate_wait(holder, "take the session's state", FORK_MIGRATE_MS, err);
+    return r;
+}
+
+/* The source's overlay as the migration left it (flushed, QEMU's locks let go) into
+ * f->dir/disk.qcow2, on f->dir's own links of the source's middle layers. */
+static int copy_disk(al_session *s, struct al_fork *f, al_error *err)
+{
+    char from[AL_PATH_MAX], to[AL_PATH_MAX];
+    if (al_pathf(from, sizeof(from), "%s/disk.qcow2", s->state_dir) < 0 ||
+        al_pathf(to, sizeof(to), "%s/disk.qcow2", f->dir) < 0)
+        return al_err(err, -ENAMETOOLONG, "fork path too long");
+    _cleanup_close_ int in = open(from, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
+    struct stat st;
+    if (in < 0 || fstat(in, &st) < 0)
+        return al_err(err, -errno, "cannot read the session's disk: %s", strerror(errno));
+    uint8_t hdr[32];
+    if (pread(in, hdr, sizeof(hdr), 0) != (ssize_t)sizeof(hdr) || memcmp(hdr, "QFI\xfb", 4))
+        return al_err(err, -EIO, "the session's disk is not a qcow2");
+    f->disk_size = 0;
+    for (int i = 24; i < 32; i++) /* the virtual size, big-endian */
+        f->disk_size = f->disk_size << 8 | hdr[i];
+    int r = al_copy_sparse(in, st.st_size, to);
+    if (r < 0)
+        return al_err(err, r, "cannot copy the session's disk: %s", strerror(-r));
+    return al_disk_give(s->conn, s->kvm, to, err);
+}
+
+/* The source's middle layers linked into f->dir (mid1.qcow2 ...), so the save outlives
+ * whatever they belong to (a template replaced, another fork's save reaped); the copy's header
+ * pointed at the first. */
+static int link_mids(al_session *s, struct al_fork *f, al_error *err)
+{
+    const char *const *mids = al_template_mids(s->tmpl);
+    f->nmids = 0;
+    for (size_t i = 0; mids && mids[i]; i++) {
+        char to[AL_PATH_MAX];
+        if (al_pathf(to, sizeof(to), "%s/mid%zu.qcow2", f->dir, i + 1) < 0)
+            return al_err(err, -ENAMETOOLONG, "fork path too long");
+        if (link(mids[i], to) < 0)
+            return al_err(err, -errno, "cannot keep the disk layer '%s': %s", mids[i],
+                          strerror(errno));
+        f->nmids++;
+    }
+    if (!f->nmids)
+        return 0;
+    char copy[AL_PATH_MAX], first[AL_PATH_MAX];
+    if (al_pathf(copy, sizeof(copy), "%s/disk.qcow2", f->dir) < 0 ||
+        al_pathf(first, sizeof(first), "%s/mid1.qcow2", f->dir) < 0)
+        return al_err(err, -ENAMETOOLONG, "fork path too long");
+    return al_disk_rebase(copy, first, err);
+}
+
+/* The holder's device state alone into f->dir/state; the holder goes. */
+static int holder_save(al_session *s, struct al_fork *f, virDomainPtr holder, al_error *err)
+{
+    char state[AL_PATH_MAX];
+    if (al_pathf(state, sizeof(state), "%s/state", f->dir) < 0)
+        return al_err(err, -ENAMETOOLONG, "fork path too long");
+    int r = al_vm_ignore_shared(holder, true, "save the fork's state", err);
+    if (r == 0) {
+        _cleanup_close_ int fd = al_file_create_private(state, O_WRONLY);
+        if (fd < 0)
+            r = al_err(err, fd, "cannot create '%s': %s", state, strerror(-fd));
+        else
+            r = al_vm_getfd(holder, "airlock-state", fd, err);
+    }
+    if (r == 0)
+        r = al_vm_qmp(holder, "save the fork's state",
+                      "{\"execute\":\"migrate\",\"arguments\":{\"uri\":\"fd:airlock-state\"}}", -1,
+                      NULL, err);
+    if (r == 0)
+        r = al_vm_migrate_wait(holder, "save the fork's state", FORK_MIGRATE_MS, err);
+    if (r == 0)
+        r = al_disk_give(s->conn, s->kvm, state, err);
+    return r;
+}
+
+static void holder_end(virDomainPtr *holder, struct al_fork *f, const char *hdir, int hlock)
+{
+    if (*holder) {
+        virDomainDestroy(*holder);
+        virDomainFree(*holder);
+        *holder = NULL;
+    }
+    char p[AL_PATH_MAX];
+    if (al_pathf(p, sizeof(p), "%s/holder.qcow2", f->dir) == 0)
+        unlink(p);
+    if (al_pathf(p, sizeof(p), "%s/holder-scratch.qcow2", f->dir) == 0)
+        unlink(p);
+    if (hdir[0])
+        al_rmtree(hdir);
+    if (hlock >= 0)
+        close(hlock);
+}
+
+int al_session_fork_save(al_session *s, al_fork **out, al_error *err)
+{
+    if (!s || !out)
+        return al_err(err, -EINVAL, "no session");
+    AL_SESSION_LOCKED(s);
+    int r = forkable(s, err);
+    if (r < 0)
+        return r;
+    virDomainInfo info;
+    if (virDomainGetInfo(s->dom, &info) < 0)
+        return al_err_virt(err, -EIO, "cannot read the VM's memory size");
+    struct al_fork *f = calloc(1, sizeof(*f));
+    if (!f)
+        return al_err(err, -ENOMEM, "out of memory");
+    f->lock_fd = -1;
+    snprintf(f->image, sizeof(f->image), "%s", s->img.name);
+    snprintf(f->image_disk, sizeof(f->image_disk), "%s", s->img.disk);
+    f->mem = (unsigned)(info.maxMem / 1024);
+    f->vcpus = s->vcpus;
+    f->kvm = s->kvm;
+    f->display = s->screen != NULL;
+    f->display_w = s->display_w;
+    f->display_h = s->display_h;
+    f->disk = s->img.disk[0] != 0;
+    f->scratch = s->ckpt && !f->disk;
+    al_qemu_identity(s->conn, f->qemu, sizeof(f->qemu));
+    al_image_identity(&s->img, f->image_id, sizeof(f->image_id));
+    /* Room for the RAM file and the disk's copy above the floor, else no fork. */
+    char forks[AL_PATH_MAX];
+    al_error why = {0};
+    r = al_forks_dir(forks, sizeof(forks), err);
+    if (r == 0 && al_check_free_space(forks, al_free_floor() + ((uint64_t)f->mem << 20), &why) < 0)
+        r = al_err(err, -ENOSPC, "cannot fork: %s", why.msg);
+    uint8_t rnd[8];
+    if (r == 0 && getrandom(rnd, sizeof(rnd), 0) != sizeof(rnd))
+        r = al_err(err, -EIO, "getrandom failed");
+    char hex[17];
+    al_hexify(rnd, sizeof(rnd), hex);
+    char lock[AL_PATH_MAX];
+    if (r == 0 && (al_pathf(f->dir, sizeof(f->dir), "%s/%s", forks, hex) < 0 ||
+                   al_pathf(lock, sizeof(lock), "%s/lock", f->dir) < 0))
+        r = al_err(err, -ENAMETOOLONG, "fork path too long");
+    if (r == 0 && mkdir(f->dir, 0711) < 0)
+        r = al_err(err, -errno, "cannot create '%s': %s", f->dir, strerror(errno));
+    if (r == 0 && (f->lock_fd = al_lock_file(lock)) < 0)
+        r = al_err(err, f->lock_fd, "cannot lock '%s': %s", lock, strerror(-f->lock_fd));
+    if (r < 0) {
+        if (f->dir[0])
+            al_rmtree(f->dir);
+        if (f->lock_fd >= 0)
+            close(f->lock_fd);
+        free(f);
+        return r;
+    }
+
+    char hdir[AL_PATH_MAX] = "";
+    int hlock = -1;
+    virDomainPtr holder = NULL;
+    uint64_t t0 = al_now_ms();
+    r = holder_start(s, f, hdir, sizeof(hdir), &hlock, &holder, err);
+    /* The source stands still from here until its disk is copied. */
+    bool suspended = false;
+    if (r == 0) {
+        if (virDomainSuspend(s->dom) < 0)
+            r = al_err_virt(err, -EIO, "cannot pause the session for the fork");
+        else
+            suspended = true;
+    }
+    uint64_t t_pause = al_now_ms();
+    if (r == 0)
+        r = migrate_into(s, holder, err);
+    if (r == 0 && f->disk)
+        r = copy_disk(s, f, err);
+    if (suspended && virDomainResume(s->dom) < 0 && r == 0)
+        r = al_err_virt(err, -EIO, "cannot resume the session after the fork's save");
+    f->pause_ms = (unsigned)(al_now_ms() - t_pause);
+    if (r == 0 && f->disk)
+        r = link_mids(s, f, err);
+    if (r == 0)
+        r = holder_save(s, f, holder, err);
+    holder_end(&holder, f, hdir, hlock);
+    f->save_ms = (unsigned)(al_now_ms() - t0);
+    if (r < 0) {
+        al_rmtree(f->dir);
+        close(f->lock_fd);
+        free(f);
+        return r;
+    }
+    *out = f;
+    return 0;
+}
+
+int al_fork_open(const al_fork *f, const al_session_opts *opts, al_session **out, al_error *err)
+{
+    if (!f || !out)
+        return al_err(err, -EINVAL, "no fork");
+    al_session_opts o;
+    int r = AL_SIZED_IN_SINCE(&o, opts, "al_session_opts", display, err);
+    if (r < 0)
+        return r;
+    if (o.image && o.image[0] && strcmp(o.image, f->image))
+        return al_err(err, -EINVAL, "a fork runs its source's image '%s', not '%s'", f->image,
+                      o.image);
+    if (o.keep)
+        return al_err(err, -EOPNOTSUPP, "a fork cannot be kept past its process yet");
+    if (o.net.allow && o.net.allow[0])
+        return al_err(err, -EOPNOTSUPP, "a fork cannot have network on request yet");
+    if (o.connect_uri && o.connect_uri[0])
+        return al_err(err, -EOPNOTSUPP, "a fork runs on the host of its source's save");
+    /* The source's shape: the device state fits nothing else. */
+    o.image = f->image;
+    o.memory_mib = f->mem;
+    o.vcpus = f->vcpus;
+    o.display = f->display;
+    o.display_width = f->display_w;
+    o.display_height = f->display_h;
+    o.transport = AL_TRANSPORT_VIRTIO;
+    if (!f->disk)
+        o.checkpoints = f->scratch;
+    struct al_fork_save save = {.dir = f->dir,
+                                .image = f->image,
+                                .image_disk = f->image_disk,
+                                .qemu = f->qemu,
+                                .image_id = f->image_id,
+                                .kvm = f->kvm,
+                                .disk = f->disk,
+                                .nmids = f->nmids};
+    return al_session_open_fork(&o, &save, out, err);
+}
+
+void al_fork_timing(const al_fork *f, unsigned *pause_ms, unsigned *save_ms)
+{
+    if (pause_ms)
+        *pause_ms = f ? f->pause_ms : 0;
+    if (save_ms)
+        *save_ms = f ? f->save_ms : 0;
+}
+
+/* ---- snapshots: saves kept under a name, sealed ---- */
+
+#define SNAPSHOTS_DIR "snapshots"
+#define SNAPSHOT_FORMAT 1
+#define SNAPSHOT_FILES_MAX (3 + AL_DISK_MIDS_MAX)
+
+bool al_snapshot_name_ok(const char *n)
+{
+    size_t len = n ? strlen(n) : 0;
+    if (len < 1 || len > AL_SNAPSHOT_NAME_MAX || n[0] == '.')
+        return false;
+    for (const char *p = n; *p; p++)
+        if (!((*p >= 'a' && *p <= 'z') || (*p >= 'A' && *p <= 'Z') || (*p >= '0' && *p <= '9') ||
+              *p == '.' || *p == '_' || *p == '-'))
+            return false;
+    return true;
+}
+
+static int snapshot_path(const char *name, char *buf, size_t len, al_error *err)
+{
+    if (!al_snapshot_name_ok(name))
+        return al_err(err, -EINVAL,
+                      "a snapshot's name is 1 to %d of [A-Za-z0-9._-], not starting with a dot",
+                      AL_SNAPSHOT_NAME_MAX);
+    char state[AL_PATH_MAX], dir[AL_PATH_MAX];
+    int r = al_state_dir(state, sizeof(state), err);
+    if (r < 0)
+        return r;
+    if (al_pathf(dir, sizeof(dir), "%s/" SNAPSHOTS_DIR, state) < 0 ||
+        al_pathf(buf, len, "%s/%s", dir, name) < 0)
+        return al_err(err, -ENAMETOOLONG, "state dir path too long");
+    if (mkdir(dir, 0711) < 0 && errno != EEXIST)
+        return al_err(err, -errno, "cannot create '%s': %s", dir, strerror(errno));
+    return 0;
+}
+
+/* The save's files: ram, state, and with a disk disk.qcow2, mid1.qcow2 ... */
+static size_t save_files(bool disk, size_t nmids, char names[][16])
+{
+    size_t n = 0;
+    snprintf(names[n++], 16, "ram");
+    snprintf(names[n++], 16, "state");
+    if (disk) {
+        snprintf(names[n++], 16, "disk.qcow2");
+        for (size_t i = 1; i <= nmids && n < SNAPSHOT_FILES_MAX; i++)
+            snprintf(names[n++], 16, "mid%u.qcow2", (unsigned)(i % 100));
+    }
+    return n;
+}
+
+/* The manifest: what a fork of the save must be, and each file as it was (the SHA-256 of all but
+ * the RAM file, whose ctime stands for its content: only root can set one back; the others' ctime
+ * changes as forks and later saves link them). */
+static int snapshot_seal(const struct al_fork *f, const char *name, const char *source,
+                         al_error *err)
+{
+    _cleanup_cjson_ cJSON *j = cJSON_CreateObject();
+    cJSON_AddNumberToObject(j, "format", SNAPSHOT_FORMAT);
+    cJSON_AddStringToObject(j, "name", name);
+    cJSON_AddStringToObject(j, "source", source);
+    cJSON_AddStringToObject(j, "image", f->image);
+    cJSON_AddStringToObject(j, "image_disk", f->image_disk);
+    cJSON_AddStringToObject(j, "image_id", f->image_id);
+    cJSON_AddStringToObject(j, "qemu", f->qemu);
+    cJSON_AddNumberToObject(j, "memory_mib", f->mem);
+    cJSON_AddNumberToObject(j, "vcpus", f->vcpus);
+    cJSON_AddNumberToObject(j, "display_width", f->display_w);
+    cJSON_AddNumberToObject(j, "display_height", f->display_h);
+    cJSON_AddBoolToObject(j, "kvm", f->kvm);
+    cJSON_AddBoolToObject(j, "display", f->display);
+    cJSON_AddBoolToObject(j, "disk", f->disk);
+    cJSON_AddBoolToObject(j, "scratch", f->scratch);
+    cJSON_AddNumberToObject(j, "mids", (double)f->nmids);
+    cJSON_AddNumberToObject(j, "disk_size", (double)f->disk_size);
+    cJSON_AddNumberToObject(j, "created", (double)time(NULL));
+    cJSON *files = cJSON_AddObjectToObject(j, "files");
+    char names[SNAPSHOT_FILES_MAX][16];
+    size_t n = save_files(f->disk, f->nmids, names);
+    for (size_t i = 0; i < n; i++) {
+        char path[AL_PATH_MAX];
+        struct al_file_rec rec;
+        if (al_pathf(path, sizeof(path), "%s/%s", f->dir, names[i]) < 0)
+            return al_err(err, -ENAMETOOLONG, "snapshot path too long");
+        int r = al_file_record(path, i != 0, &rec);
+        if (r < 0)
+            return al_err(err, r, "cannot seal '%s': %s", path, strerror(-r));
+        al_manifest_file_add(files, names[i], &rec);
+    }
+    return al_manifest_write_private(f->dir, j, err);
+}
+
+static const char *mstr(const cJSON *j, const char *k)
+{
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(j, k);
+    return cJSON_IsString(v) ? v->valuestring : "";
+}
+
+static double mnum(const cJSON *j, const char *k)
+{
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(j, k);
+    return cJSON_IsNumber(v) ? v->valuedouble : -1;
+}
+
+static uint64_t dir_bytes(const char *dir)
+{
+    uint64_t total = 0;
+    DIR *d = opendir(dir);
+    if (!d)
+        return 0;
+    for (struct dirent *e; (e = readdir(d));) {
+        struct stat st;
+        if (e->d_name[0] != '.' && fstatat(dirfd(d), e->d_name, &st, AT_SYMLINK_NOFOLLOW) == 0 &&
+            S_ISREG(st.st_mode))
+            total += (uint64_t)st.st_blocks * 512u;
+    }
+    closedir(d);
+    return total;
+}
+
+static void snapshot_info_of(const char *dir, const cJSON *j, al_snapshot_info *out)
+{
+    snprintf(out->name, sizeof(out->name), "%s", mstr(j, "name"));
+    snprintf(out->image, sizeof(out->image), "%s", mstr(j, "image"));
+    snprintf(out->source, sizeof(out->source), "%s", mstr(j, "source"));
+    out->memory_mib = mnum(j, "memory_mib") > 0 ? (unsigned)mnum(j, "memory_mib") : 0;
+    out->created = (int64_t)mnum(j, "created");
+    out->bytes = dir_bytes(dir);
+}
+
+int al_snapshot_save(al_session *s, const char *name, bool replace, al_snapshot_info *out,
+                     al_error *err)
+{
+    if (out && AL_SIZED_OUT(out, "al_snapshot_info", err) < 0)
+        return err->code;
+    char dst[AL_PATH_MAX];
+    int r = snapshot_path(name, dst, sizeof(dst), err);
+    if (r < 0)
+        return r;
+    struct stat st;
+    if (!replace && lstat(dst, &st) == 0)
+        return al_err(err, -EEXIST, "a snapshot named '%s' exists", name);
+    al_fork *f = NULL;
+    r = al_session_fork_save(s, &f, err);
+    if (r < 0)
+        return r;
+    r = snapshot_seal(f, name, s->name, err);
+    /* One in its place is moved among the forks' saves: the sessions started from it keep
+     * it until they end (al_fork_reap). */
+    char old[AL_PATH_MAX] = "";
+    if (r == 0 && replace && lstat(dst, &st) == 0) {
+        char forks[AL_PATH_MAX];
+        uint8_t rnd[8];
+        char hex[17];
+        if (al_forks_dir(forks, sizeof(forks), err) < 0 ||
+            getrandom(rnd, sizeof(rnd), 0) != sizeof(rnd))
+            r = err->code ? err->code : al_err(err, -EIO, "getrandom failed");
+        al_hexify(rnd, sizeof(rnd), hex);
+        if (r == 0 && al_pathf(old, sizeof(old), "%s/%s", forks, hex) < 0)
+            r = al_err(err, -ENAMETOOLONG, "fork path too long");
+        if (r == 0 && rename(dst, old) < 0)
+            r = al_err(err, -errno, "cannot replace snapshot '%s': %s", name, strerror(errno));
+    }
+    if (r == 0 && renameat2(AT_FDCWD, f->dir, AT_FDCWD, dst, RENAME_NOREPLACE) < 0)
+        r = al_err(err, -errno,
+                   errno == EEXIST ? "a snapshot named '%s' exists"
+                                   : "cannot keep snapshot '%s': %s",
+                   name, strerror(errno));
+    if (r == 0)
+        f->dir[0] = '\0'; /* it is the snapshot's now */
+    al_fork_free(f);
+    if (old[0])
+        al_fork_reap_dir(old);
+    if (r < 0)
+        return r;
+    if (out) {
+        al_error why = {0};
+        _cleanup_cjson_ cJSON *j = al_manifest_read(dst, &why);
+        snapshot_info_of(dst, j, out);
+    }
+    return 0;
+}
+
+int al_snapshot_open(const char *name, const al_session_opts *opts, al_session **out, al_error *err)
+{
+    char dir[AL_PATH_MAX];
+    int r = snapshot_path(name, dir, sizeof(dir), err);
+    if (r < 0)
+        return r;
+    struct stat st;
+    if (lstat(dir, &st) < 0 || !S_ISDIR(st.st_mode))
+        return al_err(err, -ENOENT, "no snapshot named '%s'", name);
+    al_error why = {0};
+    _cleanup_cjson_ cJSON *j = al_manifest_read(dir, &why);
+    if (!j || mnum(j, "format") != SNAPSHOT_FORMAT || strcmp(mstr(j, "name"), name))
+        return al_err(err, -EBADMSG, "snapshot '%s' is not usable: %s", name,
+                      j ? "its manifest is not one of this airlock's" : why.msg);
+    struct al_fork f = {.lock_fd = -1};
+    snprintf(f.dir, sizeof(f.dir), "%s", dir);
+    snprintf(f.image, sizeof(f.image), "%s", mstr(j, "image"));
+    snprintf(f.image_disk, sizeof(f.image_disk), "%s", mstr(j, "image_disk"));
+    snprintf(f.image_id, sizeof(f.image_id), "%s", mstr(j, "image_id"));
+    snprintf(f.qemu, sizeof(f.qemu), "%s", mstr(j, "qemu"));
+    f.mem = (unsigned)mnum(j, "memory_mib");
+    f.vcpus = (unsigned)mnum(j, "vcpus");
+    f.display_w = (unsigned)mnum(j, "display_width");
+    f.display_h = (unsigned)mnum(j, "display_height");
+    f.kvm = cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(j, "kvm"));
+    f.display = cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(j, "display"));
+    f.disk = cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(j, "disk"));
+    f.scratch = cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(j, "scratch"));
+    double nm = mnum(j, "mids");
+    if (nm < 0 || nm >= AL_DISK_MIDS_MAX || f.mem < 16 || f.vcpus < 1 || !f.image[0])
+        return al_err(err, -EBADMSG, "snapshot '%s' is not usable: its manifest is damaged", name);
+    f.nmids = (size_t)nm;
+    f.disk_size = (uint64_t)mnum(j, "disk_size");
+    char names[SNAPSHOT_FILES_MAX][16];
+    const char *list[SNAPSHOT_FILES_MAX];
+    size_t n = save_files(f.disk, f.nmids, names);
+    for (size_t i = 0; i < n; i++)
+        list[i] = names[i];
+    if (!al_manifest_files_intact(dir, j, list, n, ~1u, 1u, &why))
+        return al_err(err, -EBADMSG, "snapshot '%s' is not usable: %s", name, why.msg);
+    return al_fork_open(&f, opts, out, err);
+}
+
+int al_snapshot_list(const char *prefix, void (*fn)(void *ctx, const al_snapshot_info *s),
+                     void *ctx, al_error *err)
+{
+    char any[AL_PATH_MAX], dir[AL_PATH_MAX];
+    int r = snapshot_path("x", any, sizeof(any), err);
+    if (r < 0)
+        return r;
+    snprintf(dir, sizeof(dir), "%.*s", (int)(strlen(any) - 2), any);
+    DIR *d = opendir(dir);
+    if (!d)
+        return al_err(err, -errno, "cannot list '%s': %s", dir, strerror(errno));
+    int count = 0;
+    for (struct dirent *e; (e = readdir(d));) {
+        if (!al_snapshot_name_ok(e->d_name) ||
+            (prefix && strncmp(e->d_name, prefix, strlen(prefix))))
+            continue;
+        char path[AL_PATH_MAX];
+        al_error why = {0};
+        if (al_pathf(path, sizeof(path), "%s/%s", dir, e->d_name) < 0)
+            continue;
+        _cleanup_cjson_ cJSON *j = al_manifest_read(path, &why);
+        if (!j || strcmp(mstr(j, "name"), e->d_name))
+            continue;
+        al_snapshot_info info = {.struct_size = sizeof(info)};
+        snapshot_info_of(path, j, &info);
+        fn(ctx, &info);
+        count++;
+    }
+    closedir(d);
+    return count;
+}
+
+int al_snapshot_remove(const char *name, al_error *err)
+{
+    char dir[AL_PATH_MAX], forks[AL_PATH_MAX], to[AL_PATH_MAX];
+    int r = snapshot_path(name, dir, sizeof(dir), err);
+    if (r < 0)
+        return r;
+    struct stat st;
+    if (lstat(dir, &st) < 0 || !S_ISDIR(st.st_mode))
+        return al_err(err, -ENOENT, "no snapshot named '%s'", name);
+    uint8_t rnd[8];
+    char hex[17];
+    r = al_forks_dir(forks, sizeof(forks), err);
+    if (r < 0)
+        return r;
+    if (getrandom(rnd, sizeof(rnd), 0) != sizeof(rnd))
+        return al_err(err, -EIO, "getrandom failed");
+    al_hexify(rnd, sizeof(rnd), hex);
+    if (al_pathf(to, sizeof(to), "%s/%s", forks, hex) < 0)
+        return al_err(err, -ENAMETOOLONG, "fork path too long");
+    /* Among the forks' saves: gone now, or when the last session started from it ends. */
+    if (rename(dir, to) < 0)
+        return al_err(err, -errno, "cannot remove snapshot '%s': %s", name, strerror(errno));
+    al_fork_reap_dir(to);
+    return 0;
+}

@@ -1,0 +1,269 @@
+"""Forks (issue 55): a running session's whole state saved once and opened as new sessions,
+through airlockd's REST API and the Python client, the CLI, and MCP's fork_session; real
+libvirt, real guests of the debian image (its python kernel) and of the tiny one.
+
+What each test would catch: a fork that boots cold or from the image (the variable, the file,
+the server missing), forks that share a disk or memory (a write seen elsewhere), forks that are
+copies of one another (the same randomness or identity), a source that does not go on, a quota
+that a fork escapes, another key's session forked, a save's files left behind.
+"""
+import json
+import os
+import subprocess
+import time
+import unittest
+
+import altest
+from airlock import APIError, Sandbox
+from test_airlockd import Daemon
+from test_warm import IDENTITY_PY, IDENTITY_SH, PROCESS_SECRETS
+
+AIRLOCK = os.environ.get("AIRLOCK_BIN", "airlock")
+
+
+def have(image):
+    return os.path.exists(os.path.join(altest.IMAGE_DIR, image, "manifest.json"))
+
+
+def forks_dir():
+    """The library's saves: STATE/forks, beside the sessions' state dirs."""
+    return os.path.join(os.path.dirname(altest.state_sessions_dir()), "forks")
+
+
+def snapshots_dir():
+    return os.path.join(os.path.dirname(altest.state_sessions_dir()), "snapshots")
+
+
+def saves_left():
+    d = forks_dir()
+    return sorted(os.listdir(d)) if d and os.path.isdir(d) else []
+
+
+def identity(sb):
+    sh = sb.commands.run(IDENTITY_SH).stdout.split("\n")
+    py = sb.run_code(IDENTITY_PY)
+    procs = json.loads(sb.commands.run(PROCESS_SECRETS).stdout)
+    return {"uuid": sh[0:2], "hostname": sh[2], "machine-id": sh[3], "boot_id": sh[5],
+            "python": "".join(py.logs.stdout).split(), "self": procs["self"]}
+
+
+@unittest.skipUnless(have("debian"), "the debian image is not built")
+class ForkTest(unittest.TestCase):
+    @classmethod
+    def setUpClass(cls):
+        cls.d = Daemon()
+        cls.key_a = cls.d.key("alice", "--max-sessions", "6", "--max-snapshots", "2")
+        cls.key_b = cls.d.key("bob")
+
+    @classmethod
+    def tearDownClass(cls):
+        cls.d.stop_and_remove()
+
+    def test_1_forks_carry_the_state_and_then_diverge(self):
+        c = self.d.tcp(self.key_a)
+        before = saves_left()
+        src = Sandbox(image="debian", client=c)
+        try:
+            # State of every kind: the kernel's variable and import, a file on the disk, a file
+            # in /tmp (RAM), a background server with its port open.
+            r = src.run_code("import numpy\nx = 41\nseen = numpy.arange(3).sum()")
+            self.assertIsNone(r.error, r)
+            src.commands.run("mkdir -p /srv/www && echo served > /srv/www/page && "
+                             "echo disk > /root/before && echo ram > /tmp/before && sync")
+            src.commands.run("cd /srv/www && exec python3 -m http.server 8000", background=True)
+            src.wait_for_port(8000)
+            forks = src.fork(4, name="try", labels={"trial": "yes"})
+            self.assertEqual(len(forks), 4, forks)
+            for f in forks:
+                self.assertIsInstance(f, Sandbox, f)
+            try:
+                ids = [f.id for f in forks]
+                self.assertEqual(len(set(ids + [src.id])), 5, ids)
+                listed = {s["id"]: s for s in c.sessions()}
+                for i, f in enumerate(forks):
+                    self.assertEqual(listed[f.id]["forked_from"], src.id)
+                    self.assertEqual(listed[f.id]["name"], "try-%d" % (i + 1))
+                    self.assertEqual(listed[f.id]["labels"], {"trial": "yes"})
+                seen = {}
+                for f in forks:
+                    r = f.run_code("x + 1, int(seen), numpy.__name__")
+                    self.assertIsNone(r.error, r)
+                    self.assertEqual(r.text, "(42, 3, 'numpy')")
+                    self.assertEqual(f.commands.run("cat /root/before /tmp/before").stdout,
+                                     "disk\nram\n")
+                    st, _, body = f.request_port(8000, "/page")
+                    self.assertEqual((st, body), (200, b"served\n"))
+                    seen[f.id] = identity(f)
+                    self.assertEqual(seen[f.id]["hostname"], f.id)
+                seen[src.id] = identity(src)
+                # Unique, pairwise: what the warm starts' test asks of restored sessions.
+                for k in ("hostname", "machine-id", "boot_id"):
+                    vals = [seen[i][k] for i in seen]
+                    self.assertEqual(len(set(vals)), len(vals), (k, vals))
+                for i in range(2):
+                    vals = [seen[s]["uuid"][i] for s in seen]
+                    self.assertEqual(len(set(vals)), len(vals), vals)
+                for i, what in enumerate(("os.urandom", "random.random", "numpy.random.rand",
+                                          "uuid.uuid4")):
+                    vals = [seen[s]["python"][i] for s in seen]
+                    self.assertEqual(len(set(vals)), len(vals), (what, vals))
+                canaries = [seen[s]["self"][0] for s in seen]
+                self.assertNotIn(None, canaries)
+                self.assertEqual(len(set(canaries)), len(canaries), "AT_RANDOM")
+                # A write in one fork is in no other, nor in the source; the source goes on.
+                forks[0].commands.run("echo fork0 > /root/before; echo fork0 > /tmp/before; "
+                                      "sync")
+                forks[0].run_code("x = 0")
+                for f in forks[1:] + [src]:
+                    self.assertEqual(f.commands.run("cat /root/before /tmp/before").stdout,
+                                     "disk\nram\n")
+                    self.assertEqual(f.run_code("x").text, "41")
+                self.assertEqual(forks[0].run_code("x").text, "0")
+                # A fork of a fork: the chain of disks and the state again.
+                grand = forks[0].fork(1)[0]
+                self.assertIsInstance(grand, Sandbox, grand)
+                self.assertEqual(grand.commands.run("cat /root/before").stdout, "fork0\n")
+                self.assertEqual(grand.run_code("x").text, "0")
+                grand.kill()
+            finally:
+                for f in forks:
+                    if isinstance(f, Sandbox):
+                        f.kill()
+        finally:
+            src.kill()
+        # Every save goes once no fork holds it.
+        deadline = time.time() + 10
+        while saves_left() != before and time.time() < deadline:
+            time.sleep(0.2)
+        self.assertEqual(saves_left(), before)
+
+    def test_2_quotas_and_other_keys(self):
+        ca, cb = self.d.tcp(self.key_a), self.d.tcp(self.key_b)
+        src = Sandbox(image="tiny", client=ca)
+        try:
+            src.commands.run("echo tiny > /tmp/mark")
+            # Another key's session: the same answer as a missing one.
+            with self.assertRaises(APIError) as e:
+                cb.request("POST", "/v1/sessions/%s/fork" % src.id, body={"count": 1})
+            with self.assertRaises(APIError) as missing:
+                cb.request("POST", "/v1/sessions/airlock-000000000000/fork", body={"count": 1})
+            self.assertEqual((e.exception.status, e.exception.code),
+                             (missing.exception.status, missing.exception.code))
+            with self.assertRaises(APIError) as bad:
+                src.fork(17)
+            self.assertEqual(bad.exception.status, 400)
+            # alice may have 6: the source and 5 forks; the 6th and 7th fail alone, named.
+            forks = src.fork(7)
+            ok = [f for f in forks if isinstance(f, Sandbox)]
+            failed = [f for f in forks if not isinstance(f, Sandbox)]
+            try:
+                self.assertEqual(len(ok), 5, forks)
+                self.assertEqual(len(failed), 2, forks)
+                for f in failed:
+                    self.assertEqual((f.status, f.limit), (429, "max_sessions"), f)
+                self.assertEqual(ok[4].commands.run("cat /tmp/mark").stdout, "tiny\n")
+            finally:
+                for f in ok:
+                    f.kill()
+        finally:
+            src.kill()
+
+    def test_3_cli(self):
+        c = self.d.tcp(self.key_a)
+        src = Sandbox(image="tiny", client=c)
+        try:
+            src.commands.run("echo cli > /tmp/mark")
+            env = dict(os.environ, AIRLOCK_API_KEY=self.key_a)
+            p = subprocess.run([AIRLOCK, "--server", "http://127.0.0.1:%d" % self.d.port,
+                                "session", "fork", src.id, "-n", "2"], env=env,
+                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                               timeout=300)
+            self.assertEqual(p.returncode, 0, p.stderr)
+            ids = p.stdout.split()
+            self.assertEqual(len(ids), 2, p.stdout)
+            for i in ids:
+                f = Sandbox.connect(i, client=c)
+                self.assertEqual(f.commands.run("cat /tmp/mark").stdout, "cli\n")
+                f.kill()
+            p = subprocess.run([AIRLOCK, "--server", "http://127.0.0.1:%d" % self.d.port,
+                                "session", "fork", "airlock-000000000000"], env=env,
+                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                               timeout=60)
+            self.assertNotEqual(p.returncode, 0)
+            self.assertEqual(len(p.stderr.strip().splitlines()), 1, p.stderr)
+        finally:
+            src.kill()
+
+    def test_4_snapshots(self):
+        ca, cb = self.d.tcp(self.key_a), self.d.tcp(self.key_b)
+        kid = self.key_a.split("_")[1]
+        before = saves_left()
+        src = Sandbox(image="tiny", client=ca)
+        try:
+            src.commands.run("echo saved > /tmp/mark")
+            info = src.create_snapshot("base")
+            self.assertEqual((info["name"], info["image"]), ("base", "tiny"), info)
+            self.assertGreater(info["bytes"], 1 << 20)
+            with self.assertRaises(APIError) as e:
+                src.create_snapshot("base")
+            self.assertEqual(e.exception.status, 409)
+            src.create_snapshot("base", replace=True)
+            bad = src.create_snapshot("bad")
+            with self.assertRaises(APIError) as e:  # alice keeps 2 at most
+                src.create_snapshot("third")
+            self.assertEqual((e.exception.status, e.exception.limit), (429, "max_snapshots"))
+            self.assertEqual(sorted(x["name"] for x in ca.snapshots()), ["bad", "base"])
+            self.assertEqual(cb.snapshots(), [])
+        finally:
+            src.kill()
+        # The source gone, three sessions from the snapshot, each unique.
+        made = [Sandbox(snapshot="base", client=ca) for _ in range(3)]
+        try:
+            names = set()
+            for m in made:
+                self.assertEqual(m.commands.run("cat /tmp/mark").stdout, "saved\n")
+                names.add(m.commands.run("hostname").stdout)
+            self.assertEqual(len(names), 3, names)
+            # Another key's snapshot is no snapshot at all.
+            with self.assertRaises(APIError) as e:
+                Sandbox(snapshot="base", client=cb)
+            self.assertEqual(e.exception.status, 404)
+            with self.assertRaises(APIError) as e:
+                Sandbox(snapshot="nosuch", client=ca)
+            self.assertEqual(e.exception.status, 404)
+            # A tampered snapshot is refused, with the reason.
+            state = os.path.join(snapshots_dir(), "key-%s_bad" % kid, "state")
+            with open(state, "ab") as f:
+                f.write(b"x")
+            with self.assertRaises(APIError) as e:
+                Sandbox(snapshot="bad", client=ca)
+            self.assertIn("not usable", e.exception.message)
+            # Removed while sessions run from it: they go on; its files go with the last.
+            self.assertTrue(ca.delete_snapshot("base"))
+            self.assertFalse(ca.delete_snapshot("base"))
+            self.assertEqual(made[0].commands.run("cat /tmp/mark").stdout, "saved\n")
+        finally:
+            for m in made:
+                m.kill()
+        self.assertTrue(ca.delete_snapshot("bad"))
+        self.assertEqual(ca.snapshots(), [])
+        deadline = time.time() + 10
+        while saves_left() != before and time.time() < deadline:
+            time.sleep(0.2)
+        self.assertEqual(saves_left(), before)
+        # A revoked key's snapshots go with it.
+        temp = self.d.key("temp")
+        ct = self.d.tcp(temp)
+        sb = Sandbox(image="tiny", client=ct)
+        try:
+            sb.create_snapshot("mine")
+        finally:
+            sb.kill()
+        mine = os.path.join(snapshots_dir(), "key-%s_mine" % temp.split("_")[1])
+        self.assertTrue(os.path.isdir(mine))
+        self.d.revoke(temp)
+        self.assertFalse(os.path.exists(mine))
+
+
+if __name__ == "__main__":
+    unittest.main()
