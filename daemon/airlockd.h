@@ -45,6 +45,7 @@ struct ad_limits {
                                     up to the library's 1 GiB */
     unsigned max_snapshots;      /* snapshots kept (POST .../snapshots) */
     uint64_t max_snapshot_bytes; /* their files on disk together */
+    uint64_t max_volume_bytes;   /* volumes' sizes together (POST /v1/volumes) */
 };
 
 /* A libvirt host sessions are placed on (hosts.c): "host = NAME URI [max_sessions=N]
@@ -223,6 +224,7 @@ struct ad_session {
     struct ad_e2b_watcher *e2b_watchers; /* envd's CreateWatcher's (e2b.c, the same lock) */
     bool e2b_user;        /* the guest has E2B's `user` and runuser: processes run as it */
     char forked_from[64]; /* the session it was forked from (ad_session_fork), or "" */
+    cJSON *volumes;       /* the volumes asked for at create ([{"name", "path", ...}]), or NULL */
     /* Sessions that last (store.c): kept by the library for this daemon (restarts take
      * it back), its name (unique per owner, "" for none), paused to disk, pausing when idle this
      * long instead of ending (0: never); set at create or restore, paused under the lock. */
@@ -287,6 +289,8 @@ struct ad_create {
     const al_fork *fork;
     /* Started from the owner's snapshot of that name (the library's, ad_snapshot_name). */
     const char *snapshot;
+    /* Volumes: [{"name", "path", "read_only"}] (borrowed), the owner's, or NULL. */
+    const cJSON *volumes;
 };
 /* Forks of src (ad_session_fork): each like create c (name: each fork's "NAME-I"; image,
  * memory, vCPUs, display and checkpoints are the source's). */
@@ -310,6 +314,12 @@ void ad_snapshot_list(const char *owner, void (*fn)(void *ctx, const al_snapshot
 int ad_snapshot_remove(const char *owner, const char *name, struct ad_fail *f);
 /* Every snapshot of owner removed (its key revoked). */
 void ad_snapshots_drop(const char *owner);
+/* Volumes (sessions.c): the owner's, named as snapshots are (ad_snapshot_name); sizes within
+ * its max_volume_bytes. */
+int ad_volume_create(const char *owner, const struct ad_limits *lim, const char *name,
+                     uint64_t size, al_vol_info *out, struct ad_fail *f);
+void ad_volume_list(const char *owner, void (*fn)(void *ctx, const al_vol_info *v), void *ctx);
+int ad_volume_remove(const char *owner, const char *name, struct ad_fail *f);
 struct ad_fail {
     int status;
     const char *code;

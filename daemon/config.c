@@ -27,6 +27,7 @@ void ad_config_defaults(struct ad_config *c)
         .disk_budget_bytes = 0,
         .max_snapshots = 16,
         .max_snapshot_bytes = 16ull << 30,
+        .max_volume_bytes = 64ull << 30,
     };
     c->run_buffer_bytes = 1 << 20;
     c->spool_max_bytes = 8ull << 30;
@@ -213,6 +214,8 @@ static int set(struct ad_config *c, const char *k, char *v)
         return parse_u64(v, UINT64_MAX, &c->limits.max_upload_bytes);
     if (!strcmp(k, "max_snapshots"))
         return parse_uint(v, &c->limits.max_snapshots);
+    if (!strcmp(k, "max_volume_bytes"))
+        return parse_u64(v, UINT64_MAX, &c->limits.max_volume_bytes);
     if (!strcmp(k, "max_snapshot_bytes"))
         return parse_u64(v, UINT64_MAX, &c->limits.max_snapshot_bytes);
     if (!strcmp(k, "requests_per_s"))

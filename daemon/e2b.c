@@ -213,6 +213,16 @@ static cJSON *sandbox_json(struct ad_session *s)
     cJSON_AddStringToObject(o, "state", s->paused ? "paused" : "running");
     cJSON *md = s->labels ? cJSON_Duplicate(s->labels, true) : cJSON_CreateObject();
     cJSON_AddItemToObject(o, "metadata", md);
+    cJSON *vm = cJSON_AddArrayToObject(o, "volumeMounts"), *v;
+    cJSON_ArrayForEach(v, s->volumes)
+    {
+        cJSON *m = cJSON_CreateObject();
+        cJSON_AddItemToObject(m, "name",
+                              cJSON_Duplicate(cJSON_GetObjectItemCaseSensitive(v, "name"), true));
+        cJSON_AddItemToObject(m, "path",
+                              cJSON_Duplicate(cJSON_GetObjectItemCaseSensitive(v, "path"), true));
+        cJSON_AddItemToArray(vm, m);
+    }
     return o;
 }
 
@@ -376,6 +386,11 @@ static enum MHD_Result sandbox_create(struct MHD_Connection *c, struct ad_req *q
         if (!cJSON_IsString(x) || !x->string[0] || strchr(x->string, '='))
             return e2b_error(c, q, 400, "envVars: an object of strings");
     }
+    cJSON *mounts = cJSON_GetObjectItemCaseSensitive(q->json, "volumeMounts");
+    if (mounts && !cJSON_IsNull(mounts) && !cJSON_IsArray(mounts))
+        return e2b_error(c, q, 400, "volumeMounts: a list of {name, path}");
+    if (cJSON_IsArray(mounts) && cJSON_GetArraySize(mounts) && cJSON_IsTrue(pause))
+        return e2b_error(c, q, 400, "autoPause: a sandbox with volumes cannot be paused here");
     if (cJSON_IsTrue(pause) && !ad_cfg.keep_sessions)
         return e2b_error(c, q, 400,
                          "autoPause: pausing is off on this server (airlockd's keep_sessions); "
@@ -415,6 +430,7 @@ static enum MHD_Result sandbox_create(struct MHD_Connection *c, struct ad_req *q
     cr.e2b_template = cJSON_IsString(t) && t->valuestring[0] ? t->valuestring : "base";
     cr.e2b_env = cJSON_IsObject(env) ? env : NULL;
     cr.pause_at_end = cJSON_IsTrue(pause); /* E2B's autoPause: paused, not killed, at timeout */
+    cr.volumes = cJSON_IsArray(mounts) && cJSON_GetArraySize(mounts) ? mounts : NULL;
     /* an image's version: its disk's identity (a rebuilt image is a new file); "" for a
      * snapshot (its user is checked each time) */
     char version[128] = "";
@@ -835,6 +851,72 @@ static enum MHD_Result snapshot_list(struct MHD_Connection *c, struct ad_req *q)
     }
     free(l.v);
     return reply_page(c, q, arr, next);
+}
+
+/* ---- volumes (ad_volume_*): E2B's volumeID is the volume's name; its token (for E2B's
+ * volume content API, which this listener does not serve) a fresh random one each time ---- */
+
+static cJSON *volume_e2b(const char *name, bool token)
+{
+    cJSON *o = cJSON_CreateObject();
+    cJSON_AddStringToObject(o, "volumeID", name);
+    cJSON_AddStringToObject(o, "name", name);
+    char hex[65];
+    if (token && ad_random_hex(hex, 32) == 0)
+        cJSON_AddStringToObject(o, "token", hex);
+    return o;
+}
+
+static enum MHD_Result volume_create(struct MHD_Connection *c, struct ad_req *q)
+{
+    const char *name = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(q->json, "name"));
+    if (!name)
+        return e2b_error(c, q, 400, "name: a string");
+    al_vol_info v;
+    struct ad_fail f;
+    if (ad_volume_create(q->owner, &q->lim, name, 1ull << 30, &v, &f) < 0)
+        return e2b_fail(c, q, &f);
+    return ad_reply_json(c, q, 201, volume_e2b(name, true));
+}
+
+static void volume_one(void *ctx, const al_vol_info *v)
+{
+    cJSON_AddItemToArray(ctx, volume_e2b(v->name, false));
+}
+
+static enum MHD_Result volume_list(struct MHD_Connection *c, struct ad_req *q)
+{
+    cJSON *a = cJSON_CreateArray();
+    ad_volume_list(q->owner, volume_one, a);
+    return ad_reply_json(c, q, 200, a);
+}
+
+struct vol_find {
+    const char *name;
+    bool found;
+};
+
+static void volume_found(void *ctx, const al_vol_info *v)
+{
+    struct vol_find *f = ctx;
+    f->found |= !strcmp(v->name, f->name);
+}
+
+static enum MHD_Result volume_get(struct MHD_Connection *c, struct ad_req *q)
+{
+    struct vol_find vf = {.name = q->params[0]};
+    ad_volume_list(q->owner, volume_found, &vf);
+    if (!vf.found)
+        return e2b_error(c, q, 404, "volume '%s' not found", q->params[0]);
+    return ad_reply_json(c, q, 200, volume_e2b(q->params[0], true));
+}
+
+static enum MHD_Result volume_delete(struct MHD_Connection *c, struct ad_req *q)
+{
+    struct ad_fail f;
+    if (ad_volume_remove(q->owner, q->params[0], &f) < 0)
+        return e2b_fail(c, q, &f);
+    return ad_reply(c, q, 204, MHD_create_response_from_buffer(0, NULL, MHD_RESPMEM_PERSISTENT));
 }
 
 /* deleteSnapshot (DELETE /templates/{id}): a snapshot of the caller's; anything else 404. */
@@ -2308,6 +2390,10 @@ static const struct ad_route control_routes[] = {
     {"POST", "/sandboxes/{id}/snapshots", E | AD_BODY_JSON, snapshot_create, "E2B: createSnapshot"},
     {"GET", "/snapshots", E, snapshot_list, "E2B: listSnapshots"},
     {"DELETE", "/templates/{id}", E | AD_ID_NOT_SESSION, snapshot_delete, "E2B: deleteSnapshot"},
+    {"POST", "/volumes", E | AD_BODY_JSON, volume_create, "E2B: Volume.create"},
+    {"GET", "/volumes", E, volume_list, "E2B: Volume.list"},
+    {"GET", "/volumes/{id}", E | AD_ID_NOT_SESSION, volume_get, "E2B: Volume.getInfo"},
+    {"DELETE", "/volumes/{id}", E | AD_ID_NOT_SESSION, volume_delete, "E2B: Volume.destroy"},
     {"GET", "/sandboxes/{id}/metrics", E, sandbox_metrics, "E2B: metrics"},
 };
 static const struct ad_route envd_routes[] = {

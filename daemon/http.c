@@ -156,6 +156,10 @@ void ad_fail_from(struct ad_fail *f, int r, const al_error *err)
     case -EEXIST:
         ad_failf(f, 409, "exists", "%s", msg);
         break;
+    case -EBUSY:
+        /* A volume attached elsewhere; the agent's channel held by a checkpoint. */
+        ad_failf(f, 409, "busy", "%s", msg);
+        break;
     case -ENOTDIR:
         ad_failf(f, 400, "not_a_directory", "%s", msg);
         break;

@@ -40,6 +40,7 @@ const struct ad_limit_field ad_limit_fields[] = {
     {"net_bytes_max",      offsetof(struct ad_limits, net_bytes_max),      true},
     {"max_snapshots",      offsetof(struct ad_limits, max_snapshots),      false},
     {"max_snapshot_bytes", offsetof(struct ad_limits, max_snapshot_bytes), true},
+    {"max_volume_bytes",   offsetof(struct ad_limits, max_volume_bytes),   true},
 };
 // clang-format on
 const size_t ad_nlimit_fields = sizeof(ad_limit_fields) / sizeof(ad_limit_fields[0]);

@@ -25,6 +25,7 @@ static void usage(FILE *f)
                "[--requests-per-s N]\n"
                "                [--net-bytes-max B] [--max-snapshots N] "
                "[--max-snapshot-bytes B]\n"
+               "                [--max-volume-bytes B]\n"
                "       airlockd [--config FILE] key list\n"
                "       airlockd [--config FILE] key revoke ID\n"
                "       airlockd key e2b < KEY                   the key in E2B's form\n"

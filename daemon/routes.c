@@ -201,6 +201,12 @@ static enum MHD_Result session_create(struct MHD_Connection *c, struct ad_req *q
                               "name: 1 to 63 of [A-Za-z0-9._-], not starting with 'airlock-'");
     cr.labels = cJSON_GetObjectItemCaseSensitive(q->json, "labels");
     cr.net = cJSON_GetObjectItemCaseSensitive(q->json, "net");
+    cr.volumes = cJSON_GetObjectItemCaseSensitive(q->json, "volumes");
+    if (cr.volumes && !cJSON_IsArray(cr.volumes))
+        return ad_reply_error(c, q, 400, "invalid",
+                              "volumes: a list of {\"name\", \"path\", \"read_only\"}");
+    if (cr.volumes && !cJSON_GetArraySize(cr.volumes))
+        cr.volumes = NULL;
     if (cr.image && (!cr.image[0] || strchr(cr.image, '/') || strlen(cr.image) >= 64))
         return ad_reply_error(c, q, 400, "invalid", "image: a name in the store");
     struct ad_session *s;
@@ -311,6 +317,57 @@ static enum MHD_Result snapshot_delete(struct MHD_Connection *c, struct ad_req *
 {
     struct ad_fail f;
     if (ad_snapshot_remove(q->owner, q->params[0], &f) < 0)
+        return ad_reply_fail(c, q, &f);
+    return ad_reply(c, q, 204, MHD_create_response_from_buffer(0, NULL, MHD_RESPMEM_PERSISTENT));
+}
+
+static cJSON *volume_json(const al_vol_info *v)
+{
+    cJSON *o = cJSON_CreateObject();
+    cJSON_AddStringToObject(o, "name", v->name);
+    cJSON_AddNumberToObject(o, "size_bytes", (double)v->size);
+    cJSON_AddNumberToObject(o, "bytes", (double)v->bytes);
+    cJSON_AddNumberToObject(o, "created", (double)v->created);
+    cJSON_AddBoolToObject(o, "in_use", v->in_use);
+    cJSON_AddBoolToObject(o, "read_write", v->writer);
+    return o;
+}
+
+static enum MHD_Result volume_create(struct MHD_Connection *c, struct ad_req *q)
+{
+    const char *name = NULL;
+    double size = 1 << 30;
+    bool has = false;
+    char why[256];
+    if (get_str(q, "name", &name, why, sizeof(why)) < 0 ||
+        get_number(q, "size_bytes", 1 << 20, 16.0 * (1ull << 40), &size, &has, why, sizeof(why)) <
+            0)
+        return ad_reply_error(c, q, 400, "invalid", "%s", why);
+    if (!name)
+        return ad_reply_error(c, q, 400, "invalid", "name: needed");
+    al_vol_info v;
+    struct ad_fail f;
+    if (ad_volume_create(q->owner, &q->lim, name, (uint64_t)size, &v, &f) < 0)
+        return ad_reply_fail(c, q, &f);
+    return ad_reply_json(c, q, 201, volume_json(&v));
+}
+
+static void volume_one(void *ctx, const al_vol_info *v)
+{
+    cJSON_AddItemToArray(ctx, volume_json(v));
+}
+
+static enum MHD_Result volume_list(struct MHD_Connection *c, struct ad_req *q)
+{
+    cJSON *o = cJSON_CreateObject(), *a = cJSON_AddArrayToObject(o, "volumes");
+    ad_volume_list(q->owner, volume_one, a);
+    return ad_reply_json(c, q, 200, o);
+}
+
+static enum MHD_Result volume_delete(struct MHD_Connection *c, struct ad_req *q)
+{
+    struct ad_fail f;
+    if (ad_volume_remove(q->owner, q->params[0], &f) < 0)
         return ad_reply_fail(c, q, &f);
     return ad_reply(c, q, 204, MHD_create_response_from_buffer(0, NULL, MHD_RESPMEM_PERSISTENT));
 }
@@ -1274,6 +1331,9 @@ const struct ad_route ad_routes[] = {
     {"POST",   "/v1/sessions/{id}/snapshots", AD_BODY_JSON, snapshot_create, "save its whole state as a snapshot to start sessions from"},
     {"GET",    "/v1/snapshots", AD_NO_SESSION, snapshot_list, "the caller's snapshots"},
     {"DELETE", "/v1/snapshots/{name}", AD_NO_SESSION, snapshot_delete, "remove a snapshot"},
+    {"POST",   "/v1/volumes", AD_NO_SESSION | AD_BODY_JSON, volume_create, "make a volume: a disk that outlives sessions"},
+    {"GET",    "/v1/volumes", AD_NO_SESSION, volume_list, "the caller's volumes"},
+    {"DELETE", "/v1/volumes/{name}", AD_NO_SESSION, volume_delete, "remove a volume (not while attached)"},
     {"POST",   "/v1/sessions/{id}/resume", AD_PAUSED_OK, session_resume, "bring a paused session back"},
     {"GET",    "/v1/sessions/{id}/net", 0, net_list, "the session's network requests"},
     {"POST",   "/v1/sessions/{id}/runs", AD_BODY_JSON, run_start, "start a command or code run"},

@@ -276,6 +276,7 @@ static void finish(struct ad_session *s, unsigned own)
     close(s->cancel_rd);
     close(s->cancel_wr);
     cJSON_Delete(s->labels);
+    cJSON_Delete(s->volumes);
     cJSON_Delete(s->net);
     cJSON_Delete(s->e2b_env);
     cJSON_Delete(s->e2b_contexts);
@@ -508,6 +509,8 @@ cJSON *ad_session_json(struct ad_session *s)
     cJSON_AddItemToObject(o, "labels", cJSON_Duplicate(s->labels, true));
     if (s->forked_from[0])
         cJSON_AddStringToObject(o, "forked_from", s->forked_from);
+    if (s->volumes)
+        cJSON_AddItemToObject(o, "volumes", cJSON_Duplicate(s->volumes, true));
     cJSON_AddNumberToObject(o, "created", (double)s->created);
     cJSON_AddNumberToObject(o, "idle_timeout_s", s->idle_s);
     if (s->deadline_ms == UINT64_MAX)
@@ -903,8 +906,32 @@ int ad_session_create(const char *owner, const struct ad_limits *lim, const stru
         return create_undo(pfd, sl, s, host, mem, r);
     }
 
+    /* Volumes: the owner's, as the library names them ("LIB:/PATH[:ro]"). */
+    char vspec[AL_VOLS_MAX][420];
+    const char *vspecs[AL_VOLS_MAX + 1] = {0};
+    size_t nv = 0;
+    const cJSON *vx;
+    cJSON_ArrayForEach(vx, c->volumes)
+    {
+        const char *vn = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(vx, "name"));
+        const char *vp = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(vx, "path"));
+        char lib[160];
+        if (nv >= AL_VOLS_MAX || !vn || !vp || strlen(vp) > 255 ||
+            ad_snapshot_name(owner, vn, lib, sizeof(lib)) < 0) {
+            ad_failf(f, 400, "invalid",
+                     "volumes: at most %d of {\"name\", \"path\", \"read_only\"}, the names "
+                     "of volumes of yours",
+                     AL_VOLS_MAX);
+            return create_undo(pfd, sl, s, host, mem, -EINVAL);
+        }
+        snprintf(vspec[nv], sizeof(vspec[nv]), "%s:%s%s", lib, vp,
+                 cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(vx, "read_only")) ? ":ro" : "");
+        vspecs[nv] = vspec[nv];
+        nv++;
+    }
     al_session_opts o = {
         .struct_size = sizeof(al_session_opts),
+        .volumes = nv ? vspecs : NULL,
         .connect_uri = uri,
         .image = image,
         .memory_mib = mem,
@@ -922,7 +949,7 @@ int ad_session_create(const char *owner, const struct ad_limits *lim, const stru
     /* Kept by the library for the next start of this daemon (network on request, SSH and other
      * hosts' sessions cannot be: they end with it). */
     bool keep = ad_cfg.keep_sessions && !net.allow && !ssh && !uri && ad_host_local(host) &&
-                !c->fork && !c->snapshot;
+                !c->fork && !c->snapshot && !c->volumes;
     if (keep)
         o.keep = ad_store_keeper();
     if (c->auto_pause_s && !keep) {
@@ -941,7 +968,7 @@ int ad_session_create(const char *owner, const struct ad_limits *lim, const stru
     uint64_t t0 = ad_now_ms();
     pthread_mutex_lock(&lock);
     /* The pool's sessions run on the default connection, a local host. */
-    al_session *as = stopping || !ad_host_local(host) || c->fork || c->snapshot
+    al_session *as = stopping || !ad_host_local(host) || c->fork || c->snapshot || c->volumes
                          ? NULL
                          : pool_take(&o, lim->disk_budget_bytes);
     pthread_mutex_unlock(&lock);
@@ -991,6 +1018,7 @@ int ad_session_create(const char *owner, const struct ad_limits *lim, const stru
     s->display = al_session_has_display(as);
     s->pooled = pooled;
     s->labels = c->labels ? cJSON_Duplicate(c->labels, true) : cJSON_CreateObject();
+    s->volumes = c->volumes ? cJSON_Duplicate(c->volumes, true) : NULL;
     if (net.allow) {
         s->net = cJSON_CreateObject();
         cJSON *a = cJSON_AddArrayToObject(s->net, "allow");
@@ -1210,17 +1238,25 @@ void ad_snapshot_list(const char *owner, void (*fn)(void *ctx, const al_snapshot
     al_snapshot_list(prefix, snap_strip, &l, &err);
 }
 
-int ad_snapshot_remove(const char *owner, const char *name, struct ad_fail *f)
+/* Removes owner's NAME (what: "snapshot", "volume") with the library's rm. */
+static int owned_remove(const char *owner, const char *name, const char *what,
+                        int (*rm)(const char *name, al_error *err), struct ad_fail *f)
 {
     char lib[160];
     al_error err = {0};
-    int r = ad_snapshot_name(owner, name, lib, sizeof(lib)) < 0 ? -ENOENT
-                                                                : al_snapshot_remove(lib, &err);
+    int r = ad_snapshot_name(owner, name, lib, sizeof(lib)) < 0 ? -ENOENT : rm(lib, &err);
     if (r == -ENOENT || r == -EINVAL)
-        ad_failf(f, 404, "not_found", "no snapshot named '%s'", name);
+        ad_failf(f, 404, "not_found", "no %s named '%s'", what, name);
+    else if (r == -EBUSY)
+        ad_failf(f, 409, "in_use", "%s '%s' is attached to a session", what, name);
     else if (r < 0)
         ad_fail_from(f, r, &err);
     return r;
+}
+
+int ad_snapshot_remove(const char *owner, const char *name, struct ad_fail *f)
+{
+    return owned_remove(owner, name, "snapshot", al_snapshot_remove, f);
 }
 
 static void snap_drop(void *ctx, const al_snapshot_info *si)
@@ -1236,6 +1272,86 @@ void ad_snapshots_drop(const char *owner)
     al_error err = {0};
     if (ad_snapshot_name(owner, NULL, prefix, sizeof(prefix)) == 0)
         al_snapshot_list(prefix, snap_drop, NULL, &err);
+}
+
+/* ---- volumes: the library's (al_vol_*), named as snapshots are ---- */
+
+struct vol_tally {
+    uint64_t bytes;
+};
+
+static void vol_count(void *ctx, const al_vol_info *v)
+{
+    ((struct vol_tally *)ctx)->bytes += v->size;
+}
+
+int ad_volume_create(const char *owner, const struct ad_limits *lim, const char *name,
+                     uint64_t size, al_vol_info *out, struct ad_fail *f)
+{
+    char lib[160], prefix[80];
+    if (ad_snapshot_name(owner, name, lib, sizeof(lib)) < 0 ||
+        ad_snapshot_name(owner, NULL, prefix, sizeof(prefix)) < 0) {
+        ad_failf(f, 400, "invalid", "name: 1 to 63 of [A-Za-z0-9._-], not starting with a dot");
+        return -EINVAL;
+    }
+    static pthread_mutex_t vol_lock = PTHREAD_MUTEX_INITIALIZER;
+    pthread_mutex_lock(&vol_lock);
+    struct vol_tally t = {0};
+    al_error err = {0};
+    al_vol_list(prefix, vol_count, &t, &err);
+    int r = 0;
+    if (lim->max_volume_bytes && t.bytes + size > lim->max_volume_bytes) {
+        ad_failf(f, 429, "quota_exceeded",
+                 "the volumes would be %llu bytes, more than max_volume_bytes %llu",
+                 (unsigned long long)(t.bytes + size), (unsigned long long)lim->max_volume_bytes);
+        f->limit = "max_volume_bytes";
+        r = -EDQUOT;
+    }
+    if (r == 0 && (r = al_vol_create(lib, size, &err)) < 0) {
+        ad_fail_from(f, r, &err);
+        if (r == -EEXIST)
+            ad_failf(f, 409, "name_taken", "a volume named '%s' exists", name);
+        else if (r == -EINVAL)
+            f->status = 400;
+    }
+    pthread_mutex_unlock(&vol_lock);
+    if (r == 0) {
+        *out = (al_vol_info)AL_VOL_INFO_INIT;
+        snprintf(out->name, sizeof(out->name), "%s", name);
+        out->size = (size + (1u << 20) - 1) & ~((uint64_t)(1u << 20) - 1);
+        out->created = time(NULL);
+        ad_log("volume %s of %s made (%llu bytes)", name, owner, (unsigned long long)out->size);
+    }
+    return r;
+}
+
+struct vol_list {
+    size_t skip;
+    void (*fn)(void *ctx, const al_vol_info *v);
+    void *ctx;
+};
+
+static void vol_strip(void *ctx, const al_vol_info *v)
+{
+    struct vol_list *l = ctx;
+    al_vol_info mine = *v;
+    snprintf(mine.name, sizeof(mine.name), "%s", v->name + l->skip);
+    l->fn(l->ctx, &mine);
+}
+
+void ad_volume_list(const char *owner, void (*fn)(void *ctx, const al_vol_info *v), void *ctx)
+{
+    char prefix[80];
+    if (ad_snapshot_name(owner, NULL, prefix, sizeof(prefix)) < 0)
+        return;
+    struct vol_list l = {.skip = strlen(prefix), .fn = fn, .ctx = ctx};
+    al_error err = {0};
+    al_vol_list(prefix, vol_strip, &l, &err);
+}
+
+int ad_volume_remove(const char *owner, const char *name, struct ad_fail *f)
+{
+    return owned_remove(owner, name, "volume", al_vol_remove, f);
 }
 
 int ad_session_extend(struct ad_session *s, unsigned seconds, const struct ad_limits *lim,

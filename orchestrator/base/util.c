@@ -444,3 +444,15 @@ char *al_base64(const uint8_t *p, size_t n)
         EVP_EncodeBlock((unsigned char *)out, p, (int)n);
     return out;
 }
+
+bool al_store_name_ok(const char *n, size_t max)
+{
+    size_t len = n ? strlen(n) : 0;
+    if (len < 1 || len > max || n[0] == '.')
+        return false;
+    for (const char *p = n; *p; p++)
+        if (!((*p >= 'a' && *p <= 'z') || (*p >= 'A' && *p <= 'Z') || (*p >= '0' && *p <= '9') ||
+              *p == '.' || *p == '_' || *p == '-'))
+            return false;
+    return true;
+}

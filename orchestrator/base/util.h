@@ -142,6 +142,9 @@ int al_file_create_private(const char *path, int flags);
 /* The process's umask, read without changing it (modes for files copied from the guest). */
 mode_t al_umask(void);
 int al_rmtree(const char *path);
+/* A name of the state dir's things (snapshots, volumes): 1 to max of [A-Za-z0-9._-], not
+ * starting with a dot. */
+bool al_store_name_ok(const char *n, size_t max);
 /* A free TCP port on 127.0.0.1, found by binding port 0. Another program may take it before
  * ours binds it: a start that fails so is retried with another (session.c). */
 int al_free_port(unsigned *port, al_error *err);

@@ -43,6 +43,7 @@ int cli_remote_exec(struct cli_globals *g, int argc, char **argv);
 int cli_remote_shell(struct cli_globals *g, const char *name);
 int cli_remote_session(struct cli_globals *g, int argc, char **argv);
 int cli_remote_snapshot(struct cli_globals *g, int argc, char **argv);
+int cli_remote_volume(struct cli_globals *g, int argc, char **argv);
 int cli_remote_proc(struct cli_globals *g, int argc, char **argv);
 bool cli_remote_wanted(const struct cli_globals *g);
 /* The sessions this user sees, in one table: those of airlock processes here, and airlockd's

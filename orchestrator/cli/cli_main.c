@@ -35,6 +35,7 @@ static const char usage[] =
     "  session start|ls|stop|extend|fork  sessions of airlockd that outlive a command;\n"
     "                                   then 'exec --session ID'; rm ID is session stop\n"
     "  snapshot save|ls|rm              a session's whole state kept, to start sessions from\n"
+    "  volume create|ls|rm              disks that outlive sessions ('session start --volume')\n"
     "  proc ls|logs|kill|wait SESSION   the runs of an airlockd session, which run at\n"
     "                                   once ('exec --session ID --detach -- CMD')\n"
     "  mcp                              serve the Model Context Protocol on stdio, for\n"
@@ -185,6 +186,8 @@ int main(int argc, char **argv)
         return cli_remote_proc(&g, sub_argc, sub_argv);
     if (!strcmp(cmd, "snapshot"))
         return cli_remote_snapshot(&g, sub_argc, sub_argv);
+    if (!strcmp(cmd, "volume"))
+        return cli_remote_volume(&g, sub_argc, sub_argv);
     if (!strcmp(cmd, "rm")) {
         sub_argv[0] = (char *)"stop"; /* airlock rm ID... is airlock session stop ID... */
         return cli_remote_session(&g, sub_argc + 1, sub_argv - 1);

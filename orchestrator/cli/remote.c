@@ -1122,6 +1122,7 @@ static void usage_session(FILE *f)
           "                 [--idle-timeout S] [--lifetime S] [--checkpoints]\n"
           "                 [--display[=WxH]]\n"
           "                 [--name NAME] [--auto-pause S] [--snapshot NAME]\n"
+          "                 [--volume NAME:/PATH[:ro]]...\n"
           "       airlock [--server URL] session ls\n"
           "       airlock [--server URL] session pause|resume ID...\n"
           "       airlock [--server URL] session screenshot ID FILE [--max-edge N]\n"
@@ -1140,7 +1141,8 @@ static void usage_session(FILE *f)
           "A session's NAME (unique per key) stands for its ID everywhere. fork starts N\n"
           "sessions (default 1; NAME-1 ...) with the session's whole state as it is now, its\n"
           "processes and kernels with it, and prints their ids. start --snapshot NAME starts\n"
-          "one from a snapshot ('airlock snapshot save') instead of an image.\n"
+          "one from a snapshot ('airlock snapshot save') instead of an image; --volume mounts\n"
+          "a volume ('airlock volume create') at PATH in it.\n"
           "Server: --server (or $AIRLOCK_HOST), default " DEFAULT_SOCKET ".\n",
           f);
 }
@@ -1158,6 +1160,7 @@ static int session_start(const struct remote *r, int argc, char **argv)
         {"name", required_argument, NULL, 'N'},
         {"auto-pause", required_argument, NULL, 'P'},
         {"snapshot", required_argument, NULL, 'S' + 256},
+        {"volume", required_argument, NULL, 'V' + 256},
         {NULL, 0, NULL, 0},
     };
     cJSON *in = cJSON_CreateObject();
@@ -1219,6 +1222,28 @@ static int session_start(const struct remote *r, int argc, char **argv)
         case 'S' + 256:
             cJSON_AddStringToObject(in, "snapshot", optarg);
             break;
+        case 'V' + 256: { /* NAME:/PATH[:ro] */
+            const char *colon = strchr(optarg, ':');
+            size_t plen = colon ? strlen(colon + 1) : 0;
+            bool ro = plen > 3 && !strcmp(colon + 1 + plen - 3, ":ro");
+            if (!colon || colon == optarg || plen < 2 || colon[1] != '/') {
+                fprintf(stderr, "airlock: --volume wants NAME:/PATH[:ro], not '%s'\n", optarg);
+                cJSON_Delete(in);
+                return 2;
+            }
+            cJSON *vols = cJSON_GetObjectItemCaseSensitive(in, "volumes");
+            if (!vols)
+                vols = cJSON_AddArrayToObject(in, "volumes");
+            cJSON *v = cJSON_CreateObject();
+            char name[200], path[300];
+            snprintf(name, sizeof(name), "%.*s", (int)(colon - optarg), optarg);
+            snprintf(path, sizeof(path), "%.*s", (int)(ro ? plen - 3 : plen), colon + 1);
+            cJSON_AddStringToObject(v, "name", name);
+            cJSON_AddStringToObject(v, "path", path);
+            cJSON_AddBoolToObject(v, "read_only", ro);
+            cJSON_AddItemToArray(vols, v);
+            break;
+        }
         default:
             cJSON_Delete(in);
             return cli_bad_option("session", argc, argv, "im:", opts);
@@ -1712,6 +1737,19 @@ int cli_remote_session(struct cli_globals *g, int argc, char **argv)
 
 /* ---- snapshots: airlock snapshot ---- */
 
+/* DELETE base + each name; 1 when any failed (each said why on a line). */
+static int delete_each(const struct remote *r, const char *base, int n, char **names)
+{
+    int rc = 0;
+    for (int i = 0; i < n; i++) {
+        char path[300];
+        snprintf(path, sizeof(path), "%s%s", base, names[i]);
+        if (call(r, "DELETE", path, NULL, NULL, NULL) < 0)
+            rc = 1;
+    }
+    return rc;
+}
+
 static void usage_snapshot(FILE *f)
 {
     fputs("Usage: airlock [--server URL] snapshot save SESSION NAME [--replace]\n"
@@ -1791,17 +1829,87 @@ int cli_remote_snapshot(struct cli_globals *g, int argc, char **argv)
         cJSON_Delete(out);
         return 0;
     }
-    if (!strcmp(sub, "rm") && argc >= 3) {
-        int rc = 0;
-        for (int i = 2; i < argc; i++) {
-            char path[300];
-            snprintf(path, sizeof(path), "/v1/snapshots/%s", argv[i]);
-            if (call(&r, "DELETE", path, NULL, NULL, NULL) < 0)
-                rc = 1;
-        }
-        return rc;
-    }
+    if (!strcmp(sub, "rm") && argc >= 3)
+        return delete_each(&r, "/v1/snapshots/", argc - 2, argv + 2);
     usage_snapshot(stderr);
+    return 2;
+}
+
+/* ---- volumes: airlock volume ---- */
+
+static void usage_volume(FILE *f)
+{
+    fputs("Usage: airlock [--server URL] volume create NAME [--size BYTES]\n"
+          "       airlock [--server URL] volume ls\n"
+          "       airlock [--server URL] volume rm NAME...\n"
+          "\n"
+          "Volumes of airlockd: disks of this user's or this key's that outlive sessions.\n"
+          "'airlock session start --volume NAME:/PATH' mounts one read-write in a session\n"
+          "(one at a time), ':ro' read-only (any number while none writes). create makes an\n"
+          "empty one (--size: 1 GiB by default; K, M, G, T suffixes); rm removes one no\n"
+          "session has attached.\n",
+          f);
+}
+
+int cli_remote_volume(struct cli_globals *g, int argc, char **argv)
+{
+    if (argc < 2 || !strcmp(argv[1], "-h") || !strcmp(argv[1], "--help")) {
+        usage_volume(argc < 2 ? stderr : stdout);
+        return argc < 2 ? 2 : 0;
+    }
+    struct remote r;
+    if (remote_init(&r, g) < 0)
+        return 2;
+    const char *sub = argv[1];
+    if (!strcmp(sub, "create") && (argc == 3 || (argc == 5 && !strcmp(argv[3], "--size")))) {
+        cJSON *in = cJSON_CreateObject();
+        cJSON_AddStringToObject(in, "name", argv[2]);
+        if (argc == 5) {
+            char *end = NULL;
+            double v = strtod(argv[4], &end);
+            const char *units = "KMGT", *u = end && *end ? strchr(units, *end) : NULL;
+            if (!end || end == argv[4] || v <= 0 || (*end && (!u || end[1]))) {
+                fprintf(stderr, "airlock: --size wants bytes (K, M, G, T suffixes), not '%s'\n",
+                        argv[4]);
+                cJSON_Delete(in);
+                return 2;
+            }
+            for (const char *p = units; u && p <= u; p++)
+                v *= 1024;
+            cJSON_AddNumberToObject(in, "size_bytes", v);
+        }
+        int k = call(&r, "POST", "/v1/volumes", in, NULL, NULL);
+        cJSON_Delete(in);
+        return k < 0;
+    }
+    if (!strcmp(sub, "ls") && argc == 2) {
+        cJSON *out = NULL;
+        if (call(&r, "GET", "/v1/volumes", NULL, &out, NULL) < 0)
+            return 1;
+        printf("%-32s %10s %10s %s\n", "NAME", "SIZE", "USED", "ATTACHED");
+        cJSON *x;
+        cJSON_ArrayForEach(x, cJSON_GetObjectItemCaseSensitive(out, "volumes"))
+        {
+            char name[200], size[32], used[32];
+            al_term_escape(cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(x, "name")) ?: "?",
+                           name, sizeof(name));
+            human_bytes(cJSON_GetNumberValue(cJSON_GetObjectItemCaseSensitive(x, "size_bytes")),
+                        size, sizeof(size));
+            human_bytes(cJSON_GetNumberValue(cJSON_GetObjectItemCaseSensitive(x, "bytes")), used,
+                        sizeof(used));
+            bool in_use = cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(x, "in_use"));
+            bool rw = cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(x, "read_write"));
+            printf("%-32s %10s %10s %s\n", name, size, used,
+                   !in_use ? "-"
+                   : rw    ? "read-write"
+                           : "read-only");
+        }
+        cJSON_Delete(out);
+        return 0;
+    }
+    if (!strcmp(sub, "rm") && argc >= 3)
+        return delete_each(&r, "/v1/volumes/", argc - 2, argv + 2);
+    usage_volume(stderr);
     return 2;
 }
 

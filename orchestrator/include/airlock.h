@@ -285,6 +285,11 @@ typedef struct al_session_opts {
      * for 1280x800, else both set, each a multiple of 8, AL_DISPLAY_MIN_* to AL_DISPLAY_MAX_*.
      * Implies display; such a session boots cold. */
     unsigned display_width, display_height;
+    /* LIBAIRLOCK_1.4: volumes (al_vol_create) attached and mounted in the guest, each
+     * "NAME:/PATH" or "NAME:/PATH:ro", NULL-terminated, at most AL_VOLS_MAX: read-write in one
+     * session at a time, read-only in any number while none has it read-write (-EBUSY
+     * otherwise). Such a session boots cold, is not kept, and runs on this host. */
+    const char *const *volumes;
 } al_session_opts;
 #define AL_DISPLAY_MIN_W 640u
 #define AL_DISPLAY_MIN_H 480u
@@ -1154,6 +1159,31 @@ int al_snapshot_list(const char *prefix, void (*fn)(void *ctx, const al_snapshot
 int al_snapshot_remove(const char *name, al_error *err);
 /* Whether name is a snapshot's name (as above). */
 bool al_snapshot_name_ok(const char *name);
+
+/* Volumes (LIBAIRLOCK_1.4): named disks of the state dir (volumes/NAME.img: raw, sparse,
+ * QEMU's, 0600) that outlive sessions, pauses and restarts; a session attaches them
+ * (al_session_opts.volumes) and its guest mounts each at the path asked for, making an ext4 on
+ * it at its first read-write use. The host never mounts or reads what the guest wrote. NAME as
+ * a snapshot's, at most AL_VOL_NAME_MAX. */
+#define AL_VOL_NAME_MAX 127
+#define AL_VOLS_MAX 8
+typedef struct al_vol_info {
+    size_t struct_size;
+    char name[AL_VOL_NAME_MAX + 1];
+    uint64_t size;   /* its size: the most the guest can write */
+    uint64_t bytes;  /* what it takes on the host's disk now */
+    int64_t created; /* unix time */
+    bool in_use;     /* attached to a session */
+    bool writer;     /* attached read-write */
+} al_vol_info;
+#define AL_VOL_INFO_INIT AL_SIZED_INIT(al_vol_info)
+/* A new volume of size bytes (1 MiB to 16 TiB, rounded up to MiB); -EEXIST when there is one. */
+int al_vol_create(const char *name, uint64_t size, al_error *err);
+/* The volumes whose names start with prefix (NULL: all), each to fn; how many. */
+int al_vol_list(const char *prefix, void (*fn)(void *ctx, const al_vol_info *v), void *ctx,
+                al_error *err);
+/* Removes one: -EBUSY while a session has it attached, -ENOENT for none of that name. */
+int al_vol_remove(const char *name, al_error *err);
 
 #pragma GCC visibility pop
 

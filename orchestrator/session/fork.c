@@ -79,6 +79,8 @@ static int forkable(const al_session *s, al_error *err)
                       "its own egress)");
     if (s->raw_port[0])
         return al_err(err, -EOPNOTSUPP, "a session with a benchmark port cannot be forked");
+    if (s->nvols)
+        return al_err(err, -EOPNOTSUPP, "a session with volumes cannot be forked yet");
     if (s->budget_over)
         return al_err(err, -EINVAL, "the session is paused over its disk budget: %s",
                       s->budget_why);
@@ -402,7 +404,8 @@ int al_fork_open(const al_fork *f, const al_session_opts *opts, al_session **out
                                 .image_id = f->image_id,
                                 .kvm = f->kvm,
                                 .disk = f->disk,
-                                .nmids = f->nmids};
+                                .nmids = f->nmids,
+                                .disk_size = f->disk_size};
     return al_session_open_fork(&o, &save, out, err);
 }
 
@@ -422,14 +425,7 @@ void al_fork_timing(const al_fork *f, unsigned *pause_ms, unsigned *save_ms)
 
 bool al_snapshot_name_ok(const char *n)
 {
-    size_t len = n ? strlen(n) : 0;
-    if (len < 1 || len > AL_SNAPSHOT_NAME_MAX || n[0] == '.')
-        return false;
-    for (const char *p = n; *p; p++)
-        if (!((*p >= 'a' && *p <= 'z') || (*p >= 'A' && *p <= 'Z') || (*p >= '0' && *p <= '9') ||
-              *p == '.' || *p == '_' || *p == '-'))
-            return false;
-    return true;
+    return al_store_name_ok(n, AL_SNAPSHOT_NAME_MAX);
 }
 
 static int snapshot_path(const char *name, char *buf, size_t len, al_error *err)

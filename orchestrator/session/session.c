@@ -10,6 +10,7 @@
 #include "screen.h"
 #include "template.h"
 #include "transport.h"
+#include "vols.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -575,7 +576,12 @@ static int session_prepare_vm(al_session *s, const al_session_opts *opts, enum a
         /* In the session dir: removed with it, by close or by gc after a crash. */
         if (al_pathf(disk, disklen, "%s/disk.qcow2", s->state_dir) < 0)
             return al_err(err, -ENAMETOOLONG, "session path too long");
-        r = al_disk_overlay(s->conn, s->kvm, mids ? mids[0] : s->img.disk, disk, err);
+        /* A fork's chain is spelled out in the domain's description; its headers may name
+         * paths long gone (a save reaped), so they are not opened. */
+        r = al_template_is_fork(s->tmpl)
+                ? al_disk_overlay_sized(s->conn, s->kvm, mids[0], "qcow2",
+                                        al_template_disk_size(s->tmpl), disk, err)
+                : al_disk_overlay(s->conn, s->kvm, mids ? mids[0] : s->img.disk, disk, err);
         if (r < 0)
             return r;
     }
@@ -717,6 +723,12 @@ static int session_open(const al_session_opts *opts, const char *build_ram,
     r = session_name_and_dirs(s, err);
     if (r < 0)
         goto fail;
+    if (opts->volumes && opts->volumes[0]) {
+        r = opts->keep ? al_err(err, -EOPNOTSUPP, "a session with volumes cannot be kept yet")
+                       : al_vols_attach(s, kind, opts->volumes, err);
+        if (r < 0)
+            goto fail;
+    }
     bool probe = session_choose_accel(s);
     /* Warm starts: never while KVM is being probed, never for a template being built. A fork
      * restores its save (fork.c), under the accelerator it was saved with. */
@@ -735,6 +747,7 @@ static int session_open(const al_session_opts *opts, const char *build_ram,
         goto fail;
     cfg.ram_file = build_ram;
     cfg.ram_shared = build_ram != NULL;
+    al_vols_config(s, &cfg);
     s->kind = kind;
     s->disk_budget = opts->disk_budget_bytes ? opts->disk_budget_bytes : AL_DISK_BUDGET_DEFAULT;
     if (s->keeper[0]) {
@@ -753,6 +766,8 @@ static int session_open(const al_session_opts *opts, const char *build_ram,
     if (r < 0)
         goto fail;
     r = al_net_start(s, err);
+    if (r == 0 && !s->restored) /* a restored guest has them mounted already */
+        r = al_vols_mount(s, err);
     if (r < 0)
         goto fail;
     r = al_budget_start(s, err);
@@ -830,6 +845,8 @@ void al_session_release(al_session *s, bool keep)
         al_error ignored = {0};
         al_link_exclusive(s, 10000, &ignored);
     }
+    if (!keep && s->nvols && s->dom) /* a volume left clean for the next session */
+        al_vols_unmount(s);
     al_procs_end(s);
     al_budget_stop(s);
     al_keep_lease_stop(s);
@@ -867,6 +884,7 @@ void al_session_release(al_session *s, bool keep)
             fclose(f);
     }
     al_checkpoints_free(s); /* the snapshots themselves live in the session dir */
+    al_vols_release(s);
     bool forked = al_template_is_fork(s->tmpl);
     al_template_free(s->tmpl);
     al_screen_free(s->screen);

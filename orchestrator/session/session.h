@@ -8,6 +8,17 @@
 
 #include <pthread.h>
 
+/* A volume attached to the session (vols.c). */
+struct al_vol_att {
+    char name[AL_VOL_NAME_MAX + 1];
+    char path[256]; /* where the guest mounts it */
+    bool read_only;
+    char disk[AL_PATH_MAX];    /* what QEMU opens: the volume's file, or a fork's overlay */
+    char backing[AL_PATH_MAX]; /* the overlay's raw base (a fork's copy), or "" */
+    uint64_t size;
+    int lock_fd; /* the volume's flock, held while attached; -1: none */
+};
+
 struct al_session {
     virConnectPtr conn;
     virDomainPtr dom;
@@ -84,6 +95,8 @@ struct al_session {
     int lease_stop[2];
     uint32_t adopted[AL_ADOPT_MAX]; /* the runs the agent handed over at the last handshake */
     size_t nadopted;
+    struct al_vol_att vols[AL_VOLS_MAX]; /* vols.c: the volumes attached */
+    size_t nvols;
 };
 
 /* A session's volume on a remote host: its overlay, or its scratch disk; into buf[80]. */

@@ -81,6 +81,7 @@ struct al_template {
     char path[NFILES][AL_PATH_MAX];
     bool python;
     bool fork; /* a fork's save (fork.c): a failed restore is an error, not a cold boot */
+    uint64_t disk_size;
     /* The disk's middle layers, top first: the template's disk; a fork's copy of its source's
      * overlay and the source's own middle layers. */
     char mid[AL_DISK_MIDS_MAX][AL_PATH_MAX];
@@ -95,6 +96,11 @@ const char *const *al_template_mids(const struct al_template *t)
 bool al_template_is_fork(const struct al_template *t)
 {
     return t && t->fork;
+}
+
+uint64_t al_template_disk_size(const struct al_template *t)
+{
+    return t ? t->disk_size : 0;
 }
 
 void al_image_identity(const al_image *img, char *buf, size_t len)
@@ -154,6 +160,7 @@ int al_template_of_fork(al_session *s, const struct al_fork_save *fs, al_error *
         return al_err(err, -ENAMETOOLONG, "fork path too long");
     }
     t->fork = true;
+    t->disk_size = fs->disk_size;
     s->tmpl = t;
     return 0;
 }
@@ -620,7 +627,8 @@ bool al_template_applies(const al_session *s, const al_session_opts *opts, enum 
            !s->remote && !s->raw_port[0] && !(opts->checkpoints && !s->img.disk[0]) &&
            !(opts->net.allow && opts->net.allow[0]) &&
            !(opts->display && !al_image_has_display(&s->img)) && !opts->display_width &&
-           !opts->keep && !getenv("AIRLOCK_TEST_KVM_LIE");
+           !(AL_HAS(opts, volumes) && opts->volumes && opts->volumes[0]) && !opts->keep &&
+           !getenv("AIRLOCK_TEST_KVM_LIE");
 }
 
 int al_template_id_of(al_session *s, enum al_transport kind, unsigned mem, unsigned vcpus,

@@ -44,7 +44,8 @@ struct al_fork_save {
     const char *qemu;       /* al_qemu_identity where it was saved */
     const char *image_id;   /* al_image_identity of its image */
     bool kvm, disk;
-    size_t nmids; /* layers below disk.qcow2 */
+    size_t nmids;       /* layers below disk.qcow2 */
+    uint64_t disk_size; /* the disk's virtual size */
 };
 /* At a fork's open, once its dirs exist: checks that s may take the save's state, holds the
  * save for s's lifetime (a link in s's state dir) and sets s->tmpl to restore it. */
@@ -56,6 +57,8 @@ int al_forks_dir(char *buf, size_t len, al_error *err);
 void al_fork_reap_dir(const char *dir);
 void al_fork_reap(void);
 bool al_template_is_fork(const struct al_template *t);
+/* A fork's disk's virtual size (its overlay is made without opening the chain's headers). */
+uint64_t al_template_disk_size(const struct al_template *t);
 /* Sets cfg up for a restore of s->tmpl, starts the domain paused, loads the template's state,
  * resumes, handshakes and makes the guest unique. */
 int al_template_restore(al_session *s, struct al_vm_config *cfg, al_error *err);

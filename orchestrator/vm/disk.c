@@ -95,13 +95,13 @@ int al_disk_overlay(virConnectPtr conn, bool kvm, const char *base, const char *
     return qemu_img_create(conn, kvm, argv, overlay, err);
 }
 
-int al_disk_overlay_sized(virConnectPtr conn, bool kvm, const char *base, uint64_t size,
-                          const char *overlay, al_error *err)
+int al_disk_overlay_sized(virConnectPtr conn, bool kvm, const char *base, const char *base_fmt,
+                          uint64_t size, const char *overlay, al_error *err)
 {
     char bytes[32];
     snprintf(bytes, sizeof(bytes), "%llu", (unsigned long long)size);
     const char *argv[] = {"qemu-img", "create", "-q", "-u",    "-f",  "qcow2", "-F",
-                          "qcow2",    "-b",     base, overlay, bytes, NULL};
+                          base_fmt,   "-b",     base, overlay, bytes, NULL};
     return qemu_img_create(conn, kvm, argv, overlay, err);
 }
 

@@ -456,6 +456,28 @@ char *al_vm_xml(const struct al_vm_config *cfg)
      * the guest sees an empty disk and never mounts it. */
     if (cfg->scratch)
         xml_qcow2_disk(f, cfg->scratch, NULL, NULL, "vdb");
+    for (size_t i = 0; i < cfg->nvols; i++) {
+        fprintf(f,
+                "    <disk type='file' device='disk'>\n"
+                "      <driver name='qemu' type='%s' cache='writeback'/>\n"
+                "      <source file='",
+                cfg->vols[i].backing ? "qcow2" : "raw");
+        xml_text(f, cfg->vols[i].disk);
+        fputs("'/>\n", f);
+        if (cfg->vols[i].backing) {
+            fputs("      <backingStore type='file'><format type='raw'/><source file='", f);
+            xml_text(f, cfg->vols[i].backing);
+            fputs("'/><backingStore/></backingStore>\n", f);
+        }
+        fprintf(f,
+                "      <target dev='vd%c' bus='virtio'/>\n      <serial>airlock-vol-%zu</serial>\n",
+                (char)('e' + i), i);
+        /* read-only over an overlay of its own: the overlay takes the guest's journal replay,
+         * QEMU opens the volume under it read-only */
+        if (cfg->vols[i].read_only && !cfg->vols[i].backing)
+            fputs("      <readonly/>\n", f);
+        fputs("    </disk>\n", f);
+    }
     if (cfg->seed) {
         fputs("    <disk type='file' device='disk'>\n"
               "      <driver name='qemu' type='raw'/>\n      <source file='",

@@ -64,6 +64,13 @@ struct al_vm_config {
     unsigned display_w, display_h; /* the VGA's preferred mode (EDID); 0: QEMU's 1280x800 */
     /* A kept session (keep.c): the domain outlives the connection that started it. */
     bool keep;
+    /* Volumes (session/vols.c): raw disks, or a fork's qcow2 overlay on a raw copy, with the
+     * serial airlock-vol-I the guest finds them by; cache writeback (they outlive the VM). */
+    struct {
+        const char *disk, *backing;
+        bool read_only;
+    } vols[AL_VOLS_MAX];
+    size_t nvols;
 };
 int al_vm_connect(const char *uri, virConnectPtr *out, al_error *err);
 int al_vm_start(virConnectPtr conn, const struct al_vm_config *cfg, virDomainPtr *out,
@@ -111,10 +118,11 @@ bool al_image_warm_command(const al_image *img, char *buf, size_t len);
 /* import.c: copies in (size bytes) to a new file at path (0600): a reflink where the filesystem
  * has them, else the data ranges only, so holes stay holes. 0 or a negative errno. */
 int al_copy_sparse(int in, off_t size, const char *path);
-/* disk.c: a new overlay on base of size bytes whose backing chain is not opened (a fork's,
- * fork.c: the chain is spelled out in the domain's description instead), QEMU's. */
-int al_disk_overlay_sized(virConnectPtr conn, bool kvm, const char *base, uint64_t size,
-                          const char *overlay, al_error *err);
+/* disk.c: a new overlay on base (base_fmt: "qcow2", "raw") of size bytes whose backing chain is not
+ * opened (a fork's, fork.c: the chain is spelled out in the domain's description instead), QEMU's.
+ */
+int al_disk_overlay_sized(virConnectPtr conn, bool kvm, const char *base, const char *base_fmt,
+                          uint64_t size, const char *overlay, al_error *err);
 /* Points a qcow2's header at another backing file (same content, another path), unchecked. */
 int al_disk_rebase(const char *path, const char *backing, al_error *err);
 /* Images made in the store (import.c, oci.c, commit.c). image.c: a scratch dir of the store

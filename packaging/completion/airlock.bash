@@ -21,8 +21,8 @@ _airlock_warm_flags='--memory --cpus --help'
 _airlock_build_flags='--toolchain --from --context --base --max-size --timeout --keep-setid --kernels --force --help'
 _airlock_export_flags='--ref --help'
 _airlock_commit_flags='--checkpoint --force --help'
-_airlock_commands='chat run conversations exec image doctor gc ps cp shell port session snapshot proc rm mcp help'
-_airlock_session_start_flags='--image --memory --cpus --idle-timeout --lifetime --checkpoints --display --name --auto-pause --snapshot'
+_airlock_commands='chat run conversations exec image doctor gc ps cp shell port session snapshot volume proc rm mcp help'
+_airlock_session_start_flags='--image --memory --cpus --idle-timeout --lifetime --checkpoints --display --name --auto-pause --snapshot --volume'
 
 # The first column of a listing, without its header line, up to its first blank line (image ls
 # lists the warm templates after one).
@@ -115,6 +115,7 @@ _airlock()
     exec) [[ $cur == -* ]] && _airlock_words "$_airlock_exec_flags" "$cur" ;;
     proc) ((${#args[@]} == 0)) && _airlock_words 'ls logs kill wait' "$cur" ;;
     snapshot) ((${#args[@]} == 0)) && _airlock_words 'save ls rm' "$cur" ;;
+    volume) ((${#args[@]} == 0)) && _airlock_words 'create ls rm' "$cur" ;;
     session)
         case ${args[0]:-} in
         '') _airlock_words 'start ls stop extend pause resume fork screenshot input' "$cur" ;;

@@ -25,7 +25,7 @@ SECTIONS = {
     "cli_exec.c": ["COMMANDS/exec"],
     "cli_image.c": ["COMMANDS/image"],
     "chatopts.c": ["CHAT OPTIONS", "COMMANDS/chat", "COMMANDS/run"],
-    "remote.c": ["COMMANDS/exec", "COMMANDS/session", "COMMANDS/snapshot", "COMMANDS/proc"],
+    "remote.c": ["COMMANDS/exec", "COMMANDS/session", "COMMANDS/snapshot", "COMMANDS/volume", "COMMANDS/proc"],
     "port.c": ["COMMANDS/port"],
     "cli_mcp.c": ["COMMANDS/mcp"],
     "cli_gc.c": ["COMMANDS/gc"],

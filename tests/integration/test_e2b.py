@@ -270,7 +270,7 @@ class SdkTest(unittest.TestCase):
         self.group("interpreter", 13)
 
     def test_security(self):
-        self.group("security", 6)
+        self.group("security", 7)
 
     def test_killed_under_a_stream(self):
         self.group("killed", 2)

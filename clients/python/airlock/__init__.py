@@ -129,15 +129,31 @@ class Client:
         """The caller's snapshots: {"name", "image", "memory_mib", "bytes", "created"} each."""
         return self.request("GET", "/v1/snapshots")["snapshots"]
 
-    def delete_snapshot(self, name):
-        """Removes a snapshot (sessions started from it go on); False when there was none."""
+    def create_volume(self, name, size_bytes=1 << 30):
+        """A volume of the caller's: a disk that outlives sessions (Sandbox(volumes=...))."""
+        return self.request("POST", "/v1/volumes", body={"name": name,
+                                                         "size_bytes": int(size_bytes)})
+
+    def volumes(self):
+        """The caller's volumes: {"name", "size_bytes", "bytes", "created", "in_use", ...}."""
+        return self.request("GET", "/v1/volumes")["volumes"]
+
+    def delete_volume(self, name):
+        """Removes a volume (refused while a session has it attached); False when none."""
+        return self._delete("/v1/volumes/" + _q(name))
+
+    def _delete(self, path):
         try:
-            self.request("DELETE", "/v1/snapshots/" + _q(name))
+            self.request("DELETE", path)
             return True
         except APIError as e:
             if e.status == 404:
                 return False
             raise
+
+    def delete_snapshot(self, name):
+        """Removes a snapshot (sessions started from it go on); False when there was none."""
+        return self._delete("/v1/snapshots/" + _q(name))
 
     def health(self):
         return self.request("GET", "/v1/health")
@@ -624,7 +640,8 @@ class Sandbox:
     def __init__(self, image=None, memory_mib=None, vcpus=None, transport=None,
                  checkpoint_policy=None, checkpoints=None, idle_timeout_s=None, lifetime_s=None,
                  labels=None, net=None, display=None, name=None, auto_pause_s=None,
-                 snapshot=None, client=None, url=None, api_key=None, cwd="/", _info=None):
+                 snapshot=None, volumes=None, client=None, url=None, api_key=None, cwd="/",
+                 _info=None):
         """net: None (no network, the default), a list of hosts and "*.suffix" patterns the
         session's proxy lets through, or a dict {"allow": [...], "bytes_max": N}. cwd: where
         commands run and what relative file paths are relative to. display: a screen and input
@@ -633,7 +650,9 @@ class Sandbox:
         session's name, unique per key (Sandbox.connect takes it as the id); auto_pause_s:
         paused to disk after that long idle instead of ending (pause(), resume()). snapshot: start
         from a snapshot of the caller's (create_snapshot()) instead of an image: its memory,
-        processes and files as they were saved."""
+        processes and files as they were saved. volumes: {"/path": "name"} or a list of
+        {"name", "path", "read_only"}: volumes of the caller's (Client.create_volume) mounted
+        in the guest."""
         self.client = client or Client(url, api_key)
         self.cwd = cwd
         if isinstance(net, (list, tuple)):
@@ -649,6 +668,10 @@ class Sandbox:
                 idle_timeout_s=idle_timeout_s, lifetime_s=lifetime_s,
                 labels=labels, net=net, display=display, name=name,
                 auto_pause_s=auto_pause_s, snapshot=snapshot).items() if v is not None}
+            if isinstance(volumes, dict):
+                volumes = [{"name": n, "path": p} for p, n in volumes.items()]
+            if volumes:
+                body["volumes"] = list(volumes)
             body.update(size)
             _info = self.client.request("POST", "/v1/sessions", body=body)
         self.info = _info
