@@ -1105,6 +1105,7 @@ int ad_session_fork(struct ad_session *src, const char *owner, const struct ad_l
         c.checkpoints = src->checkpoints;
         c.transport = NULL;
         c.net = NULL;
+        c.volumes = src->volumes; /* listed as the source's; each fork has its own copies */
         c.labels = c.labels ? c.labels : src->labels;
         struct ad_fail ff = {0};
         struct ad_session *s = NULL;

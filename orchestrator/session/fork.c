@@ -43,9 +43,11 @@ struct al_fork {
     bool kvm, display, disk, scratch;
     size_t nmids;
     uint64_t disk_size;
-    unsigned pause_ms, save_ms; /* the source stood still; the whole save */
-    char qemu[200];             /* al_qemu_identity of the save's host */
-    char image_id[AL_PATH_MAX]; /* al_image_identity of its image */
+    unsigned pause_ms, save_ms;           /* the source stood still; the whole save */
+    char qemu[200];                       /* al_qemu_identity of the save's host */
+    char image_id[AL_PATH_MAX];           /* al_image_identity of its image */
+    struct al_fork_vol vols[AL_VOLS_MAX]; /* the source's volumes */
+    size_t nvols;
 };
 
 void al_fork_free(al_fork *f)
@@ -79,8 +81,6 @@ static int forkable(const al_session *s, al_error *err)
                       "its own egress)");
     if (s->raw_port[0])
         return al_err(err, -EOPNOTSUPP, "a session with a benchmark port cannot be forked");
-    if (s->nvols)
-        return al_err(err, -EOPNOTSUPP, "a session with volumes cannot be forked yet");
     if (s->budget_over)
         return al_err(err, -EINVAL, "the session is paused over its disk budget: %s",
                       s->budget_why);
@@ -131,6 +131,13 @@ static int holder_start(al_session *s, struct al_fork *f, char *hdir, size_t hle
         r = al_disk_overlay(s->conn, s->kvm, s->img.disk, disk, err);
     if (r == 0 && f->scratch)
         r = al_disk_scratch(s->conn, s->kvm, scratch, AL_SCRATCH_BYTES, err);
+    /* its volumes: empty files of their sizes, the same devices */
+    char vol[AL_VOLS_MAX][AL_PATH_MAX];
+    for (size_t i = 0; r == 0 && i < f->nvols; i++) {
+        if (al_pathf(vol[i], sizeof(vol[i]), "%s/holder-vol%zu.raw", f->dir, i) < 0)
+            return al_err(err, -ENAMETOOLONG, "fork path too long");
+        r = file_for_qemu(s, vol[i], f->vols[i].size, err);
+    }
     if (r < 0)
         return r;
     struct al_vm_config cfg = {
@@ -149,7 +156,10 @@ static int holder_start(al_session *s, struct al_fork *f, char *hdir, size_t hle
         .ram_file = ram,
         .ram_shared = true,
         .incoming = true,
+        .nvols = f->nvols,
     };
+    for (size_t i = 0; i < f->nvols; i++)
+        cfg.vols[i].disk = vol[i];
     _cleanup_free_ char *xml = al_vm_xml(&cfg);
     if (!xml)
         return al_err(err, -ENOMEM, "cannot build the domain description");
@@ -235,6 +245,38 @@ static int link_mids(al_session *s, struct al_fork *f, al_error *err)
     return al_disk_rebase(copy, first, err);
 }
 
+/* The source's volumes as the migration left them (flushed), into f->dir: a read-write one
+ * whole (volI.raw: the forks' copy-on-write base), a read-only one by its overlay over the
+ * volume (volI.qcow2). What a source that is a fork itself has over several files is flattened
+ * into one. */
+static int copy_vols(al_session *s, struct al_fork *f, al_error *err)
+{
+    for (size_t i = 0; i < f->nvols; i++) {
+        const struct al_vol_att *v = &s->vols[i];
+        char to[AL_PATH_MAX];
+        if (al_pathf(to, sizeof(to), "%s/vol%zu.%s", f->dir, i, v->read_only ? "qcow2" : "raw") < 0)
+            return al_err(err, -ENAMETOOLONG, "fork path too long");
+        int r;
+        if (v->read_only ? v->mid[0] != 0 : v->backing[0] != 0) {
+            r = al_disk_flatten(v->disk, to, v->read_only ? "qcow2" : "raw",
+                                v->read_only ? v->backing : NULL, err);
+        } else {
+            _cleanup_close_ int in = open(v->disk, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
+            struct stat st;
+            if (in < 0 || fstat(in, &st) < 0)
+                return al_err(err, -errno, "cannot read volume '%s': %s", v->name, strerror(errno));
+            r = al_copy_sparse(in, st.st_size, to);
+            if (r < 0)
+                return al_err(err, r, "cannot copy volume '%s': %s", v->name, strerror(-r));
+        }
+        if (r == 0)
+            r = al_disk_give(s->conn, s->kvm, to, err);
+        if (r < 0)
+            return r;
+    }
+    return 0;
+}
+
 /* The holder's device state alone into f->dir/state; the holder goes. */
 static int holder_save(al_session *s, struct al_fork *f, virDomainPtr holder, al_error *err)
 {
@@ -272,6 +314,9 @@ static void holder_end(virDomainPtr *holder, struct al_fork *f, const char *hdir
         unlink(p);
     if (al_pathf(p, sizeof(p), "%s/holder-scratch.qcow2", f->dir) == 0)
         unlink(p);
+    for (size_t i = 0; i < f->nvols; i++)
+        if (al_pathf(p, sizeof(p), "%s/holder-vol%zu.raw", f->dir, i) == 0)
+            unlink(p);
     if (hdir[0])
         al_rmtree(hdir);
     if (hlock >= 0)
@@ -305,6 +350,13 @@ int al_session_fork_save(al_session *s, al_fork **out, al_error *err)
     f->scratch = s->ckpt && !f->disk;
     al_qemu_identity(s->conn, f->qemu, sizeof(f->qemu));
     al_image_identity(&s->img, f->image_id, sizeof(f->image_id));
+    f->nvols = s->nvols;
+    for (size_t i = 0; i < s->nvols; i++) {
+        snprintf(f->vols[i].name, sizeof(f->vols[i].name), "%s", s->vols[i].name);
+        snprintf(f->vols[i].path, sizeof(f->vols[i].path), "%s", s->vols[i].path);
+        f->vols[i].read_only = s->vols[i].read_only;
+        f->vols[i].size = s->vols[i].size;
+    }
     /* Room for the RAM file and the disk's copy above the floor, else no fork. */
     char forks[AL_PATH_MAX];
     al_error why = {0};
@@ -351,6 +403,8 @@ int al_session_fork_save(al_session *s, al_fork **out, al_error *err)
         r = migrate_into(s, holder, err);
     if (r == 0 && f->disk)
         r = copy_disk(s, f, err);
+    if (r == 0)
+        r = copy_vols(s, f, err);
     if (suspended && virDomainResume(s->dom) < 0 && r == 0)
         r = al_err_virt(err, -EIO, "cannot resume the session after the fork's save");
     f->pause_ms = (unsigned)(al_now_ms() - t_pause);
@@ -395,6 +449,7 @@ int al_fork_open(const al_fork *f, const al_session_opts *opts, al_session **out
     o.display_width = f->display_w;
     o.display_height = f->display_h;
     o.transport = AL_TRANSPORT_VIRTIO;
+    o.volumes = NULL; /* the source's, from the save */
     if (!f->disk)
         o.checkpoints = f->scratch;
     struct al_fork_save save = {.dir = f->dir,
@@ -405,7 +460,9 @@ int al_fork_open(const al_fork *f, const al_session_opts *opts, al_session **out
                                 .kvm = f->kvm,
                                 .disk = f->disk,
                                 .nmids = f->nmids,
-                                .disk_size = f->disk_size};
+                                .disk_size = f->disk_size,
+                                .vols = f->vols,
+                                .nvols = f->nvols};
     return al_session_open_fork(&o, &save, out, err);
 }
 
@@ -421,7 +478,7 @@ void al_fork_timing(const al_fork *f, unsigned *pause_ms, unsigned *save_ms)
 
 #define SNAPSHOTS_DIR "snapshots"
 #define SNAPSHOT_FORMAT 1
-#define SNAPSHOT_FILES_MAX (3 + AL_DISK_MIDS_MAX)
+#define SNAPSHOT_FILES_MAX (3 + AL_DISK_MIDS_MAX + AL_VOLS_MAX)
 
 bool al_snapshot_name_ok(const char *n)
 {
@@ -446,23 +503,27 @@ static int snapshot_path(const char *name, char *buf, size_t len, al_error *err)
     return 0;
 }
 
-/* The save's files: ram, state, and with a disk disk.qcow2, mid1.qcow2 ... */
-static size_t save_files(bool disk, size_t nmids, char names[][16])
+/* The save's files: ram, state, with a disk disk.qcow2, mid1.qcow2 ..., and its volumes'
+ * copies (vol0.raw, vol1.qcow2 ...: after all the others; *first_vol says where they start). */
+static size_t save_files(const struct al_fork *f, char names[][16], size_t *first_vol)
 {
     size_t n = 0;
     snprintf(names[n++], 16, "ram");
     snprintf(names[n++], 16, "state");
-    if (disk) {
+    if (f->disk) {
         snprintf(names[n++], 16, "disk.qcow2");
-        for (size_t i = 1; i <= nmids && n < SNAPSHOT_FILES_MAX; i++)
-            snprintf(names[n++], 16, "mid%u.qcow2", (unsigned)(i % 100));
+        for (size_t i = 1; i <= f->nmids && i < 100; i++)
+            snprintf(names[n++], 16, "mid%u.qcow2", (unsigned)i);
     }
+    *first_vol = n;
+    for (size_t i = 0; i < f->nvols && i < 10; i++)
+        snprintf(names[n++], 16, "vol%u.%s", (unsigned)i, f->vols[i].read_only ? "qcow2" : "raw");
     return n;
 }
 
 /* The manifest: what a fork of the save must be, and each file as it was (the SHA-256 of all but
- * the RAM file, whose ctime stands for its content: only root can set one back; the others' ctime
- * changes as forks and later saves link them). */
+ * the RAM file and the volumes' copies, whose ctime stands for their content: only root can set
+ * one back; the others' ctime changes as forks and later saves link them). */
 static int snapshot_seal(const struct al_fork *f, const char *name, const char *source,
                          al_error *err)
 {
@@ -485,15 +546,25 @@ static int snapshot_seal(const struct al_fork *f, const char *name, const char *
     cJSON_AddNumberToObject(j, "mids", (double)f->nmids);
     cJSON_AddNumberToObject(j, "disk_size", (double)f->disk_size);
     cJSON_AddNumberToObject(j, "created", (double)time(NULL));
+    cJSON *vols = cJSON_AddArrayToObject(j, "volumes");
+    for (size_t i = 0; i < f->nvols; i++) {
+        cJSON *v = cJSON_CreateObject();
+        cJSON_AddStringToObject(v, "name", f->vols[i].name);
+        cJSON_AddStringToObject(v, "path", f->vols[i].path);
+        cJSON_AddBoolToObject(v, "read_only", f->vols[i].read_only);
+        cJSON_AddNumberToObject(v, "size", (double)f->vols[i].size);
+        cJSON_AddItemToArray(vols, v);
+    }
     cJSON *files = cJSON_AddObjectToObject(j, "files");
     char names[SNAPSHOT_FILES_MAX][16];
-    size_t n = save_files(f->disk, f->nmids, names);
+    size_t first_vol;
+    size_t n = save_files(f, names, &first_vol);
     for (size_t i = 0; i < n; i++) {
         char path[AL_PATH_MAX];
         struct al_file_rec rec;
         if (al_pathf(path, sizeof(path), "%s/%s", f->dir, names[i]) < 0)
             return al_err(err, -ENAMETOOLONG, "snapshot path too long");
-        int r = al_file_record(path, i != 0, &rec);
+        int r = al_file_record(path, i != 0 && i < first_vol, &rec);
         if (r < 0)
             return al_err(err, r, "cannot seal '%s': %s", path, strerror(-r));
         al_manifest_file_add(files, names[i], &rec);
@@ -625,12 +696,26 @@ int al_snapshot_open(const char *name, const al_session_opts *opts, al_session *
         return al_err(err, -EBADMSG, "snapshot '%s' is not usable: its manifest is damaged", name);
     f.nmids = (size_t)nm;
     f.disk_size = (uint64_t)mnum(j, "disk_size");
+    const cJSON *v;
+    cJSON_ArrayForEach(v, cJSON_GetObjectItemCaseSensitive(j, "volumes"))
+    {
+        if (f.nvols == AL_VOLS_MAX || mnum(v, "size") <= 0)
+            return al_err(err, -EBADMSG, "snapshot '%s' is not usable: its manifest is damaged",
+                          name);
+        struct al_fork_vol *fv = &f.vols[f.nvols++];
+        snprintf(fv->name, sizeof(fv->name), "%s", mstr(v, "name"));
+        snprintf(fv->path, sizeof(fv->path), "%s", mstr(v, "path"));
+        fv->read_only = cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(v, "read_only"));
+        fv->size = (uint64_t)mnum(v, "size");
+    }
     char names[SNAPSHOT_FILES_MAX][16];
     const char *list[SNAPSHOT_FILES_MAX];
-    size_t n = save_files(f.disk, f.nmids, names);
+    size_t first_vol;
+    size_t n = save_files(&f, names, &first_vol);
     for (size_t i = 0; i < n; i++)
         list[i] = names[i];
-    if (!al_manifest_files_intact(dir, j, list, n, ~1u, 1u, &why))
+    unsigned vols_mask = ((1u << n) - 1) & ~((1u << first_vol) - 1);
+    if (!al_manifest_files_intact(dir, j, list, n, ~1u & ~vols_mask, 1u | vols_mask, &why))
         return al_err(err, -EBADMSG, "snapshot '%s' is not usable: %s", name, why.msg);
     return al_fork_open(&f, opts, out, err);
 }

@@ -735,6 +735,8 @@ static int session_open(const al_session_opts *opts, const char *build_ram,
     if (fork) {
         probe = false;
         r = al_template_of_fork(s, fork, err);
+        if (r == 0)
+            r = al_vols_of_fork(s, fork, err);
         if (r < 0)
             goto fail;
     } else if (!probe && !build_ram) {

@@ -14,7 +14,8 @@ struct al_vol_att {
     char path[256]; /* where the guest mounts it */
     bool read_only;
     char disk[AL_PATH_MAX];    /* what QEMU opens: the volume's file, or a fork's overlay */
-    char backing[AL_PATH_MAX]; /* the overlay's raw base (a fork's copy), or "" */
+    char mid[AL_PATH_MAX];     /* a fork's copy of a read-only overlay, between, or "" */
+    char backing[AL_PATH_MAX]; /* the overlay's raw base (the volume, a fork's copy), or "" */
     uint64_t size;
     int lock_fd; /* the volume's flock, held while attached; -1: none */
 };

@@ -36,6 +36,14 @@ int al_template_replace(const struct al_template_id *id, al_error *err);
 /* The disk's middle layers of a session restored from t, top first, NULL-terminated (NULL:
  * none, t is NULL or the image has no disk). */
 const char *const *al_template_mids(const struct al_template *t);
+/* A volume of a fork's source, as the save keeps it (fork.c): read-write ones copied whole
+ * (DIR/volI.raw), read-only ones by their overlay (DIR/volI.qcow2, over the volume). */
+struct al_fork_vol {
+    char name[AL_VOL_NAME_MAX + 1];
+    char path[256];
+    bool read_only;
+    uint64_t size;
+};
 /* A fork's save (fork.c makes it), as a session opened from it sees it. */
 struct al_fork_save {
     const char *dir;        /* STATE/forks/ID: ram, state, disk.qcow2, mid1.qcow2 ... */
@@ -46,6 +54,8 @@ struct al_fork_save {
     bool kvm, disk;
     size_t nmids;       /* layers below disk.qcow2 */
     uint64_t disk_size; /* the disk's virtual size */
+    const struct al_fork_vol *vols;
+    size_t nvols;
 };
 /* At a fork's open, once its dirs exist: checks that s may take the save's state, holds the
  * save for s's lifetime (a link in s's state dir) and sets s->tmpl to restore it. */

@@ -218,6 +218,24 @@ static int vol_spec(const char *spec, struct al_vol_att *v, al_error *err)
     return 0;
 }
 
+/* The volume's lock, taken as v asks (-EBUSY: held otherwise). */
+static int vol_lock(struct al_vol_att *v, al_error *err)
+{
+    char lock[AL_PATH_MAX];
+    int r = vol_paths(v->name, NULL, 0, lock, sizeof(lock), NULL, 0, err);
+    if (r < 0)
+        return r;
+    v->lock_fd = al_file_create_private(lock, O_RDWR);
+    if (v->lock_fd < 0)
+        return al_err(err, v->lock_fd, "cannot lock volume '%s'", v->name);
+    if (flock(v->lock_fd, (v->read_only ? LOCK_SH : LOCK_EX) | LOCK_NB) < 0)
+        return al_err(err, -EBUSY,
+                      v->read_only ? "volume '%s' is attached read-write to another session"
+                                   : "volume '%s' is attached to another session",
+                      v->name);
+    return 0;
+}
+
 int al_vols_attach(al_session *s, enum al_transport kind, const char *const *specs, al_error *err)
 {
     size_t n = 0;
@@ -246,15 +264,10 @@ int al_vols_attach(al_session *s, enum al_transport kind, const char *const *spe
             return r;
         if (lstat(rec, &st) < 0 || lstat(v->disk, &st) < 0)
             return al_err(err, -ENOENT, "no volume named '%s'", v->name);
-        v->lock_fd = al_file_create_private(lock, O_RDWR);
-        if (v->lock_fd < 0)
-            return al_err(err, v->lock_fd, "cannot lock volume '%s'", v->name);
         s->nvols = i + 1;
-        if (flock(v->lock_fd, (v->read_only ? LOCK_SH : LOCK_EX) | LOCK_NB) < 0)
-            return al_err(err, -EBUSY,
-                          v->read_only ? "volume '%s' is attached read-write to another session"
-                                       : "volume '%s' is attached to another session",
-                          v->name);
+        r = vol_lock(v, err);
+        if (r < 0)
+            return r;
         v->size = (uint64_t)st.st_size;
         /* Read-only: a throwaway overlay of its own over it, which QEMU opens read-only (so
          * QEMU's lock keeps a writer out too); a journal a writer's crash left is replayed
@@ -267,6 +280,39 @@ int al_vols_attach(al_session *s, enum al_transport kind, const char *const *spe
             if (r < 0)
                 return r;
         }
+    }
+    return 0;
+}
+
+int al_vols_of_fork(al_session *s, const struct al_fork_save *fs, al_error *err)
+{
+    for (size_t i = 0; i < fs->nvols; i++) {
+        const struct al_fork_vol *fv = &fs->vols[i];
+        struct al_vol_att *v = &s->vols[i];
+        *v = (struct al_vol_att){.read_only = fv->read_only, .size = fv->size, .lock_fd = -1};
+        snprintf(v->name, sizeof(v->name), "%s", fv->name);
+        snprintf(v->path, sizeof(v->path), "%s", fv->path);
+        s->nvols = i + 1;
+        char copy[AL_PATH_MAX];
+        if (al_pathf(copy, sizeof(copy), "%s/vol%zu.%s", fs->dir, i,
+                     fv->read_only ? "qcow2" : "raw") < 0 ||
+            al_pathf(v->disk, sizeof(v->disk), "%s/vol-%zu.qcow2", s->state_dir, i) < 0)
+            return al_err(err, -ENAMETOOLONG, "session path too long");
+        int r;
+        if (fv->read_only) { /* still a reader of the volume itself */
+            r = vol_paths(v->name, v->backing, sizeof(v->backing), NULL, 0, NULL, 0, err);
+            if (r == 0)
+                r = vol_lock(v, err);
+            if (r < 0)
+                return r;
+            snprintf(v->mid, sizeof(v->mid), "%s", copy);
+            r = al_disk_overlay_sized(s->conn, s->kvm, v->mid, "qcow2", v->size, v->disk, err);
+        } else { /* its own copy-on-write copy of the source's as it was */
+            snprintf(v->backing, sizeof(v->backing), "%s", copy);
+            r = al_disk_overlay_sized(s->conn, s->kvm, v->backing, "raw", v->size, v->disk, err);
+        }
+        if (r < 0)
+            return r;
     }
     return 0;
 }
@@ -286,6 +332,7 @@ void al_vols_config(al_session *s, struct al_vm_config *cfg)
     cfg->nvols = s->nvols;
     for (size_t i = 0; i < s->nvols; i++) {
         cfg->vols[i].disk = s->vols[i].disk;
+        cfg->vols[i].mid = s->vols[i].mid[0] ? s->vols[i].mid : NULL;
         cfg->vols[i].backing = s->vols[i].backing[0] ? s->vols[i].backing : NULL;
         cfg->vols[i].read_only = s->vols[i].read_only;
     }
@@ -320,7 +367,7 @@ int al_vols_mount(al_session *s, al_error *err)
 {
     for (size_t i = 0; i < s->nvols; i++) {
         struct al_vol_att *v = &s->vols[i];
-        char idx[8];
+        char idx[24];
         snprintf(idx, sizeof(idx), "%zu", i);
         const char *argv[] = {
             "/bin/sh", "-c", MOUNT_SH, "sh", idx, v->path, v->read_only ? "ro" : "rw", NULL};

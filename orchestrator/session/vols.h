@@ -7,6 +7,11 @@
 /* At open, once the dirs exist: each "NAME:/PATH[:ro]" checked, its lock taken (read-write:
  * alone; read-only: with other readers), into s->vols. */
 int al_vols_attach(al_session *s, enum al_transport kind, const char *const *specs, al_error *err);
+/* At a fork's open (the save in fs): each volume as the source had it, a copy-on-write overlay
+ * of the save's copy (read-write ones), or of its read-only overlay over the volume, whose
+ * shared lock it takes. */
+struct al_fork_save;
+int al_vols_of_fork(al_session *s, const struct al_fork_save *fs, al_error *err);
 /* Their disks into the domain's configuration. */
 void al_vols_config(al_session *s, struct al_vm_config *cfg);
 /* Once the guest answers (a booted one, not a restored one): each made (first read-write use)

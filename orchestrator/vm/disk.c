@@ -105,6 +105,26 @@ int al_disk_overlay_sized(virConnectPtr conn, bool kvm, const char *base, const 
     return qemu_img_create(conn, kvm, argv, overlay, err);
 }
 
+int al_disk_flatten(const char *src, const char *out, const char *out_fmt, const char *backing,
+                    al_error *err)
+{
+    /* without backing: "... -O FMT SRC OUT" (the array ends at its first NULL) */
+    const char *argv[] = {"qemu-img",
+                          "convert",
+                          "-q",
+                          "-U",
+                          "-O",
+                          out_fmt,
+                          backing ? "-B" : src,
+                          backing ? backing : out,
+                          backing ? "-F" : NULL,
+                          "raw",
+                          src,
+                          out,
+                          NULL};
+    return al_spawn_quiet(argv, "copy a volume for the fork", err);
+}
+
 int al_disk_rebase(const char *path, const char *backing, al_error *err)
 {
     const char *argv[] = {"qemu-img", "rebase", "-q", "-u",    "-f", "qcow2",

@@ -464,11 +464,18 @@ char *al_vm_xml(const struct al_vm_config *cfg)
                 cfg->vols[i].backing ? "qcow2" : "raw");
         xml_text(f, cfg->vols[i].disk);
         fputs("'/>\n", f);
+        if (cfg->vols[i].mid) {
+            fputs("      <backingStore type='file'><format type='qcow2'/><source file='", f);
+            xml_text(f, cfg->vols[i].mid);
+            fputs("'/>\n", f);
+        }
         if (cfg->vols[i].backing) {
             fputs("      <backingStore type='file'><format type='raw'/><source file='", f);
             xml_text(f, cfg->vols[i].backing);
             fputs("'/><backingStore/></backingStore>\n", f);
         }
+        if (cfg->vols[i].mid)
+            fputs("      </backingStore>\n", f);
         fprintf(f,
                 "      <target dev='vd%c' bus='virtio'/>\n      <serial>airlock-vol-%zu</serial>\n",
                 (char)('e' + i), i);

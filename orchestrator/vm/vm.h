@@ -67,7 +67,7 @@ struct al_vm_config {
     /* Volumes (session/vols.c): raw disks, or a fork's qcow2 overlay on a raw copy, with the
      * serial airlock-vol-I the guest finds them by; cache writeback (they outlive the VM). */
     struct {
-        const char *disk, *backing;
+        const char *disk, *mid, *backing; /* mid: a qcow2 between disk and backing, or NULL */
         bool read_only;
     } vols[AL_VOLS_MAX];
     size_t nvols;
@@ -123,6 +123,10 @@ int al_copy_sparse(int in, off_t size, const char *path);
  */
 int al_disk_overlay_sized(virConnectPtr conn, bool kvm, const char *base, const char *base_fmt,
                           uint64_t size, const char *overlay, al_error *err);
+/* src's content (its chain followed by its headers, while a VM holds it) into a new out of
+ * out_fmt, only what differs from backing (raw) when it is given. */
+int al_disk_flatten(const char *src, const char *out, const char *out_fmt, const char *backing,
+                    al_error *err);
 /* Points a qcow2's header at another backing file (same content, another path), unchecked. */
 int al_disk_rebase(const char *path, const char *backing, al_error *err);
 /* Images made in the store (import.c, oci.c, commit.c). image.c: a scratch dir of the store

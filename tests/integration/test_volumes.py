@@ -101,8 +101,43 @@ class VolumeTest(unittest.TestCase):
             n = Sandbox(image="debian", client=c, volumes={"/data": "data"})
             try:
                 self.assertEqual(n.commands.run("cat /data/f").stdout, "after-kill\n")
+                # A fork of the writer writes to its own copy of the volume as it was; so does
+                # a session from a snapshot of it, after the writer is gone.
+                fk = n.fork(1)[0]
+                self.assertIsInstance(fk, Sandbox, fk)
+                self.assertEqual(fk.commands.run("cat /data/f").stdout, "after-kill\n")
+                fk.commands.run("echo fork > /data/f && sync")
+                self.assertEqual(n.commands.run("cat /data/f").stdout, "after-kill\n")
+                self.assertEqual(fk.commands.run("cat /data/f").stdout, "fork\n")
+                fk.kill()
+                n.create_snapshot("with-volume")
             finally:
                 n.kill()
+            sn = Sandbox(snapshot="with-volume", client=c)
+            try:
+                self.assertEqual(sn.commands.run("cat /data/f").stdout, "after-kill\n")
+                sn.commands.run("echo snap > /data/f && sync")
+                # the volume itself is free for a writer meanwhile, and untouched
+                n = Sandbox(image="debian", client=c, volumes={"/data": "data"})
+                self.assertEqual(n.commands.run("cat /data/f").stdout, "after-kill\n")
+                n.kill()
+            finally:
+                sn.kill()
+            self.assertTrue(c.delete_snapshot("with-volume"))
+            # A fork of a reader reads the volume as the reader did, and holds it read-only.
+            r1 = Sandbox(image="debian", client=c,
+                         volumes=[{"name": "data", "path": "/ro", "read_only": True}])
+            try:
+                fr = r1.fork(1)[0]
+                self.assertIsInstance(fr, Sandbox, fr)
+                self.assertEqual(fr.commands.run("cat /ro/f").stdout, "after-kill\n")
+                r1.kill()
+                with self.assertRaises(APIError) as e:  # the fork still reads it
+                    Sandbox(image="debian", client=c, volumes={"/data": "data"})
+                self.assertEqual(e.exception.status, 409)
+                fr.kill()
+            finally:
+                r1.kill()
             self.assertTrue(c.delete_volume("data"))
             self.assertFalse(c.delete_volume("data"))
             self.assertEqual(c.volumes(), [])
