@@ -287,6 +287,7 @@ struct ad_create {
     void *on_end_ctx;
     /* A fork of another session's save (ad_session_fork): image is the source's as stored. */
     const al_fork *fork;
+    bool fork_keep_identity; /* with fork: left as its source was */
     /* Started from the owner's snapshot of that name (the library's, ad_snapshot_name). */
     const char *snapshot;
     /* Volumes: [{"name", "path", "read_only"}] (borrowed), the owner's, or NULL. */
@@ -295,7 +296,8 @@ struct ad_create {
 /* Forks of src (ad_session_fork): each like create c (name: each fork's "NAME-I"; image,
  * memory, vCPUs, display and checkpoints are the source's). */
 struct ad_fork_req {
-    unsigned count; /* 1 to AD_FORK_MAX */
+    unsigned count;     /* 1 to AD_FORK_MAX */
+    bool keep_identity; /* not made unique (al_session_opts.fork_keep_identity) */
     struct ad_create c;
 };
 #define AD_FORK_MAX 16

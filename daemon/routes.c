@@ -250,7 +250,9 @@ static enum MHD_Result session_fork(struct MHD_Connection *c, struct ad_req *q)
 {
     struct ad_fork_req fr = {.count = 1};
     char why[256] = "";
+    bool reseed = true;
     if (get_uint(q, "count", &fr.count, why, sizeof(why)) < 0 ||
+        get_bool(q, "reseed", &reseed, why, sizeof(why)) < 0 ||
         fork_opts(q, &fr.c, why, sizeof(why)) < 0)
         return ad_reply_error(c, q, 400, "invalid", "%s", why);
     if (fr.c.name && !ad_session_name_ok(fr.c.name))
@@ -258,6 +260,7 @@ static enum MHD_Result session_fork(struct MHD_Connection *c, struct ad_req *q)
                               "name: 1 to 59 of [A-Za-z0-9._-], not starting with 'airlock-'");
     if (fr.c.labels && !cJSON_IsObject(fr.c.labels))
         return ad_reply_error(c, q, 400, "invalid", "labels: an object");
+    fr.keep_identity = !reseed;
     cJSON *o = cJSON_CreateObject();
     cJSON *forks = cJSON_AddArrayToObject(o, "forks");
     struct ad_fail f;

@@ -932,6 +932,7 @@ int ad_session_create(const char *owner, const struct ad_limits *lim, const stru
     al_session_opts o = {
         .struct_size = sizeof(al_session_opts),
         .volumes = nv ? vspecs : NULL,
+        .fork_keep_identity = c->fork_keep_identity,
         .connect_uri = uri,
         .image = image,
         .memory_mib = mem,
@@ -1067,12 +1068,6 @@ int ad_session_fork(struct ad_session *src, const char *owner, const struct ad_l
         ad_failf(f, 400, "invalid", "count: 1 to %d", AD_FORK_MAX);
         return -EINVAL;
     }
-    if (src->net) {
-        ad_failf(f, 400, "invalid",
-                 "a session with network on request cannot be forked yet (each fork needs its "
-                 "own egress)");
-        return -EOPNOTSUPP;
-    }
     if (req->c.name && strlen(req->c.name) + 4 > 63) {
         ad_failf(f, 400, "invalid", "name: at most 59 characters (each fork is NAME-I)");
         return -EINVAL;
@@ -1098,13 +1093,14 @@ int ad_session_fork(struct ad_session *src, const char *owner, const struct ad_l
             c.name = name;
         }
         c.fork = fk;
+        c.fork_keep_identity = req->keep_identity;
         c.image = src->image;
         c.memory_mib = src->memory_mib;
         c.vcpus = src->vcpus;
         c.display = src->display;
         c.checkpoints = src->checkpoints;
         c.transport = NULL;
-        c.net = NULL;
+        c.net = src->net;         /* the same rules; a proxy, a key and a byte count of its own */
         c.volumes = src->volumes; /* listed as the source's; each fork has its own copies */
         c.labels = c.labels ? c.labels : src->labels;
         struct ad_fail ff = {0};

@@ -137,6 +137,9 @@ static void flush_all(void)
     for (size_t i = 0; i < EGRESS_PAIRS_MAX; i++)
         if (pairs[i].used)
             pair_close(&pairs[i]);
+    /* A fork of the session has a key of its own, written after its handshake: read anew. */
+    explicit_bzero(key, sizeof(key));
+    have_key = false;
 }
 
 /* The agent is forked after the forwarder, so it holds its pid here (none on the host's test

@@ -290,6 +290,10 @@ typedef struct al_session_opts {
      * session at a time, read-only in any number while none has it read-write (-EBUSY
      * otherwise). Such a session boots cold, is not kept, and runs on this host. */
     const char *const *volumes;
+    /* LIBAIRLOCK_1.4: a fork (al_fork_open, al_snapshot_open) is left as its source was rather
+     * than made unique: the same kernel entropy, machine-id and hostname, the python kernel's
+     * generators not reseeded; for harnesses that need identical streams in every fork. */
+    bool fork_keep_identity;
 } al_session_opts;
 #define AL_DISPLAY_MIN_W 640u
 #define AL_DISPLAY_MIN_H 480u

@@ -1278,6 +1278,15 @@ static cJSON *t_fork_session(const struct targs *t)
     cJSON *st = cJSON_CreateObject(), *forks = cJSON_AddArrayToObject(st, "forks");
     cJSON_AddNumberToObject(st, "paused_ms", paused_ms);
     unsigned ok = 0;
+    /* The source's allowlist: each fork's proxy lets the same hosts through. */
+    const char *allow[AL_NET_ALLOW_MAX + 1] = {0};
+    size_t na = 0;
+    const cJSON *h;
+    cJSON_ArrayForEach(h, ss->network)
+    {
+        if (cJSON_IsString(h) && na < AL_NET_ALLOW_MAX)
+            allow[na++] = h->valuestring;
+    }
     for (unsigned i = 0; i < n; i++) {
         mcp_call_phase(c, "starting fork %u of %u", i + 1, n);
         unsigned lifetime = m->o.lifetime_max_s;
@@ -1289,6 +1298,7 @@ static cJSON *t_fork_session(const struct targs *t)
             .checkpoints = true,
             .on_notice = on_notice,
             .notice_ctx = m,
+            .net = {.allow = na ? allow : NULL},
         };
         struct mcp_sess *ns = NULL;
         al_error e = {0};
@@ -1299,7 +1309,7 @@ static cJSON *t_fork_session(const struct targs *t)
             snprintf(ns->image, sizeof(ns->image), "%s", ss->image);
             ns->memory_mib = ss->memory_mib;
             ns->cpus = al_session_vcpus(ns->s);
-            ns->network = cJSON_CreateArray();
+            ns->network = cJSON_Duplicate(ss->network, true);
             ns->display = al_session_has_display(ns->s);
             cJSON_AddStringToObject(one, "session", ns->id);
             cJSON_AddNumberToObject(one, "boot_ms", (double)ns->boot_ms);

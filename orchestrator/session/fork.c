@@ -19,6 +19,7 @@
  * domain's description (vm.c), so no header's path is trusted or needed. */
 #include "budget.h"
 #include "checkpoint.h"
+#include "net.h"
 #include "template.h"
 
 #include <dirent.h>
@@ -41,6 +42,7 @@ struct al_fork {
     char image_disk[AL_PATH_MAX]; /* the image's base the chain ends on ("" none) */
     unsigned mem, vcpus, display_w, display_h;
     bool kvm, display, disk, scratch;
+    bool net; /* the source's NIC (each fork gets its own proxy, key and rules) */
     size_t nmids;
     uint64_t disk_size;
     unsigned pause_ms, save_ms;           /* the source stood still; the whole save */
@@ -75,10 +77,6 @@ static int forkable(const al_session *s, al_error *err)
         return al_err(err, -EOPNOTSUPP,
                       "only sessions over virtio-serial can be forked (an SSH session's keys "
                       "are its own)");
-    if (s->net)
-        return al_err(err, -EOPNOTSUPP,
-                      "a session with network on request cannot be forked yet (each fork needs "
-                      "its own egress)");
     if (s->raw_port[0])
         return al_err(err, -EOPNOTSUPP, "a session with a benchmark port cannot be forked");
     if (s->budget_over)
@@ -158,6 +156,13 @@ static int holder_start(al_session *s, struct al_fork *f, char *hdir, size_t hle
         .incoming = true,
         .nvols = f->nvols,
     };
+    /* The source's NIC; a forward of its own, to nothing (the holder never runs) */
+    if (f->net) {
+        r = al_free_port(&cfg.net_port, err);
+        if (r < 0)
+            return r;
+        cfg.net_guest_port = AL_NET_GUEST_TUNNEL_PORT;
+    }
     for (size_t i = 0; i < f->nvols; i++)
         cfg.vols[i].disk = vol[i];
     _cleanup_free_ char *xml = al_vm_xml(&cfg);
@@ -348,6 +353,7 @@ int al_session_fork_save(al_session *s, al_fork **out, al_error *err)
     f->display_h = s->display_h;
     f->disk = s->img.disk[0] != 0;
     f->scratch = s->ckpt && !f->disk;
+    f->net = s->net != NULL;
     al_qemu_identity(s->conn, f->qemu, sizeof(f->qemu));
     al_image_identity(&s->img, f->image_id, sizeof(f->image_id));
     f->nvols = s->nvols;
@@ -437,8 +443,14 @@ int al_fork_open(const al_fork *f, const al_session_opts *opts, al_session **out
                       o.image);
     if (o.keep)
         return al_err(err, -EOPNOTSUPP, "a fork cannot be kept past its process yet");
-    if (o.net.allow && o.net.allow[0])
-        return al_err(err, -EOPNOTSUPP, "a fork cannot have network on request yet");
+    /* The NIC is the source's device: a fork has network exactly when its source had, through
+     * a proxy, a key and rules of its own (o.net's: its caller's decision). */
+    bool net = o.net.allow && o.net.allow[0];
+    if (f->net && !net)
+        return al_err(err, -EINVAL,
+                      "the session had network on request: its fork needs an allowlist of its own");
+    if (!f->net && net)
+        return al_err(err, -EINVAL, "the session had no network: neither can its fork");
     if (o.connect_uri && o.connect_uri[0])
         return al_err(err, -EOPNOTSUPP, "a fork runs on the host of its source's save");
     /* The source's shape: the device state fits nothing else. */
@@ -543,6 +555,7 @@ static int snapshot_seal(const struct al_fork *f, const char *name, const char *
     cJSON_AddBoolToObject(j, "display", f->display);
     cJSON_AddBoolToObject(j, "disk", f->disk);
     cJSON_AddBoolToObject(j, "scratch", f->scratch);
+    cJSON_AddBoolToObject(j, "net", f->net);
     cJSON_AddNumberToObject(j, "mids", (double)f->nmids);
     cJSON_AddNumberToObject(j, "disk_size", (double)f->disk_size);
     cJSON_AddNumberToObject(j, "created", (double)time(NULL));
@@ -691,6 +704,7 @@ int al_snapshot_open(const char *name, const al_session_opts *opts, al_session *
     f.display = cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(j, "display"));
     f.disk = cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(j, "disk"));
     f.scratch = cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(j, "scratch"));
+    f.net = cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(j, "net"));
     double nm = mnum(j, "mids");
     if (nm < 0 || nm >= AL_DISK_MIDS_MAX || f.mem < 16 || f.vcpus < 1 || !f.image[0])
         return al_err(err, -EBADMSG, "snapshot '%s' is not usable: its manifest is damaged", name);

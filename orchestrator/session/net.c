@@ -43,7 +43,7 @@
 #include <unistd.h>
 
 /* Where the guest's forwarder accepts the host's tunnels (guest-agent/egress.c). */
-#define NET_GUEST_TUNNEL_PORT 3129
+#define NET_GUEST_TUNNEL_PORT AL_NET_GUEST_TUNNEL_PORT
 /* Tunnels kept open and idle in the guest, ready for a program's next connection. */
 #define NET_IDLE_TUNNELS 4
 #define NET_BUF (64 * 1024)

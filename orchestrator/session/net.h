@@ -7,6 +7,8 @@
 /* net.c: a session with network: its proxy started and the VM's NIC in cfg (prepare), the
  * relay once the guest is up (start), everything stopped (stop); gc's reaping of a crashed
  * session's proxy (reap). */
+/* Where the guest's end of the tunnels listens (the NIC's forward's port in the guest). */
+#define AL_NET_GUEST_TUNNEL_PORT 3129
 int al_net_prepare(al_session *s, const al_session_opts *opts, struct al_vm_config *cfg,
                    al_error *err);
 int al_net_start(al_session *s, al_error *err);

@@ -734,6 +734,7 @@ static int session_open(const al_session_opts *opts, const char *build_ram,
      * restores its save (fork.c), under the accelerator it was saved with. */
     if (fork) {
         probe = false;
+        s->keep_identity = opts->fork_keep_identity;
         r = al_template_of_fork(s, fork, err);
         if (r == 0)
             r = al_vols_of_fork(s, fork, err);

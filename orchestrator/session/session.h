@@ -72,6 +72,7 @@ struct al_session {
     char langs[AL_LANGS_MAX * (AL_SHORT_STR_MAX + 1) + 1];
     struct al_template *tmpl; /* template.c: the template this session restores, or NULL */
     bool restored;            /* it was restored from tmpl (else booted cold) */
+    bool keep_identity;       /* a fork left as its source was (opts.fork_keep_identity) */
     struct al_proc *procs;    /* proc.c: the processes started by handle (under its lock) */
     /* The machine's answer to whether the VM has ended, for the link (which holds no libvirt)
      * while it reconnects; NULL: it has not. */

@@ -964,7 +964,7 @@ int al_template_restore(al_session *s, struct al_vm_config *cfg, al_error *err)
     s->hello_flags = 0;
     uint64_t answered = al_now_ms();
     if (r == 0)
-        r = al_session_make_unique(s, err);
+        r = t->fork && s->keep_identity ? 0 : al_session_make_unique(s, err);
     if (r == 0 && s->ckpt)
         r = keep_restart_xml(s, err);
     if (r < 0)

@@ -15,7 +15,7 @@ import unittest
 
 import altest
 from airlock import APIError, Sandbox
-from test_airlockd import Daemon
+from test_airlockd import NET_GUEST, Daemon
 from test_warm import IDENTITY_PY, IDENTITY_SH, PROCESS_SECRETS
 
 AIRLOCK = os.environ.get("AIRLOCK_BIN", "airlock")
@@ -152,6 +152,18 @@ class ForkTest(unittest.TestCase):
             with self.assertRaises(APIError) as bad:
                 src.fork(17)
             self.assertEqual(bad.exception.status, 400)
+            # reseed=False: each fork left as its source was (harnesses' identical streams);
+            # by default each is its own.
+            ident = "cat /etc/machine-id 2>/dev/null; hostname"
+            for reseed in (False, True):
+                two = src.fork(2, reseed=reseed)
+                try:
+                    seen = {x.commands.run(ident).stdout for x in two}
+                    seen.add(src.commands.run(ident).stdout)
+                    self.assertEqual(len(seen), 1 if not reseed else 3, (reseed, seen))
+                finally:
+                    for x in two:
+                        x.kill()
             # alice may have 6: the source and 5 forks; the 6th and 7th fail alone, named.
             forks = src.fork(7)
             ok = [f for f in forks if isinstance(f, Sandbox)]
@@ -263,6 +275,47 @@ class ForkTest(unittest.TestCase):
         self.assertTrue(os.path.isdir(mine))
         self.d.revoke(temp)
         self.assertFalse(os.path.exists(mine))
+
+    @unittest.skipUnless(os.geteuid() == 0, "needs root for network namespaces")
+    def test_5_network_forks_have_egress_of_their_own(self):
+        import netlab
+        lab = netlab.NetLab().start()
+        self.addCleanup(lab.stop)
+        d = Daemon(env={"AIRLOCK_NET_HOSTS_FILE": lab.hosts}, net_allow_max="web.test")
+        self.addCleanup(d.stop_and_remove)
+        c = d.unix()
+        src = Sandbox(image="debian", client=c, net=["web.test"])
+        try:
+            key = "cat /run/airlock-egress.key | od -An -tx1 | tr -d ' \\n'"
+            r = src.commands.run(["python3", "-c", NET_GUEST])
+            self.assertEqual(json.loads(r.stdout)["web"], [200, "hello from the test internet\n"])
+            src_key = src.commands.run(key).stdout
+            forks = src.fork(2)
+            try:
+                keys = {src_key}
+                for f in forks:
+                    self.assertIsInstance(f, Sandbox, f)
+                    self.assertEqual(f.info["net"]["allow"], ["web.test"])
+                    r = f.commands.run(["python3", "-c", NET_GUEST])
+                    R = json.loads(r.stdout)
+                    self.assertEqual(R["web"], [200, "hello from the test internet\n"], R)
+                    # its own proxy: only its own request is in its log; its own tunnel key
+                    reqs, _ = f.net_requests()
+                    self.assertEqual([q["host"] for q in reqs], ["web.test", "sub.wild.test"],
+                                     reqs)
+                    keys.add(f.commands.run(key).stdout)
+                self.assertEqual(len(keys), 3, keys)
+                # the source's egress goes on, its log its own
+                r = src.commands.run(["python3", "-c", NET_GUEST])
+                self.assertEqual(json.loads(r.stdout)["web"][0], 200)
+                self.assertEqual(len([q for q in src.net_requests()[0]
+                                      if q["host"] == "web.test"]), 2)
+            finally:
+                for f in forks:
+                    if isinstance(f, Sandbox):
+                        f.kill()
+        finally:
+            src.kill()
 
 
 if __name__ == "__main__":

@@ -751,13 +751,15 @@ class Sandbox:
             body["name"] = name
         return self.client.request("POST", self._path + "/snapshots", body=body)
 
-    def fork(self, n=1, name=None, labels=None, lifetime_s=None, idle_timeout_s=None):
+    def fork(self, n=1, name=None, labels=None, lifetime_s=None, idle_timeout_s=None,
+             reseed=True):
         """n new sessions with this one's whole state: memory, running kernels (variables,
         imports), background processes, open ports and disk, as they are now; this one stands
         still for the save only and goes on. Each fork is made unique (entropy, hostname,
-        machine-id, the python kernel's generators reseeded). Returns a list with a Sandbox for
-        each fork, or, where one failed alone (a quota), the APIError saying why."""
-        body = {k: v for k, v in dict(count=int(n), name=name, labels=labels,
+        machine-id, the python kernel's generators reseeded; reseed=False leaves each as the
+        source was, for harnesses that need identical streams). Returns a list with a Sandbox
+        for each fork, or, where one failed alone (a quota), the APIError saying why."""
+        body = {k: v for k, v in dict(count=int(n), name=name, labels=labels, reseed=reseed,
                                       lifetime_s=lifetime_s,
                                       idle_timeout_s=idle_timeout_s).items() if v is not None}
         forks = self.client.request("POST", self._path + "/fork", body=body)["forks"]
