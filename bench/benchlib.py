@@ -4,8 +4,23 @@ import argparse
 import json
 import os
 import platform
+import sys
 import time
 import threading
+
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def use_tests():
+    """The integration tests' helpers and the Python client importable (airlockd benchmarks)."""
+    for p in (os.path.join(ROOT, "tests", "integration"), os.path.join(ROOT, "clients", "python")):
+        if p not in sys.path:
+            sys.path.insert(0, p)
+
+
+def log(*a):
+    print(*a, file=sys.stderr, flush=True)
 
 
 def emit(result, path, echo=True):

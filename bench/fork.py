@@ -18,18 +18,12 @@ import argparse
 import os
 import re
 import statistics
-import sys
 import time
 
 import benchlib
+from benchlib import ROOT, log
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-sys.path.insert(0, os.path.join(ROOT, "tests", "integration"))
-sys.path.insert(0, os.path.join(ROOT, "clients", "python"))
-
-
-def log(*a):
-    print(*a, file=sys.stderr, flush=True)
+benchlib.use_tests()
 
 
 def pss_mib(name):

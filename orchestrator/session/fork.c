@@ -91,13 +91,17 @@ static int forkable(const al_session *s, al_error *err)
     return 0;
 }
 
-static int file_for_qemu(al_session *s, const char *path, uint64_t size, al_error *err)
+static int file_for_qemu(al_session *s, const char *path, uint64_t size, bool alloc, al_error *err)
 {
     _cleanup_close_ int fd = al_file_create_private(path, O_RDWR);
     if (fd < 0)
         return al_err(err, fd, "cannot create '%s': %s", path, strerror(-fd));
     if (size && ftruncate(fd, (off_t)size) < 0)
         return al_err(err, -errno, "cannot size '%s': %s", path, strerror(errno));
+    /* The RAM file's blocks allocated now, in one go: the migration then writes into it at
+     * memory speed instead of allocating a block at each page's first write. */
+    if (alloc && fallocate(fd, 0, 0, (off_t)size) < 0 && errno != EOPNOTSUPP)
+        return al_err(err, -errno, "cannot allocate '%s': %s", path, strerror(errno));
     return al_disk_give(s->conn, s->kvm, path, err);
 }
 
@@ -123,7 +127,7 @@ static int holder_start(al_session *s, struct al_fork *f, char *hdir, size_t hle
     if (strchr(ram, ','))
         return al_err(err, -EINVAL,
                       "the state dir's path has a comma, which QEMU's options cannot carry");
-    r = file_for_qemu(s, ram, (uint64_t)f->mem << 20, err);
+    r = file_for_qemu(s, ram, (uint64_t)f->mem << 20, true, err);
     /* The holder never runs: its disks only have to be the source's devices. */
     if (r == 0 && f->disk)
         r = al_disk_overlay(s->conn, s->kvm, s->img.disk, disk, err);
@@ -134,7 +138,7 @@ static int holder_start(al_session *s, struct al_fork *f, char *hdir, size_t hle
     for (size_t i = 0; r == 0 && i < f->nvols; i++) {
         if (al_pathf(vol[i], sizeof(vol[i]), "%s/holder-vol%zu.raw", f->dir, i) < 0)
             return al_err(err, -ENAMETOOLONG, "fork path too long");
-        r = file_for_qemu(s, vol[i], f->vols[i].size, err);
+        r = file_for_qemu(s, vol[i], f->vols[i].size, false, err);
     }
     if (r < 0)
         return r;
@@ -185,6 +189,13 @@ static int migrate_into(al_session *s, virDomainPtr holder, al_error *err)
         r = al_vm_qmp(holder, "take the session's state",
                       "{\"execute\":\"migrate-incoming\",\"arguments\":{\"uri\":\"fd:airlock-"
                       "fork\"}}",
+                      -1, NULL, err);
+    /* QEMU caps a migration at 128 MiB/s by default, for live ones over a network; this one
+     * is between two processes here, the source paused: as fast as they go. */
+    if (r == 0)
+        r = al_vm_qmp(s->dom, "save the session's state",
+                      "{\"execute\":\"migrate-set-parameters\",\"arguments\":"
+                      "{\"max-bandwidth\":1099511627776}}",
                       -1, NULL, err);
     if (r == 0)
         r = al_vm_getfd(s->dom, "airlock-fork", sp[0], err);

@@ -532,11 +532,13 @@ bool al_manifest_files_intact(const char *dir, const cJSON *j, const char *const
     return true;
 }
 
-/* Whether the template's files are the ones recorded: owner, mode, size, inode, times, and the
- * SHA-256 of each file whose hash is asked for (bit i of hash_mask). why says what differs. */
+/* Whether the template's files are the ones recorded: owner, mode, size, inode, mtime, and the
+ * SHA-256 of each file whose hash is asked for (bit i of hash_mask), else its ctime: a fork of a
+ * restored session hard-links the template's disk (fork.c), which changes its ctime, never its
+ * content. why says what differs. */
 static bool files_intact(const char *dir, const cJSON *j, unsigned hash_mask, al_error *why)
 {
-    return al_manifest_files_intact(dir, j, FILES, NFILES, hash_mask, ~0u, why);
+    return al_manifest_files_intact(dir, j, FILES, NFILES, hash_mask, ~hash_mask, why);
 }
 
 /* ---- picking one for a session ---- */

@@ -9,7 +9,9 @@ that a fork escapes, another key's session forked, a save's files left behind.
 """
 import json
 import os
+import shutil
 import subprocess
+import tempfile
 import time
 import unittest
 
@@ -47,11 +49,27 @@ def identity(sb):
             "python": "".join(py.logs.stdout).split(), "self": procs["self"]}
 
 
+STATE = None
+
+
+def setUpModule():
+    # A state dir of its own: the warm template this test builds (its sources start warm, so
+    # their forks link the template's disk) is nobody else's.
+    global STATE
+    STATE = tempfile.mkdtemp(prefix="airlock-fork-test-", dir="/var/tmp")
+    os.chmod(STATE, 0o755)
+    os.environ["AIRLOCK_STATE_DIR"] = STATE
+
+
+def tearDownModule():
+    shutil.rmtree(STATE, ignore_errors=True)
+
+
 @unittest.skipUnless(have("debian"), "the debian image is not built")
 class ForkTest(unittest.TestCase):
     @classmethod
     def setUpClass(cls):
-        cls.d = Daemon()
+        cls.d = Daemon(env={"AIRLOCK_WARM": "auto"})
         cls.key_a = cls.d.key("alice", "--max-sessions", "6", "--max-snapshots", "2")
         cls.key_b = cls.d.key("bob")
 
@@ -119,6 +137,13 @@ class ForkTest(unittest.TestCase):
                                      "disk\nram\n")
                     self.assertEqual(f.run_code("x").text, "41")
                 self.assertEqual(forks[0].run_code("x").text, "0")
+                # A fork of a warm-started source links the template's disk: the template
+                # stays usable (its ctime changed, never its content).
+                self.assertTrue(src.info.get("warm"), "the source booted cold")
+                if src.info.get("warm"):
+                    again = Sandbox(image="debian", client=c)
+                    self.assertTrue(again.info.get("warm"), "the template was refused")
+                    again.kill()
                 # A fork of a fork: the chain of disks and the state again.
                 grand = forks[0].fork(1)[0]
                 self.assertIsInstance(grand, Sandbox, grand)
