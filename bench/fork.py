@@ -17,7 +17,9 @@ volume: dd's write (fdatasync) and read (caches dropped) throughput on a read-wr
 import argparse
 import os
 import re
+import shutil
 import statistics
+import tempfile
 import time
 
 import benchlib
@@ -46,6 +48,10 @@ def main():
     a = ap.parse_args()
     os.environ.setdefault("AIRLOCKD_BIN", os.path.join(a.build, "daemon", "airlockd"))
     os.environ["AIRLOCK_IMAGE_DIR"] = a.image_dir or os.path.join(a.build, "images")
+    # A state dir of its own: the template, saves, snapshots and volumes it makes go with it.
+    state = tempfile.mkdtemp(prefix="airlock-fork-bench-", dir="/var/tmp")
+    os.chmod(state, 0o755)
+    os.environ["AIRLOCK_STATE_DIR"] = state
     import test_airlockd
     test_airlockd.AIRLOCKD = os.environ["AIRLOCKD_BIN"]
     from airlock import Sandbox
@@ -154,6 +160,7 @@ def main():
     finally:
         warm.stop_and_remove()
         cold.stop_and_remove()
+        shutil.rmtree(state, ignore_errors=True)
     benchlib.emit(result, a.json)
 
 
