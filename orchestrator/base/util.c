@@ -456,3 +456,16 @@ bool al_store_name_ok(const char *n, size_t max)
             return false;
     return true;
 }
+
+int al_state_subdir(const char *name, char *buf, size_t len, al_error *err)
+{
+    char state[AL_PATH_MAX];
+    int r = al_state_dir(state, sizeof(state), err);
+    if (r < 0)
+        return r;
+    if (al_pathf(buf, len, "%s/%s", state, name) < 0)
+        return al_err(err, -ENAMETOOLONG, "state dir path too long");
+    if (mkdir(buf, 0711) < 0 && errno != EEXIST)
+        return al_err(err, -errno, "cannot create '%s': %s", buf, strerror(errno));
+    return 0;
+}

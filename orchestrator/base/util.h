@@ -128,6 +128,9 @@ void al_console_tail(const char *path, char *out, size_t len);
  * need be and refused when it is not ours alone to change. */
 int al_runtime_dir(char *buf, size_t len, al_error *err);
 int al_state_dir(char *buf, size_t len, al_error *err);
+/* STATE/name (templates, forks, snapshots, volumes), made 0711 when missing: QEMU's user
+ * traverses it to open the files it owns; nobody lists it. */
+int al_state_subdir(const char *name, char *buf, size_t len, al_error *err);
 /* Where the session dirs are: RUNTIME/sessions, or with state STATE/sessions (their disk-backed
  * halves); the parent is made as al_runtime_dir or al_state_dir make it. */
 int al_sessions_dir(char *buf, size_t len, bool state, al_error *err);

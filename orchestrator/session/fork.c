@@ -514,15 +514,31 @@ static int snapshot_path(const char *name, char *buf, size_t len, al_error *err)
         return al_err(err, -EINVAL,
                       "a snapshot's name is 1 to %d of [A-Za-z0-9._-], not starting with a dot",
                       AL_SNAPSHOT_NAME_MAX);
-    char state[AL_PATH_MAX], dir[AL_PATH_MAX];
-    int r = al_state_dir(state, sizeof(state), err);
+    char dir[AL_PATH_MAX];
+    int r = al_state_subdir(SNAPSHOTS_DIR, dir, sizeof(dir), err);
     if (r < 0)
         return r;
-    if (al_pathf(dir, sizeof(dir), "%s/" SNAPSHOTS_DIR, state) < 0 ||
-        al_pathf(buf, len, "%s/%s", dir, name) < 0)
+    if (al_pathf(buf, len, "%s/%s", dir, name) < 0)
         return al_err(err, -ENAMETOOLONG, "state dir path too long");
-    if (mkdir(dir, 0711) < 0 && errno != EEXIST)
-        return al_err(err, -errno, "cannot create '%s': %s", dir, strerror(errno));
+    return 0;
+}
+
+/* A save or a snapshot's dir moved among the forks' saves (STATE/forks/RANDOM, into to): the
+ * sessions started from it keep it until they end (al_fork_reap). */
+static int move_to_forks(const char *dir, char *to, size_t len, al_error *err)
+{
+    char forks[AL_PATH_MAX], hex[17];
+    uint8_t rnd[8];
+    int r = al_forks_dir(forks, sizeof(forks), err);
+    if (r < 0)
+        return r;
+    if (getrandom(rnd, sizeof(rnd), 0) != sizeof(rnd))
+        return al_err(err, -EIO, "getrandom failed");
+    al_hexify(rnd, sizeof(rnd), hex);
+    if (al_pathf(to, len, "%s/%s", forks, hex) < 0)
+        return al_err(err, -ENAMETOOLONG, "fork path too long");
+    if (rename(dir, to) < 0)
+        return al_err(err, -errno, "cannot move '%s' aside: %s", dir, strerror(errno));
     return 0;
 }
 
@@ -654,19 +670,9 @@ int al_snapshot_save(al_session *s, const char *name, bool replace, al_snapshot_
     /* One in its place is moved among the forks' saves: the sessions started from it keep
      * it until they end (al_fork_reap). */
     char old[AL_PATH_MAX] = "";
-    if (r == 0 && replace && lstat(dst, &st) == 0) {
-        char forks[AL_PATH_MAX];
-        uint8_t rnd[8];
-        char hex[17];
-        if (al_forks_dir(forks, sizeof(forks), err) < 0 ||
-            getrandom(rnd, sizeof(rnd), 0) != sizeof(rnd))
-            r = err->code ? err->code : al_err(err, -EIO, "getrandom failed");
-        al_hexify(rnd, sizeof(rnd), hex);
-        if (r == 0 && al_pathf(old, sizeof(old), "%s/%s", forks, hex) < 0)
-            r = al_err(err, -ENAMETOOLONG, "fork path too long");
-        if (r == 0 && rename(dst, old) < 0)
-            r = al_err(err, -errno, "cannot replace snapshot '%s': %s", name, strerror(errno));
-    }
+    if (r == 0 && replace && lstat(dst, &st) == 0 &&
+        (r = move_to_forks(dst, old, sizeof(old), err)) < 0)
+        old[0] = '\0';
     if (r == 0 && renameat2(AT_FDCWD, f->dir, AT_FDCWD, dst, RENAME_NOREPLACE) < 0)
         r = al_err(err, -errno,
                    errno == EEXIST ? "a snapshot named '%s' exists"
@@ -748,11 +754,10 @@ int al_snapshot_open(const char *name, const al_session_opts *opts, al_session *
 int al_snapshot_list(const char *prefix, void (*fn)(void *ctx, const al_snapshot_info *s),
                      void *ctx, al_error *err)
 {
-    char any[AL_PATH_MAX], dir[AL_PATH_MAX];
-    int r = snapshot_path("x", any, sizeof(any), err);
+    char dir[AL_PATH_MAX];
+    int r = al_state_subdir(SNAPSHOTS_DIR, dir, sizeof(dir), err);
     if (r < 0)
         return r;
-    snprintf(dir, sizeof(dir), "%.*s", (int)(strlen(any) - 2), any);
     DIR *d = opendir(dir);
     if (!d)
         return al_err(err, -errno, "cannot list '%s': %s", dir, strerror(errno));
@@ -779,26 +784,17 @@ int al_snapshot_list(const char *prefix, void (*fn)(void *ctx, const al_snapshot
 
 int al_snapshot_remove(const char *name, al_error *err)
 {
-    char dir[AL_PATH_MAX], forks[AL_PATH_MAX], to[AL_PATH_MAX];
+    char dir[AL_PATH_MAX], to[AL_PATH_MAX];
     int r = snapshot_path(name, dir, sizeof(dir), err);
     if (r < 0)
         return r;
     struct stat st;
     if (lstat(dir, &st) < 0 || !S_ISDIR(st.st_mode))
         return al_err(err, -ENOENT, "no snapshot named '%s'", name);
-    uint8_t rnd[8];
-    char hex[17];
-    r = al_forks_dir(forks, sizeof(forks), err);
+    /* Among the forks' saves: gone now, or when the last session started from it ends. */
+    r = move_to_forks(dir, to, sizeof(to), err);
     if (r < 0)
         return r;
-    if (getrandom(rnd, sizeof(rnd), 0) != sizeof(rnd))
-        return al_err(err, -EIO, "getrandom failed");
-    al_hexify(rnd, sizeof(rnd), hex);
-    if (al_pathf(to, sizeof(to), "%s/%s", forks, hex) < 0)
-        return al_err(err, -ENAMETOOLONG, "fork path too long");
-    /* Among the forks' saves: gone now, or when the last session started from it ends. */
-    if (rename(dir, to) < 0)
-        return al_err(err, -errno, "cannot remove snapshot '%s': %s", name, strerror(errno));
     al_fork_reap_dir(to);
     return 0;
 }

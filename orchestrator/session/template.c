@@ -169,16 +169,7 @@ int al_template_of_fork(al_session *s, const struct al_fork_save *fs, al_error *
 
 int al_forks_dir(char *buf, size_t len, al_error *err)
 {
-    char state[AL_PATH_MAX];
-    int r = al_state_dir(state, sizeof(state), err);
-    if (r < 0)
-        return r;
-    if (al_pathf(buf, len, "%s/" FORKS_DIR, state) < 0)
-        return al_err(err, -ENAMETOOLONG, "state dir path too long");
-    /* QEMU's user traverses it to open the files it owns; nobody lists it. */
-    if (mkdir(buf, 0711) < 0 && errno != EEXIST)
-        return al_err(err, -errno, "cannot create '%s': %s", buf, strerror(errno));
-    return 0;
+    return al_state_subdir(FORKS_DIR, buf, len, err);
 }
 
 /* Removes dir when no handle holds its lock and no fork links its state file. */
@@ -373,16 +364,7 @@ void al_qemu_identity(virConnectPtr conn, char *buf, size_t len)
 
 static int templates_dir(char *buf, size_t len, al_error *err)
 {
-    char state[4096];
-    int r = al_state_dir(state, sizeof(state), err);
-    if (r < 0)
-        return r;
-    if (al_pathf(buf, len, "%s/" TEMPLATES_DIR, state) < 0)
-        return al_err(err, -ENAMETOOLONG, "state dir path too long");
-    /* QEMU's user traverses it to open the files it owns; nobody lists it. */
-    if (mkdir(buf, 0711) < 0 && errno != EEXIST)
-        return al_err(err, -errno, "cannot create '%s': %s", buf, strerror(errno));
-    return 0;
+    return al_state_subdir(TEMPLATES_DIR, buf, len, err);
 }
 
 /* ---- the manifest ---- */

@@ -39,17 +39,14 @@ static int vol_paths(const char *name, char *img, size_t ilen, char *lock, size_
         return al_err(err, -EINVAL,
                       "a volume's name is 1 to %d of [A-Za-z0-9._-], not starting with a dot",
                       AL_VOL_NAME_MAX);
-    char state[AL_PATH_MAX], dir[AL_PATH_MAX];
-    int r = al_state_dir(state, sizeof(state), err);
+    char dir[AL_PATH_MAX];
+    int r = al_state_subdir(VOLUMES_DIR, dir, sizeof(dir), err);
     if (r < 0)
         return r;
-    if (al_pathf(dir, sizeof(dir), "%s/" VOLUMES_DIR, state) < 0 ||
-        (img && al_pathf(img, ilen, "%s/%s.img", dir, name) < 0) ||
+    if ((img && al_pathf(img, ilen, "%s/%s.img", dir, name) < 0) ||
         (lock && al_pathf(lock, llen, "%s/%s.lock", dir, name) < 0) ||
         (rec && al_pathf(rec, rlen, "%s/%s.json", dir, name) < 0))
         return al_err(err, -ENAMETOOLONG, "state dir path too long");
-    if (mkdir(dir, 0711) < 0 && errno != EEXIST)
-        return al_err(err, -errno, "cannot create '%s': %s", dir, strerror(errno));
     return 0;
 }
 
@@ -123,11 +120,10 @@ static int vol_held(const char *lock)
 int al_vol_list(const char *prefix, void (*fn)(void *ctx, const al_vol_info *v), void *ctx,
                 al_error *err)
 {
-    char any[AL_PATH_MAX], dir[AL_PATH_MAX];
-    int r = vol_paths("x", any, sizeof(any), NULL, 0, NULL, 0, err);
+    char dir[AL_PATH_MAX];
+    int r = al_state_subdir(VOLUMES_DIR, dir, sizeof(dir), err);
     if (r < 0)
         return r;
-    snprintf(dir, sizeof(dir), "%.*s", (int)(strlen(any) - strlen("/x.img")), any);
     DIR *d = opendir(dir);
     if (!d)
         return al_err(err, -errno, "cannot list '%s': %s", dir, strerror(errno));
