@@ -106,10 +106,32 @@ static int sess_open(void *ctx, const al_session_opts *o, const al_fork *fork, c
         .on_end_ctx = sv,
         .fork = fork, /* its image is the source's as stored */
     };
+    /* Volumes: the owner's names as start_session got them (NAME:/PATH[:ro]) */
+    cJSON *vols = NULL;
+    for (size_t i = 0; o->volumes && o->volumes[i]; i++) {
+        const char *colon = strchr(o->volumes[i], ':');
+        if (!colon)
+            continue;
+        cJSON *v = cJSON_CreateObject();
+        char name[64];
+        snprintf(name, sizeof(name), "%.*s", (int)(colon - o->volumes[i]), o->volumes[i]);
+        cJSON_AddStringToObject(v, "name", name);
+        size_t plen = strlen(colon + 1);
+        bool ro = plen > 3 && !strcmp(colon + 1 + plen - 3, ":ro");
+        char path[300];
+        snprintf(path, sizeof(path), "%.*s", (int)(ro ? plen - 3 : plen), colon + 1);
+        cJSON_AddStringToObject(v, "path", path);
+        cJSON_AddBoolToObject(v, "read_only", ro);
+        if (!vols)
+            vols = cJSON_CreateArray();
+        cJSON_AddItemToArray(vols, v);
+    }
+    c.volumes = vols;
     char lib[160];
     if (snapshot) { /* the owner's snapshot: its image, memory and devices */
         if (ad_snapshot_name(sv->owner, snapshot, lib, sizeof(lib)) < 0) {
             cJSON_Delete(labels);
+            cJSON_Delete(vols);
             err->code = -ENOENT;
             snprintf(err->msg, sizeof(err->msg), "no snapshot '%.200s'", snapshot);
             return -ENOENT;
@@ -123,6 +145,7 @@ static int sess_open(void *ctx, const al_session_opts *o, const al_fork *fork, c
     struct ad_fail f = {0};
     int r = ad_session_create(sv->owner, &sv->lim, &c, &s, &f);
     cJSON_Delete(labels);
+    cJSON_Delete(vols);
     if (r < 0) {
         err->code = r;
         snprintf(err->msg, sizeof(err->msg), "%.32s%s%.400s (%d %.32s)", f.limit ? f.limit : "",

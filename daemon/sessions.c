@@ -7,6 +7,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <openssl/evp.h>
+#include <pthread.h>
 #include <signal.h>
 #include <stdio.h>
 #include <string.h>
@@ -14,6 +15,7 @@
 #include <sys/resource.h>
 #include <sys/stat.h>
 #include <time.h>
+#include <unistd.h>
 
 /* A registry slot: a session, or a reservation while one boots (counted against quotas). */
 struct slot {
@@ -1059,6 +1061,64 @@ int ad_session_create(const char *owner, const struct ad_limits *lim, const stru
     return 0;
 }
 
+struct fork_job {
+    struct ad_session *s; /* made, or NULL and fail says why */
+    struct ad_fail fail;
+};
+
+struct fork_run {
+    struct ad_session *src;
+    const char *owner;
+    const struct ad_limits *lim;
+    const struct ad_fork_req *req;
+    al_fork *fk;
+    struct fork_job *jobs;
+    unsigned next; /* atomic: the next fork to start */
+};
+
+/* Starts forks of run->fk, taking their numbers one at a time, until none is left. */
+static void *fork_worker(void *arg)
+{
+    struct fork_run *run = arg;
+    const struct ad_fork_req *req = run->req;
+    const struct ad_session *src = run->src;
+    for (;;) {
+        unsigned i = __atomic_fetch_add(&run->next, 1, __ATOMIC_RELAXED);
+        if (i >= req->count)
+            return NULL;
+        struct fork_job *job = &run->jobs[i];
+        struct ad_create c = req->c;
+        char name[64], token[65], traffic[65];
+        if (req->c.name) {
+            snprintf(name, sizeof(name), "%s-%u", req->c.name, i + 1);
+            c.name = name;
+        }
+        c.fork = run->fk;
+        c.fork_keep_identity = req->keep_identity;
+        c.image = src->image;
+        c.memory_mib = src->memory_mib;
+        c.vcpus = src->vcpus;
+        c.display = src->display;
+        c.checkpoints = src->checkpoints;
+        c.transport = NULL;
+        c.net = src->net;         /* the same rules; a proxy, a key and a byte count of its own */
+        c.volumes = src->volumes; /* listed as the source's; each fork has its own copies */
+        c.labels = c.labels ? c.labels : src->labels;
+        if (src->e2b_token[0]) { /* an E2B sandbox's: tokens of its own */
+            if (ad_random_hex(token, 32) < 0 || ad_random_hex(traffic, 32) < 0) {
+                ad_failf(&job->fail, 500, "internal", "no random bytes for the sandbox's tokens");
+                continue;
+            }
+            c.e2b_token = token;
+            c.e2b_traffic = traffic;
+            c.e2b_template = src->e2b_template;
+            c.e2b_env = src->e2b_env;
+        }
+        if (ad_session_create(run->owner, run->lim, &c, &job->s, &job->fail) < 0)
+            job->s = NULL;
+    }
+}
+
 int ad_session_fork(struct ad_session *src, const char *owner, const struct ad_limits *lim,
                     const struct ad_fork_req *req,
                     void (*each)(void *ctx, struct ad_session *fork, const struct ad_fail *why),
@@ -1085,39 +1145,33 @@ int ad_session_fork(struct ad_session *src, const char *owner, const struct ad_l
     al_fork_timing(fk, &pause_ms, NULL);
     ad_log("session %s of %s saved for %u fork(s) (stood still %u ms)", src->id, owner, req->count,
            pause_ms);
+    /* The forks start two or more at a time (one per CPU): a restore is mostly QEMU and
+     * libvirt starting, which one at a time leaves a CPU idle. Their entries keep their order. */
+    struct fork_job *jobs = calloc(req->count, sizeof(*jobs));
+    if (!jobs) {
+        al_fork_free(fk);
+        ad_failf(f, 500, "internal", "out of memory");
+        return -ENOMEM;
+    }
+    struct fork_run run = {
+        .src = src, .owner = owner, .lim = lim, .req = req, .fk = fk, .jobs = jobs};
+    long cpus = sysconf(_SC_NPROCESSORS_ONLN);
+    unsigned nthreads = cpus < 2 ? 2 : (unsigned)cpus;
+    if (nthreads > req->count)
+        nthreads = req->count;
+    pthread_t threads[AD_FORK_MAX];
+    unsigned started = 0;
+    for (; started < nthreads; started++)
+        if (pthread_create(&threads[started], NULL, fork_worker, &run) != 0)
+            break;
+    if (!started)
+        fork_worker(&run);
+    for (unsigned i = 0; i < started; i++)
+        pthread_join(threads[i], NULL);
     for (unsigned i = 0; i < req->count; i++) {
-        struct ad_create c = req->c;
-        char name[64], token[65], traffic[65];
-        if (req->c.name) {
-            snprintf(name, sizeof(name), "%s-%u", req->c.name, i + 1);
-            c.name = name;
-        }
-        c.fork = fk;
-        c.fork_keep_identity = req->keep_identity;
-        c.image = src->image;
-        c.memory_mib = src->memory_mib;
-        c.vcpus = src->vcpus;
-        c.display = src->display;
-        c.checkpoints = src->checkpoints;
-        c.transport = NULL;
-        c.net = src->net;         /* the same rules; a proxy, a key and a byte count of its own */
-        c.volumes = src->volumes; /* listed as the source's; each fork has its own copies */
-        c.labels = c.labels ? c.labels : src->labels;
-        struct ad_fail ff = {0};
-        struct ad_session *s = NULL;
-        if (src->e2b_token[0]) { /* an E2B sandbox's: tokens of its own */
-            if (ad_random_hex(token, 32) < 0 || ad_random_hex(traffic, 32) < 0) {
-                ad_failf(&ff, 500, "internal", "no random bytes for the sandbox's tokens");
-                each(ctx, NULL, &ff);
-                continue;
-            }
-            c.e2b_token = token;
-            c.e2b_traffic = traffic;
-            c.e2b_template = src->e2b_template;
-            c.e2b_env = src->e2b_env;
-        }
-        if (ad_session_create(owner, lim, &c, &s, &ff) < 0) {
-            each(ctx, NULL, &ff);
+        struct ad_session *s = jobs[i].s;
+        if (!s) {
+            each(ctx, NULL, &jobs[i].fail);
             continue;
         }
         s->e2b_user = src->e2b_user;
@@ -1126,6 +1180,7 @@ int ad_session_fork(struct ad_session *src, const char *owner, const struct ad_l
         each(ctx, s, NULL);
         ad_session_put(s);
     }
+    free(jobs);
     al_fork_free(fk);
     return 0;
 }

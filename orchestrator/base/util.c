@@ -6,6 +6,7 @@
 #include <fcntl.h>
 #include <ftw.h>
 #include <limits.h>
+#include <linux/magic.h>
 #include <netinet/in.h>
 #include <openssl/evp.h>
 #include <stdarg.h>
@@ -14,6 +15,7 @@
 #include <sys/file.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/statfs.h>
 #include <time.h>
 
 uint64_t al_now_us(void)
@@ -232,6 +234,47 @@ int al_state_dir(char *buf, size_t len, al_error *err)
                       "others",
                       buf);
     return 0;
+}
+
+#define SHM_DIR "/dev/shm"
+
+static uint64_t mem_available(void)
+{
+    FILE *f = fopen("/proc/meminfo", "re");
+    char line[256];
+    unsigned long long kib = 0;
+    while (f && fgets(line, sizeof(line), f))
+        if (sscanf(line, "MemAvailable: %llu kB", &kib) == 1)
+            break;
+    if (f)
+        fclose(f);
+    return (uint64_t)kib << 10;
+}
+
+int al_shm_mkdtemp(const char *prefix, uint64_t bytes, char *buf, size_t len)
+{
+    struct statfs fs;
+    bool room = bytes && statfs(SHM_DIR, &fs) == 0 && fs.f_type == TMPFS_MAGIC &&
+                (uint64_t)fs.f_bavail * (uint64_t)fs.f_bsize / 2 > bytes &&
+                mem_available() / 2 > bytes;
+    if (!room || al_pathf(buf, len, SHM_DIR "/%s.XXXXXX", prefix) < 0)
+        return -ENOSPC;
+    if (!mkdtemp(buf)) {
+        buf[0] = '\0';
+        return -errno;
+    }
+    return 0;
+}
+
+bool al_shm_dir_ours(const char *prefix, const char *path)
+{
+    char want[AL_PATH_MAX];
+    if (al_pathf(want, sizeof(want), SHM_DIR "/%s.", prefix) < 0 ||
+        strncmp(path, want, strlen(want)) || strlen(path) != strlen(want) + 6 ||
+        strchr(path + strlen(want), '/'))
+        return false;
+    struct stat st;
+    return lstat(path, &st) == 0 && S_ISDIR(st.st_mode) && st.st_uid == geteuid();
 }
 
 int al_sessions_dir(char *buf, size_t len, bool state, al_error *err)

@@ -131,6 +131,12 @@ int al_state_dir(char *buf, size_t len, al_error *err);
 /* STATE/name (templates, forks, snapshots, volumes), made 0711 when missing: QEMU's user
  * traverses it to open the files it owns; nobody lists it. */
 int al_state_subdir(const char *name, char *buf, size_t len, al_error *err);
+/* A new private dir in RAM, /dev/shm/PREFIX.XXXXXX (0700), for files of about `bytes` that
+ * need not outlive the host, made only when the tmpfs and the memory available both leave
+ * room twice over: 0 with buf the dir, else -ENOSPC (the caller keeps them on disk). */
+int al_shm_mkdtemp(const char *prefix, uint64_t bytes, char *buf, size_t len);
+/* Whether path is a dir al_shm_mkdtemp made with that prefix, ours: what may be removed. */
+bool al_shm_dir_ours(const char *prefix, const char *path);
 /* Where the session dirs are: RUNTIME/sessions, or with state STATE/sessions (their disk-backed
  * halves); the parent is made as al_runtime_dir or al_state_dir make it. */
 int al_sessions_dir(char *buf, size_t len, bool state, al_error *err);

@@ -83,6 +83,11 @@ static const struct param p_start[] = {
      1, 63, MAX_FIXED, NULL, false, true},
     {"memory_mib", P_INT, false, "Guest memory in MiB (default: the image's)", 128, 0, MAX_MEMORY,
      NULL, false, false},
+    {"volumes", P_STRS, false,
+     "Volumes of yours to mount, each \"NAME:/PATH\" (read-write: in one session at a time) or "
+     "\"NAME:/PATH:ro\" (read-only: in many at once, while none writes it); their files outlive "
+     "the session",
+     3, 330, MAX_FIXED, NULL, false, false},
     {"cpus", P_INT, false, "Virtual CPUs (default 1)", 1, 0, MAX_CPUS, NULL, false, false},
     {"network", P_STRS, false,
      "Hosts the session may reach over HTTP(S), e.g. [\"pypi.org\", \"*.githubusercontent.com\"] "
@@ -1185,6 +1190,35 @@ static cJSON *t_start_session(const struct targs *t)
             allow[i++] = h->valuestring;
         }
     }
+    /* Volumes: NAME:/PATH[:ro], the caller's names; as the library names them where this
+     * process is the host (uid-UID_NAME, as airlockd names a local user's). */
+    const cJSON *vols = cJSON_GetObjectItemCaseSensitive(a, "volumes");
+    size_t nvols = (size_t)cJSON_GetArraySize(vols);
+    if (snapshot && nvols)
+        return tool_error("a session from a snapshot has the snapshot's volumes");
+    if (nvols > AL_VOLS_MAX)
+        return tool_error("volumes: at most %d", AL_VOLS_MAX);
+    char vspec[AL_VOLS_MAX][420];
+    const char *vspecs[AL_VOLS_MAX + 1] = {0};
+    size_t iv = 0;
+    const cJSON *v;
+    cJSON_ArrayForEach(v, vols)
+    {
+        char name[64], lib[160], esc[80];
+        const char *colon = strchr(v->valuestring, ':');
+        size_t nlen = colon ? (size_t)(colon - v->valuestring) : 0;
+        if (!colon || colon[1] != '/' || !nlen || nlen >= sizeof(name))
+            return tool_error("volumes: \"%s\" is not NAME:/PATH or NAME:/PATH:ro",
+                              al_term_escape(v->valuestring, esc, sizeof(esc)));
+        memcpy(name, v->valuestring, nlen);
+        name[nlen] = '\0';
+        al_error ve = {0};
+        if (!m->o.session_open && mcp_snapshot_name(name, lib, sizeof(lib), &ve) < 0)
+            return tool_error("volumes: %s", ve.msg);
+        snprintf(vspec[iv], sizeof(vspec[iv]), "%s%s", m->o.session_open ? name : lib, colon);
+        vspecs[iv] = vspec[iv];
+        iv++;
+    }
     unsigned lifetime = (unsigned)arg_int(a, "lifetime_s", 0);
     if (m->o.lifetime_max_s && (!lifetime || lifetime > m->o.lifetime_max_s))
         lifetime = m->o.lifetime_max_s;
@@ -1204,6 +1238,7 @@ static cJSON *t_start_session(const struct targs *t)
         .display = arg_bool(a, "display", false),
         .display_width = (unsigned)arg_int(a, "display_width", 0),
         .display_height = (unsigned)arg_int(a, "display_height", 0),
+        .volumes = nvols ? vspecs : NULL,
     };
     al_error serr = {0};
     if (al_display_size_check(so.display_width, so.display_height, &serr) < 0)

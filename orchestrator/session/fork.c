@@ -23,8 +23,11 @@
 #include "template.h"
 
 #include <dirent.h>
+#include <errno.h>
 #include <fcntl.h>
+#include <pthread.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/file.h>
 #include <sys/random.h>
@@ -34,6 +37,14 @@
 
 /* The whole RAM over a socket pair: ~1 GB/s; the device state alone ~50 ms. */
 #define FORK_MIGRATE_MS 120000
+
+struct al_holder {
+    virDomainPtr dom;
+    char dir[AL_PATH_MAX]; /* its runtime dir */
+    int lock;
+    char shm[AL_PATH_MAX]; /* /dev/shm/airlock-fork.XXXXXX, or "": the RAM is in the save's dir */
+    char ram[AL_PATH_MAX];
+};
 
 struct al_fork {
     char dir[AL_PATH_MAX];
@@ -50,12 +61,16 @@ struct al_fork {
     char image_id[AL_PATH_MAX];           /* al_image_identity of its image */
     struct al_fork_vol vols[AL_VOLS_MAX]; /* the source's volumes */
     size_t nvols;
+    struct al_holder holder; /* the save's, ended with the handle: off the forks' way */
 };
+
+static void holder_end(struct al_holder *h);
 
 void al_fork_free(al_fork *f)
 {
     if (!f)
         return;
+    holder_end(&f->holder);
     if (f->lock_fd >= 0)
         close(f->lock_fd);
     if (f->dir[0]) /* "": moved to the snapshots (al_snapshot_save) */
@@ -105,29 +120,123 @@ static int file_for_qemu(al_session *s, const char *path, uint64_t size, bool al
     return al_disk_give(s->conn, s->kvm, path, err);
 }
 
-/* The holder: a paused QEMU with the source's devices, its RAM f->dir/ram mapped shared,
- * waiting for a migration. Its runtime dir (agent socket, lock: gc leaves it alone) in hdir. */
-static int holder_start(al_session *s, struct al_fork *f, char *hdir, size_t hlen, int *hlock,
-                        virDomainPtr *out, al_error *err)
+/* A holder: a paused QEMU with the source's devices, its RAM a file mapped shared, waiting for
+ * a migration. Its runtime dir (agent socket, lock: gc leaves it alone) holds its throwaway
+ * disks; its RAM is in a dir of its own in /dev/shm when that has room and the save is not
+ * meant to last, else the save's dir/ram. A migration into a file in RAM runs at memory speed
+ * (into a disk-backed one it took twice as long and more: each page's first write there is a
+ * block to allocate, then to write back); forks map it privately either way, its pages shared. */
+
+enum ram_where { RAM_SHM, RAM_SHM_OR_SAVE, RAM_SAVE };
+
+/* The holder's RAM file, per where. In /dev/shm, its dir's "save" links to the source's state
+ * dir until a save takes it, then to the save's dir (template.c reaps it once that is gone). */
+static int holder_ram(al_session *s, const struct al_fork *f, enum ram_where where,
+                      struct al_holder *h, al_error *err)
 {
+    uint64_t bytes = (uint64_t)f->mem << 20;
+    char back[AL_PATH_MAX];
+    if (where != RAM_SAVE &&
+        al_shm_mkdtemp(AL_FORK_SHM_PREFIX, bytes, h->shm, sizeof(h->shm)) == 0) {
+        /* QEMU's user traverses it, as the state dir's */
+        if (chmod(h->shm, 0711) < 0 || al_pathf(back, sizeof(back), "%s/save", h->shm) < 0 ||
+            symlink(s->state_dir[0] ? s->state_dir : h->dir, back) < 0 ||
+            al_pathf(h->ram, sizeof(h->ram), "%s/ram", h->shm) < 0)
+            return al_err(err, -errno, "cannot make the fork's RAM file in '%s': %s", h->shm,
+                          strerror(errno));
+        return file_for_qemu(s, h->ram, bytes, true, err);
+    }
+    h->shm[0] = '\0';
+    if (where == RAM_SHM)
+        return al_err(err, -ENOSPC, "no room in /dev/shm for a holder's RAM");
+    if (al_pathf(h->ram, sizeof(h->ram), "%s/ram", f->dir) < 0)
+        return al_err(err, -ENAMETOOLONG, "fork path too long");
+    if (strchr(h->ram, ','))
+        return al_err(err, -EINVAL,
+                      "the state dir's path has a comma, which QEMU's options cannot carry");
+    return file_for_qemu(s, h->ram, bytes, true, err);
+}
+
+/* Ends the holder's QEMU: told to quit in a thread of its own, since libvirt's answer to that
+ * (as to a destroy) takes ~0.2 s and nothing waits on it (the domain is transient). Its dir
+ * and lock go after it, so that a gc meanwhile does not take it for a crashed run's. */
+struct holder_gone {
+    virDomainPtr dom;
+    char dir[AL_PATH_MAX];
+    int lock;
+};
+
+static void holder_gone(virDomainPtr dom, char *dir, int *lock)
+{
+    al_error ignored = {0};
+    if (dom &&
+        al_vm_qmp(dom, "end the fork's holder", "{\"execute\":\"quit\"}", -1, NULL, &ignored) < 0)
+        virDomainDestroy(dom);
+    if (dom)
+        virDomainFree(dom);
+    if (dir[0])
+        al_rmtree(dir);
+    al_closep(lock);
+}
+
+static void *holder_quit(void *arg)
+{
+    struct holder_gone *g = arg;
+    holder_gone(g->dom, g->dir, &g->lock);
+    free(g);
+    return NULL;
+}
+
+/* Ends h; its RAM's dir too unless a save took it (holder_adopt). */
+static void holder_end(struct al_holder *h)
+{
+    if (h->shm[0])
+        al_rmtree(h->shm);
+    h->shm[0] = '\0';
+    struct holder_gone *g = h->dom ? malloc(sizeof(*g)) : NULL;
+    pthread_attr_t attr;
+    pthread_t t;
+    bool handed = false;
+    if (g && pthread_attr_init(&attr) == 0) {
+        *g = (struct holder_gone){.dom = h->dom, .lock = h->lock};
+        memcpy(g->dir, h->dir, sizeof(g->dir));
+        handed = pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED) == 0 &&
+                 pthread_create(&t, &attr, holder_quit, g) == 0;
+        pthread_attr_destroy(&attr);
+    }
+    if (handed) {
+        h->lock = -1;
+    } else {
+        free(g);
+        holder_gone(h->dom, h->dir, &h->lock);
+    }
+    h->dom = NULL;
+    h->dir[0] = '\0';
+}
+
+/* Starts a holder for a save of f's shape (f->dir is used only with RAM_SAVE, or
+ * RAM_SHM_OR_SAVE when /dev/shm has no room). */
+static int holder_start(al_session *s, const struct al_fork *f, enum ram_where where,
+                        struct al_holder *h, al_error *err)
+{
+    *h = (struct al_holder){.lock = -1};
     uint8_t rnd[6];
     if (getrandom(rnd, sizeof(rnd), 0) != sizeof(rnd))
         return al_err(err, -EIO, "getrandom failed");
-    char name[64], ram[AL_PATH_MAX], sock[AL_PATH_MAX], disk[AL_PATH_MAX], scratch[AL_PATH_MAX];
+    char name[64], sock[AL_PATH_MAX], disk[AL_PATH_MAX], scratch[AL_PATH_MAX];
     snprintf(name, sizeof(name), AL_DOMAIN_PREFIX "%02x%02x%02x%02x%02x%02x", rnd[0], rnd[1],
              rnd[2], rnd[3], rnd[4], rnd[5]);
-    int r = al_session_dir_make(false, name, hdir, hlen, hlock, err);
-    if (r < 0)
+    int r = al_session_dir_make(false, name, h->dir, sizeof(h->dir), &h->lock, err);
+    if (r < 0) {
+        h->dir[0] = '\0';
         return r;
-    if (al_pathf(ram, sizeof(ram), "%s/ram", f->dir) < 0 ||
-        al_pathf(sock, sizeof(sock), "%s/agent.sock", hdir) < 0 ||
-        al_pathf(disk, sizeof(disk), "%s/holder.qcow2", f->dir) < 0 ||
-        al_pathf(scratch, sizeof(scratch), "%s/holder-scratch.qcow2", f->dir) < 0)
-        return al_err(err, -ENAMETOOLONG, "fork path too long");
-    if (strchr(ram, ','))
-        return al_err(err, -EINVAL,
-                      "the state dir's path has a comma, which QEMU's options cannot carry");
-    r = file_for_qemu(s, ram, (uint64_t)f->mem << 20, true, err);
+    }
+    if (al_pathf(sock, sizeof(sock), "%s/agent.sock", h->dir) < 0 ||
+        al_pathf(disk, sizeof(disk), "%s/holder.qcow2", h->dir) < 0 ||
+        al_pathf(scratch, sizeof(scratch), "%s/holder-scratch.qcow2", h->dir) < 0)
+        r = al_err(err, -ENAMETOOLONG, "fork path too long");
+    if (r == 0)
+        r = holder_ram(s, f, where, h, err);
     /* The holder never runs: its disks only have to be the source's devices. */
     if (r == 0 && f->disk)
         r = al_disk_overlay(s->conn, s->kvm, s->img.disk, disk, err);
@@ -136,15 +245,14 @@ static int holder_start(al_session *s, struct al_fork *f, char *hdir, size_t hle
     /* its volumes: empty files of their sizes, the same devices */
     char vol[AL_VOLS_MAX][AL_PATH_MAX];
     for (size_t i = 0; r == 0 && i < f->nvols; i++) {
-        if (al_pathf(vol[i], sizeof(vol[i]), "%s/holder-vol%zu.raw", f->dir, i) < 0)
-            return al_err(err, -ENAMETOOLONG, "fork path too long");
-        r = file_for_qemu(s, vol[i], f->vols[i].size, false, err);
+        if (al_pathf(vol[i], sizeof(vol[i]), "%s/holder-vol%zu.raw", h->dir, i) < 0)
+            r = al_err(err, -ENAMETOOLONG, "fork path too long");
+        else
+            r = file_for_qemu(s, vol[i], f->vols[i].size, false, err);
     }
-    if (r < 0)
-        return r;
     struct al_vm_config cfg = {
         .name = name,
-        .session_dir = hdir,
+        .session_dir = h->dir,
         .image = &s->img,
         .memory_mib = f->mem,
         .vcpus = f->vcpus,
@@ -155,27 +263,187 @@ static int holder_start(al_session *s, struct al_fork *f, char *hdir, size_t hle
         .display = f->display,
         .display_w = f->display_w,
         .display_h = f->display_h,
-        .ram_file = ram,
+        .ram_file = h->ram,
         .ram_shared = true,
+        .ram_prealloc = h->shm[0] != 0,
         .incoming = true,
         .nvols = f->nvols,
     };
     /* The source's NIC; a forward of its own, to nothing (the holder never runs) */
-    if (f->net) {
+    if (r == 0 && f->net) {
         r = al_free_port(&cfg.net_port, err);
-        if (r < 0)
-            return r;
         cfg.net_guest_port = AL_NET_GUEST_TUNNEL_PORT;
     }
-    for (size_t i = 0; i < f->nvols; i++)
+    for (size_t i = 0; r == 0 && i < f->nvols; i++)
         cfg.vols[i].disk = vol[i];
-    _cleanup_free_ char *xml = al_vm_xml(&cfg);
-    if (!xml)
-        return al_err(err, -ENOMEM, "cannot build the domain description");
-    *out = virDomainCreateXML(s->conn, xml, VIR_DOMAIN_START_AUTODESTROY | VIR_DOMAIN_START_PAUSED);
-    if (!*out)
-        return al_err_virt(err, -EIO, "cannot start the fork's holder");
+    _cleanup_free_ char *xml = r == 0 ? al_vm_xml(&cfg) : NULL;
+    if (r == 0 && !xml)
+        r = al_err(err, -ENOMEM, "cannot build the domain description");
+    if (r == 0) {
+        h->dom = virDomainCreateXML(s->conn, xml,
+                                    VIR_DOMAIN_START_AUTODESTROY | VIR_DOMAIN_START_PAUSED);
+        if (!h->dom)
+            r = al_err_virt(err, -EIO, "cannot start the fork's holder");
+    }
+    if (r < 0)
+        holder_end(h);
+    return r;
+}
+
+/* h's RAM made the save's: f->dir/ram links to it and its dir's "save" to f->dir. */
+static int holder_adopt(struct al_holder *h, const struct al_fork *f, al_error *err)
+{
+    if (!h->shm[0])
+        return 0;
+    char link[AL_PATH_MAX], back[AL_PATH_MAX], tmp[AL_PATH_MAX];
+    if (al_pathf(link, sizeof(link), "%s/ram", f->dir) < 0 ||
+        al_pathf(back, sizeof(back), "%s/save", h->shm) < 0 ||
+        al_pathf(tmp, sizeof(tmp), "%s/save.new", h->shm) < 0)
+        return al_err(err, -ENAMETOOLONG, "fork path too long");
+    if (symlink(h->ram, link) < 0 || symlink(f->dir, tmp) < 0 || rename(tmp, back) < 0)
+        return al_err(err, -errno, "cannot link the fork's RAM file: %s", strerror(errno));
+    h->shm[0] = '\0'; /* the save's now: reaped with it */
     return 0;
+}
+
+/* A session's spare holder: started in the background after a save, for its next one. A
+ * holder's start is ~0.4 s of a fork's, and a spare's RAM is allocated and mapped before it is
+ * needed (fallocate, QEMU's prealloc: the migration then only copies, 0.14 s instead of 0.5 s
+ * here). That is memory held for a fork that may not come: the spare ends after SPARE_KEEP_S
+ * unused, with its session, and is not made without twice its RAM free. */
+struct al_fork_spare {
+    pthread_t thread;
+    bool running;
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    bool now, stop;       /* under mu: start without waiting, or give the holder up; end */
+    struct al_holder h;   /* ready once the thread ended with h.dom set */
+    struct al_fork shape; /* what it was started for */
+    al_session *s;
+};
+
+/* A spare waits this long before it starts: the forks just opened are restoring, and a QEMU
+ * starting beside them takes a share of a small host's CPUs. */
+#define SPARE_DELAY_MS 1000
+#define SPARE_KEEP_S 120
+
+/* Waits under sp->mu until now or stop, or ms have passed; true when they have. */
+static bool spare_wait(struct al_fork_spare *sp, unsigned ms)
+{
+    struct timespec until;
+    clock_gettime(CLOCK_REALTIME, &until);
+    until.tv_sec += ms / 1000;
+    until.tv_nsec += (long)(ms % 1000) * 1000000;
+    if (until.tv_nsec >= 1000000000) {
+        until.tv_sec++;
+        until.tv_nsec -= 1000000000;
+    }
+    int r = 0;
+    while (!sp->now && !sp->stop && r != ETIMEDOUT)
+        r = pthread_cond_timedwait(&sp->cv, &sp->mu, &until);
+    return !sp->now && !sp->stop;
+}
+
+static void *spare_run(void *arg)
+{
+    struct al_fork_spare *sp = arg;
+    pthread_mutex_lock(&sp->mu);
+    spare_wait(sp, SPARE_DELAY_MS);
+    bool go = !sp->stop;
+    pthread_mutex_unlock(&sp->mu);
+    al_error ignored = {0};
+    if (go)
+        holder_start(sp->s, &sp->shape, RAM_SHM, &sp->h, &ignored);
+    if (!sp->h.dom)
+        return NULL;
+    pthread_mutex_lock(&sp->mu);
+    bool unused = spare_wait(sp, SPARE_KEEP_S * 1000);
+    pthread_mutex_unlock(&sp->mu);
+    if (unused)
+        holder_end(&sp->h);
+    return NULL;
+}
+
+/* Waits for s's spare thread (now: hurried), leaving its holder, if any, in sp->h. */
+static void spare_join(struct al_fork_spare *sp, bool stop)
+{
+    if (!sp->running)
+        return;
+    pthread_mutex_lock(&sp->mu);
+    sp->now = true;
+    sp->stop = stop;
+    pthread_cond_signal(&sp->cv);
+    pthread_mutex_unlock(&sp->mu);
+    pthread_join(sp->thread, NULL);
+    sp->running = false;
+}
+
+static bool same_shape(const struct al_fork *a, const struct al_fork *b)
+{
+    if (a->mem != b->mem || a->vcpus != b->vcpus || a->display != b->display ||
+        a->display_w != b->display_w || a->display_h != b->display_h || a->disk != b->disk ||
+        a->scratch != b->scratch || a->net != b->net || a->nvols != b->nvols)
+        return false;
+    for (size_t i = 0; i < a->nvols; i++)
+        if (a->vols[i].size != b->vols[i].size)
+            return false;
+    return true;
+}
+
+/* The spare, when it is ready and fits f; else a holder started now. */
+static int holder_get(al_session *s, const struct al_fork *f, enum ram_where where,
+                      struct al_holder *h, al_error *err)
+{
+    struct al_fork_spare *sp = s->fork_spare;
+    if (sp && where != RAM_SAVE) {
+        spare_join(sp, false);
+        if (sp->h.dom && same_shape(&sp->shape, f)) {
+            *h = sp->h;
+            sp->h = (struct al_holder){.lock = -1};
+            return 0;
+        }
+        holder_end(&sp->h);
+    }
+    return holder_start(s, f, where, h, err);
+}
+
+static void spare_end(al_session *s);
+
+/* After a save whose RAM went to /dev/shm: a spare for the next one. */
+static void spare_start(al_session *s, const struct al_fork *f)
+{
+    struct al_fork_spare *sp = s->fork_spare;
+    if (!sp) {
+        sp = calloc(1, sizeof(*sp));
+        if (!sp)
+            return;
+        pthread_mutex_init(&sp->mu, NULL);
+        pthread_cond_init(&sp->cv, NULL);
+        sp->h.lock = -1;
+        sp->s = s;
+        s->fork_spare = sp;
+        s->fork_spare_end = spare_end;
+    }
+    if (sp->running || sp->h.dom)
+        return;
+    sp->shape = *f;
+    sp->shape.lock_fd = -1;
+    sp->shape.holder = (struct al_holder){.lock = -1}; /* f's own, not the spare's */
+    sp->now = sp->stop = false;
+    sp->running = pthread_create(&sp->thread, NULL, spare_run, sp) == 0;
+}
+
+static void spare_end(al_session *s)
+{
+    struct al_fork_spare *sp = s->fork_spare;
+    if (!sp)
+        return;
+    spare_join(sp, true);
+    holder_end(&sp->h);
+    pthread_mutex_destroy(&sp->mu);
+    pthread_cond_destroy(&sp->cv);
+    free(sp);
+    s->fork_spare = NULL;
 }
 
 /* The source's RAM and devices into the holder over a socket pair; both wait for the end. */
@@ -213,32 +481,48 @@ static int migrate_into(al_session *s, virDomainPtr holder, al_error *err)
 }
 
 /* The source's overlay as the migration left it (flushed, QEMU's locks let go) into
- * f->dir/disk.qcow2, on f->dir's own links of the source's middle layers. */
+ * f->dir/disk.qcow2, on f->dir's own links of the source's middle layers (link_mids). A copy of
+ * the file, unless it holds checkpoints: their RAM is in it too (QEMU's savevm, ~0.4 GiB each
+ * here), which a fork has no use for, so only the disk's present content is taken then. */
 static int copy_disk(al_session *s, struct al_fork *f, al_error *err)
 {
-    char from[AL_PATH_MAX], to[AL_PATH_MAX];
+    char from[AL_PATH_MAX], to[AL_PATH_MAX], below[AL_PATH_MAX];
     if (al_pathf(from, sizeof(from), "%s/disk.qcow2", s->state_dir) < 0 ||
         al_pathf(to, sizeof(to), "%s/disk.qcow2", f->dir) < 0)
+        return al_err(err, -ENAMETOOLONG, "fork path too long");
+    if (f->nmids ? al_pathf(below, sizeof(below), "%s/mid1.qcow2", f->dir) < 0
+                 : al_pathf(below, sizeof(below), "%s", s->img.disk) < 0)
         return al_err(err, -ENAMETOOLONG, "fork path too long");
     _cleanup_close_ int in = open(from, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
     struct stat st;
     if (in < 0 || fstat(in, &st) < 0)
         return al_err(err, -errno, "cannot read the session's disk: %s", strerror(errno));
-    uint8_t hdr[32];
+    uint8_t hdr[64];
     if (pread(in, hdr, sizeof(hdr), 0) != (ssize_t)sizeof(hdr) || memcmp(hdr, "QFI\xfb", 4))
         return al_err(err, -EIO, "the session's disk is not a qcow2");
     f->disk_size = 0;
     for (int i = 24; i < 32; i++) /* the virtual size, big-endian */
         f->disk_size = f->disk_size << 8 | hdr[i];
-    int r = al_copy_sparse(in, st.st_size, to);
-    if (r < 0)
-        return al_err(err, r, "cannot copy the session's disk: %s", strerror(-r));
-    return al_disk_give(s->conn, s->kvm, to, err);
+    uint32_t nsnap =
+        (uint32_t)hdr[60] << 24 | (uint32_t)hdr[61] << 16 | (uint32_t)hdr[62] << 8 | hdr[63];
+    int r;
+    if (nsnap) {
+        r = al_disk_flatten(from, to, "qcow2", below, "qcow2", err);
+    } else {
+        r = al_copy_sparse(in, st.st_size, to);
+        if (r < 0)
+            return al_err(err, r, "cannot copy the session's disk: %s", strerror(-r));
+        /* the copy's header pointed at the first of f->dir's layers */
+        if (f->nmids)
+            r = al_disk_rebase(to, below, err);
+    }
+    if (r == 0)
+        r = al_disk_give(s->conn, s->kvm, to, err);
+    return r;
 }
 
 /* The source's middle layers linked into f->dir (mid1.qcow2 ...), so the save outlives
- * whatever they belong to (a template replaced, another fork's save reaped); the copy's header
- * pointed at the first. */
+ * whatever they belong to (a template replaced, another fork's save reaped). */
 static int link_mids(al_session *s, struct al_fork *f, al_error *err)
 {
     const char *const *mids = al_template_mids(s->tmpl);
@@ -252,13 +536,7 @@ static int link_mids(al_session *s, struct al_fork *f, al_error *err)
                           strerror(errno));
         f->nmids++;
     }
-    if (!f->nmids)
-        return 0;
-    char copy[AL_PATH_MAX], first[AL_PATH_MAX];
-    if (al_pathf(copy, sizeof(copy), "%s/disk.qcow2", f->dir) < 0 ||
-        al_pathf(first, sizeof(first), "%s/mid1.qcow2", f->dir) < 0)
-        return al_err(err, -ENAMETOOLONG, "fork path too long");
-    return al_disk_rebase(copy, first, err);
+    return 0;
 }
 
 /* The source's volumes as the migration left them (flushed), into f->dir: a read-write one
@@ -275,7 +553,7 @@ static int copy_vols(al_session *s, struct al_fork *f, al_error *err)
         int r;
         if (v->read_only ? v->mid[0] != 0 : v->backing[0] != 0) {
             r = al_disk_flatten(v->disk, to, v->read_only ? "qcow2" : "raw",
-                                v->read_only ? v->backing : NULL, err);
+                                v->read_only ? v->backing : NULL, "raw", err);
         } else {
             _cleanup_close_ int in = open(v->disk, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
             struct stat st;
@@ -318,28 +596,7 @@ static int holder_save(al_session *s, struct al_fork *f, virDomainPtr holder, al
     return r;
 }
 
-static void holder_end(virDomainPtr *holder, struct al_fork *f, const char *hdir, int hlock)
-{
-    if (*holder) {
-        virDomainDestroy(*holder);
-        virDomainFree(*holder);
-        *holder = NULL;
-    }
-    char p[AL_PATH_MAX];
-    if (al_pathf(p, sizeof(p), "%s/holder.qcow2", f->dir) == 0)
-        unlink(p);
-    if (al_pathf(p, sizeof(p), "%s/holder-scratch.qcow2", f->dir) == 0)
-        unlink(p);
-    for (size_t i = 0; i < f->nvols; i++)
-        if (al_pathf(p, sizeof(p), "%s/holder-vol%zu.raw", f->dir, i) == 0)
-            unlink(p);
-    if (hdir[0])
-        al_rmtree(hdir);
-    if (hlock >= 0)
-        close(hlock);
-}
-
-int al_session_fork_save(al_session *s, al_fork **out, al_error *err)
+static int fork_save(al_session *s, bool on_disk, al_fork **out, al_error *err)
 {
     if (!s || !out)
         return al_err(err, -EINVAL, "no session");
@@ -354,6 +611,7 @@ int al_session_fork_save(al_session *s, al_fork **out, al_error *err)
     if (!f)
         return al_err(err, -ENOMEM, "out of memory");
     f->lock_fd = -1;
+    f->holder.lock = -1;
     snprintf(f->image, sizeof(f->image), "%s", s->img.name);
     snprintf(f->image_disk, sizeof(f->image_disk), "%s", s->img.disk);
     f->mem = (unsigned)(info.maxMem / 1024);
@@ -402,11 +660,13 @@ int al_session_fork_save(al_session *s, al_fork **out, al_error *err)
         return r;
     }
 
-    char hdir[AL_PATH_MAX] = "";
-    int hlock = -1;
-    virDomainPtr holder = NULL;
+    struct al_holder h;
     uint64_t t0 = al_now_ms();
-    r = holder_start(s, f, hdir, sizeof(hdir), &hlock, &holder, err);
+    r = holder_get(s, f, on_disk ? RAM_SAVE : RAM_SHM_OR_SAVE, &h, err);
+    if (r == 0)
+        r = holder_adopt(&h, f, err);
+    if (r == 0 && f->disk)
+        r = link_mids(s, f, err);
     /* The source stands still from here until its disk is copied. */
     bool suspended = false;
     if (r == 0) {
@@ -417,7 +677,7 @@ int al_session_fork_save(al_session *s, al_fork **out, al_error *err)
     }
     uint64_t t_pause = al_now_ms();
     if (r == 0)
-        r = migrate_into(s, holder, err);
+        r = migrate_into(s, h.dom, err);
     if (r == 0 && f->disk)
         r = copy_disk(s, f, err);
     if (r == 0)
@@ -425,11 +685,15 @@ int al_session_fork_save(al_session *s, al_fork **out, al_error *err)
     if (suspended && virDomainResume(s->dom) < 0 && r == 0)
         r = al_err_virt(err, -EIO, "cannot resume the session after the fork's save");
     f->pause_ms = (unsigned)(al_now_ms() - t_pause);
-    if (r == 0 && f->disk)
-        r = link_mids(s, f, err);
     if (r == 0)
-        r = holder_save(s, f, holder, err);
-    holder_end(&holder, f, hdir, hlock);
+        r = holder_save(s, f, h.dom, err);
+    bool in_ram = r == 0 && !on_disk;
+    /* Ended with the handle (libvirt holds the domain's lock ~0.2 s while QEMU quits, and
+     * the forks' starts list the domains), or now when the save failed. */
+    if (r == 0)
+        f->holder = h;
+    else
+        holder_end(&h);
     f->save_ms = (unsigned)(al_now_ms() - t0);
     if (r < 0) {
         al_rmtree(f->dir);
@@ -437,8 +701,18 @@ int al_session_fork_save(al_session *s, al_fork **out, al_error *err)
         free(f);
         return r;
     }
+    char link[AL_PATH_MAX];
+    struct stat st;
+    if (in_ram && al_pathf(link, sizeof(link), "%s/ram", f->dir) == 0 && lstat(link, &st) == 0 &&
+        S_ISLNK(st.st_mode))
+        spare_start(s, f);
     *out = f;
     return 0;
+}
+
+int al_session_fork_save(al_session *s, al_fork **out, al_error *err)
+{
+    return fork_save(s, false, out, err);
 }
 
 int al_fork_open(const al_fork *f, const al_session_opts *opts, al_session **out, al_error *err)
@@ -663,7 +937,7 @@ int al_snapshot_save(al_session *s, const char *name, bool replace, al_snapshot_
     if (!replace && lstat(dst, &st) == 0)
         return al_err(err, -EEXIST, "a snapshot named '%s' exists", name);
     al_fork *f = NULL;
-    r = al_session_fork_save(s, &f, err);
+    r = fork_save(s, true, &f, err);
     if (r < 0)
         return r;
     r = snapshot_seal(f, name, s->name, err);

@@ -828,6 +828,11 @@ int al_session_open_peer(const char *const *argv, const al_session_opts *opts, a
 void al_session_stop(al_session *s)
 {
     al_link_fail_all(s, -ESHUTDOWN, "the session is being ended");
+    /* Its volumes outlive it: what the guest wrote to them is written out first (a few
+     * seconds at most each, however the guest behaves), as a close does. */
+    if (s->nvols && s->dom && !s->stopped)
+        al_vols_unmount(s);
+    s->stopped = true;
     if (s->dom)
         virDomainDestroy(s->dom);
 }
@@ -848,9 +853,11 @@ void al_session_release(al_session *s, bool keep)
         al_error ignored = {0};
         al_link_exclusive(s, 10000, &ignored);
     }
-    if (!keep && s->nvols && s->dom) /* a volume left clean for the next session */
+    if (!keep && s->nvols && s->dom && !s->stopped) /* a volume left clean for the next one */
         al_vols_unmount(s);
     al_procs_end(s);
+    if (s->fork_spare_end)
+        s->fork_spare_end(s);
     al_budget_stop(s);
     al_keep_lease_stop(s);
     al_control_stop(s);

@@ -71,9 +71,13 @@ struct al_session {
     char agent_version[AL_SHORT_STR_MAX + 1];
     char langs[AL_LANGS_MAX * (AL_SHORT_STR_MAX + 1) + 1];
     struct al_template *tmpl; /* template.c: the template this session restores, or NULL */
-    bool restored;            /* it was restored from tmpl (else booted cold) */
-    bool keep_identity;       /* a fork left as its source was (opts.fork_keep_identity) */
-    struct al_proc *procs;    /* proc.c: the processes started by handle (under its lock) */
+    /* fork.c: a holder ready for the session's next fork, or NULL; ended at the release by
+     * fork_spare_end, which fork.c sets (session.c sits below it) */
+    struct al_fork_spare *fork_spare;
+    void (*fork_spare_end)(al_session *s);
+    bool restored;         /* it was restored from tmpl (else booted cold) */
+    bool keep_identity;    /* a fork left as its source was (opts.fork_keep_identity) */
+    struct al_proc *procs; /* proc.c: the processes started by handle (under its lock) */
     /* The machine's answer to whether the VM has ended, for the link (which holds no libvirt)
      * while it reconnects; NULL: it has not. */
     bool (*vm_gone)(const al_session *s);
@@ -90,6 +94,7 @@ struct al_session {
     char keeper[64];
     int64_t keep_expires; /* unix time its lifetime ends, 0: none */
     bool paused;
+    bool stopped; /* al_session_stop: its VM destroyed, its volumes unmounted before */
     enum al_transport kind;
     uint32_t hello_flags;   /* the next HELLO's (AL_HELLO_ADOPT while reattaching, resuming) */
     pthread_t lease_thread; /* keeprec.c: renews the marks while this process holds it */

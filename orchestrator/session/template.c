@@ -185,7 +185,46 @@ void al_fork_reap_dir(const char *dir)
     struct stat st;
     if (lstat(state, &st) == 0 && st.st_nlink > 1)
         return;
+    /* A RAM file in /dev/shm (fork.c) goes with its save. */
+    char ram[AL_PATH_MAX], shm[AL_PATH_MAX];
+    ssize_t n = -1;
+    if (al_pathf(ram, sizeof(ram), "%s/ram", dir) == 0)
+        n = readlink(ram, shm, sizeof(shm) - 1);
+    if (n > 0) {
+        shm[n] = '\0';
+        char *slash = strrchr(shm, '/');
+        if (slash)
+            *slash = '\0';
+        if (al_shm_dir_ours(AL_FORK_SHM_PREFIX, shm))
+            al_rmtree(shm);
+    }
     al_rmtree(dir);
+}
+
+/* RAM files in /dev/shm whose save is gone (a process that died between the two). */
+static void reap_shm_orphans(void)
+{
+    DIR *d = opendir("/dev/shm");
+    if (!d)
+        return;
+    for (struct dirent *e; (e = readdir(d));) {
+        char path[AL_PATH_MAX], link[AL_PATH_MAX], save[AL_PATH_MAX];
+        if (strncmp(e->d_name, AL_FORK_SHM_PREFIX ".", strlen(AL_FORK_SHM_PREFIX) + 1) ||
+            al_pathf(path, sizeof(path), "/dev/shm/%s", e->d_name) < 0 ||
+            al_pathf(link, sizeof(link), "%s/save", path) < 0 ||
+            !al_shm_dir_ours(AL_FORK_SHM_PREFIX, path))
+            continue;
+        ssize_t n = readlink(link, save, sizeof(save) - 1);
+        struct stat st;
+        if (n > 0) {
+            save[n] = '\0';
+            if (lstat(save, &st) < 0 && errno == ENOENT)
+                al_rmtree(path);
+        } else if (lstat(path, &st) == 0 && st.st_mtime + 600 < time(NULL)) {
+            al_rmtree(path); /* never linked to a save: one that failed midway */
+        }
+    }
+    closedir(d);
 }
 
 void al_fork_reap(void)
@@ -204,6 +243,7 @@ void al_fork_reap(void)
         al_fork_reap_dir(path);
     }
     closedir(d);
+    reap_shm_orphans();
 }
 
 void al_template_free(struct al_template *t)

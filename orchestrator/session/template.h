@@ -60,6 +60,10 @@ struct al_fork_save {
 /* At a fork's open, once its dirs exist: checks that s may take the save's state, holds the
  * save for s's lifetime (a link in s's state dir) and sets s->tmpl to restore it. */
 int al_template_of_fork(al_session *s, const struct al_fork_save *fs, al_error *err);
+/* A fork's save keeps its RAM file in /dev/shm/PREFIX.XXXXXX/ram when there is room (dir/ram
+ * links to it; PREFIX.XXXXXX/save links back to dir, or for a spare holder's to its session's
+ * state dir), else in dir/ram itself. */
+#define AL_FORK_SHM_PREFIX "airlock-fork"
 /* STATE/forks, made when missing. */
 int al_forks_dir(char *buf, size_t len, al_error *err);
 /* Removes the save in dir when no handle holds its lock and no fork links its state file;

@@ -10,8 +10,9 @@
  * ours, a flock on NAME.lock held by the session's handle (exclusive read-write, shared
  * read-only), which answers a refusal with the reason before anything starts; and QEMU's own
  * image locks, which outlive a process of ours that dies (kept sessions). Sessions with
- * volumes boot cold (a template has no such disks). cache=writeback, not the root disk's
- * unsafe: a guest's sync must reach the file, since the volume outlives the VM. */
+ * volumes boot cold (a template has no such disks). cache=none (writeback on tmpfs), not the
+ * root disk's unsafe: a guest's sync must reach the file, since the volume outlives the VM; and
+ * a session's end (al_session_stop, the close) unmounts them first, so what it wrote does. */
 #include "vols.h"
 #include "exec.h"
 #include "session.h"
@@ -323,6 +324,18 @@ void al_vols_release(al_session *s)
     s->nvols = 0;
 }
 
+/* Whether path's file system takes O_DIRECT (tmpfs does not); "" or NULL: nothing to ask. */
+static bool direct_ok(const char *path)
+{
+    if (!path || !path[0])
+        return true;
+    int fd = open(path, O_RDONLY | O_DIRECT | O_CLOEXEC | O_NOFOLLOW);
+    if (fd < 0)
+        return false;
+    close(fd);
+    return true;
+}
+
 void al_vols_config(al_session *s, struct al_vm_config *cfg)
 {
     cfg->nvols = s->nvols;
@@ -331,6 +344,8 @@ void al_vols_config(al_session *s, struct al_vm_config *cfg)
         cfg->vols[i].mid = s->vols[i].mid[0] ? s->vols[i].mid : NULL;
         cfg->vols[i].backing = s->vols[i].backing[0] ? s->vols[i].backing : NULL;
         cfg->vols[i].read_only = s->vols[i].read_only;
+        cfg->vols[i].direct = direct_ok(s->vols[i].disk) && direct_ok(s->vols[i].mid) &&
+                              direct_ok(s->vols[i].backing);
     }
 }
 

@@ -106,7 +106,7 @@ int al_disk_overlay_sized(virConnectPtr conn, bool kvm, const char *base, const 
 }
 
 int al_disk_flatten(const char *src, const char *out, const char *out_fmt, const char *backing,
-                    al_error *err)
+                    const char *backing_fmt, al_error *err)
 {
     /* without backing: "... -O FMT SRC OUT" (the array ends at its first NULL) */
     const char *argv[] = {"qemu-img",
@@ -118,11 +118,11 @@ int al_disk_flatten(const char *src, const char *out, const char *out_fmt, const
                           backing ? "-B" : src,
                           backing ? backing : out,
                           backing ? "-F" : NULL,
-                          "raw",
+                          backing_fmt,
                           src,
                           out,
                           NULL};
-    return al_spawn_quiet(argv, "copy a volume for the fork", err);
+    return al_spawn_quiet(argv, "copy a disk for the fork", err);
 }
 
 int al_disk_rebase(const char *path, const char *backing, al_error *err)

@@ -192,38 +192,15 @@ static const cJSON *pick_manifest(const cJSON *index)
 
 /* A tree is written once, read once by mke2fs and removed: in RAM (tmpfs) that is several times
  * faster than on the disk, which writes it back meanwhile. One that fits well goes there. */
-#define SHM_DIR "/dev/shm"
-
-static uint64_t mem_available(void)
-{
-    FILE *f = fopen("/proc/meminfo", "re");
-    char line[256];
-    unsigned long long kib = 0;
-    while (f && fgets(line, sizeof(line), f))
-        if (sscanf(line, "MemAvailable: %llu kB", &kib) == 1)
-            break;
-    if (f)
-        fclose(f);
-    return (uint64_t)kib << 10;
-}
-
 /* Makes the tree, in RAM when expected bytes (0: not known) leave room twice over in both the
  * tmpfs and the memory available, else in the scratch dir. */
 static int tree_make(struct from_job *j, uint64_t expected, al_error *err)
 {
     if (j->tree_fd >= 0)
         return 0;
-    struct statfs fs;
-    bool ram = expected && statfs(SHM_DIR, &fs) == 0 && fs.f_type == TMPFS_MAGIC &&
-               (uint64_t)fs.f_bavail * (uint64_t)fs.f_bsize / 2 > expected &&
-               mem_available() / 2 > expected;
-    if (ram) {
-        snprintf(j->shm, sizeof(j->shm), SHM_DIR "/airlock-tree.XXXXXX");
-        if (!mkdtemp(j->shm)) {
-            j->shm[0] = '\0';
-            ram = false;
-        }
-    }
+    bool ram = al_shm_mkdtemp("airlock-tree", expected, j->shm, sizeof(j->shm)) == 0;
+    if (!ram)
+        j->shm[0] = '\0';
     if (al_pathf(j->tree, sizeof(j->tree), "%s/tree", ram ? j->shm : j->scratch) < 0)
         return al_err(err, -ENAMETOOLONG, "image path too long");
     if (mkdir(j->tree, 0755) < 0 ||

@@ -459,9 +459,10 @@ char *al_vm_xml(const struct al_vm_config *cfg)
     for (size_t i = 0; i < cfg->nvols; i++) {
         fprintf(f,
                 "    <disk type='file' device='disk'>\n"
-                "      <driver name='qemu' type='%s' cache='writeback'/>\n"
+                "      <driver name='qemu' type='%s' %s/>\n"
                 "      <source file='",
-                cfg->vols[i].backing ? "qcow2" : "raw");
+                cfg->vols[i].backing ? "qcow2" : "raw",
+                cfg->vols[i].direct ? "cache='none' io='native'" : "cache='writeback'");
         xml_text(f, cfg->vols[i].disk);
         fputs("'/>\n", f);
         if (cfg->vols[i].mid) {
@@ -542,7 +543,8 @@ char *al_vm_xml(const struct al_vm_config *cfg)
               "    <qemu:arg value='memory-backend-file,id=airlock.ram,mem-path=",
               f);
         xml_text(f, cfg->ram_file);
-        fprintf(f, ",share=%s,size=%uM'/>\n", cfg->ram_shared ? "on" : "off", cfg->memory_mib);
+        fprintf(f, ",share=%s,size=%uM%s'/>\n", cfg->ram_shared ? "on" : "off", cfg->memory_mib,
+                cfg->ram_prealloc ? ",prealloc=on" : "");
     } else {
         fprintf(f,
                 "    <qemu:arg value='-object'/>\n"

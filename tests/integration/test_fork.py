@@ -41,6 +41,20 @@ def saves_left():
     return sorted(os.listdir(d)) if d and os.path.isdir(d) else []
 
 
+def ram_saves():
+    """/dev/shm dirs of this state dir's fork saves and spare holders (the RAM of a save lives
+    there when /dev/shm has room; each dir's "save" link names what it belongs to)."""
+    out = []
+    for d in os.listdir("/dev/shm"):
+        try:
+            if d.startswith("airlock-fork.") and \
+                    os.readlink(os.path.join("/dev/shm", d, "save")).startswith(STATE + "/"):
+                out.append(d)
+        except OSError:
+            pass
+    return sorted(out)
+
+
 def identity(sb):
     sh = sb.commands.run(IDENTITY_SH).stdout.split("\n")
     py = sb.run_code(IDENTITY_PY)
@@ -144,6 +158,18 @@ class ForkTest(unittest.TestCase):
                     again = Sandbox(image="debian", client=c)
                     self.assertTrue(again.info.get("warm"), "the template was refused")
                     again.kill()
+                # The save's RAM is in /dev/shm (this host has room), and the source keeps a
+                # spare holder for its next fork: a second fork of it has the same state.
+                self.assertTrue(ram_saves(), "no save's RAM in /dev/shm")
+                deadline = time.time() + 20
+                while len(ram_saves()) < 2 and time.time() < deadline:
+                    time.sleep(0.2)
+                self.assertEqual(len(ram_saves()), 2, "the save and the source's spare holder")
+                again = src.fork(1)[0]
+                self.assertIsInstance(again, Sandbox, again)
+                self.assertEqual(again.run_code("x").text, "41")
+                self.assertEqual(again.commands.run("cat /root/before").stdout, "disk\n")
+                again.kill()
                 # A fork of a fork: the chain of disks and the state again.
                 grand = forks[0].fork(1)[0]
                 self.assertIsInstance(grand, Sandbox, grand)
@@ -156,11 +182,13 @@ class ForkTest(unittest.TestCase):
                         f.kill()
         finally:
             src.kill()
-        # Every save goes once no fork holds it.
+        # Every save goes once no fork holds it, its RAM in /dev/shm and the source's spare
+        # holder with it.
         deadline = time.time() + 10
-        while saves_left() != before and time.time() < deadline:
+        while (saves_left() != before or ram_saves()) and time.time() < deadline:
             time.sleep(0.2)
         self.assertEqual(saves_left(), before)
+        self.assertEqual(ram_saves(), [])
 
     def test_2_quotas_and_other_keys(self):
         ca, cb = self.d.tcp(self.key_a), self.d.tcp(self.key_b)
