@@ -55,6 +55,17 @@ def ram_saves():
     return sorted(out)
 
 
+def shm_dir():
+    """A dir as the library makes them in /dev/shm (mkdtemp's six characters)."""
+    while True:
+        p = "/dev/shm/airlock-fork." + os.urandom(3).hex()
+        try:
+            os.mkdir(p, 0o711)
+            return p
+        except FileExistsError:
+            pass
+
+
 def identity(sb):
     sh = sb.commands.run(IDENTITY_SH).stdout.split("\n")
     py = sb.run_code(IDENTITY_PY)
@@ -94,7 +105,19 @@ class ForkTest(unittest.TestCase):
     def test_1_forks_carry_the_state_and_then_diverge(self):
         c = self.d.tcp(self.key_a)
         before = saves_left()
+        # RAM files in /dev/shm that a dead process left: one whose save is gone, one never
+        # linked to a save and old; beside one whose save is there. A session's start reaps.
+        orphan = shm_dir()
+        os.symlink(os.path.join(STATE, "forks", "0123456789abcdef"), os.path.join(orphan, "save"))
+        unlinked = shm_dir()
+        os.utime(unlinked, (time.time() - 3600, time.time() - 3600))
+        live = shm_dir()
+        os.symlink(STATE, os.path.join(live, "save"))
         src = Sandbox(image="debian", client=c)
+        self.assertFalse(os.path.exists(orphan))
+        self.assertFalse(os.path.exists(unlinked))
+        self.assertTrue(os.path.exists(live))
+        shutil.rmtree(live)
         try:
             # State of every kind: the kernel's variable and import, a file on the disk, a file
             # in /tmp (RAM), a background server with its port open.
