@@ -724,19 +724,21 @@ class RegistryTest(unittest.TestCase):
             self.assertEqual(rest.snapshots(), [])
             # Volumes too: the key's, made over REST, mounted by start_session, kept after it.
             rest.create_volume("mcpvol", 64 << 20)
-            r = call("start_session", volumes=["mcpvol:/data"])
-            self.assertFalse(r.get("isError"), r)
-            v = r["structuredContent"]["session"]
-            # no sync: the end writes it out
-            call("run_command", session=v, command="echo kept > /data/f")
-            call("stop_session", session=v)
-            with Sandbox(client=rest, volumes={"/vol": "mcpvol"}) as sb:
-                self.assertEqual(sb.commands.run("cat /vol/f").stdout, "kept\n")
-            for bad in (["mcpvol"], ["mcpvol:data"], ["nosuchvol:/data"]):
-                r = call("start_session", volumes=bad)
-                self.assertTrue(r.get("isError"), (bad, r))
-            self.assertEqual(len(rest.sessions()), 1)
-            rest.delete_volume("mcpvol")
+            try:
+                r = call("start_session", volumes=["mcpvol:/data"])
+                self.assertFalse(r.get("isError"), r)
+                v = r["structuredContent"]["session"]
+                # no sync: the end writes it out
+                call("run_command", session=v, command="echo kept > /data/f")
+                call("stop_session", session=v)
+                with Sandbox(client=rest, volumes={"/vol": "mcpvol"}) as sb:
+                    self.assertEqual(sb.commands.run("cat /vol/f").stdout, "kept\n")
+                for bad in (["mcpvol"], ["mcpvol:data"], ["nosuchvol:/data"]):
+                    r = call("start_session", volumes=bad)
+                    self.assertTrue(r.get("isError"), (bad, r))
+                self.assertEqual(len(rest.sessions()), 1)
+            finally:
+                rest.delete_volume("mcpvol")
             call("stop_session", session=h)
             self.assertEqual(rest.sessions(), [])
             # One left running when the daemon stops: it goes with the daemon, no hang.
