@@ -30,6 +30,17 @@ uint64_t al_now_ms(void)
     return al_now_us() / 1000u;
 }
 
+void al_deadline_in(struct timespec *until, uint64_t ms)
+{
+    clock_gettime(CLOCK_REALTIME, until);
+    until->tv_sec += (time_t)(ms / 1000);
+    until->tv_nsec += (long)(ms % 1000) * 1000000;
+    if (until->tv_nsec >= 1000000000) {
+        until->tv_sec++;
+        until->tv_nsec -= 1000000000;
+    }
+}
+
 static int mkdir_p(const char *path, mode_t mode)
 {
     char tmp[AL_PATH_MAX];
@@ -253,12 +264,17 @@ static uint64_t mem_available(void)
 
 int al_shm_mkdtemp(const char *prefix, uint64_t bytes, char *buf, size_t len)
 {
+    if (len)
+        buf[0] = '\0';
     struct statfs fs;
     bool room = bytes && statfs(SHM_DIR, &fs) == 0 && fs.f_type == TMPFS_MAGIC &&
                 (uint64_t)fs.f_bavail * (uint64_t)fs.f_bsize / 2 > bytes &&
                 mem_available() / 2 > bytes;
-    if (!room || al_pathf(buf, len, SHM_DIR "/%s.XXXXXX", prefix) < 0)
+    if (!room || al_pathf(buf, len, SHM_DIR "/%s.XXXXXX", prefix) < 0) {
+        if (len)
+            buf[0] = '\0';
         return -ENOSPC;
+    }
     if (!mkdtemp(buf)) {
         buf[0] = '\0';
         return -errno;

@@ -55,6 +55,9 @@ const char *al_nearest(const char *word, size_t n, const char *const *names);
 /* ---- time ---- */
 uint64_t al_now_ms(void);
 uint64_t al_now_us(void);
+/* ms from now on CLOCK_REALTIME, into until: pthread_cond_timedwait's deadline. */
+struct timespec;
+void al_deadline_in(struct timespec *until, uint64_t ms);
 
 /* Formats a one-line notice into a bounded buffer and hands it to fn (nothing when fn is NULL):
  * how the library tells its caller something without printing. */
@@ -133,7 +136,7 @@ int al_state_dir(char *buf, size_t len, al_error *err);
 int al_state_subdir(const char *name, char *buf, size_t len, al_error *err);
 /* A new private dir in RAM, /dev/shm/PREFIX.XXXXXX (0700), for files of about `bytes` that
  * need not outlive the host, made only when the tmpfs and the memory available both leave
- * room twice over: 0 with buf the dir, else -ENOSPC (the caller keeps them on disk). */
+ * room twice over: 0 with buf the dir, else -ENOSPC and buf "" (the caller keeps them on disk). */
 int al_shm_mkdtemp(const char *prefix, uint64_t bytes, char *buf, size_t len);
 /* Whether path is a dir al_shm_mkdtemp made with that prefix, ours: what may be removed. */
 bool al_shm_dir_ours(const char *prefix, const char *path);

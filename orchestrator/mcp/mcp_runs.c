@@ -336,10 +336,7 @@ static bool wait_for_earlier(al_mcp *m, struct mcp_run *r)
         if (poll(&p, 1, 0) > 0)
             return false;
         struct timespec ts;
-        clock_gettime(CLOCK_REALTIME, &ts);
-        ts.tv_nsec += 200 * 1000000L;
-        if (ts.tv_nsec >= 1000000000L)
-            ts.tv_sec++, ts.tv_nsec -= 1000000000L;
+        al_deadline_in(&ts, 200);
         pthread_cond_timedwait(&m->cv, &m->mu, &ts);
     }
 }
@@ -558,15 +555,6 @@ void mcp_run_put(al_mcp *m, struct mcp_run *r)
     mcp_sess_put(m, ss);
 }
 
-static void deadline_in(struct timespec *ts, uint64_t ms)
-{
-    clock_gettime(CLOCK_REALTIME, ts);
-    ts->tv_sec += (time_t)(ms / 1000);
-    ts->tv_nsec += (long)(ms % 1000) * 1000000;
-    if (ts->tv_nsec >= 1000000000)
-        ts->tv_sec++, ts->tv_nsec -= 1000000000;
-}
-
 bool mcp_run_wait(al_mcp *m, struct mcp_run *r, struct mcp_call *c, uint64_t wait_ms,
                   const uint64_t since[2])
 {
@@ -582,7 +570,7 @@ bool mcp_run_wait(al_mcp *m, struct mcp_run *r, struct mcp_call *c, uint64_t wai
         if (now >= until)
             break;
         struct timespec ts;
-        deadline_in(&ts, until - now < 500 ? until - now : 500);
+        al_deadline_in(&ts, until - now < 500 ? until - now : 500);
         pthread_cond_timedwait(&m->cv, &m->mu, &ts);
     }
     bool done = r->done;
@@ -670,7 +658,7 @@ void mcp_sess_stop(al_mcp *m, struct mcp_sess *ss)
     pthread_mutex_lock(&m->mu);
     while (ss->refs > 1 && al_now_ms() < until) {
         struct timespec ts;
-        deadline_in(&ts, 200);
+        al_deadline_in(&ts, 200);
         pthread_cond_timedwait(&m->cv, &m->mu, &ts);
     }
     pthread_mutex_unlock(&m->mu);

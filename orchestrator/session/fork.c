@@ -38,6 +38,12 @@
 /* The whole RAM over a socket pair: ~1 GB/s; the device state alone ~50 ms. */
 #define FORK_MIGRATE_MS 120000
 
+/* A holder: a paused QEMU with the source's devices, its RAM a file mapped shared, waiting for
+ * a migration. Its runtime dir (agent socket, lock: gc leaves it alone) holds its throwaway
+ * disks; its RAM is in a dir of its own in /dev/shm when that has room and the save is not
+ * meant to last, else the save's dir/ram. A migration into a file in RAM runs at memory speed
+ * (into a disk-backed one it took twice as long and more: each page's first write there is a
+ * block to allocate, then to write back); forks map it privately either way, its pages shared. */
 struct al_holder {
     virDomainPtr dom;
     char dir[AL_PATH_MAX]; /* its runtime dir */
@@ -120,13 +126,6 @@ static int file_for_qemu(al_session *s, const char *path, uint64_t size, bool al
     return al_disk_give(s->conn, s->kvm, path, err);
 }
 
-/* A holder: a paused QEMU with the source's devices, its RAM a file mapped shared, waiting for
- * a migration. Its runtime dir (agent socket, lock: gc leaves it alone) holds its throwaway
- * disks; its RAM is in a dir of its own in /dev/shm when that has room and the save is not
- * meant to last, else the save's dir/ram. A migration into a file in RAM runs at memory speed
- * (into a disk-backed one it took twice as long and more: each page's first write there is a
- * block to allocate, then to write back); forks map it privately either way, its pages shared. */
-
 enum ram_where { RAM_SHM, RAM_SHM_OR_SAVE, RAM_SAVE };
 
 /* The holder's RAM file, per where. In /dev/shm, its dir's "save" links to the source's state
@@ -146,7 +145,6 @@ static int holder_ram(al_session *s, const struct al_fork *f, enum ram_where whe
                           strerror(errno));
         return file_for_qemu(s, h->ram, bytes, true, err);
     }
-    h->shm[0] = '\0';
     if (where == RAM_SHM)
         return al_err(err, -ENOSPC, "no room in /dev/shm for a holder's RAM");
     if (al_pathf(h->ram, sizeof(h->ram), "%s/ram", f->dir) < 0)
@@ -331,13 +329,7 @@ struct al_fork_spare {
 static bool spare_wait(struct al_fork_spare *sp, unsigned ms)
 {
     struct timespec until;
-    clock_gettime(CLOCK_REALTIME, &until);
-    until.tv_sec += ms / 1000;
-    until.tv_nsec += (long)(ms % 1000) * 1000000;
-    if (until.tv_nsec >= 1000000000) {
-        until.tv_sec++;
-        until.tv_nsec -= 1000000000;
-    }
+    al_deadline_in(&until, ms);
     int r = 0;
     while (!sp->now && !sp->stop && r != ETIMEDOUT)
         r = pthread_cond_timedwait(&sp->cv, &sp->mu, &until);
@@ -596,6 +588,19 @@ static int holder_save(al_session *s, struct al_fork *f, virDomainPtr holder, al
     return r;
 }
 
+/* A new save's path among the forks' saves (forks: STATE/forks): forks/RANDOM, into to. */
+static int save_path(const char *forks, char *to, size_t len, al_error *err)
+{
+    uint8_t rnd[8];
+    char hex[17];
+    if (getrandom(rnd, sizeof(rnd), 0) != sizeof(rnd))
+        return al_err(err, -EIO, "getrandom failed");
+    al_hexify(rnd, sizeof(rnd), hex);
+    if (al_pathf(to, len, "%s/%s", forks, hex) < 0)
+        return al_err(err, -ENAMETOOLONG, "fork path too long");
+    return 0;
+}
+
 static int fork_save(al_session *s, bool on_disk, al_fork **out, al_error *err)
 {
     if (!s || !out)
@@ -638,14 +643,10 @@ static int fork_save(al_session *s, bool on_disk, al_fork **out, al_error *err)
     r = al_forks_dir(forks, sizeof(forks), err);
     if (r == 0 && al_check_free_space(forks, al_free_floor() + ((uint64_t)f->mem << 20), &why) < 0)
         r = al_err(err, -ENOSPC, "cannot fork: %s", why.msg);
-    uint8_t rnd[8];
-    if (r == 0 && getrandom(rnd, sizeof(rnd), 0) != sizeof(rnd))
-        r = al_err(err, -EIO, "getrandom failed");
-    char hex[17];
-    al_hexify(rnd, sizeof(rnd), hex);
+    if (r == 0)
+        r = save_path(forks, f->dir, sizeof(f->dir), err);
     char lock[AL_PATH_MAX];
-    if (r == 0 && (al_pathf(f->dir, sizeof(f->dir), "%s/%s", forks, hex) < 0 ||
-                   al_pathf(lock, sizeof(lock), "%s/lock", f->dir) < 0))
+    if (r == 0 && al_pathf(lock, sizeof(lock), "%s/lock", f->dir) < 0)
         r = al_err(err, -ENAMETOOLONG, "fork path too long");
     if (r == 0 && mkdir(f->dir, 0711) < 0)
         r = al_err(err, -errno, "cannot create '%s': %s", f->dir, strerror(errno));
@@ -663,6 +664,7 @@ static int fork_save(al_session *s, bool on_disk, al_fork **out, al_error *err)
     struct al_holder h;
     uint64_t t0 = al_now_ms();
     r = holder_get(s, f, on_disk ? RAM_SAVE : RAM_SHM_OR_SAVE, &h, err);
+    bool in_shm = r == 0 && h.shm[0]; /* holder_adopt makes it the save's */
     if (r == 0)
         r = holder_adopt(&h, f, err);
     if (r == 0 && f->disk)
@@ -687,7 +689,6 @@ static int fork_save(al_session *s, bool on_disk, al_fork **out, al_error *err)
     f->pause_ms = (unsigned)(al_now_ms() - t_pause);
     if (r == 0)
         r = holder_save(s, f, h.dom, err);
-    bool in_ram = r == 0 && !on_disk;
     /* Ended with the handle (libvirt holds the domain's lock ~0.2 s while QEMU quits, and
      * the forks' starts list the domains), or now when the save failed. */
     if (r == 0)
@@ -701,10 +702,7 @@ static int fork_save(al_session *s, bool on_disk, al_fork **out, al_error *err)
         free(f);
         return r;
     }
-    char link[AL_PATH_MAX];
-    struct stat st;
-    if (in_ram && al_pathf(link, sizeof(link), "%s/ram", f->dir) == 0 && lstat(link, &st) == 0 &&
-        S_ISLNK(st.st_mode))
+    if (in_shm)
         spare_start(s, f);
     *out = f;
     return 0;
@@ -801,16 +799,12 @@ static int snapshot_path(const char *name, char *buf, size_t len, al_error *err)
  * sessions started from it keep it until they end (al_fork_reap). */
 static int move_to_forks(const char *dir, char *to, size_t len, al_error *err)
 {
-    char forks[AL_PATH_MAX], hex[17];
-    uint8_t rnd[8];
+    char forks[AL_PATH_MAX];
     int r = al_forks_dir(forks, sizeof(forks), err);
+    if (r == 0)
+        r = save_path(forks, to, len, err);
     if (r < 0)
         return r;
-    if (getrandom(rnd, sizeof(rnd), 0) != sizeof(rnd))
-        return al_err(err, -EIO, "getrandom failed");
-    al_hexify(rnd, sizeof(rnd), hex);
-    if (al_pathf(to, len, "%s/%s", forks, hex) < 0)
-        return al_err(err, -ENAMETOOLONG, "fork path too long");
     if (rename(dir, to) < 0)
         return al_err(err, -errno, "cannot move '%s' aside: %s", dir, strerror(errno));
     return 0;

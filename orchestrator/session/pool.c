@@ -29,17 +29,6 @@ struct al_pool {
     uint64_t last_take_ms; /* monotonic time of the last hand-out */
 };
 
-static void deadline_in(struct timespec *until, unsigned ms)
-{
-    clock_gettime(CLOCK_REALTIME, until);
-    until->tv_sec += ms / 1000;
-    until->tv_nsec += (long)(ms % 1000) * 1000000;
-    if (until->tv_nsec >= 1000000000) {
-        until->tv_sec++;
-        until->tv_nsec -= 1000000000;
-    }
-}
-
 /* The first process a restored guest starts pays for translating the guest kernel's fork and
  * exec again (QEMU's translated code does not survive the restore): ~60-90 ms under emulation,
  * 3x an exec's round trip (bench/warm.py, pool). A pooled session pays it here, before anyone
@@ -65,7 +54,7 @@ static void *refill(void *arg)
         uint64_t since = al_now_ms() - p->last_take_ms;
         if (p->last_take_ms && since < REFILL_DELAY_MS) {
             struct timespec until;
-            deadline_in(&until, (unsigned)(REFILL_DELAY_MS - since));
+            al_deadline_in(&until, (unsigned)(REFILL_DELAY_MS - since));
             pthread_cond_timedwait(&p->changed, &p->mu, &until);
             continue;
         }
@@ -95,7 +84,7 @@ static void *refill(void *arg)
         pthread_cond_broadcast(&p->changed);
         unsigned wait_ms = p->failures * 500 < 5000 ? p->failures * 500 : 5000;
         struct timespec until;
-        deadline_in(&until, wait_ms);
+        al_deadline_in(&until, wait_ms);
         if (!p->stopping)
             pthread_cond_timedwait(&p->changed, &p->mu, &until);
     }

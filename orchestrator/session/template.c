@@ -209,10 +209,9 @@ static void reap_shm_orphans(void)
         return;
     for (struct dirent *e; (e = readdir(d));) {
         char path[AL_PATH_MAX], link[AL_PATH_MAX], save[AL_PATH_MAX];
-        if (strncmp(e->d_name, AL_FORK_SHM_PREFIX ".", strlen(AL_FORK_SHM_PREFIX) + 1) ||
-            al_pathf(path, sizeof(path), "/dev/shm/%s", e->d_name) < 0 ||
-            al_pathf(link, sizeof(link), "%s/save", path) < 0 ||
-            !al_shm_dir_ours(AL_FORK_SHM_PREFIX, path))
+        if (al_pathf(path, sizeof(path), "/dev/shm/%s", e->d_name) < 0 ||
+            !al_shm_dir_ours(AL_FORK_SHM_PREFIX, path) ||
+            al_pathf(link, sizeof(link), "%s/save", path) < 0)
             continue;
         ssize_t n = readlink(link, save, sizeof(save) - 1);
         struct stat st;

@@ -199,8 +199,6 @@ static int tree_make(struct from_job *j, uint64_t expected, al_error *err)
     if (j->tree_fd >= 0)
         return 0;
     bool ram = al_shm_mkdtemp("airlock-tree", expected, j->shm, sizeof(j->shm)) == 0;
-    if (!ram)
-        j->shm[0] = '\0';
     if (al_pathf(j->tree, sizeof(j->tree), "%s/tree", ram ? j->shm : j->scratch) < 0)
         return al_err(err, -ENAMETOOLONG, "image path too long");
     if (mkdir(j->tree, 0755) < 0 ||
