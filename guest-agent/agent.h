@@ -192,8 +192,10 @@ struct kernel {
     char line[64]; /* a partial line read from ctl_fd */
     size_t linelen;
     /* A SIGINT held back while the interpreter had no handler for it (it would end the kernel
-     * and its state): sent once it has one (kernel_tick), or at this time (µs) all the same. */
+     * and its state): sent once it has one (kernel_tick), or at this time (µs) all the same;
+     * dropped when the run it was for (sigint_held) has ended, never given to the next one. */
     uint64_t sigint_until;
+    uint32_t sigint_held;
     /* sigint_again: the run interrupted, when to send it again, and how many more times */
     uint32_t sigint_run;
     uint64_t sigint_next;

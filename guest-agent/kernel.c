@@ -765,6 +765,10 @@ static bool sigint_would_kill(pid_t pid)
 void kernel_signal(struct agent *a, struct req *r, int signo)
 {
     struct kernel *k = r->kernel;
+    /* The block ended (its answer came, the EXIT not yet sent): a signal now would land in the
+     * driver between runs, or in the next block. */
+    if (!k || k->run != r || r->reaped)
+        return;
     /* A kernel still starting has no state yet and runs no block: whatever the signal, it would
      * land in the interpreter's own start-up (a traceback of the driver); end it instead. */
     if (signo == SIGKILL || !k->ready) {
@@ -781,6 +785,7 @@ void kernel_signal(struct agent *a, struct req *r, int signo)
     if (signo == SIGINT && sigint_would_kill(k->pid)) {
         if (!k->sigint_until)
             k->sigint_until = now_us() + SIGINT_HOLD_MAX_MS * 1000ull;
+        k->sigint_held = r->id;
         return;
     }
     k->sigint_until = 0;
@@ -811,7 +816,9 @@ uint64_t kernel_tick(struct agent *a, uint64_t now)
             next = k->sigint_next;
         if (!k->sigint_until)
             continue;
-        if (!k->pid || !k->run) { /* the block ended, or the kernel: nothing to interrupt */
+        if (!k->pid || !k->run || k->run->id != k->sigint_held || k->run->reaped) {
+            /* the block ended, or the kernel: nothing to interrupt (a tick may come only after
+             * the next run took the kernel) */
             k->sigint_until = 0;
             continue;
         }

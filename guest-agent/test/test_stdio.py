@@ -22,6 +22,19 @@ from alframes import *  # noqa: E402,F403
 
 agent = sys.argv[1]
 log = open(sys.argv[2] if len(sys.argv) > 2 else os.devnull, 'w')
+
+
+def show_log_tail(kind, value, tb):
+    """A failure that ends the script (a run that never answered) shows the agents' last
+    words: the log file is gone with CI's build dir."""
+    sys.__excepthook__(kind, value, tb)
+    if log.name != os.devnull:
+        log.flush()
+        with open(log.name, errors='replace') as f:
+            sys.stderr.write('# the agent log\'s end:\n' + ''.join(f.readlines()[-40:]))
+
+
+sys.excepthook = show_log_tail
 root = tempfile.mkdtemp(prefix='airlock-root-')
 p = subprocess.Popen([agent, '--stdio', '--root', root], stdin=subprocess.PIPE,
                      stdout=subprocess.PIPE, stderr=log)
@@ -613,15 +626,16 @@ if have['python']:
     check('python: the next run restarts it and says so', ok_exit(d, 1) and
           b'kernel restarted; state lost' in err and b'NameError' in err, (d, err))
     if subprocess.call([have['python'], '-c', 'import matplotlib'], stderr=subprocess.DEVNULL) == 0:
+        fig = os.path.join(root, 'al-fig.png')  # not /tmp's: two runs of this test at once
         d, out, err, _ = krun('python', 'import matplotlib.pyplot as plt\n'
-                              'plt.plot([1, 3, 2])\nplt.savefig("/tmp/al-fig.png")\nplt.show()',
+                              'plt.plot([1, 3, 2])\nplt.savefig(%r)\nplt.show()' % fig,
                               timeout=120)
         pngs = [base64.b64decode(r['data']['image/png']) for r in records()
                 if r['type'] == 'display_data' and 'image/png' in r['data']]
         check('python: plt.show() gives the figure as one image/png result; savefig still saves',
               ok_exit(d) and len(pngs) == 1 and pngs[0][:8] == b'\x89PNG\r\n\x1a\n' and
-              open('/tmp/al-fig.png', 'rb').read(8) == pngs[0][:8], (d, out, err[-300:]))
-        os.unlink('/tmp/al-fig.png')
+              open(fig, 'rb').read(8) == pngs[0][:8], (d, out, err[-300:]))
+        os.unlink(fig)
     else:
         print('# matplotlib is not importable by %s: plot test skipped' % have['python'])
 
