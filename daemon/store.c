@@ -8,11 +8,13 @@
 #include "airlockd.h"
 #include "util.h" /* al_state_dir */
 
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <openssl/evp.h>
 #include <sqlite3.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/file.h>
 #include <sys/stat.h>
@@ -56,6 +58,65 @@ static int take_lock(const char *path, char *why, size_t len)
     return 0;
 }
 
+struct stale {
+    char (*name)[64];
+    size_t n;
+};
+
+static void keeper_in_use(void *ctx, const al_kept_info *k)
+{
+    struct stale *st = ctx;
+    for (size_t i = 0; i < st->n; i++)
+        if (!strcmp(st->name[i], k->keeper))
+            st->name[i][0] = '\0';
+}
+
+/* The notes of stores that are gone (a test's temporary dir, a moved keys_db) and that keep no
+ * VM: nothing would ever read them again. */
+static void keeper_sweep(const char *dir)
+{
+    DIR *d = opendir(dir);
+    if (!d)
+        return;
+    struct stale st = {0};
+    size_t cap = 0;
+    struct dirent *e;
+    while ((e = readdir(d))) {
+        char file[4400], store[1024];
+        if (strncmp(e->d_name, "airlockd-", 9) || !strcmp(e->d_name, keeper) ||
+            strlen(e->d_name) >= sizeof(st.name[0]))
+            continue;
+        snprintf(file, sizeof(file), "%s/%s", dir, e->d_name);
+        int fd = open(file, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
+        if (fd < 0)
+            continue;
+        ssize_t n = read(fd, store, sizeof(store) - 1);
+        close(fd);
+        store[n > 0 ? n : 0] = '\0';
+        if (n <= 0 || store[0] != '/' || access(store, F_OK) == 0 || errno != ENOENT)
+            continue;
+        if (st.n == cap) {
+            void *p = realloc(st.name, (cap ? 2 * cap : 16) * sizeof(st.name[0]));
+            if (!p)
+                break;
+            st.name = p;
+            cap = cap ? 2 * cap : 16;
+        }
+        snprintf(st.name[st.n++], sizeof(st.name[0]), "%s", e->d_name);
+    }
+    closedir(d);
+    al_error err = {0};
+    /* libvirt unreachable: nothing goes; a keeper with VMs still kept keeps the note naming it */
+    if (st.n && al_session_kept(NULL, keeper_in_use, &st, &err) >= 0)
+        for (size_t i = 0; i < st.n; i++)
+            if (st.name[i][0]) {
+                char file[4400];
+                snprintf(file, sizeof(file), "%s/%s", dir, st.name[i]);
+                unlink(file);
+            }
+    free(st.name);
+}
+
 /* STATE/keepers/KEEPER: the store a keeper's name stands for (the name is a hash of its path),
  * so that another daemon can say whose kept VMs it sees (ad_store_others). */
 static void keeper_note(const char *store)
@@ -75,6 +136,7 @@ static void keeper_note(const char *store)
         /* only for a message */
     }
     close(fd);
+    keeper_sweep(dir);
 }
 
 struct others {

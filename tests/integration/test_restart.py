@@ -232,10 +232,20 @@ class RestartTest(unittest.TestCase):
         a = self.session()
         self.d.kill(signal.SIGTERM)  # keep_sessions: the VM goes on
         self.assertIn(a.id, altest.virsh_names())
+        # A note left by a daemon whose store is gone (a test's temporary dir): swept at the
+        # next daemon's start; the first daemon's, whose store is here, stays.
+        notes = os.path.join(STATE, "keepers")
+        first = set(os.listdir(notes))
+        self.assertEqual(len(first), 1, first)
+        with open(os.path.join(notes, "airlockd-00112233445566ff"), "w") as f:
+            f.write(os.path.join(self.d.dir, "gone", "keys.db"))
         other = Airlockd()
         self.addCleanup(other.close)
         other.start()
         text = other.text()
+        left = set(os.listdir(notes))
+        self.assertNotIn("airlockd-00112233445566ff", left)
+        self.assertTrue(first < left and len(left) == 2, (first, left))
         self.assertIn("1 session kept by another airlockd (its keys_db %s)"
                       % os.path.realpath(os.path.join(self.d.dir, "store", "keys.db")), text)
         keeper = re.search(r"'airlock gc --kept (airlockd-[0-9a-f]+)'", text)
