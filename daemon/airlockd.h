@@ -470,6 +470,10 @@ void ad_runs_cancel(struct ad_session *s);
  * store's array at a restart (NULL after a resume in this daemon's life). */
 cJSON *ad_runs_record(struct ad_session *s);
 void ad_runs_resume(struct ad_session *s, const cJSON *runs);
+/* The runs of source's record (ad_runs_record, taken before the save) that fork's guest still
+ * runs, taken up in the fork under the same ids: their output flows on, and they can be waited
+ * for, signalled, and given stdin there. */
+void ad_runs_inherit(struct ad_session *fork, const cJSON *runs, const char *source);
 void ad_runs_free(struct ad_session *s);
 bool ad_runs_active(struct ad_session *s);
 /* For a body: appends an event (waiting for a reader when the buffer is full), and the

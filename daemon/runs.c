@@ -1471,15 +1471,21 @@ static struct ad_run *run_from_record(const cJSON *o)
     return r;
 }
 
-void ad_runs_resume(struct ad_session *s, const cJSON *runs)
+/* Each run of the records made again in s, suspended, with why as its first event; with
+ * only_adopted, a run the agent did not hand over is left out rather than made and lost. Called
+ * with list_lock held. */
+static void runs_take(struct ad_session *s, const cJSON *runs, const char *why, bool only_adopted)
 {
-    pthread_mutex_lock(&list_lock);
     const cJSON *o;
     cJSON_ArrayForEach(o, runs)
     {
         struct ad_run *r = run_from_record(o);
         if (!r)
             continue;
+        if (only_adopted && !adopted(s, r->request_id)) {
+            run_free(r);
+            continue;
+        }
         unsigned n = 0;
         if (sscanf(r->id, "r%u", &n) == 1 && n > s->next_run)
             s->next_run = n;
@@ -1489,10 +1495,16 @@ void ad_runs_resume(struct ad_session *s, const cJSON *runs)
         s->runs = r;
         cJSON *st = cJSON_CreateObject();
         cJSON_AddStringToObject(st, "run", r->id);
-        cJSON_AddStringToObject(st, "why", "the daemon restarted: the events before are gone");
+        cJSON_AddStringToObject(st, "why", why);
         push(r, "suspended", st, false);
         cJSON_Delete(st);
     }
+}
+
+void ad_runs_resume(struct ad_session *s, const cJSON *runs)
+{
+    pthread_mutex_lock(&list_lock);
+    runs_take(s, runs, "the daemon restarted: the events before are gone", false);
     /* A session still paused keeps its runs suspended until its resume. */
     for (struct ad_run *r = s->s && !s->paused ? s->runs : NULL; r; r = r->next) {
         pthread_mutex_lock(&r->mu);
@@ -1502,6 +1514,23 @@ void ad_runs_resume(struct ad_session *s, const cJSON *runs)
             resume_one(s, r,
                        s->s ? "the guest no longer had this run when the session came back"
                             : "the session could not be taken back");
+    }
+    pthread_mutex_unlock(&list_lock);
+}
+
+void ad_runs_inherit(struct ad_session *fork, const cJSON *runs, const char *source)
+{
+    char why[128];
+    snprintf(why, sizeof(why), "forked from %s: the events before the fork are the source's",
+             source);
+    pthread_mutex_lock(&list_lock);
+    runs_take(fork, runs, why, true);
+    for (struct ad_run *r = fork->runs; r; r = r->next) {
+        pthread_mutex_lock(&r->mu);
+        bool suspended = r->suspended && !r->done;
+        pthread_mutex_unlock(&r->mu);
+        if (suspended)
+            resume_one(fork, r, "the fork's guest no longer had this run");
     }
     pthread_mutex_unlock(&list_lock);
 }

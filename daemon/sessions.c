@@ -1134,8 +1134,11 @@ int ad_session_fork(struct ad_session *src, const char *owner, const struct ad_l
     }
     al_fork *fk = NULL;
     al_error err = {0};
+    /* Taken before the save: what ran at its moment runs on in every fork. */
+    cJSON *runs = ad_runs_record(src);
     int r = al_session_fork_save(src->s, &fk, &err);
     if (r < 0) {
+        cJSON_Delete(runs);
         ad_fail_from(f, r, &err);
         if (f->status == 500 && (r == -EOPNOTSUPP || r == -EINVAL || r == -E2BIG))
             f->status = 400;
@@ -1149,6 +1152,7 @@ int ad_session_fork(struct ad_session *src, const char *owner, const struct ad_l
      * libvirt starting, which one at a time leaves a CPU idle. Their entries keep their order. */
     struct fork_job *jobs = calloc(req->count, sizeof(*jobs));
     if (!jobs) {
+        cJSON_Delete(runs);
         al_fork_free(fk);
         ad_failf(f, 500, "internal", "out of memory");
         return -ENOMEM;
@@ -1176,11 +1180,13 @@ int ad_session_fork(struct ad_session *src, const char *owner, const struct ad_l
         }
         s->e2b_user = src->e2b_user;
         snprintf(s->forked_from, sizeof(s->forked_from), "%s", src->id);
+        ad_runs_inherit(s, runs, src->id);
         ad_session_save(s);
         each(ctx, s, NULL);
         ad_session_put(s);
     }
     free(jobs);
+    cJSON_Delete(runs);
     al_fork_free(fk);
     return 0;
 }

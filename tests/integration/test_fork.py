@@ -127,6 +127,11 @@ class ForkTest(unittest.TestCase):
                              "echo disk > /root/before && echo ram > /tmp/before && sync")
             src.commands.run("cd /srv/www && exec python3 -m http.server 8000", background=True)
             src.wait_for_port(8000)
+            # A run in flight at the fork, blocked until its fifo is written, then writing far
+            # past a pipe's 64 KiB: each fork takes it up under the same id.
+            src.commands.run("mkfifo /tmp/go")
+            gated = src.commands.run("read x < /tmp/go; head -c 200000 /dev/zero | tr '\\0' y; "
+                                     "echo; echo \"end $x\"", background=True)
             forks = src.fork(4, name="try", labels={"trial": "yes"})
             self.assertEqual(len(forks), 4, forks)
             for f in forks:
@@ -150,6 +155,17 @@ class ForkTest(unittest.TestCase):
                     self.assertEqual((st, body), (200, b"served\n"))
                     seen[f.id] = identity(f)
                     self.assertEqual(seen[f.id]["hostname"], f.id)
+                # The inherited run: listed, its output flowing in the fork (it was held in
+                # the guest, and the writer blocked, with no host reading it), and the source's
+                # own goes on apart.
+                f = forks[1]
+                self.assertIn(gated.id, [r["id"] for r in f.commands.list()])
+                f.commands.run("echo fork > /tmp/go")
+                res = f.commands.connect(gated.id).result()
+                self.assertEqual(res.stdout, "y" * 200000 + "\nend fork\n")
+                self.assertEqual(res.exit_code, 0)
+                src.commands.run("echo source > /tmp/go")
+                self.assertEqual(gated.result().stdout[-12:], "\nend source\n")
                 seen[src.id] = identity(src)
                 # Unique, pairwise: what the warm starts' test asks of restored sessions.
                 for k in ("hostname", "machine-id", "boot_id"):
