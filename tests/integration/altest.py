@@ -181,5 +181,20 @@ class JsonDriver:
         self.p.stdout.close()
 
 
+class TimedResult(unittest.TextTestResult):
+    """Each case's wall time on stderr ("# 12.3 s Class.test"), for CI's log: where the
+    suite's time goes, case by case (what may go into tests/long.sh)."""
+
+    def startTest(self, test):
+        self._t0 = time.monotonic()
+        super().startTest(test)
+
+    def stopTest(self, test):
+        super().stopTest(test)
+        name = test.id().split(".", 1)[-1]
+        sys.stderr.write("# %.1f s %s\n" % (time.monotonic() - self._t0, name))
+
+
 def main():
-    unittest.main(verbosity=2)
+    unittest.main(verbosity=2, testRunner=unittest.TextTestRunner(resultclass=TimedResult,
+                                                                  verbosity=2))

@@ -186,4 +186,4 @@ class ContainerfileHostileTest(unittest.TestCase):
 
 
 if __name__ == "__main__":
-    unittest.main(verbosity=2)
+    altest.main()

@@ -87,4 +87,4 @@ class DaemonFdsTest(unittest.TestCase):
 
 
 if __name__ == "__main__":
-    unittest.main(verbosity=2)
+    altest.main()

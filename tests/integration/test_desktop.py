@@ -366,4 +366,4 @@ class DesktopTemplateTest(unittest.TestCase):
 
 
 if __name__ == "__main__":
-    unittest.main(verbosity=2)
+    altest.main()

@@ -130,8 +130,15 @@ class ForkTest(unittest.TestCase):
             # A run in flight at the fork, blocked until its fifo is written, then writing far
             # past a pipe's 64 KiB: each fork takes it up under the same id.
             src.commands.run("mkfifo /tmp/go")
-            gated = src.commands.run("read x < /tmp/go; head -c 200000 /dev/zero | tr '\\0' y; "
-                                     "echo; echo \"end $x\"", background=True)
+            gated = src.commands.run("touch /tmp/gated; read x < /tmp/go; "
+                                     "head -c 200000 /dev/zero | tr '\\0' y; echo; echo \"end $x\"",
+                                     background=True)
+            # Running in the guest before the save (a run whose start the agent has not read
+            # yet is not in the fork: the source's alone).
+            deadline = time.time() + 30
+            while src.commands.run("test -e /tmp/gated", timeout=30).exit_code != 0 and \
+                    time.time() < deadline:
+                time.sleep(0.2)
             forks = src.fork(4, name="try", labels={"trial": "yes"})
             self.assertEqual(len(forks), 4, forks)
             for f in forks:

@@ -301,4 +301,4 @@ class ImageFromTest(unittest.TestCase):
 
 
 if __name__ == "__main__":
-    unittest.main(verbosity=2)
+    altest.main()

@@ -264,4 +264,4 @@ class ServerTest(unittest.TestCase):
 
 
 if __name__ == "__main__":
-    unittest.main(verbosity=2)
+    altest.main()

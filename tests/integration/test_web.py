@@ -712,4 +712,4 @@ class WebTest(unittest.TestCase):
 
 
 if __name__ == "__main__":
-    unittest.main(verbosity=2)
+    altest.main()
