@@ -789,7 +789,7 @@ if have['javascript']:
                           "rd('/etc/hostname', 'utf8'), existsSync('/'), P.basename('/a/b')]")
     check('javascript: import declarations (default, named, namespace) of builtins',
           ok_exit(d) and shown(out) == b"[ true, true, 'b' ]\n", (d, out, err))
-    jsdir = tempfile.mkdtemp(prefix='airlock-js-')
+    jsdir = tempfile.mkdtemp(prefix='airlock-js-', dir=root)  # goes with root at the end
     os.makedirs(os.path.join(jsdir, 'node_modules', 'pkg'))
     with open(os.path.join(jsdir, 'node_modules', 'pkg', 'index.js'), 'w') as f:
         f.write('exports.twice = (v) => 2 * v;\n')

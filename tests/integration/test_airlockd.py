@@ -3,6 +3,7 @@
 One daemon for the class (unix socket and TCP with API keys); the guest checks share one
 session to save boots. Environment: AIRLOCKD_BIN and the usual integration variables.
 """
+import atexit
 import base64
 import glob
 import hashlib
@@ -36,6 +37,8 @@ class Daemon:
         for the daemon alone; popen: more arguments for its subprocess.Popen."""
         self.dir = tempfile.mkdtemp(prefix="airlockd-test-")
         os.chmod(self.dir, 0o755)
+        # Gone with the test's process at the latest (many cases stop() and read the log).
+        atexit.register(shutil.rmtree, self.dir, True)
         self.sock = os.path.join(self.dir, "airlockd.sock")
         c = {
             "socket": self.sock,
