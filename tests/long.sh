@@ -2,7 +2,7 @@
 # The heavy cases that tests/run.sh (CI) leaves out, run before a stop and reported in its note:
 # the meson suite "long" (tests/meson.build), in the normal build, two at a time. Each feature
 # keeps at least one case in tests/run.sh; what is here is the same feature again at size (the
-# kernels' suite on restored sessions, the exec suite whole over SSH).
+# kernels' suite on restored sessions, the exec suite whole over SSH, E2B's load group).
 # Ends with one line: "N passed, N failed".
 set -uo pipefail
 cd "$(dirname "$0")/.." || { echo "0 passed, 1 failed"; exit 1; }

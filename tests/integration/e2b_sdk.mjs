@@ -615,16 +615,18 @@ async function load() {
   await check(`${n} sandboxes x ${per} concurrent commands`, async () => {
     const sbs = await Promise.all(Array.from({ length: n }, () => Sandbox.create({ timeoutMs: 600000 })))
     let errors = 0, right = 0
+    const why = []
     await Promise.all(sbs.flatMap((sb, i) => Array.from({ length: per }, async (_, j) => {
       try {
         const r = await sb.commands.run(`echo ${i}-${j}`)
         right += r.stdout === `${i}-${j}\n`
       } catch (err) {
         errors++
+        why.push(`${i}-${j}: ${err}`)
       }
     })))
     await Promise.all(sbs.map((sb) => sb.kill()))
-    eq([errors, right], [0, n * per], 'errors, right answers')
+    eq([errors, right], [0, n * per], 'errors, right answers ' + why.slice(0, 5).join('; '))
   })
 }
 
