@@ -1501,20 +1501,27 @@ static void runs_take(struct ad_session *s, const cJSON *runs, const char *why, 
     }
 }
 
-void ad_runs_resume(struct ad_session *s, const cJSON *runs)
+/* Takes up every suspended run of s (resume_one), why being said of one the guest no longer has.
+ * Called with list_lock held. */
+static void resume_suspended(struct ad_session *s, const char *why)
 {
-    pthread_mutex_lock(&list_lock);
-    runs_take(s, runs, "the daemon restarted: the events before are gone", false);
-    /* A session still paused keeps its runs suspended until its resume. */
-    for (struct ad_run *r = s->s && !s->paused ? s->runs : NULL; r; r = r->next) {
+    for (struct ad_run *r = s->runs; r; r = r->next) {
         pthread_mutex_lock(&r->mu);
         bool suspended = r->suspended && !r->done;
         pthread_mutex_unlock(&r->mu);
         if (suspended)
-            resume_one(s, r,
-                       s->s ? "the guest no longer had this run when the session came back"
-                            : "the session could not be taken back");
+            resume_one(s, r, why);
     }
+}
+
+void ad_runs_resume(struct ad_session *s, const cJSON *runs)
+{
+    pthread_mutex_lock(&list_lock);
+    runs_take(s, runs, "the daemon restarted: the events before are gone", false);
+    /* A session still paused keeps its runs suspended until its resume; one not taken back
+     * (no VM) keeps them as the record had them. */
+    if (s->s && !s->paused)
+        resume_suspended(s, "the guest no longer had this run when the session came back");
     pthread_mutex_unlock(&list_lock);
 }
 
@@ -1525,12 +1532,6 @@ void ad_runs_inherit(struct ad_session *fork, const cJSON *runs, const char *sou
              source);
     pthread_mutex_lock(&list_lock);
     runs_take(fork, runs, why, true);
-    for (struct ad_run *r = fork->runs; r; r = r->next) {
-        pthread_mutex_lock(&r->mu);
-        bool suspended = r->suspended && !r->done;
-        pthread_mutex_unlock(&r->mu);
-        if (suspended)
-            resume_one(fork, r, "the fork's guest no longer had this run");
-    }
+    resume_suspended(fork, "the fork's guest no longer had this run");
     pthread_mutex_unlock(&list_lock);
 }

@@ -58,6 +58,20 @@ static int take_lock(const char *path, char *why, size_t len)
     return 0;
 }
 
+/* A keeper's note (keeper_note): the store's path into store, "" when it cannot be read;
+ * whether there was one. */
+static bool keeper_store(const char *path, char *store, size_t len)
+{
+    store[0] = '\0';
+    int fd = open(path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
+    if (fd < 0)
+        return false;
+    ssize_t n = read(fd, store, len - 1);
+    close(fd);
+    store[n > 0 ? n : 0] = '\0';
+    return n > 0;
+}
+
 struct stale {
     char (*name)[64];
     size_t n;
@@ -87,13 +101,8 @@ static void keeper_sweep(const char *dir)
             strlen(e->d_name) >= sizeof(st.name[0]))
             continue;
         snprintf(file, sizeof(file), "%s/%s", dir, e->d_name);
-        int fd = open(file, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
-        if (fd < 0)
-            continue;
-        ssize_t n = read(fd, store, sizeof(store) - 1);
-        close(fd);
-        store[n > 0 ? n : 0] = '\0';
-        if (n <= 0 || store[0] != '/' || access(store, F_OK) == 0 || errno != ENOENT)
+        if (!keeper_store(file, store, sizeof(store)) || store[0] != '/' ||
+            access(store, F_OK) == 0 || errno != ENOENT)
             continue;
         if (st.n == cap) {
             void *p = realloc(st.name, (cap ? 2 * cap : 16) * sizeof(st.name[0]));
@@ -169,15 +178,9 @@ void ad_store_others(void)
     bool have_state = al_state_dir(state, sizeof(state), &err) == 0;
     for (size_t i = 0; i < o.n; i++) {
         char path[4300], store[1024] = "";
-        int fd = -1;
         if (have_state) {
             snprintf(path, sizeof(path), "%s/keepers/%s", state, o.keeper[i]);
-            fd = open(path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
-        }
-        if (fd >= 0) {
-            ssize_t n = read(fd, store, sizeof(store) - 1);
-            store[n > 0 ? n : 0] = '\0';
-            close(fd);
+            keeper_store(path, store, sizeof(store));
         }
         ad_log("%u session%s kept by another airlockd (%s%s) %s running or paused here: "
                "that daemon takes them back at its start; 'airlock gc --kept %s' ends them",
